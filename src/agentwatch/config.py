@@ -1,0 +1,183 @@
+"""Project configuration: `agentwatch.toml` at the project root, overridden by `AGENTWATCH_*` variables.
+
+```toml
+store = "sqlite:///.agentwatch/agentwatch.db"   # or postgresql://user@host:5432/db
+live = "memory://"                               # or redis://127.0.0.1:6379/0
+agents_dir = "agents"
+
+[sessions]
+stuck_after_seconds = 600
+continue_after_restart = 3
+
+[retention]
+heartbeat_ttl = "24h"
+hook_ttl = "24h"
+deleted_ttl = "7d"
+
+[observers]
+enabled = true
+
+[server]
+bind = "127.0.0.1:8765"
+```
+
+Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
+`AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from agentwatch.errors import InvalidArgument
+
+__all__ = [
+    "CONFIG_FILE",
+    "DEFAULT_STORE_URL",
+    "Config",
+    "ProviderConfig",
+    "RetentionConfig",
+    "SessionDefaults",
+    "load_config",
+    "parse_duration",
+]
+
+CONFIG_FILE = "agentwatch.toml"
+DEFAULT_STORE_URL = "sqlite:///.agentwatch/agentwatch.db"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+
+
+def parse_duration(value: object) -> timedelta:
+    """`"24h"`, `"90m"`, `"7d"`, `"1.5s"` or a number of seconds, as a timedelta."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    match = _DURATION.match(str(value)) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"{value!r} is not a duration; write it like 30s, 90m, 24h or 7d")
+    return timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class SessionDefaults(BaseModel):
+    """Engine-wide session settings; a role's own `sessions:` front matter overrides them."""
+
+    model_config = _STRICT
+
+    stuck_after_seconds: float = Field(600, gt=0)
+    """A running session with no activity for longer than this is `stuck`."""
+    continue_after_restart: int = Field(3, ge=0)
+    """How many times a turn cut off by a restart is continued before it ends `interrupted` (0 = never)."""
+
+
+class RetentionConfig(BaseModel):
+    """How long rows are kept."""
+
+    model_config = _STRICT
+
+    heartbeat_ttl: Duration = timedelta(hours=24)
+    """Heartbeat sessions are reaped this long after their last activity."""
+    hook_ttl: Duration = timedelta(hours=24)
+    """Hook sessions are reaped this long after their last activity."""
+    deleted_ttl: Duration = timedelta(days=7)
+    """A soft-deleted session stays readable by id this long."""
+
+
+class ProviderConfig(BaseModel):
+    """A named model provider: refs `<name>:<model>` go to its OpenAI-compatible base URL."""
+
+    model_config = _STRICT
+
+    base_url: str
+    api_key_env: str | None = None
+    """The environment variable that holds its key (none for local servers)."""
+
+
+class ObserverConfig(BaseModel):
+    model_config = _STRICT
+
+    enabled: bool = True
+    """Observer agents on or off (`AGENTWATCH_OBSERVER_AGENTS` overrides)."""
+
+
+class ServerConfig(BaseModel):
+    model_config = _STRICT
+
+    bind: str = "127.0.0.1:8765"
+
+
+class Config(BaseModel):
+    """Everything configurable, with its default."""
+
+    model_config = _STRICT
+
+    root: Path = Path(".")
+    """The project root (where `agentwatch.toml` is)."""
+    store: str = DEFAULT_STORE_URL
+    live: str = "memory://"
+    agents_dir: Path = Path("agents")
+    background_tasks: bool = True
+    sessions: SessionDefaults = SessionDefaults()
+    retention: RetentionConfig = RetentionConfig()
+    observers: ObserverConfig = ObserverConfig()
+    server: ServerConfig = ServerConfig()
+    providers: dict[str, ProviderConfig] = {}
+
+    @property
+    def observer_agents_enabled(self) -> bool:
+        """Observer agents run only when they are on and background tasks are too."""
+        return self.background_tasks and self.observers.enabled
+
+
+def _env_flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise InvalidArgument(f"{name}={value!r} is not a switch; set it to 1 or 0")
+
+
+def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) -> Config:
+    """Read `agentwatch.toml` under `root` (when present), then apply `AGENTWATCH_*` variables."""
+    env = os.environ if env is None else env
+    root = Path(root)
+    path = root / CONFIG_FILE
+    raw: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidArgument(f"{str(path)!r} is not valid TOML: {exc}") from None
+    raw["root"] = root
+    if "AGENTWATCH_STORE" in env:
+        raw["store"] = env["AGENTWATCH_STORE"]
+    if "AGENTWATCH_LIVE" in env:
+        raw["live"] = env["AGENTWATCH_LIVE"]
+    if "AGENTWATCH_AGENTS_DIR" in env:
+        raw["agents_dir"] = env["AGENTWATCH_AGENTS_DIR"]
+    if "AGENTWATCH_BACKGROUND_TASKS" in env:
+        raw["background_tasks"] = _env_flag("AGENTWATCH_BACKGROUND_TASKS", env["AGENTWATCH_BACKGROUND_TASKS"])
+    if "AGENTWATCH_OBSERVER_AGENTS" in env:
+        observers = dict(raw.get("observers", {}))
+        observers["enabled"] = _env_flag("AGENTWATCH_OBSERVER_AGENTS", env["AGENTWATCH_OBSERVER_AGENTS"])
+        raw["observers"] = observers
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+        raise InvalidArgument(f"{str(path)!r} has problems: {problems}") from None

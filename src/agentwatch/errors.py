@@ -1,0 +1,130 @@
+"""The errors agentwatch raises, each with a stable `code` that tools and the API report.
+
+```
+AgentwatchError                  code
+├── InvalidArgument              invalid_argument   a bad argument: fix the call
+│   └── InvalidCursor            invalid_argument   a cursor that is garbage, tampered with or for another stream
+├── NotFound                     not_found          no such session, run, request, ...
+├── Ambiguous                    ambiguous          a name that matches several sessions: pass the id
+├── Conflict                     conflict           the change clashes with stored state (a name taken, ...)
+├── Invalid                      invalid            the stored state cannot answer (a role that no longer resolves)
+├── StoreError                   store_error        the store cannot be used
+│   ├── StoreUnavailable         store_unavailable  the server cannot be reached
+│   ├── NotADatabase             not_a_database     the file is not a database of ours
+│   └── SchemaTooNew             schema_too_new     the database was written by a newer agentwatch
+├── MissingDependency            missing_dependency an optional extra is not installed
+└── UserError                    user_error         the developer misused the Python API
+```
+
+Every error renders as `{"error": {"code": ..., "message": ...}}` through `to_dict()`; the message says
+what went wrong, with identifiers in repr form, and what to do about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "AgentwatchError",
+    "Ambiguous",
+    "Conflict",
+    "Invalid",
+    "InvalidArgument",
+    "InvalidCursor",
+    "MissingDependency",
+    "NotADatabase",
+    "NotFound",
+    "SchemaTooNew",
+    "StoreError",
+    "StoreUnavailable",
+    "UserError",
+]
+
+
+class AgentwatchError(Exception):
+    """Base of every error agentwatch raises on purpose."""
+
+    code: ClassVar[str] = "error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        """Extra structured facts for the caller (for `ambiguous`: the candidates)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The structured form tools, the API and `--json` return."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
+
+
+class InvalidArgument(AgentwatchError):
+    """An argument is missing, of the wrong type or out of range."""
+
+    code = "invalid_argument"
+
+
+class InvalidCursor(InvalidArgument):
+    """A cursor could not be decoded, was altered, or belongs to another stream."""
+
+
+class NotFound(AgentwatchError):
+    """The thing asked for does not exist (or was reaped)."""
+
+    code = "not_found"
+
+
+class Ambiguous(AgentwatchError):
+    """A name resolves to several things; the caller must pass an id."""
+
+    code = "ambiguous"
+
+
+class Conflict(AgentwatchError):
+    """The change clashes with what is stored (a name already taken in its scope, ...)."""
+
+    code = "conflict"
+
+
+class Invalid(AgentwatchError):
+    """The stored state cannot answer the question (for example a role that no longer resolves)."""
+
+    code = "invalid"
+
+
+class StoreError(AgentwatchError):
+    """The store cannot be used."""
+
+    code = "store_error"
+
+
+class StoreUnavailable(StoreError):
+    """The store's server cannot be reached."""
+
+    code = "store_unavailable"
+
+
+class NotADatabase(StoreError):
+    """The store URL points at a file that is not an agentwatch database."""
+
+    code = "not_a_database"
+
+
+class SchemaTooNew(StoreError):
+    """The database was migrated by a newer agentwatch than this one."""
+
+    code = "schema_too_new"
+
+
+class MissingDependency(AgentwatchError):
+    """An optional dependency is needed; the message names the extra to install."""
+
+    code = "missing_dependency"
+
+
+class UserError(AgentwatchError):
+    """The developer misused the Python API."""
+
+    code = "user_error"

@@ -1,0 +1,105 @@
+"""The runtime family: what the engine itself says about a session, and out-of-band facts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import JsonValue
+
+from agentwatch.events._base import BasePayload
+
+__all__ = [
+    "AuthRequired",
+    "ExternalEvent",
+    "ModelReroute",
+    "RuntimeNotice",
+    "RuntimeRetry",
+    "SubtaskEnded",
+    "SubtaskStarted",
+]
+
+
+class RuntimeNotice(BasePayload):
+    """What the engine says about a session: a diagnostic (`runtime.info`), something that went wrong beside
+    the turn without hurting it (`runtime.warning`: an observer raised, a report was dropped), or something
+    that went wrong in the turn (`runtime.error`)."""
+
+    type: Literal["runtime.info", "runtime.warning", "runtime.error"]
+    message: str
+    """What happened, in a sentence."""
+    source: str | None = None
+    """The part that said it (`observer:<name>`, `model`, `store`, ...)."""
+    detail: JsonValue = None
+    """Structured facts, when there are any."""
+
+
+class RuntimeRetry(BasePayload):
+    """A model request or tool is tried again."""
+
+    type: Literal["runtime.retry"] = "runtime.retry"
+    message: str
+    """Why it is retried."""
+    attempt: int
+    """The attempt about to start (2 for the first retry)."""
+    delay_seconds: float = 0.0
+    """The wait before it."""
+
+
+class ModelReroute(BasePayload):
+    """The turn moved to another model."""
+
+    type: Literal["model.reroute"] = "model.reroute"
+    from_model: str
+    """The model ref it left."""
+    to_model: str
+    """The model ref it moved to."""
+    reason: str
+    """Why."""
+
+
+class SubtaskStarted(BasePayload):
+    """The session spawned a sub-agent."""
+
+    type: Literal["subtask.started"] = "subtask.started"
+    child_session_id: str
+    """The new session."""
+    role: str
+    """Its role."""
+    name: str
+    """Its name."""
+    tool_call_id: str | None = None
+    """The tool call that spawned it."""
+
+
+class SubtaskEnded(BasePayload):
+    """A sub-agent this session spawned reached a terminal status."""
+
+    type: Literal["subtask.ended"] = "subtask.ended"
+    child_session_id: str
+    """The sub-agent's session."""
+    status: str
+    """Its final status."""
+
+
+class AuthRequired(BasePayload):
+    """A tool server needs the user to sign in before it can go on."""
+
+    type: Literal["auth.required"] = "auth.required"
+    provider: str
+    """Who asks."""
+    url: str | None = None
+    """Where to sign in."""
+    message: str = ""
+    """What to tell the user."""
+
+
+class ExternalEvent(BasePayload):
+    """Something outside the conversation the session subscribed to happened."""
+
+    type: Literal["external.event"] = "external.event"
+    source: str
+    """The subscription or resource it came from."""
+    name: str
+    """What happened."""
+    body: JsonValue = None
+    """Its content."""

@@ -1,0 +1,55 @@
+"""The tool family: calls the model asked for, their results, and progress while they run."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import JsonValue
+
+from agentwatch.events._base import BasePayload
+
+__all__ = ["ToolCall", "ToolProgress", "ToolResult", "ToolStatus"]
+
+ToolStatus = Literal["ok", "error", "denied", "interrupted"]
+
+
+class ToolCall(BasePayload):
+    """The model asked for a tool to be run."""
+
+    type: Literal["tool.call"] = "tool.call"
+    tool_call_id: str
+    """The id that pairs the call with its result."""
+    tool_name: str
+    """Name of the tool as the model saw it."""
+    input: dict[str, JsonValue]
+    """Arguments, as the model sent them."""
+    display_as: str | None = None
+    """A human rendering of the call, when the tool provides one."""
+
+
+class ToolResult(BasePayload):
+    """A tool call finished (or was denied or cut off)."""
+
+    type: Literal["tool.result"] = "tool.result"
+    tool_call_id: str
+    """The call this answers."""
+    tool_name: str
+    """Name of the tool."""
+    output: str
+    """What the model was given back, as text."""
+    status: ToolStatus = "ok"
+    """`ok`, `error` (the tool raised; the model saw the failure), `denied`, or `interrupted`."""
+
+
+class ToolProgress(BasePayload):
+    """A running tool reported progress (ephemeral)."""
+
+    durable: ClassVar[bool] = False
+
+    type: Literal["tool.progress"] = "tool.progress"
+    tool_call_id: str
+    """The call that is running."""
+    message: str
+    """What it is doing."""
+    fraction: float | None = None
+    """How far along, from 0 to 1, when known."""

@@ -1,0 +1,39 @@
+"""The turn family: one dispatch of input to a session, from start to end."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from agentwatch.events._base import BasePayload, Usage
+
+__all__ = ["TurnEnded", "TurnOutcome", "TurnStarted"]
+
+TurnOutcome = Literal["completed", "failed", "cancelled", "interrupted", "paused"]
+
+
+class TurnStarted(BasePayload):
+    """A turn began."""
+
+    type: Literal["turn.started"] = "turn.started"
+    trigger: Literal["input", "continue", "answer"] = "input"
+    """`input` from the inbox, `continue` after a restart cut the turn off, `answer` after a request."""
+    attempt: int = 1
+    """1 for the first run of the turn, 2 and up for each continuation after a restart."""
+    model: str | None = None
+    """The model ref the turn runs on."""
+    system_prompt_hash: str | None = None
+    """Hash of the exact system prompt the turn was dispatched with."""
+
+
+class TurnEnded(BasePayload):
+    """A turn ended: the model stopped, someone stopped it, it failed, or it paused on a request."""
+
+    type: Literal["turn.ended"] = "turn.ended"
+    outcome: TurnOutcome
+    """How it ended; `paused` means it waits on a request and goes on once that is answered."""
+    reason: str | None = None
+    """Why, in a few words (`stopped by a person`, `cut off by a restart 3 times`, ...)."""
+    error: str | None = None
+    """The error message, for `failed`."""
+    usage: Usage = Usage()
+    """Tokens and cost of the whole turn."""

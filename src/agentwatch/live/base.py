@@ -1,0 +1,82 @@
+"""The live ring contract: a bounded recent stream per session, ephemeral events included, and
+subscriptions that see every later event exactly once.
+
+One contract suite (`tests/live/test_contract.py`) runs unchanged against every backend.
+
+Promises every backend keeps:
+
+- `publish()` takes events of a session in strictly increasing (`seq`, `sub`) order and never waits on a
+  subscriber: each subscriber has a bounded backlog, and one that falls behind is ended with
+  `Lagged(resume_from=...)` instead of slowing the producer.
+- `subscribe(session_id, after=None)` fixes its `position` at the newest published event, in the same step
+  as it registers, and then yields every event published after that position, exactly once, in order.
+- `subscribe(session_id, after=cursor)` yields every retained event after `cursor`, then every later one.
+  When the ring no longer holds what follows `cursor`, the first read raises `Lagged` with the cursor to
+  resume from the store, so nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
+
+from agentwatch.events import Event, StreamCursor
+
+__all__ = ["DEFAULT_BACKLOG", "DEFAULT_RING_SIZE", "Lagged", "LiveRing", "Subscription"]
+
+DEFAULT_RING_SIZE = 2000
+"""Events kept per session."""
+DEFAULT_BACKLOG = 1000
+"""Events a subscriber may have waiting before it is cut loose."""
+
+
+class Lagged(Exception):
+    """The subscriber fell behind (or asked for events the ring no longer holds).
+
+    Read durable events after `resume_from` from the store, then subscribe again with the cursor of the
+    last event read: nothing is missed.
+    """
+
+    def __init__(self, session_id: str, resume_from: StreamCursor) -> None:
+        super().__init__(f"subscriber of session {session_id!r} lagged; resume from cursor {resume_from.encode()!r}")
+        self.session_id = session_id
+        self.resume_from = resume_from
+        """The position after the last event this subscriber received."""
+
+
+@runtime_checkable
+class Subscription(Protocol):
+    """Events of one session after `position`, as an async iterator; `Lagged` ends it early."""
+
+    session_id: str
+    position: StreamCursor
+    """Everything at or before this position is not delivered; everything after it is, once."""
+
+    def __aiter__(self) -> AsyncIterator[Event]: ...
+
+    async def __anext__(self) -> Event: ...
+
+    async def close(self) -> None:
+        """Stop receiving; idempotent."""
+
+
+@runtime_checkable
+class LiveRing(Protocol):
+    """Recent events of every session, and subscriptions to them."""
+
+    async def publish(self, event: Event) -> None:
+        """Append an event to its session's ring and hand it to the session's subscribers."""
+
+    async def subscribe(
+        self, session_id: str, *, after: StreamCursor | None = None, backlog: int = DEFAULT_BACKLOG
+    ) -> Subscription:
+        """Start receiving the session's events after `after` (or after the newest, when None)."""
+
+    async def recent(self, session_id: str, *, after: StreamCursor | None = None, limit: int = 100) -> list[Event]:
+        """Retained events after `after` (or the newest `limit`), oldest first."""
+
+    async def head(self, session_id: str) -> StreamCursor | None:
+        """The position of the newest retained event, or None when the ring holds none."""
+
+    async def close(self) -> None:
+        """Close every subscription and release connections."""

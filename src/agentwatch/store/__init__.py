@@ -1,0 +1,111 @@
+"""Durable state: the `Store` contract and its backends (SQLite embedded default, PostgreSQL).
+
+```python
+async with open_store("sqlite:///.agentwatch/agentwatch.db") as store:
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+    await store.append(session.id, [NewEvent(UserMessage(text="hello"))])
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from agentwatch.errors import InvalidArgument
+from agentwatch.store.base import SCHEMA_VERSION, Store
+from agentwatch.store.records import (
+    TERMINAL_STATUSES,
+    ConversationRecord,
+    InputDraft,
+    InputRecord,
+    JournalEntry,
+    ObserverRef,
+    Page,
+    RequestClose,
+    RequestDraft,
+    RequestRecord,
+    RunDraft,
+    RunPatch,
+    RunRecord,
+    SessionDraft,
+    SessionFilter,
+    SessionPatch,
+    SessionRecord,
+    SessionSort,
+    SessionStatus,
+    SpanDraft,
+    SpanPatch,
+    SpanRecord,
+    StoreInfo,
+    UsageEntry,
+    Write,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TERMINAL_STATUSES",
+    "ConversationRecord",
+    "InputDraft",
+    "InputRecord",
+    "JournalEntry",
+    "ObserverRef",
+    "Page",
+    "RequestClose",
+    "RequestDraft",
+    "RequestRecord",
+    "RunDraft",
+    "RunPatch",
+    "RunRecord",
+    "SessionDraft",
+    "SessionFilter",
+    "SessionPatch",
+    "SessionRecord",
+    "SessionSort",
+    "SessionStatus",
+    "SpanDraft",
+    "SpanPatch",
+    "SpanRecord",
+    "Store",
+    "StoreInfo",
+    "UsageEntry",
+    "Write",
+    "connect_store",
+    "open_store",
+]
+
+
+async def connect_store(url: str) -> Store:
+    """Open the store at `url` (migrating it when needed); the caller must `await store.close()`.
+
+    `sqlite:///relative/path.db`, `sqlite:////absolute/path.db` and `sqlite://:memory:` open the embedded
+    backend; `postgresql://user@host:5432/db` (or `postgres://`) opens PostgreSQL.
+    """
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise InvalidArgument(
+            f"store URL {url!r} has no scheme; use sqlite:///path/to/agentwatch.db or "
+            "postgresql://user@host:5432/dbname"
+        )
+    if scheme == "sqlite":
+        from agentwatch.store.sqlite import SqliteStore
+
+        return await SqliteStore.open(url)
+    if scheme in ("postgresql", "postgres"):
+        from agentwatch.store.postgres import PostgresStore
+
+        return await PostgresStore.open(url)
+    raise InvalidArgument(
+        f"unknown store URL scheme {scheme!r} in {url!r}; agentwatch stores live in sqlite:///path.db "
+        "(embedded, the default) or postgresql://user@host:5432/dbname"
+    )
+
+
+@asynccontextmanager
+async def open_store(url: str) -> AsyncIterator[Store]:
+    """`async with open_store(url) as store:` opens (and migrates) a store and closes it after."""
+    store = await connect_store(url)
+    try:
+        yield store
+    finally:
+        await store.close()

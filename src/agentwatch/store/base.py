@@ -1,0 +1,202 @@
+"""The `Store` contract: durable state that every backend keeps the same way.
+
+One contract suite (`tests/store/test_contract.py`) runs unchanged against every backend.
+
+Promises every backend keeps:
+
+- `write()` is atomic: the events, the session patch, inbox, requests and ledger entries of one `Write`
+  commit together or not at all, and the call returns only once they are durable.
+- Each session's durable events are numbered 1, 2, 3, ... with no gap and no repeat, whatever the number of
+  concurrent writers (in one process or, on PostgreSQL, many).
+- Listings use keyset pagination (never OFFSET); a page cursor only works with the query it came from.
+- A bad argument raises `InvalidArgument` and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from pydantic import JsonValue
+
+from agentwatch.events import Event, NewEvent, Usage
+from agentwatch.store.records import (
+    ConversationRecord,
+    InputRecord,
+    JournalEntry,
+    ObserverRef,
+    Page,
+    RequestRecord,
+    RequestStatus,
+    RunDraft,
+    RunPatch,
+    RunRecord,
+    SessionDraft,
+    SessionFilter,
+    SessionPatch,
+    SessionRecord,
+    SessionSort,
+    SpanDraft,
+    SpanPatch,
+    SpanRecord,
+    StoreInfo,
+    Write,
+)
+
+__all__ = ["SCHEMA_VERSION", "Store"]
+
+SCHEMA_VERSION = 1
+"""The schema version this code writes and reads; a database at a higher version is refused."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable state of sessions, their events and everything around them."""
+
+    url: str
+    """The store URL it was opened with (password hidden)."""
+
+    async def close(self) -> None:
+        """Flush pending writes and release connections."""
+
+    async def info(self) -> StoreInfo:
+        """Backend, schema version and sizes."""
+
+    # -- sessions -------------------------------------------------------------------------------------
+
+    async def create_session(self, draft: SessionDraft) -> SessionRecord:
+        """Create a session with its first conversation.
+
+        Raises `Conflict` when a live session of the same scope already has the name.
+        """
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """One session by id, soft-deleted ones included. Raises `NotFound` (also once reaped)."""
+
+    async def update_session(self, session_id: str, patch: SessionPatch) -> SessionRecord:
+        """Write the fields set on `patch`; same as `write(Write(session_id, session=patch))`."""
+
+    async def list_sessions(
+        self,
+        where: SessionFilter,
+        *,
+        sort: SessionSort = "newest",
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[SessionRecord]:
+        """A page of sessions: the boss first, then live ones, then by `sort`, then by id.
+
+        `limit` is 1..100; `cursor` is a previous page's `next_cursor` for the same `where` and `sort`.
+        """
+
+    async def count_sessions(self, where: SessionFilter) -> dict[str, int]:
+        """How many sessions match, per status (statuses with none are left out)."""
+
+    async def soft_delete(self, session_id: str, *, reap_at: datetime) -> SessionRecord:
+        """Mark a session deleted; it stays readable by id until `reap_at`."""
+
+    async def reap(self, session_ids: Sequence[str]) -> int:
+        """Hard-delete sessions with their conversations, events, inbox and requests (not the ledger).
+
+        Returns how many were removed.
+        """
+
+    async def due_for_reap(self, now: datetime, *, limit: int = 100) -> list[str]:
+        """Ids of sessions whose `reap_at` has passed."""
+
+    # -- events and the state they describe -----------------------------------------------------------
+
+    async def write(self, write: Write) -> list[Event]:
+        """Apply one atomic change and return the events as stored (with ids, seqs and times)."""
+
+    async def append(self, session_id: str, events: Sequence[NewEvent]) -> list[Event]:
+        """Append durable events; same as `write(Write(session_id, events))`."""
+
+    async def read_events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        limit: int = 100,
+        types: Sequence[str] | None = None,
+        conversation_id: str | None = None,
+    ) -> list[Event]:
+        """Events with seq > `after_seq`, oldest first, at most `limit` (1..10000)."""
+
+    async def read_events_backward(
+        self,
+        session_id: str,
+        *,
+        before_seq: int | None = None,
+        limit: int = 100,
+        types: Sequence[str] | None = None,
+        conversation_id: str | None = None,
+    ) -> list[Event]:
+        """Events with seq < `before_seq` (or the newest), newest first, at most `limit` (1..10000)."""
+
+    async def get_event(self, session_id: str, event_id: str) -> Event:
+        """One event by id. Raises `NotFound`."""
+
+    # -- conversations, inbox, requests, ledger -------------------------------------------------------
+
+    async def list_conversations(self, session_id: str) -> list[ConversationRecord]:
+        """Every conversation of the session, oldest first; the last one is current."""
+
+    async def read_messages(self, conversation_id: str) -> list[JsonValue]:
+        """The model-layer messages of a conversation, in the order they were written."""
+
+    async def list_inputs(self, session_id: str, *, pending_only: bool = True) -> list[InputRecord]:
+        """Inbox inputs, oldest first."""
+
+    async def get_request(self, request_id: str) -> RequestRecord:
+        """One request by id. Raises `NotFound`."""
+
+    async def list_requests(
+        self,
+        *,
+        session_id: str | None = None,
+        status: RequestStatus | None = "pending",
+        limit: int = 100,
+    ) -> list[RequestRecord]:
+        """Requests, oldest first."""
+
+    async def usage_totals(self, session_ids: Sequence[str]) -> dict[str, Usage]:
+        """Lifetime usage per session, from the ledger (reaped sessions included)."""
+
+    async def usage_between(self, start: datetime, end: datetime, *, roles: Sequence[str] | None = None) -> Usage:
+        """Total usage of ledger entries with start <= at < end."""
+
+    # -- runs -----------------------------------------------------------------------------------------
+
+    async def create_run(self, draft: RunDraft) -> RunRecord:
+        """Record a new run."""
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """One run by id. Raises `NotFound`."""
+
+    async def update_run(self, run_id: str, patch: RunPatch) -> RunRecord:
+        """Change a run."""
+
+    async def open_span(self, draft: SpanDraft) -> SpanRecord:
+        """Record a span of a run."""
+
+    async def update_span(self, span_id: str, patch: SpanPatch) -> SpanRecord:
+        """Change a span (end it, set its cost)."""
+
+    async def list_spans(self, run_id: str) -> list[SpanRecord]:
+        """A run's spans in start order."""
+
+    async def append_journal(self, entry: JournalEntry) -> JournalEntry:
+        """Add a line to a run's journal."""
+
+    async def read_journal(self, run_id: str, *, limit: int = 100) -> list[JournalEntry]:
+        """A run's journal, oldest first."""
+
+    # -- observer refs --------------------------------------------------------------------------------
+
+    async def set_observer_ref(self, ref: ObserverRef) -> ObserverRef:
+        """Record (or replace) the observer paired with `ref.observed_session_id`."""
+
+    async def get_observer_ref(self, observed_session_id: str) -> ObserverRef | None:
+        """The observer ref kept with a session, if any."""
