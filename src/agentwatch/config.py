@@ -82,6 +82,9 @@ class SessionDefaults(BaseModel):
     """A running session with no activity for longer than this is `stuck`."""
     continue_after_restart: int = Field(3, ge=0)
     """How many times a turn cut off by a restart is continued before it ends `interrupted` (0 = never)."""
+    hold_for_parent_seconds: float = Field(300, ge=0)
+    """A sub-agent's request waits on its parent agent first, reaching a person after this long at the
+    latest (0 = straight to a person)."""
 
 
 class RetentionConfig(BaseModel):

@@ -22,7 +22,10 @@ class TurnStarted(BasePayload):
     model: str | None = None
     """The model ref the turn runs on."""
     system_prompt_hash: str | None = None
-    """Hash of the exact system prompt the turn was dispatched with."""
+    """Hash (sha256, hex) of the exact system prompt the turn was dispatched with."""
+    system_prompt: str | None = None
+    """The exact system prompt, stored only when its hash differs from the session's previous turn (it is
+    byte-stable by contract, so it is kept once rather than once per turn)."""
 
 
 class TurnEnded(BasePayload):

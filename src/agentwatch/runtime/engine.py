@@ -1,0 +1,469 @@
+"""The Engine: sessions, their drivers, tools, policies, observers, the store and the live ring, together.
+
+```python
+async with Engine.open("sqlite:///.agentwatch/agentwatch.db", agents_dir="agents") as engine:
+    snapshot = await engine.task("coder", "Add a --verbose flag")
+    print(snapshot["status"], snapshot["lastAssistantText"])
+```
+
+`engine.call_tool(name, args)` is the one entry for every tool (the same call an agent, MCP, HTTP and the
+CLI make); it returns a JSON-able dict, or `{"error": {"code": ..., "message": ...}}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import JsonValue
+
+from agentwatch.config import Config, load_config
+from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotFound
+from agentwatch.events import (
+    ConversationCleared,
+    NewEvent,
+    Origin,
+    RequestResolved,
+    RuntimeNotice,
+    SubtaskStarted,
+    TurnId,
+    new_id,
+)
+from agentwatch.live import LiveRing, connect_live
+from agentwatch.reads.current import status_snapshot
+from agentwatch.runtime.driver import SessionDriver
+from agentwatch.runtime.models import ModelResolver
+from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
+from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
+from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
+from agentwatch.runtime.tools import builtin_tools
+from agentwatch.runtime.tools.base import Caller, Tool, function_tool
+from agentwatch.runtime.turn import end_stopped_turn
+from agentwatch.store import (
+    TERMINAL_STATUSES,
+    InputDraft,
+    RequestClose,
+    RequestRecord,
+    SessionDraft,
+    SessionFilter,
+    SessionPatch,
+    SessionRecord,
+    SessionStatus,
+    Store,
+    Write,
+    connect_store,
+)
+
+__all__ = ["Engine", "run_task"]
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_SECONDS = 5.0
+"""How often the engine hands held requests whose time came over to a person."""
+
+
+class Engine:
+    """The running system. Open it with `Engine.open(...)`; see the module docs."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        store: Store,
+        ring: LiveRing,
+        roster: Roster,
+        tools: dict[str, Tool],
+        policy: PolicyChain,
+        models: ModelResolver,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.ring = ring
+        self.roster = roster
+        self.tools = tools
+        """Every tool by name: built-in, drive, read and user tools."""
+        self.policy = policy
+        self.models = models
+        self._drivers: dict[str, SessionDriver] = {}
+        self._drivers_lock = asyncio.Lock()
+        self._factories: list[ObserverFactory] = []
+        self._stop_reasons: dict[str, str] = {}
+        self._maintenance: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- opening and closing --------------------------------------------------------------------------
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        store: str | None = None,
+        *,
+        agents_dir: str | Path | None = None,
+        live: str | None = None,
+        root: str | Path = ".",
+        config: Config | None = None,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        definitions: Iterable[AgentDefinition] = (),
+        policies: Iterable[Policy] = (),
+        recover: bool = True,
+    ) -> AsyncIterator[Engine]:
+        """Open the store and live ring, load the roster, continue cut-off turns; close everything after.
+
+        Arguments override `agentwatch.toml` and `AGENTWATCH_*` variables, which override the defaults.
+        """
+        config = config or load_config(root)
+        updates: dict[str, Any] = {}
+        if store is not None:
+            updates["store"] = store
+        if live is not None:
+            updates["live"] = live
+        if agents_dir is not None:
+            updates["agents_dir"] = Path(agents_dir)
+        config = config.model_copy(update=updates)
+        engine = await cls._assemble(config, tools, definitions, policies)
+        try:
+            await engine._start(recover=recover)
+            yield engine
+        finally:
+            await engine.close()
+
+    @classmethod
+    async def _assemble(
+        cls,
+        config: Config,
+        tools: Iterable[Tool | Callable[..., Any]],
+        definitions: Iterable[AgentDefinition],
+        policies: Iterable[Policy],
+    ) -> Engine:
+        registry = {tool.name: tool for tool in builtin_tools()}
+        for item in tools:
+            tool = item if isinstance(item, Tool) else function_tool(item)
+            registry[tool.name] = tool
+        agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
+        roster = load_roster(agents_dir, known_tools=registry, extra=definitions)
+        for problem in roster.problems:
+            log.warning("%s", problem)
+        chain = PolicyChain([GrantPolicy({t.name: t.grant for t in registry.values() if t.grant}), *policies])
+        store = await connect_store(config.store)
+        try:
+            ring = await connect_live(config.live)
+        except BaseException:
+            await store.close()
+            raise
+        models = ModelResolver(providers=config.providers)
+        return cls(config=config, store=store, ring=ring, roster=roster, tools=registry, policy=chain, models=models)
+
+    async def _start(self, *, recover: bool) -> None:
+        if recover:
+            unfinished: tuple[SessionStatus, ...] = ("running", "awaiting_input")
+            for status in unfinished:
+                cursor: str | None = None
+                while True:
+                    page = await self.store.list_sessions(
+                        SessionFilter(status=[status]),
+                        limit=100,
+                        cursor=cursor,  # type: ignore[list-item]
+                    )
+                    for session in page.items:
+                        (await self.driver(session.id)).kick()
+                    if page.next_cursor is None:
+                        break
+                    cursor = page.next_cursor
+        self._maintenance = asyncio.create_task(self._maintain(), name="agentwatch-maintenance")
+
+    async def close(self) -> None:
+        """Cut off running turns (they continue when an engine opens the store again) and close."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+        await asyncio.gather(*(d.close() for d in self._drivers.values()), return_exceptions=True)
+        await self.ring.close()
+        await self.store.close()
+
+    async def _maintain(self) -> None:
+        while True:
+            await asyncio.sleep(MAINTENANCE_SECONDS)
+            try:
+                await self.escalate_due()
+            except Exception as exc:  # housekeeping must never take the engine down
+                log.warning("maintenance failed: %s", exc)
+
+    # -- drivers and observers ------------------------------------------------------------------------
+
+    async def driver(self, session_id: str) -> SessionDriver:
+        """The driver of a session in this engine, started on first use."""
+        driver = self._drivers.get(session_id)
+        if driver is not None:
+            return driver
+        async with self._drivers_lock:
+            driver = self._drivers.get(session_id)
+            if driver is None:
+                session = await self.store.get_session(session_id)
+                observers = [factory(session_id) for factory in self._factories]
+                driver = SessionDriver(self, session_id, session.last_seq, observers)
+                self._drivers[session_id] = driver
+        return driver
+
+    def start_with_observer(self, factory: ObserverFactory) -> None:
+        """Give every session driver (those running now and every later one) its own observer instance."""
+        self._factories.append(factory)
+        for session_id, driver in self._drivers.items():
+            driver.add_observer(factory(session_id))
+
+    async def subscribe(self, thread_id: str, request: Any) -> ReplaySnapshot:
+        """Route `request` to the session's observers' `on_subscribe` with a replay snapshot.
+
+        Resolves once they ran, so any message sent after it returns reaches the new subscriber.
+        """
+        return await (await self.driver(thread_id)).subscribe(request)
+
+    # -- sessions -------------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        role: str,
+        *,
+        name: str | None = None,
+        scope: str | None = None,
+        parent_id: str | None = None,
+        run_id: str | None = None,
+        origin: Origin | None = None,
+        source: str = "api",
+        group_key: str | None = None,
+        display_name: str | None = None,
+        boss: bool = False,
+    ) -> SessionRecord:
+        """Create a session of `role` (its name unique among live sessions of `scope`)."""
+        definition = self.roster.get(role)
+        session_id = new_id("ses")
+        draft = SessionDraft(
+            id=session_id,
+            name=name or f"{role}-{session_id[-6:]}",
+            role=role,
+            display_name=display_name,
+            feature=definition.feature,
+            scope=scope,
+            source=source,
+            model_ref=definition.model,
+            group_key=group_key,
+            boss=boss,
+            parent_id=parent_id,
+            run_id=run_id,
+            origin=origin,
+        )
+        return await self.store.create_session(draft)
+
+    async def enqueue(self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False) -> int:
+        """Queue input for a session's next turn; returns how many inputs now wait in its inbox."""
+        if not text.strip():
+            raise InvalidArgument("the prompt is empty; pass the text the agent should work on")
+        session = await self.store.get_session(session_id)
+        if session.deleted_at is not None:
+            raise Conflict(f"session {session_id!r} was deleted; create a new one")
+        driver = await self.driver(session_id)
+        await driver.commit(Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)]))
+        driver.kick()
+        return (await self.store.get_session(session_id)).pending_inputs
+
+    async def wait(self, session_id: str, timeout: float) -> tuple[SessionRecord, bool]:
+        """Wait until the session settles (done, failed, stopped, waiting on a request, or idle with an empty
+        inbox) or `timeout` seconds pass. Returns the session and whether the wait timed out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        driver = await self.driver(session_id)
+        while True:
+            session = await self.store.get_session(session_id)
+            if _settled(session) and not (driver.turn_running and session.status not in TERMINAL_STATUSES):
+                return session, False
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return session, True
+            # Changes made in this process wake us at once; the 1 s poll covers other processes.
+            await driver.wait_changed(min(remaining, 1.0))
+
+    async def snapshot(self, session: SessionRecord, *, timed_out: bool = False) -> dict[str, JsonValue]:
+        """The status snapshot `agent_await` and `agent_task` return."""
+        threshold = self.stuck_after(session.role)
+        return await status_snapshot(self.store, session, stuck_after=threshold, timed_out=timed_out)
+
+    def stuck_after(self, role: str) -> float:
+        """The role's stuck threshold in seconds (its front matter, else the project's, else 600)."""
+        defaults = self.config.sessions
+        if role in self.roster:
+            return self.roster.get(role).resolved_sessions(defaults).stuck_after_seconds
+        return defaults.stuck_after_seconds
+
+    async def task(self, role: str, prompt: str, *, timeout: float = 600.0, **create: Any) -> dict[str, JsonValue]:
+        """Create a session, give it `prompt`, wait for it to settle; returns its status snapshot."""
+        session = await self.create(role, **create)
+        await self.enqueue(session.id, prompt)
+        session, timed_out = await self.wait(session.id, timeout)
+        return await self.snapshot(session, timed_out=timed_out)
+
+    async def stop(self, session_id: str, *, by: str = "a person") -> bool:
+        """Stop the session's turn (it ends `cancelled`); returns whether there was one to stop."""
+        driver = await self.driver(session_id)
+        self._stop_reasons[session_id] = by
+        if await driver.stop_turn():
+            return True
+        session = await self.store.get_session(session_id)
+        if session.status in ("awaiting_input", "running"):
+            await end_stopped_turn(self, driver, session_id, session.current_turn_id, by)
+            return True
+        self._stop_reasons.pop(session_id, None)
+        return False
+
+    def stop_reason(self, session_id: str) -> str:
+        """Who stopped the session's turn (consumed by the turn that ends)."""
+        return self._stop_reasons.pop(session_id, "a person")
+
+    async def delete(self, session_id: str, *, by: str = "a person") -> SessionRecord:
+        """Soft-delete a session (its turn is stopped); readable by id until its reap time."""
+        session = await self.store.get_session(session_id)
+        if session.deleted_at is not None:
+            return session
+        await self.stop(session_id, by=by)
+        reap_at = datetime.now(UTC) + self.config.retention.deleted_ttl
+        return await self.store.soft_delete(session_id, reap_at=reap_at)
+
+    async def live_children(self, session_id: str) -> list[SessionRecord]:
+        """Sub-agents of a session that have not ended."""
+        page = await self.store.list_sessions(
+            SessionFilter(parent_id=session_id, status=["idle", "running", "awaiting_input"]), limit=100
+        )
+        return page.items
+
+    async def note_spawn(self, parent_id: str, child: SessionRecord, tool_call_id: str | None) -> None:
+        """Record on the parent that it spawned `child`."""
+        started = SubtaskStarted(child_session_id=child.id, role=child.role, name=child.name, tool_call_id=tool_call_id)
+        driver = await self.driver(parent_id)
+        await driver.commit(Write(parent_id, events=[NewEvent(started)]))
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    async def answer(self, request_id: str, answer: JsonValue, *, by: str = "a person") -> RequestRecord:
+        """Resolve a pending request; the paused turn continues (in this process or after a restart)."""
+        request = await self.store.get_request(request_id)
+        if request.status != "pending":
+            raise Conflict(f"request {request_id!r} is already {request.status}; nothing to answer")
+        driver = await self.driver(request.session_id)
+        resolved = RequestResolved(request_id=request_id, answer=answer, by=by)
+        turn_id = TurnId(request.turn_id) if request.turn_id else None
+        await driver.commit(
+            Write(
+                request.session_id,
+                events=[NewEvent(resolved, turn_id)],
+                requests_close=[RequestClose(request_id=request_id, status="resolved", answer=answer, by=by)],
+                expect_status=["awaiting_input"],
+            )
+        )
+        driver.kick()
+        return await self.store.get_request(request_id)
+
+    async def escalate(self, request_id: str, *, reason: str = "escalated") -> RequestRecord:
+        """Hand a request held for the parent agent over to a person now."""
+        request = await self.store.get_request(request_id)
+        if request.status != "pending" or request.waits_on != "parent":
+            return request
+        notice = RuntimeNotice(
+            type="runtime.info",
+            message=f"request {request_id} now waits on a person ({reason})",
+            source="requests",
+            detail={"request_id": request_id},
+        )
+        driver = await self.driver(request.session_id)
+        await driver.commit(
+            Write(request.session_id, events=[NewEvent(notice)], requests_escalate=[request_id], touch=False)
+        )
+        return await self.store.get_request(request_id)
+
+    async def escalate_due(self) -> int:
+        """Escalate every held request whose `deliver_at` has passed; returns how many."""
+        now = datetime.now(UTC)
+        due = [
+            r
+            for r in await self.store.list_requests(status="pending", limit=1000)
+            if r.waits_on == "parent" and r.deliver_at is not None and r.deliver_at <= now
+        ]
+        for request in due:
+            await self.escalate(request.id, reason="its parent did not answer in time")
+        return len(due)
+
+    # -- conversations --------------------------------------------------------------------------------
+
+    async def clear(self, session_id: str) -> SessionRecord:
+        """Archive the current conversation (reason `clear`) and start a new, empty one."""
+        session = await self.store.get_session(session_id)
+        if session.status == "running":
+            raise Conflict(f"session {session_id!r} is running a turn; stop it before clearing")
+        driver = await self.driver(session_id)
+        cleared = ConversationCleared(archived_conversation_id=session.conversation_id)
+        await driver.commit(
+            Write(
+                session_id,
+                new_conversation="clear",
+                events=[NewEvent(cleared)],
+                session=SessionPatch(context_fill=None),
+            )
+        )
+        return await self.store.get_session(session_id)
+
+    # -- tools ----------------------------------------------------------------------------------------
+
+    def add_tool(self, tool: Tool | Callable[..., Any]) -> Tool:
+        """Register a tool (or a plain function, which becomes one) for roles that list it."""
+        registered = tool if isinstance(tool, Tool) else function_tool(tool)
+        self.tools[registered.name] = registered
+        return registered
+
+    async def call_tool(self, name: str, args: dict[str, Any], *, caller: Caller | None = None) -> dict[str, Any]:
+        """Call a tool by name with JSON arguments; returns its dict or `{"error": {...}}`, never raises for
+        a bad call."""
+        tool = self.tools.get(name)
+        try:
+            if tool is None:
+                known = ", ".join(sorted(self.tools))
+                raise NotFound(f"no tool named {name!r}; the tools are: {known}")
+            if tool.asks_user:
+                raise InvalidArgument(f"{name} opens a request from inside an agent's turn; an agent calls it")
+            result = await tool.handler(self, caller or Caller(), args)
+        except AgentwatchError as exc:
+            return exc.to_dict()
+        return result if isinstance(result, dict) else {"result": result}
+
+    def tool_names(self) -> Sequence[str]:
+        """Every registered tool name, sorted."""
+        return sorted(self.tools)
+
+
+def _settled(session: SessionRecord) -> bool:
+    if session.deleted_at is not None:
+        return True
+    if session.pending_inputs > 0:
+        return False
+    return session.status != "running"
+
+
+def run_task(role: str, prompt: str, *, timeout: float = 600.0, **open_args: Any) -> dict[str, JsonValue]:
+    """For scripts: open an engine, run one task to its end, close, and return the status snapshot.
+
+    ```python
+    from agentwatch import run_task
+    print(run_task("coder", "Add a --verbose flag", agents_dir="agents")["lastAssistantText"])
+    ```
+    """
+
+    async def main() -> dict[str, JsonValue]:
+        async with Engine.open(**open_args) as engine:
+            return await engine.task(role, prompt, timeout=timeout)
+
+    return asyncio.run(main())

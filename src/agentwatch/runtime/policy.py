@@ -1,0 +1,112 @@
+"""The policy chain: one place that decides every tool call (and every observer spawn and delivery).
+
+Each `Policy` may allow, deny, ask (a person must approve) or defer (decide later, elsewhere), or have no
+opinion. The chain asks every policy; the strictest answer wins: deny > ask > defer > allow. Like
+PreToolUse hooks, a policy sees the tool name and its input, and who is calling.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Decision", "GrantPolicy", "Policy", "PolicyChain", "ToolRequest", "Verdict"]
+
+Decision = Literal["allow", "deny", "ask", "defer"]
+_STRICTNESS: dict[Decision, int] = {"allow": 0, "defer": 1, "ask": 2, "deny": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest:
+    """A tool call (or an equivalent request, such as an observer spawn) to decide on."""
+
+    tool_name: str
+    """The tool that would run."""
+    input: Mapping[str, Any]
+    """Its arguments."""
+    session_id: str | None = None
+    """The calling session; None for a call from Python, the CLI or the API."""
+    role: str | None = None
+    """The calling session's role."""
+    grant: frozenset[str] = frozenset()
+    """Capabilities the calling role holds."""
+    purpose: Literal["call", "observer_arm", "observer_delivery"] = "call"
+    """Why it is asked: an ordinary call, arming an observer, or delivering a digest batch to one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A policy's answer."""
+
+    decision: Decision
+    reason: str | None = None
+    """Why, for a person reading the log."""
+    policy: str | None = None
+    """The policy that gave it."""
+
+
+PolicyFn = Callable[[ToolRequest], "Verdict | Awaitable[Verdict | None] | None"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A named rule: `decide` returns a verdict, or None for no opinion. It may be sync or async."""
+
+    name: str
+    decide: PolicyFn
+
+
+@dataclass
+class PolicyChain:
+    """Every policy, asked in order; the strictest verdict wins."""
+
+    policies: list[Policy] = field(default_factory=list)
+
+    def add(self, policy: Policy) -> None:
+        """Add a policy at the end of the chain."""
+        self.policies.append(policy)
+
+    async def decide(self, request: ToolRequest) -> Verdict:
+        """The chain's verdict. An exception from a policy propagates: callers treat it as a gate error."""
+        verdict = Verdict("allow")
+        for policy in self.policies:
+            answer = policy.decide(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if answer is None:
+                continue
+            answer = Verdict(answer.decision, answer.reason, answer.policy or policy.name)
+            if _STRICTNESS[answer.decision] > _STRICTNESS[verdict.decision]:
+                verdict = answer
+        return verdict
+
+
+def GrantPolicy(required: Mapping[str, str]) -> Policy:
+    """Deny a tool to a calling agent whose role lacks the capability the tool needs (`{"agent_task": "spawn"}`).
+
+    Calls from outside any agent (Python, CLI, API) are not restricted by grants.
+    """
+
+    def decide(request: ToolRequest) -> Verdict | None:
+        needed = required.get(request.tool_name)
+        if needed is None or request.session_id is None or needed in request.grant:
+            return None
+        return Verdict(
+            "deny",
+            f"role {request.role!r} has no {needed!r} grant, which {request.tool_name!r} needs; "
+            f"add `grant: [{needed}]` to its definition",
+        )
+
+    return Policy("grant", decide)
+
+
+def deny_tools(names: Sequence[str], *, reason: str = "denied by configuration") -> Policy:
+    """A policy that denies the named tools to everyone."""
+    denied = frozenset(names)
+
+    def decide(request: ToolRequest) -> Verdict | None:
+        return Verdict("deny", reason) if request.tool_name in denied else None
+
+    return Policy("deny-list", decide)

@@ -1,0 +1,612 @@
+"""The roster: the agent definitions (roles) a project declares, and the problems found while loading them.
+
+A definition is a markdown file in the agents directory, YAML front matter between `---` lines and the
+instructions (the system prompt) as the body:
+
+```markdown
+---
+name: coder
+description: Writes and tests code
+model: scripted:coder
+tools: [read_file, write_file, agent_task]
+grant: [spawn]
+observer: loop-guard
+observer_message: Watch for repeated failing test runs.
+sessions:
+  stuck_after_seconds: 900
+---
+You are a careful coder...
+```
+
+or an `AgentDefinition(...)` built in Python. `load_roster` reads every `*.md` file of the directory; one bad
+file never stops the others. Each problem names its file and field: an **error** leaves that definition out of
+the roster, a **warning** keeps it (an `observer` naming a type the roster lacks is a warning: the agent runs
+unobserved).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from agentwatch.config import SessionDefaults
+from agentwatch.errors import Conflict, InvalidArgument, NotFound
+
+__all__ = [
+    "GRANTS",
+    "AgentDefinition",
+    "AgentKind",
+    "DefinitionProblem",
+    "RoleSessions",
+    "Roster",
+    "Severity",
+    "check_agents",
+    "load_roster",
+]
+
+AgentKind = Literal["llm", "rule"]
+"""`llm`: a model runs the agent's turns. `rule`: an observer type implemented by a registered Python function."""
+
+Severity = Literal["error", "warning"]
+"""An `error` leaves the definition out of the roster; a `warning` keeps it."""
+
+GRANTS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {"spawn": frozenset({"agent_task", "agent_create", "agent_enqueue", "agent_await", "agent_answer"})}
+)
+"""Each capability a definition's `grant` can name, and the tools it allows."""
+
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+# A model name may itself hold colons (`openai-chat:llama3:8b`), so only the provider part is constrained.
+_MODEL_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*:\S+$")
+_FENCE = "---"
+
+
+class RoleSessions(BaseModel):
+    """A role's own session settings; None leaves the project (or engine) default in force."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stuck_after_seconds: float | None = Field(None, gt=0, strict=True)
+    """A running session of this role with no activity for longer than this is `stuck`."""
+    continue_after_restart: int | None = Field(None, ge=0, strict=True)
+    """How many times a turn cut off by a restart is continued before it ends `interrupted` (0 = never)."""
+
+
+class AgentDefinition(BaseModel):
+    """A named agent type: the model it runs on, its instructions, tools, grant, observer and session settings.
+
+    Two definitions are equal when everything but `source_path` is equal.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """The agent type, a lowercase slug (`coder`, `loop-guard`); a file's stem when its front matter has none."""
+    kind: AgentKind = "llm"
+    """`rule` marks an observer type run by a registered Python function: it takes no model, tools or grant."""
+    description: str = ""
+    """One line saying what the agent is for, shown in listings."""
+    model: str | None = Field(None, validate_default=True)
+    """The model ref, `<provider>:<model>` (`openai:gpt-4o`, `anthropic:claude-sonnet-4-5`, `scripted:coder`, or
+    a provider named in the project config); required for `llm` agents."""
+    instructions: str = ""
+    """The system prompt: the markdown body after the front matter."""
+    tools: tuple[str, ...] = ()
+    """Names of the tools the agent may call."""
+    observer: str | None = None
+    """The agent type auto-spawned to watch this agent's turns and report one-way; None for none."""
+    observer_message: str | None = None
+    """Extra guidance appended to each activity digest sent to the observer."""
+    sessions: RoleSessions = RoleSessions()
+    """Session settings that override the project's defaults for this role."""
+    approval_tools: tuple[str, ...] = ()
+    """Tools whose every call waits for a person's approval before it runs."""
+    grant: tuple[str, ...] = ()
+    """Capabilities beyond the grant-free tools (`spawn` allows `agent_task`, `agent_create`, ...)."""
+    feature: str | None = None
+    """The feature that ships this role, for grouping and filtering sessions."""
+    source_path: Path | None = Field(None, exclude=True)
+    """The file the definition was loaded from; None when built in Python. Not part of equality."""
+
+    @field_validator("name", "observer", mode="after")
+    @classmethod
+    def _check_slug(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not _SLUG.match(value):
+            slug = re.sub(r"[^a-z0-9_-]+", "-", value.strip().lower()).strip("-_") or "agent"
+            raise ValueError(
+                f"{value!r} is not a valid agent type; use lowercase letters, digits, '-' and '_' (e.g. {slug!r})"
+            )
+        if info.field_name == "observer" and value is not None and value == info.data.get("name"):
+            raise ValueError(f"{value!r} cannot observe itself; name another agent type or remove observer")
+        return value
+
+    @field_validator("observer", "observer_message", "feature", "model", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        # Front matter like `observer:` or `observer: ""` means "no observer", not an agent type named "".
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return value.strip() if isinstance(value, str) else value
+
+    @field_validator("tools", "approval_tools", "grant", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: object) -> object:
+        # A bare `tools:` key parses as null; read it as an empty list rather than a type error.
+        return () if value is None else value
+
+    @field_validator("sessions", mode="before")
+    @classmethod
+    def _null_sessions(cls, value: object) -> object:
+        return RoleSessions() if value is None else value
+
+    @field_validator("tools", "approval_tools", mode="after")
+    @classmethod
+    def _check_tool_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for tool in value:
+            if not tool.strip():
+                raise ValueError("a tool name is blank; remove the empty entry")
+        return value
+
+    @field_validator("instructions", mode="after")
+    @classmethod
+    def _normalize_instructions(cls, value: str) -> str:
+        # The body is read from text files: line endings and the blank lines around it carry no meaning.
+        value = value.replace("\r\n", "\n").replace("\r", "\n")
+        return re.sub(r"\A(?:[ \t]*\n)+", "", value).rstrip()
+
+    @field_validator("model", mode="after")
+    @classmethod
+    def _check_model(cls, value: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("kind")
+        if value is None:
+            if kind == "llm":
+                raise ValueError("missing; name the model this agent runs on, e.g. model: openai:gpt-4o")
+            return None
+        if kind == "rule":
+            raise ValueError(_rule_takes_no("model"))
+        if not _MODEL_REF.match(value):
+            raise ValueError(f"{value!r} is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o'")
+        return value
+
+    @field_validator("grant", mode="after")
+    @classmethod
+    def _check_grant(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for capability in value:
+            if capability not in GRANTS:
+                raise ValueError(
+                    f"unknown capability {capability!r}{_did_you_mean(capability, GRANTS)}; "
+                    f"the capabilities are {_quoted(GRANTS)}"
+                )
+        return value
+
+    @field_validator("tools", "approval_tools", "grant", "observer", "observer_message", mode="after")
+    @classmethod
+    def _nothing_for_rules(cls, value: object, info: ValidationInfo) -> object:
+        if value and info.data.get("kind") == "rule":
+            raise ValueError(_rule_takes_no(str(info.field_name)))
+        return value
+
+    def resolved_sessions(self, defaults: SessionDefaults) -> SessionDefaults:
+        """The session settings in force for this role: its own front matter over `defaults`, field by field."""
+        overrides = self.sessions.model_dump(exclude_none=True)
+        return SessionDefaults.model_validate({**defaults.model_dump(), **overrides})
+
+    def allowed_tools(self) -> frozenset[str]:
+        """The tools this definition's `grant` allows beyond the grant-free ones."""
+        return frozenset().union(*(GRANTS[capability] for capability in self.grant))
+
+    def to_markdown(self) -> str:
+        """The definition as a markdown file that `load_roster` reads back into an equal definition."""
+        front: dict[str, Any] = {"name": self.name}
+        for key, value in self.model_dump(mode="json", exclude_defaults=True, exclude={"instructions"}).items():
+            if key != "name":
+                front[key] = value
+        header = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=1_000_000)
+        body = f"{self.instructions}\n" if self.instructions else ""
+        return f"{_FENCE}\n{header}{_FENCE}\n{body}"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AgentDefinition):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def _identity(self) -> tuple[object, ...]:
+        return tuple(getattr(self, field) for field in type(self).model_fields if field != "source_path")
+
+
+@dataclass(frozen=True)
+class DefinitionProblem:
+    """Something wrong with one agent definition, naming its file (or agent) and field.
+
+    `str()` reads `agents/coder.md: tools: unknown tool 'raed_file' (did you mean 'read_file'?)`; a warning
+    says so after the location.
+    """
+
+    path: Path | None
+    """The definition's file; None for a definition built in Python."""
+    field: str | None
+    """The front-matter key at fault (`sessions.stuck_after_seconds`, `tools[2]`); None for the whole file."""
+    message: str
+    """What went wrong, and what to do about it."""
+    severity: Severity = "error"
+    """`error` leaves the definition out of the roster; `warning` keeps it."""
+    agent: str | None = None
+    """The agent type concerned, when known."""
+
+    def __str__(self) -> str:
+        location = str(self.path) if self.path is not None else f"agent {self.agent!r}"
+        parts = [location]
+        if self.severity == "warning":
+            parts.append("warning")
+        if self.field is not None:
+            parts.append(self.field)
+        parts.append(self.message)
+        return ": ".join(parts)
+
+
+class Roster:
+    """The agent definitions in force, by name, and the problems found while loading or adding them.
+
+    Iterating yields the definitions in name order. `problems` is recomputed on each read, because whether an
+    `observer` resolves depends on every definition added so far.
+    """
+
+    def __init__(
+        self, definitions: Iterable[AgentDefinition] = (), *, known_tools: Collection[str] | None = None
+    ) -> None:
+        self.known_tools: frozenset[str] | None = None if known_tools is None else frozenset(known_tools)
+        """The tool names definitions are checked against; None skips the check."""
+        self._definitions: dict[str, AgentDefinition] = {}
+        self._static_problems: list[DefinitionProblem] = []
+        # Definitions left out because of errors, so a lookup (or an observer naming one) can say why.
+        self._left_out: dict[str, Path | None] = {}
+        for definition in definitions:
+            self.add(definition)
+
+    @property
+    def definitions(self) -> Mapping[str, AgentDefinition]:
+        """A read-only view of the definitions by name."""
+        return MappingProxyType(self._definitions)
+
+    def names(self) -> list[str]:
+        """The agent types in the roster, sorted."""
+        return sorted(self._definitions)
+
+    def get(self, name: str) -> AgentDefinition:
+        """The definition named `name`; `NotFound` lists the known names, nearest first."""
+        try:
+            return self._definitions[name]
+        except KeyError:
+            pass
+        known = _nearest_first(name, self._definitions)
+        if name in self._left_out:
+            where = self._left_out[name]
+            origin = f"{str(where)!r}" if where is not None else "its Python definition"
+            message = (
+                f"agent type {name!r} was left out because {origin} has errors; `agentwatch agents check` lists them"
+            )
+        elif known:
+            message = f"no agent type {name!r}; the roster has {', '.join(repr(n) for n in known)}"
+        else:
+            message = f"no agent type {name!r}; the roster is empty: add {name}.md to the agents directory"
+        raise NotFound(message, known=known)
+
+    def add(self, definition: AgentDefinition) -> None:
+        """Add a definition built in Python, checked like a file: its tools, its name, its observer.
+
+        Raises `Conflict` when the name is taken and `InvalidArgument` for an unknown tool; warnings go to
+        `problems`.
+        """
+        problems = self._check(definition)
+        errors = [problem for problem in problems if problem.severity == "error"]
+        if errors:
+            detail = "; ".join(str(problem) for problem in errors)
+            raise (Conflict if any(problem.field == "name" for problem in errors) else InvalidArgument)(detail)
+        self._keep(definition, problems)
+
+    def observer_of(self, name: str) -> AgentDefinition | None:
+        """The definition of the observer to spawn for agent type `name`, or None when it runs unobserved.
+
+        None also when its `observer` names a type the roster lacks or one with an observer of its own (observers
+        are never chained); `problems` holds a warning for each of those.
+        """
+        observer = self.get(name).observer
+        if observer is None or observer not in self._definitions:
+            return None
+        target = self._definitions[observer]
+        return None if target.observer is not None else target
+
+    @property
+    def problems(self) -> list[DefinitionProblem]:
+        """Every problem found, errors and warnings, files first in load order, then Python-built definitions."""
+        found = [*self._static_problems, *self._observer_problems()]
+        return sorted(found, key=_location_key)
+
+    @property
+    def errors(self) -> list[DefinitionProblem]:
+        """The problems that left a definition out of the roster."""
+        return [problem for problem in self.problems if problem.severity == "error"]
+
+    @property
+    def warnings(self) -> list[DefinitionProblem]:
+        """The problems of definitions that were kept."""
+        return [problem for problem in self.problems if problem.severity == "warning"]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._definitions
+
+    def __iter__(self) -> Iterator[AgentDefinition]:
+        return iter([self._definitions[name] for name in self.names()])
+
+    def __len__(self) -> int:
+        return len(self._definitions)
+
+    def __repr__(self) -> str:
+        return f"Roster({self.names()!r}, errors={len(self.errors)}, warnings={len(self.warnings)})"
+
+    def _admit(self, definition: AgentDefinition) -> None:
+        """Check a parsed definition against the roster; keep it unless there is an error."""
+        problems = self._check(definition)
+        if any(problem.severity == "error" for problem in problems):
+            self._static_problems.extend(problems)
+            if definition.name not in self._definitions:
+                self._left_out[definition.name] = definition.source_path
+        else:
+            self._keep(definition, problems)
+
+    def _keep(self, definition: AgentDefinition, warnings: list[DefinitionProblem]) -> None:
+        self._definitions[definition.name] = definition
+        self._left_out.pop(definition.name, None)
+        self._static_problems.extend(warnings)
+
+    def _check(self, definition: AgentDefinition) -> list[DefinitionProblem]:
+        """What is wrong with `definition` in this roster: a name taken, unknown tools, a tool not granted."""
+        problems: list[DefinitionProblem] = []
+
+        def problem(field: str | None, message: str, severity: Severity = "error") -> None:
+            problems.append(DefinitionProblem(definition.source_path, field, message, severity, definition.name))
+
+        taken = self._definitions.get(definition.name)
+        if taken is not None:
+            by = f"{str(taken.source_path)!r}" if taken.source_path is not None else "a definition built in Python"
+            problem("name", f"{definition.name!r} is already defined by {by}; rename one of them")
+        if self.known_tools is not None:
+            for field in ("tools", "approval_tools"):
+                for message in _unknown_tools(getattr(definition, field), field, self.known_tools):
+                    problem(field, message)
+        granted = definition.allowed_tools()
+        for capability, allowed in GRANTS.items():
+            for tool in definition.tools:
+                if tool in allowed and tool not in granted:
+                    problem(
+                        "tools",
+                        f"{tool!r} needs the {capability!r} capability; add {capability} to grant or it is refused",
+                        "warning",
+                    )
+        if definition.observer_message is not None and definition.observer is None:
+            problem("observer_message", "is set but no observer is declared; add observer or remove it", "warning")
+        return problems
+
+    def _observer_problems(self) -> list[DefinitionProblem]:
+        problems: list[DefinitionProblem] = []
+        for definition in self._definitions.values():
+            observer = definition.observer
+            if observer is None:
+                continue
+            unobserved = f"{definition.name!r} runs unobserved"
+            if observer in self._definitions:
+                chained = self._definitions[observer].observer
+                if chained is None:
+                    continue
+                message = (
+                    f"{observer!r} has an observer of its own ({chained!r}) and observers are not chained, so "
+                    f"{unobserved}; remove one of the two observer keys"
+                )
+            elif observer in self._left_out:
+                message = (
+                    f"{observer!r} was left out because its definition has errors; {unobserved} until they are fixed"
+                )
+            else:
+                hint = _did_you_mean(observer, self._definitions)
+                message = f"no agent type {observer!r} in the roster{hint}; {unobserved} until it is defined"
+            problems.append(DefinitionProblem(definition.source_path, "observer", message, "warning", definition.name))
+        return problems
+
+
+def load_roster(
+    agents_dir: Path, *, known_tools: Collection[str] | None = None, extra: Iterable[AgentDefinition] = ()
+) -> Roster:
+    """Load every `*.md` definition in `agents_dir` (sorted by file name), then the `extra` Python-built ones.
+
+    Never raises for a bad definition: it is left out and its problems are in `Roster.problems`. When two
+    definitions share a name the one loaded first is kept. A missing directory gives an empty roster.
+    """
+    roster = Roster(known_tools=known_tools)
+    if agents_dir.exists() and not agents_dir.is_dir():
+        roster._static_problems.append(
+            DefinitionProblem(agents_dir, None, "is not a directory; point agents_dir at the folder of *.md files")
+        )
+    elif agents_dir.is_dir():
+        for path in sorted(agents_dir.glob("*.md")):
+            # Editors leave hidden swap and backup copies next to the real file.
+            if path.name.startswith(".") or not path.is_file():
+                continue
+            definition, problems = _parse_file(path, roster.known_tools)
+            if definition is None:
+                roster._static_problems.extend(problems)
+                roster._left_out.setdefault(_name_for_left_out(path, problems), path)
+            else:
+                roster._admit(definition)
+    for definition in extra:
+        roster._admit(definition)
+    return roster
+
+
+def check_agents(agents_dir: Path, known_tools: Collection[str] | None = None) -> list[DefinitionProblem]:
+    """Every problem of the definitions in `agents_dir`: what `agentwatch agents check` prints.
+
+    The command exits non-zero when any of them is an error.
+    """
+    if not agents_dir.exists():
+        return [
+            DefinitionProblem(
+                agents_dir, None, "no such directory; create it and add one <name>.md file per agent", "warning"
+            )
+        ]
+    return load_roster(agents_dir, known_tools=known_tools).problems
+
+
+def _parse_file(
+    path: Path, known_tools: Collection[str] | None
+) -> tuple[AgentDefinition | None, list[DefinitionProblem]]:
+    """Read one markdown definition: the definition, or None and every problem that keeps it out.
+
+    Tools are checked against `known_tools` here only when the definition fails validation, so that one run of
+    `agentwatch agents check` reports them along with the other errors; `Roster` checks valid ones.
+    """
+
+    def fail(field: str | None, message: str) -> tuple[None, list[DefinitionProblem]]:
+        return None, [DefinitionProblem(path, field, message, "error", None)]
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return fail(None, f"is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8")
+    except OSError as exc:
+        return fail(None, f"cannot be read ({exc.strerror}); check its permissions")
+    lines = text.removeprefix("\ufeff").splitlines(keepends=True)
+    if not lines or lines[0].rstrip() != _FENCE:
+        return fail(None, "missing front matter; start the file with a '---' line, the YAML keys, then another '---'")
+    closing = next((i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE), None)
+    if closing is None:
+        return fail(None, "front matter is not closed; add a '---' line after the YAML keys")
+    header, body = "".join(lines[1:closing]), "".join(lines[closing + 1 :])
+    try:
+        front = yaml.safe_load(header)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        # Line 1 of the file is the opening '---', so the header's first line is line 2.
+        at = f" at line {mark.line + 2}" if mark is not None else ""
+        return fail(None, f"invalid YAML{at}: {exc.problem or exc.context}; fix the front matter")
+    except yaml.YAMLError as exc:
+        return fail(None, f"invalid YAML: {exc}; fix the front matter")
+    if front is None:
+        front = {}
+    if not isinstance(front, dict):
+        return fail(None, f"front matter must be YAML keys and values, not a {type(front).__name__}")
+
+    problems: list[DefinitionProblem] = []
+    fields: dict[str, Any] = {}
+    for key, value in front.items():
+        if key in ("instructions", "source_path"):
+            what = "the body after the front matter" if key == "instructions" else "set by the loader"
+            problems.append(DefinitionProblem(path, str(key), f"is not a front-matter key; it is {what}"))
+        else:
+            fields[str(key)] = value
+    name = fields.get("name")
+    if name is None or (isinstance(name, str) and not name.strip()):
+        fields["name"] = path.stem
+    agent = fields["name"] if isinstance(fields["name"], str) else None
+    try:
+        definition = AgentDefinition.model_validate({**fields, "instructions": body, "source_path": path})
+    except ValidationError as exc:
+        problems.extend(_problems_from(exc, path, agent))
+        if known_tools is not None:
+            for field in ("tools", "approval_tools"):
+                listed = fields.get(field)
+                if isinstance(listed, list):
+                    names = [tool for tool in listed if isinstance(tool, str)]
+                    problems.extend(
+                        DefinitionProblem(path, field, message, "error", agent)
+                        for message in _unknown_tools(names, field, known_tools)
+                    )
+        return None, problems
+    if problems:
+        return None, problems
+    return definition, []
+
+
+def _problems_from(exc: ValidationError, path: Path | None, agent: str | None) -> list[DefinitionProblem]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = error["loc"]
+        field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".") or None
+        if error["type"] == "extra_forbidden":
+            parent: type[BaseModel] = RoleSessions if loc[:-1] == ("sessions",) else AgentDefinition
+            valid = [key for key in parent.model_fields if key not in ("instructions", "source_path")]
+            key = str(loc[-1])
+            hint = _did_you_mean(key, valid) or f"; the keys are {', '.join(valid)}"
+            message = f"unknown key{hint}"
+        elif error["type"] == "value_error":
+            message = str(error["ctx"]["error"])
+        elif error["type"] == "missing":
+            message = "missing; add it to the front matter"
+        elif error["type"] == "tuple_type":
+            # Our lists are tuples inside, but the file author writes YAML lists.
+            message = f"should be a list, like [a, b] (got {error['input']!r})"
+        elif error["type"] in ("model_type", "dict_type"):
+            message = f"should be keys and values, like {{stuck_after_seconds: 900}} (got {error['input']!r})"
+        else:
+            message = f"{error['msg'].removeprefix('Input ')} (got {error['input']!r})"
+        problems.append(DefinitionProblem(path, field, message, "error", agent))
+    return problems
+
+
+def _unknown_tools(tools: Iterable[str], field: str, known_tools: Collection[str]) -> list[str]:
+    messages = []
+    for tool in tools:
+        if tool not in known_tools:
+            hint = _did_you_mean(tool, known_tools) or f"; register a tool of that name or remove it from {field}"
+            messages.append(f"unknown tool {tool!r}{hint}")
+    return messages
+
+
+def _name_for_left_out(path: Path, problems: list[DefinitionProblem]) -> str:
+    for problem in problems:
+        if problem.agent is not None:
+            return problem.agent
+    return path.stem
+
+
+def _rule_takes_no(field: str) -> str:
+    return f"a rule observer runs a registered Python function and takes no {field}; remove it or set kind: llm"
+
+
+def _snake(word: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", word).replace("-", "_").lower()
+
+
+def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the nearest candidate, or "" when none is near."""
+    candidates = list(candidates)
+    # Seeds and other tools spell keys in camelCase (`observerMessage`); map those straight to our snake_case.
+    if _snake(word) in candidates and _snake(word) != word:
+        return f" (did you mean {_snake(word)!r}?)"
+    close = difflib.get_close_matches(word, candidates, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _nearest_first(word: str, candidates: Iterable[str]) -> list[str]:
+    return sorted(candidates, key=lambda name: (-difflib.SequenceMatcher(None, word, name).ratio(), name))
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(repr(name) for name in sorted(names))
+
+
+def _location_key(problem: DefinitionProblem) -> tuple[int, str]:
+    # Files first, in the order they load; Python-built definitions after them.
+    if problem.path is not None:
+        return (0, str(problem.path))
+    return (1, problem.agent or "")

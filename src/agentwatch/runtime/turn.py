@@ -1,0 +1,482 @@
+"""Turns: what a driver runs when its session has work.
+
+A plan says why a turn runs: new `input` in the inbox, an `answer` to the requests that paused it, or a
+`continue` after a restart cut it off. `run_plan` records the start, runs the model through the models
+adapter with a sink that commits every durable step (the turn-durability barrier: the adapter commits a
+response and its tool calls before any tool runs), and records how it ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import JsonValue
+
+from agentwatch.errors import AgentwatchError
+from agentwatch.events import (
+    AssistantMessage,
+    CompactionApplied,
+    CompletionFinished,
+    NewEvent,
+    Origin,
+    Payload,
+    RequestDismissed,
+    RequestOpened,
+    SubtaskEnded,
+    TurnEnded,
+    TurnId,
+    TurnStarted,
+    Usage,
+    UserMessage,
+    new_id,
+)
+from agentwatch.runtime.models import ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
+from agentwatch.runtime.policy import ToolRequest
+from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.runtime.tools.base import Caller, Tool
+from agentwatch.store import (
+    TERMINAL_STATUSES,
+    InputRecord,
+    RequestClose,
+    RequestDraft,
+    RequestRecord,
+    SessionPatch,
+    SessionRecord,
+    SessionStatus,
+    UsageEntry,
+    Write,
+)
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.driver import SessionDriver
+    from agentwatch.runtime.engine import Engine
+
+__all__ = ["Plan", "ToolRefused", "next_plan", "restart_note", "run_plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Why a turn runs now."""
+
+    kind: Literal["input", "answer", "continue"]
+    inputs: Sequence[InputRecord] = ()
+    """For `input`: the inbox inputs the turn takes."""
+    requests: Sequence[RequestRecord] = ()
+    """For `answer`: the (closed) requests of the paused turn."""
+
+
+class ToolRefused(AgentwatchError):
+    """The policy chain did not allow a tool call; the model is told why."""
+
+    code = "denied"
+
+
+async def next_plan(engine: Engine, session: SessionRecord) -> Plan | None:
+    """The work waiting for `session`, or None."""
+    if session.deleted_at is not None:
+        return None
+    if session.status == "running":
+        return Plan("continue")
+    if session.status == "awaiting_input" and session.current_turn_id is not None:
+        requests = await engine.store.list_requests(session_id=session.id, status=None, limit=1000)
+        mine = [r for r in requests if r.turn_id == session.current_turn_id]
+        if any(r.status == "pending" for r in mine):
+            return None
+        return Plan("answer", requests=mine)
+    inputs = await engine.store.list_inputs(session.id)
+    return Plan("input", inputs=inputs) if inputs else None
+
+
+@dataclass
+class _Turn:
+    engine: Engine
+    driver: SessionDriver
+    session: SessionRecord
+    definition: AgentDefinition
+    turn_id: str
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    async def commit(
+        self,
+        payloads: Sequence[Payload],
+        *,
+        messages: Sequence[JsonValue] = (),
+        patch: SessionPatch | None = None,
+        **changes: Any,
+    ) -> None:
+        turn_id = TurnId(self.turn_id)
+        await self.driver.commit(
+            Write(
+                self.session_id,
+                events=[NewEvent(p, turn_id) for p in payloads],
+                messages=messages,
+                session=patch,
+                **changes,
+            )
+        )
+
+
+class _Sink:
+    """What the models adapter commits through: durable steps with their usage and context fill."""
+
+    def __init__(self, turn: _Turn) -> None:
+        self._turn = turn
+
+    async def commit(self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = ()) -> None:
+        turn = self._turn
+        usage: list[UsageEntry] = []
+        fields: dict[str, Any] = {}
+        for payload in payloads:
+            if isinstance(payload, CompletionFinished):
+                turn.usage = turn.usage + payload.usage
+                usage.append(
+                    UsageEntry(
+                        turn_id=turn.turn_id,
+                        run_id=turn.session.run_id,
+                        role=turn.session.role,
+                        model=payload.model,
+                        usage=payload.usage,
+                    )
+                )
+                fields["context_fill"] = _measured(payload)
+            elif isinstance(payload, AssistantMessage) and payload.text:
+                fields["last_text"] = payload.text
+        patch = SessionPatch(**fields) if fields else None
+        await turn.commit(payloads, messages=messages, patch=patch, usage=usage)
+
+    def stream(self, payload: Payload) -> None:
+        self._turn.driver.stream(payload, self._turn.turn_id)
+
+
+def _measured(payload: CompletionFinished) -> dict[str, JsonValue]:
+    return {
+        "state": "measured",
+        "tokens": payload.context_tokens if payload.context_tokens is not None else payload.usage.input_tokens,
+        "model": payload.model,
+        "window": payload.context_window,
+        "windowSource": payload.window_source,
+        "at": datetime.now(UTC).isoformat(),
+    }
+
+
+def restart_note(alive: Sequence[SessionRecord]) -> str:
+    """The engine's note to a turn it continues after a restart."""
+    if alive:
+        children = "; ".join(f"{c.name} ({c.id}, {c.status})" for c in alive)
+        subagents = f"These sub-agents of yours are still alive: {children}."
+    else:
+        subagents = "You have no sub-agents still running."
+    return (
+        "[agentwatch] The engine restarted while this turn was running, so the turn was cut off and is now "
+        "continued. Tool calls that were in flight are gone: each is reported to you as interrupted and none "
+        f"was run again. {subagents} Check what is already done before redoing anything, then carry on."
+    )
+
+
+async def run_plan(engine: Engine, driver: SessionDriver, session: SessionRecord, plan: Plan) -> bool:
+    """Run one turn (or one continuation of it). Returns True when the turn was stopped by someone."""
+    try:
+        definition = engine.roster.get(session.role)
+    except AgentwatchError as exc:
+        await _fail_early(engine, driver, session, plan, f"role {session.role!r} no longer resolves: {exc.message}")
+        return False
+    turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
+    turn = _Turn(engine, driver, session, definition, turn_id)
+    prompt = await _begin(turn, plan)
+    if prompt is _INTERRUPTED:
+        return False
+    model_ref = session.model_override or definition.model
+    history = await engine.store.read_messages(session.conversation_id)
+    turn_input = TurnInput(
+        model=model_ref,
+        instructions=definition.instructions,
+        history=history,
+        prompt=prompt if isinstance(prompt, str) else None,
+        tools=_tool_specs(turn),
+        answers=_answers(plan.requests),
+    )
+    try:
+        result = await run_turn(turn_input, _Sink(turn), models=engine.models)
+    except asyncio.CancelledError:
+        if driver.closing:
+            raise  # a shutdown, not a stop: the turn stays running and continues after the restart
+        await _end_stopped(turn, engine.stop_reason(session.id))
+        return True
+    except Exception as exc:  # a fault outside the model: the turn fails, the engine goes on
+        result = TurnResult(outcome="failed", output=None, usage=turn.usage, error=f"{type(exc).__name__}: {exc}")
+    await _finish(turn, result)
+    return False
+
+
+_INTERRUPTED = object()
+
+
+async def _begin(turn: _Turn, plan: Plan) -> str | object | None:
+    """Record the start of the turn; returns the prompt to add (None for none), or _INTERRUPTED."""
+    session, definition = turn.session, turn.definition
+    instructions = definition.instructions
+    prompt_hash = hashlib.sha256(instructions.encode()).hexdigest()
+    stored_hash = session.settings.get("system_prompt_hash")
+    started = TurnStarted(
+        trigger=plan.kind,
+        attempt=1,
+        model=session.model_override or definition.model,
+        system_prompt_hash=prompt_hash,
+        system_prompt=None if stored_hash == prompt_hash else instructions,
+    )
+    settings = {**session.settings, "system_prompt_hash": prompt_hash}
+    if plan.kind == "input":
+        text = "\n\n".join(i.text for i in plan.inputs)
+        summary = await _compaction_summary(turn)
+        messages = [UserMessage(text=i.text, origin=i.origin, meta=i.meta) for i in plan.inputs]
+        await turn.commit(
+            [started, *messages],
+            patch=SessionPatch(
+                status="running", current_turn_id=turn.turn_id, turn_attempts=1, error=None, settings=settings
+            ),
+            inputs_take=[i.id for i in plan.inputs],
+        )
+        return f"{summary}\n\n{text}" if summary else text
+    if plan.kind == "answer":
+        await turn.commit(
+            [started],
+            patch=SessionPatch(status="running", settings=settings),
+        )
+        return None
+    # continue after a restart
+    limit = definition.resolved_sessions(turn.engine.config.sessions).continue_after_restart
+    continued = max(session.turn_attempts, 1) - 1
+    if continued >= limit:
+        reason = (
+            "cut off by a restart; continuing is turned off for this role"
+            if limit == 0
+            else f"cut off by a restart {continued + 1} times (continue_after_restart is {limit})"
+        )
+        await _end(turn, "interrupted", TurnEnded(outcome="interrupted", reason=reason), error="Interrupted")
+        return _INTERRUPTED
+    alive = await turn.engine.live_children(session.id)
+    note = restart_note(alive)
+    attempt = continued + 2
+    await turn.commit(
+        [
+            started.model_copy(update={"trigger": "continue", "attempt": attempt}),
+            UserMessage(text=note, origin=Origin(kind="engine"), meta=True),
+        ],
+        patch=SessionPatch(status="running", turn_attempts=attempt, settings=settings),
+    )
+    return note
+
+
+async def _compaction_summary(turn: _Turn) -> str | None:
+    """When the conversation was just compacted, the summary that opens the next prompt."""
+    store = turn.engine.store
+    if await store.read_messages(turn.session.conversation_id):
+        return None
+    events = await store.read_events(
+        turn.session_id, types=["compaction.applied"], conversation_id=turn.session.conversation_id, limit=1
+    )
+    if not events or not isinstance(events[0].payload, CompactionApplied):
+        return None
+    summary = events[0].payload.summary
+    return f"[agentwatch] Summary of the conversation so far (earlier messages were compacted):\n{summary}"
+
+
+def _tool_specs(turn: _Turn) -> list[ToolSpec]:
+    specs = []
+    approval = set(turn.definition.approval_tools)
+    for name in turn.definition.tools:
+        tool = turn.engine.tools.get(name)
+        if tool is None:
+            continue  # the roster already reported it; the model simply does not get it
+        specs.append(
+            ToolSpec(
+                name=tool.name,
+                description=tool.description,
+                parameters=tool.parameters,
+                run=_runner(turn, tool),
+                requires_approval=tool.requires_approval or name in approval,
+                asks_user=tool.asks_user,
+            )
+        )
+    return specs
+
+
+def _runner(turn: _Turn, tool: Tool) -> Any:
+    async def run(context: ToolContext, args: dict[str, Any]) -> JsonValue:
+        verdict = await turn.engine.policy.decide(
+            ToolRequest(
+                tool.name,
+                args,
+                session_id=turn.session_id,
+                role=turn.session.role,
+                grant=frozenset(turn.definition.grant),
+            )
+        )
+        if verdict.decision != "allow":
+            raise ToolRefused(f"{tool.name} was not allowed ({verdict.decision}): {verdict.reason or 'by policy'}")
+        caller = Caller(turn.session_id, turn.turn_id, context.tool_call_id, turn.session.scope)
+        return await tool.handler(turn.engine, caller, args)
+
+    return run
+
+
+def _answers(requests: Sequence[RequestRecord]) -> list[ToolAnswer]:
+    answers = []
+    for request in requests:
+        if request.tool_call_id is None:
+            continue
+        if request.status == "dismissed":
+            answers.append(ToolAnswer(request.tool_call_id, approved=False, message="The request was dismissed."))
+        elif request.kind == "approval":
+            approved, message = _approval(request.answer)
+            answers.append(ToolAnswer(request.tool_call_id, approved=approved, message=message))
+        else:
+            answers.append(ToolAnswer(request.tool_call_id, value=request.answer))
+    return answers
+
+
+def _approval(answer: JsonValue) -> tuple[bool, str | None]:
+    if isinstance(answer, dict):
+        message = answer.get("message")
+        return bool(answer.get("approved")), message if isinstance(message, str) else None
+    if isinstance(answer, str):
+        return answer.strip().lower() in ("yes", "y", "approve", "approved", "allow", "ok", "true"), None
+    return bool(answer), None
+
+
+async def _finish(turn: _Turn, result: TurnResult) -> None:
+    if result.outcome == "completed":
+        session = turn.session
+        status: SessionStatus = "idle" if session.source == "chat" or session.boss else "completed"
+        ended = TurnEnded(outcome="completed", usage=result.usage)
+        await _end(turn, status, ended, last_text=result.output)
+    elif result.outcome == "paused":
+        await _pause(turn, result)
+    else:
+        ended = TurnEnded(outcome="failed", error=result.error, usage=result.usage)
+        await _end(turn, "failed", ended, error=result.error or "failed")
+
+
+async def _end(
+    turn: _Turn, status: SessionStatus, ended: TurnEnded, *, error: str | None = None, last_text: str | None = None
+) -> None:
+    fields: dict[str, Any] = {"status": status, "current_turn_id": None, "turn_attempts": 0, "error": error}
+    if last_text:
+        fields["last_text"] = last_text
+    await turn.commit([ended], patch=SessionPatch(**fields))
+    await _tell_parent(turn, status)
+
+
+async def _tell_parent(turn: _Turn, status: SessionStatus) -> None:
+    parent_id = turn.session.parent_id
+    if parent_id is None or status not in TERMINAL_STATUSES:
+        return
+    try:
+        parent = await turn.engine.driver(parent_id)
+        await parent.commit(
+            Write(
+                parent_id, events=[NewEvent(SubtaskEnded(child_session_id=turn.session_id, status=status))], touch=False
+            )
+        )
+    except AgentwatchError:
+        pass  # the parent was reaped: nobody to tell
+
+
+async def _pause(turn: _Turn, result: TurnResult) -> None:
+    engine, session = turn.engine, turn.session
+    hold = engine.config.sessions.hold_for_parent_seconds
+    held = session.parent_id is not None and hold > 0
+    deliver_at = datetime.now(UTC) + timedelta(seconds=hold) if held else None
+    drafts, opened = [], []
+    for call in result.pending:
+        request_id = new_id("req")
+        if call.kind == "question":
+            question = call.question or str(call.input)
+            summary, questions = question, [question]
+        else:
+            summary, questions = f"approve {call.tool_name}({_brief(call.input)})", None
+        draft = RequestDraft(
+            id=request_id,
+            kind="question" if call.kind == "question" else "approval",
+            summary=summary[:500],
+            questions=questions,
+            tool_call_id=call.tool_call_id,
+            turn_id=turn.turn_id,
+            waits_on="parent" if held else "person",
+            deliver_at=deliver_at,
+            body={"tool_name": call.tool_name, "input": call.input},
+        )
+        drafts.append(draft)
+        opened.append(
+            RequestOpened(
+                request_id=request_id,
+                kind=draft.kind,
+                summary=draft.summary,
+                questions=questions,
+                tool_call_id=call.tool_call_id,
+                waits_on=draft.waits_on,
+                deliver_at=deliver_at,
+            )
+        )
+    ended = TurnEnded(outcome="paused", reason=f"waiting on {len(drafts)} request(s)", usage=result.usage)
+    await turn.commit(
+        [*opened, ended],
+        patch=SessionPatch(status="awaiting_input", last_text=result.output)
+        if result.output
+        else SessionPatch(status="awaiting_input"),
+        requests_open=drafts,
+    )
+
+
+async def _end_stopped(turn: _Turn, by: str) -> None:
+    await end_stopped_turn(turn.engine, turn.driver, turn.session_id, turn.turn_id, by, usage=turn.usage)
+    await _tell_parent(turn, "cancelled")
+
+
+async def end_stopped_turn(
+    engine: Engine, driver: SessionDriver, session_id: str, turn_id: str | None, by: str, *, usage: Usage | None = None
+) -> None:
+    """Record a stop: pending requests of the turn are dismissed, the turn ends `cancelled`."""
+    pending = [r for r in await engine.store.list_requests(session_id=session_id, limit=1000) if r.turn_id == turn_id]
+    reason = f"stopped by {by}"
+    events: list[Payload] = [RequestDismissed(request_id=r.id, reason=reason) for r in pending]
+    events.append(TurnEnded(outcome="cancelled", reason=reason, usage=usage or Usage()))
+    await driver.commit(
+        Write(
+            session_id,
+            events=[NewEvent(e, TurnId(turn_id) if turn_id else None) for e in events],
+            session=SessionPatch(status="cancelled", current_turn_id=None, turn_attempts=0),
+            requests_close=[RequestClose(request_id=r.id, status="dismissed", by=by) for r in pending],
+        )
+    )
+
+
+async def _fail_early(engine: Engine, driver: SessionDriver, session: SessionRecord, plan: Plan, error: str) -> None:
+    turn_id = TurnId(session.current_turn_id or new_id("trn"))
+    payloads: list[Payload] = []
+    if plan.kind == "input":
+        payloads.append(TurnStarted(trigger="input"))
+        payloads += [UserMessage(text=i.text, origin=i.origin, meta=i.meta) for i in plan.inputs]
+    payloads.append(TurnEnded(outcome="failed", error=error))
+    await driver.commit(
+        Write(
+            session.id,
+            events=[NewEvent(p, turn_id) for p in payloads],
+            session=SessionPatch(status="failed", error=error, current_turn_id=None, turn_attempts=0),
+            inputs_take=[i.id for i in plan.inputs],
+        )
+    )
+
+
+def _brief(value: dict[str, JsonValue]) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in value.items())
+    return text if len(text) <= 200 else text[:200] + "…"
