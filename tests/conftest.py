@@ -41,6 +41,16 @@ def require_service(url: str, name: str) -> str:
     pytest.skip(message)
 
 
+@pytest.fixture(autouse=True)
+def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read the developer's agentwatch settings or provider keys."""
+    for name in list(os.environ):
+        if name.startswith("AGENTWATCH_") and not name.startswith("AGENTWATCH_TEST_"):
+            monkeypatch.delenv(name)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """The URL of the real PostgreSQL server used by the tests."""

@@ -10,7 +10,9 @@ import click
 
 from agentwatch import __version__
 from agentwatch.cli._common import run_cli
+from agentwatch.cli.agents import agents
 from agentwatch.cli.db import db
+from agentwatch.cli.run import run
 
 __all__ = ["cli", "main"]
 
@@ -22,11 +24,15 @@ def cli() -> None:
 
     \b
     Examples:
-      agentwatch db info                    where the store is and what it holds
+      agentwatch run coder "Fix the failing test"   run one agent, streaming its turn
+      agentwatch agents check                       check the agent definitions
+      agentwatch db info                            where the store is and what it holds
     """
 
 
+cli.add_command(agents)
 cli.add_command(db)
+cli.add_command(run)
 
 
 def main() -> None:

@@ -100,7 +100,14 @@ class SessionDriver:
     # -- emission -------------------------------------------------------------------------------------
 
     async def commit(self, write: Write) -> list[Event]:
-        """Make `write` durable, then hand its events to the ring and the observers (in stream order)."""
+        """Make `write` durable, then hand its events to the ring and the observers (in stream order).
+
+        The commit runs to its end even when the caller is cancelled (a stop): a write that reached the store
+        must also reach the watchers, or they would miss events the log has.
+        """
+        return await asyncio.shield(self._commit(write))
+
+    async def _commit(self, write: Write) -> list[Event]:
         async with self._write_lock:
             events = await self.engine.store.write(write)
             for event in events:

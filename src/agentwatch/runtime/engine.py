@@ -23,11 +23,14 @@ from typing import Any
 from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
-from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotFound
+from agentwatch.errors import AgentwatchError, Conflict, Invalid, InvalidArgument, NotFound
 from agentwatch.events import (
+    CompactionApplied,
+    CompletionFinished,
     ConversationCleared,
     NewEvent,
     Origin,
+    Payload,
     RequestResolved,
     RuntimeNotice,
     SubtaskStarted,
@@ -37,7 +40,7 @@ from agentwatch.events import (
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
 from agentwatch.runtime.driver import SessionDriver
-from agentwatch.runtime.models import ModelResolver
+from agentwatch.runtime.models import ModelResolver, TurnInput, run_turn
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
@@ -55,6 +58,7 @@ from agentwatch.store import (
     SessionRecord,
     SessionStatus,
     Store,
+    UsageEntry,
     Write,
     connect_store,
 )
@@ -417,6 +421,59 @@ class Engine:
         )
         return await self.store.get_session(session_id)
 
+    async def compact(self, session_id: str, *, summary: str | None = None) -> SessionRecord:
+        """Set the conversation's messages aside (archived, reason `compact`) behind a summary that opens the
+        next turn. Without `summary`, the session's model writes it."""
+        session = await self.store.get_session(session_id)
+        if session.status == "running":
+            raise Conflict(f"session {session_id!r} is running a turn; compact it between turns")
+        usage: list[UsageEntry] = []
+        if summary is None:
+            summary, usage = await self._summarize(session)
+        fill = session.context_fill or {}
+        pre_tokens = fill.get("tokens") if fill.get("state") == "measured" else None
+        compacted = CompactionApplied(
+            archived_conversation_id=session.conversation_id,
+            pre_tokens=pre_tokens if isinstance(pre_tokens, int) else None,
+            summary=summary,
+        )
+        context_fill: dict[str, JsonValue] = {
+            "state": "compacted",
+            "preTokens": compacted.pre_tokens,
+            "at": datetime.now(UTC).isoformat(),
+        }
+        driver = await self.driver(session_id)
+        await driver.commit(
+            Write(
+                session_id,
+                new_conversation="compact",
+                events=[NewEvent(compacted)],
+                session=SessionPatch(context_fill=context_fill),
+                usage=usage,
+            )
+        )
+        return await self.store.get_session(session_id)
+
+    async def _summarize(self, session: SessionRecord) -> tuple[str, list[UsageEntry]]:
+        definition = self.roster.get(session.role)
+        sink = _CollectingSink()
+        result = await run_turn(
+            TurnInput(
+                model=session.model_override or definition.model or "",
+                instructions=COMPACTION_INSTRUCTIONS,
+                history=await self.store.read_messages(session.conversation_id),
+                prompt=COMPACTION_PROMPT,
+            ),
+            sink,
+            models=self.models,
+        )
+        if result.outcome != "completed" or not result.output:
+            raise Invalid(f"the model could not summarize session {session.id!r}: {result.error or 'no text'}")
+        usage = [
+            UsageEntry(role=session.role, run_id=session.run_id, model=p.model, usage=p.usage) for p in sink.finished
+        ]
+        return result.output, usage
+
     # -- tools ----------------------------------------------------------------------------------------
 
     def add_tool(self, tool: Tool | Callable[..., Any]) -> Tool:
@@ -443,6 +500,27 @@ class Engine:
     def tool_names(self) -> Sequence[str]:
         """Every registered tool name, sorted."""
         return sorted(self.tools)
+
+
+COMPACTION_INSTRUCTIONS = (
+    "You compact conversations. Write a summary that lets the same agent continue the work without the "
+    "earlier messages: the goal, decisions made, facts learned, files or resources touched, what is done and "
+    "what is left. Be complete and concise; no preamble."
+)
+COMPACTION_PROMPT = "Summarize the conversation so far for your own continuation."
+
+
+class _CollectingSink:
+    """A sink for side requests (summaries) whose steps are not part of the session's log."""
+
+    def __init__(self) -> None:
+        self.finished: list[CompletionFinished] = []
+
+    async def commit(self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = ()) -> None:
+        self.finished += [p for p in payloads if isinstance(p, CompletionFinished)]
+
+    def stream(self, payload: Payload) -> None:
+        pass
 
 
 def _settled(session: SessionRecord) -> bool:

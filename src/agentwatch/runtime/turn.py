@@ -191,20 +191,18 @@ async def run_plan(engine: Engine, driver: SessionDriver, session: SessionRecord
         return False
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
     turn = _Turn(engine, driver, session, definition, turn_id)
-    prompt = await _begin(turn, plan)
-    if prompt is _INTERRUPTED:
-        return False
-    model_ref = session.model_override or definition.model
-    history = await engine.store.read_messages(session.conversation_id)
-    turn_input = TurnInput(
-        model=model_ref,
-        instructions=definition.instructions,
-        history=history,
-        prompt=prompt if isinstance(prompt, str) else None,
-        tools=_tool_specs(turn),
-        answers=_answers(plan.requests),
-    )
     try:
+        prompt = await _begin(turn, plan)
+        if prompt is _INTERRUPTED:
+            return False
+        turn_input = TurnInput(
+            model=session.model_override or definition.model or "",
+            instructions=definition.instructions,
+            history=await engine.store.read_messages(session.conversation_id),
+            prompt=prompt if isinstance(prompt, str) else None,
+            tools=_tool_specs(turn),
+            answers=_answers(plan.requests),
+        )
         result = await run_turn(turn_input, _Sink(turn), models=engine.models)
     except asyncio.CancelledError:
         if driver.closing:

@@ -1,0 +1,73 @@
+"""`agentwatch run`: run one agent from the agents directory on a prompt, streaming its turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from agentwatch.cli._common import console, print_json, resolve_config, run_async, store_option
+from agentwatch.cli._render import LivePrinter
+from agentwatch.config import Config
+from agentwatch.events import Origin
+from agentwatch.runtime.engine import Engine
+
+__all__ = ["run"]
+
+
+async def _run(config: Config, role: str, prompt: str, name: str | None, timeout: float, as_json: bool) -> dict:
+    async with Engine.open(config=config) as engine:
+        printer = LivePrinter(console)
+        if not as_json:
+            engine.start_with_observer(lambda _thread_id: printer)
+        session = await engine.create(role, name=name, source="cli", origin=Origin(kind="person"))
+        printer.names[session.id] = session.name
+        await engine.enqueue(session.id, prompt, origin=Origin(kind="person"))
+        while True:
+            session, timed_out = await engine.wait(session.id, timeout)
+            if timed_out or session.status != "awaiting_input" or as_json:
+                break
+            for request in await engine.store.list_requests(session_id=session.id):
+                question = (request.questions or [request.summary])[0]
+                if request.kind == "approval":
+                    answer: object = click.confirm(f"{request.summary}?", default=False)
+                else:
+                    answer = click.prompt(question)
+                await engine.answer(request.id, answer, by="cli")  # type: ignore[arg-type]
+        return await engine.snapshot(session, timed_out=timed_out)
+
+
+@click.command("run")
+@click.argument("agent")
+@click.argument("prompt")
+@click.option("--name", help="A name for the new session (made up when absent).")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for the turn to settle.")
+@click.option("--agents-dir", type=click.Path(path_type=Path), help="The agents directory (default: agents/).")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print only the final status snapshot, as JSON.")
+def run(
+    agent: str,
+    prompt: str,
+    name: str | None,
+    timeout: float,
+    agents_dir: Path | None,
+    store_url: str | None,
+    as_json: bool,
+) -> None:
+    """Run AGENT (a role in the agents directory) on PROMPT and stream its turn.
+
+    When the agent asks a question or needs an approval, you are asked here.
+
+    \b
+    Example:
+      agentwatch run coder "Add a --verbose flag to the CLI" --agents-dir examples/agents
+    """
+    config = resolve_config(store_url)
+    if agents_dir is not None:
+        config = config.model_copy(update={"agents_dir": agents_dir})
+    snapshot = run_async(_run(config, agent, prompt, name, timeout, as_json))
+    if as_json:
+        print_json(snapshot)
+    else:
+        word = snapshot.get("word")
+        console.print(f"\n[bold]{snapshot.get('name')}[/] [dim]{snapshot.get('agentId')}[/] → [bold]{word}[/]")

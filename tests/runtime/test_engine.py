@@ -1,0 +1,472 @@
+"""The engine end to end on a real SQLite store: sessions, turns, tools, requests, sub-agents, stops."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentwatch.errors import Conflict, NotFound
+from agentwatch.events import (
+    CompactionApplied,
+    ConversationCleared,
+    Event,
+    RequestOpened,
+    SubtaskEnded,
+    SubtaskStarted,
+    ToolResult,
+    TurnEnded,
+    TurnStarted,
+    UserMessage,
+)
+from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
+from agentwatch.runtime.thread_observer import EventCollector
+from agentwatch.runtime.tools import function_tool
+from tests.runtime.support import OpenEngine, Scripted, role
+
+
+async def all_events(engine: Any, session_id: str) -> list[Event]:
+    return await engine.store.read_events(session_id, limit=10_000)
+
+
+def types_of(events: list[Event]) -> list[str]:
+    return [e.type for e in events]
+
+
+async def test_agent_task_runs_a_turn_to_done(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("echo", ScriptedModel([Think("Short answer."), Reply("Hello there.")]))
+    async with open_engine(role("greeter", model)) as engine:
+        snapshot = await engine.call_tool("agent_task", {"role": "greeter", "prompt": "Say hello"})
+        assert snapshot["status"] == "completed"
+        assert snapshot["word"] == "done"
+        assert snapshot["lastAssistantText"] == "Hello there."
+        assert (snapshot["timedOut"], snapshot["deleted"]) == (False, False)
+        events = await all_events(engine, snapshot["agentId"])
+        assert types_of(events) == [
+            "turn.started",
+            "message.user",
+            "completion.started",
+            "thinking.completed",
+            "message.assistant",
+            "completion.finished",
+            "turn.ended",
+        ]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert events[1].payload == UserMessage(text="Say hello")
+        ended = events[-1].payload
+        assert isinstance(ended, TurnEnded) and ended.outcome == "completed" and ended.usage.total_tokens > 0
+        session = await engine.store.get_session(snapshot["agentId"])
+        assert session.context_fill is not None and session.context_fill["state"] == "measured"
+        totals = await engine.store.usage_totals([session.id])
+        assert totals[session.id].total_tokens == ended.usage.total_tokens
+
+
+async def test_every_event_an_observer_sees_is_already_in_the_store(
+    open_engine: OpenEngine, scripted: Scripted, tmp_path: Path
+) -> None:
+    model = scripted(
+        "tooling", ScriptedModel([CallTool("lookup", {"key": "a"}), Reply("Found it.")], chunk_delay=0.001)
+    )
+
+    class DurabilityCheck:
+        def __init__(self) -> None:
+            self.db = sqlite3.connect(tmp_path / "agentwatch.db")
+            self.checked: list[tuple[str, bool]] = []
+
+        def on_event(self, thread_id: str, event: Event) -> None:
+            if event.durable:
+                row = self.db.execute(
+                    "SELECT 1 FROM events WHERE session_id = ? AND seq = ?", (thread_id, event.seq)
+                ).fetchone()
+                self.checked.append((event.type, row is not None))
+
+        def on_subscribe(self, thread_id: str, request: object, snapshot: object) -> None:
+            pass
+
+    check = DurabilityCheck()
+
+    def lookup(key: str) -> str:
+        return f"value of {key}"
+
+    async with open_engine(role("finder", model, tools=("lookup",)), tools=[lookup]) as engine:
+        engine.start_with_observer(lambda _thread_id: check)
+        await engine.task("finder", "find a")
+    assert check.checked, "the observer saw no durable events"
+    assert all(stored for _, stored in check.checked), check.checked
+
+
+async def test_a_tool_runs_only_after_its_call_is_durable(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("barrier", ScriptedModel([CallTool("probe", {}), Reply("done")]))
+    seen: list[list[str]] = []
+    engines: list[Any] = []
+
+    async def probe() -> str:
+        (engine,) = engines
+        (session,) = (await engine.store.list_sessions(_all())).items
+        seen.append(types_of(await all_events(engine, session.id)))
+        return "probed"
+
+    async with open_engine(role("prober", model, tools=("probe",)), tools=[probe]) as engine:
+        engines.append(engine)
+        await engine.task("prober", "probe it")
+    assert seen == [["turn.started", "message.user", "completion.started", "completion.finished", "tool.call"]]
+
+
+def _all() -> Any:
+    from agentwatch.store import SessionFilter
+
+    return SessionFilter()
+
+
+async def test_a_tool_that_raises_gives_the_model_a_failed_result(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("raiser", ScriptedModel([CallTool("explode", {}), Reply("It failed, moving on.")]))
+
+    def explode() -> str:
+        raise RuntimeError("disk on fire")
+
+    async with open_engine(role("breaker", model, tools=("explode",)), tools=[explode]) as engine:
+        snapshot = await engine.task("breaker", "try it")
+        assert snapshot["status"] == "completed"
+        events = await all_events(engine, snapshot["agentId"])
+        (result,) = [e.payload for e in events if isinstance(e.payload, ToolResult)]
+        assert result.status == "error" and "disk on fire" in result.output
+
+
+async def test_ask_user_pauses_on_a_request_and_the_answer_continues_the_turn(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Which colour?"})
+        return Reply(f"You chose {ctx.tool_results[0].output}.")
+
+    model = scripted("asker", ScriptedModel(function=script))
+    async with open_engine(role("asker", model, tools=("ask_user",))) as engine:
+        snapshot = await engine.task("asker", "pick a colour", timeout=10)
+        assert (snapshot["status"], snapshot["word"]) == ("awaiting_input", "needs_you")
+        hitl = snapshot["pendingHitl"]
+        assert hitl["kind"] == "question" and hitl["questions"] == ["Which colour?"] and hitl["deliverAt"] is None
+        session = await engine.store.get_session(snapshot["agentId"])
+        assert session.pending_requests == 1
+        answer = await engine.call_tool("agent_answer", {"hitlId": hitl["hitlId"], "answer": "green"})
+        assert answer == {"hitlId": hitl["hitlId"], "agentId": session.id, "status": "resolved"}
+        session, timed_out = await engine.wait(session.id, 10)
+        assert (session.status, timed_out, session.last_text) == ("completed", False, "You chose green.")
+        assert session.pending_requests == 0
+
+
+async def test_an_answer_given_after_a_restart_continues_the_turn_in_the_new_engine(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Proceed?"})
+        return Reply(f"Answer was {ctx.tool_results[0].output}.")
+
+    model = scripted("asker2", ScriptedModel(function=script))
+    definition = role("asker", model, tools=("ask_user",))
+    async with open_engine(definition) as engine:
+        snapshot = await engine.task("asker", "go", timeout=10)
+    async with open_engine(definition) as engine:
+        await engine.answer(snapshot["pendingHitl"]["hitlId"], "yes")
+        session, _ = await engine.wait(snapshot["agentId"], 10)
+        assert (session.status, session.last_text) == ("completed", "Answer was yes.")
+
+
+async def test_approval_tools_run_only_when_approved(open_engine: OpenEngine, scripted: Scripted) -> None:
+    ran: list[str] = []
+
+    def delete_file(path: str) -> str:
+        ran.append(path)
+        return f"deleted {path}"
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("delete_file", {"path": ctx.prompt})
+        return Reply(ctx.tool_results[0].output)
+
+    model = scripted("deleter", ScriptedModel(function=script))
+    definition = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(definition, tools=[delete_file]) as engine:
+        first = await engine.task("cleaner", "a.txt", timeout=10)
+        second = await engine.task("cleaner", "b.txt", timeout=10)
+        assert first["pendingHitl"]["kind"] == "approval" and ran == []
+        await engine.answer(first["pendingHitl"]["hitlId"], True)
+        await engine.answer(second["pendingHitl"]["hitlId"], {"approved": False, "message": "keep b"})
+        done_a, _ = await engine.wait(first["agentId"], 10)
+        _done_b, _ = await engine.wait(second["agentId"], 10)
+        assert ran == ["a.txt"]
+        assert done_a.last_text == "deleted a.txt"
+        results = [e.payload for e in await all_events(engine, second["agentId"]) if isinstance(e.payload, ToolResult)]
+        assert [(r.status, r.output) for r in results] == [("denied", "keep b")]
+
+
+async def test_a_sub_agent_records_its_parent_run_and_origin(open_engine: OpenEngine, scripted: Scripted) -> None:
+    def boss(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("agent_task", {"role": "helper", "prompt": "count to 3", "name": "counter"})
+        return Reply("The helper is done.")
+
+    boss_model = scripted("boss", ScriptedModel(function=boss))
+    helper_model = scripted("helper", ScriptedModel(function=lambda ctx: Reply("1 2 3")))
+    async with open_engine(
+        role("lead", boss_model, tools=("agent_task",), grant=("spawn",)), role("helper", helper_model)
+    ) as engine:
+        lead = await engine.create("lead", run_id="run_test")
+        await engine.enqueue(lead.id, "delegate")
+        lead, _ = await engine.wait(lead.id, 10)
+        assert lead.status == "completed"
+        children = (await engine.store.list_sessions(_filter(parent_id=lead.id))).items
+        assert len(children) == 1
+        child = children[0]
+        assert (child.name, child.role, child.parent_id, child.run_id, child.source) == (
+            "counter",
+            "helper",
+            lead.id,
+            "run_test",
+            "task",
+        )
+        assert child.origin is not None and (child.origin.kind, child.origin.ref) == ("session", lead.id)
+        assert child.last_text == "1 2 3"
+        lead_events = [e.payload for e in await all_events(engine, lead.id)]
+        assert next(p for p in lead_events if isinstance(p, SubtaskStarted)).child_session_id == child.id
+        assert [p for p in lead_events if isinstance(p, SubtaskEnded)] == [
+            SubtaskEnded(child_session_id=child.id, status="completed")
+        ]
+        totals = await engine.store.usage_totals([lead.id, child.id])
+        assert totals[lead.id].total_tokens > 0 and totals[child.id].total_tokens > 0
+
+
+def _filter(**fields: Any) -> Any:
+    from agentwatch.store import SessionFilter
+
+    return SessionFilter(**fields)
+
+
+async def test_spawning_without_the_grant_is_refused_with_the_reason(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("agent_task", {"role": "helper", "prompt": "x"})
+        return Reply(ctx.tool_results[0].output)
+
+    model = scripted("nogrant", ScriptedModel(function=script))
+    helper = scripted("helper2", ScriptedModel.replying("hi"))
+    async with open_engine(role("plain", model, tools=("agent_task",)), role("helper", helper)) as engine:
+        snapshot = await engine.task("plain", "spawn", timeout=10)
+        assert "no 'spawn' grant" in snapshot["lastAssistantText"]
+        assert (await engine.store.list_sessions(_filter(role=["helper"]))).items == []
+
+
+async def test_stopping_a_turn_ends_it_cancelled_with_who_stopped_it(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("hanger", ScriptedModel([[Reply("Working on it"), Hang()]]))
+    async with open_engine(role("slow", model)) as engine:
+        session = await engine.create("slow")
+        await engine.enqueue(session.id, "go")
+        while (await engine.store.get_session(session.id)).status != "running":
+            await asyncio.sleep(0.01)
+        assert await engine.stop(session.id, by="alice") is True
+        session = await engine.store.get_session(session.id)
+        assert session.status == "cancelled"
+        ended = (await all_events(engine, session.id))[-1].payload
+        assert isinstance(ended, TurnEnded)
+        assert (ended.outcome, ended.reason) == ("cancelled", "stopped by alice")
+        assert await engine.stop(session.id) is False
+
+
+async def test_a_shutdown_mid_turn_is_continued_by_the_next_engine_with_a_note(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    gate = asyncio.Event()
+
+    async def slow_tool() -> str:
+        await gate.wait()
+        return "finished"
+
+    def script(ctx: Any) -> Any:
+        if ctx.request_index == 0:
+            return CallTool("slow_tool", {})
+        return Reply(f"Seen: {[r.status for r in ctx.tool_results]}")
+
+    model = scripted("restarter", ScriptedModel(function=script))
+    definition = role("worker", model, tools=("slow_tool",))
+    async with open_engine(definition, tools=[slow_tool]) as engine:
+        session = await engine.create("worker")
+        await engine.enqueue(session.id, "work")
+        while not [e for e in await all_events(engine, session.id) if e.type == "tool.call"]:
+            await asyncio.sleep(0.01)
+    async with open_engine(definition, tools=[slow_tool]) as engine:
+        done, _ = await engine.wait(session.id, 10)
+        assert done.status == "completed"
+        assert done.last_text == "Seen: ['interrupted']"
+        events = await all_events(engine, session.id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        starts = [e.payload for e in events if isinstance(e.payload, TurnStarted)]
+        assert [(s.trigger, s.attempt) for s in starts] == [("input", 1), ("continue", 2)]
+        notes = [e.payload for e in events if isinstance(e.payload, UserMessage) and e.payload.meta]
+        assert len(notes) == 1 and "cut off" in notes[0].text and "none was run again" in notes[0].text
+        results = [e.payload for e in events if isinstance(e.payload, ToolResult)]
+        assert [r.status for r in results] == ["interrupted"]
+
+
+async def test_a_turn_cut_off_more_often_than_allowed_ends_interrupted(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("forever", ScriptedModel([[Hang()]] * 5))
+    from agentwatch.runtime.roster import RoleSessions
+
+    definition = role("stubborn", model, sessions=RoleSessions(continue_after_restart=1))
+    async with open_engine(definition) as engine:
+        session = await engine.create("stubborn")
+        await engine.enqueue(session.id, "go")
+        while (await engine.store.get_session(session.id)).status != "running":
+            await asyncio.sleep(0.01)
+    async with open_engine(definition) as engine:  # continues once (attempt 2) and is cut off again
+        while (await engine.store.get_session(session.id)).turn_attempts != 2:
+            await asyncio.sleep(0.01)
+    async with open_engine(definition) as engine:
+        done, _ = await engine.wait(session.id, 10)
+        snapshot = await engine.snapshot(done)
+    assert (done.status, done.error, snapshot["word"]) == ("interrupted", "Interrupted", "failed")
+
+
+async def test_a_failing_model_fails_the_turn_with_its_error(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("broken", ScriptedModel.failing("provider said 503"))
+    async with open_engine(role("fragile", model)) as engine:
+        snapshot = await engine.task("fragile", "go")
+        assert (snapshot["status"], snapshot["word"]) == ("failed", "failed")
+        assert "provider said 503" in snapshot["error"]
+
+
+async def test_clear_and_compact_archive_the_conversation_with_their_reason(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def chat(ctx: Any) -> Any:
+        if ctx.prompt.startswith("Summarize"):
+            return Reply("Summary: we said a and b.")
+        return Reply(f"you said {ctx.prompt[-1]}")
+
+    model = scripted("chatty", ScriptedModel(function=chat))
+    async with open_engine(role("chat", model)) as engine:
+        session = await engine.create("chat", source="chat")
+        for prompt in ("a", "b"):
+            await engine.enqueue(session.id, prompt)
+            await engine.wait(session.id, 10)
+        compacted = await engine.compact(session.id)
+        assert compacted.context_fill is not None and compacted.context_fill["state"] == "compacted"
+        await engine.enqueue(session.id, "c")
+        after, _ = await engine.wait(session.id, 10)
+        assert after.last_text == "you said c"
+        cleared = await engine.clear(session.id)
+        assert cleared.context_fill is None
+        conversations = await engine.store.list_conversations(session.id)
+        assert [c.end_reason for c in conversations] == ["compact", "clear", None]
+        events = await all_events(engine, session.id)
+        (compaction,) = [e for e in events if isinstance(e.payload, CompactionApplied)]
+        assert compaction.payload.summary == "Summary: we said a and b."
+        assert compaction.conversation_id == conversations[1].id
+        prompt_of_next_turn = [e for e in events if isinstance(e.payload, UserMessage)][-1]
+        assert prompt_of_next_turn.payload.text == "c"
+        assert any(isinstance(e.payload, ConversationCleared) for e in events)
+
+
+async def test_the_system_prompt_is_stored_once_with_its_hash(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("twice", ScriptedModel.replying("first", "second"))
+    async with open_engine(role("stable", model)) as engine:
+        session = await engine.create("stable", source="chat")
+        for prompt in ("a", "b"):
+            await engine.enqueue(session.id, prompt)
+            await engine.wait(session.id, 10)
+        starts = [e.payload for e in await all_events(engine, session.id) if isinstance(e.payload, TurnStarted)]
+        assert [s.system_prompt for s in starts] == ["You are stable.", None]
+        assert starts[0].system_prompt_hash == starts[1].system_prompt_hash is not None
+
+
+async def test_names_are_unique_per_scope_and_unknown_roles_are_refused(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("named", ScriptedModel.replying("hi"))
+    async with open_engine(role("nova", model)) as engine:
+        await engine.create("nova", name="nova", scope="42:bot1")
+        await engine.create("nova", name="nova", scope="99:bot1")
+        with pytest.raises(Conflict):
+            await engine.create("nova", name="nova", scope="42:bot1")
+        with pytest.raises(NotFound, match="nova"):
+            await engine.create("novva")
+        answer = await engine.call_tool("agent_create", {"role": "nope"})
+        assert answer["error"]["code"] == "not_found"
+        bad = await engine.call_tool("agent_await", {"agent_id": "x", "timeoutMs": -1})
+        assert bad["error"]["code"] == "invalid_argument" and "timeoutMs" in bad["error"]["message"]
+
+
+async def test_a_raising_thread_observer_is_isolated_and_recorded(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("plain", ScriptedModel([Reply("All good.")]))
+
+    class Broken:
+        def on_event(self, thread_id: str, event: Event) -> None:
+            raise ValueError("observer bug")
+
+        def on_subscribe(self, thread_id: str, request: object, snapshot: object) -> None:
+            pass
+
+    collector: EventCollector[object] = EventCollector()
+    async with open_engine(role("calm", model)) as engine:
+        engine.start_with_observer(lambda _thread_id: Broken())
+        engine.start_with_observer(lambda _thread_id: collector)
+        snapshot = await engine.task("calm", "hi")
+        assert snapshot["status"] == "completed"
+        for _ in range(100):
+            warnings = [e for e in await all_events(engine, snapshot["agentId"]) if e.type == "runtime.warning"]
+            if warnings:
+                break
+            await asyncio.sleep(0.01)
+        assert len(warnings) == 1
+        assert "raised ValueError: observer bug" in warnings[0].payload.message  # type: ignore[union-attr]
+    seen = [e.type for _, e in collector.events if e.durable]
+    assert "turn.ended" in seen and "runtime.warning" in seen
+
+
+async def test_a_request_held_for_the_parent_reaches_a_person_when_escalated(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def child(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Which branch?"})
+        return Reply(f"Using {ctx.tool_results[0].output}.")
+
+    asker = scripted("child-asker", ScriptedModel(function=child))
+    parent = scripted("parent", ScriptedModel.replying("ok"))
+    async with open_engine(role("kid", asker, tools=("ask_user",)), role("lead", parent)) as engine:
+        lead = await engine.create("lead")
+        kid = await engine.create("kid", parent_id=lead.id)
+        await engine.enqueue(kid.id, "start")
+        kid, _ = await engine.wait(kid.id, 10)
+        snapshot = await engine.snapshot(kid)
+        assert (kid.pending_requests, kid.held_requests, snapshot["word"]) == (0, 1, "working")
+        assert snapshot["pendingHitl"]["deliverAt"] is not None
+        (opened,) = [e.payload for e in await all_events(engine, kid.id) if isinstance(e.payload, RequestOpened)]
+        assert opened.waits_on == "parent"
+        await engine.escalate(snapshot["pendingHitl"]["hitlId"])
+        kid = await engine.store.get_session(kid.id)
+        assert (kid.pending_requests, kid.held_requests) == (1, 0)
+        assert (await engine.snapshot(kid))["word"] == "needs_you"
+
+
+def test_function_tools_take_their_schema_from_the_signature() -> None:
+    def read_file(path: str, limit: int = 100) -> str:
+        """Read a text file."""
+        return path
+
+    tool = function_tool(read_file)
+    assert tool.description == "Read a text file."
+    assert tool.parameters["required"] == ["path"]
+    assert tool.parameters["properties"] == {
+        "path": {"title": "Path", "type": "string"},
+        "limit": {"default": 100, "title": "Limit", "type": "integer"},
+    }
