@@ -1,0 +1,240 @@
+"""SQL shared by the SQL backends: the dialect differences, the `Tx` a query runs in, value codecs, row to
+record mapping, session filters and keyset pagination.
+
+Queries are written once with `?` placeholders; a backend's `Tx` translates them when its driver wants
+another style. Values always travel as parameters; SQL text is only ever built from the constant fragments
+in this package, so there is nothing to escape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from agentwatch.errors import InvalidArgument, InvalidCursor
+from agentwatch.events import PageCursor, query_digest
+from agentwatch.store.records import TERMINAL_STATUSES, SessionFilter, SessionRecord, SessionSort
+
+__all__ = [
+    "LIVE_SQL",
+    "SESSION_COLUMNS",
+    "Dialect",
+    "Row",
+    "Tx",
+    "aware",
+    "check_limit",
+    "from_row",
+    "in_list",
+    "json_text",
+    "keyset_page",
+    "session_where",
+    "to_params",
+    "utc_text",
+]
+
+Row = tuple[Any, ...]
+M = TypeVar("M", bound=BaseModel)
+
+
+class Tx(Protocol):
+    """A connection inside a transaction (or, for reads, a connection)."""
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Run a statement that returns rows, and return them all."""
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement and return how many rows it changed."""
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement once per parameter row."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between the SQL backends beyond the placeholder style."""
+
+    name: Literal["sqlite", "postgres"]
+    for_update: str
+    """Suffix that locks the selected row for the transaction ('' where a single writer makes it moot)."""
+    time_param: Callable[[datetime], Any]
+    """An aware datetime as the driver should receive it."""
+    json_param: Callable[[str], Any]
+    """A JSON document (as text) as the driver should receive it."""
+
+
+def aware(moment: datetime) -> datetime:
+    """`moment` in UTC; a naive datetime is refused (its time zone would be a guess)."""
+    if not isinstance(moment, datetime) or moment.tzinfo is None or moment.utcoffset() is None:
+        raise InvalidArgument(f"{moment!r} is not an aware datetime; the store takes aware datetimes (UTC)")
+    return moment.astimezone(UTC)
+
+
+def utc_text(moment: datetime) -> str:
+    """A fixed-width ISO 8601 UTC text, whose text order is time order (SQLite keeps times as text)."""
+    return aware(moment).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
+def json_text(value: Any) -> str:
+    """A JSON-able value (or pydantic model) as compact JSON text."""
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def to_params(dialect: Dialect, values: dict[str, Any], json_columns: frozenset[str]) -> dict[str, Any]:
+    """Values by column, encoded for the driver (times, JSON documents); None stays NULL."""
+    encoded: dict[str, Any] = {}
+    for column, value in values.items():
+        if value is None:
+            encoded[column] = None
+        elif column in json_columns:
+            encoded[column] = dialect.json_param(json_text(value))
+        elif isinstance(value, datetime):
+            encoded[column] = dialect.time_param(value)
+        else:
+            encoded[column] = value
+    return encoded
+
+
+def from_row(model: type[M], columns: Sequence[str], row: Row, json_columns: frozenset[str]) -> M:
+    """Build a record from a row selected as `columns`."""
+    values: dict[str, Any] = {}
+    for column, value in zip(columns, row, strict=True):
+        if value is None:
+            continue  # the record's default (None, or {} for settings)
+        if column in json_columns:
+            value = json.loads(value)
+        elif isinstance(value, datetime):
+            value = value.astimezone(UTC)
+        values[column] = value
+    return model.model_validate(values)
+
+
+def in_list(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """`column IN (?, ...)`; an empty list matches nothing."""
+    if not values:
+        return "1 = 0", []
+    return f"{column} IN ({', '.join('?' * len(values))})", list(values)
+
+
+def check_limit(limit: int, maximum: int, what: str = "limit") -> None:
+    """Refuse a page size outside 1..maximum."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
+        raise InvalidArgument(f"{what} must be an integer from 1 to {maximum}, not {limit!r}")
+
+
+# -- sessions --------------------------------------------------------------------------------------------
+
+SESSION_COLUMNS: tuple[str, ...] = tuple(SessionRecord.model_fields)
+SESSION_JSON: frozenset[str] = frozenset({"origin", "context_fill", "interception", "settings"})
+
+_TERMINAL_SQL = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+LIVE_SQL = f"(deleted_at IS NULL AND status NOT IN ({_TERMINAL_SQL}))"
+"""True for a session that is neither finished nor deleted; listings put these first."""
+
+_SORT: dict[str, tuple[str, bool]] = {
+    # sort -> (column, descending); the id tiebreak follows the same direction
+    "newest": ("last_active_at", True),
+    "oldest": ("last_active_at", False),
+    "name": ("name", False),
+    "status": ("status", False),
+}
+
+
+def session_where(dialect: Dialect, where: SessionFilter) -> tuple[list[str], list[Any]]:
+    """The filter as SQL conditions (to be ANDed) and their parameters."""
+    conditions: list[str] = []
+    params: list[Any] = []
+
+    def add(sql: str, *values: Any) -> None:
+        conditions.append(sql)
+        params.extend(values)
+
+    for column in ("ids", "status", "source", "role", "feature"):
+        values = getattr(where, column)
+        if values is not None:
+            sql, more = in_list("id" if column == "ids" else column, list(values))
+            add(sql, *more)
+    for column in ("group_key", "name", "scope", "run_id", "parent_id"):
+        value = getattr(where, column)
+        if value is not None:
+            add(f"{column} = ?", value)
+    if where.q is not None:
+        pattern = where.q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        add("lower(name) LIKE ? ESCAPE '\\'", f"%{pattern}%")
+    if where.is_observer is not None:
+        add("is_observer = ?", where.is_observer)
+    if where.intercepted is not None:
+        add("interception IS NOT NULL" if where.intercepted else "interception IS NULL")
+    if where.active_from is not None:
+        add("last_active_at >= ?", dialect.time_param(where.active_from))
+    if where.active_to is not None:
+        add("last_active_at < ?", dialect.time_param(where.active_to))
+    if not where.deleted:
+        add("deleted_at IS NULL")
+    return conditions, params
+
+
+def _listing_digest(where: SessionFilter, sort: SessionSort) -> str:
+    return query_digest({"sessions": where.model_dump(mode="json"), "sort": sort})
+
+
+def keyset_page(
+    dialect: Dialect, where: SessionFilter, sort: SessionSort, limit: int, cursor: str | None
+) -> tuple[str, list[Any], Callable[[SessionRecord], str]]:
+    """The listing query (fetching one row past `limit`) and how to make the cursor after a record."""
+    if sort not in _SORT:
+        raise InvalidArgument(f"sort must be one of {sorted(_SORT)}, not {sort!r}")
+    check_limit(limit, 100)
+    column, descending = _SORT[sort]
+    digest = _listing_digest(where, sort)
+    conditions, params = session_where(dialect, where)
+    # (expression, descending) in ORDER BY order: boss first, then live ones, then the sort, then the id.
+    keys = [("boss", True), (LIVE_SQL, True), (column, descending), ("id", descending)]
+    if cursor is not None:
+        values = _cursor_values(PageCursor.decode(cursor, query=digest), column, dialect)
+        # Expanded row comparison, since the directions differ: rows strictly after the cursor's row.
+        branches: list[str] = []
+        for i, (expression, desc) in enumerate(keys):
+            parts = [f"{expr} = ?" for expr, _ in keys[:i]] + [f"{expression} {'<' if desc else '>'} ?"]
+            branches.append("(" + " AND ".join(parts) + ")")
+            params.extend(values[: i + 1])
+        conditions.append("(" + " OR ".join(branches) + ")")
+    order = ", ".join(f"{expression} {'DESC' if desc else 'ASC'}" for expression, desc in keys)
+    sql = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
+    if conditions:
+        sql += " WHERE " + " AND ".join(conditions)
+    sql += f" ORDER BY {order} LIMIT ?"
+    params.append(limit + 1)
+
+    def cursor_after(record: SessionRecord) -> str:
+        value = getattr(record, column)
+        key = (record.boss, is_live(record), utc_text(value) if isinstance(value, datetime) else value, record.id)
+        return PageCursor(digest, key).encode()
+
+    return sql, params, cursor_after
+
+
+def is_live(record: SessionRecord) -> bool:
+    """Neither finished nor deleted (the listing's second key)."""
+    return record.deleted_at is None and record.status not in TERMINAL_STATUSES
+
+
+def _cursor_values(cursor: PageCursor, column: str, dialect: Dialect) -> list[Any]:
+    match cursor.key:
+        case (bool(boss), bool(live), str(value), str(session_id)):
+            pass
+        case _:
+            raise InvalidCursor("the page cursor does not hold a session listing position; drop it to start over")
+    if column == "last_active_at":
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidCursor("the page cursor holds no valid time; drop it to start over") from None
+        return [boss, live, dialect.time_param(moment), session_id]
+    return [boss, live, value, session_id]

@@ -1,0 +1,186 @@
+"""The PostgreSQL backend (`postgresql://user@host:5432/dbname`), for many processes on many machines.
+
+psycopg 3 with an async connection pool; every `write()` is one transaction. A session's seqs come from
+`UPDATE sessions SET last_seq = last_seq + n ... RETURNING last_seq` under the session row's lock, so they
+stay contiguous whatever the number of writer processes (a bigserial would follow allocation order, not
+commit order, and readers following it would skip events).
+
+Needs the `agentwatch[postgres]` extra. libpq URL parameters work as usual, for example
+`?options=-csearch_path%3Dmyschema` to keep agentwatch's tables in their own schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, MissingDependency, StoreUnavailable
+from agentwatch.store._migrations import migrate
+from agentwatch.store._sql import Dialect, Row, Tx, aware
+from agentwatch.store._sqlstore import SqlStore
+
+try:
+    import psycopg
+    from psycopg.types.json import Jsonb, set_json_loads
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ImportError:  # the extra is not installed; `open` says how to get it
+    _HAVE_PSYCOPG = False
+else:
+    _HAVE_PSYCOPG = True
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+
+_CONNECT_TIMEOUT_S: Final = 5
+_POOL_MAX: Final = 10
+# One advisory lock key for "migrating agentwatch's schema", whatever the schema's name.
+_MIGRATION_LOCK: Final = int.from_bytes(hashlib.blake2b(b"agentwatch.migrate", digest_size=8).digest(), signed=True)
+
+
+def _jsonb(text: str) -> Any:
+    return Jsonb(text, dumps=_as_is)
+
+
+def _as_is(text: Any) -> Any:
+    return text  # already JSON text
+
+
+DIALECT = Dialect(name="postgres", for_update=" FOR UPDATE", time_param=aware, json_param=_jsonb)
+
+
+@lru_cache(maxsize=512)
+def _pg(sql: str) -> str:
+    # Shared queries use `?`; psycopg wants `%s`. Our SQL holds no literal `?` or `%` (values are parameters).
+    return sql.replace("?", "%s")
+
+
+class _Tx:
+    """A `Tx` over a psycopg async connection."""
+
+    def __init__(self, connection: AsyncConnection[Row]) -> None:
+        self._connection = connection
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        cursor = await self._connection.execute(_pg(sql), params)
+        return await cursor.fetchall()
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cursor = await self._connection.execute(_pg(sql), params)
+        return cursor.rowcount
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        async with self._connection.cursor() as cursor:
+            await cursor.executemany(_pg(sql), rows)
+
+
+def _raw_json(text: str | bytes) -> str | bytes:
+    return text  # records and payloads decode JSON themselves, through their own models
+
+
+async def _configure(connection: AsyncConnection[Row]) -> None:
+    """Set up a new connection: autocommit (writes open their own transactions), UTC, JSON kept as text."""
+    await connection.set_autocommit(True)
+    await connection.execute("SET TIME ZONE 'UTC'")
+    set_json_loads(_raw_json, connection)
+
+
+def hide_password(url: str) -> str:
+    """The URL with any password replaced by `***`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _address(url: str) -> tuple[str, str, str]:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        raise InvalidArgument(f"{hide_password(url)!r} is not a valid PostgreSQL URL ({error})") from None
+    host = str(info.get("host") or "localhost")
+    return host, str(info.get("port") or 5432), str(info.get("dbname") or info.get("user") or "postgres")
+
+
+class PostgresStore(SqlStore):
+    """The store on PostgreSQL: a connection pool, one transaction per write, seqs from the session row."""
+
+    _dialect = DIALECT
+
+    def __init__(self, url: str, pool: AsyncConnectionPool[AsyncConnection[Row]], where: str) -> None:
+        self.url = hide_password(url)
+        self._pool = pool
+        self._where = where
+
+    @classmethod
+    async def open(cls, url: str) -> PostgresStore:
+        """Connect (within about 5 s, or raise `StoreUnavailable`), migrate when needed, open a pool."""
+        if not _HAVE_PSYCOPG:
+            raise MissingDependency(
+                "the PostgreSQL store needs psycopg 3; install it with `pip install 'agentwatch[postgres]'`"
+            )
+        host, port, dbname = _address(url)
+        where = f"PostgreSQL database {dbname!r} at {host}:{port}"
+        try:
+            connection = await psycopg.AsyncConnection.connect(url, connect_timeout=_CONNECT_TIMEOUT_S)
+        except psycopg.OperationalError as error:
+            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            raise StoreUnavailable(
+                f"cannot reach {where} ({reason}); is the server running and accepting connections there, "
+                f"and is the store URL {hide_password(url)!r} right?"
+            ) from None
+        async with connection:
+            await _configure(connection)
+            tx = _Tx(connection)
+            # The advisory lock makes a second process opening a fresh database wait, then find nothing to do.
+            async with connection.transaction():
+                await connection.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
+                await migrate(tx, DIALECT, where=where)
+        pool: AsyncConnectionPool[AsyncConnection[Row]] = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=_POOL_MAX,
+            kwargs={"connect_timeout": _CONNECT_TIMEOUT_S},
+            configure=_configure,
+            open=False,
+            name="agentwatch",
+        )
+        try:
+            await pool.open(wait=True, timeout=2 * _CONNECT_TIMEOUT_S)
+        except PoolTimeout:
+            await pool.close()
+            raise StoreUnavailable(
+                f"{where} stopped answering while the store opened; is the server running?"
+            ) from None
+        return cls(url, pool, where)
+
+    async def _transact(self, fn: Callable[[Tx], Awaitable[T]], *, write: bool) -> T:
+        try:
+            async with self._pool.connection(timeout=2 * _CONNECT_TIMEOUT_S) as connection:
+                if not write:
+                    return await fn(_Tx(connection))
+                async with connection.transaction():
+                    return await fn(_Tx(connection))
+        except AgentwatchError:
+            raise
+        except psycopg.IntegrityError as error:
+            raise Conflict(f"the change clashes with stored data ({error}); read the current state and retry") from None
+        except (psycopg.OperationalError, PoolTimeout) as error:
+            raise StoreUnavailable(f"lost {self._where} ({error}); is the server running?") from None
+
+    async def _read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self._transact(fn, write=False)
+
+    async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self._transact(fn, write=True)
+
+    async def close(self) -> None:
+        """Close the pool (writes in progress finish first)."""
+        await self._pool.close()

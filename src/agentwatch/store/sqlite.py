@@ -1,0 +1,349 @@
+"""The embedded backend: one SQLite file in WAL mode, one writer thread with group commit.
+
+```
+sqlite:///relative/path.db         a file relative to the working directory
+sqlite:////absolute/path.db        an absolute path
+sqlite://:memory:                  a private in-memory database (tests, demos)
+sqlite:///path.db?synchronous=normal   trade the last commits on power loss for faster commits
+```
+
+Every write goes to the one writer thread. It takes everything queued, applies it in ONE transaction, each
+`Write` in its own SAVEPOINT (so one that fails rolls back alone and only its caller gets the error), then
+commits once: one fsync for the whole group, however many callers. Each caller's call returns only after
+that commit. Reads run on separate connections, which WAL lets proceed while the writer writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar, cast
+from urllib.parse import parse_qs
+
+from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotADatabase, StoreError
+from agentwatch.store._migrations import migrate, recorded_version
+from agentwatch.store._sql import Dialect, Row, Tx, utc_text
+from agentwatch.store._sqlstore import SqlStore
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+Synchronous = Literal["full", "normal"]
+
+_HEADER: Final = b"SQLite format 3\x00"
+_BUSY_TIMEOUT_MS: Final = 5_000
+_MAX_GROUP: Final = 512
+_READERS: Final = 2
+
+DIALECT = Dialect(name="sqlite", for_update="", time_param=utc_text, json_param=lambda text: text)
+
+
+class _Tx:
+    """A `Tx` over a blocking sqlite3 connection: its awaits never suspend (see `_drive`)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self._connection.execute(sql, params).fetchall()
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._connection.execute(sql, params).rowcount
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._connection.executemany(sql, rows)
+
+
+def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run the shared store code to completion on a worker thread, without an event loop.
+
+    The code only awaits `_Tx` methods, which call sqlite3 and return without suspending, so the coroutine
+    finishes on its first step.
+    """
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coroutine.close()
+    raise RuntimeError("store code suspended on the SQLite thread; it may only await the Tx it is given")
+
+
+def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN/SAVEPOINT/COMMIT ourselves (the module's implicit transactions
+    # would commit behind our back). check_same_thread=False: a connection is opened on one thread and
+    # used on its worker thread, never by two at once.
+    connection = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=uri)
+    # Wait for another process's write lock (a second agentwatch, a `db info`) instead of failing at once.
+    connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    # SQLite leaves foreign keys off by default; reap relies on their ON DELETE CASCADE.
+    connection.execute("PRAGMA foreign_keys = ON")
+    return connection
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    fn: Callable[[Tx], Coroutine[Any, Any, Any]]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    write: bool = True
+    outcome: tuple[Any, BaseException | None] = field(default=(None, None))
+
+    def settle(self) -> None:
+        """Hand the outcome to the caller's event loop (the caller may be gone: then nobody waits)."""
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+            self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        if self.future.done():
+            return  # cancelled by its caller; the write itself stands
+        value, error = self.outcome
+        if error is None:
+            self.future.set_result(value)
+        else:
+            self.future.set_exception(error)
+
+
+def _as_store_error(error: BaseException) -> BaseException:
+    if isinstance(error, AgentwatchError):
+        return error
+    if isinstance(error, sqlite3.IntegrityError):
+        return Conflict(f"the change clashes with stored data ({error}); read the current state and retry")
+    if isinstance(error, sqlite3.Error):
+        return StoreError(f"SQLite failed: {error}")
+    return error
+
+
+class SqliteStore(SqlStore):
+    """The embedded store: one SQLite file, one writer thread with group commit, WAL readers."""
+
+    _dialect = DIALECT
+
+    def __init__(self, url: str, path: Path | None, writer: sqlite3.Connection) -> None:
+        self.url = url
+        self.path = path
+        """The database file (None in memory)."""
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._writer_connection = writer
+        self._writer = threading.Thread(target=self._writer_main, name="agentwatch-sqlite-writer", daemon=True)
+        self._readers: ThreadPoolExecutor | None = None
+        self._reader_connections: list[sqlite3.Connection] = []
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._closed = False
+        if path is not None:
+            self._readers = ThreadPoolExecutor(_READERS, thread_name_prefix="agentwatch-sqlite-reader")
+        self._writer.start()
+
+    @classmethod
+    async def open(cls, url: str) -> SqliteStore:
+        """Open (creating and migrating when needed) the SQLite database at `url`."""
+        target, synchronous = _parse_url(url)
+        path = None if target == ":memory:" else Path(target)
+        writer = await asyncio.to_thread(_open_database, path, synchronous)
+        return cls(url, path, writer)
+
+    # -- the writer -----------------------------------------------------------------------------------
+
+    def _writer_main(self) -> None:
+        connection = self._writer_connection
+        tx = _Tx(connection)
+        running = True
+        while running:
+            jobs: list[_Job] = []
+            job = self._queue.get()
+            while job is not None:
+                jobs.append(job)
+                if len(jobs) >= _MAX_GROUP:
+                    break
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if job is None:
+                running = False  # close(): finish what was queued before it, then stop
+            try:
+                self._commit_group(connection, tx, [j for j in jobs if j.write])
+            except BaseException as error:  # the connection itself failed: every write of the group fails
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                for failed in jobs:
+                    failed.outcome = (None, _as_store_error(error))
+            for read in (j for j in jobs if not j.write):
+                try:
+                    read.outcome = (_drive(read.fn(tx)), None)
+                except BaseException as error:
+                    read.outcome = (None, _as_store_error(error))
+            for done in jobs:
+                done.settle()
+        connection.close()
+
+    def _commit_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:
+        if not jobs:
+            return
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            failure = StoreError(f"cannot start a write on {self.url!r} ({error}); another process holds it")
+            for job in jobs:
+                job.outcome = (None, failure)
+            return
+        for job in jobs:
+            connection.execute("SAVEPOINT write")
+            try:
+                job.outcome = (_drive(job.fn(tx)), None)
+            except BaseException as error:
+                connection.execute("ROLLBACK TO write")  # this write alone; the group goes on
+                job.outcome = (None, _as_store_error(error))
+            connection.execute("RELEASE write")
+        try:
+            connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            connection.execute("ROLLBACK")
+            failure = StoreError(f"could not commit to {self.url!r} ({error}); nothing of this write was kept")
+            for job in jobs:
+                if job.outcome[1] is None:
+                    job.outcome = (None, failure)
+
+    def _submit(self, fn: Callable[[Tx], Awaitable[T]], *, write: bool) -> asyncio.Future[T]:
+        if self._closed:
+            raise StoreError(f"the store {self.url!r} is closed; open it again")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Job(cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn), loop, future, write))
+        return future
+
+    async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self._submit(fn, write=True)
+
+    # -- readers --------------------------------------------------------------------------------------
+
+    async def _read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        if self._readers is None:
+            # A private in-memory database exists only on the writer's connection.
+            return await self._submit(fn, write=False)
+        if self._closed:
+            raise StoreError(f"the store {self.url!r} is closed; open it again")
+        run = cast(Callable[[Tx], Coroutine[Any, Any, T]], fn)
+        return await asyncio.get_running_loop().run_in_executor(self._readers, self._read_on_thread, run)
+
+    def _read_on_thread(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            assert self.path is not None
+            connection = _connect(str(self.path))
+            # A reader never writes; refusing it makes a stray write fail loudly.
+            connection.execute("PRAGMA query_only = ON")
+            self._local.connection = connection
+            with self._lock:
+                self._reader_connections.append(connection)
+        # One transaction per read, so a read made of several queries sees one snapshot.
+        connection.execute("BEGIN")
+        try:
+            return _drive(fn(_Tx(connection)))
+        except BaseException as error:
+            raise _as_store_error(error) from error
+        finally:
+            connection.execute("COMMIT")
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Commit what is queued, stop the writer and close every connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        await asyncio.to_thread(self._writer.join)
+        if self._readers is not None:
+            await asyncio.to_thread(self._readers.shutdown, wait=True)
+        with self._lock:
+            for connection in self._reader_connections:
+                connection.close()
+            self._reader_connections.clear()
+
+    async def _path_bytes(self) -> int | None:
+        if self.path is None:
+            return None
+        paths = [self.path, self.path.with_name(self.path.name + "-wal")]
+        return sum(path.stat().st_size for path in paths if path.exists())
+
+
+def _parse_url(url: str) -> tuple[str, Synchronous]:
+    """The database path (or `:memory:`) and the synchronous level a `sqlite://` URL names."""
+    if not url.startswith("sqlite://"):
+        raise InvalidArgument(f"{url!r} is not a sqlite:// URL")
+    rest, _, query = url.removeprefix("sqlite://").partition("?")
+    options = {name: values[-1] for name, values in parse_qs(query, keep_blank_values=True).items()}
+    synchronous = options.pop("synchronous", "full").lower()
+    if synchronous not in ("full", "normal"):
+        raise InvalidArgument(f"synchronous={synchronous!r} in {url!r}; use full (the default) or normal")
+    if options:
+        raise InvalidArgument(f"unknown option(s) {sorted(options)} in {url!r}; the one option is synchronous")
+    if rest == ":memory:":
+        return ":memory:", cast(Synchronous, synchronous)
+    if not rest.startswith("/") or rest == "/":
+        raise InvalidArgument(
+            f"{url!r} names no file; use sqlite:///relative.db, sqlite:////absolute/path.db or sqlite://:memory:"
+        )
+    return rest[1:], cast(Synchronous, synchronous)
+
+
+def _check_file(path: Path) -> None:
+    """Refuse, before SQLite touches it, a path that is not a SQLite database (nothing is written to it)."""
+    if path.is_dir():
+        raise NotADatabase(f"{str(path)!r} is a directory; point the store URL at a database file inside it")
+    if path.exists() and path.stat().st_size > 0:
+        with path.open("rb") as file:
+            header = file.read(len(_HEADER))
+        if header != _HEADER:
+            raise NotADatabase(
+                f"{str(path)!r} is not a SQLite database; point the store URL at an agentwatch database "
+                "or at a path where a new one can be created"
+            )
+
+
+def _open_database(path: Path | None, synchronous: Synchronous) -> sqlite3.Connection:
+    """Check, configure and migrate the database; return the writer's connection."""
+    where = repr(str(path)) if path is not None else "the in-memory database"
+    if path is not None:
+        _check_file(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    connection = _connect(str(path) if path is not None else ":memory:")
+    try:
+        tx = _Tx(connection)
+        # Read-only checks first: a database we must refuse is left exactly as it was.
+        tables = _drive(tx.fetch("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        version = _drive(recorded_version(tx, DIALECT, where=where))
+        if version is None and tables:
+            raise NotADatabase(
+                f"{where} is a SQLite database of another program (it has tables but no agentwatch schema); "
+                "point the store URL at a new file"
+            )
+        # WAL: readers never block the writer nor the writer them, and a commit appends to one file.
+        connection.execute("PRAGMA journal_mode = WAL")
+        # FULL fsyncs the WAL at every commit, so an acknowledged write survives power loss, not only a
+        # crash; NORMAL (opt-in) survives a process kill but may lose the last commits on power loss.
+        connection.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        # IMMEDIATE takes the write lock before reading the version: two processes opening a fresh file
+        # at once migrate one after the other, and the second finds nothing left to do.
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            _drive(migrate(tx, DIALECT, where=where))
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    except sqlite3.DatabaseError as error:
+        connection.close()
+        raise NotADatabase(f"{where} cannot be read as a SQLite database ({error}); check the store URL") from error
+    except BaseException:
+        connection.close()
+        raise
+    return connection
