@@ -1,0 +1,784 @@
+"""Store figures: durable append throughput (SQLite, PostgreSQL), tail reads and keyset listings (SQLite).
+
+Every figure runs beside a raw baseline on the same data in the same run: plain `sqlite3` or psycopg doing
+the same inserts in the same transaction sizes, or the same query written by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import sqlite3
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote, urlsplit
+
+from agentwatch.events import PAYLOAD_ADAPTER, NewEvent, new_id
+from agentwatch.store import (
+    SCHEMA_VERSION,
+    TERMINAL_STATUSES,
+    SessionDraft,
+    SessionFilter,
+    SessionRecord,
+    SessionStatus,
+    Store,
+    connect_store,
+)
+from bench._harness import Context, Result, Skip, Target, percentile, sample_payload
+
+__all__ = ["append_postgres", "append_sqlite", "list_sqlite", "tail_sqlite"]
+
+_EVENT_INSERT: Final = (
+    "INSERT INTO events (id, session_id, seq, at, turn_id, conversation_id, payload, type) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_PAYLOAD_TYPE: Final = "tool.result"
+_TAIL_LIMIT: Final = 50
+_PAGE_SIZE: Final = 20
+# The store's PostgreSQL pool size; the baseline gets as many connections so both see the same concurrency.
+_POSTGRES_POOL: Final = 10
+
+
+def _utc_text(moment: datetime) -> str:
+    # The SQLite schema keeps times as fixed-width UTC text (see its first migration).
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
+def _per_second(events: int, seconds: float) -> float:
+    return events / seconds if seconds > 0 else 0.0
+
+
+async def _abba(rounds: int, first: Callable[[], Awaitable[float]], second: Callable[[], Awaitable[float]]) -> None:
+    """Run `first` and `second` `rounds` times each, alternating which goes first (ABBA), so a neighbour that
+    gets busy half-way through the run weighs on both alike."""
+    for index in range(rounds):
+        if index % 2 == 0:
+            await first()
+            await second()
+        else:
+            await second()
+            await first()
+
+
+# -- durable append: SQLite -------------------------------------------------------------------------------
+
+
+class _CommitCounter:
+    """Counts the COMMITs the SQLite store's writer connection runs, to know how many events a group held.
+
+    The group size depends on timing (how many appends queued up while the previous commit was flushing),
+    so it is measured, not assumed. The store keeps its writer connection private; when it is not where
+    we expect it, nothing is counted and `commits` stays None.
+    """
+
+    def __init__(self, store: Store) -> None:
+        connection = getattr(store, "_writer_connection", None)
+        self._connection = connection if isinstance(connection, sqlite3.Connection) else None
+        self._count = 0
+
+    def _trace(self, statement: str) -> None:
+        if statement.startswith("COMMIT"):
+            self._count += 1
+
+    def __enter__(self) -> _CommitCounter:
+        self._count = 0
+        if self._connection is not None:
+            self._connection.set_trace_callback(self._trace)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._connection is not None:
+            self._connection.set_trace_callback(None)
+
+    @property
+    def commits(self) -> int | None:
+        return self._count if self._connection is not None else None
+
+
+class _RawSqliteAppender:
+    """The baseline: plain sqlite3 `executemany` into the store's own events table, in fixed batches."""
+
+    def __init__(self, path: Path, payload_json: str, synchronous: str) -> None:
+        self._connection = sqlite3.connect(path, isolation_level=None)
+        self._connection.execute("PRAGMA journal_mode = WAL")
+        self._connection.execute(f"PRAGMA synchronous = {synchronous}")
+        self._payload_json = payload_json
+        self._seqs: dict[str, int] = {}
+
+    def rows(self, sessions: Sequence[SessionRecord], per_session: int) -> list[tuple[Any, ...]]:
+        """Rows for `per_session` events of each session, interleaved as concurrent appends would be."""
+        at = _utc_text(datetime.now(UTC))
+        rows: list[tuple[Any, ...]] = []
+        for _ in range(per_session):
+            for session in sessions:
+                seq = self._seqs[session.id] = self._seqs.get(session.id, 0) + 1
+                event_id = new_id("evt")
+                rows.append(
+                    (event_id, session.id, seq, at, None, session.conversation_id, self._payload_json, _PAYLOAD_TYPE)
+                )
+        return rows
+
+    def insert(self, rows: Sequence[tuple[Any, ...]], batch: int) -> float:
+        """Insert `rows`, one transaction per `batch` of them; the seconds it took."""
+        execute, execute_many = self._connection.execute, self._connection.executemany
+        start = time.perf_counter()
+        for index in range(0, len(rows), batch):
+            execute("BEGIN")
+            execute_many(_EVENT_INSERT, rows[index : index + batch])
+            execute("COMMIT")
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+async def _append_one_by_one(store: Store, session_id: str, events: list[NewEvent], count: int) -> float:
+    start = time.perf_counter()
+    for _ in range(count):
+        await store.append(session_id, events)
+    return time.perf_counter() - start
+
+
+async def _append_concurrently(store: Store, session_ids: Sequence[str], events: list[NewEvent], each: int) -> float:
+    async def one_session(session_id: str) -> None:
+        for _ in range(each):
+            await store.append(session_id, events)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one_session(session_id) for session_id in session_ids))
+    return time.perf_counter() - start
+
+
+async def _sessions(store: Store, prefix: str, count: int) -> list[SessionRecord]:
+    return [await store.create_session(SessionDraft(name=f"{prefix}-{index}", role="bench")) for index in range(count)]
+
+
+async def append_sqlite(ctx: Context) -> list[Result]:
+    """Durable appends on SQLite (WAL, synchronous=FULL): one session in sequence, then many at once."""
+    sizes = ctx.sizes
+    path = ctx.workdir / "append.db"
+    store = await connect_store(f"sqlite:///{path}?synchronous=full")
+    payload = sample_payload()
+    events = [NewEvent(payload)]
+    raw = _RawSqliteAppender(path, PAYLOAD_ADAPTER.dump_json(payload).decode(), "FULL")
+    totals = {"store": 0.0, "raw": 0.0}
+    try:
+        store_one, raw_one = await _sessions(store, "sequential-store", 1), await _sessions(store, "sequential-raw", 1)
+        sessions_n = sizes.concurrent_sessions
+        store_many = await _sessions(store, "concurrent-store", sessions_n)
+        raw_many = await _sessions(store, "concurrent-raw", sessions_n)
+
+        # (a) One session, sequential: each append is acknowledged after its own commit, so the baseline
+        # commits every row on its own too (batch size 1).
+        ctx.say(f"SQLite: {sizes.sqlite_sequential} sequential appends x {sizes.rounds} rounds, each way")
+        await _append_one_by_one(store, store_one[0].id, events, 10)  # warm-up
+        raw.insert(raw.rows(raw_one, 10), 1)
+
+        async def store_sequential() -> float:
+            seconds = await _append_one_by_one(store, store_one[0].id, events, sizes.sqlite_sequential)
+            totals["store"] += seconds
+            return seconds
+
+        async def raw_sequential() -> float:
+            seconds = raw.insert(raw.rows(raw_one, sizes.sqlite_sequential), 1)
+            totals["raw"] += seconds
+            return seconds
+
+        await _abba(sizes.rounds, raw_sequential, store_sequential)
+        sequential_events = sizes.sqlite_sequential * sizes.rounds
+        results = [
+            Result(
+                name="store.append.sqlite.1_session",
+                unit="events/s",
+                value=_per_second(sequential_events, totals["store"]),
+                baseline=_per_second(sequential_events, totals["raw"]),
+                better="higher",
+                note="1 event per append, acknowledged after its commit; baseline: sqlite3 executemany, 1 row "
+                "per transaction, WAL, synchronous=FULL, same payload",
+            )
+        ]
+
+        # (b) Many sessions at once, one asyncio task each: the store's writer commits whatever queued up as
+        # one group. The baseline inserts in batches of the size the group commit actually achieved
+        # (counted from the writer's COMMITs), not a fixed 100: 100 is only the upper bound (every session
+        # with one append in flight), and comparing with it would mix up two questions, how much each
+        # event costs the store and how well the groups fill. The second one has its own figure below.
+        per_session = sizes.sqlite_per_session
+        ctx.say(f"SQLite: {sessions_n} sessions x {per_session} concurrent appends x {sizes.rounds} rounds, each way")
+        totals = {"store": 0.0, "raw": 0.0}
+        grouped = {"events": 0, "commits": 0}
+        batch = [sessions_n]
+        counter = _CommitCounter(store)
+
+        async def store_concurrent(*, warm_up: bool = False) -> float:
+            each = 2 if warm_up else per_session
+            with counter:
+                seconds = await _append_concurrently(store, [s.id for s in store_many], events, each)
+            commits = counter.commits
+            if commits:
+                batch[0] = max(1, round(sessions_n * each / commits))
+                if not warm_up:
+                    grouped["events"] += sessions_n * each
+                    grouped["commits"] += commits
+            if not warm_up:
+                totals["store"] += seconds
+            return seconds
+
+        async def raw_concurrent() -> float:
+            seconds = raw.insert(raw.rows(raw_many, per_session), batch[0])
+            totals["raw"] += seconds
+            return seconds
+
+        await store_concurrent(warm_up=True)
+        await _abba(sizes.rounds, raw_concurrent, store_concurrent)
+        concurrent_events = sessions_n * per_session * sizes.rounds
+        if grouped["commits"]:
+            achieved = grouped["events"] / grouped["commits"]
+            batch_note = f"group commit averaged {achieved:.1f} events/commit; baseline: executemany in batches of it"
+        else:
+            achieved = float(sessions_n)
+            batch_note = f"commits not countable; baseline: executemany in batches of {sessions_n} (upper bound)"
+        results.append(
+            Result(
+                name=f"store.append.sqlite.{sessions_n}_sessions",
+                unit="events/s",
+                value=_per_second(concurrent_events, totals["store"]),
+                baseline=_per_second(concurrent_events, totals["raw"]),
+                better="higher",
+                target=Target("ratio", ">=", 0.5),
+                note=f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}; WAL, synchronous=FULL",
+            )
+        )
+        if grouped["commits"]:
+            results.append(
+                Result(
+                    name=f"store.append.sqlite.{sessions_n}_sessions.events_per_commit",
+                    unit="events/commit",
+                    value=achieved,
+                    baseline=float(sessions_n),
+                    better="higher",
+                    note=f"how full the groups were; baseline: {sessions_n}, every session's append in one commit",
+                )
+            )
+        return results
+    finally:
+        raw.close()
+        await store.close()
+
+
+# -- durable append: PostgreSQL ---------------------------------------------------------------------------
+
+
+def _as_is(text: Any) -> Any:
+    return text  # the payload is JSON text already
+
+
+def _unreachable(url: str, default_port: int) -> str | None:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or default_port
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return None
+    except OSError as error:
+        return f"{parts.scheme} at {host}:{port} is not reachable ({error})"
+
+
+async def append_postgres(ctx: Context) -> list[Result]:
+    """Durable appends on PostgreSQL: one session in sequence, then many at once; one transaction per append."""
+    if ctx.postgres_url is None:
+        raise Skip("no PostgreSQL URL given")
+    reason = _unreachable(ctx.postgres_url, 5432)
+    if reason is not None:
+        raise Skip(reason)
+    try:
+        import psycopg
+        from psycopg import sql
+        from psycopg.types.json import Jsonb
+        from psycopg_pool import AsyncConnectionPool
+    except ImportError:
+        raise Skip("psycopg is not installed (pip install 'agentwatch[postgres]')") from None
+
+    base_url = ctx.postgres_url
+    schema = f"aw_bench_{uuid.uuid4().hex[:12]}"
+    try:
+        async with await psycopg.AsyncConnection.connect(base_url, autocommit=True, connect_timeout=5) as admin:
+            await admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    except psycopg.OperationalError as error:
+        raise Skip(f"cannot use PostgreSQL at {urlsplit(base_url).netloc} ({str(error).strip()})") from None
+    separator = "&" if "?" in base_url else "?"
+    url = f"{base_url}{separator}options={quote(f'-csearch_path={schema}')}"
+    insert = _EVENT_INSERT.replace("?", "%s")
+    sizes = ctx.sizes
+    try:
+        store = await connect_store(url)
+        try:
+            payload = sample_payload()
+            payload_json = PAYLOAD_ADAPTER.dump_json(payload).decode()
+            events = [NewEvent(payload)]
+            seqs: dict[str, int] = {}
+
+            def rows(sessions: Sequence[SessionRecord], per_session: int) -> list[tuple[Any, ...]]:
+                now = datetime.now(UTC)
+                out: list[tuple[Any, ...]] = []
+                for _ in range(per_session):
+                    for session in sessions:
+                        seq = seqs[session.id] = seqs.get(session.id, 0) + 1
+                        out.append(
+                            (
+                                new_id("evt"),
+                                session.id,
+                                seq,
+                                now,
+                                None,
+                                session.conversation_id,
+                                Jsonb(payload_json, dumps=_as_is),
+                                _PAYLOAD_TYPE,
+                            )
+                        )
+                return out
+
+            # (a) One session, sequential: the baseline is one connection, one transaction per row.
+            store_one, raw_one = (
+                await _sessions(store, "sequential-store", 1),
+                await _sessions(store, "sequential-raw", 1),
+            )
+            ctx.say(f"PostgreSQL: {sizes.postgres_sequential} sequential appends x {sizes.rounds} rounds, each way")
+            totals = {"store": 0.0, "raw": 0.0}
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
+
+                async def raw_sequential(count: int = sizes.postgres_sequential, *, warm_up: bool = False) -> float:
+                    todo = rows(raw_one, count)
+                    start = time.perf_counter()
+                    for row in todo:
+                        async with connection.transaction(), connection.cursor() as cursor:
+                            await cursor.executemany(insert, [row])
+                    seconds = time.perf_counter() - start
+                    if not warm_up:
+                        totals["raw"] += seconds
+                    return seconds
+
+                async def store_sequential() -> float:
+                    seconds = await _append_one_by_one(store, store_one[0].id, events, sizes.postgres_sequential)
+                    totals["store"] += seconds
+                    return seconds
+
+                await raw_sequential(10, warm_up=True)
+                await _append_one_by_one(store, store_one[0].id, events, 10)
+                await _abba(sizes.rounds, raw_sequential, store_sequential)
+            sequential_events = sizes.postgres_sequential * sizes.rounds
+            results = [
+                Result(
+                    name="store.append.postgres.1_session",
+                    unit="events/s",
+                    value=_per_second(sequential_events, totals["store"]),
+                    baseline=_per_second(sequential_events, totals["raw"]),
+                    better="higher",
+                    note="1 event per append and transaction; baseline: psycopg executemany, 1 row per transaction",
+                )
+            ]
+
+            # (b) Many sessions at once. Each append is its own transaction on PostgreSQL (the server groups
+            # WAL flushes of concurrent commits itself), so the baseline is the same transaction size, 1 row,
+            # from as many tasks over a pool of as many connections as the store's.
+            sessions_n, per_session = sizes.concurrent_sessions, sizes.postgres_per_session
+            store_many = await _sessions(store, "concurrent-store", sessions_n)
+            raw_many = await _sessions(store, "concurrent-raw", sessions_n)
+            ctx.say(
+                f"PostgreSQL: {sessions_n} sessions x {per_session} concurrent appends x {sizes.rounds} rounds, "
+                "each way"
+            )
+            totals = {"store": 0.0, "raw": 0.0}
+
+            async def autocommit(connection: psycopg.AsyncConnection[Any]) -> None:
+                await connection.set_autocommit(True)
+
+            pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+                url, min_size=_POSTGRES_POOL, max_size=_POSTGRES_POOL, configure=autocommit, open=False
+            )
+            await pool.open(wait=True, timeout=30)
+            try:
+
+                async def raw_concurrent(each: int = per_session, *, warm_up: bool = False) -> float:
+                    todo = rows(raw_many, each)
+                    by_session: dict[str, list[tuple[Any, ...]]] = {}
+                    for row in todo:
+                        by_session.setdefault(row[1], []).append(row)
+
+                    async def one_session(session_rows: list[tuple[Any, ...]]) -> None:
+                        for row in session_rows:
+                            async with (
+                                pool.connection() as connection,
+                                connection.transaction(),
+                                connection.cursor() as cursor,
+                            ):
+                                await cursor.executemany(insert, [row])
+
+                    start = time.perf_counter()
+                    await asyncio.gather(*(one_session(session_rows) for session_rows in by_session.values()))
+                    seconds = time.perf_counter() - start
+                    if not warm_up:
+                        totals["raw"] += seconds
+                    return seconds
+
+                async def store_concurrent() -> float:
+                    seconds = await _append_concurrently(store, [s.id for s in store_many], events, per_session)
+                    totals["store"] += seconds
+                    return seconds
+
+                await raw_concurrent(2, warm_up=True)
+                await _append_concurrently(store, [s.id for s in store_many], events, 2)
+                await _abba(sizes.rounds, raw_concurrent, store_concurrent)
+            finally:
+                await pool.close()
+            concurrent_events = sessions_n * per_session * sizes.rounds
+            results.append(
+                Result(
+                    name=f"store.append.postgres.{sessions_n}_sessions",
+                    unit="events/s",
+                    value=_per_second(concurrent_events, totals["store"]),
+                    baseline=_per_second(concurrent_events, totals["raw"]),
+                    better="higher",
+                    note=f"{sessions_n} asyncio tasks, 1 event per append and transaction; baseline: psycopg "
+                    f"executemany, 1 row per transaction, {_POSTGRES_POOL} pooled connections",
+                )
+            )
+            return results
+        finally:
+            await store.close()
+    finally:
+        async with await psycopg.AsyncConnection.connect(base_url, autocommit=True) as admin:
+            await admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+# -- cached read databases --------------------------------------------------------------------------------
+
+
+def _remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+async def _cached_database(ctx: Context, name: str, what: str, build: Callable[[Path], Awaitable[None]]) -> Path:
+    """The cached database `name`, built by `build` the first time (into a scratch name, renamed when done,
+    so an interrupted build is never taken for a finished one)."""
+    ctx.cache_dir.mkdir(parents=True, exist_ok=True)
+    path = ctx.cache_dir / name
+    if path.exists():
+        return path
+    ctx.say(f"building {what} once (cached as {path.name})")
+    scratch = path.with_name(path.name + ".building")
+    _remove_database(scratch)
+    start = time.perf_counter()
+    await build(scratch)
+    scratch.rename(path)
+    ctx.say(f"built {path.name} in {time.perf_counter() - start:.1f} s")
+    return path
+
+
+@contextlib.contextmanager
+def _bulk_connection(path: Path) -> Iterator[sqlite3.Connection]:
+    connection = sqlite3.connect(path, isolation_level=None)
+    # A cache that is rebuilt when lost: no need to survive a power cut while it is written.
+    connection.execute("PRAGMA synchronous = OFF")
+    try:
+        yield connection
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()
+
+
+# -- tail read --------------------------------------------------------------------------------------------
+
+
+async def _build_tail(path: Path, sessions_n: int, per_session: int) -> None:
+    # The store creates the schema and the sessions; the events go straight into its events table, in
+    # exactly the form its append writes them (same columns, payload JSON, time text), which is much faster
+    # than a million appends and reads back the same.
+    store = await connect_store(f"sqlite:///{path}")
+    try:
+        sessions = await _sessions(store, "tail", sessions_n)
+    finally:
+        await store.close()
+    template = PAYLOAD_ADAPTER.dump_json(sample_payload(0)).decode()
+    tag = "call_00000000"
+    start = datetime.now(UTC) - timedelta(days=1)
+
+    def fill() -> None:
+        with _bulk_connection(path) as connection:
+            for session in sessions:
+                rows = [
+                    (
+                        new_id("evt"),
+                        session.id,
+                        seq,
+                        _utc_text(start + timedelta(milliseconds=seq)),
+                        None,
+                        session.conversation_id,
+                        template.replace(tag, f"call_{seq:08d}"),
+                        _PAYLOAD_TYPE,
+                    )
+                    for seq in range(1, per_session + 1)
+                ]
+                connection.execute("BEGIN")
+                connection.executemany(_EVENT_INSERT, rows)
+                connection.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (per_session, session.id))
+                connection.execute("COMMIT")
+
+    await asyncio.to_thread(fill)
+
+
+async def tail_sqlite(ctx: Context) -> list[Result]:
+    """`read_events(session, after_seq=random, limit=50)` in a large store, against the same query by hand."""
+    sizes = ctx.sizes
+    per_session = sizes.tail_events // sizes.tail_sessions
+    name = f"tail-v{SCHEMA_VERSION}-{sizes.tail_events}-{sizes.tail_sessions}.db"
+    path = await _cached_database(
+        ctx,
+        name,
+        f"the {sizes.tail_events:,}-event database",
+        lambda scratch: _build_tail(scratch, sizes.tail_sessions, per_session),
+    )
+    store = await connect_store(f"sqlite:///{path}")
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("PRAGMA query_only = ON")
+    try:
+        sessions = [row[0] for row in raw.execute("SELECT id FROM sessions WHERE last_seq > 0 ORDER BY id")]
+        rng = random.Random(42)
+        picks = [
+            (rng.choice(sessions), rng.randint(0, max(per_session - _TAIL_LIMIT, 0)))
+            for _ in range(sizes.tail_samples + 50)
+        ]
+        query = (
+            "SELECT id, session_id, seq, at, turn_id, conversation_id, payload FROM events "
+            "WHERE session_id = ? AND seq > ? ORDER BY seq ASC LIMIT ?"
+        )
+        ctx.say(f"tail: {sizes.tail_samples} reads of {_TAIL_LIMIT} events each way, {sizes.tail_events:,} events")
+        store_ms: list[float] = []
+        raw_ms: list[float] = []
+        for index, (session_id, after_seq) in enumerate(picks):
+            # Alternate which goes first, so neither always finds the pages the other just read in cache.
+            for turn in (index % 2, 1 - index % 2):
+                if turn == 0:
+                    start = time.perf_counter()
+                    events = await store.read_events(session_id, after_seq=after_seq, limit=_TAIL_LIMIT)
+                    elapsed = time.perf_counter() - start
+                    if len(events) != min(_TAIL_LIMIT, per_session - after_seq):
+                        raise RuntimeError(f"read_events returned {len(events)} events after seq {after_seq}")
+                    if index >= 50:
+                        store_ms.append(elapsed * 1000)
+                else:
+                    start = time.perf_counter()
+                    raw.execute(query, (session_id, after_seq, _TAIL_LIMIT)).fetchall()
+                    elapsed = time.perf_counter() - start
+                    if index >= 50:
+                        raw_ms.append(elapsed * 1000)
+    finally:
+        raw.close()
+        await store.close()
+    note = (
+        f"{sizes.tail_events:,} events over {sizes.tail_sessions} sessions, random cursor, {len(store_ms)} reads; "
+        "baseline: the same SELECT with sqlite3, rows left undecoded"
+    )
+    return [
+        Result(
+            "store.tail.sqlite.p50",
+            "ms",
+            percentile(store_ms, 50),
+            percentile(raw_ms, 50),
+            "lower",
+            Target("value", "<=", 1.0),
+            note,
+        ),
+        Result("store.tail.sqlite.p99", "ms", percentile(store_ms, 99), percentile(raw_ms, 99), "lower", None, note),
+    ]
+
+
+# -- keyset listing ---------------------------------------------------------------------------------------
+
+_STATUS_WEIGHTS: Final[dict[SessionStatus, int]] = {
+    "idle": 30,
+    "running": 10,
+    "awaiting_input": 5,
+    "completed": 40,
+    "failed": 8,
+    "cancelled": 5,
+    "interrupted": 2,
+}
+_ROLES: Final = ("chat", "coder", "reviewer", "researcher", "planner", "digest", "triage", "writer", "ops", "qa")
+_LIST_FILTER: Final = SessionFilter(status=["running", "awaiting_input", "failed"], role=["chat", "coder"])
+_SESSION_COLUMNS: Final = tuple(SessionRecord.model_fields)
+_TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+_LIVE_SQL: Final = f"(deleted_at IS NULL AND status NOT IN ({_TERMINAL_SQL}))"
+# The listing as one would write it by hand: newest first after the boss and the live sessions, and the
+# keyset as nested comparisons. (A row-value comparison, `(boss, live, last_active_at, id) < (...)`, reads
+# the same but leads SQLite's planner to walk the listing index and runs about 7x slower here.)
+_HAND_WHERE: Final = "status IN (?, ?, ?) AND role IN (?, ?) AND deleted_at IS NULL"
+_HAND_ORDER: Final = f"ORDER BY boss DESC, {_LIVE_SQL} DESC, last_active_at DESC, id DESC LIMIT ?"
+_HAND_FIRST: Final = f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} {_HAND_ORDER}"
+_HAND_AFTER: Final = (
+    f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} "
+    f"AND (boss < ? OR (boss = ? AND ({_LIVE_SQL} < ? OR ({_LIVE_SQL} = ? "
+    f"AND (last_active_at < ? OR (last_active_at = ? AND id < ?)))))) {_HAND_ORDER}"
+)
+_HAND_PARAMS: Final = ("running", "awaiting_input", "failed", "chat", "coder")
+
+
+async def _build_sessions(path: Path, count: int) -> None:
+    # Sessions go straight into the store's sessions table (with a conversation each), as create_session
+    # writes them; the store itself only creates the schema.
+    store = await connect_store(f"sqlite:///{path}")
+    await store.close()
+    rng = random.Random(7)
+    statuses = list(_STATUS_WEIGHTS)
+    weights = list(_STATUS_WEIGHTS.values())
+    now = datetime.now(UTC)
+
+    def fill() -> None:
+        sessions: list[tuple[Any, ...]] = []
+        conversations: list[tuple[Any, ...]] = []
+        for index in range(count):
+            role = rng.choice(_ROLES)
+            created = now - timedelta(seconds=rng.uniform(3600, 90 * 86400))
+            active = created + timedelta(seconds=rng.uniform(0, 3600))
+            deleted = _utc_text(active) if rng.random() < 0.05 else None
+            session_id, conversation_id = new_id("ses"), new_id("cnv")
+            sessions.append(
+                (
+                    session_id,
+                    f"{role}-{index:07d}",
+                    role,
+                    rng.choices(statuses, weights)[0],
+                    "chat",
+                    1 if index == 0 else 0,
+                    f"{index % 500}:bot",
+                    _utc_text(created),
+                    _utc_text(active),
+                    _utc_text(active),
+                    deleted,
+                    conversation_id,
+                )
+            )
+            conversations.append((conversation_id, session_id, _utc_text(created)))
+        with _bulk_connection(path) as connection:
+            connection.execute("BEGIN")
+            connection.executemany(
+                "INSERT INTO sessions (id, name, role, status, source, boss, scope, created_at, updated_at, "
+                "last_active_at, deleted_at, conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                sessions,
+            )
+            connection.executemany(
+                "INSERT INTO conversations (id, session_id, started_at) VALUES (?, ?, ?)", conversations
+            )
+            connection.execute("COMMIT")
+            connection.execute("ANALYZE")  # as a long-lived database would have (`PRAGMA optimize`)
+
+    await asyncio.to_thread(fill)
+
+
+def _hand_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    column = _SESSION_COLUMNS.index
+    live = row[column("deleted_at")] is None and row[column("status")] not in TERMINAL_STATUSES
+    return (row[column("boss")], int(live), row[column("last_active_at")], row[column("id")])
+
+
+async def list_sqlite(ctx: Context) -> list[Result]:
+    """`list_sessions(SessionFilter(status=..., role=...), limit=20)`: the first page and a later one."""
+    sizes = ctx.sizes
+    path = await _cached_database(
+        ctx,
+        f"sessions-v{SCHEMA_VERSION}-{sizes.list_sessions}.db",
+        f"the {sizes.list_sessions:,}-session database",
+        lambda scratch: _build_sessions(scratch, sizes.list_sessions),
+    )
+    store = await connect_store(f"sqlite:///{path}")
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("PRAGMA query_only = ON")
+    try:
+        # Walk to the later page once each way, keeping the cursor (store) and the key (by hand) to reach it.
+        cursor: str | None = None
+        key: tuple[Any, ...] | None = None
+        later = 1
+        for number in range(1, sizes.list_later_page):
+            page = await store.list_sessions(_LIST_FILTER, limit=_PAGE_SIZE, cursor=cursor)
+            hand = _hand_page(raw, key)[:_PAGE_SIZE]
+            if [s.id for s in page.items] != [row[0] for row in hand]:
+                raise RuntimeError(f"list_sessions and the hand-written query disagree on page {number}")
+            if page.next_cursor is None:
+                break
+            cursor, key, later = page.next_cursor, _hand_key(hand[-1]), number + 1
+        ctx.say(
+            f"list: {sizes.list_samples} listings of pages 1 and {later} each way, {sizes.list_sessions:,} sessions"
+        )
+
+        async def store_page(at: str | None) -> float:
+            start = time.perf_counter()
+            await store.list_sessions(_LIST_FILTER, limit=_PAGE_SIZE, cursor=at)
+            return (time.perf_counter() - start) * 1000
+
+        def hand_page(at: tuple[Any, ...] | None) -> float:
+            start = time.perf_counter()
+            _hand_page(raw, at)
+            return (time.perf_counter() - start) * 1000
+
+        timings: dict[str, list[float]] = {"store-first": [], "hand-first": [], "store-later": [], "hand-later": []}
+        for index in range(sizes.list_samples + 10):
+            keep = index >= 10  # the first few warm the caches
+            for turn in (index % 2, 1 - index % 2):
+                if turn == 0:
+                    first, later_ms = await store_page(None), await store_page(cursor)
+                    if keep:
+                        timings["store-first"].append(first)
+                        timings["store-later"].append(later_ms)
+                else:
+                    first, later_ms = hand_page(None), hand_page(key)
+                    if keep:
+                        timings["hand-first"].append(first)
+                        timings["hand-later"].append(later_ms)
+    finally:
+        raw.close()
+        await store.close()
+    note = (
+        f"{sizes.list_sessions:,} sessions, status in 3 of 7 and role in 2 of 10, {_PAGE_SIZE} per page, "
+        f"{sizes.list_samples} listings; baseline: the keyset query by hand with sqlite3, rows left undecoded"
+    )
+    results: list[Result] = []
+    for page_name, label in (("first", "first_page"), ("later", f"page_{later}")):
+        store_ms, hand_ms = timings[f"store-{page_name}"], timings[f"hand-{page_name}"]
+        results.append(
+            Result(
+                f"store.list.sqlite.{label}.p50",
+                "ms",
+                percentile(store_ms, 50),
+                percentile(hand_ms, 50),
+                "lower",
+                Target("value", "<=", 20.0),
+                note,
+            )
+        )
+        results.append(
+            Result(
+                f"store.list.sqlite.{label}.p99",
+                "ms",
+                percentile(store_ms, 99),
+                percentile(hand_ms, 99),
+                "lower",
+                None,
+                note,
+            )
+        )
+    return results
+
+
+def _hand_page(connection: sqlite3.Connection, after: tuple[Any, ...] | None) -> list[tuple[Any, ...]]:
+    # One row past the page, as the store reads, to know whether another page follows.
+    if after is None:
+        return connection.execute(_HAND_FIRST, (*_HAND_PARAMS, _PAGE_SIZE + 1)).fetchall()
+    boss, live, active, session_id = after
+    keyset = (boss, boss, live, live, active, active, session_id)
+    return connection.execute(_HAND_AFTER, (*_HAND_PARAMS, *keyset, _PAGE_SIZE + 1)).fetchall()

@@ -1,0 +1,467 @@
+"""The models adapter: runs one turn on a model with tools, and reports every step as our own payloads.
+
+This module (with `refs` and `scripted`) is the only place that knows pydantic-ai. A turn is driven node by
+node through `Agent.iter`, so the adapter commits at the points the engine relies on:
+
+1. before a model request: `CompletionStarted`, with the request message (and, when the request carries tool
+   returns, a `ToolResult` per return: the results of the tools that just ran);
+2. while it streams: `ContentDelta` for every piece of text and thinking (ephemeral);
+3. when it ends: `ThinkingBlock` / `AssistantMessage` per part, `CompletionFinished`, a `ToolCall` per call, with
+   the response message, all in one commit. Only then may the tools run (the turn-durability barrier).
+
+A cancelled or failed run commits what it recovered first; a run never leaves a stored tool call without a
+result (calls that never finished get an `interrupted` return).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from pydantic import JsonValue, ValidationError
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ModelMessagesTypeAdapter,
+    ModelRequestNode,
+    ToolDenied,
+)
+from pydantic_ai.exceptions import CallDeferred, ToolFailed
+from pydantic_ai.messages import (
+    INTERRUPTED_TOOL_RETURN_CONTENT,
+    AgentStreamEvent,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ThinkingPart,
+    ThinkingPartDelta,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.run import AgentRun
+from pydantic_ai.tools import RunContext, Tool
+from pydantic_ai.usage import RequestUsage, UsageLimits
+
+from agentwatch.errors import Invalid
+from agentwatch.events import (
+    AssistantMessage,
+    CompletionFinished,
+    CompletionStarted,
+    ContentDelta,
+    Payload,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    ToolStatus,
+    Usage,
+)
+from agentwatch.runtime.models._outcomes import tool_status
+from agentwatch.runtime.models._types import (
+    PendingCall,
+    ToolContext,
+    ToolSpec,
+    TurnInput,
+    TurnResult,
+    TurnSink,
+)
+from agentwatch.runtime.models.refs import ModelResolver
+
+__all__ = ["run_turn"]
+
+logger = logging.getLogger(__name__)
+
+_Output = str | DeferredToolRequests
+
+
+async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | None = None) -> TurnResult:
+    """Run one turn (or the continuation of one) on its model, committing every durable step through `sink`.
+
+    Returns how the run ended: `completed` with the final text, `paused` with the calls that wait on a person,
+    or `failed` with the error (a provider error, a model that raised, the request limit). Raises
+    `InvalidArgument` for a model ref that does not resolve and `Invalid` for a history that does not load,
+    both before anything is committed. Cancelling the task commits what was recovered and re-raises.
+    """
+    resolver = models if models is not None else ModelResolver()
+    model = resolver._model(turn.model)
+    history = _load_history(turn.history)
+    return await _TurnRun(turn, sink, resolver.context_window(turn.model)).run(model, history)
+
+
+def _load_history(history: Sequence[JsonValue]) -> list[ModelMessage]:
+    # Through JSON text, as the store has it: bytes and dates load the same way they would from disk.
+    try:
+        return ModelMessagesTypeAdapter.validate_json(json.dumps(list(history)))
+    except (ValidationError, TypeError, ValueError) as exc:
+        raise Invalid(f"the stored conversation history does not load as model messages: {exc}") from None
+
+
+def _dump(messages: Sequence[ModelMessage]) -> list[JsonValue]:
+    return cast(list[JsonValue], ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
+
+
+def _usage(usage: RequestUsage) -> Usage:
+    return Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        reasoning_tokens=usage.output_reasoning_tokens,
+        requests=1,
+        cost_usd=float(usage.cost) if usage.cost is not None else None,
+    )
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _open_calls(messages: Sequence[ModelMessage]) -> list[ToolCallPart]:
+    """The tool calls of the last response that no later request answers."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, ModelResponse):
+            answered = {
+                part.tool_call_id
+                for later in messages[index + 1 :]
+                if isinstance(later, ModelRequest)
+                for part in later.parts
+                if isinstance(part, ToolReturnPart)
+            }
+            return [call for call in message.tool_calls if call.tool_call_id not in answered]
+    return []
+
+
+def _interrupted_return(call: ToolCallPart) -> ToolReturnPart:
+    # The same return pydantic-ai itself writes for a call a cancelled run never finished.
+    return ToolReturnPart(
+        tool_name=call.tool_name,
+        content=INTERRUPTED_TOOL_RETURN_CONTENT,
+        tool_call_id=call.tool_call_id,
+        outcome="interrupted",
+    )
+
+
+class _TurnRun:
+    """The state of one `run_turn`: what is committed so far, and the usage of its requests."""
+
+    def __init__(self, turn: TurnInput, sink: TurnSink, context_window: int | None) -> None:
+        self.turn = turn
+        self.sink = sink
+        self.context_window = context_window
+        self.request_index = 0
+        self.usage = Usage()
+        # Messages are tracked by identity: pydantic-ai appends the very objects we committed to its history.
+        self._committed: dict[int, ModelMessage] = {}
+        self._statuses: dict[str, ToolStatus] = {}  # tool call id -> status that the return's outcome can't tell
+        self._inflight: asyncio.Future[None] | None = None
+        self._run: AgentRun[None, _Output] | None = None
+
+    async def run(self, model: Model, history: list[ModelMessage]) -> TurnResult:
+        for message in history:
+            self._committed[id(message)] = message
+        agent: Agent[None, _Output] = Agent(
+            model,
+            instructions=self.turn.instructions or None,
+            tools=[self._tool(spec) for spec in self.turn.tools],
+            output_type=[str, DeferredToolRequests],  # lets the run end on calls that wait for a person
+        )
+        deferred = self._answers(history)
+        try:
+            async with agent.iter(
+                self.turn.prompt,
+                message_history=history,
+                deferred_tool_results=deferred,
+                usage_limits=UsageLimits(request_limit=self.turn.max_requests),
+            ) as run:
+                self._run = run
+                async for node in run:
+                    if Agent.is_model_request_node(node):
+                        await self._model_request(run, node)
+                    elif Agent.is_end_node(node):
+                        return await self._end(run, node.data.output)
+                    # A CallToolsNode needs nothing here: its response and calls were committed when the response
+                    # ended, and advancing the loop runs its tools.
+        except asyncio.CancelledError:
+            await self._after_interruption("interrupted")
+            raise
+        except Exception as exc:
+            logger.debug("model run failed", exc_info=True)
+            try:
+                await self._after_interruption("error")
+            except Exception:
+                logger.exception("could not commit what a failed run recovered")
+            return TurnResult(outcome="failed", output=None, usage=self.usage, error=_error_text(exc))
+        raise RuntimeError("the model run ended without an end node")  # pragma: no cover
+
+    # -- tools -------------------------------------------------------------------------------------------------
+
+    def _tool(self, spec: ToolSpec) -> Tool[None]:
+        if spec.asks_user:
+
+            async def ask(ctx: RunContext[None], **args: Any) -> Any:
+                raise CallDeferred(kind="question")  # the answer arrives with a later run_turn
+
+            function = ask
+        else:
+            sink = self.sink
+
+            async def call(ctx: RunContext[None], **args: Any) -> Any:
+                context = ToolContext(ctx.tool_call_id or "", spec.name, _guarded(sink))
+                try:
+                    return await spec.run(context, dict(args))
+                except Exception as exc:
+                    # pydantic-ai would end the run on a plain exception; the model should see it instead.
+                    raise ToolFailed(_error_text(exc)) from exc
+
+            function = call
+        tool: Tool[None] = Tool.from_schema(
+            function,
+            name=spec.name,
+            description=spec.description,
+            json_schema=dict(spec.parameters),
+            takes_ctx=True,
+        )
+        tool.requires_approval = spec.requires_approval and not spec.asks_user
+        return tool
+
+    def _answers(self, history: list[ModelMessage]) -> DeferredToolResults | None:
+        """Results for the open calls the history ends with: the answers given, `interrupted` for the rest."""
+        open_calls = _open_calls(history)
+        if not open_calls:
+            return None  # answers to calls that are no longer open were applied before; nothing to do
+        answers = {answer.tool_call_id: answer for answer in self.turn.answers}
+        results = DeferredToolResults()
+        for call in open_calls:
+            answer = answers.get(call.tool_call_id)
+            if answer is None:
+                # A restart cut the call off (or nobody answered it): never run it again.
+                results.calls[call.tool_call_id] = ToolFailed(INTERRUPTED_TOOL_RETURN_CONTENT)
+                self._statuses[call.tool_call_id] = "interrupted"
+            elif answer.approved is True:
+                results.approvals[call.tool_call_id] = True
+            elif answer.approved is False:
+                results.approvals[call.tool_call_id] = ToolDenied(answer.message or "The tool call was denied.")
+            else:
+                results.calls[call.tool_call_id] = answer.value
+        return results
+
+    def _tool_results(self, request: ModelRequest) -> list[Payload]:
+        results: list[Payload] = []
+        for part in request.parts:
+            if isinstance(part, ToolReturnPart):
+                status = self._statuses.pop(part.tool_call_id, None) or tool_status(part.outcome)
+                results.append(
+                    ToolResult(
+                        tool_call_id=part.tool_call_id,
+                        tool_name=part.tool_name,
+                        output=part.model_response_str(wrap_if_error=False),
+                        status=status,
+                    )
+                )
+        return results
+
+    # -- model requests ----------------------------------------------------------------------------------------
+
+    async def _model_request(self, run: AgentRun[None, _Output], node: ModelRequestNode[None, _Output]) -> None:
+        payloads: list[Payload] = []
+        messages = self._uncommitted(run)
+        request = node.request
+        # A request resumed from the history without a prompt is the stored one sent again.
+        if not node.is_resuming_without_prompt and id(request) not in self._committed:
+            if request.timestamp is None:
+                request.timestamp = datetime.now(UTC)  # pydantic-ai stamps it only once it is sent
+            # Committed as it leaves, before pydantic-ai sends it: a crash during the request keeps the prompt
+            # and the results of the tools that ran.
+            messages.append(request)
+        for message in messages:
+            if isinstance(message, ModelRequest):
+                payloads += self._tool_results(message)
+        payloads.append(CompletionStarted(request_index=self.request_index, model=self.turn.model))
+        await self._commit(payloads, messages)
+
+        async with node.stream(run.ctx) as stream:
+            async for event in stream:
+                self._stream_event(event)
+
+        response_payloads: list[Payload] = []
+        new = self._uncommitted(run)
+        for message in new:
+            if isinstance(message, ModelResponse):
+                response_payloads += self._response_payloads(message)
+        await self._commit(response_payloads, new)
+
+    def _stream_event(self, event: AgentStreamEvent) -> None:
+        delta: ContentDelta | None = None
+        if isinstance(event, PartStartEvent):
+            part = event.part
+            # The first piece of a part arrives in the part itself, not as a delta.
+            if isinstance(part, TextPart | ThinkingPart) and part.content:
+                kind = "text" if isinstance(part, TextPart) else "thinking"
+                delta = ContentDelta(part=kind, index=event.index, request_index=self.request_index, delta=part.content)
+        elif isinstance(event, PartDeltaEvent):
+            change = event.delta
+            if isinstance(change, TextPartDelta) and change.content_delta:
+                delta = ContentDelta(
+                    part="text", index=event.index, request_index=self.request_index, delta=change.content_delta
+                )
+            elif isinstance(change, ThinkingPartDelta) and change.content_delta:
+                delta = ContentDelta(
+                    part="thinking", index=event.index, request_index=self.request_index, delta=change.content_delta
+                )
+        if delta is not None:
+            _guarded(self.sink)(delta)
+
+    def _response_payloads(self, response: ModelResponse, cut_off: str = "interrupted") -> list[Payload]:
+        """What a response says, in our words: its text and thinking, how it finished, and its tool calls."""
+        payloads: list[Payload] = []
+        calls: list[Payload] = []
+        for part in response.parts:
+            if isinstance(part, ThinkingPart) and part.content:
+                payloads.append(ThinkingBlock(text=part.content))
+            elif isinstance(part, TextPart) and part.content:
+                payloads.append(AssistantMessage(text=part.content))
+            elif isinstance(part, ToolCallPart):
+                calls.append(
+                    ToolCall(
+                        tool_call_id=part.tool_call_id,
+                        tool_name=part.tool_name,
+                        input=cast(dict[str, JsonValue], part.args_as_dict()),
+                    )
+                )
+        usage = _usage(response.usage)
+        self.usage = self.usage + usage
+        # A response the run was cut off in says why (`interrupted` by a cancellation, `error` by a failure).
+        finish_reason = response.finish_reason if response.state == "complete" else cut_off
+        payloads.append(
+            CompletionFinished(
+                request_index=self.request_index,
+                model=self.turn.model,
+                usage=usage,
+                finish_reason=finish_reason,
+                response=_dump([response])[0],
+                context_tokens=response.usage.input_tokens,
+                context_window=self.context_window,
+                window_source="registry" if self.context_window is not None else None,
+            )
+        )
+        self.request_index += 1
+        return payloads + calls
+
+    # -- the end -----------------------------------------------------------------------------------------------
+
+    async def _end(self, run: AgentRun[None, _Output], output: _Output) -> TurnResult:
+        messages = self._uncommitted(run)
+        if messages:
+            payloads: list[Payload] = []
+            for message in messages:
+                if isinstance(message, ModelRequest):
+                    payloads += self._tool_results(message)
+            await self._commit(payloads, messages)
+        if isinstance(output, DeferredToolRequests):
+            return TurnResult(outcome="paused", output=None, usage=self.usage, pending=self._pending(run, output))
+        return TurnResult(outcome="completed", output=output, usage=self.usage)
+
+    def _pending(self, run: AgentRun[None, _Output], requests: DeferredToolRequests) -> tuple[PendingCall, ...]:
+        kinds = {call.tool_call_id: "approval" for call in requests.approvals}
+        kinds.update({call.tool_call_id: "question" for call in requests.calls})
+        response = next(m for m in reversed(run.all_messages()) if isinstance(m, ModelResponse))
+        pending = []
+        for call in response.tool_calls:  # in the order the model made them
+            kind = kinds.get(call.tool_call_id)
+            if kind is None:
+                continue
+            args = cast(dict[str, JsonValue], call.args_as_dict())
+            question = args.get("question")
+            pending.append(
+                PendingCall(
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    input=args,
+                    kind="approval" if kind == "approval" else "question",
+                    question=question if kind == "question" and isinstance(question, str) else None,
+                )
+            )
+        return tuple(pending)
+
+    async def _after_interruption(self, finish_reason: str) -> None:
+        """Commit what a cancelled or failed run recovered, leaving no stored tool call without a result."""
+        if self._inflight is not None and not self._inflight.done():
+            try:
+                await self._inflight  # a commit the cancellation caught halfway: it finishes (it is shielded)
+            except Exception:
+                logger.exception("a commit failed while the run was interrupted")
+        run = self._run
+        if run is None:
+            return  # cut off before the run began: nothing new, and the next run closes any open calls
+        new = self._uncommitted(run)
+        payloads: list[Payload] = []
+        keep: list[ModelMessage] = []
+        partial_request: ModelRequest | None = None
+        for message in new:
+            if isinstance(message, ModelResponse):
+                payloads += self._response_payloads(message, finish_reason)
+                keep.append(message)
+            elif message.state == "interrupted":
+                partial_request = message  # the tools that finished before the cut: closed below
+            else:
+                payloads += self._tool_results(message)
+                keep.append(message)
+        open_calls = _open_calls([m for m in run.all_messages() if m is not partial_request])
+        if partial_request is not None or open_calls:
+            finished = partial_request.parts if partial_request is not None else []
+            done = {p.tool_call_id for p in finished if isinstance(p, ToolReturnPart)}
+            returns = [_interrupted_return(call) for call in open_calls if call.tool_call_id not in done]
+            closing = (
+                replace(partial_request, parts=[*finished, *returns], state="complete")
+                if partial_request is not None
+                else ModelRequest(parts=list(returns))
+            )
+            payloads += self._tool_results(closing)
+            keep.append(closing)
+        if payloads or keep:
+            await self._commit(payloads, keep, shield=False)
+
+    # -- committing --------------------------------------------------------------------------------------------
+
+    def _uncommitted(self, run: AgentRun[None, _Output]) -> list[ModelMessage]:
+        return [m for m in run.new_messages() if id(m) not in self._committed]
+
+    async def _commit(
+        self, payloads: Sequence[Payload], messages: Sequence[ModelMessage], *, shield: bool = True
+    ) -> None:
+        if not payloads and not messages:
+            return
+        for message in messages:
+            self._committed[id(message)] = message
+        write = asyncio.ensure_future(self.sink.commit(list(payloads), _dump(messages)))
+        if not shield:
+            await write
+            return
+        # A durable step is all or nothing: a cancellation arriving mid-write lets the write finish.
+        self._inflight = write
+        await asyncio.shield(write)
+        self._inflight = None
+
+
+def _guarded(sink: TurnSink) -> Callable[[Payload], None]:
+    """`sink.stream`, made harmless: an ephemeral payload that cannot be published must not hurt the turn."""
+
+    def stream(payload: Payload) -> None:
+        try:
+            sink.stream(payload)
+        except Exception:
+            logger.exception("the sink could not stream a %s", payload.type)
+
+    return stream

@@ -1,0 +1,150 @@
+"""The vocabulary of one turn on a model: what the engine hands the adapter, and what it gets back.
+
+Nothing here knows the model layer; `run_turn` (in `_adapter`) turns these into its calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import JsonValue
+
+from agentwatch.events import Payload, ToolProgress, Usage
+
+__all__ = [
+    "PendingCall",
+    "ToolAnswer",
+    "ToolContext",
+    "ToolRunner",
+    "ToolSpec",
+    "TurnInput",
+    "TurnResult",
+    "TurnSink",
+]
+
+
+class ToolContext:
+    """What a running tool knows about its call, and how it reports progress."""
+
+    __slots__ = ("_emit", "tool_call_id", "tool_name")
+
+    def __init__(self, tool_call_id: str, tool_name: str, emit: Callable[[Payload], None]) -> None:
+        self.tool_call_id = tool_call_id
+        """The id that pairs the call with its result."""
+        self.tool_name = tool_name
+        """The tool's name."""
+        self._emit = emit
+
+    def progress(self, message: str, fraction: float | None = None) -> None:
+        """Tell watchers what the tool is doing (an ephemeral `ToolProgress`; never stored, never blocks)."""
+        self._emit(ToolProgress(tool_call_id=self.tool_call_id, message=message, fraction=fraction))
+
+    def __repr__(self) -> str:
+        return f"ToolContext(tool_call_id={self.tool_call_id!r}, tool_name={self.tool_name!r})"
+
+
+ToolRunner = Callable[[ToolContext, dict[str, Any]], Awaitable[JsonValue]]
+"""Runs one call of a tool: gets the context and the arguments the model sent, returns text or JSON."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call during a turn."""
+
+    name: str
+    """The name the model sees."""
+    description: str
+    """What the tool does, for the model."""
+    parameters: dict[str, JsonValue]
+    """JSON schema of the arguments object."""
+    run: ToolRunner
+    """Runs a call. An exception it raises becomes a failed result the model sees (`ToolResult(status="error")`);
+    the turn goes on."""
+    requires_approval: bool = False
+    """A person must approve each call before it runs: the turn pauses with a pending `approval` call."""
+    asks_user: bool = False
+    """The call itself is a question (ask_user): the turn pauses with a pending `question` call and the answer
+    becomes the call's result. `run` is never called for such a tool."""
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """The answer to a call that paused the turn (or that a restart cut off)."""
+
+    tool_call_id: str
+    """The call it answers."""
+    approved: bool | None = None
+    """For approval calls: True runs the tool, False denies it. Set on any call, False denies it too."""
+    message: str | None = None
+    """The denial reason the model sees (when `approved` is False)."""
+    value: JsonValue = None
+    """For question calls: the person's answer, which becomes the tool result (when `approved` is None)."""
+
+
+class TurnSink(Protocol):
+    """Where a turn reports what happens; the engine implements it."""
+
+    async def commit(self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = ()) -> None:
+        """Durable step: append these durable payloads AND these new model-layer messages (opaque JSON, in order)
+        in one atomic write; return only once they are durable. `payloads` may be empty when only messages are
+        new (a request that failed before any response)."""
+        ...
+
+    def stream(self, payload: Payload) -> None:
+        """Ephemeral payload (`ContentDelta`, `ToolProgress`): published live, never stored; must not block."""
+        ...
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """One run of a turn: the model, the conversation so far, and what to add to it."""
+
+    model: str
+    """The model ref (`openai:gpt-4o`, `openai-chat:llama3`, `anthropic:...`, `<provider>:<model>`,
+    `scripted:<name>`)."""
+    instructions: str
+    """The system prompt, exactly."""
+    history: Sequence[JsonValue]
+    """The conversation's stored messages so far: every `messages` item committed earlier, in order."""
+    prompt: str | None
+    """User text to add; None continues from the history (after answers, or after a restart)."""
+    tools: Sequence[ToolSpec] = ()
+    """The tools the model may call."""
+    answers: Sequence[ToolAnswer] = ()
+    """Answers to the calls that paused the previous run of this turn."""
+    max_requests: int = 50
+    """Model requests this run may make before it fails."""
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A tool call the turn paused on: it waits for a person's approval or answer."""
+
+    tool_call_id: str
+    """The call; answer it with `ToolAnswer(tool_call_id, ...)`."""
+    tool_name: str
+    """The tool the model called."""
+    input: dict[str, JsonValue]
+    """The arguments the model sent."""
+    kind: Literal["approval", "question"]
+    """`approval` for a `requires_approval` tool, `question` for an `asks_user` tool."""
+    question: str | None = None
+    """For a question: the `question` argument when the model sent one as text."""
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """How a run of a turn ended."""
+
+    outcome: Literal["completed", "paused", "failed"]
+    """`completed` when the model gave its final answer, `paused` on pending calls, `failed` on an error."""
+    output: str | None
+    """The final assistant text (`completed` only)."""
+    usage: Usage
+    """Tokens and cost of every model request of this run."""
+    pending: tuple[PendingCall, ...] = ()
+    """For `paused`: the calls that wait on a person, in the order the model made them."""
+    error: str | None = None
+    """For `failed`: what went wrong."""

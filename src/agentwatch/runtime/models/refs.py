@@ -1,0 +1,188 @@
+"""Model refs: the `<prefix>:<model>` strings roles name their model with, and the models they resolve to.
+
+| ref | model |
+|---|---|
+| `openai:<model>`, `openai-responses:<model>` | OpenAI's Responses API |
+| `openai-chat:<model>` | OpenAI's Chat Completions API; with `OPENAI_BASE_URL`, any OpenAI-compatible server |
+| `anthropic:<model>` | Anthropic's Messages API |
+| `<provider>:<model>` | `[providers.<provider>]` of `agentwatch.toml`: OpenAI-compatible chat at its `base_url` |
+| `scripted:<name>` | a `ScriptedModel` registered with `register_scripted_model(name, ...)` |
+
+The prefixes are pydantic-ai's own names. `OPENAI_API_KEY` / `OPENAI_BASE_URL` and `ANTHROPIC_API_KEY` /
+`ANTHROPIC_BASE_URL` are read from the environment mapping the resolver was given (the process environment
+by default); a named provider's key comes from the variable its `api_key_env` names. A ref that cannot be
+resolved raises `InvalidArgument` naming what to set or add.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Self
+
+from pydantic_ai.models import Model
+from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from pydantic_ai.providers.anthropic import AnthropicProvider
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
+
+from agentwatch.config import ProviderConfig
+from agentwatch.errors import InvalidArgument
+from agentwatch.runtime.models.scripted import ScriptedModel, registered_scripted_model
+
+__all__ = ["BUILTIN_PREFIXES", "KNOWN_CONTEXT_WINDOWS", "ModelResolver", "known_context_window", "split_ref"]
+
+BUILTIN_PREFIXES = ("openai", "openai-chat", "openai-responses", "anthropic", "scripted")
+"""Prefixes that need no configuration; a `[providers.x]` section cannot take these names."""
+
+KNOWN_CONTEXT_WINDOWS: Mapping[str, int] = {
+    "gpt-3.5-turbo": 16_385,
+    "gpt-4-turbo": 128_000,
+    "gpt-4o": 128_000,
+    "gpt-4o-mini": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-5": 400_000,
+    "o1": 200_000,
+    "o1-mini": 128_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    "claude-3-5-haiku": 200_000,
+    "claude-3-5-sonnet": 200_000,
+    "claude-3-7-sonnet": 200_000,
+    "claude-haiku-4-5": 200_000,
+    "claude-sonnet-4": 200_000,
+    "claude-opus-4": 200_000,
+}
+"""Context window sizes (tokens) of common models, by model name prefix (dated versions match their family)."""
+
+# OpenAI's client insists on a key; servers that need none (Ollama, llama.cpp, vLLM) ignore whatever is sent.
+_NO_KEY = "api-key-not-set"
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """`"openai:gpt-4o"` → `("openai", "gpt-4o")`; InvalidArgument when there is no prefix or no model."""
+    prefix, sep, name = ref.partition(":")
+    if not sep or not prefix or not name:
+        raise InvalidArgument(
+            f"model ref {ref!r} is not <provider>:<model>; write it like openai:gpt-4o, anthropic:claude-sonnet-4-5, "
+            "openai-chat:llama3.1 or scripted:demo"
+        )
+    return prefix, name
+
+
+def known_context_window(ref: str) -> int | None:
+    """The context window of the ref's model from `KNOWN_CONTEXT_WINDOWS` (longest matching name), or None."""
+    name = ref.partition(":")[2] or ref
+    name = name.rsplit("/", 1)[-1]  # `vendor/model` names of gateways
+    matches = [prefix for prefix in KNOWN_CONTEXT_WINDOWS if name.startswith(prefix)]
+    return KNOWN_CONTEXT_WINDOWS[max(matches, key=len)] if matches else None
+
+
+class ModelResolver:
+    """Turns model refs into models, using the configured providers and an environment mapping.
+
+    ```python
+    resolver = ModelResolver(config.providers)            # reads os.environ
+    resolver.check("openai:gpt-4o")                       # InvalidArgument when OPENAI_API_KEY is unset
+    ```
+    """
+
+    def __init__(
+        self,
+        providers: Mapping[str, ProviderConfig] | None = None,
+        env: Mapping[str, str] | None = None,
+        *,
+        scripted: Mapping[str, ScriptedModel] | None = None,
+    ) -> None:
+        """`providers` are the `[providers.x]` sections; `env` defaults to `os.environ`; `scripted` models are
+        looked up before the process-wide registry of `register_scripted_model`."""
+        self.providers: Mapping[str, ProviderConfig] = dict(providers or {})
+        """The named providers, `<name>:<model>` refs go to."""
+        clash = sorted(set(self.providers) & set(BUILTIN_PREFIXES))
+        if clash:
+            raise InvalidArgument(
+                f"provider name {clash[0]!r} is a built-in model prefix; rename the [providers.{clash[0]}] section"
+            )
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        """Where keys and base URLs are read from."""
+        self._scripted: Mapping[str, ScriptedModel] = dict(scripted or {})
+        self._cache: dict[str, Model] = {}
+
+    def check(self, ref: str) -> None:
+        """Raise InvalidArgument, saying what to do, when `ref` cannot be resolved."""
+        self._model(ref)
+
+    def context_window(self, ref: str) -> int | None:
+        """The context window of the ref's model when the built-in registry knows it."""
+        return known_context_window(ref)
+
+    def _model(self, ref: str) -> Model:
+        """The model-layer object for `ref` (for the models adapter only: its type belongs to the model layer)."""
+        prefix, name = split_ref(ref)
+        if prefix == "scripted":
+            scripted = self._scripted.get(name) or registered_scripted_model(name)
+            if scripted is None:
+                raise InvalidArgument(
+                    f"no scripted model is registered as {name!r} (model ref {ref!r}); call "
+                    f"register_scripted_model({name!r}, ScriptedModel(...)) first"
+                )
+            return scripted.model()  # fresh each time: scripts are cheap and may be re-registered
+        cached = self._cache.get(ref)
+        if cached is None:
+            cached = self._cache[ref] = self._build(ref, prefix, name)
+        return cached
+
+    def _build(self, ref: str, prefix: str, name: str) -> Model:
+        if prefix in ("openai", "openai-responses", "openai-chat"):
+            base_url = self.env.get("OPENAI_BASE_URL") or None
+            key = self.env.get("OPENAI_API_KEY") or None
+            if key is None and base_url is None:
+                raise InvalidArgument(
+                    f"model ref {ref!r} needs OPENAI_API_KEY; set it, or set OPENAI_BASE_URL to an OpenAI-compatible "
+                    "server, or add a [providers.<name>] section with base_url to agentwatch.toml"
+                )
+            provider = OpenAIProvider(base_url=base_url, api_key=key or _NO_KEY)
+            if prefix == "openai-chat":
+                return OpenAIChatModel(name, provider=provider)
+            return OpenAIResponsesModel(name, provider=provider)
+        if prefix == "anthropic":
+            key = self.env.get("ANTHROPIC_API_KEY") or None
+            if key is None:
+                raise InvalidArgument(f"model ref {ref!r} needs ANTHROPIC_API_KEY; set it in the environment")
+            return AnthropicModel(
+                name, provider=AnthropicProvider(api_key=key, base_url=self.env.get("ANTHROPIC_BASE_URL") or None)
+            )
+        config = self.providers.get(prefix)
+        if config is None:
+            known = ", ".join(BUILTIN_PREFIXES + tuple(sorted(self.providers)))
+            raise InvalidArgument(
+                f"model ref {ref!r}: no provider {prefix!r} (known: {known}); add a [providers.{prefix}] section "
+                "with base_url (and api_key_env) to agentwatch.toml"
+            )
+        key = None
+        if config.api_key_env is not None:
+            key = self.env.get(config.api_key_env) or None
+            if key is None:
+                raise InvalidArgument(
+                    f"model ref {ref!r} needs {config.api_key_env} (the api_key_env of [providers.{prefix}]); "
+                    "set it in the environment"
+                )
+        return OpenAIChatModel(name, provider=OpenAICompatibleProvider(prefix, base_url=config.base_url, api_key=key))
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections of the models resolved so far (they open new ones if used again)."""
+        models, self._cache = list(self._cache.values()), {}
+        for model in models:
+            # Entering and leaving a model is pydantic-ai's way to close the HTTP client its provider owns.
+            await model.__aenter__()
+            await model.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"ModelResolver(providers={sorted(self.providers)!r})"

@@ -1,0 +1,269 @@
+"""The live ring contract, run unchanged against every backend (see `agentwatch.live.base`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentwatch.errors import InvalidCursor, UserError
+from agentwatch.events import Event, StreamCursor
+from agentwatch.live import Lagged, LiveRing, Subscription
+
+from .conftest import RingFactory
+from .streams import build_events, durable_events, event_at, new_session, read
+
+
+async def test_publish_keeps_recent_events_and_head(ring: LiveRing) -> None:
+    sid = new_session()
+    events = build_events(sid, [True, False, False, True, False])
+    for event in events:
+        await ring.publish(event)
+
+    assert await ring.head(sid) == StreamCursor(sid, 2, 1)
+    assert await ring.recent(sid) == events
+    assert await ring.recent(sid, limit=2) == events[-2:]
+    assert await ring.recent(sid, after=events[1].cursor) == events[2:]
+    assert await ring.recent(sid, after=events[1].cursor, limit=2) == events[2:4]
+    assert await ring.recent(sid, after=events[-1].cursor) == []
+
+
+async def test_unknown_session_has_no_head_and_no_recent_events(ring: LiveRing) -> None:
+    sid = new_session()
+
+    assert await ring.head(sid) is None
+    assert await ring.recent(sid) == []
+
+
+async def test_sessions_are_kept_apart(ring: LiveRing) -> None:
+    first, second = new_session(), new_session()
+    subscription = await ring.subscribe(second)
+    await ring.publish(event_at(first, 1))
+    only = event_at(second, 1)
+    await ring.publish(only)
+
+    assert await read(subscription, 1) == [only]
+    assert await ring.recent(first) != await ring.recent(second)
+
+
+async def test_subscribe_sees_only_later_events_in_order_once(ring: LiveRing) -> None:
+    sid = new_session()
+    events = build_events(sid, [True, True, False, True, False, False, True])
+    for event in events[:2]:
+        await ring.publish(event)
+
+    subscription = await ring.subscribe(sid)
+    for event in events[2:]:
+        await ring.publish(event)
+
+    assert subscription.session_id == sid
+    assert subscription.position == StreamCursor(sid, 2, 0)
+    assert await read(subscription, 5) == events[2:]
+    # A later event comes next: nothing was delivered twice in between.
+    later = event_at(sid, 5)
+    await ring.publish(later)
+    assert await read(subscription, 1) == [later]
+
+
+async def test_subscribe_to_a_session_with_no_events_starts_at_zero(ring: LiveRing) -> None:
+    sid = new_session()
+    subscription = await ring.subscribe(sid)
+    events = build_events(sid, [True, False, True])
+    for event in events:
+        await ring.publish(event)
+
+    assert subscription.position == StreamCursor(sid, 0, 0)
+    assert await read(subscription, 3) == events
+
+
+async def test_subscribe_after_cursor_replays_the_rest_then_live_events(ring: LiveRing) -> None:
+    sid = new_session()
+    events = build_events(sid, [True, False, False, True, True, False, True])
+    for event in events[:5]:
+        await ring.publish(event)
+
+    subscription = await ring.subscribe(sid, after=events[1].cursor)
+    for event in events[5:]:
+        await ring.publish(event)
+
+    assert subscription.position == events[1].cursor
+    assert await read(subscription, 5) == events[2:]
+
+
+async def test_subscribe_after_an_ephemeral_cursor_resumes_between_deltas(ring: LiveRing) -> None:
+    sid = new_session()
+    events = build_events(sid, [True, False, False, False, True, False])
+    for event in events:
+        await ring.publish(event)
+
+    subscription = await ring.subscribe(sid, after=StreamCursor(sid, 1, 2))
+
+    assert await read(subscription, 3) == events[3:]
+
+
+async def test_subscribe_after_the_newest_event_waits_for_the_next(ring: LiveRing) -> None:
+    sid = new_session()
+    events = durable_events(sid, 3)
+    for event in events[:2]:
+        await ring.publish(event)
+
+    subscription = await ring.subscribe(sid, after=events[1].cursor)
+    await ring.publish(events[2])
+
+    assert await read(subscription, 1) == [events[2]]
+
+
+async def test_slow_subscriber_is_cut_loose_with_its_resume_cursor(ring: LiveRing) -> None:
+    sid = new_session()
+    events = build_events(sid, [True, False] * 25)
+    slow = await ring.subscribe(sid, backlog=5)
+    fast = await ring.subscribe(sid)
+
+    # The producer never waits on the slow subscriber, which reads nothing meanwhile.
+    async with asyncio.timeout(10):
+        for event in events:
+            await ring.publish(event)
+    assert await read(fast, 50) == events
+    await asyncio.sleep(0.2)  # a Redis reader task needs a moment to notice the overflow
+
+    received: list[Event] = []
+
+    async def read_all() -> None:
+        async for event in slow:
+            received.append(event)
+
+    with pytest.raises(Lagged) as lagged:
+        await asyncio.wait_for(read_all(), 10)
+    assert received == events[:5]
+    assert (lagged.value.session_id, lagged.value.resume_from) == (sid, events[4].cursor)
+
+    # The fast subscriber keeps receiving.
+    later = event_at(sid, 26)
+    await ring.publish(later)
+    assert await read(fast, 1) == [later]
+
+
+async def test_subscriber_cut_before_reading_anything_resumes_from_its_position(ring: LiveRing) -> None:
+    sid = new_session()
+    events = durable_events(sid, 4)
+    await ring.publish(events[0])
+    slow = await ring.subscribe(sid, backlog=1)
+    for event in events[1:]:
+        await ring.publish(event)
+    await asyncio.sleep(0.2)
+
+    assert await read(slow, 1) == [events[1]]
+    with pytest.raises(Lagged) as lagged:
+        await read(slow, 1)
+    assert lagged.value.resume_from == events[1].cursor
+
+
+async def test_cursor_older_than_the_ring_raises_lagged_on_first_read(open_rings: RingFactory) -> None:
+    ring = await open_rings(ring_size=10)
+    sid = new_session()
+    # Many more than the ring keeps: Redis trims whole nodes, so it keeps a little more than ring_size.
+    events = durable_events(sid, 400)
+    for event in events:
+        await ring.publish(event)
+    old = StreamCursor(sid, 1)
+
+    subscription = await ring.subscribe(sid, after=old)
+
+    with pytest.raises(Lagged) as lagged:
+        await read(subscription, 1)
+    assert (lagged.value.session_id, lagged.value.resume_from) == (sid, old)
+
+
+async def test_cursor_right_before_the_oldest_retained_event_is_served(open_rings: RingFactory) -> None:
+    ring = await open_rings(ring_size=10)
+    sid = new_session()
+    events = durable_events(sid, 400)
+    for event in events:
+        await ring.publish(event)
+    retained = await ring.recent(sid, limit=1000)
+    oldest = retained[0]
+
+    at_oldest = await ring.subscribe(sid, after=oldest.cursor)
+    before_oldest = await ring.subscribe(sid, after=StreamCursor(sid, oldest.seq - 1))
+
+    assert oldest.seq > 1
+    assert retained == events[oldest.seq - 1 :]
+    assert await read(at_oldest, len(retained) - 1) == retained[1:]
+    assert await read(before_oldest, len(retained)) == retained
+
+
+async def test_out_of_order_publish_is_refused(ring: LiveRing) -> None:
+    sid = new_session()
+    await ring.publish(event_at(sid, 1))
+    await ring.publish(event_at(sid, 2))
+
+    with pytest.raises(UserError, match="not after"):
+        await ring.publish(event_at(sid, 2))
+    with pytest.raises(UserError, match="not after"):
+        await ring.publish(event_at(sid, 1, 5))
+    await ring.publish(event_at(sid, 2, 1))
+    assert await ring.head(sid) == StreamCursor(sid, 2, 1)
+
+
+async def test_cursor_of_another_session_is_refused(ring: LiveRing) -> None:
+    with pytest.raises(InvalidCursor):
+        await ring.subscribe(new_session(), after=StreamCursor(new_session(), 1))
+
+
+async def test_subscription_close_stops_delivery_and_is_idempotent(ring: LiveRing) -> None:
+    sid = new_session()
+    subscription = await ring.subscribe(sid)
+    await ring.publish(event_at(sid, 1))
+
+    await subscription.close()
+    await subscription.close()
+    await ring.publish(event_at(sid, 2))
+
+    assert [event async for event in subscription] == []
+
+
+async def test_ring_close_ends_subscriptions(ring: LiveRing) -> None:
+    sid = new_session()
+    waiting = await ring.subscribe(sid)
+    idle = await ring.subscribe(sid, after=StreamCursor(sid, 0))
+
+    async def drain(subscription: Subscription) -> list[object]:
+        return [event async for event in subscription]
+
+    reader = asyncio.create_task(drain(waiting))
+    await asyncio.sleep(0.05)
+    await ring.close()
+
+    async with asyncio.timeout(5):
+        assert await reader == []
+        assert await drain(idle) == []
+    with pytest.raises(UserError):
+        await ring.publish(event_at(sid, 1))
+    with pytest.raises(UserError):
+        await ring.subscribe(sid)
+    await ring.close()
+
+
+async def test_ring_satisfies_the_protocol(ring: LiveRing) -> None:
+    assert isinstance(ring, LiveRing)
+
+
+async def test_subscription_satisfies_the_protocol(ring: LiveRing) -> None:
+    subscription = await ring.subscribe(new_session())
+
+    assert isinstance(subscription, Subscription)
+    await subscription.close()
+
+
+async def test_replayed_events_do_not_count_against_the_backlog(ring: LiveRing) -> None:
+    sid = new_session()
+    events = durable_events(sid, 30)
+    for event in events[:20]:
+        await ring.publish(event)
+
+    subscription = await ring.subscribe(sid, after=StreamCursor(sid, 0), backlog=10)
+    for event in events[20:]:
+        await ring.publish(event)
+    await asyncio.sleep(0.2)
+
+    assert await read(subscription, 30) == events

@@ -1,0 +1,171 @@
+"""What only the Redis ring does: carry events between rings and processes, and fail clearly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis import asyncio as aioredis
+
+from agentwatch.errors import MissingDependency, StoreUnavailable
+from agentwatch.events import EVENT_ADAPTER, StreamCursor
+from agentwatch.live import connect_live
+from agentwatch.live.redis import DEFAULT_STREAM_TTL, RedisRing
+
+from .streams import build_events, drop_streams, new_session, read, unique_prefix
+
+pytestmark = pytest.mark.redis
+
+TESTS_DIR = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+async def key_prefix(redis_url: str) -> AsyncIterator[str]:
+    """A key prefix unique to the test; its streams are deleted afterwards."""
+    prefix = unique_prefix()
+    yield prefix
+    await drop_streams(redis_url, prefix)
+
+
+async def test_connect_live_redis_url_opens_a_redis_ring(redis_url: str) -> None:
+    ring = await connect_live(redis_url, ring_size=50)
+    try:
+        assert isinstance(ring, RedisRing)
+        assert ring.ring_size == 50
+    finally:
+        await ring.close()
+
+
+async def test_events_published_through_another_ring_reach_subscribers(redis_url: str, key_prefix: str) -> None:
+    publisher = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    watcher = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    try:
+        sid = new_session()
+        events = build_events(sid, [True, False, False, True, False, True])
+        await publisher.publish(events[0])
+        subscription = await watcher.subscribe(sid)
+        for event in events[1:]:
+            await publisher.publish(event)
+
+        assert subscription.position == events[0].cursor
+        assert await read(subscription, 5) == events[1:]
+        assert await watcher.recent(sid) == events
+    finally:
+        await publisher.close()
+        await watcher.close()
+
+
+PUBLISHER_SCRIPT = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from agentwatch.events import EVENT_ADAPTER
+from agentwatch.live.redis import RedisRing
+from live.streams import build_events
+
+async def main(url, prefix, session_id):
+    ring = await RedisRing.open(url, key_prefix=prefix)
+    events = build_events(session_id, [True, False, False] * 40 + [True])
+    for event in events:
+        await ring.publish(event)
+    await ring.close()
+    print("[" + ",".join(EVENT_ADAPTER.dump_json(event).decode() for event in events) + "]")
+
+asyncio.run(main(*sys.argv[2:]))
+"""
+
+
+async def test_events_published_by_another_process_arrive_in_order(redis_url: str, key_prefix: str) -> None:
+    ring = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    try:
+        sid = new_session()
+        subscription = await ring.subscribe(sid)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            PUBLISHER_SCRIPT,
+            str(TESTS_DIR),
+            redis_url,
+            key_prefix,
+            sid,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(60):
+            received = await read(subscription, 121, timeout=60)
+            stdout, _ = await process.communicate()
+        published = [EVENT_ADAPTER.validate_python(item) for item in json.loads(stdout)]
+
+        assert process.returncode == 0
+        assert len(published) == 121
+        assert received == published
+    finally:
+        await ring.close()
+
+
+async def test_stream_entry_ids_are_event_positions_and_streams_expire(redis_url: str, key_prefix: str) -> None:
+    ring = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        sid = new_session()
+        for event in build_events(sid, [True, False, True]):
+            await ring.publish(event)
+
+        entries = await client.xrange(f"{key_prefix}{sid}")
+        ttl = await client.ttl(f"{key_prefix}{sid}")
+    finally:
+        await client.aclose()
+        await ring.close()
+    assert [entry_id for entry_id, _ in entries] == [b"1-0", b"1-1", b"2-0"]
+    assert 0 < ttl <= DEFAULT_STREAM_TTL
+
+
+async def test_unreachable_server_raises_store_unavailable_naming_the_address() -> None:
+    async with asyncio.timeout(10):
+        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:1 .*start the Redis server"):
+            await RedisRing.open("redis://127.0.0.1:1/0")
+
+
+async def test_silent_server_raises_store_unavailable_in_time() -> None:
+    # Accepts connections and never answers, like a server that hangs.
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with asyncio.timeout(10):
+            with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{port}"):
+                await RedisRing.open(f"redis://127.0.0.1:{port}/0", connect_timeout=1)
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_missing_redis_package_names_the_extra(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    for name in [name for name in sys.modules if name == "redis" or name.startswith("redis.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.delitem(sys.modules, "agentwatch.live.redis")
+
+    with pytest.raises(MissingDependency, match=r"agentwatch\[redis\]"):
+        await connect_live(redis_url)
+
+
+async def test_close_leaves_no_reader_running(redis_url: str, key_prefix: str) -> None:
+    ring = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    sid = new_session()
+    for _ in range(5):
+        await ring.subscribe(sid, after=StreamCursor(sid, 0))
+    await ring.subscribe(sid)
+
+    await ring.close()
+
+    readers = [task for task in asyncio.all_tasks() if task.get_name().startswith("agentwatch live reader")]
+    assert readers == []
