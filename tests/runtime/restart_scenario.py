@@ -1,0 +1,70 @@
+"""One turn that streams for a while and then runs a slow tool: the scenario the restart fault test kills.
+
+Used both by the child process (`python -m tests.runtime.restart_scenario DB MARKERS [SESSION]`) and by
+the test, which continues the turn in its own engine after the kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentwatch.events import Event
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, register_scripted_model
+from agentwatch.runtime.roster import AgentDefinition
+
+LONG_TEXT = " ".join(f"step{i}" for i in range(60))
+
+
+def _script(ctx: Any) -> Any:
+    if ctx.request_index == 0:
+        return [Reply(f"Planning: {LONG_TEXT}."), CallTool("slow_tool", {"label": "x"})]
+    return Reply(f"Finished after: {' | '.join(r.output for r in ctx.tool_results)}")
+
+
+def setup(markers: Path) -> tuple[AgentDefinition, list[Any]]:
+    """The role and its tool; the tool appends `start`/`end` lines to `markers` so runs can be counted."""
+    register_scripted_model("restart-scenario", ScriptedModel(function=_script, chunk_delay=0.01))
+
+    async def slow_tool(label: str) -> str:
+        with markers.open("a") as file:
+            file.write(f"start {label}\n")
+        await asyncio.sleep(1.0)
+        with markers.open("a") as file:
+            file.write(f"end {label}\n")
+        return f"did {label}"
+
+    definition = AgentDefinition(
+        name="worker", model="scripted:restart-scenario", instructions="You work.", tools=("slow_tool",)
+    )
+    return definition, [slow_tool]
+
+
+class Reporter:
+    """Prints every event as it is dispatched, so the parent knows what a watcher saw before the kill."""
+
+    def on_event(self, thread_id: str, event: Event) -> None:
+        print(f"event {event.seq} {event.sub} {event.id} {event.type}", flush=True)
+
+    def on_subscribe(self, thread_id: str, request: object, snapshot: object) -> None:
+        pass
+
+
+async def child(db: Path, markers: Path) -> None:
+    definition, tools = setup(markers)
+    async with Engine.open(
+        f"sqlite:///{db}", agents_dir=db.parent / "none", root=db.parent, definitions=[definition], tools=tools
+    ) as engine:
+        engine.start_with_observer(lambda _thread_id: Reporter())
+        session = await engine.create("worker")
+        print(f"session {session.id}", flush=True)
+        await engine.enqueue(session.id, "work")
+        await engine.wait(session.id, 60)
+        print("settled", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(child(Path(sys.argv[1]), Path(sys.argv[2])))

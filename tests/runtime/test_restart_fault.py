@@ -1,0 +1,109 @@
+"""Fault test: SIGKILL a real engine process mid-turn, while it streams and while a tool runs.
+
+After each kill a new engine opens the same store and continues the turn: every event a watcher saw before
+the kill is in the store, seqs run 1..n with no event doubled, the turn ends as specified, and the tool that
+was cut off is reported to the model as interrupted and never run again.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentwatch.events import ToolResult, TurnStarted
+from agentwatch.runtime.engine import Engine
+from tests.runtime.restart_scenario import setup
+
+KILLS_PER_PHASE = 10
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_child_until(db: Path, markers: Path, phase: str, rng: random.Random) -> tuple[str, list[tuple[int, str]]]:
+    """Start the child engine, kill it with SIGKILL in `phase`; returns the session id and the durable
+    events (seq, id) its watcher saw."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.runtime.restart_scenario", str(db), str(markers)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert process.stdout is not None
+    session_id, seen = "", []
+    deltas = 0
+    deadline = time.monotonic() + 60
+    try:
+        for line in process.stdout:
+            words = line.split()
+            if words[0] == "session":
+                session_id = words[1]
+            elif words[0] == "event":
+                seq, sub, event_id, kind = int(words[1]), int(words[2]), words[3], words[4]
+                if sub == 0:
+                    seen.append((seq, event_id))
+                deltas += kind == "content.delta"
+                streaming = phase == "streaming" and deltas >= rng.randint(3, 40)
+                in_tool = phase == "tool" and kind == "tool.call"
+                if streaming or in_tool:
+                    time.sleep(rng.uniform(0.0, 0.3) if in_tool else rng.uniform(0.0, 0.02))
+                    break
+            elif words[0] == "settled":
+                pytest.fail("the turn finished before it could be killed")
+            if time.monotonic() > deadline:
+                pytest.fail("the child never reached the phase to kill it in")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        process.stdout.close()
+        assert process.stderr is not None
+        errors = process.stderr.read()
+        process.stderr.close()
+    if not session_id:
+        pytest.fail(f"the child engine died before it started the turn:\n{errors[-2000:]}")
+    return session_id, seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["streaming", "tool"])
+async def test_a_killed_engine_continues_its_turn_without_losing_or_doubling_events(tmp_path: Path, phase: str) -> None:
+    rng = random.Random(f"restart-{phase}")
+    for attempt in range(KILLS_PER_PHASE):
+        db, markers = tmp_path / f"{phase}-{attempt}.db", tmp_path / f"{phase}-{attempt}.log"
+        session_id, seen = run_child_until(db, markers, phase, rng)
+        definition, tools = setup(markers)
+        async with Engine.open(
+            f"sqlite:///{db}", agents_dir=tmp_path / "none", root=tmp_path, definitions=[definition], tools=tools
+        ) as engine:
+            session, timed_out = await engine.wait(session_id, 30)
+            events = await engine.store.read_events(session_id, limit=10_000)
+
+        assert not timed_out, f"kill {attempt} ({phase}): the continued turn did not settle"
+        stored = {e.seq: e.id for e in events}
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert len({e.id for e in events}) == len(events)
+        assert all(stored.get(seq) == event_id for seq, event_id in seen), "a watched event is not in the store"
+        assert session.status == "completed"
+        starts = [e.payload for e in events if isinstance(e.payload, TurnStarted)]
+        assert [(s.trigger, s.attempt) for s in starts] == [("input", 1), ("continue", 2)]
+        runs = markers.read_text().split("\n") if markers.exists() else []
+        results = [e.payload for e in events if isinstance(e.payload, ToolResult)]
+        if phase == "tool":
+            # The cut-off call is reported as interrupted and was started exactly once, before the kill.
+            assert [r.status for r in results] == ["interrupted"]
+            assert runs.count("start x") == 1
+            assert session.last_text is not None
+            assert "interrupted" in session.last_text, "the model was not told the call was cut off"
+        else:
+            # Cut off while streaming, before any tool: the continued attempt calls the tool, once.
+            assert [r.status for r in results] == ["ok"]
+            assert runs.count("start x") == 1
+            assert runs.count("end x") == 1
+            assert session.last_text == "Finished after: did x"
