@@ -21,7 +21,7 @@ from agentwatch.runtime.models import (
     run_turn,
     unregister_scripted_model,
 )
-from fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI
 
 from .recording import RecordingSink
 
