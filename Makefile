@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP)  ## the main job on the embedded SQLite default
-	$(BIN)/agentwatch db info
+run: $(STAMP)  ## the demo: agents at work on the embedded SQLite store, watched live
+	$(BIN)/python examples/demo/run.py
 
 test: $(STAMP)  ## the whole suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,230 @@
+"""The agentwatch demo: a few agents at work, watched live, then the state of every agent.
+
+Offline by default: the agents run on scripted models (agentwatch's test double), so `make run` needs no key
+and no network. With a model configured, the same agent definitions run on it:
+
+    AGENTWATCH_DEMO_MODEL=openai-chat:gpt-4o-mini OPENAI_API_KEY=sk-... make run
+    AGENTWATCH_DEMO_MODEL=openai-chat:llama3.1 OPENAI_BASE_URL=http://127.0.0.1:11434/v1 make run   # Ollama
+
+What happens:
+1. `coder` is asked to fix a failing test. It reads calc.py, fixes the bug with write_file, then spawns a
+   `tester` sub-agent (agent_task) that runs the tests.
+2. `planner` plans a change and asks you (ask_user) which database to use; the turn pauses on the request
+   (status word `needs_you`) and continues with your answer. Without a terminal, the demo answers for you.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.rule import Rule
+from rich.table import Table
+
+from agentwatch.cli._render import LivePrinter
+from agentwatch.events import Origin
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think, register_scripted_model
+from agentwatch.runtime.roster import load_roster
+
+HERE = Path(__file__).resolve().parent
+STATE = Path(".agentwatch")
+WORKSPACE = STATE / "demo-workspace"
+STORE = f"sqlite:///{STATE / 'demo.db'}"
+console = Console()
+
+FIXED_CALC = (HERE / "project" / "calc.py").read_text().replace("return a - b", "return a + b")
+
+
+# -- the tools the demo agents use, confined to the workspace ---------------------------------------------
+
+
+def _inside(path: str) -> Path:
+    target = (WORKSPACE / path).resolve()
+    if WORKSPACE.resolve() not in target.parents:
+        raise ValueError(f"{path!r} is outside the project")
+    return target
+
+
+def read_file(path: str) -> str:
+    """Read a text file of the project."""
+    return _inside(path).read_text()
+
+
+def write_file(path: str, content: str) -> str:
+    """Replace a text file of the project with `content`."""
+    _inside(path).write_text(content)
+    return f"wrote {len(content)} characters to {path}"
+
+
+def run_tests() -> str:
+    """Run the project's tests; says how many passed and what failed."""
+    sys.path.insert(0, str(WORKSPACE.resolve()))
+    try:
+        modules = {}
+        for name in ("calc", "test_calc"):
+            sys.modules.pop(name, None)
+            spec = importlib.util.spec_from_file_location(name, WORKSPACE / f"{name}.py")
+            assert spec is not None
+            assert spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            modules[name] = module
+        failures, passed = [], 0
+        for name in sorted(n for n in dir(modules["test_calc"]) if n.startswith("test_")):
+            try:
+                getattr(modules["test_calc"], name)()
+                passed += 1
+            except AssertionError as exc:
+                failures.append(f"{name} failed {exc}".strip())
+        return f"{passed} passed" + (f", {len(failures)} failed: {'; '.join(failures)}" if failures else "")
+    finally:
+        sys.path.remove(str(WORKSPACE.resolve()))
+
+
+# -- the scripts the agents follow when no real model is configured ---------------------------------------
+
+
+def coder_script(ctx: Any) -> Any:
+    match ctx.request_index:
+        case 0:
+            return [
+                Think("test_add fails, so add() is suspect. Read calc.py before touching it."),
+                CallTool("read_file", {"path": "calc.py"}),
+            ]
+        case 1:
+            return [
+                Reply("add() subtracts instead of adding. Fixing that one line."),
+                CallTool("write_file", {"path": "calc.py", "content": FIXED_CALC}),
+            ]
+        case 2:
+            return CallTool("agent_task", {"role": "tester", "prompt": "Run the tests of the calc project."})
+        case _:
+            report = json.loads(ctx.tool_results[0].output).get("lastAssistantText") if ctx.tool_results else None
+            return Reply(f"Fixed add() in calc.py: it subtracted. The tester says: {report}")
+
+
+def tester_script(ctx: Any) -> Any:
+    if ctx.request_index == 0:
+        return CallTool("run_tests", {})
+    return Reply(f"Tests: {ctx.tool_results[0].output}.")
+
+
+def planner_script(ctx: Any) -> Any:
+    if ctx.request_index == 0:
+        return [
+            Think("The storage choice is the user's call."),
+            CallTool("ask_user", {"question": "Should the new service keep its data in SQLite or PostgreSQL?"}),
+        ]
+    choice = ctx.tool_results[0].output
+    return Reply(
+        f"Plan: 1) add a {choice} store behind the repository interface; 2) migrate the schema; "
+        "3) run the integration tests against it."
+    )
+
+
+def register_scripts() -> None:
+    for name, script in (("coder", coder_script), ("tester", tester_script), ("planner", planner_script)):
+        register_scripted_model(name, ScriptedModel(function=script, chunk_delay=0.015))
+
+
+def real_model() -> str | None:
+    """The model the demo runs on instead of its scripts, when one is configured."""
+    if model := os.environ.get("AGENTWATCH_DEMO_MODEL"):
+        return model
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        return "openai-chat:gpt-4o-mini"
+    return None
+
+
+# -- the demo ---------------------------------------------------------------------------------------------
+
+
+def answer_for(question: str) -> str:
+    if sys.stdin.isatty():
+        return console.input(f"[bold yellow]? {question}[/] ")
+    console.print("[dim](no terminal, answering for you)[/] [yellow]PostgreSQL[/]")
+    return "PostgreSQL"
+
+
+async def main() -> None:
+    STATE.mkdir(exist_ok=True)
+    for leftover in STATE.glob("demo.db*"):
+        leftover.unlink()
+    shutil.rmtree(WORKSPACE, ignore_errors=True)
+    shutil.copytree(HERE / "project", WORKSPACE)
+
+    model = real_model()
+    roster = load_roster(HERE / "agents")
+    definitions = [d.model_copy(update={"model": model}) if model else d for d in roster]
+    if model is None:
+        register_scripts()
+    console.print(Rule("[bold]agentwatch demo"))
+    console.print(f"store [cyan]{STORE}[/]   models [cyan]{model or 'scripted (offline)'}[/]\n")
+
+    async with Engine.open(
+        STORE,
+        agents_dir=HERE / "none",
+        root=Path("."),
+        definitions=definitions,
+        tools=[read_file, write_file, run_tests],
+    ) as engine:
+        printer = LivePrinter(console)
+        engine.start_with_observer(lambda _thread_id: printer)
+
+        console.print(Rule("coder fixes a failing test and has a tester check it", style="dim"))
+        coder = await engine.create("coder", name="coder", origin=Origin(kind="person"))
+        printer.names[coder.id] = "coder"
+        await engine.enqueue(coder.id, "test_add fails in the calc project. Find the bug and fix it.")
+        await engine.wait(coder.id, 120)
+
+        console.print(Rule("planner asks you a question before it plans", style="dim"))
+        planner = await engine.create("planner", name="planner", origin=Origin(kind="person"))
+        printer.names[planner.id] = "planner"
+        await engine.enqueue(planner.id, "Plan adding persistent storage to the service.")
+        session, _ = await engine.wait(planner.id, 120)
+        while session.status == "awaiting_input":
+            for request in await engine.store.list_requests(session_id=planner.id):
+                await engine.answer(request.id, answer_for((request.questions or [request.summary])[0]), by="you")
+            session, _ = await engine.wait(planner.id, 120)
+
+        await asyncio.sleep(0.1)  # let the last events reach the printer
+        await show_agents(engine)
+    console.print(f"\nInspect it yourself: [cyan]agentwatch db info --store {STORE}[/]")
+
+
+async def show_agents(engine: Engine) -> None:
+    from agentwatch.store import SessionFilter
+
+    console.print(Rule("every agent, as it stands"))
+    table = Table("name", "role", "status", "word", "parent", "tokens", "last said", show_lines=False)
+    names = {}
+    page = await engine.store.list_sessions(SessionFilter(), sort="oldest", limit=100)
+    for session in page.items:
+        names[session.id] = session.name
+    for session in page.items:
+        snapshot = await engine.snapshot(session)
+        word = str(snapshot["word"])
+        colour = {"done": "green", "needs_you": "yellow", "failed": "red", "stuck": "red"}.get(word, "white")
+        table.add_row(
+            session.name,
+            session.role,
+            session.status,
+            f"[{colour}]{word}[/]",
+            names.get(session.parent_id or "", ""),
+            f"{session.tokens:,}",
+            (session.last_text or "")[:70],
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
