@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 STATE = Path(".agentwatch")
 WORKSPACE = STATE / "demo-workspace"
 STORE = f"sqlite:///{STATE / 'demo.db'}"
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 120)  # logs and CI are wider than 80
 
 FIXED_CALC = (HERE / "project" / "calc.py").read_text().replace("return a - b", "return a + b")
 
@@ -205,9 +205,12 @@ async def show_agents(engine: Engine) -> None:
     from agentwatch.store import SessionFilter
 
     console.print(Rule("every agent, as it stands"))
-    table = Table("name", "role", "status", "word", "parent", "tokens", "last said", show_lines=False)
+    table = Table()
+    for column in ("name", "role", "status", "word", "parent", "tokens"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("last said", no_wrap=True, overflow="ellipsis", max_width=32)
     names = {}
-    page = await engine.store.list_sessions(SessionFilter(), sort="oldest", limit=100)
+    page = await engine.store.list_sessions(SessionFilter(), sort="name", limit=100)
     for session in page.items:
         names[session.id] = session.name
     for session in page.items:
@@ -221,7 +224,7 @@ async def show_agents(engine: Engine) -> None:
             f"[{colour}]{word}[/]",
             names.get(session.parent_id or "", ""),
             f"{session.tokens:,}",
-            (session.last_text or "")[:70],
+            (session.last_text or "").replace("\n", " "),
         )
     console.print(table)
 

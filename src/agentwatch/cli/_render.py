@@ -64,6 +64,8 @@ class LivePrinter:
         if isinstance(payload, AssistantMessage) and self._streaming == thread_id:
             self._end_stream()
             return
+        if isinstance(payload, SubtaskStarted):
+            self.names.setdefault(payload.child_session_id, payload.name)
         line = self._line(payload)
         if line is not None:
             self._end_stream()
@@ -78,7 +80,7 @@ class LivePrinter:
                 again = f" (attempt {attempt})" if attempt > 1 else ""
                 return f"[bold]turn started[/] [dim]{trigger}{again}[/]"
             case UserMessage(text=text, origin=origin, meta=meta):
-                who = origin.ref or origin.kind if origin else "user"
+                who = self.names.get(origin.ref or "", origin.ref or origin.kind) if origin else "user"
                 style = "yellow" if meta else "cyan"
                 return f"[{style}]{escape(str(who))} ›[/] {self._short(text)}"
             case AssistantMessage(text=text):
