@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from pydantic import JsonValue
 
 from agentwatch.cli._common import console, print_json, resolve_config, run_async, store_option
 from agentwatch.cli._render import LivePrinter
@@ -15,7 +16,9 @@ from agentwatch.runtime.engine import Engine
 __all__ = ["run"]
 
 
-async def _run(config: Config, role: str, prompt: str, name: str | None, timeout: float, as_json: bool) -> dict:
+async def _run(
+    config: Config, role: str, prompt: str, name: str | None, timeout: float, as_json: bool
+) -> dict[str, JsonValue]:
     async with Engine.open(config=config) as engine:
         printer = LivePrinter(console)
         if not as_json:
@@ -29,11 +32,12 @@ async def _run(config: Config, role: str, prompt: str, name: str | None, timeout
                 break
             for request in await engine.store.list_requests(session_id=session.id):
                 question = (request.questions or [request.summary])[0]
+                answer: JsonValue
                 if request.kind == "approval":
-                    answer: object = click.confirm(f"{request.summary}?", default=False)
+                    answer = click.confirm(f"{request.summary}?", default=False)
                 else:
                     answer = click.prompt(question)
-                await engine.answer(request.id, answer, by="cli")  # type: ignore[arg-type]
+                await engine.answer(request.id, answer, by="cli")
         return await engine.snapshot(session, timed_out=timed_out)
 
 
