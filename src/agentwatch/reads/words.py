@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Literal
 
-from agentwatch.store import SessionRecord
+from agentwatch.store import SessionClause, SessionFilter, SessionRecord
 
-__all__ = ["WORDS", "Word", "status_word"]
+__all__ = ["WORDS", "Word", "status_word", "word_filter"]
 
 Word = Literal["idle", "working", "needs_you", "stuck", "failed", "done"]
 WORDS: tuple[Word, ...] = ("idle", "working", "needs_you", "stuck", "failed", "done")
@@ -31,3 +32,40 @@ def status_word(session: SessionRecord, *, now: datetime, stuck_after: float) ->
             return "failed"
         case _:
             return "done"
+
+
+_CLAUSES: dict[str, SessionClause] = {
+    # Each clause states exactly when `status_word` says the word; keep the two in step.
+    "idle": SessionClause(status=["idle"]),
+    "needs_you": SessionClause(status=["running", "awaiting_input"], waits_on_person=True),
+    "stuck": SessionClause(status=["running"], waits_on_person=False, quiet=True),
+    "failed": SessionClause(status=["failed", "interrupted"]),
+    "done": SessionClause(status=["completed", "cancelled"]),
+}
+
+
+def word_filter(
+    where: SessionFilter, words: Sequence[Word], *, now: datetime, stuck_after: float, by_role: Mapping[str, float]
+) -> SessionFilter:
+    """`where` narrowed to the sessions that say one of `words` at `now`, as store conditions.
+
+    `stuck_after` is the default threshold in seconds and `by_role` the roles whose own threshold differs.
+    """
+    clauses: list[SessionClause] = []
+    for word in words:
+        if word == "working":
+            # Running and not quiet, or waiting on a request held for the parent (never quiet-dependent).
+            clauses += [
+                SessionClause(status=["running"], waits_on_person=False, quiet=False),
+                SessionClause(status=["awaiting_input"], waits_on_person=False),
+            ]
+        else:
+            clauses.append(_CLAUSES[word])
+    cutoffs = {role: now - timedelta(seconds=seconds) for role, seconds in by_role.items()}
+    return where.model_copy(
+        update={
+            "any_of": clauses,
+            "quiet_before": now - timedelta(seconds=stuck_after),
+            "quiet_before_by_role": cutoffs,
+        }
+    )

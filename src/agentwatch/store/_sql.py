@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import PageCursor, query_digest
-from agentwatch.store.records import TERMINAL_STATUSES, SessionFilter, SessionRecord, SessionSort
+from agentwatch.store.records import TERMINAL_STATUSES, SessionClause, SessionFilter, SessionRecord, SessionSort
 
 __all__ = [
     "LIVE_SQL",
@@ -76,6 +76,8 @@ def aware(moment: datetime) -> datetime:
 
 def utc_text(moment: datetime) -> str:
     """A fixed-width ISO 8601 UTC text, whose text order is time order (SQLite keeps times as text)."""
+    if type(moment) is datetime and moment.tzinfo is UTC and moment.year >= 1000:
+        return moment.isoformat(timespec="microseconds")  # the same text, without the checks (every write)
     return aware(moment).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
 
@@ -146,8 +148,13 @@ _SORT: dict[str, tuple[str, bool]] = {
 }
 
 
+_HEAD_KEYS = {"group_key": "COALESCE(group_key, id)", "run_id": "COALESCE(run_id, id)"}
+
+
 def session_where(dialect: Dialect, where: SessionFilter) -> tuple[list[str], list[Any]]:
     """The filter as SQL conditions (to be ANDed) and their parameters."""
+    if where.heads_of is not None:
+        return _heads_where(dialect, where)
     conditions: list[str] = []
     params: list[Any] = []
 
@@ -175,9 +182,70 @@ def session_where(dialect: Dialect, where: SessionFilter) -> tuple[list[str], li
         add("last_active_at >= ?", dialect.time_param(where.active_from))
     if where.active_to is not None:
         add("last_active_at < ?", dialect.time_param(where.active_to))
+    if where.created_from is not None:
+        add("created_at >= ?", dialect.time_param(where.created_from))
+    if where.created_to is not None:
+        add("created_at < ?", dialect.time_param(where.created_to))
+    if where.run_entity is not None:
+        add("run_id IN (SELECT runs.id FROM runs WHERE runs.entity = ?)", where.run_entity)
+    if where.any_of is not None:
+        alternatives: list[str] = []
+        for clause in where.any_of:
+            sql, more = _clause_where(dialect, where, clause)
+            alternatives.append(sql)
+            params.extend(more)
+        conditions.append("(" + " OR ".join(alternatives) + ")" if alternatives else "1 = 0")
     if not where.deleted:
         add("deleted_at IS NULL")
     return conditions, params
+
+
+def _clause_where(dialect: Dialect, where: SessionFilter, clause: SessionClause) -> tuple[str, list[Any]]:
+    parts: list[str] = []
+    params: list[Any] = []
+    if clause.status is not None:
+        sql, more = in_list("status", list(clause.status))
+        parts.append(sql)
+        params.extend(more)
+    if clause.waits_on_person is not None:
+        parts.append("pending_requests > 0" if clause.waits_on_person else "pending_requests = 0")
+    if clause.quiet is not None:
+        sql, more = _quiet_where(dialect, where)
+        parts.append(sql if clause.quiet else f"NOT {sql}")
+        params.extend(more)
+    return "(" + (" AND ".join(parts) or "1 = 1") + ")", params
+
+
+def _quiet_where(dialect: Dialect, where: SessionFilter) -> tuple[str, list[Any]]:
+    """Last activity before the session's cutoff: its role's own, else the default one."""
+    if where.quiet_before is None:
+        raise InvalidArgument("a clause asks about quiet sessions, so the filter needs quiet_before")
+    by_role = sorted(where.quiet_before_by_role.items())
+    parts: list[str] = []
+    params: list[Any] = []
+    for role, cutoff in by_role:
+        parts.append("(role = ? AND last_active_at < ?)")
+        params += [role, dialect.time_param(cutoff)]
+    if by_role:
+        others, roles = in_list("role", [role for role, _ in by_role])
+        parts.append(f"(NOT {others} AND last_active_at < ?)")
+        params += [*roles, dialect.time_param(where.quiet_before)]
+    else:
+        parts.append("last_active_at < ?")
+        params.append(dialect.time_param(where.quiet_before))
+    return "(" + " OR ".join(parts) + ")", params
+
+
+def _heads_where(dialect: Dialect, where: SessionFilter) -> tuple[list[str], list[Any]]:
+    """Only the newest matching session of each lineage or run (a window function: no correlated alias)."""
+    assert where.heads_of is not None
+    inner, params = session_where(dialect, where.model_copy(update={"heads_of": None}))
+    key = _HEAD_KEYS[where.heads_of]
+    ranked = (
+        f"SELECT id, ROW_NUMBER() OVER (PARTITION BY {key} ORDER BY last_active_at DESC, id DESC) AS head_rank "
+        "FROM sessions" + (" WHERE " + " AND ".join(inner) if inner else "")
+    )
+    return [f"id IN (SELECT heads.id FROM ({ranked}) AS heads WHERE heads.head_rank = 1)"], params
 
 
 def _listing_digest(where: SessionFilter, sort: SessionSort) -> str:
@@ -195,8 +263,13 @@ def keyset_page(
     digest = _listing_digest(where, sort)
     conditions, params = session_where(dialect, where)
     # (expression, descending) in ORDER BY order: boss first, then live ones, then the sort, then the id.
-    keys = [("boss", True), (LIVE_SQL, True), (column, descending), ("id", descending)]
-    if cursor is not None:
+    # `live` is the stored form of LIVE_SQL; each order has an index on exactly these keys (see the schema).
+    keys = [("boss", True), ("live", True), (column, descending), ("id", descending)]
+    if cursor is not None and all(desc for _, desc in keys):
+        # One direction throughout: a row-value comparison, which the index scan can start from.
+        conditions.append("(boss, live, " + column + ", id) < (?, ?, ?, ?)")
+        params.extend(_cursor_values(PageCursor.decode(cursor, query=digest), column, dialect))
+    elif cursor is not None:
         values = _cursor_values(PageCursor.decode(cursor, query=digest), column, dialect)
         # Expanded row comparison, since the directions differ: rows strictly after the cursor's row.
         branches: list[str] = []

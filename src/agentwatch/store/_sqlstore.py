@@ -44,6 +44,8 @@ from agentwatch.store.records import (
     RunRecord,
     SessionDraft,
     SessionFilter,
+    SessionGroup,
+    SessionGroupBy,
     SessionPatch,
     SessionRecord,
     SessionSort,
@@ -51,6 +53,7 @@ from agentwatch.store.records import (
     SpanPatch,
     SpanRecord,
     StoreInfo,
+    UsageEntry,
     Write,
 )
 
@@ -58,6 +61,7 @@ __all__ = ["SqlStore"]
 
 T = TypeVar("T")
 
+_GROUP_BY = ("role", "status", "source", "feature")
 _EVENT_LIMIT = 10_000
 _LIST_LIMIT = 10_000
 _SESSION_NOT_NULL = frozenset({"status", "turn_attempts", "is_observer"})
@@ -177,7 +181,7 @@ class SqlStore(ABC):
             SESSION_COLUMNS,
             SESSION_JSON,
             ("id", session_id),
-            f"no session with id {session_id!r} (it may have been reaped); `agentwatch ls --all` lists the ids",
+            _no_session(session_id),
             lock=lock,
         )
         return record
@@ -267,6 +271,7 @@ class SqlStore(ABC):
     async def update_session(self, session_id: str, patch: SessionPatch) -> SessionRecord:
         """Write the fields set on `patch`; same as `write(Write(session_id, session=patch))`."""
         session, _ = await self._write(lambda tx: self._apply(tx, Write(session_id, session=patch)))
+        assert session is not None  # a write with a patch returns the patched session
         return session
 
     async def list_sessions(
@@ -292,6 +297,27 @@ class SqlStore(ABC):
             sql += " WHERE " + " AND ".join(conditions)
         rows = await self._read(lambda tx: tx.fetch(sql + " GROUP BY status", params))
         return {status: int(n) for status, n in sorted(rows)}
+
+    async def group_sessions(self, where: SessionFilter, by: SessionGroupBy) -> list[SessionGroup]:
+        """How many sessions match per value of `by`, with the newest activity of each; ordered by value."""
+        if by not in _GROUP_BY:
+            raise InvalidArgument(f"sessions can be grouped by {', '.join(_GROUP_BY)}, not {by!r}")
+        conditions, params = session_where(self._dialect, where)
+        sql = f"SELECT {by}, count(*), MAX(last_active_at) FROM sessions"
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        rows = await self._read(lambda tx: tx.fetch(sql + f" GROUP BY {by}", params))
+        groups = [
+            SessionGroup(
+                key=key,
+                sessions=int(n),
+                last_active_at=newest.astimezone(UTC)
+                if isinstance(newest, datetime)
+                else datetime.fromisoformat(newest),
+            )
+            for key, n, newest in rows
+        ]
+        return sorted(groups, key=lambda group: (group.key is None, group.key or ""))
 
     async def soft_delete(self, session_id: str, *, reap_at: datetime) -> SessionRecord:
         """Mark a session deleted; it stays readable by id until `reap_at`."""
@@ -331,30 +357,43 @@ class SqlStore(ABC):
         """Append durable events; same as `write(Write(session_id, events))`."""
         return await self.write(Write(session_id, events))
 
-    async def _apply(self, tx: Tx, write: Write) -> tuple[SessionRecord, list[Event]]:
+    async def _apply(self, tx: Tx, write: Write) -> tuple[SessionRecord | None, list[Event]]:
+        """Apply `write`; the session as it ends up comes back only when the write patches it."""
         for new in write.events:
             if not new.payload.durable:
                 raise UserError(
                     f"{new.payload.type!r} events are ephemeral: they go to the live ring, never to the store"
                 )
         now = _now()
+        if (
+            write.session is None
+            and write.new_conversation is None
+            and not write.inputs_add
+            and not write.inputs_take
+            and not write.requests_open
+            and not write.requests_close
+            and not write.requests_escalate
+        ):
+            return None, await self._append_only(tx, write, now)
+
+        session_id = write.session_id
         # The row lock (PostgreSQL) serializes every writer of this session until the commit.
-        session = await self._session(tx, write.session_id, lock=True)
-        if write.expect_status is not None and session.status not in write.expect_status:
-            raise Conflict(
-                f"session {session.id!r} is {session.status!r}, not one of {sorted(write.expect_status)}; "
-                "read it again and retry if the change still applies"
-            )
+        rows = await tx.fetch(
+            "SELECT status, conversation_id, role FROM sessions WHERE id = ?" + self._dialect.for_update, [session_id]
+        )
+        if not rows:
+            raise NotFound(_no_session(session_id))
+        status, conversation_id, role = rows[0]
+        if write.expect_status is not None and status not in write.expect_status:
+            raise Conflict(_unexpected_status(session_id, status, write.expect_status))
         changes: dict[str, Any] = {"updated_at": now}
         deltas = {"pending_inputs": 0, "pending_requests": 0, "held_requests": 0, "tokens": 0}
-        cost = 0.0
-        conversation_id = session.conversation_id
 
         if write.new_conversation is not None:
             ended = {"ended_at": now, "end_reason": write.new_conversation}
             await self._update(tx, "conversations", ("id", conversation_id), ended, frozenset())
             conversation_id = new_id("cnv")
-            started = {"id": conversation_id, "session_id": session.id, "started_at": now}
+            started = {"id": conversation_id, "session_id": session_id, "started_at": now}
             await self._insert(tx, "conversations", started, frozenset())
             changes["conversation_id"] = conversation_id
 
@@ -365,62 +404,36 @@ class SqlStore(ABC):
                 changes[column] = {} if value is None and column == "settings" else value
 
         for draft in write.inputs_add:
-            values = draft.model_dump() | {"id": new_id("inp"), "session_id": session.id, "created_at": now}
+            values = draft.model_dump() | {"id": new_id("inp"), "session_id": session_id, "created_at": now}
             await self._insert(tx, "inbox", values, _INPUT_JSON)
             deltas["pending_inputs"] += 1
         if write.inputs_take:
-            deltas["pending_inputs"] -= await self._take_inputs(tx, session.id, write.inputs_take, now)
+            deltas["pending_inputs"] -= await self._take_inputs(tx, session_id, write.inputs_take, now)
 
         for request in write.requests_open:
             values = request.model_dump() | {
                 "id": request.id or new_id("req"),
-                "session_id": session.id,
+                "session_id": session_id,
                 "status": "pending",
                 "created_at": now,
             }
             await self._insert(tx, "requests", values, _REQUEST_JSON)
             deltas["pending_requests" if request.waits_on == "person" else "held_requests"] += 1
         for close in write.requests_close:
-            record = await self._pending_request(tx, session.id, close.request_id)
+            record = await self._pending_request(tx, session_id, close.request_id)
             closed = {"status": close.status, "closed_at": now, "answer": close.answer, "answered_by": close.by}
             await self._update(tx, "requests", ("id", record.id), closed, _REQUEST_JSON)
             deltas["pending_requests" if record.waits_on == "person" else "held_requests"] -= 1
         for request_id in write.requests_escalate:
-            record = await self._pending_request(tx, session.id, request_id)
+            record = await self._pending_request(tx, session_id, request_id)
             if record.waits_on != "parent":
                 raise Conflict(f"request {request_id!r} already waits on a person; only held requests escalate")
             await self._update(tx, "requests", ("id", request_id), {"waits_on": "person"}, frozenset())
             deltas["held_requests"] -= 1
             deltas["pending_requests"] += 1
 
-        for entry in write.usage:
-            usage = entry.usage
-            values = {
-                "id": new_id("use"),
-                "session_id": session.id,
-                "turn_id": entry.turn_id,
-                "run_id": entry.run_id,
-                "role": entry.role or session.role,
-                "model": entry.model,
-                "at": entry.at or now,
-                **usage.model_dump(),
-            }
-            await self._insert(tx, "usage_ledger", values, frozenset())
-            deltas["tokens"] += usage.total_tokens
-            cost += usage.cost_usd or 0.0
-
-        if write.messages:
-            rows = await tx.fetch(
-                "SELECT COALESCE(MAX(idx), -1) FROM messages WHERE conversation_id = ?", [conversation_id]
-            )
-            first = int(rows[0][0]) + 1
-            await tx.execute_many(
-                "INSERT INTO messages (conversation_id, idx, body) VALUES (?, ?, ?)",
-                [
-                    (conversation_id, first + i, self._dialect.json_param(json.dumps(message)))
-                    for i, message in enumerate(write.messages)
-                ],
-            )
+        deltas["tokens"], cost = await self._insert_usage(tx, session_id, role, write.usage, now)
+        await self._insert_messages(tx, conversation_id, write.messages)
 
         if write.touch:
             changes["last_active_at"] = now
@@ -436,18 +449,105 @@ class SqlStore(ABC):
             values_out.append(cost)
         # Seqs come from the row itself, under its lock: contiguous whatever the number of writers.
         assignments.append("last_seq = last_seq + ?")
-        values_out.extend([len(write.events), session.id])
+        values_out.extend([len(write.events), session_id])
+        # Only a patch needs the whole row back (update_session returns it); anything else needs the seq.
+        returning = ", ".join(SESSION_COLUMNS) if write.session is not None else "last_seq"
         rows = await tx.fetch(
-            f"UPDATE sessions SET {', '.join(assignments)} WHERE id = ? RETURNING {', '.join(SESSION_COLUMNS)}",
-            values_out,
+            f"UPDATE sessions SET {', '.join(assignments)} WHERE id = ? RETURNING {returning}", values_out
         )
+        if write.session is None:
+            return None, await self._insert_events(tx, write, conversation_id, int(rows[0][0]), now)
         updated = from_row(SessionRecord, SESSION_COLUMNS, rows[0], SESSION_JSON)
+        return updated, await self._insert_events(tx, write, conversation_id, updated.last_seq, now)
 
-        first_seq = updated.last_seq - len(write.events) + 1
+    async def _append_only(self, tx: Tx, write: Write, now: datetime) -> list[Event]:
+        """A write of events (with usage and messages, maybe): one UPDATE hands out the seqs; the session row
+        is neither read first nor returned whole."""
+        time_param = self._dialect.time_param(now)
+        assignments = "last_seq = last_seq + ?, updated_at = ?"
+        params: list[Any] = [len(write.events), time_param]
+        if write.touch:
+            assignments += ", last_active_at = ?"
+            params.append(time_param)
+        tokens = sum(entry.usage.total_tokens for entry in write.usage)
+        cost = sum(entry.usage.cost_usd or 0.0 for entry in write.usage)
+        if tokens:
+            assignments += ", tokens = tokens + ?"
+            params.append(tokens)
+        if cost:
+            assignments += ", cost_usd = cost_usd + ?"
+            params.append(cost)
+        sql = f"UPDATE sessions SET {assignments} WHERE id = ?"
+        params.append(write.session_id)
+        if write.expect_status is not None:
+            # Checked by the UPDATE itself, on the row it locks (PostgreSQL re-checks it after waiting).
+            condition, statuses = in_list("status", list(write.expect_status))
+            sql += f" AND {condition}"
+            params.extend(statuses)
+        # The UPDATE takes the row lock (PostgreSQL) that serializes the session's writers until the commit,
+        # and the seqs come from the row under it: contiguous whatever the number of writers.
+        rows = await tx.fetch(sql + " RETURNING last_seq, conversation_id, role", params)
+        if not rows:
+            found = await tx.fetch("SELECT status FROM sessions WHERE id = ?", [write.session_id])
+            if not found:
+                raise NotFound(_no_session(write.session_id))
+            raise Conflict(_unexpected_status(write.session_id, found[0][0], write.expect_status or ()))
+        last_seq, conversation_id, role = rows[0]
+        await self._insert_usage(tx, write.session_id, role, write.usage, now)
+        await self._insert_messages(tx, conversation_id, write.messages)
+        return await self._insert_events(tx, write, conversation_id, int(last_seq), now)
+
+    async def _insert_usage(
+        self, tx: Tx, session_id: str, role: str, usage: Sequence[UsageEntry], now: datetime
+    ) -> tuple[int, float]:
+        """Add the ledger entries; their total tokens and cost."""
+        tokens = 0
+        cost = 0.0
+        for entry in usage:
+            values = {
+                "id": new_id("use"),
+                "session_id": session_id,
+                "turn_id": entry.turn_id,
+                "run_id": entry.run_id,
+                "role": entry.role or role,
+                "model": entry.model,
+                "at": entry.at or now,
+                **entry.usage.model_dump(),
+            }
+            await self._insert(tx, "usage_ledger", values, frozenset())
+            tokens += entry.usage.total_tokens
+            cost += entry.usage.cost_usd or 0.0
+        return tokens, cost
+
+    async def _insert_messages(self, tx: Tx, conversation_id: str, messages: Sequence[JsonValue]) -> None:
+        if not messages:
+            return
+        rows = await tx.fetch(
+            "SELECT COALESCE(MAX(idx), -1) FROM messages WHERE conversation_id = ?", [conversation_id]
+        )
+        first = int(rows[0][0]) + 1
+        await tx.execute_many(
+            "INSERT INTO messages (conversation_id, idx, body) VALUES (?, ?, ?)",
+            [
+                (conversation_id, first + i, self._dialect.json_param(json.dumps(message)))
+                for i, message in enumerate(messages)
+            ],
+        )
+
+    async def _insert_events(
+        self, tx: Tx, write: Write, conversation_id: str, last_seq: int, now: datetime
+    ) -> list[Event]:
+        """Insert the write's events, numbered up to `last_seq`; return them as stored."""
+        if not write.events:
+            return []
+        session_id = write.session_id
+        first_seq = last_seq - len(write.events) + 1
+        # Validating the envelope is cheap (the payload is already a model, which is taken as it is), and
+        # measured cheaper than `Event.model_construct`.
         events = [
             Event(
                 id=new_id("evt"),
-                session_id=session.id,
+                session_id=session_id,
                 seq=first_seq + offset,
                 at=now,
                 turn_id=new.turn_id,
@@ -456,25 +556,26 @@ class SqlStore(ABC):
             )
             for offset, new in enumerate(write.events)
         ]
-        if events:
-            at = self._dialect.time_param(now)
-            await tx.execute_many(
-                f"INSERT INTO events ({_EVENT_COLUMNS}, type) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        event.id,
-                        event.session_id,
-                        event.seq,
-                        at,
-                        event.turn_id,
-                        event.conversation_id,
-                        self._dialect.json_param(PAYLOAD_ADAPTER.dump_json(event.payload).decode()),
-                        event.type,
-                    )
-                    for event in events
-                ],
-            )
-        return updated, events
+        at = self._dialect.time_param(now)
+        json_param = self._dialect.json_param
+        dump = PAYLOAD_ADAPTER.dump_json
+        await tx.execute_many(
+            f"INSERT INTO events ({_EVENT_COLUMNS}, type) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    event.id,
+                    session_id,
+                    event.seq,
+                    at,
+                    event.turn_id,
+                    conversation_id,
+                    json_param(dump(event.payload).decode()),
+                    event.payload.type,
+                )
+                for event in events
+            ],
+        )
+        return events
 
     async def _take_inputs(self, tx: Tx, session_id: str, input_ids: Sequence[str], now: datetime) -> int:
         wanted = sorted(set(input_ids))
@@ -518,9 +619,10 @@ class SqlStore(ABC):
         limit: int = 100,
         types: Sequence[str] | None = None,
         conversation_id: str | None = None,
+        turn_id: str | None = None,
     ) -> list[Event]:
         """Events with seq > `after_seq`, oldest first, at most `limit` (1..10000)."""
-        return await self._events(session_id, after_seq, limit, types, conversation_id, backward=False)
+        return await self._events(session_id, after_seq, limit, types, conversation_id, turn_id, backward=False)
 
     async def read_events_backward(
         self,
@@ -530,9 +632,10 @@ class SqlStore(ABC):
         limit: int = 100,
         types: Sequence[str] | None = None,
         conversation_id: str | None = None,
+        turn_id: str | None = None,
     ) -> list[Event]:
         """Events with seq < `before_seq` (or the newest), newest first, at most `limit` (1..10000)."""
-        return await self._events(session_id, before_seq, limit, types, conversation_id, backward=True)
+        return await self._events(session_id, before_seq, limit, types, conversation_id, turn_id, backward=True)
 
     async def _events(
         self,
@@ -541,6 +644,7 @@ class SqlStore(ABC):
         limit: int,
         types: Sequence[str] | None,
         conversation_id: str | None,
+        turn_id: str | None,
         *,
         backward: bool,
     ) -> list[Event]:
@@ -561,6 +665,9 @@ class SqlStore(ABC):
         if conversation_id is not None:
             conditions.append("conversation_id = ?")
             params.append(conversation_id)
+        if turn_id is not None:
+            conditions.append("turn_id = ?")
+            params.append(turn_id)
         sql = (
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(conditions)} "
             f"ORDER BY seq {'DESC' if backward else 'ASC'} LIMIT ?"
@@ -781,6 +888,17 @@ class SqlStore(ABC):
         sql = f"{_select(_OBSERVER_COLUMNS, 'observer_refs')} WHERE observed_session_id = ?"
         rows = await self._read(lambda tx: tx.fetch(sql, [observed_session_id]))
         return from_row(ObserverRef, _OBSERVER_COLUMNS, rows[0], frozenset()) if rows else None
+
+
+def _no_session(session_id: str) -> str:
+    return f"no session with id {session_id!r} (it may have been reaped); `agentwatch ls --all` lists the ids"
+
+
+def _unexpected_status(session_id: str, status: str, expected: Sequence[str]) -> str:
+    return (
+        f"session {session_id!r} is {status!r}, not one of {sorted(expected)}; "
+        "read it again and retry if the change still applies"
+    )
 
 
 def _name_taken(name: str, scope: str | None, holder: str) -> str:

@@ -34,6 +34,8 @@ from agentwatch.store.records import (
     RunRecord,
     SessionDraft,
     SessionFilter,
+    SessionGroup,
+    SessionGroupBy,
     SessionPatch,
     SessionRecord,
     SessionSort,
@@ -93,6 +95,9 @@ class Store(Protocol):
     async def count_sessions(self, where: SessionFilter) -> dict[str, int]:
         """How many sessions match, per status (statuses with none are left out)."""
 
+    async def group_sessions(self, where: SessionFilter, by: SessionGroupBy) -> list[SessionGroup]:
+        """How many sessions match per value of `by`, with the newest activity of each; ordered by value."""
+
     async def soft_delete(self, session_id: str, *, reap_at: datetime) -> SessionRecord:
         """Mark a session deleted; it stays readable by id until `reap_at`."""
 
@@ -121,8 +126,10 @@ class Store(Protocol):
         limit: int = 100,
         types: Sequence[str] | None = None,
         conversation_id: str | None = None,
+        turn_id: str | None = None,
     ) -> list[Event]:
-        """Events with seq > `after_seq`, oldest first, at most `limit` (1..10000)."""
+        """Events with seq > `after_seq`, oldest first, at most `limit` (1..10000); `types`, `conversation_id`
+        and `turn_id` narrow them."""
 
     async def read_events_backward(
         self,
@@ -132,6 +139,7 @@ class Store(Protocol):
         limit: int = 100,
         types: Sequence[str] | None = None,
         conversation_id: str | None = None,
+        turn_id: str | None = None,
     ) -> list[Event]:
         """Events with seq < `before_seq` (or the newest), newest first, at most `limit` (1..10000)."""
 

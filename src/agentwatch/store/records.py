@@ -3,7 +3,7 @@ ledger, runs with spans and a journal, and observer refs. Plus the drafts and pa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -27,8 +27,11 @@ __all__ = [
     "RunDraft",
     "RunPatch",
     "RunRecord",
+    "SessionClause",
     "SessionDraft",
     "SessionFilter",
+    "SessionGroup",
+    "SessionGroupBy",
     "SessionPatch",
     "SessionRecord",
     "SessionSort",
@@ -178,6 +181,26 @@ class SessionPatch(BaseModel):
         return {name: getattr(self, name) for name in self.model_fields_set}
 
 
+SessionGroupBy = Literal["role", "status", "source", "feature"]
+"""Columns `Store.group_sessions` can count by."""
+
+
+class SessionClause(BaseModel):
+    """One alternative of `SessionFilter.any_of`; every condition given must hold (AND).
+
+    Together they can state a status word (`stuck` = running, no request waiting on a person, quiet) without
+    the store knowing the words: the reads translate each word into a clause.
+    """
+
+    model_config = _FROZEN
+
+    status: Sequence[SessionStatus] | None = None
+    waits_on_person: bool | None = None
+    """True: at least one pending request waits on a person (`pending_requests > 0`); False: none does."""
+    quiet: bool | None = None
+    """True: no activity since the session's quiet cutoff (`SessionFilter.quiet_before`, per role); False: some."""
+
+
 class SessionFilter(BaseModel):
     """Which sessions a listing or count covers; every condition given must hold (AND)."""
 
@@ -204,6 +227,32 @@ class SessionFilter(BaseModel):
     """Last activity before this moment."""
     deleted: bool = False
     """True includes soft-deleted sessions."""
+    any_of: Sequence[SessionClause] | None = None
+    """At least one of these clauses holds (an empty list matches nothing)."""
+    quiet_before: AwareDatetime | None = None
+    """The quiet cutoff for `SessionClause.quiet`: last activity before this moment. Required when a clause
+    asks about quiet sessions."""
+    quiet_before_by_role: Mapping[str, AwareDatetime] = {}
+    """Per-role quiet cutoffs that replace `quiet_before` for the roles named (their own stuck thresholds)."""
+    run_entity: str | None = None
+    """Sessions started by a run of this entity (`heartbeat:digest`)."""
+    created_from: AwareDatetime | None = None
+    """Created at or after this moment."""
+    created_to: AwareDatetime | None = None
+    """Created before this moment."""
+    heads_of: Literal["group_key", "run_id"] | None = None
+    """Keep only the newest matching session (by last activity, then id) of each lineage (`group_key`) or run
+    (`run_id`); a session without one is its own. Listings and counts then have one row per lineage or run."""
+
+
+class SessionGroup(BaseModel):
+    """How many sessions share one value of a column, and the newest activity among them."""
+
+    model_config = _FROZEN
+
+    key: str | None
+    sessions: int
+    last_active_at: AwareDatetime
 
 
 class ConversationRecord(BaseModel):

@@ -95,12 +95,8 @@ class _Job:
     write: bool = True
     outcome: tuple[Any, BaseException | None] = field(default=(None, None))
 
-    def settle(self) -> None:
-        """Hand the outcome to the caller's event loop (the caller may be gone: then nobody waits)."""
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed
-            self.loop.call_soon_threadsafe(self._deliver)
-
-    def _deliver(self) -> None:
+    def deliver(self) -> None:
+        """Set the caller's future (on the caller's event loop)."""
         if self.future.done():
             return  # cancelled by its caller; the write itself stands
         value, error = self.outcome
@@ -108,6 +104,26 @@ class _Job:
             self.future.set_result(value)
         else:
             self.future.set_exception(error)
+
+
+def _settle(jobs: Sequence[_Job]) -> None:
+    """Hand the outcomes to the callers' event loops (a caller may be gone: then nobody waits).
+
+    One wake-up per loop for the whole group: each `call_soon_threadsafe` writes to the loop's self-pipe, and
+    every such write lets the loop's thread take the GIL from the writer, so one per job made the writer wait
+    on the callers once per job.
+    """
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+    for job in jobs:
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+            loop.call_soon_threadsafe(_deliver_all, settled)
+
+
+def _deliver_all(jobs: Sequence[_Job]) -> None:
+    for job in jobs:
+        job.deliver()
 
 
 def _as_store_error(error: BaseException) -> BaseException:
@@ -180,8 +196,7 @@ class SqliteStore(SqlStore):
                     read.outcome = (_drive(read.fn(tx)), None)
                 except BaseException as error:
                     read.outcome = (None, _as_store_error(error))
-            for done in jobs:
-                done.settle()
+            _settle(jobs)
         connection.close()
 
     def _commit_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:

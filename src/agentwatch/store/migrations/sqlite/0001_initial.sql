@@ -36,15 +36,26 @@ CREATE TABLE sessions (
     error            TEXT,
     context_fill     TEXT,
     interception     TEXT,
-    settings         TEXT NOT NULL DEFAULT '{}'
+    settings         TEXT NOT NULL DEFAULT '{}',
+    -- 1 while neither finished nor deleted: listings put these first. Computed by SQLite from status and
+    -- deleted_at (the statuses are TERMINAL_STATUSES), so it can be indexed and never disagrees with them.
+    live             INTEGER NOT NULL GENERATED ALWAYS AS (
+        deleted_at IS NULL AND status NOT IN ('cancelled', 'completed', 'failed', 'interrupted')
+    ) VIRTUAL
 );
 
 -- A name is unique among the live sessions of one scope; the global scope (NULL) counts as one scope too.
 CREATE UNIQUE INDEX sessions_live_name ON sessions (COALESCE(scope, ''), name) WHERE deleted_at IS NULL;
-CREATE INDEX sessions_listing ON sessions (boss DESC, last_active_at DESC, id);
+-- One index per listing order (boss first, then live sessions, then the sort, then the id), so a page reads
+-- its rows in order and stops, instead of sorting every match. status, role and deleted_at ride along so
+-- the usual filters are checked in the index, before any row is read. `newest` is all one direction and
+-- scanned backwards, which lets its keyset (a row-value comparison) start the scan at the cursor. No
+-- separate status or role index: the planner would pick it and sort, which costs more at any size.
+CREATE INDEX sessions_by_newest ON sessions (boss, live, last_active_at, id, status, role, deleted_at);
+CREATE INDEX sessions_by_oldest ON sessions (boss DESC, live DESC, last_active_at, id, status, role, deleted_at);
+CREATE INDEX sessions_by_name ON sessions (boss DESC, live DESC, name, id, status, role, deleted_at);
+CREATE INDEX sessions_by_status ON sessions (boss DESC, live DESC, status, id, role, deleted_at);
 CREATE INDEX sessions_name ON sessions (name);
-CREATE INDEX sessions_status ON sessions (status);
-CREATE INDEX sessions_role ON sessions (role);
 CREATE INDEX sessions_group_key ON sessions (group_key) WHERE group_key IS NOT NULL;
 CREATE INDEX sessions_parent_id ON sessions (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX sessions_run_id ON sessions (run_id) WHERE run_id IS NOT NULL;

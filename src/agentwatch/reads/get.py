@@ -1,0 +1,129 @@
+"""`agent_get`: one agent by `id` (soft-deleted included) or by `name`, as its whole record.
+
+A name is unique per chat scope, not globally, so it resolves as: the calling chat's own agent wins; else a
+unique live (not deleted) match; several matches are refused with their ids (`ambiguous`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import Field, JsonValue, model_validator
+
+from agentwatch.errors import Ambiguous, NotFound
+from agentwatch.events import TurnStarted
+from agentwatch.reads._rows import session_row
+from agentwatch.reads._view import EngineView, iso
+from agentwatch.reads.current import current
+from agentwatch.store import SessionFilter, SessionRecord
+from agentwatch.tools import Args, Caller, parse_args
+
+__all__ = ["GetArgs", "agent_get", "agent_record", "observer_info", "resolve_agent"]
+
+_CANDIDATES = 100
+_PROMPT_SCAN = 100
+
+
+class GetArgs(Args):
+    """Arguments of `agent_get`: exactly one of `id` and `name`."""
+
+    id: str | None = Field(None, min_length=1, description="The agent's id (ses_...); soft-deleted ones too.")
+    name: str | None = Field(None, min_length=1, description="Its name; the calling chat's agent wins.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> GetArgs:
+        if (self.id is None) == (self.name is None):
+            raise ValueError("pass exactly one of id and name")
+        return self
+
+
+async def resolve_agent(view: EngineView, *, id: str | None, name: str | None, caller: Caller) -> SessionRecord:
+    """The session `id` names, or the one `name` resolves to for `caller` (see the module docs)."""
+    if id is not None:
+        return await view.store.get_session(id)
+    assert name is not None
+    if caller.scope is not None:
+        mine = await view.store.list_sessions(SessionFilter(name=name, scope=caller.scope), limit=1)
+        if mine.items:
+            return mine.items[0]
+    page = await view.store.list_sessions(SessionFilter(name=name), sort="name", limit=_CANDIDATES)
+    if not page.items:
+        raise NotFound(f"no agent named {name!r}; agent_list {{q: {name!r}}} finds similar names")
+    if len(page.items) == 1:
+        return page.items[0]
+    listed = "; ".join(f"{s.id} ({_scope_text(s.scope)}, {s.status})" for s in page.items)
+    count = f"{len(page.items)}{'+' if page.next_cursor else ''}"
+    raise Ambiguous(
+        f'{count} agents are named "{name}": {listed}. Pass `id` instead.',
+        candidates=[{"id": s.id, "scope": s.scope, "status": s.status} for s in page.items],
+    )
+
+
+def _scope_text(scope: str | None) -> str:
+    return f"chat {scope}" if scope is not None else "global"
+
+
+def observer_info(view: EngineView, session: SessionRecord) -> JsonValue:
+    """The `observer` field of the record: None until observer pairing state is exposed.
+
+    This is the one place that field is filled in; observer agents (the watchers package) extend it.
+    """
+    return None
+
+
+async def _system_prompt(view: EngineView, session: SessionRecord) -> str | None:
+    """The system prompt its turns are dispatched with: the newest one recorded, else the role's own."""
+    started = await view.store.read_events_backward(session.id, limit=_PROMPT_SCAN, types=["turn.started"])
+    for event in started:
+        if isinstance(event.payload, TurnStarted) and event.payload.system_prompt is not None:
+            return event.payload.system_prompt
+    try:
+        return view.roster.get(session.role).instructions
+    except NotFound:
+        return None
+
+
+async def agent_record(view: EngineView, session: SessionRecord) -> dict[str, JsonValue]:
+    """The whole record: the list row plus model, grant, prompt, output, context fill, mailbox and `current`."""
+    now = datetime.now(UTC)
+    record = await session_row(view, session, now=now)
+    try:
+        definition = view.roster.get(session.role)
+        role_model, capabilities = definition.model, sorted(definition.grant)
+    except NotFound:
+        role_model, capabilities = None, []
+    settings = session.settings
+    inbox = await view.store.list_inputs(session.id)
+    record.update(
+        {
+            "scope": session.scope,
+            "harness": None,  # every model runs through the API adapter; no CLI harness exists yet
+            "roleModelRef": role_model,
+            "modelOverride": session.model_override,
+            "capabilities": list(capabilities),
+            "extraCapabilities": settings.get("extra_capabilities") or [],
+            "capabilityCeiling": settings.get("capability_ceiling"),
+            "repo": settings.get("repo"),
+            "runIn": settings.get("run_in"),
+            "systemPrompt": await _system_prompt(view, session),
+            "plannerMethod": None,
+            "textOutput": session.last_text,
+            "error": session.error,
+            "contextFill": session.context_fill or {"state": "none"},
+            "reapAt": iso(session.reap_at),
+            "mailbox": [{"id": i.id, "text": i.text, "createdAt": iso(i.created_at), "meta": i.meta} for i in inbox],
+            "scheduled": [],
+            "watching": [],
+            "observer": observer_info(view, session),
+            "current": await current(view.store, session),
+        }
+    )
+    return record
+
+
+async def agent_get(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+    """The `agent_get` tool."""
+    args = parse_args(GetArgs, "agent_get", raw)
+    session = await resolve_agent(engine, id=args.id, name=args.name, caller=caller)
+    return await agent_record(engine, session)

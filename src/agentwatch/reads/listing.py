@@ -1,0 +1,161 @@
+"""`agent_list`: one row per session (or per lineage, or per run), filtered, sorted and paged by keyset.
+
+Every filter is a store condition, the status word included (`words.word_filter`), so paging never uses
+OFFSET and `counts` come from the same conditions as the rows. A `nextCursor` pins the moment the first page
+was read: the words of later pages (which depend on time through the stuck thresholds) are judged at that
+same moment, so a listing does not shift under its reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, Field, JsonValue
+
+from agentwatch.errors import InvalidArgument, InvalidCursor
+from agentwatch.events import PageCursor, query_digest
+from agentwatch.reads._args import Window
+from agentwatch.reads._rows import recent_entry, session_row
+from agentwatch.reads._view import EngineView, iso, stuck_thresholds
+from agentwatch.reads.words import WORDS, Word, word_filter
+from agentwatch.store import SessionFilter, SessionRecord, SessionSort, SessionStatus
+from agentwatch.tools import Args, Caller, parse_args
+
+__all__ = ["RECENT_LIMIT", "ListArgs", "agent_list", "list_agents", "listing_filter"]
+
+RECENT_LIMIT = 24
+"""Sessions a grouped row shows in `recent`."""
+
+Group = Literal["none", "lineage", "run"]
+_HEADS: dict[str, Literal["group_key", "run_id"]] = {"lineage": "group_key", "run": "run_id"}
+
+
+class ListArgs(Args):
+    """Arguments of `agent_list`; every filter given must hold (AND)."""
+
+    status: list[SessionStatus] | None = Field(None, description="Machine statuses to include.")
+    word: list[Word] | None = Field(None, description="Status words: idle, working, needs_you, stuck, failed, done.")
+    source: list[str] | None = Field(None, description="How sessions were started: chat, task, heartbeat, hook, ...")
+    role: str | None = Field(None, description="The agent type.")
+    feature: str | None = Field(None, description="The feature whose roles to include ('engine' = the system's).")
+    group_key: str | None = Field(None, alias="groupKey", description="A lineage, e.g. 'hb:digest'.")
+    q: str | None = Field(None, min_length=1, description="A part of the name.")
+    run: str | None = Field(None, description="The sessions one run started (its run id).")
+    entity: str | None = Field(None, description="The sessions started by runs of this entity.")
+    parent_id: str | None = Field(None, alias="parentId", description="The sessions this agent spawned.")
+    intercepted: bool | None = Field(None, description="true: only sessions a person took over.")
+    window: Window | None = Field(None, description="Activity within this long before now: 24h, 7d, ...")
+    from_: AwareDatetime | None = Field(None, alias="from", description="Activity at or after this moment (ISO).")
+    to: AwareDatetime | None = Field(None, description="Activity before this moment (ISO).")
+    deleted: bool = Field(False, description="true also lists soft-deleted sessions.")
+    group: Group = Field("none", description="none (a row per session), lineage (per groupKey) or run.")
+    sort: SessionSort = Field("newest", description="newest, oldest (by last activity), name or status.")
+    limit: int = Field(20, ge=1, le=100, description="Rows per page, 1..100.")
+    cursor: str | None = Field(None, description="nextCursor of the previous page (same filters, group, sort).")
+    counts: bool = Field(False, description="On the first page, add per-word counts and the total.")
+
+
+def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> SessionFilter:
+    """The store filter for `args` at `now` (the word filter depends on time through the stuck thresholds)."""
+    if args.window is not None and args.from_ is not None:
+        raise InvalidArgument("pass either window or from/to, not both")
+    active_from = now - args.window if args.window is not None else args.from_
+    where = SessionFilter(
+        status=args.status,
+        source=args.source,
+        role=[args.role] if args.role is not None else None,
+        feature=[args.feature] if args.feature is not None else None,
+        group_key=args.group_key,
+        q=args.q,
+        run_id=args.run,
+        run_entity=args.entity,
+        parent_id=args.parent_id,
+        intercepted=args.intercepted,
+        active_from=active_from,
+        active_to=args.to,
+        deleted=args.deleted,
+        heads_of=_HEADS.get(args.group),
+    )
+    if args.word is None:
+        return where
+    default, by_role = stuck_thresholds(view)
+    return word_filter(where, args.word, now=now, stuck_after=default, by_role=by_role)
+
+
+def _digest(args: ListArgs) -> str:
+    # The page size and the counts switch may change between pages; everything else must not.
+    return query_digest(args.model_dump(mode="json", exclude={"cursor", "limit", "counts"}))
+
+
+def _open_cursor(args: ListArgs) -> tuple[str | None, datetime]:
+    if args.cursor is None:
+        return None, datetime.now(UTC)
+    cursor = PageCursor.decode(args.cursor, query=_digest(args))
+    match cursor.key:
+        case (str(store_cursor), str(moment)):
+            try:
+                return store_cursor, datetime.fromisoformat(moment)
+            except ValueError:
+                pass
+    raise InvalidCursor("the cursor does not hold an agent_list position; drop it to start from the first page")
+
+
+async def list_agents(view: EngineView, args: ListArgs) -> dict[str, JsonValue]:
+    """The `agent_list` answer: `agents` (rows), `nextCursor`, and `counts` when asked on the first page."""
+    store_cursor, now = _open_cursor(args)
+    where = listing_filter(view, args, now=now)
+    page = await view.store.list_sessions(where, sort=args.sort, limit=args.limit, cursor=store_cursor)
+    rows = await asyncio.gather(*(_row(view, args, session, now) for session in page.items))
+    answer: dict[str, JsonValue] = {
+        "agents": list(rows),
+        "nextCursor": PageCursor(_digest(args), (page.next_cursor, now.isoformat())).encode()
+        if page.next_cursor is not None
+        else None,
+    }
+    if args.counts and args.cursor is None:
+        answer["counts"] = await _counts(view, args, now)
+    return answer
+
+
+async def _row(view: EngineView, args: ListArgs, session: SessionRecord, now: datetime) -> dict[str, JsonValue]:
+    row = await session_row(view, session, now=now)
+    if args.group == "none":
+        return row
+    members = _members(args, session)
+    count = sum((await view.store.count_sessions(members)).values())
+    recent = await view.store.list_sessions(members, limit=RECENT_LIMIT)
+    row["sessionCount"] = count
+    row["recent"] = [recent_entry(view, member, now=now) for member in recent.items]
+    return row
+
+
+def _members(args: ListArgs, head: SessionRecord) -> SessionFilter:
+    """Every session of the head's lineage or run (soft-deleted ones only when the listing includes them)."""
+    key = head.group_key if args.group == "lineage" else head.run_id
+    if key is None:
+        return SessionFilter(ids=[head.id], deleted=args.deleted)
+    if args.group == "lineage":
+        return SessionFilter(group_key=key, deleted=args.deleted)
+    return SessionFilter(run_id=key, deleted=args.deleted)
+
+
+async def _counts(view: EngineView, args: ListArgs, now: datetime) -> dict[str, JsonValue]:
+    """Per word, how many rows the same call narrowed to that word lists; and how many it lists in all."""
+
+    async def rows_of(narrowed: ListArgs) -> int:
+        return sum((await view.store.count_sessions(listing_filter(view, narrowed, now=now))).values())
+
+    async def per_word(word: Word) -> int:
+        if args.word is not None and word not in args.word:
+            return 0  # the call's own word filter and this one cannot both hold
+        return await rows_of(args.model_copy(update={"word": [word]}))
+
+    totals = await asyncio.gather(rows_of(args), *(per_word(word) for word in WORDS))
+    return {"words": dict(zip(WORDS, totals[1:], strict=True)), "total": totals[0], "at": iso(now)}
+
+
+async def agent_list(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+    """The `agent_list` tool."""
+    return await list_agents(engine, parse_args(ListArgs, "agent_list", raw))

@@ -1,0 +1,153 @@
+"""`agent_prompt`: the exact system prompt (with its hash) and user text a turn was dispatched with.
+
+The system prompt is stored on a `turn.started` event only when its hash changed, so the prompt of a turn is
+the one on the newest `turn.started` at or before it that carries one. `against: "previous"` diffs it with
+the dispatch before; `against: "definition"` with what the role composes now (through a `compose` callable,
+so this module needs no runtime). A role that no longer resolves is refused (`invalid`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import Field, JsonValue
+
+from agentwatch.errors import InvalidArgument, NotFound
+from agentwatch.events import Event, TurnStarted, UserMessage
+from agentwatch.reads._view import EngineView, iso, role_prompt_composer
+from agentwatch.store import SessionRecord, Store
+from agentwatch.tools import Args, Caller, parse_args
+
+__all__ = ["PromptArgs", "agent_prompt", "prompt_hunks", "read_prompt"]
+
+_SCAN = 100
+
+
+class PromptArgs(Args):
+    """Arguments of `agent_prompt`."""
+
+    id: str = Field(min_length=1, description="The agent's id (ses_...).")
+    event_id: str | None = Field(
+        None, alias="eventId", description="A user message's event id: that turn instead of the newest."
+    )
+    against: Literal["previous", "definition"] | None = Field(
+        None, description="previous: diff with the dispatch before; definition: with what the role composes now."
+    )
+
+
+def prompt_hunks(before: str, after: str, *, from_name: str, to_name: str) -> list[str]:
+    """Unified-diff hunks (each starting `@@`) from `before` to `after`; [] when they are equal."""
+    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), from_name, to_name, lineterm=""))
+    hunks: list[str] = []
+    for line in lines[2:]:  # the two file header lines
+        if line.startswith("@@"):
+            hunks.append(line)
+        else:
+            hunks[-1] += "\n" + line
+    return hunks
+
+
+async def _turn_start(store: Store, session: SessionRecord, event_id: str | None) -> Event:
+    if event_id is None:
+        newest = await store.read_events_backward(session.id, limit=1, types=["turn.started"])
+        if not newest:
+            raise NotFound(f"agent {session.id!r} has run no turn yet; there is no prompt to show")
+        return newest[0]
+    message = await store.get_event(session.id, event_id)
+    if not isinstance(message.payload, UserMessage) or message.turn_id is None:
+        raise InvalidArgument(f"eventId {event_id!r} is a {message.type} event; pass the id of a user message")
+    starts = await store.read_events(session.id, limit=1, types=["turn.started"], turn_id=message.turn_id)
+    if not starts:
+        raise NotFound(f"the turn of event {event_id!r} has no start recorded")
+    return starts[0]
+
+
+async def _system_prompt(store: Store, session_id: str, start: Event) -> str | None:
+    """The prompt in force at `start`: its own, else the newest earlier one that has the same hash."""
+    assert isinstance(start.payload, TurnStarted)
+    if start.payload.system_prompt is not None:
+        return start.payload.system_prompt
+    before = start.seq
+    while before > 1:
+        page = await store.read_events_backward(session_id, before_seq=before, limit=_SCAN, types=["turn.started"])
+        for event in page:
+            payload = event.payload
+            if isinstance(payload, TurnStarted) and payload.system_prompt is not None:
+                if payload.system_prompt_hash == start.payload.system_prompt_hash:
+                    return payload.system_prompt
+                return None  # the stored prompt changed in between: this turn's text was never recorded
+        if len(page) < _SCAN:
+            break
+        before = page[-1].seq
+    return None
+
+
+async def _user_text(store: Store, session_id: str, start: Event) -> tuple[str | None, str | None]:
+    """The turn's user text (its messages joined as dispatched) and the first message's event id."""
+    events = await store.read_events(session_id, limit=1000, types=["message.user"], turn_id=start.turn_id)
+    messages = [e for e in events if isinstance(e.payload, UserMessage)]
+    if not messages:
+        return None, None
+    return "\n\n".join(e.payload.text for e in messages if isinstance(e.payload, UserMessage)), messages[0].id
+
+
+async def _dispatch(store: Store, session: SessionRecord, start: Event) -> dict[str, JsonValue]:
+    assert isinstance(start.payload, TurnStarted)
+    system = await _system_prompt(store, session.id, start)
+    user, message_id = await _user_text(store, session.id, start)
+    return {
+        "turnId": start.turn_id,
+        "eventId": message_id,
+        "at": iso(start.at),
+        "model": start.payload.model,
+        "trigger": start.payload.trigger,
+        "system": {"text": system, "hash": start.payload.system_prompt_hash},
+        "user": user,
+    }
+
+
+async def read_prompt(
+    store: Store, session: SessionRecord, args: PromptArgs, *, compose: Callable[[str], str]
+) -> dict[str, JsonValue]:
+    """The `agent_prompt` answer; `compose(role)` gives the role's current system prompt (or raises `Invalid`)."""
+    start = await _turn_start(store, session, args.event_id)
+    answer = {"id": session.id, **(await _dispatch(store, session, start))}
+    system = answer["system"]
+    assert isinstance(system, dict)
+    text = system["text"] if isinstance(system["text"], str) else ""
+    if args.against == "definition":
+        now = compose(session.role)
+        answer["against"] = {
+            "kind": "definition",
+            "role": session.role,
+            "hash": hashlib.sha256(now.encode()).hexdigest(),
+            "diff": list(prompt_hunks(text, now, from_name="turn", to_name=f"role {session.role} now")),
+        }
+    elif args.against == "previous":
+        earlier = await store.read_events_backward(session.id, before_seq=start.seq, limit=1, types=["turn.started"])
+        previous = await _dispatch(store, session, earlier[0]) if earlier else None
+        before = previous["system"] if previous else None
+        before_text = before.get("text") if isinstance(before, dict) else None
+        answer["against"] = {
+            "kind": "previous",
+            "turnId": previous["turnId"] if previous else None,
+            "hash": before.get("hash") if isinstance(before, dict) else None,
+            "diff": list(
+                prompt_hunks(
+                    before_text if isinstance(before_text, str) else "", text, from_name="previous", to_name="turn"
+                )
+            )
+            if previous
+            else [],
+        }
+    return answer
+
+
+async def agent_prompt(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+    """The `agent_prompt` tool."""
+    args = parse_args(PromptArgs, "agent_prompt", raw)
+    session = await engine.store.get_session(args.id)
+    return await read_prompt(engine.store, session, args, compose=role_prompt_composer(engine))

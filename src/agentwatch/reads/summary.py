@@ -1,0 +1,107 @@
+"""`agent_summary`: counts without the rows.
+
+Per status, the working ones, the lineages (with `words: true` the lineages by the word their newest session
+says now), how many a person holds (intercepted), and for a `window` (default 7d) the sessions started,
+failed and waiting plus what agents spent, beside the same stretch before it (`previous`). `by: "role"` adds
+each role's sessions and newest activity. Soft-deleted sessions are left out.
+
+Within a window: `started` counts sessions created in it; `failed` those whose status is failed or
+interrupted and whose last activity falls in it; `waiting` those waiting on a person now whose last activity
+falls in it; `spend` sums the ledger entries written in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import Field, JsonValue
+
+from agentwatch.reads._args import Window
+from agentwatch.reads._view import EngineView, iso, stuck_thresholds
+from agentwatch.reads.words import WORDS, Word, status_word, word_filter
+from agentwatch.store import SessionFilter
+from agentwatch.tools import Args, Caller, parse_args
+
+__all__ = ["SummaryArgs", "agent_summary", "summarize"]
+
+_PAGE = 100
+
+
+class SummaryArgs(Args):
+    """Arguments of `agent_summary`."""
+
+    window: Window = Field(timedelta(days=7), description="The stretch of time for started/failed/waiting/spend.")
+    words: bool = Field(False, description="Add the lineages by the word they say now.")
+    by: Literal["role"] | None = Field(None, description='"role": each role\'s sessions and newest activity.')
+
+
+async def _count(view: EngineView, where: SessionFilter) -> int:
+    return sum((await view.store.count_sessions(where)).values())
+
+
+async def _lineage_words(view: EngineView, now: datetime) -> tuple[int, dict[str, int]]:
+    """How many lineages there are, and how many say each word (the word of each one's newest session)."""
+    counts: dict[str, int] = dict.fromkeys(WORDS, 0)
+    cursor: str | None = None
+    while True:
+        page = await view.store.list_sessions(SessionFilter(heads_of="group_key"), limit=_PAGE, cursor=cursor)
+        for head in page.items:
+            counts[status_word(head, now=now, stuck_after=view.stuck_after(head.role))] += 1
+        if page.next_cursor is None:
+            return sum(counts.values()), counts
+        cursor = page.next_cursor
+
+
+async def _window(view: EngineView, start: datetime, end: datetime, waiting: SessionFilter) -> dict[str, JsonValue]:
+    started, failed, waits, spend = await asyncio.gather(
+        _count(view, SessionFilter(created_from=start, created_to=end)),
+        _count(view, SessionFilter(status=["failed", "interrupted"], active_from=start, active_to=end)),
+        _count(view, waiting.model_copy(update={"active_from": start, "active_to": end})),
+        view.store.usage_between(start, end),
+    )
+    return {
+        "from": iso(start),
+        "to": iso(end),
+        "started": started,
+        "failed": failed,
+        "waiting": waits,
+        "spend": {"costUsd": spend.cost_usd or 0.0, "tokens": spend.total_tokens},
+    }
+
+
+async def summarize(view: EngineView, args: SummaryArgs, *, now: datetime | None = None) -> dict[str, JsonValue]:
+    """The `agent_summary` answer."""
+    now = now or datetime.now(UTC)
+    default, by_role = stuck_thresholds(view)
+
+    def saying(word: Word) -> SessionFilter:
+        return word_filter(SessionFilter(), [word], now=now, stuck_after=default, by_role=by_role)
+
+    statuses = await view.store.count_sessions(SessionFilter())
+    lineages, lineage_words = await _lineage_words(view, now)
+    answer: dict[str, JsonValue] = {
+        "at": iso(now),
+        "statuses": dict(statuses),
+        "total": sum(statuses.values()),
+        "working": await _count(view, saying("working")),
+        "lineages": lineages,
+        "intercepted": await _count(view, SessionFilter(intercepted=True)),
+    }
+    if args.words:
+        answer["words"] = dict(lineage_words)
+    window = await _window(view, now - args.window, now, saying("needs_you"))
+    window["previous"] = await _window(view, now - 2 * args.window, now - args.window, saying("needs_you"))
+    answer["window"] = window
+    if args.by == "role":
+        groups = await view.store.group_sessions(SessionFilter(), "role")
+        answer["byRole"] = [
+            {"role": g.key, "sessions": g.sessions, "lastActiveAt": iso(g.last_active_at)} for g in groups
+        ]
+    return answer
+
+
+async def agent_summary(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+    """The `agent_summary` tool."""
+    return await summarize(engine, parse_args(SummaryArgs, "agent_summary", raw))

@@ -1,0 +1,282 @@
+"""`agent_tail`: a cursor-based read of a session's stream, projected to compact rows.
+
+```
+{id, at, type, itemType, title, toolName, detail, status, truncated}
+```
+
+`PROJECTION` is the one table from our log types to the tail's names. `types` accepts either spelling, and
+globs (`turn.*`, `hitl.*`, `runtime.*`). Without `afterId` the answer is the newest events up to the
+session's head, and `cursor` is exactly `agent_get`'s `current.cursor`; with `afterId` it is a forward scan
+strictly after it. Durable events come from the store; the ephemeral ones (`content.delta`,
+`tool.progress`) only from the live ring, and only when `types` asks for them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, JsonValue
+
+from agentwatch.errors import InvalidArgument
+from agentwatch.events import (
+    PAYLOAD_TYPES,
+    AssistantMessage,
+    CompactionApplied,
+    CompletionFinished,
+    CompletionStarted,
+    ContentDelta,
+    ConversationCleared,
+    Event,
+    ModelReroute,
+    ObserverReported,
+    ObserverStateChanged,
+    Payload,
+    RequestDismissed,
+    RequestOpened,
+    RequestResolved,
+    RuntimeNotice,
+    RuntimeRetry,
+    StreamCursor,
+    SubtaskEnded,
+    SubtaskStarted,
+    ThinkingBlock,
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+    TurnEnded,
+    TurnStarted,
+    UserMessage,
+    is_durable_type,
+    truncate,
+)
+from agentwatch.reads._view import EngineView, iso
+from agentwatch.tools import Args, Caller, parse_args
+
+__all__ = ["DEFAULT_TYPES", "PROJECTION", "Projection", "TailArgs", "agent_tail", "project", "read_tail"]
+
+_RING_SCAN = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """How one log type reads in the tail."""
+
+    tail_type: str
+    """The tail's name for it (`item.started`, `hitl.requested`, ...)."""
+    item_type: str | None
+    """For items: what kind (`tool_call`, `agent_message`, `user_message`, `reasoning`)."""
+    default: bool
+    """Part of the default event set."""
+
+
+PROJECTION: dict[str, Projection] = {
+    "turn.started": Projection("turn.started", None, True),
+    "turn.ended": Projection("turn.ended", None, True),
+    "message.user": Projection("item.completed", "user_message", True),
+    "message.assistant": Projection("item.completed", "agent_message", True),
+    "thinking.completed": Projection("item.completed", "reasoning", True),
+    "tool.call": Projection("item.started", "tool_call", True),
+    "tool.result": Projection("item.completed", "tool_call", True),
+    "tool.progress": Projection("tool.progress", "tool_call", True),
+    "content.delta": Projection("content.delta", None, False),
+    "subtask.started": Projection("subtask.started", None, True),
+    "subtask.ended": Projection("subtask.ended", None, True),
+    "request.opened": Projection("hitl.requested", None, True),
+    "request.resolved": Projection("hitl.resolved", None, True),
+    "request.dismissed": Projection("hitl.dismissed", None, True),
+    "model.reroute": Projection("model.reroute", None, True),
+    "runtime.warning": Projection("runtime.warning", None, True),
+    "runtime.error": Projection("runtime.error", None, True),
+    "runtime.retry": Projection("runtime.retry", None, True),
+    "runtime.info": Projection("runtime.info", None, False),
+    "completion.started": Projection("completion.started", None, False),
+    "completion.finished": Projection("completion.finished", None, False),
+    "compaction.applied": Projection("compaction.applied", None, False),
+    "conversation.cleared": Projection("conversation.cleared", None, False),
+    "auth.required": Projection("auth.required", None, False),
+    "external.event": Projection("external.event", None, False),
+    "observer.report": Projection("observer.report", None, False),
+    "observer.state": Projection("observer.state", None, False),
+}
+"""Every log type and how the tail names it. The default set: turns, items, tool progress, sub-tasks, HITL,
+model reroutes and runtime warnings, errors and retries; never the per-token `content.delta`."""
+
+assert set(PROJECTION) == set(PAYLOAD_TYPES), "every event type needs a row in the tail projection"
+
+DEFAULT_TYPES: tuple[str, ...] = tuple(name for name, row in PROJECTION.items() if row.default)
+
+
+class TailArgs(Args):
+    """Arguments of `agent_tail`."""
+
+    id: str = Field(min_length=1, description="The agent's id (ses_...).")
+    after_id: str | None = Field(
+        None,
+        alias="afterId",
+        description="A cursor (current.cursor, or a previous tail's cursor) or an event id: read strictly after it.",
+    )
+    max_chars: int = Field(500, alias="maxChars", ge=1, le=4000, description="Cap on each detail, 1..4000.")
+    max_events: int = Field(50, alias="maxEvents", ge=1, le=200, description="Events per answer, 1..200.")
+    types: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="Event types to include, as log types (tool.call) or tail names (item.started, hitl.*, turn.*).",
+    )
+
+
+def resolve_types(patterns: Sequence[str] | None) -> list[str]:
+    """The log types `patterns` name (either spelling, globs allowed); the default set for None."""
+    if patterns is None:
+        return list(DEFAULT_TYPES)
+    chosen: list[str] = []
+    for pattern in patterns:
+        matched = [
+            name
+            for name, row in PROJECTION.items()
+            if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(row.tail_type, pattern)
+        ]
+        if not matched:
+            names = sorted({*PROJECTION, *(row.tail_type for row in PROJECTION.values())})
+            raise InvalidArgument(f"types: {pattern!r} names no event type; the types are {', '.join(names)}")
+        chosen += [name for name in matched if name not in chosen]
+    return chosen
+
+
+def _text(value: JsonValue) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# (title, toolName, detail, status) of a payload; one function per payload family keeps the table flat.
+_Facts = tuple[str | None, str | None, str | None, str | None]
+
+
+def _facts(payload: Payload) -> _Facts:
+    match payload:
+        case TurnStarted():
+            return f"turn started ({payload.trigger}, attempt {payload.attempt})", None, None, "running"
+        case TurnEnded():
+            return f"turn {payload.outcome}", None, payload.error or payload.reason, payload.outcome
+        case UserMessage() | AssistantMessage() | ThinkingBlock():
+            title = {"message.user": "user", "message.assistant": "assistant", "thinking.completed": "thinking"}
+            return title[payload.type], None, payload.text, None
+        case ToolCall():
+            return payload.display_as or payload.tool_name, payload.tool_name, _text(payload.input), "running"
+        case ToolResult():
+            return payload.tool_name, payload.tool_name, payload.output, payload.status
+        case ToolProgress():
+            return payload.message, None, payload.message, "running"
+        case ContentDelta():
+            return payload.part, None, payload.delta, None
+        case SubtaskStarted():
+            return f"spawned {payload.name} ({payload.role})", None, payload.child_session_id, "running"
+        case SubtaskEnded():
+            return f"sub-agent {payload.status}", None, payload.child_session_id, payload.status
+        case RequestOpened():
+            return payload.summary, None, "\n".join(payload.questions or []) or payload.summary, "pending"
+        case RequestResolved():
+            return "answered", None, _text(payload.answer), "resolved"
+        case RequestDismissed():
+            return "dismissed", None, payload.reason, "dismissed"
+        case ModelReroute():
+            return f"{payload.from_model} → {payload.to_model}", None, payload.reason, None
+        case RuntimeNotice() | RuntimeRetry():
+            return payload.message, None, payload.message, None
+        case CompletionStarted():
+            return f"model request {payload.request_index}", None, payload.model, "running"
+        case CompletionFinished():
+            return f"model request {payload.request_index}", None, payload.finish_reason, payload.finish_reason
+        case CompactionApplied():
+            return "compacted", None, payload.summary, None
+        case ConversationCleared():
+            return "cleared", None, payload.archived_conversation_id, None
+        case ObserverReported():
+            return f"report from {payload.observer_type}", None, payload.report, None
+        case ObserverStateChanged():
+            return f"observer {payload.observer_type} {payload.state}", None, payload.reason, payload.state
+        case _:
+            return payload.type, None, _text(payload.model_dump(mode="json")), None
+
+
+def project(event: Event, *, max_chars: int) -> dict[str, JsonValue]:
+    """One event as a tail row, its detail capped at `max_chars` with the truncation marker."""
+    row = PROJECTION[event.type]
+    title, tool_name, detail, status = _facts(event.payload)
+    cut = truncate(detail, max_chars) if detail is not None else None
+    return {
+        "id": event.id,
+        "at": iso(event.at),
+        "type": row.tail_type,
+        "itemType": row.item_type,
+        "title": title,
+        "toolName": tool_name,
+        "detail": cut.text if cut is not None else None,
+        "status": status,
+        "truncated": cut.truncated if cut is not None else False,
+    }
+
+
+async def _start(view: EngineView, session_id: str, after_id: str) -> StreamCursor:
+    if after_id.startswith("evt_"):
+        return (await view.store.get_event(session_id, after_id)).cursor
+    return StreamCursor.decode(after_id, session_id=session_id)
+
+
+async def _ephemeral(
+    view: EngineView, session_id: str, types: list[str], after: StreamCursor | None, *, up_to_seq: int | None = None
+) -> list[Event]:
+    """Ephemeral events of `types` the live ring still holds after `after` (and not past durable `up_to_seq`)."""
+    wanted = {name for name in types if not is_durable_type(name)}
+    if not wanted:
+        return []
+    recent = await view.ring.recent(session_id, after=after, limit=_RING_SCAN)
+    return [e for e in recent if e.type in wanted and (up_to_seq is None or e.seq <= up_to_seq)]
+
+
+async def read_tail(view: EngineView, args: TailArgs) -> dict[str, JsonValue]:
+    """The `agent_tail` answer: `events`, `cursor`, `hasMore`."""
+    session = await view.store.get_session(args.id)
+    types = resolve_types(args.types)
+    durable = [name for name in types if is_durable_type(name)]
+    # The session row is read first: events up to its last_seq are what the head cursor promises.
+    head = StreamCursor(session.id, session.last_seq)
+    limit = args.max_events
+    if args.after_id is None:
+        stored = (
+            await view.store.read_events_backward(session.id, before_seq=head.seq + 1, limit=limit, types=durable)
+            if durable and head.seq > 0
+            else []
+        )
+        live = await _ephemeral(view, session.id, types, None, up_to_seq=head.seq)
+        events = sorted([*stored, *live], key=lambda e: (e.seq, e.sub))[-limit:]
+        # With durable types only this is exactly the head, agent_get's current.cursor.
+        end = max([head, *(e.cursor for e in events)])
+        return _answer(events, end, has_more=False, max_chars=args.max_chars)
+    after = await _start(view, session.id, args.after_id)
+    stored = (
+        await view.store.read_events(session.id, after_seq=after.seq, limit=limit + 1, types=durable) if durable else []
+    )
+    live = await _ephemeral(view, session.id, types, after)
+    merged = sorted([*stored, *live], key=lambda e: (e.seq, e.sub))
+    events = merged[:limit]
+    has_more = len(merged) > limit
+    # When everything up to the head was seen, the cursor moves to the head even past events left out by
+    # `types`, so the next call does not scan them again.
+    end = events[-1].cursor if has_more else max([after, head, *(e.cursor for e in events)])
+    return _answer(events, end, has_more=has_more, max_chars=args.max_chars)
+
+
+def _answer(events: list[Event], cursor: StreamCursor, *, has_more: bool, max_chars: int) -> dict[str, JsonValue]:
+    return {
+        "events": [project(event, max_chars=max_chars) for event in events],
+        "cursor": cursor.encode(),
+        "hasMore": has_more,
+    }
+
+
+async def agent_tail(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+    """The `agent_tail` tool."""
+    return await read_tail(engine, parse_args(TailArgs, "agent_tail", raw))

@@ -1,0 +1,83 @@
+"""Retention: which sessions are reaped, and when.
+
+- A soft-deleted session stays readable by id (and listed with `deleted: true`) until its `reap_at`.
+- A heartbeat or hook session (source `heartbeat` / `hook`) that is not running or waiting is reaped once its
+  last activity is older than `retention.heartbeat_ttl` / `retention.hook_ttl` (default 24 h).
+- A reap takes the whole transcript (conversations, events, inbox, requests); the spend ledger stays. A
+  reaped id answers `not_found`.
+- A session that holds a resource watch is kept until the watch ends. There is no watch table yet: whoever
+  records watches sets `settings["held_until"]` (ISO 8601, the latest expiry of the session's watches) and
+  clears it when they end. `held_until` below reads it; a held session is skipped by every rule above.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from agentwatch.config import RetentionConfig
+from agentwatch.store import SessionFilter, SessionRecord, Store
+
+__all__ = ["HELD_UNTIL", "held_until", "reap_due", "sessions_due"]
+
+HELD_UNTIL = "held_until"
+"""The settings key a watch sets to keep its session until the watch ends."""
+
+_PAGE = 100
+_TTL_SOURCES = ("heartbeat", "hook")
+
+
+def held_until(session: SessionRecord) -> datetime | None:
+    """Until when a watch holds the session (None when nothing holds it, or the value is unreadable)."""
+    value = session.settings.get(HELD_UNTIL)
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _ttl(retention: RetentionConfig, source: str) -> timedelta:
+    return retention.heartbeat_ttl if source == "heartbeat" else retention.hook_ttl
+
+
+async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetime, limit: int = _PAGE) -> list[str]:
+    """Ids of at most `limit` sessions to reap at `now` (soft-deleted past `reap_at`, heartbeat/hook past TTL)."""
+    due: list[str] = []
+
+    def keep(session: SessionRecord) -> bool:
+        held = held_until(session)
+        return held is not None and held > now
+
+    for session_id in await store.due_for_reap(now, limit=limit):
+        if not keep(await store.get_session(session_id)):
+            due.append(session_id)
+    for source in _TTL_SOURCES:
+        where = SessionFilter(
+            source=[source],
+            status=["idle", "completed", "failed", "cancelled", "interrupted"],
+            active_to=now - _ttl(retention, source),
+            deleted=True,
+        )
+        cursor: str | None = None
+        while len(due) < limit:
+            page = await store.list_sessions(where, sort="oldest", limit=_PAGE, cursor=cursor)
+            due += [s.id for s in page.items if not keep(s) and s.id not in due]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    return due[:limit]
+
+
+async def reap_due(store: Store, retention: RetentionConfig, *, now: datetime | None = None) -> int:
+    """Reap every session that is due (see the module docs); returns how many were removed."""
+    now = now or datetime.now(UTC)
+    removed = 0
+    while True:
+        due = await sessions_due(store, retention, now=now)
+        if not due:
+            return removed
+        removed += await store.reap(due)
+        if len(due) < _PAGE:
+            return removed

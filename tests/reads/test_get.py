@@ -1,0 +1,75 @@
+"""agent_get: name resolution (the chat wins, a unique live match, an ambiguous refusal) and the record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.tools import Caller
+from tests.runtime.support import OpenEngine, Scripted, role
+
+
+async def test_a_name_resolves_to_the_calling_chats_agent_first(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("nova", ScriptedModel([Reply("hi")]))
+    async with open_engine(role("chat", model)) as engine:
+        mine = await engine.create("chat", name="nova", scope="42:bot1")
+        other = await engine.create("chat", name="nova", scope="99:bot1")
+        globe = await engine.create("chat", name="nova")
+
+        got = await engine.call_tool("agent_get", {"name": "nova"}, caller=Caller(scope="42:bot1"))
+        assert got["id"] == mine.id and got["scope"] == "42:bot1"
+
+        refused = await engine.call_tool("agent_get", {"name": "nova"})
+        ids = sorted([mine.id, other.id, globe.id])
+        assert refused["error"]["code"] == "ambiguous"
+        assert refused["error"]["message"] == (
+            f'3 agents are named "nova": {ids[0]} (chat 42:bot1, idle); {ids[1]} (chat 99:bot1, idle); '
+            f"{ids[2]} (global, idle). Pass `id` instead."
+        )
+        assert [c["id"] for c in refused["error"]["details"]["candidates"]] == ids
+
+        await engine.delete(other.id)
+        await engine.delete(globe.id)
+        unique = await engine.call_tool("agent_get", {"name": "nova"}, caller=Caller(scope="7:bot2"))
+        assert unique["id"] == mine.id
+
+        missing = await engine.call_tool("agent_get", {"name": "vega"})
+        assert missing["error"]["code"] == "not_found"
+
+
+async def test_the_record_carries_the_row_grant_prompt_fill_mailbox_and_current(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("rec", ScriptedModel([Reply("done it")]))
+    async with open_engine(role("worker", model, tools=("agent_task",), grant=("spawn",))) as engine:
+        fresh = await engine.create("worker", name="w1")
+        record = await engine.call_tool("agent_get", {"id": fresh.id})
+        assert record["contextFill"] == {"state": "none"}
+        assert (record["capabilities"], record["roleModelRef"], record["harness"]) == (["spawn"], model, None)
+        assert (record["systemPrompt"], record["observer"], record["scheduled"], record["watching"]) == (
+            "You are worker.",
+            None,
+            [],
+            [],
+        )
+
+        snapshot = await engine.task("worker", "do it", name="w2")
+        record: dict[str, Any] = await engine.call_tool("agent_get", {"id": snapshot["agentId"]})
+        assert (record["status"], record["word"], record["textOutput"]) == ("completed", "done", "done it")
+        assert record["contextFill"]["state"] == "measured" and record["contextFill"]["tokens"] > 0
+        assert record["current"]["cursor"] == snapshot["cursor"]
+        assert record["usage"]["tokens"] > 0 and record["mailbox"] == []
+
+
+async def test_a_soft_deleted_agent_is_read_by_id_with_its_reap_time(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("del", ScriptedModel([Reply("x")]))
+    async with open_engine(role("chat", model)) as engine:
+        session = await engine.create("chat", name="old")
+        await engine.enqueue(session.id, "queued")
+        await engine.wait(session.id, 10)
+        await engine.delete(session.id)
+        record = await engine.call_tool("agent_get", {"id": session.id})
+        assert record["deletedAt"] is not None and record["reapAt"] is not None
+        assert (await engine.call_tool("agent_get", {"name": "old"}))["error"]["code"] == "not_found"

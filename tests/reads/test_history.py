@@ -1,0 +1,58 @@
+"""agent_history: newest page first, each page oldest first; conversations, archived ones, episodes."""
+
+from __future__ import annotations
+
+from agentwatch.runtime.models import Reply, ScriptedModel
+from tests.runtime.support import OpenEngine, Scripted, role
+
+
+async def test_pages_walk_back_through_the_whole_conversation_once(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("talk", ScriptedModel(function=lambda ctx: Reply(f"re: {ctx.prompt}")))
+    async with open_engine(role("chat", model)) as engine:
+        session = await engine.create("chat", name="talker", source="chat")
+        for prompt in ("one", "two", "three"):
+            await engine.enqueue(session.id, prompt)
+            await engine.wait(session.id, 10)
+        stored = [e.id for e in await engine.store.read_events(session.id, limit=1000)]
+
+        pages: list[list[str]] = []
+        cursor = None
+        while True:
+            args = {"id": session.id, "limit": 4} | ({"cursor": cursor} if cursor else {})
+            page = await engine.call_tool("agent_history", args)
+            pages.append([event["id"] for event in page["events"]])
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert [event_id for page in reversed(pages) for event_id in page] == stored
+        assert all(len(page) == 4 for page in pages[:-1])
+        first = await engine.call_tool("agent_history", {"id": session.id, "limit": 1})
+        assert first["events"][0]["type"] == "turn.ended" and first["events"][0]["payload"]["outcome"] == "completed"
+
+
+async def test_conversations_say_why_they_ended_and_an_archived_one_reads_back(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("talk2", ScriptedModel(function=lambda ctx: Reply("ok")))
+    async with open_engine(role("chat", model)) as engine:
+        session = await engine.create("chat", name="talker", source="chat")
+        await engine.enqueue(session.id, "before the clear")
+        await engine.wait(session.id, 10)
+        await engine.clear(session.id)
+
+        now = await engine.call_tool("agent_history", {"id": session.id})
+        old, new = now["conversations"]
+        assert (old["endReason"], old["current"], new["endReason"], new["current"]) == ("clear", False, None, True)
+        assert [e["type"] for e in now["events"]] == ["conversation.cleared"]
+
+        archived = await engine.call_tool("agent_history", {"id": session.id, "conversationId": old["id"]})
+        assert archived["conversationId"] == old["id"]
+        texts = [e["payload"].get("text") for e in archived["events"] if e["type"] == "message.user"]
+        assert texts == ["before the clear"]
+
+        turn_id = archived["events"][0]["turnId"]
+        episode = await engine.call_tool("agent_history", {"id": session.id, "episodeId": turn_id})
+        assert {e["turnId"] for e in episode["events"]} == {turn_id} and episode["events"][0]["type"] == "turn.started"
+
+        unknown = await engine.call_tool("agent_history", {"id": session.id, "conversationId": "cnv_nope"})
+        assert unknown["error"]["code"] == "not_found"

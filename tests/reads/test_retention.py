@@ -1,0 +1,62 @@
+"""Retention: soft-deleted rows readable until reapAt, heartbeat/hook TTL, a watch holds, reaped = not_found."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from agentwatch.config import RetentionConfig
+from agentwatch.retention import HELD_UNTIL, reap_due
+from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.store import SessionPatch
+from tests.runtime.support import OpenEngine, Scripted, role
+
+
+async def test_soft_deleted_agents_read_by_id_until_the_reap_then_not_found(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("ret", ScriptedModel([Reply("bye")]))
+    async with open_engine(role("chat", model)) as engine:
+        sid = (await engine.task("chat", "hi"))["agentId"]
+        deleted = await engine.call_tool("agent_delete", {"id": sid})
+        reap_at = datetime.fromisoformat(deleted["reapAt"])
+        retention = engine.config.retention
+
+        assert await reap_due(engine.store, retention, now=reap_at - timedelta(seconds=1)) == 0
+        for tool in ("agent_get", "agent_history", "agent_export", "agent_tail"):
+            answer = await engine.call_tool(tool, {"id": sid})
+            assert not isinstance(answer.get("error"), dict), (tool, answer)
+        listed = await engine.call_tool("agent_list", {"deleted": True})
+        assert [row["id"] for row in listed["agents"]] == [sid]
+
+        assert await reap_due(engine.store, retention, now=reap_at + timedelta(seconds=1)) == 1
+        for tool in ("agent_get", "agent_history", "agent_export", "agent_tail", "agent_prompt"):
+            assert (await engine.call_tool(tool, {"id": sid}))["error"]["code"] == "not_found", tool
+        assert (await engine.store.usage_totals([sid]))[sid].total_tokens > 0  # the ledger outlives the reap
+
+
+async def test_heartbeat_and_hook_sessions_are_reaped_after_their_ttl_unless_a_watch_holds_them(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("tick", ScriptedModel(function=lambda ctx: Reply("tick")))
+    async with open_engine(role("digest", model)) as engine:
+        tick = await engine.create("digest", name="tick", source="heartbeat", group_key="hb:digest")
+        hook = await engine.create("digest", name="hook", source="hook")
+        held = await engine.create("digest", name="held", source="heartbeat", group_key="hb:digest")
+        chat = await engine.create("digest", name="chat", source="chat")
+        running = await engine.create("digest", name="busy", source="hook")
+        await engine.store.update_session(running.id, SessionPatch(status="running"))
+        later = datetime.now(UTC) + timedelta(hours=25)
+        await engine.store.update_session(
+            held.id, SessionPatch(settings={HELD_UNTIL: (later + timedelta(hours=1)).isoformat()})
+        )
+        retention = RetentionConfig(heartbeat_ttl="24h", hook_ttl="24h")
+
+        assert await reap_due(engine.store, retention, now=datetime.now(UTC) + timedelta(hours=23)) == 0
+        assert await reap_due(engine.store, retention, now=later) == 2
+        remaining = await engine.call_tool("agent_list", {"deleted": True, "sort": "name"})
+        assert sorted(row["id"] for row in remaining["agents"]) == sorted([held.id, chat.id, running.id])
+        assert (await engine.call_tool("agent_get", {"id": tick.id}))["error"]["code"] == "not_found"
+        assert (await engine.call_tool("agent_get", {"id": hook.id}))["error"]["code"] == "not_found"
+
+        # The watch ends: the next pass takes it.
+        assert await reap_due(engine.store, retention, now=later + timedelta(hours=2)) == 1
