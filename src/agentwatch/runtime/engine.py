@@ -39,7 +39,9 @@ from agentwatch.events import (
 )
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
+from agentwatch.retention import reap_due
 from agentwatch.runtime.driver import SessionDriver
+from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.models import ModelResolver, TurnInput, run_turn
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
@@ -63,12 +65,15 @@ from agentwatch.store import (
     connect_store,
 )
 
-__all__ = ["Engine", "run_task"]
+__all__ = ["Engine", "ToolSetHook", "run_task"]
 
 log = logging.getLogger(__name__)
 
 MAINTENANCE_SECONDS = 5.0
 """How often the engine hands held requests whose time came over to a person."""
+
+ToolSetHook = Callable[[SessionRecord, Sequence[str]], Sequence[str]]
+"""Adjusts the tool names a session's turn gets, given the session and the names its role lists."""
 
 
 class Engine:
@@ -99,6 +104,10 @@ class Engine:
         self._stop_reasons: dict[str, str] = {}
         self._maintenance: asyncio.Task[None] | None = None
         self._closed = False
+        self.extensions: list[Extension] = []
+        """The extensions installed in this engine, in install order."""
+        self.tool_set_hooks: list[ToolSetHook] = []
+        """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
 
     # -- opening and closing --------------------------------------------------------------------------
 
@@ -116,10 +125,12 @@ class Engine:
         definitions: Iterable[AgentDefinition] = (),
         policies: Iterable[Policy] = (),
         recover: bool = True,
+        extensions: Iterable[Extension] | None = None,
     ) -> AsyncIterator[Engine]:
         """Open the store and live ring, load the roster, continue cut-off turns; close everything after.
 
         Arguments override `agentwatch.toml` and `AGENTWATCH_*` variables, which override the defaults.
+        `extensions` None installs the default extensions (observer agents among them); `[]` installs none.
         """
         config = config or load_config(root)
         updates: dict[str, Any] = {}
@@ -132,6 +143,10 @@ class Engine:
         config = config.model_copy(update=updates)
         engine = await cls._assemble(config, tools, definitions, policies)
         try:
+            for extension in default_extensions() if extensions is None else extensions:
+                engine.add_extension(extension)
+            for problem in engine.roster.problems:
+                log.warning("%s", problem)
             await engine._start(recover=recover)
             yield engine
         finally:
@@ -151,8 +166,6 @@ class Engine:
             registry[tool.name] = tool
         agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
         roster = load_roster(agents_dir, known_tools=registry, extra=definitions)
-        for problem in roster.problems:
-            log.warning("%s", problem)
         chain = PolicyChain([GrantPolicy({t.name: t.grant for t in registry.values() if t.grant}), *policies])
         store = await connect_store(config.store)
         try:
@@ -172,7 +185,7 @@ class Engine:
                     page = await self.store.list_sessions(
                         SessionFilter(status=[status]),
                         limit=100,
-                        cursor=cursor,  # type: ignore[list-item]
+                        cursor=cursor,
                     )
                     for session in page.items:
                         (await self.driver(session.id)).kick()
@@ -186,6 +199,11 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        for extension in reversed(self.extensions):
+            try:
+                await extension.close()
+            except Exception as exc:  # one broken extension must not keep the store open
+                log.warning("closing extension %s failed: %s", type(extension).__name__, exc)
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
@@ -198,6 +216,7 @@ class Engine:
             await asyncio.sleep(MAINTENANCE_SECONDS)
             try:
                 await self.escalate_due()
+                await reap_due(self.store, self.config.retention)
             except Exception as exc:  # housekeeping must never take the engine down
                 log.warning("maintenance failed: %s", exc)
 
@@ -222,6 +241,11 @@ class Engine:
         self._factories.append(factory)
         for session_id, driver in self._drivers.items():
             driver.add_observer(factory(session_id))
+
+    def add_extension(self, extension: Extension) -> None:
+        """Install an extension now (`Engine.open` installs the defaults or the ones it is given)."""
+        self.extensions.append(extension)
+        extension.install(self)
 
     async def subscribe(self, thread_id: str, request: Any) -> ReplaySnapshot:
         """Route `request` to the session's observers' `on_subscribe` with a replay snapshot.
@@ -496,6 +520,13 @@ class Engine:
         except AgentwatchError as exc:
             return exc.to_dict()
         return result if isinstance(result, dict) else {"result": result}
+
+    def tools_for(self, session: SessionRecord, definition: AgentDefinition) -> tuple[str, ...]:
+        """The tool names a turn of `session` gets: its role's tools, adjusted by every tool-set hook."""
+        names: Sequence[str] = definition.tools
+        for hook in self.tool_set_hooks:
+            names = hook(session, names)
+        return tuple(names)
 
     def tool_names(self) -> Sequence[str]:
         """Every registered tool name, sorted."""

@@ -246,7 +246,7 @@ async def _begin(turn: _Turn, plan: Plan) -> str | object | None:
         return f"{summary}\n\n{text}" if summary else text
     if plan.kind == "answer":
         await turn.commit(
-            [started],
+            [started.model_copy(update={"attempt": max(session.turn_attempts, 1)})],
             patch=SessionPatch(status="running", settings=settings),
         )
         return None
@@ -291,7 +291,7 @@ async def _compaction_summary(turn: _Turn) -> str | None:
 def _tool_specs(turn: _Turn) -> list[ToolSpec]:
     specs = []
     approval = set(turn.definition.approval_tools)
-    for name in turn.definition.tools:
+    for name in turn.engine.tools_for(turn.session, turn.definition):
         tool = turn.engine.tools.get(name)
         if tool is None:
             continue  # the roster already reported it; the model simply does not get it
@@ -354,7 +354,9 @@ def _approval(answer: JsonValue) -> tuple[bool, str | None]:
 async def _finish(turn: _Turn, result: TurnResult) -> None:
     if result.outcome == "completed":
         session = turn.session
-        status: SessionStatus = "idle" if session.source == "chat" or session.boss else "completed"
+        # Chats, the boss and observer agents live on between turns; a task is done when its turn is.
+        lives_on = session.source == "chat" or session.boss or session.is_observer
+        status: SessionStatus = "idle" if lives_on else "completed"
         ended = TurnEnded(outcome="completed", usage=result.usage)
         await _end(turn, status, ended, last_text=result.output)
     elif result.outcome == "paused":
@@ -376,7 +378,8 @@ async def _end(
 
 async def _tell_parent(turn: _Turn, status: SessionStatus) -> None:
     parent_id = turn.session.parent_id
-    if parent_id is None or status not in TERMINAL_STATUSES:
+    # An observer agent's parent is the agent it watches, which must not hear about the observer's turns.
+    if parent_id is None or status not in TERMINAL_STATUSES or turn.session.is_observer:
         return
     try:
         parent = await turn.engine.driver(parent_id)

@@ -1,0 +1,334 @@
+"""The observer-agents extension: resolves declarations, taps activity, arms pairings and runs deliveries.
+
+Installed in every engine by default. Per session it adds one `ActivityTap` (a ThreadObserver): on the
+session's first event the tap resolves, in the background, whether the session is observed; if not, it
+goes quiet. The observed agent is never made to wait: taps only append to buffers, and everything that
+awaits (arming, policy checks, delivery, the observer's turns) runs in tasks of this extension.
+
+Resolution, in order (each "unobserved" case with a warning is warned once per session: logged and recorded
+as a `runtime.warning` on the session):
+
+1. the role declares no `observer` → unobserved;
+2. the session itself runs as an observer → the declaration is ignored with a warning (no chaining);
+3. the switch is off (`observers.enabled = false`, `AGENTWATCH_OBSERVER_AGENTS=0` or
+   `AGENTWATCH_BACKGROUND_TASKS=0`) → unobserved; the tap is not even installed;
+4. the named type is missing from the roster, has an observer of its own, or is a rule type with no
+   registered function → unobserved, with a warning;
+5. otherwise the pairing is armed (see `pairing`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentwatch.errors import NotFound, UserError
+from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnEnded
+from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.runtime.thread_observer import ReplaySnapshot
+from agentwatch.store import SessionRecord, Write
+from agentwatch.watchers.delivery import Courier, SessionCourier, run_deliveries
+from agentwatch.watchers.digest import ActivityItem, ActivityRecorder, Digest, render_digest
+from agentwatch.watchers.pairing import MAX_BUFFERED, SOURCE, Pairing, PairingRegistry
+from agentwatch.watchers.report import observer_report_tool, observer_tool_set, one_way_policy
+from agentwatch.watchers.rules import RuleBook, RuleCourier, RuleFunction, default_rules
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.engine import Engine
+
+__all__ = ["ActivityTap", "ObserverAgents", "observer_agents"]
+
+log = logging.getLogger(__name__)
+
+
+class ObserverAgents:
+    """The observer subsystem of one engine (an engine extension).
+
+    `rules` are the rule observers it knows (by default the built-ins plus every globally registered one);
+    `courier` replaces the delivery to model observers' sessions (tests use it to make delivery fail).
+    """
+
+    def __init__(self, *, rules: RuleBook | None = None, courier: Courier | None = None) -> None:
+        self.rules = rules if rules is not None else default_rules()
+        """The rule observers, by type."""
+        self.courier = courier
+        """Delivers to model observers' sessions (a `SessionCourier` once installed); replaceable."""
+        self._engine: Engine | None = None
+        self._registry: PairingRegistry | None = None
+        self._rule_courier = RuleCourier(self)
+        self._taps: dict[str, ActivityTap] = {}
+        self._resolving: dict[str, asyncio.Task[Pairing | None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._warned: set[tuple[str, str]] = set()
+        self._closed = False
+
+    # -- the extension --------------------------------------------------------------------------------
+
+    def install(self, engine: Engine) -> None:
+        """Add the report tool, the one-way policy, the observer tool set, the rule types and the tap."""
+        self._engine = engine
+        self._registry = PairingRegistry(engine)
+        if self.courier is None:
+            self.courier = SessionCourier(engine)
+        engine.add_tool(observer_report_tool(self))
+        engine.policy.add(one_way_policy(engine.store))
+        engine.tool_set_hooks.append(observer_tool_set)
+        for name in self.rules:
+            self._define_rule(name)
+        if engine.config.observer_agents_enabled:
+            engine.start_with_observer(self._tap)
+
+    async def close(self) -> None:
+        """Cancel arming and deliveries (a delivery cut off here is lost, as any failed delivery is)."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine it is installed in."""
+        if self._engine is None:
+            raise UserError("ObserverAgents is not installed in an engine yet")
+        return self._engine
+
+    @property
+    def registry(self) -> PairingRegistry:
+        """The pairings of its engine."""
+        if self._registry is None:
+            raise UserError("ObserverAgents is not installed in an engine yet")
+        return self._registry
+
+    # -- public surface -------------------------------------------------------------------------------
+
+    def register_rule(self, name: str, function: RuleFunction) -> None:
+        """Register a rule observer in this engine only (a `kind: rule` definition is added when missing)."""
+        self.rules.register(name, function)
+        self._define_rule(name)
+
+    def pairing(self, observed_session_id: str) -> Pairing | None:
+        """The pairing of an observed session, if this engine has one."""
+        return self.registry.pairings.get(observed_session_id)
+
+    async def stop_observer(self, observed_session_id: str, *, by: str = "a person") -> bool:
+        """Stop the observer of a session for good (tombstone); returns whether there was one to stop."""
+        pairing = await self.pairing_for(observed_session_id)
+        if pairing is None or pairing.state in ("stopped", "blocked"):
+            return False
+        if pairing.observer_session_id is not None:
+            await self.engine.stop(pairing.observer_session_id, by=by)
+        await self.registry.stop(pairing, f"stopped by {by}")
+        return True
+
+    async def pairing_for(self, observed_session_id: str) -> Pairing | None:
+        """The pairing of a session, resolved and armed first when this engine has not met it yet."""
+        known = self.registry.pairings.get(observed_session_id)
+        if known is not None:
+            return known
+        task = self._resolving.get(observed_session_id)
+        if task is None:
+            task = asyncio.create_task(self._resolve(observed_session_id))
+            self._resolving[observed_session_id] = task
+            self._track(task)
+        return await asyncio.shield(task)
+
+    async def pairing_of_observer(self, observer: SessionRecord) -> Pairing | None:
+        """The pairing an observer session serves (resolving its observed session when needed)."""
+        pairing = self.registry.of_observer(observer.id)
+        if pairing is None and observer.parent_id is not None:
+            pairing = await self.pairing_for(observer.parent_id)
+        if pairing is None or pairing.observer_session_id != observer.id:
+            return None
+        return pairing
+
+    def report_turn(self, pairing: Pairing) -> bool:
+        """Whether the observed agent's current (or last) turn was started by observer reports alone."""
+        tap = self._taps.get(pairing.observed_session_id)
+        return tap is not None and tap.recorder.report_turn
+
+    # -- taps and digests -----------------------------------------------------------------------------
+
+    def _tap(self, session_id: str) -> ActivityTap:
+        tap = ActivityTap(self, session_id)
+        self._taps[session_id] = tap
+        return tap
+
+    def submit(self, pairing: Pairing, items: tuple[ActivityItem, ...]) -> None:
+        """Buffer a closed segment for the pairing's observer and make sure a delivery runs (never awaits)."""
+        if self._closed or pairing.state in ("denied", "stopped", "blocked"):
+            return
+        pairing.add(Digest(items, render_digest(pairing.observed_name, items)))
+        if pairing.state == "retired":  # the observed agent runs again: arm again (it reattaches)
+            pairing.state = None
+            self.spawn(self._arm(pairing))
+        elif pairing.state == "armed":
+            self._deliver(pairing)
+
+    def observer_turn_stopped(self, observer_session_id: str, reason: str | None) -> None:
+        """An observer's turn ended cancelled: someone stopped it, which ends the pairing for good."""
+        pairing = self.registry.of_observer(observer_session_id)
+        if pairing is not None and pairing.state not in ("stopped", "blocked"):
+            self.spawn(self.registry.stop(pairing, f"the observer's turn was {reason or 'stopped'}"))
+
+    # -- resolving and arming -------------------------------------------------------------------------
+
+    async def _resolve(self, session_id: str) -> Pairing | None:
+        try:
+            session = await self.engine.store.get_session(session_id)
+        except NotFound:
+            return None
+        roster = self.engine.roster
+        if session.role not in roster:
+            return None
+        definition = roster.get(session.role)
+        if definition.observer is None:
+            return None
+        if session.is_observer:
+            await self._warn_once(
+                session,
+                "chained",
+                f"the observer {definition.observer!r} declared for {session.role!r} is ignored: this session "
+                "runs as an observer itself, and observers are not chained",
+            )
+            return None
+        if not self.engine.config.observer_agents_enabled:
+            return None
+        target = roster.observer_of(session.role)
+        if target is None:
+            await self._warn_once(session, "unavailable", _unavailable(definition, roster.definitions))
+            return None
+        if target.kind == "rule" and target.name not in self.rules:
+            await self._warn_once(
+                session,
+                "no-rule",
+                f"{target.name!r} is a rule observer with no registered function, so {session.role!r} runs "
+                f"unobserved; register one with register_rule_observer({target.name!r}, ...)",
+            )
+            return None
+        pairing = Pairing(session.id, session.name, session.boss, target, definition.observer_message)
+        self.registry.pairings[session.id] = pairing
+        await self._arm(pairing)
+        return pairing
+
+    async def _arm(self, pairing: Pairing) -> None:
+        try:
+            await self.registry.arm(pairing)
+        except Exception as exc:
+            await self.registry.set_state(pairing, "denied", f"arming failed: {type(exc).__name__}: {exc}")
+            return
+        if pairing.state == "armed" and pairing.buffer:
+            self._deliver(pairing)
+
+    def _deliver(self, pairing: Pairing) -> None:
+        if pairing.delivering is not None and not pairing.delivering.done():
+            return
+        courier = self._rule_courier if pairing.definition.kind == "rule" else self.courier
+        assert courier is not None
+        pairing.delivering = self.spawn(run_deliveries(self.registry, pairing, courier))
+
+    async def _warn_once(self, session: SessionRecord, kind: str, message: str) -> None:
+        if (session.id, kind) in self._warned:
+            return
+        self._warned.add((session.id, kind))
+        log.warning("session %s (%s): %s", session.id, session.role, message)
+        notice = RuntimeNotice(type="runtime.warning", message=message, source=SOURCE, detail={"role": session.role})
+        driver = await self.engine.driver(session.id)
+        await driver.commit(Write(session.id, events=[NewEvent(notice)], touch=False))
+
+    def _define_rule(self, name: str) -> None:
+        if self._engine is not None and name not in self._engine.roster:
+            self._engine.roster.add(
+                AgentDefinition(name=name, kind="rule", description=f"Rule observer {name} (a Python function)")
+            )
+
+    # -- background tasks -----------------------------------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
+        """Run `coro` as a task of the subsystem (cancelled when the engine closes)."""
+        if self._closed:
+            coro.close()
+            return None
+        task = asyncio.create_task(coro)
+        self._track(task)
+        return task
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("observer task failed: %r", task.exception())
+
+
+class ActivityTap:
+    """The ThreadObserver on each session: records activity and hands closed segments to its pairing."""
+
+    def __init__(self, hub: ObserverAgents, session_id: str) -> None:
+        self.hub = hub
+        self.session_id = session_id
+        self.recorder = ActivityRecorder()
+        """Turns events into activity items."""
+        self.status: Literal["new", "resolving", "observed", "unobserved"] = "new"
+        self._pairing: Pairing | None = None
+        self._pending: list[tuple[ActivityItem, ...]] = []
+
+    def on_event(self, thread_id: str, event: Event) -> None:
+        """Record the event; never awaits, never raises for the observed session's sake."""
+        payload = event.payload
+        by_observer = self.hub.registry.by_observer
+        if isinstance(payload, TurnEnded) and payload.outcome == "cancelled" and thread_id in by_observer:
+            self.hub.observer_turn_stopped(thread_id, payload.reason)
+        if self.status == "unobserved":
+            return
+        if self.status == "new":
+            self.status = "resolving"
+            self.hub.spawn(self._resolve())
+        items = self.recorder.record(event)
+        if items is None:
+            return
+        if self._pairing is not None:
+            self.hub.submit(self._pairing, items)
+        else:
+            self._pending = [*self._pending, items][-MAX_BUFFERED:]
+
+    def on_subscribe(self, thread_id: str, request: object, snapshot: ReplaySnapshot) -> None:
+        """Taps serve no clients."""
+
+    async def _resolve(self) -> None:
+        pairing = await self.hub.pairing_for(self.session_id)
+        if pairing is None:
+            self.status = "unobserved"
+            self._pending.clear()
+            return
+        self.status = "observed"
+        if pairing.definition.kind == "rule":
+            self.recorder.max_results = 1  # a rule costs nothing: let it see every tool result at once
+        self._pairing = pairing
+        pending, self._pending = self._pending, []
+        for items in pending:
+            self.hub.submit(pairing, items)
+
+
+def _unavailable(definition: AgentDefinition, known: Any) -> str:
+    observer = definition.observer
+    unobserved = f"{definition.name!r} runs unobserved"
+    if observer in known:
+        chained = known[observer].observer
+        return (
+            f"its observer {observer!r} has an observer of its own ({chained!r}); observers are not chained, "
+            f"so {unobserved}"
+        )
+    return f"its observer {observer!r} is not an agent type in the roster, so {unobserved}"
+
+
+def observer_agents(engine: Engine) -> ObserverAgents:
+    """The observer subsystem installed in `engine`."""
+    for extension in engine.extensions:
+        if isinstance(extension, ObserverAgents):
+            return extension
+    raise UserError("this engine has no ObserverAgents extension; open it without extensions=[] to get one")

@@ -1,0 +1,370 @@
+"""Pairings: which observer watches which session, and in what state.
+
+The registry maps an observed session id (the engine's boss session plays the "main conversation") to its
+pairing: the observer type and definition, the observer's session, a buffer of digests and a state.
+
+```
+            ┌──────── deny (arm or any batch) ──> denied
+ (first  ──>│ gate ── allow ──> armed ── observed agent ended ──> retired ── it runs again ──> armed
+ activity)  │                     └──── a person stops the observer ──> stopped (tombstone)
+            └──── tombstone found ──> blocked
+```
+
+- **arm**: the same policy chain as any spawn decides, on the spawn request the engine would make
+  (`agent_task`, `purpose="observer_arm"`). Declaring `observer:` on a definition is what entitles the agent
+  to this one spawn, so the request carries the `spawn` grant; any policy can still deny, ask or defer,
+  and anything but allow leaves the pairing `denied`.
+- **reattach or fresh**: the observer ref kept with the observed session names the previous observer. It is
+  reattached when the type still matches, it was not stopped and its session still exists; otherwise a new
+  observer session starts. A stopped tombstone for the same type makes the pairing `blocked`: a stopped
+  observer is never silently brought back.
+- **marker**: a new observer session is marked `is_observer` and the mark is read back before the pairing
+  arms; deliveries check it again and refuse an observer whose mark cannot be confirmed.
+
+Every state change is an `observer.state` event on the observed session, and the ref is durable, so
+`describe(store, session)` shows the pairing from the store alone (for `agent_get`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue
+
+from agentwatch.errors import NotFound
+from agentwatch.events import NewEvent, ObserverReported, ObserverStateChanged, Origin, PairingState, RuntimeNotice
+from agentwatch.runtime.policy import ToolRequest, Verdict
+from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.store import TERMINAL_STATUSES, ObserverRef, SessionPatch, SessionRecord, Store, Write
+from agentwatch.watchers.digest import Digest
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.engine import Engine
+
+__all__ = ["MAX_BUFFERED", "Pairing", "PairingRegistry", "describe", "observer_source"]
+
+log = logging.getLogger(__name__)
+
+MAX_BUFFERED = 50
+"""Digests kept for an observer that falls behind; older ones are dropped (and the next batch says so)."""
+SOURCE = "observer"
+"""The `source` of observer sessions and of the notes the subsystem records."""
+
+
+def observer_source(observer_type: str) -> str:
+    """The origin ref of an observer's reports, and the source of notes about it: `observer:<type>`."""
+    return f"observer:{observer_type}"
+
+
+class MarkerUnconfirmed(Exception):
+    """The observer session's `is_observer` mark could not be read back."""
+
+
+@dataclass(eq=False)
+class Pairing:
+    """One observed session and its observer."""
+
+    observed_session_id: str
+    observed_name: str
+    """The observed session's name (the digest envelope is named after it)."""
+    main: bool
+    """True when the observed session is the boss: reports go to "the main conversation"."""
+    definition: AgentDefinition
+    """The observer's agent definition."""
+    observer_message: str | None = None
+    """The observed definition's extra guidance, appended to every batch."""
+    state: PairingState | None = None
+    """None while it is being armed."""
+    reason: str | None = None
+    observer_session_id: str | None = None
+    """The observer's session (None for a rule observer)."""
+    first_run_done: bool = False
+    """Whether the observer session already got its framing prompt."""
+    buffer: list[Digest] = field(default_factory=list)
+    dropped: int = 0
+    """Digests dropped from a full buffer since the last batch."""
+    delivering: asyncio.Task[None] | None = None
+    memory: dict[str, Any] = field(default_factory=dict)
+    """Kept between batches for a rule observer."""
+
+    @property
+    def observer_type(self) -> str:
+        """The observer's agent type."""
+        return self.definition.name
+
+    @property
+    def target(self) -> str:
+        """Where reports go, in words."""
+        return "the main conversation" if self.main else repr(self.observed_name)
+
+    def add(self, digest: Digest) -> None:
+        """Buffer a digest, dropping the oldest when the buffer is full."""
+        self.buffer.append(digest)
+        if len(self.buffer) > MAX_BUFFERED:
+            del self.buffer[0]
+            self.dropped += 1
+
+    def take_batch(self) -> tuple[list[Digest], int]:
+        """The whole buffer as one batch, and how many digests were dropped before it."""
+        batch, dropped = self.buffer[:], self.dropped
+        self.buffer.clear()
+        self.dropped = 0
+        return batch, dropped
+
+
+class PairingRegistry:
+    """The pairings of one engine: arming, lookups, state changes, stops."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.pairings: dict[str, Pairing] = {}
+        """Pairings by observed session id."""
+        self.by_observer: dict[str, str] = {}
+        """Observed session id by observer session id."""
+
+    def of_observer(self, observer_session_id: str) -> Pairing | None:
+        """The pairing an observer session serves, if this engine knows it."""
+        observed = self.by_observer.get(observer_session_id)
+        return self.pairings.get(observed) if observed is not None else None
+
+    # -- notes on the observed session ----------------------------------------------------------------
+
+    async def record(
+        self, pairing: Pairing, *payloads: ObserverStateChanged | ObserverReported | RuntimeNotice
+    ) -> None:
+        """Commit notes about the pairing to the observed session (outside any turn: they are not its work)."""
+        sid = pairing.observed_session_id
+        driver = await self.engine.driver(sid)
+        await driver.commit(Write(sid, events=[NewEvent(p) for p in payloads], touch=False))
+
+    async def warn(self, pairing: Pairing, message: str, **detail: JsonValue) -> None:
+        """Record a `runtime.warning` about the observer on the observed session (and log it)."""
+        log.warning("observer of %s: %s", pairing.observed_session_id, message)
+        notice = RuntimeNotice(
+            type="runtime.warning",
+            message=message,
+            source=observer_source(pairing.observer_type),
+            detail={"observer_session_id": pairing.observer_session_id, **detail},
+        )
+        try:
+            await self.record(pairing, notice)
+        except Exception as exc:  # the observed session may be gone; the log has it
+            log.warning("could not record the warning on %s: %s", pairing.observed_session_id, exc)
+
+    async def set_state(self, pairing: Pairing, state: PairingState, reason: str | None) -> None:
+        """Move the pairing to `state` and record it on the observed session."""
+        pairing.state, pairing.reason = state, reason
+        if state in ("denied", "stopped", "blocked"):
+            pairing.buffer.clear()  # over for good (in this engine): nothing buffered will be sent
+        changed = ObserverStateChanged(
+            observer_type=pairing.observer_type,
+            observer_session_id=pairing.observer_session_id,
+            state=state,
+            reason=reason,
+        )
+        try:
+            await self.record(pairing, changed)
+        except Exception as exc:
+            log.warning("could not record observer state on %s: %s", pairing.observed_session_id, exc)
+
+    # -- the gate -------------------------------------------------------------------------------------
+
+    async def gate(self, pairing: Pairing, purpose: str) -> Verdict:
+        """Ask the policy chain about the spawn request that stands for this observer (may raise)."""
+        engine = self.engine
+        observed = await engine.store.get_session(pairing.observed_session_id)
+        grant: frozenset[str] = frozenset()
+        if observed.role in engine.roster:
+            grant = frozenset(engine.roster.get(observed.role).grant)
+        request = ToolRequest(
+            "agent_task",
+            {
+                "role": pairing.observer_type,
+                "prompt": f"Observe {pairing.observed_name} and report with ObserverReport.",
+                "background": True,
+                "observes": pairing.observed_session_id,
+            },
+            session_id=observed.id,
+            role=observed.role,
+            # The `observer:` declaration is what entitles the agent to this one spawn.
+            grant=grant | {"spawn"},
+            purpose="observer_arm" if purpose == "observer_arm" else "observer_delivery",
+        )
+        return await engine.policy.decide(request)
+
+    # -- arming ---------------------------------------------------------------------------------------
+
+    async def arm(self, pairing: Pairing) -> None:
+        """Gate, then reattach the previous observer or start a fresh one; leaves the pairing in its state."""
+        store = self.engine.store
+        ref = await store.get_observer_ref(pairing.observed_session_id)
+        if ref is not None and ref.stopped and ref.observer_type == pairing.observer_type:
+            pairing.observer_session_id = ref.observer_session_id
+            await self.set_state(pairing, "blocked", "a person stopped this observer; it is not brought back")
+            return
+        try:
+            verdict = await self.gate(pairing, "observer_arm")
+        except Exception as exc:
+            await self.set_state(pairing, "denied", f"the policy check failed: {type(exc).__name__}: {exc}")
+            return
+        if verdict.decision != "allow":
+            await self.set_state(pairing, "denied", _verdict_reason(verdict))
+            return
+        if pairing.definition.kind == "rule":
+            await store.set_observer_ref(
+                ObserverRef(observed_session_id=pairing.observed_session_id, observer_type=pairing.observer_type)
+            )
+            await self.set_state(pairing, "armed", "rule observer")
+            return
+        previous = await self._reattachable(ref, pairing)
+        if previous == "stopped":
+            await self._tombstone(pairing, ref.observer_session_id if ref else None)
+            await self.set_state(pairing, "blocked", "a person stopped this observer; it is not brought back")
+            return
+        try:
+            if isinstance(previous, SessionRecord):
+                await self.attach(pairing, previous.id, first_run_done=await self._had_input(previous.id))
+                reason = "reattached to its observer"
+            else:
+                await self.spawn(pairing)
+                reason = "observer started"
+        except MarkerUnconfirmed as exc:
+            await self.set_state(pairing, "blocked", str(exc))
+            return
+        await self.set_state(pairing, "armed", reason)
+
+    async def _reattachable(self, ref: ObserverRef | None, pairing: Pairing) -> SessionRecord | str | None:
+        if ref is None or ref.observer_type != pairing.observer_type or ref.observer_session_id is None:
+            return None
+        try:
+            session = await self.engine.store.get_session(ref.observer_session_id)
+        except NotFound:
+            return None  # reaped: start afresh
+        if stopped_by_person(session):
+            return "stopped"
+        return session if session.is_observer else None
+
+    async def _had_input(self, session_id: str) -> bool:
+        return bool(await self.engine.store.list_inputs(session_id, pending_only=False))
+
+    async def spawn(self, pairing: Pairing) -> None:
+        """Start a new observer session for the pairing, marked and confirmed, and record the ref."""
+        engine = self.engine
+        observed = await engine.store.get_session(pairing.observed_session_id)
+        session = await engine.create(
+            pairing.observer_type,
+            scope=observed.scope,
+            parent_id=observed.id,
+            run_id=observed.run_id,
+            origin=Origin(kind="observer", ref=observed.id),
+            source=SOURCE,
+            display_name=f"observer of {observed.name}",
+        )
+        driver = await engine.driver(session.id)
+        await driver.commit(Write(session.id, session=SessionPatch(is_observer=True), touch=False))
+        if not (await engine.store.get_session(session.id)).is_observer:
+            raise MarkerUnconfirmed(f"observer session {session.id!r} could not be confirmed as an observer")
+        await self.attach(pairing, session.id, first_run_done=False)
+
+    async def attach(self, pairing: Pairing, observer_session_id: str, *, first_run_done: bool) -> None:
+        """Point the pairing (and the durable ref) at an observer session."""
+        if pairing.observer_session_id is not None:
+            self.by_observer.pop(pairing.observer_session_id, None)
+        pairing.observer_session_id = observer_session_id
+        pairing.first_run_done = first_run_done
+        self.by_observer[observer_session_id] = pairing.observed_session_id
+        await self.engine.store.set_observer_ref(
+            ObserverRef(
+                observed_session_id=pairing.observed_session_id,
+                observer_type=pairing.observer_type,
+                observer_session_id=observer_session_id,
+            )
+        )
+
+    # -- stops ----------------------------------------------------------------------------------------
+
+    async def stop(self, pairing: Pairing, reason: str) -> None:
+        """A person stopped the observer: write the tombstone; the pairing is over for good."""
+        if pairing.state == "stopped":
+            return
+        await self._tombstone(pairing, pairing.observer_session_id)
+        await self.set_state(pairing, "stopped", reason)
+
+    async def _tombstone(self, pairing: Pairing, observer_session_id: str | None) -> None:
+        now = datetime.now(UTC)
+        await self.engine.store.set_observer_ref(
+            ObserverRef(
+                observed_session_id=pairing.observed_session_id,
+                observer_type=pairing.observer_type,
+                observer_session_id=observer_session_id,
+                stopped=True,
+                stopped_at=now,
+            )
+        )
+
+
+def stopped_by_person(session: SessionRecord) -> bool:
+    """An observer session someone deleted, or whose turn someone stopped (the engine never cancels on its
+    own: a shutdown leaves turns running, to be continued)."""
+    return session.deleted_at is not None or session.status == "cancelled"
+
+
+def observed_alive(session: SessionRecord) -> bool:
+    """Whether an observed session can still take a report: not deleted and not ended."""
+    return session.deleted_at is None and session.status not in TERMINAL_STATUSES
+
+
+def _verdict_reason(verdict: Verdict) -> str:
+    by = f" by policy {verdict.policy!r}" if verdict.policy else ""
+    return f"{verdict.decision}{by}: {verdict.reason or 'no reason given'}"
+
+
+async def describe(store: Store, session: SessionRecord, *, reports: int = 5) -> dict[str, JsonValue] | None:
+    """The observer of `session` as `agent_get` shows it, from the store alone; None when it has none.
+
+    ```python
+    {"observerType": "reviewer", "observerSessionId": "ses_...", "state": "armed",
+     "reason": "observer started", "since": "2025-...", "stopped": False,
+     "reports": [{"at": "...", "observerType": "reviewer", "observerSessionId": "ses_...", "report": "..."}]}
+    ```
+
+    `reports` holds the newest `reports` reports, oldest first.
+    """
+    ref = await store.get_observer_ref(session.id)
+    states = await store.read_events_backward(session.id, types=["observer.state"], limit=1)
+    if ref is None and not states:
+        return None
+    latest = states[0] if states else None
+    changed = latest.payload if latest is not None and isinstance(latest.payload, ObserverStateChanged) else None
+    state: PairingState = changed.state if changed is not None else "armed"
+    if ref is not None and ref.stopped and state not in ("stopped", "blocked"):
+        state = "stopped"
+    found = await store.read_events_backward(session.id, types=["observer.report"], limit=reports) if reports else []
+    listed: list[JsonValue] = []
+    for event in reversed(found):
+        if isinstance(event.payload, ObserverReported):
+            listed.append(
+                {
+                    "at": event.at.isoformat(),
+                    "observerType": event.payload.observer_type,
+                    "observerSessionId": event.payload.observer_session_id,
+                    "report": event.payload.report,
+                }
+            )
+    observer_type = ref.observer_type if ref is not None else changed.observer_type if changed else None
+    observer_session = (ref.observer_session_id if ref is not None else None) or (
+        changed.observer_session_id if changed else None
+    )
+    return {
+        "observerType": observer_type,
+        "observerSessionId": observer_session,
+        "state": state,
+        "reason": changed.reason if changed else None,
+        "since": latest.at.isoformat() if latest is not None else None,
+        "stopped": bool(ref and ref.stopped),
+        "reports": listed,
+    }

@@ -1,0 +1,194 @@
+"""ObserverReport: the one channel from an observer to the agent it watches, and it runs one way only.
+
+The tool is always in an observer session's tool set (its role's tools minus the messaging and spawning
+tools and `ask_user`, plus this one). A call delivers nothing, and says why, when:
+
+| condition | error |
+|---|---|
+| the caller is not an observer session | `not_delivered`: only an observer can report |
+| its pairing is missing, denied, retired, stopped or blocked | `not_delivered`: the pairing is not armed |
+| the observed agent ended or was deleted | `not_delivered`: it is not running |
+| the observed agent's latest turn was started by reports alone | `not_delivered`: loop guard (below) |
+
+Otherwise the report is queued in the observed agent's inbox as a meta input from `observer:<type>` (it is
+read at its next turn; an idle chat or boss session starts that turn at once) and an `observer.report`
+event is recorded on the observed session. Reports are never part of the next digest.
+
+**Loop guard.** A report can start a turn of the observed agent, whose digest goes back to the observer,
+which could report again, and so on. So a report is refused while the observed agent's current (or last)
+turn was started by observer reports alone and nothing else waits in its inbox: at most one turn in a row
+is ever caused by reports.
+
+**One way.** An observer cannot message, spawn or answer anyone (those tools are withheld, and the policy
+refuses them all the same), and no agent can `agent_enqueue` to an observer session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, JsonValue, field_validator
+
+from agentwatch.errors import AgentwatchError, NotFound
+from agentwatch.events import NewEvent, ObserverReported, Origin
+from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
+from agentwatch.runtime.tools import Args, Caller, Tool, parse_args
+from agentwatch.store import InputDraft, SessionRecord, Store, Write
+from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, observer_source
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.engine import Engine
+    from agentwatch.watchers.observers import ObserverAgents
+
+__all__ = [
+    "MESSAGING_TOOLS",
+    "REPORT_TOOL",
+    "ReportNotDelivered",
+    "observer_report_tool",
+    "observer_tool_set",
+    "one_way_policy",
+    "send_report",
+]
+
+REPORT_TOOL = "ObserverReport"
+MESSAGING_TOOLS = frozenset(
+    {"agent_create", "agent_enqueue", "agent_task", "agent_answer", "agent_await", "agent_delete"}
+)
+"""Tools that talk to or start other agents: never available to an observer."""
+_WITHHELD = MESSAGING_TOOLS | {"ask_user"}  # an observer holds no consent: it opens no requests either
+
+DESCRIPTION = (
+    "Pass a report to the agent you observe; it reaches that agent alone, so there is no recipient to name. "
+    "Use it only for something that truly helps: a mistake about to compound, a constraint it missed, "
+    "something it should see. Most of the time there is nothing to report: then end your turn without "
+    "calling this."
+)
+
+
+class ReportNotDelivered(AgentwatchError):
+    """An ObserverReport call that delivered nothing; the message says why."""
+
+    code = "not_delivered"
+
+
+class ReportArgs(Args):
+    report: str = Field(min_length=1, description="What the observed agent should know: short and concrete.")
+
+    @field_validator("report")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the report is blank; write what the observed agent should know")
+        return value.strip()
+
+
+def report_text(observer_type: str, report: str) -> str:
+    """The input the observed agent reads."""
+    return (
+        f"[agentwatch] A report from your observer {observer_type!r}, which watches your work in the "
+        f"background and cannot read replies:\n\n{report}"
+    )
+
+
+async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, *, report_turn: bool) -> str:
+    """Queue `report` for the observed agent's next turn and record it; raises `ReportNotDelivered`.
+
+    `report_turn` says whether the observed agent's latest turn was started by reports alone.
+    """
+    engine = registry.engine
+    if pairing.state != "armed":
+        state = pairing.state or "not armed yet"
+        raise ReportNotDelivered(f"your observer pairing is {state} (not armed), so the report was not delivered")
+    try:
+        observed = await engine.store.get_session(pairing.observed_session_id)
+    except NotFound:
+        observed = None
+    if observed is None or not observed_alive(observed):
+        status = "gone" if observed is None else ("deleted" if observed.deleted_at else observed.status)
+        raise ReportNotDelivered(
+            f"the observed agent {pairing.observed_name!r} is not running ({status}); the report was not delivered"
+        )
+    if report_turn and not await _other_input_waits(engine.store, observed):
+        raise ReportNotDelivered(
+            f"{pairing.observed_name!r} is busy with a turn that observer reports alone started; to keep reports "
+            "from feeding each other, a new one is accepted once it has other input. The report was not delivered"
+        )
+    source = observer_source(pairing.observer_type)
+    reported = ObserverReported(
+        observer_type=pairing.observer_type, observer_session_id=pairing.observer_session_id, report=report
+    )
+    draft = InputDraft(
+        text=report_text(pairing.observer_type, report), origin=Origin(kind="observer", ref=source), meta=True
+    )
+    driver = await engine.driver(observed.id)
+    await driver.commit(Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
+    driver.kick()
+    return f"Report queued for {pairing.target}; it reads it at its next turn."
+
+
+async def _other_input_waits(store: Store, observed: SessionRecord) -> bool:
+    inputs = await store.list_inputs(observed.id)
+    return any(i.origin is None or i.origin.kind != "observer" for i in inputs)
+
+
+def observer_report_tool(hub: ObserverAgents) -> Tool:
+    """The `ObserverReport` tool, bound to an engine's observer subsystem."""
+
+    async def handler(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+        args = parse_args(ReportArgs, REPORT_TOOL, raw)
+        if caller.session_id is None:
+            raise ReportNotDelivered(f"{REPORT_TOOL} is for observer agents; this call comes from outside any agent")
+        session = await engine.store.get_session(caller.session_id)
+        if not session.is_observer:
+            raise ReportNotDelivered(
+                f"{REPORT_TOOL} is only available to an observer agent; session {session.id!r} observes nothing"
+            )
+        pairing = await hub.pairing_of_observer(session)
+        if pairing is None:
+            raise ReportNotDelivered(
+                "your observer pairing is not armed (never set up, or over); the report was not delivered"
+            )
+        message = await send_report(hub.registry, pairing, args.report, report_turn=hub.report_turn(pairing))
+        return {"delivered": True, "observedId": pairing.observed_session_id, "message": message}
+
+    schema = ReportArgs.model_json_schema(by_alias=True)
+    schema.pop("title", None)
+    return Tool(REPORT_TOOL, DESCRIPTION, schema, handler)
+
+
+def observer_tool_set(session: SessionRecord, names: Sequence[str]) -> Sequence[str]:
+    """A tool-set hook: an observer session gets its role's tools minus the withheld ones, plus the report."""
+    if not session.is_observer:
+        return names
+    return [name for name in names if name not in _WITHHELD and name != REPORT_TOOL] + [REPORT_TOOL]
+
+
+def one_way_policy(store: Store) -> Policy:
+    """Refuse an observer every messaging tool, and every agent a message to an observer."""
+
+    async def decide(request: ToolRequest) -> Verdict | None:
+        if request.purpose != "call" or request.tool_name not in MESSAGING_TOOLS:
+            return None
+        if request.session_id is not None and await _is_observer(store, request.session_id):
+            return Verdict(
+                "deny",
+                f"observers speak only through {REPORT_TOOL}; {request.tool_name} is not available to an observer",
+            )
+        target = request.input.get("agent_id")
+        if request.tool_name == "agent_enqueue" and isinstance(target, str) and await _is_observer(store, target):
+            return Verdict(
+                "deny",
+                "that agent is a background observer and takes no messages: it reads your activity and reports "
+                "to you on its own",
+            )
+        return None
+
+    return Policy("observer-one-way", decide)
+
+
+async def _is_observer(store: Store, session_id: str) -> bool:
+    try:
+        return (await store.get_session(session_id)).is_observer
+    except NotFound:
+        return False

@@ -1,0 +1,229 @@
+"""Delivery failure paths: deny at a batch, a gate error, a delivery exception, a lost observer context, a
+stopped observer, and an observer whose marker cannot be confirmed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
+from agentwatch.store import ObserverRef, SessionPatch
+from agentwatch.watchers import Batch, Pairing, SessionCourier, observer_agents
+from tests.watchers.support import OpenEngine, Scripted, eventually, observers_of, role, states, warnings
+
+QUIET = ScriptedModel(function=lambda ctx: Reply("nothing to report"))
+
+
+def definitions(scripted: Scripted, tag: str) -> tuple[Any, Any]:
+    model = scripted(f"coder-{tag}", ScriptedModel(function=lambda ctx: Reply(f"answer to {ctx.prompt}")))
+    watcher = scripted(f"watcher-{tag}", QUIET)
+    return role("coder", model, observer="watcher"), role("watcher", watcher)
+
+
+async def turn(engine: Engine, session_id: str, prompt: str) -> None:
+    await engine.enqueue(session_id, prompt)
+    await engine.wait(session_id, 10)
+
+
+async def digests_received(engine: Engine, observer_id: str) -> list[str]:
+    inputs = await engine.store.list_inputs(observer_id, pending_only=False)
+    return [i.text for i in inputs if i.origin is not None and i.origin.ref == "observer-digest"]
+
+
+async def settled_observer(engine: Engine, observer_id: str, digests: int) -> bool:
+    session = await engine.store.get_session(observer_id)
+    received = await digests_received(engine, observer_id)
+    return len(received) >= digests and session.status == "idle" and session.pending_inputs == 0
+
+
+async def test_a_deny_at_a_batch_marks_the_pairing_denied_and_clears_the_buffer(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def no_delivery(request: ToolRequest) -> Verdict | None:
+        return Verdict("deny", "data stays here") if request.purpose == "observer_delivery" else None
+
+    async with open_engine(*definitions(scripted, "deny"), policies=[Policy("dlp", no_delivery)]) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        assert await eventually(lambda: _last_state(engine, session.id, "denied")) == [
+            ("armed", "observer started"),
+            ("denied", "deny: data stays here"),
+        ]
+        (observer,) = await observers_of(engine, session.id)
+        await turn(engine, session.id, "two")
+        assert await digests_received(engine, observer.id) == []
+        pairing = observer_agents(engine).pairing(session.id)
+        assert pairing is not None and pairing.buffer == [] and pairing.state == "denied"
+
+
+async def _last_state(engine: Engine, session_id: str, state: str) -> list[tuple[str, str | None]]:
+    found = await states(engine, session_id)
+    return found if found and found[-1][0] == state else []
+
+
+async def test_a_gate_error_drops_that_batch_only(open_engine: OpenEngine, scripted: Scripted) -> None:
+    failures = [RuntimeError("policy server timed out")]
+
+    def flaky(request: ToolRequest) -> Verdict | None:
+        if request.purpose == "observer_delivery" and failures:
+            raise failures.pop()
+        return None
+
+    async with open_engine(*definitions(scripted, "gate"), policies=[Policy("flaky", flaky)]) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        assert await eventually(lambda: warnings(engine, session.id)) == [
+            "the policy check before a delivery failed (RuntimeError: policy server timed out); 1 digest(s) dropped"
+        ]
+        await turn(engine, session.id, "two")
+        (observer,) = await observers_of(engine, session.id)
+        (received,) = await eventually(lambda: digests_received(engine, observer.id))
+        assert "answer to two" in received and "answer to one" not in received
+        assert await states(engine, session.id) == [("armed", "observer started")]
+
+
+class CutWire(SessionCourier):
+    """Fails the first delivery, as a broken transport would."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.failures = 1
+
+    async def deliver(self, pairing: Pairing, batch: Batch) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the wire was cut")
+        await super().deliver(pairing, batch)
+
+
+async def test_a_delivery_exception_drops_that_batch_and_is_not_requeued(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    async with open_engine(*definitions(scripted, "wire")) as engine:
+        observer_agents(engine).courier = CutWire(engine)
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        assert await eventually(lambda: warnings(engine, session.id)) == [
+            "delivery to the observer failed (ConnectionError: the wire was cut); 1 digest(s) dropped"
+        ]
+        await turn(engine, session.id, "two")
+        (observer,) = await observers_of(engine, session.id)
+        await eventually(lambda: settled_observer(engine, observer.id, 1))
+        (received,) = await digests_received(engine, observer.id)
+        assert "answer to two" in received and "answer to one" not in received
+
+
+async def test_a_lost_observer_context_starts_a_fresh_observer_with_a_recovery_note(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    async with open_engine(*definitions(scripted, "lost")) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (first,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: settled_observer(engine, first.id, 1))
+        assert await engine.store.reap([first.id]) == 1
+        await turn(engine, session.id, "two")
+        (second,) = await eventually(lambda: observers_of(engine, session.id))
+        assert second.id != first.id
+        await eventually(lambda: settled_observer(engine, second.id, 1))
+        inputs = await engine.store.list_inputs(second.id, pending_only=False)
+        framing, digest = (i.text for i in inputs)
+        assert framing.endswith("earlier activity is not shown again.]") and "lost its context" in framing
+        assert "answer to two" in digest
+        found = await states(engine, session.id)
+        assert found[-1] == (
+            "armed",
+            f"observer started afresh: observer session {first.id!r} no longer exists",
+        )
+        ref = await engine.store.get_observer_ref(session.id)
+        assert ref is not None and ref.observer_session_id == second.id
+
+
+async def test_an_observer_stopped_by_a_person_is_terminal_and_never_brought_back(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    coder, watcher = definitions(scripted, "stop")
+    async with open_engine(coder, watcher) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: settled_observer(engine, observer.id, 1))
+        assert await observer_agents(engine).stop_observer(session.id, by="alice") is True
+        await turn(engine, session.id, "two")
+        assert (await states(engine, session.id))[-1] == ("stopped", "stopped by alice")
+        ref = await engine.store.get_observer_ref(session.id)
+        assert ref is not None and ref.stopped and ref.stopped_at is not None
+        assert len(await digests_received(engine, observer.id)) == 1
+    async with open_engine(coder, watcher) as engine:
+        await turn(engine, session.id, "three")
+        assert await eventually(lambda: _last_state(engine, session.id, "blocked"))
+        assert [o.id for o in await observers_of(engine, session.id)] == [observer.id]
+        assert len(await digests_received(engine, observer.id)) == 1
+
+
+async def test_deleting_the_observer_stops_it(open_engine: OpenEngine, scripted: Scripted) -> None:
+    async with open_engine(*definitions(scripted, "delete")) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: settled_observer(engine, observer.id, 1))
+        await engine.delete(observer.id, by="bob")
+        await turn(engine, session.id, "two")
+        assert await eventually(lambda: _last_state(engine, session.id, "stopped")) == [
+            ("armed", "observer started"),
+            ("stopped", "the observer session was deleted"),
+        ]
+
+
+async def test_a_delivery_to_an_unconfirmed_observer_is_refused_and_recorded(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    async with open_engine(*definitions(scripted, "marker")) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: settled_observer(engine, observer.id, 1))
+        await engine.store.update_session(observer.id, SessionPatch(is_observer=False))
+        await turn(engine, session.id, "two")
+        assert await eventually(lambda: warnings(engine, session.id)) == [
+            f"delivery to the observer failed (RuntimeError: session {observer.id!r} is not marked as an "
+            "observer; nothing is delivered to it); 1 digest(s) dropped"
+        ]
+        assert len(await digests_received(engine, observer.id)) == 1
+
+
+async def test_a_restarted_engine_reattaches_only_a_matching_live_observer(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    coder, watcher = definitions(scripted, "resume")
+    async with open_engine(coder, watcher) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: settled_observer(engine, observer.id, 1))
+    async with open_engine(coder, watcher) as engine:
+        await turn(engine, session.id, "two")
+        await eventually(lambda: settled_observer(engine, observer.id, 2))
+        assert (await states(engine, session.id))[-1] == ("armed", "reattached to its observer")
+        inputs = await engine.store.list_inputs(observer.id, pending_only=False)
+        assert len(inputs) == 3, "the framing prompt is sent once"
+        # a ref for another type is stale: a fresh observer starts
+        await engine.store.set_observer_ref(
+            ObserverRef(observed_session_id=session.id, observer_type="someone-else", observer_session_id=observer.id)
+        )
+    async with open_engine(coder, watcher) as engine:
+        await turn(engine, session.id, "three")
+        found = await eventually(lambda: _two_observers(engine, session.id))
+        fresh = next(o for o in found if o.id != observer.id)
+        await eventually(lambda: _ref_points_at(engine, session.id, fresh.id))
+
+
+async def _two_observers(engine: Engine, session_id: str) -> list[Any]:
+    found = await observers_of(engine, session_id)
+    return found if len(found) == 2 else []
+
+
+async def _ref_points_at(engine: Engine, session_id: str, observer_id: str) -> bool:
+    ref = await engine.store.get_observer_ref(session_id)
+    return ref is not None and ref.observer_session_id == observer_id

@@ -1,0 +1,193 @@
+"""ObserverReport: every condition of its table, the report's path to the observed agent, the loop guard,
+and the one-way rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentwatch.events import Origin, ToolResult, UserMessage
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.policy import ToolRequest
+from agentwatch.runtime.tools import Caller
+from agentwatch.watchers import describe, observer_agents
+from tests.watchers.support import OpenEngine, Scripted, events, eventually, observers_of, reports, role, states
+
+
+def reporting(text: str) -> ScriptedModel:
+    """An observer that reports `text` once per digest, then ends its turn with the tool's answer."""
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ObserverReport", {"report": text})
+        return Reply(ctx.tool_results[0].output)
+
+    return ScriptedModel(function=script)
+
+
+async def test_a_report_reaches_the_observed_agents_next_turn_and_its_history(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    seen: list[str | None] = []
+
+    def coder(ctx: Any) -> Any:
+        seen.append(ctx.prompt)
+        return Reply("ok")
+
+    model = scripted("coder", ScriptedModel(function=coder))
+    watcher = scripted("reviewer", reporting("You skipped the tests."))
+    async with open_engine(role("coder", model, observer="reviewer"), role("reviewer", watcher)) as engine:
+        session = await engine.create("coder", source="chat")
+        await engine.enqueue(session.id, "write the parser")
+        await eventually(lambda: _turns(engine, session.id, 2))
+        assert await reports(engine, session.id) == ["You skipped the tests."]
+        (observer,) = await observers_of(engine, session.id)
+        messages = [e.payload for e in await events(engine, session.id, "message.user")]
+        report = messages[1]
+        assert isinstance(report, UserMessage) and report.meta
+        assert report.origin == Origin(kind="observer", ref="observer:reviewer")
+        assert report.text.endswith("You skipped the tests.") and seen[1] == report.text
+        described = await describe(engine.store, await engine.store.get_session(session.id))
+        assert described is not None
+        assert (described["observerType"], described["observerSessionId"], described["state"]) == (
+            "reviewer",
+            observer.id,
+            "armed",
+        )
+        assert [r["report"] for r in described["reports"]] == ["You skipped the tests."]  # type: ignore[index, union-attr]
+        assert (observer.source, observer.parent_id, observer.origin) == (
+            "observer",
+            session.id,
+            Origin(kind="observer", ref=session.id),
+        )
+
+
+async def _turns(engine: Any, session_id: str, count: int) -> bool:
+    return len(await events(engine, session_id, "turn.ended")) >= count
+
+
+async def test_reports_cannot_feed_each_other_forever(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("chatty", ScriptedModel(function=lambda ctx: Reply("noted")))
+    watcher = scripted("nagger", reporting("Again!"))
+    async with open_engine(role("chat", model, observer="nagger"), role("nagger", watcher)) as engine:
+        session = await engine.create("chat", source="chat")
+        await engine.enqueue(session.id, "hi")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        # turn 1 (the person) -> report -> turn 2 (the report alone) -> digest -> report refused
+        refusals = await eventually(lambda: _refusals(engine, observer.id))
+        assert "reports from feeding each other" in refusals[0]
+        await engine.wait(session.id, 5)
+        assert len(await events(engine, session.id, "turn.ended")) == 2
+        assert await reports(engine, session.id) == ["Again!"]
+        await engine.enqueue(session.id, "and now?")  # other input: reports are welcome again
+        await eventually(lambda: _reports_count(engine, session.id, 2))
+
+
+async def _refusals(engine: Any, session_id: str) -> list[str]:
+    results = [e.payload for e in await events(engine, session_id, "tool.result")]
+    return [r.output for r in results if isinstance(r, ToolResult) and r.status == "error"]
+
+
+async def _reports_count(engine: Any, session_id: str, count: int) -> bool:
+    return len(await reports(engine, session_id)) >= count
+
+
+async def test_the_report_conditions_table(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("task", ScriptedModel(function=lambda ctx: Reply("done")))
+    quiet = scripted("quiet", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
+    async with open_engine(role("task", model, observer="quiet"), role("quiet", quiet)) as engine:
+        call = engine.call_tool
+        hub = observer_agents(engine)
+        # from outside any agent
+        outside = await call("ObserverReport", {"report": "x"})
+        assert outside["error"]["code"] == "not_delivered" and "outside any agent" in outside["error"]["message"]
+        # from a session that is no observer
+        snapshot = await engine.task("task", "go", timeout=10)
+        observed_id = snapshot["agentId"]
+        plain = await call("ObserverReport", {"report": "x"}, caller=Caller(session_id=observed_id))
+        assert "only available to an observer agent" in plain["error"]["message"]
+        # blank report
+        (observer,) = await eventually(lambda: observers_of(engine, observed_id))
+        as_observer = Caller(session_id=observer.id)
+        blank = await call("ObserverReport", {"report": "  "}, caller=as_observer)
+        assert blank["error"]["code"] == "invalid_argument"
+        # the observed task has ended
+        await eventually(lambda: _quiet(engine, observer.id))
+        ended = await call("ObserverReport", {"report": "late"}, caller=as_observer)
+        assert ended["error"]["code"] == "not_delivered"
+        assert "not armed" in ended["error"]["message"] or "is not running" in ended["error"]["message"]
+        pairing = hub.pairing(observed_id)
+        assert pairing is not None
+        await eventually(lambda: _state_is(engine, observed_id, "retired"))
+        retired = await call("ObserverReport", {"report": "late"}, caller=as_observer)
+        assert "pairing is retired (not armed)" in retired["error"]["message"]
+        # running observed agent: delivered
+        running = await engine.create("task", source="chat")
+        await engine.enqueue(running.id, "go")
+        (second,) = await eventually(lambda: observers_of(engine, running.id))
+        await engine.wait(running.id, 5)
+        await eventually(lambda: _quiet(engine, second.id))
+        ok = await call("ObserverReport", {"report": "look again"}, caller=Caller(session_id=second.id))
+        assert ok == {
+            "delivered": True,
+            "observedId": running.id,
+            "message": f"Report queued for {running.name!r}; it reads it at its next turn.",
+        }
+        # stopped pairing
+        assert await hub.stop_observer(running.id, by="alice")
+        stopped = await call("ObserverReport", {"report": "more"}, caller=Caller(session_id=second.id))
+        assert "pairing is stopped (not armed)" in stopped["error"]["message"]
+        # the boss: reports go to the main conversation
+        boss = await engine.create("task", boss=True)
+        await engine.enqueue(boss.id, "go")
+        (third,) = await eventually(lambda: observers_of(engine, boss.id))
+        await engine.wait(boss.id, 5)
+        await eventually(lambda: _quiet(engine, third.id))
+        main = await call("ObserverReport", {"report": "hello"}, caller=Caller(session_id=third.id))
+        assert main["message"] == "Report queued for the main conversation; it reads it at its next turn."
+
+
+async def _quiet(engine: Engine, session_id: str) -> bool:
+    session = await engine.store.get_session(session_id)
+    return session.status == "idle" and session.last_seq > 0
+
+
+async def _state_is(engine: Any, session_id: str, state: str) -> bool:
+    found = await states(engine, session_id)
+    return bool(found) and found[-1][0] == state
+
+
+async def test_messages_run_one_way(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("one-way", ScriptedModel(function=lambda ctx: Reply("ok")))
+    quiet = scripted("silent", ScriptedModel(function=lambda ctx: Reply("nothing")))
+    lead = role("lead", model, observer="silent", tools=("agent_enqueue", "agent_task"), grant=("spawn",))
+    async with open_engine(
+        lead, role("silent", quiet, tools=("agent_enqueue", "ask_user"), grant=("spawn",))
+    ) as engine:
+        session = await engine.create("lead", source="chat")
+        await engine.enqueue(session.id, "go")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        to_observer = await engine.policy.decide(
+            ToolRequest(
+                "agent_enqueue",
+                {"agent_id": observer.id, "prompt": "hi"},
+                session_id=session.id,
+                role="lead",
+                grant=frozenset({"spawn"}),
+            )
+        )
+        assert to_observer.decision == "deny" and "background observer and takes no messages" in str(to_observer.reason)
+        from_observer = await engine.policy.decide(
+            ToolRequest(
+                "agent_enqueue",
+                {"agent_id": session.id, "prompt": "hi"},
+                session_id=observer.id,
+                role="silent",
+                grant=frozenset({"spawn"}),
+            )
+        )
+        assert from_observer.decision == "deny" and "only through ObserverReport" in str(from_observer.reason)
+        observer = await engine.store.get_session(observer.id)
+        definition = engine.roster.get("silent")
+        assert engine.tools_for(observer, definition) == ("ObserverReport",)
+        assert engine.tools_for(session, engine.roster.get("lead")) == ("agent_enqueue", "agent_task")

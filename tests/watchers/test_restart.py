@@ -1,0 +1,71 @@
+"""Fault test: SIGKILL a real engine process in the middle of a pairing; the next engine re-arms it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentwatch.runtime.engine import Engine
+from tests.watchers.pairing_scenario import setup
+from tests.watchers.support import eventually, observers_of, states
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_child_until_ready(db: Path) -> dict[str, str]:
+    """Start the scenario's engine and SIGKILL it while its second turn's tool runs; returns what it printed."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.watchers.pairing_scenario", str(db)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert process.stdout is not None
+    lines: dict[str, str] = {}
+    try:
+        for line in process.stdout:
+            key, _, value = line.strip().partition(" ")
+            lines[key] = value
+            if key == "ready":
+                break
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        process.stdout.close()
+    return lines
+
+
+@pytest.mark.slow
+async def test_a_pairing_killed_mid_turn_is_re_armed_on_the_same_observer(tmp_path: Path) -> None:
+    db = tmp_path / "agentwatch.db"
+    lines = run_child_until_ready(db)
+    assert "ready" in lines, lines
+    session_id, observer_id = lines["session"], lines["observer"]
+
+    definitions, tools = setup(0.0)
+    async with Engine.open(
+        f"sqlite:///{db}", agents_dir=tmp_path / "none", root=tmp_path, definitions=definitions, tools=tools
+    ) as engine:
+        done, _ = await engine.wait(session_id, 20)
+        assert done.status == "idle" and (done.last_text or "").startswith("done with [agentwatch]")
+        received = await eventually(lambda: _digests(engine, observer_id, 2))
+        assert "was continued" in received[1] or "cut off" in received[1]
+        assert [o.id for o in await observers_of(engine, session_id)] == [observer_id]
+        assert await states(engine, session_id) == [
+            ("armed", "observer started"),
+            ("armed", "reattached to its observer"),
+        ]
+        inputs = await engine.store.list_inputs(observer_id, pending_only=False)
+        assert sum(i.origin is not None and i.origin.ref == "observer-framing" for i in inputs) == 1
+
+
+async def _digests(engine: Engine, observer_id: str, count: int) -> list[str]:
+    inputs = await engine.store.list_inputs(observer_id, pending_only=False)
+    digests = [i.text for i in inputs if i.origin is not None and i.origin.ref == "observer-digest"]
+    return digests if len(digests) >= count else []

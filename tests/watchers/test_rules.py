@@ -1,0 +1,169 @@
+"""Rule observers: the four built-ins, their reports through the ObserverReport path, and registering more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.runtime.tools import function_tool
+from agentwatch.watchers import (
+    RuleContext,
+    ToolCallItem,
+    ToolResultItem,
+    TurnEndedItem,
+    budget_guard,
+    describe,
+    failure_guard,
+    loop_guard,
+    observer_agents,
+    secret_guard,
+)
+from agentwatch.watchers.rules import RuleBook, rule_observer, run_rule
+from tests.watchers.support import OpenEngine, Scripted, events, eventually, observers_of, reports, role, warnings
+
+
+def context(*items: Any, memory: dict[str, Any] | None = None) -> RuleContext:
+    return RuleContext("ses_x", "coder", tuple(items), "", {} if memory is None else memory)
+
+
+async def test_the_loop_guard_reports_the_same_call_repeated_in_one_turn() -> None:
+    rule = loop_guard(repeats=3)
+    call = ToolCallItem("search", '{"q": "x"}', "fp1")
+    memory: dict[str, Any] = {}
+    assert await run_rule(rule, context(call, call, memory=memory)) == []
+    assert await run_rule(rule, context(call, memory=memory)) == [
+        'Loop guard: you called search with the same input 3 times in this turn ({"q": "x"}). It will give the '
+        "same result again; change the approach or stop."
+    ]
+    assert await run_rule(rule, context(call, call, memory=memory)) == []  # reported once per turn
+    assert await run_rule(rule, context(TurnEndedItem("completed"), call, call, memory=memory)) == []
+
+
+async def test_the_failure_guard_reports_errors_in_a_row() -> None:
+    rule = failure_guard(errors=2)
+    fail = ToolResultItem("build", "exit 1", "error")
+    ok = ToolResultItem("build", "ok", "ok")
+    assert await run_rule(rule, context(fail, ok, fail)) == []
+    assert await run_rule(rule, context(fail, fail)) == [
+        "Failure guard: your last 2 tool calls failed (build); the latest said: exit 1. Look at why before "
+        "trying again."
+    ]
+
+
+async def test_the_budget_guard_reports_an_expensive_turn() -> None:
+    rule = budget_guard(max_tokens=1_000, max_cost_usd=0.5)
+    assert await run_rule(rule, context(TurnEndedItem("completed", tokens=900, cost_usd=0.1))) == []
+    assert await run_rule(rule, context(TurnEndedItem("completed", tokens=1_500))) == [
+        "Budget guard: your last turn used 1,500 tokens, over the 1,000 budget per turn. Work in smaller steps "
+        "or read less at once."
+    ]
+    assert await run_rule(rule, context(TurnEndedItem("completed", tokens=10, cost_usd=0.75))) == [
+        "Budget guard: your last turn cost $0.75, over the $0.50 budget per turn."
+    ]
+
+
+async def test_the_secret_guard_finds_key_like_strings_and_masks_them() -> None:
+    rule = secret_guard()
+    items = [
+        ToolCallItem("http", '{"auth": "sk-proj-abcdefghijklmnopqrstuvwx"}', "f"),
+        ToolResultItem("env", "AWS=AKIAABCDEFGHIJKLMNOP\ntoken ghp_" + "a" * 36),
+        ToolResultItem("cat", "xoxb-1234567890-abc and -----BEGIN RSA PRIVATE KEY-----"),
+        ToolResultItem("ls", "nothing secret, sk-short"),
+    ]
+    found = await run_rule(rule, context(*items))
+    assert [r.split(" holds what looks like ")[1].split(" (")[0] for r in found] == [
+        "an API key",
+        "an AWS access key id",
+        "a GitHub token",
+        "a Slack token",
+        "a private key",
+    ]
+    assert "sk-p…32 chars" in found[0] and "abcdefghijklmnop" not in found[0]
+    assert await run_rule(rule, context(*items, memory={"seen": set()})) != []
+
+
+async def test_a_rule_observer_reports_through_the_same_channel_at_no_token_cost(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def looping(ctx: Any) -> Any:
+        if ctx.prompt.startswith("[agentwatch]"):
+            return Reply("Understood, I will stop.")
+        return CallTool("search", {"q": "same"}) if ctx.request_index < 3 else Reply("gave up")
+
+    def search(q: str) -> str:
+        """Search."""
+        return "no results"
+
+    model = scripted("looper", ScriptedModel(function=looping))
+    async with open_engine(
+        role("looper", model, tools=("search",), observer="loop-guard"), tools=[function_tool(search)]
+    ) as engine:
+        session = await engine.create("looper", source="chat")
+        await engine.enqueue(session.id, "find it")
+        found = await eventually(lambda: reports(engine, session.id))
+        assert found == [
+            'Loop guard: you called search with the same input 3 times in this turn ({"q": "same"}). It will give '
+            "the same result again; change the approach or stop."
+        ]
+        assert await observers_of(engine, session.id) == []
+        await eventually(lambda: _turns(engine, session.id, 2))
+        last = (await engine.store.get_session(session.id)).last_text
+        assert last == "Understood, I will stop."
+        described = await describe(engine.store, await engine.store.get_session(session.id))
+        assert described is not None
+        assert (described["observerType"], described["observerSessionId"], described["state"]) == (
+            "loop-guard",
+            None,
+            "armed",
+        )
+
+
+async def _turns(engine: Any, session_id: str, count: int) -> bool:
+    return len(await events(engine, session_id, "turn.ended")) >= count
+
+
+async def test_users_register_their_own_rule_observers(open_engine: OpenEngine, scripted: Scripted) -> None:
+    def todo_guard(ctx: RuleContext) -> str | None:
+        texts = [i.text for i in ctx.items if i.kind == "assistant_text"]
+        return "You left a TODO in your answer." if any("TODO" in t for t in texts) else None
+
+    model = scripted("todo", ScriptedModel(function=lambda ctx: Reply("Done. TODO: tests")))
+    async with open_engine(role("writer", model, observer="todo-guard")) as engine:
+        observer_agents(engine).register_rule("todo-guard", todo_guard)
+        assert engine.roster.get("todo-guard").kind == "rule"
+        session = await engine.create("writer", source="chat")
+        await engine.enqueue(session.id, "write")
+        assert await eventually(lambda: reports(engine, session.id)) == ["You left a TODO in your answer."]
+
+
+async def test_the_decorator_registers_for_every_later_engine_and_a_rule_type_needs_a_function(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    from agentwatch.watchers import rules
+
+    saved = rules._GLOBAL
+    rules._GLOBAL = RuleBook()
+    try:
+
+        @rule_observer("shout-guard")
+        def shout(ctx: RuleContext) -> str:
+            return "Please do not shout."
+
+        model = scripted("shouter", ScriptedModel(function=lambda ctx: Reply("HELLO")))
+        async with open_engine(
+            role("shouter", model, observer="shout-guard"),
+            role("quiet", model, observer="hush"),
+            AgentDefinition(name="hush", kind="rule"),
+        ) as engine:
+            session = await engine.create("shouter", source="chat")
+            await engine.enqueue(session.id, "greet")
+            assert await eventually(lambda: reports(engine, session.id)) == ["Please do not shout."]
+            quiet = await engine.create("quiet", source="chat")
+            await engine.enqueue(quiet.id, "greet")
+            assert await eventually(lambda: warnings(engine, quiet.id)) == [
+                "'hush' is a rule observer with no registered function, so 'quiet' runs unobserved; register one "
+                "with register_rule_observer('hush', ...)"
+            ]
+    finally:
+        rules._GLOBAL = saved
