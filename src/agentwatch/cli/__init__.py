@@ -12,6 +12,7 @@ from agentwatch import __version__
 from agentwatch.cli._common import run_cli
 from agentwatch.cli.agents import agents
 from agentwatch.cli.db import db
+from agentwatch.cli.reads import READ_COMMANDS
 from agentwatch.cli.run import run
 
 __all__ = ["cli", "main"]
@@ -25,6 +26,8 @@ def cli() -> None:
     \b
     Examples:
       agentwatch run coder "Fix the failing test"   run one agent, streaming its turn
+      agentwatch ls --word needs_you                agents waiting on you
+      agentwatch tail ses_... -f                    follow an agent live
       agentwatch agents check                       check the agent definitions
       agentwatch db info                            where the store is and what it holds
     """
@@ -33,6 +36,8 @@ def cli() -> None:
 cli.add_command(agents)
 cli.add_command(db)
 cli.add_command(run)
+for command in READ_COMMANDS:
+    cli.add_command(command)
 
 
 def main() -> None:

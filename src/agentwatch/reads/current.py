@@ -11,9 +11,17 @@ from agentwatch.events import StreamCursor, ToolCall, ToolResult, TurnEnded, Tur
 from agentwatch.reads.words import status_word
 from agentwatch.store import SessionRecord, Store
 
-__all__ = ["LAST_TEXT_CHARS", "current", "status_snapshot"]
+__all__ = ["LAST_TEXT_CHARS", "current", "is_settled", "status_snapshot"]
 
 LAST_TEXT_CHARS = 1000
+
+
+def is_settled(session: SessionRecord) -> bool:
+    """Whether a wait on the session is over: it is deleted, or no turn runs and its inbox is empty (done,
+    failed, stopped, idle, or paused on a request)."""
+    if session.deleted_at is not None:
+        return True
+    return session.pending_inputs == 0 and session.status != "running"
 
 
 def _iso(value: datetime | None) -> str | None:

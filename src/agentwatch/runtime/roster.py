@@ -302,6 +302,12 @@ class Roster:
             message = f"no agent type {name!r}; the roster is empty: add {name}.md to the agents directory"
         raise NotFound(message, known=known)
 
+    def session_settings(self, name: str, defaults: SessionDefaults) -> SessionDefaults:
+        """The session settings in force for role `name`: its front matter over `defaults` (just `defaults`
+        for a role the roster does not have, such as one whose file was removed)."""
+        definition = self._definitions.get(name)
+        return definition.resolved_sessions(defaults) if definition is not None else defaults
+
     def add(self, definition: AgentDefinition) -> None:
         """Add a definition built in Python, checked like a file: its tools, its name, its observer.
 

@@ -1,0 +1,486 @@
+"""The read commands: `ls`, `summary`, `get`, `history`, `tail`, `prompt`, `export`, `await`.
+
+Each calls the read tool of the same name (`agent_list`, `agent_summary`, ...) exactly as an agent would;
+`--json` prints that tool's dict and nothing else. They open the store for reading only: no turn is
+continued and no background work runs, so they are safe beside a running engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+from pydantic import JsonValue
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from agentwatch.cli._common import (
+    Reader,
+    console,
+    json_option,
+    open_reader,
+    print_json,
+    resolve_config,
+    run_async,
+    store_option,
+)
+from agentwatch.cli._time import ago
+from agentwatch.events import StreamCursor
+from agentwatch.reads.current import is_settled, status_snapshot
+from agentwatch.reads.follow import follow
+from agentwatch.reads.tail import project, resolve_types
+from agentwatch.reads.tools import read_tools
+from agentwatch.tools import Caller
+
+__all__ = ["READ_COMMANDS"]
+
+WORD_STYLE = {
+    "working": "cyan",
+    "needs_you": "bold yellow",
+    "stuck": "bold red",
+    "failed": "red",
+    "done": "green",
+    "idle": "dim",
+}
+_TOOLS = {tool.name: tool for tool in read_tools()}
+
+
+def _word(word: JsonValue) -> Text:
+    return Text(str(word), style=WORD_STYLE.get(str(word), ""))
+
+
+def _call(store_url: str | None, tool: str, args: dict[str, Any], scope: str | None = None) -> dict[str, Any]:
+    """Run one read tool against the configured store and return its dict (errors raise)."""
+
+    async def main() -> dict[str, Any]:
+        async with open_reader(resolve_config(store_url)) as reader:
+            result = await _TOOLS[tool].handler(reader, Caller(scope=scope), args)
+            assert isinstance(result, dict)
+            return result
+
+    return run_async(main())
+
+
+def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any]], None]) -> None:
+    if as_json:
+        print_json(answer)
+    else:
+        render(answer)
+
+
+def _short(text: JsonValue, width: int = 60) -> str:
+    value = "" if text is None else str(text).replace("\n", " ")
+    return value if len(value) <= width else value[: width - 1] + "…"
+
+
+# -- ls ---------------------------------------------------------------------------------------------------
+
+
+def _render_list(answer: dict[str, Any]) -> None:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("NAME", overflow="ellipsis", max_width=24)
+    for column in ("ID", "ROLE", "WORD", "STATUS", "ACTIVE", "TOKENS", "WAITING", "PARENT"):
+        table.add_column(column, no_wrap=True)
+    names = {row["id"]: row["name"] for row in answer["agents"]}
+    for row in answer["agents"]:
+        waiting = []
+        if row["pendingInputs"]:
+            waiting.append(f"{row['pendingInputs']} in")
+        if row["pendingRequests"]:
+            waiting.append(f"[yellow]{row['pendingRequests']} asks[/]")
+        name = escape(row["name"]) + (f" [dim]×{row['sessionCount']}[/]" if row.get("sessionCount") else "")
+        if row["deletedAt"]:
+            name = f"[strike dim]{name}[/]"
+        parent = row["parentId"] or ""
+        table.add_row(
+            name,
+            f"[dim]{row['id']}[/]",
+            escape(row["role"]),
+            _word(row["word"]),
+            row["status"],
+            ago(row["lastActiveAt"]),
+            f"{row['usage']['tokens']:,}",
+            " ".join(waiting),
+            escape(names.get(parent, parent[-8:])),
+        )
+    console.print(table if answer["agents"] else "[dim]no agents match[/]")
+    if counts := answer.get("counts"):
+        words = " · ".join(f"{w} {n}" for w, n in counts["words"].items() if n)
+        console.print(f"[dim]{counts['total']} in all: {words}[/]")
+    if answer.get("nextCursor"):
+        console.print(f"[dim]more: --cursor {answer['nextCursor']}[/]")
+
+
+@click.command("ls")
+@click.option("--status", multiple=True, help="Machine status (repeatable): running, awaiting_input, ...")
+@click.option("--word", multiple=True, help="Status word (repeatable): working, needs_you, stuck, failed, done, idle.")
+@click.option("--role", help="Only this agent type.")
+@click.option(
+    "--group",
+    type=click.Choice(["none", "lineage", "run"]),
+    default="none",
+    show_default=True,
+    help="One row per session, per lineage (groupKey) or per run.",
+)
+@click.option("--group-key", help="One lineage, e.g. hb:digest.")
+@click.option("--parent", "parent_id", help="What this agent spawned.")
+@click.option("-q", "query", help="A part of the name.")
+@click.option("--window", help="Active within this long: 1h, 24h, 7d.")
+@click.option(
+    "--sort",
+    type=click.Choice(["newest", "oldest", "name", "status"]),
+    default="newest",
+    show_default=True,
+    help="Order after the boss and live agents.",
+)
+@click.option("--all", "deleted", is_flag=True, help="Include soft-deleted agents.")
+@click.option("--counts", is_flag=True, help="Add per-word counts.")
+@click.option("--limit", default=20, show_default=True, help="Rows per page (1..100).")
+@click.option("--cursor", help="The cursor a previous page printed.")
+@store_option
+@json_option
+def ls(store_url: str | None, as_json: bool, **options: Any) -> None:
+    """List agents: the boss, then live ones, then the rest, newest activity first.
+
+    \b
+    Examples:
+      agentwatch ls --word needs_you --word stuck
+      agentwatch ls --group lineage --group-key hb:digest --json
+    """
+    names = {"group_key": "groupKey", "parent_id": "parentId", "query": "q"}
+    args: dict[str, Any] = {}
+    for key, value in options.items():
+        if value in (None, (), False) or (key == "group" and value == "none"):
+            continue
+        args[names.get(key, key)] = list(value) if isinstance(value, tuple) else value
+    _emit(_call(store_url, "agent_list", args), as_json, _render_list)
+
+
+# -- summary ----------------------------------------------------------------------------------------------
+
+
+def _render_summary(answer: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{answer['total']}[/] agents · [cyan]{answer['working']} working[/] · "
+        f"{answer['lineages']} lineages · {answer['intercepted']} held by a person"
+    )
+    statuses = " · ".join(f"{status} {n}" for status, n in answer["statuses"].items())
+    console.print(f"[dim]by status:[/] {statuses or '-'}")
+    if words := answer.get("words"):
+        console.print("[dim]lineages by word:[/] " + " · ".join(f"{w} {n}" for w, n in words.items()))
+    window = answer["window"]
+    previous = window["previous"]
+    console.print(
+        f"[dim]since {window['from'][:16]}:[/] started {window['started']} (before: {previous['started']}), "
+        f"failed {window['failed']} ({previous['failed']}), waiting {window['waiting']}, "
+        f"spent {window['spend']['tokens']:,} tokens (before: {previous['spend']['tokens']:,})"
+    )
+    if by_role := answer.get("byRole"):
+        table = Table("ROLE", "SESSIONS", "LAST ACTIVE", box=None, header_style="bold")
+        for row in by_role:
+            table.add_row(row["role"], str(row["sessions"]), ago(row["lastActiveAt"]))
+        console.print(table)
+
+
+@click.command("summary")
+@click.option("--window", default="7d", show_default=True, help="The stretch of time for started/failed/spend.")
+@click.option("--words", is_flag=True, help="Add lineages by the word they say now.")
+@click.option("--by-role", is_flag=True, help="Each role's sessions and newest activity.")
+@store_option
+@json_option
+def summary(store_url: str | None, as_json: bool, window: str, words: bool, by_role: bool) -> None:
+    """Counts without the rows: per status, working, lineages, a window's activity and spend.
+
+    \b
+    Example:
+      agentwatch summary --window 24h --by-role
+    """
+    args: dict[str, Any] = {"window": window, "words": words}
+    if by_role:
+        args["by"] = "role"
+    _emit(_call(store_url, "agent_summary", args), as_json, _render_summary)
+
+
+# -- get --------------------------------------------------------------------------------------------------
+
+
+def _render_get(record: dict[str, Any]) -> None:
+    current = record["current"]
+    console.print(
+        f"[bold]{escape(record['name'])}[/] [dim]{record['id']}[/]  ", _word(record["word"]), f" {record['status']}"
+    )
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column()
+    fill = record["contextFill"]
+    rows: list[tuple[str, Any]] = [
+        ("role", record["role"]),
+        ("model", record["modelRef"] or "-"),
+        ("scope", record.get("scope") or "global"),
+        ("parent", record["parentId"] or "-"),
+        ("active", ago(current["lastActivityAt"])),
+        ("usage", f"{record['usage']['tokens']:,} tokens"),
+        (
+            "context",
+            f"{fill.get('tokens', '-')} / {fill.get('window') or '?'} tokens"
+            if fill["state"] == "measured"
+            else fill["state"],
+        ),
+        ("now", f"{current['currentItem']['title']}" if current["currentItem"] else "-"),
+        ("last said", escape(_short(current["lastAssistantText"], 200)) or "-"),
+        ("error", f"[red]{escape(record['error'])}[/]" if record["error"] else "-"),
+        ("inbox", f"{record['pendingInputs']} waiting"),
+        ("cursor", current["cursor"]),
+    ]
+    if hitl := current["pendingHitl"]:
+        asks = "; ".join(hitl["questions"] or []) or hitl["kind"]
+        rows.append(("asks", f"[yellow]{escape(asks)}[/] [dim]({hitl['hitlId']})[/]"))
+    if observer := record.get("observer"):
+        rows.append(("observer", escape(json.dumps(observer)[:200])))
+    if record["deletedAt"]:
+        rows.append(("deleted", f"{record['deletedAt']} (reaped {record['reapAt']})"))
+    for key, value in rows:
+        table.add_row(key, str(value))
+    console.print(table)
+
+
+@click.command("get")
+@click.argument("agent")
+@click.option("--chat", "scope", help="The chat you are asking from (its agent of that name wins).")
+@store_option
+@json_option
+def get(agent: str, scope: str | None, store_url: str | None, as_json: bool) -> None:
+    """Show one agent by id (ses_...) or name: its record and what it is doing now.
+
+    \b
+    Examples:
+      agentwatch get ses_01jdq3v9c8k2m6n4p7r0s5t8w1
+      agentwatch get nova --chat 42:bot1
+    """
+    args = {"id": agent} if agent.startswith("ses_") else {"name": agent}
+    _emit(_call(store_url, "agent_get", args, scope), as_json, _render_get)
+
+
+# -- history and tail -------------------------------------------------------------------------------------
+
+
+def _tail_line(row: dict[str, Any]) -> str:
+    style = {"failed": "red", "error": "red", "denied": "red", "interrupted": "magenta"}.get(str(row["status"]), "")
+    kind = f"[{style}]{row['type']}[/]" if style else f"[bold]{row['type']}[/]"
+    title = escape(str(row["title"] or ""))
+    detail = escape(str(row["detail"] or "").replace("\n", " "))
+    at = str(row["at"])[11:19]
+    return f"[dim]{at}[/] {kind} {title} [dim]{detail}[/]"
+
+
+def _render_history(answer: dict[str, Any]) -> None:
+    for event in answer["events"]:
+        row = event["payload"]
+        text = row.get("text") or row.get("output") or row.get("summary") or row.get("message") or ""
+        what = row.get("tool_name") or row.get("outcome") or ""
+        console.print(
+            f"[dim]{event['at'][11:19]} #{event['seq']}[/] [bold]{event['type']}[/] {escape(str(what))} "
+            f"[dim]{escape(_short(text, 120))}[/]"
+        )
+    if answer.get("nextCursor"):
+        console.print(f"[dim]older: --cursor {answer['nextCursor']}[/]")
+
+
+@click.command("history")
+@click.argument("agent_id")
+@click.option("--limit", default=50, show_default=True, help="Events per page (1..100).")
+@click.option("--cursor", help="The cursor a previous page printed (reads further back).")
+@click.option("--conversation", help="An archived conversation id to read.")
+@store_option
+@json_option
+def history(
+    agent_id: str, limit: int, cursor: str | None, conversation: str | None, store_url: str | None, as_json: bool
+) -> None:
+    """Show an agent's transcript, newest page first (oldest first within the page).
+
+    \b
+    Example:
+      agentwatch history ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --limit 20
+    """
+    args: dict[str, Any] = {"id": agent_id, "limit": limit}
+    if cursor:
+        args["cursor"] = cursor
+    if conversation:
+        args["conversationId"] = conversation
+    _emit(_call(store_url, "agent_history", args), as_json, _render_history)
+
+
+async def _follow(
+    reader: Reader, agent_id: str, after: str | None, types: list[str], max_chars: int, as_json: bool
+) -> None:
+    session = await reader.store.get_session(agent_id)
+    cursor = StreamCursor.decode(after, session_id=agent_id) if after else StreamCursor(agent_id, session.last_seq)
+    # The ring carries another process's events only when it is shared (Redis); otherwise poll the store.
+    shared = reader.ring if reader.config.live.startswith("redis") else None
+    wanted = set(types)
+    async for event in follow(reader.store, shared, agent_id, after=cursor):
+        if event.type not in wanted:
+            continue
+        row = project(event, max_chars=max_chars)
+        if as_json:
+            click.echo(json.dumps({**row, "cursor": event.cursor.encode()}))
+        else:
+            console.print(_tail_line(row), soft_wrap=True)
+
+
+def _render_tail(answer: dict[str, Any]) -> None:
+    for row in answer["events"]:
+        console.print(_tail_line(row), soft_wrap=True)
+
+
+@click.command("tail")
+@click.argument("agent_id")
+@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing new events as they happen.")
+@click.option("--after", "after_id", help="Start strictly after this cursor (or event id).")
+@click.option("--types", multiple=True, help="Event types or globs (repeatable): turn.*, item.completed, hitl.*, ...")
+@click.option("--max-chars", default=500, show_default=True, help="Cap on each detail (1..4000).")
+@click.option("--max-events", default=50, show_default=True, help="Events per read (1..200).")
+@store_option
+@json_option
+def tail(
+    agent_id: str,
+    follow_: bool,
+    after_id: str | None,
+    types: tuple[str, ...],
+    max_chars: int,
+    max_events: int,
+    store_url: str | None,
+    as_json: bool,
+) -> None:
+    """Show an agent's recent events as compact rows; with -f, follow it live.
+
+    Following resumes from its cursor after a reconnect, with no gap and no repeat; stop it with Ctrl-C.
+
+    \b
+    Examples:
+      agentwatch tail ses_01jdq3v9c8k2m6n4p7r0s5t8w1 -f
+      agentwatch tail ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --types 'runtime.*' --types item.completed --json
+    """
+    args: dict[str, Any] = {"id": agent_id, "maxChars": max_chars, "maxEvents": max_events}
+    if after_id:
+        args["afterId"] = after_id
+    if types:
+        args["types"] = list(types)
+    answer = _call(store_url, "agent_tail", args)
+    _emit(answer, as_json and not follow_, _render_tail)
+    if not follow_:
+        return
+
+    async def main() -> None:
+        async with open_reader(resolve_config(store_url)) as reader:
+            await _follow(reader, agent_id, answer["cursor"], resolve_types(list(types) or None), max_chars, as_json)
+
+    if as_json:
+        for row in answer["events"]:
+            click.echo(json.dumps(row))
+    with contextlib.suppress(KeyboardInterrupt):
+        run_async(main())
+
+
+# -- prompt, export, await --------------------------------------------------------------------------------
+
+
+def _render_prompt(answer: dict[str, Any]) -> None:
+    system = answer["system"]
+    console.print(f"[bold]system[/] [dim]sha256 {system['hash'][:16]}… turn {answer['turnId']}[/]")
+    console.print(escape(system["text"]))
+    console.print(f"\n[bold]user[/]\n{escape(answer['user'] or '')}")
+    if against := answer.get("against"):
+        console.print(f"\n[bold]against {against['kind']}[/]")
+        hunks = against.get("diff") or []
+        if not hunks:
+            console.print("[green]no change[/]")
+        for hunk in hunks:
+            for line in str(hunk).splitlines():
+                style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+                console.print(Text(line, style=style))
+
+
+@click.command("prompt")
+@click.argument("agent_id")
+@click.option("--event", "event_id", help="The user message event of the turn to show (default: the newest turn).")
+@click.option("--against", type=click.Choice(["previous", "definition"]), help="Add a diff with this.")
+@store_option
+@json_option
+def prompt(agent_id: str, event_id: str | None, against: str | None, store_url: str | None, as_json: bool) -> None:
+    """Show the exact system prompt and user text a turn was dispatched with.
+
+    \b
+    Example:
+      agentwatch prompt ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --against definition
+    """
+    args: dict[str, Any] = {"id": agent_id}
+    if event_id:
+        args["eventId"] = event_id
+    if against:
+        args["against"] = against
+    _emit(_call(store_url, "agent_prompt", args), as_json, _render_prompt)
+
+
+@click.command("export")
+@click.argument("agent_id")
+@store_option
+def export(agent_id: str, store_url: str | None) -> None:
+    """Print an agent's whole record (history, conversations, requests, usage) as one JSON document.
+
+    \b
+    Example:
+      agentwatch export ses_01jdq3v9c8k2m6n4p7r0s5t8w1 > agent.json
+    """
+    print_json(_call(store_url, "agent_export", {"id": agent_id}))
+
+
+async def wait_until_settled(reader: Reader, agent_id: str, timeout: float) -> dict[str, JsonValue]:
+    """The `agent_await` snapshot, waiting (by polling the store) for a session another process runs."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        session = await reader.store.get_session(agent_id)
+        timed_out = loop.time() >= deadline
+        if is_settled(session) or timed_out:
+            return await status_snapshot(
+                reader.store, session, stuck_after=reader.stuck_after(session.role), timed_out=not is_settled(session)
+            )
+        await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+
+
+@click.command("await")
+@click.argument("agent_id")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@store_option
+@json_option
+def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) -> None:
+    """Wait until an agent settles (done, failed, stopped, idle, or waiting on you); show its snapshot.
+
+    \b
+    Example:
+      agentwatch await ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --timeout 300
+    """
+
+    async def main() -> dict[str, JsonValue]:
+        async with open_reader(resolve_config(store_url)) as reader:
+            return await wait_until_settled(reader, agent_id, timeout)
+
+    snapshot = run_async(main())
+
+    def render(answer: dict[str, Any]) -> None:
+        late = " [yellow](timed out)[/]" if answer["timedOut"] else ""
+        console.print(f"[bold]{escape(str(answer['name']))}[/] ", _word(answer["word"]), f" {answer['status']}{late}")
+        if answer["lastAssistantText"]:
+            console.print(escape(str(answer["lastAssistantText"])))
+
+    _emit(snapshot, as_json, render)
+
+
+READ_COMMANDS: list[click.Command] = [ls, summary, get, history, tail, prompt, export, await_]
+"""The read commands, in the order `--help` lists them."""

@@ -1,0 +1,106 @@
+"""The command line: documented commands, `--json` equal to the tools' answers, structured errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from agentwatch.cli import cli
+from agentwatch.runtime.models import ScriptedModel
+from tests.runtime.support import OpenEngine, Scripted, role
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def all_commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    found = []
+    for name, command in sorted(group.commands.items()):
+        found.append((f"{prefix}{name}", command))
+        if isinstance(command, click.Group):
+            found += all_commands(command, f"{prefix}{name} ")
+    return found
+
+
+@pytest.mark.parametrize(("name", "command"), all_commands(cli), ids=[n for n, _ in all_commands(cli)])
+def test_every_command_is_documented_with_an_example(name: str, command: click.Command) -> None:
+    assert command.help, f"`agentwatch {name}` has no help text"
+    if not isinstance(command, click.Group):
+        assert "Example" in command.help, f"`agentwatch {name} --help` shows no example"
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name not in ("help",):
+            assert param.help, f"`agentwatch {name}` option {param.opts[0]} has no help"
+
+
+@pytest.mark.parametrize(
+    ("argv", "tool", "args"),
+    [
+        (["ls", "--sort", "name"], "agent_list", {"sort": "name"}),
+        (["ls", "--word", "done", "--limit", "1"], "agent_list", {"word": ["done"], "limit": 1}),
+        (["get", "helper"], "agent_get", {"name": "helper"}),
+        (["history", "{id}", "--limit", "3"], "agent_history", {"id": "{id}", "limit": 3}),
+        (["tail", "{id}", "--max-chars", "20"], "agent_tail", {"id": "{id}", "maxChars": 20, "maxEvents": 50}),
+        (["prompt", "{id}", "--against", "previous"], "agent_prompt", {"id": "{id}", "against": "previous"}),
+    ],
+)
+def test_json_output_is_exactly_the_tools_answer(
+    open_engine: OpenEngine,
+    scripted: Scripted,
+    store_url: str,
+    tmp_path: Path,
+    argv: list[str],
+    tool: str,
+    args: dict[str, object],
+) -> None:
+    model = scripted("cli-helper", ScriptedModel.replying("first answer", "second answer"))
+    agents = tmp_path / "agents"  # the engine and the CLI read the same role file
+    agents.mkdir()
+    (agents / "helper.md").write_text(role("helper", model).to_markdown())
+
+    async def prepare() -> tuple[str, dict[str, object]]:
+        async with open_engine(extensions=[]) as engine:
+            session = await engine.create("helper", name="helper", source="chat")
+            for prompt in ("one", "two"):
+                await engine.enqueue(session.id, prompt)
+                await engine.wait(session.id, 10)
+            fill = {k: (v.replace("{id}", session.id) if isinstance(v, str) else v) for k, v in args.items()}
+            return session.id, await engine.call_tool(tool, fill)
+
+    session_id, expected = asyncio.run(prepare())
+    argv = [a.replace("{id}", session_id) for a in argv]
+    result = CliRunner(env={"AGENTWATCH_AGENTS_DIR": str(agents)}).invoke(
+        cli, [*argv, "--store", store_url, "--json"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    if tool == "agent_list":  # words are relative to the moment of reading; everything else must match
+        for rows in (answer["agents"], expected["agents"]):
+            for row in rows:  # type: ignore[attr-defined]
+                row.pop("word")
+    assert answer == json.loads(json.dumps(expected, default=str))
+
+
+def test_a_bad_call_prints_a_structured_error_and_exits_1(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    command = [sys.executable, "-m", "agentwatch.cli", "get", "ses_nothing", "--store", store, "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env={**os.environ}, check=False)
+    assert done.returncode == 1
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "not_found"
+    assert "ses_nothing" in error["message"]
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unknown_store_scheme_says_what_to_use(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "agentwatch.cli", "db", "info", "--store", "mysql://x/y"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert done.returncode == 1
+    assert "unknown store URL scheme 'mysql'" in done.stderr
+    assert "sqlite:///" in done.stderr
