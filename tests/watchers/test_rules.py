@@ -117,6 +117,11 @@ async def test_a_rule_observer_reports_through_the_same_channel_at_no_token_cost
             None,
             "armed",
         )
+        record = await engine.call_tool("agent_get", {"id": session.id})
+        assert record["observer"] == described
+        assert [r["report"] for r in record["observer"]["reports"]] == found
+        tail = await engine.call_tool("agent_tail", {"id": session.id, "types": ["observer.*"], "maxChars": 4000})
+        assert [row["detail"] for row in tail["events"] if row["type"] == "observer.report"] == found
 
 
 async def _turns(engine: Any, session_id: str, count: int) -> bool:

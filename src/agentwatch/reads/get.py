@@ -16,6 +16,7 @@ from agentwatch.events import TurnStarted
 from agentwatch.reads._rows import session_row
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.current import current
+from agentwatch.reads.observer import describe_observer
 from agentwatch.store import SessionFilter, SessionRecord
 from agentwatch.tools import Args, Caller, parse_args
 
@@ -64,12 +65,10 @@ def _scope_text(scope: str | None) -> str:
     return f"chat {scope}" if scope is not None else "global"
 
 
-def observer_info(view: EngineView, session: SessionRecord) -> JsonValue:
-    """The `observer` field of the record: None until observer pairing state is exposed.
-
-    This is the one place that field is filled in; observer agents (the watchers package) extend it.
-    """
-    return None
+async def observer_info(view: EngineView, session: SessionRecord) -> JsonValue:
+    """The `observer` field of the record: its observer's type and session, the pairing state and the latest
+    reports (None for a session that has no observer)."""
+    return await describe_observer(view.store, session)
 
 
 async def _system_prompt(view: EngineView, session: SessionRecord) -> str | None:
@@ -115,7 +114,7 @@ async def agent_record(view: EngineView, session: SessionRecord) -> dict[str, Js
             "mailbox": [{"id": i.id, "text": i.text, "createdAt": iso(i.created_at), "meta": i.meta} for i in inbox],
             "scheduled": [],
             "watching": [],
-            "observer": observer_info(view, session),
+            "observer": await observer_info(view, session),
             "current": await current(view.store, session),
         }
     )

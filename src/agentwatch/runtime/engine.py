@@ -38,7 +38,7 @@ from agentwatch.events import (
     new_id,
 )
 from agentwatch.live import LiveRing, connect_live
-from agentwatch.reads.current import status_snapshot
+from agentwatch.reads.current import is_settled, status_snapshot
 from agentwatch.retention import reap_due
 from agentwatch.runtime.driver import SessionDriver
 from agentwatch.runtime.extensions import Extension, default_extensions
@@ -310,7 +310,7 @@ class Engine:
         driver = await self.driver(session_id)
         while True:
             session = await self.store.get_session(session_id)
-            if _settled(session) and not (driver.turn_running and session.status not in TERMINAL_STATUSES):
+            if is_settled(session) and not (driver.turn_running and session.status not in TERMINAL_STATUSES):
                 return session, False
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -325,10 +325,7 @@ class Engine:
 
     def stuck_after(self, role: str) -> float:
         """The role's stuck threshold in seconds (its front matter, else the project's, else 600)."""
-        defaults = self.config.sessions
-        if role in self.roster:
-            return self.roster.get(role).resolved_sessions(defaults).stuck_after_seconds
-        return defaults.stuck_after_seconds
+        return self.roster.session_settings(role, self.config.sessions).stuck_after_seconds
 
     async def task(self, role: str, prompt: str, *, timeout: float = 600.0, **create: Any) -> dict[str, JsonValue]:
         """Create a session, give it `prompt`, wait for it to settle; returns its status snapshot."""
@@ -552,14 +549,6 @@ class _CollectingSink:
 
     def stream(self, payload: Payload) -> None:
         pass
-
-
-def _settled(session: SessionRecord) -> bool:
-    if session.deleted_at is not None:
-        return True
-    if session.pending_inputs > 0:
-        return False
-    return session.status != "running"
 
 
 def run_task(role: str, prompt: str, *, timeout: float = 600.0, **open_args: Any) -> dict[str, JsonValue]:

@@ -37,15 +37,19 @@ from pydantic import JsonValue
 
 from agentwatch.errors import NotFound
 from agentwatch.events import NewEvent, ObserverReported, ObserverStateChanged, Origin, PairingState, RuntimeNotice
+from agentwatch.reads.observer import describe_observer
 from agentwatch.runtime.policy import ToolRequest, Verdict
 from agentwatch.runtime.roster import AgentDefinition
-from agentwatch.store import TERMINAL_STATUSES, ObserverRef, SessionPatch, SessionRecord, Store, Write
+from agentwatch.store import TERMINAL_STATUSES, ObserverRef, SessionPatch, SessionRecord, Write
 from agentwatch.watchers.digest import Digest
 
 if TYPE_CHECKING:
     from agentwatch.runtime.engine import Engine
 
 __all__ = ["MAX_BUFFERED", "Pairing", "PairingRegistry", "describe", "observer_source"]
+
+describe = describe_observer
+"""The observer of a session as `agent_get` shows it (see `agentwatch.reads.observer`)."""
 
 log = logging.getLogger(__name__)
 
@@ -321,50 +325,3 @@ def observed_alive(session: SessionRecord) -> bool:
 def _verdict_reason(verdict: Verdict) -> str:
     by = f" by policy {verdict.policy!r}" if verdict.policy else ""
     return f"{verdict.decision}{by}: {verdict.reason or 'no reason given'}"
-
-
-async def describe(store: Store, session: SessionRecord, *, reports: int = 5) -> dict[str, JsonValue] | None:
-    """The observer of `session` as `agent_get` shows it, from the store alone; None when it has none.
-
-    ```python
-    {"observerType": "reviewer", "observerSessionId": "ses_...", "state": "armed",
-     "reason": "observer started", "since": "2025-...", "stopped": False,
-     "reports": [{"at": "...", "observerType": "reviewer", "observerSessionId": "ses_...", "report": "..."}]}
-    ```
-
-    `reports` holds the newest `reports` reports, oldest first.
-    """
-    ref = await store.get_observer_ref(session.id)
-    states = await store.read_events_backward(session.id, types=["observer.state"], limit=1)
-    if ref is None and not states:
-        return None
-    latest = states[0] if states else None
-    changed = latest.payload if latest is not None and isinstance(latest.payload, ObserverStateChanged) else None
-    state: PairingState = changed.state if changed is not None else "armed"
-    if ref is not None and ref.stopped and state not in ("stopped", "blocked"):
-        state = "stopped"
-    found = await store.read_events_backward(session.id, types=["observer.report"], limit=reports) if reports else []
-    listed: list[JsonValue] = []
-    for event in reversed(found):
-        if isinstance(event.payload, ObserverReported):
-            listed.append(
-                {
-                    "at": event.at.isoformat(),
-                    "observerType": event.payload.observer_type,
-                    "observerSessionId": event.payload.observer_session_id,
-                    "report": event.payload.report,
-                }
-            )
-    observer_type = ref.observer_type if ref is not None else changed.observer_type if changed else None
-    observer_session = (ref.observer_session_id if ref is not None else None) or (
-        changed.observer_session_id if changed else None
-    )
-    return {
-        "observerType": observer_type,
-        "observerSessionId": observer_session,
-        "state": state,
-        "reason": changed.reason if changed else None,
-        "since": latest.at.isoformat() if latest is not None else None,
-        "stopped": bool(ref and ref.stopped),
-        "reports": listed,
-    }
