@@ -8,8 +8,12 @@ and no network. With a model configured, the same agent definitions run on it:
 
 What happens:
 1. `coder` is asked to fix a failing test. It reads calc.py, fixes the bug with write_file, then spawns a
-   `tester` sub-agent (agent_task) that runs the tests.
-2. `planner` plans a change and asks you (ask_user) which database to use; the turn pauses on the request
+   `tester` sub-agent (agent_task) that runs the tests. With a model configured, a `reviewer` observer agent
+   watches the coder's turns too.
+2. `fetcher` makes a real mistake: it retries a failing call with the same input. Its definition names the
+   built-in rule observer `loop-guard`, which catches the repeat and reports it; the report reaches the
+   fetcher's next turn, which fixes the input.
+3. `planner` plans a change and asks you (ask_user) which database to use; the turn pauses on the request
    (status word `needs_you`) and continues with your answer. Without a terminal, the demo answers for you.
 """
 
@@ -90,6 +94,14 @@ def run_tests() -> str:
         sys.path.remove(str(WORKSPACE.resolve()))
 
 
+def fetch_report(month: str) -> str:
+    """Fetch the sales report of one month, given as YYYY-MM."""
+    year, _, number = month.partition("-")
+    if not (year.isdigit() and number.isdigit() and 1 <= int(number) <= 12):
+        raise ValueError(f"no such month {month!r}: write it as YYYY-MM with a month from 01 to 12")
+    return f"{month}: 1,284 orders, total 96,410 EUR"
+
+
 # -- the scripts the agents follow when no real model is configured ---------------------------------------
 
 
@@ -118,6 +130,23 @@ def tester_script(ctx: Any) -> Any:
     return Reply(f"Tests: {ctx.tool_results[0].output}.")
 
 
+def fetcher_script(ctx: Any) -> Any:
+    if "Loop guard" in (ctx.prompt or ""):
+        # The observer's report opens this turn: read the error at last and fix the input.
+        if not ctx.tool_results:
+            return [
+                Think(
+                    "The guard is right: the error says the month must be 01-12. 2026-13 is not a month; "
+                    "the user meant the last month of 2026."
+                ),
+                CallTool("fetch_report", {"month": "2026-12"}),
+            ]
+        return Reply(f"Sorry for the retries: the month was wrong. {ctx.tool_results[0].output}.")
+    if ctx.request_index < 3:  # the mistake: the same failing call, again and again
+        return CallTool("fetch_report", {"month": "2026-13"})
+    return Reply("The reporting service keeps failing; I could not get the report.")
+
+
 def planner_script(ctx: Any) -> Any:
     if ctx.request_index == 0:
         return [
@@ -132,7 +161,13 @@ def planner_script(ctx: Any) -> Any:
 
 
 def register_scripts() -> None:
-    for name, script in (("coder", coder_script), ("tester", tester_script), ("planner", planner_script)):
+    scripts = (
+        ("coder", coder_script),
+        ("tester", tester_script),
+        ("fetcher", fetcher_script),
+        ("planner", planner_script),
+    )
+    for name, script in scripts:
         register_scripted_model(name, ScriptedModel(function=script, chunk_delay=0.015))
 
 
@@ -165,6 +200,8 @@ async def main() -> None:
     model = real_model()
     roster = load_roster(HERE / "agents")
     definitions = [d.model_copy(update={"model": model}) if model else d for d in roster]
+    if model:  # with a real model, an LLM observer watches the coder too
+        definitions = [d.model_copy(update={"observer": "reviewer"}) if d.name == "coder" else d for d in definitions]
     if model is None:
         register_scripts()
     console.print(Rule("[bold]agentwatch demo"))
@@ -175,7 +212,7 @@ async def main() -> None:
         agents_dir=HERE / "none",
         root=Path("."),
         definitions=definitions,
-        tools=[read_file, write_file, run_tests],
+        tools=[read_file, write_file, run_tests, fetch_report],
     ) as engine:
         printer = LivePrinter(console)
         engine.start_with_observer(lambda _thread_id: printer)
@@ -185,6 +222,12 @@ async def main() -> None:
         printer.names[coder.id] = "coder"
         await engine.enqueue(coder.id, "test_add fails in the calc project. Find the bug and fix it.")
         await engine.wait(coder.id, 120)
+
+        console.print(Rule("fetcher repeats a mistake; the loop-guard observer catches it", style="dim"))
+        fetcher = await engine.create("fetcher", name="fetcher", source="chat", origin=Origin(kind="person"))
+        printer.names[fetcher.id] = "fetcher"
+        await engine.enqueue(fetcher.id, "Get me the sales total for the last month of 2026 (2026-13).")
+        await settle_with_reports(engine, fetcher.id)
 
         console.print(Rule("planner asks you a question before it plans", style="dim"))
         planner = await engine.create("planner", name="planner", origin=Origin(kind="person"))
@@ -199,6 +242,16 @@ async def main() -> None:
         await asyncio.sleep(0.1)  # let the last events reach the printer
         await show_agents(engine)
     console.print(f"\nInspect it yourself: [cyan]agentwatch db info --store {STORE}[/]")
+
+
+async def settle_with_reports(engine: Engine, session_id: str) -> None:
+    """Wait for the agent, and for the turns its observer's reports start, to finish."""
+    while True:
+        session, _ = await engine.wait(session_id, 120)
+        await asyncio.sleep(0.3)  # a report queued at the end of a turn starts the next one
+        again = await engine.store.get_session(session_id)
+        if again.pending_inputs == 0 and again.status != "running" and again.last_seq == session.last_seq:
+            return
 
 
 async def show_agents(engine: Engine) -> None:

@@ -41,6 +41,8 @@ class LivePrinter:
     """Session id → name, for the line prefixes."""
     detail_chars: int = 160
     _streaming: str | None = None
+    _cut: set[str] = field(default_factory=set)
+    """Sessions whose streamed text another line interrupted; their stream resumes with `…`."""
 
     def _prefix(self, thread_id: str) -> str:
         return f"[dim]{escape(self.names.get(thread_id, thread_id[-8:]))}[/]"
@@ -48,6 +50,7 @@ class LivePrinter:
     def _end_stream(self) -> None:
         if self._streaming is not None:
             self.console.print()
+            self._cut.add(self._streaming)
             self._streaming = None
 
     def on_event(self, thread_id: str, event: Event) -> None:
@@ -57,12 +60,16 @@ class LivePrinter:
             if payload.part == "text":
                 if self._streaming != thread_id:
                     self._end_stream()
-                    self.console.print(f"{self._prefix(thread_id)} ", end="")
+                    resumed = "… " if thread_id in self._cut else ""
+                    self.console.print(f"{self._prefix(thread_id)} {resumed}", end="")
                     self._streaming = thread_id
                 self.console.print(escape(payload.delta), end="", soft_wrap=True)
             return
+        if isinstance(payload, AssistantMessage | TurnEnded):
+            self._cut.discard(thread_id)
         if isinstance(payload, AssistantMessage) and self._streaming == thread_id:
             self._end_stream()
+            self._cut.discard(thread_id)
             return
         if isinstance(payload, SubtaskStarted):
             self.names.setdefault(payload.child_session_id, payload.name)

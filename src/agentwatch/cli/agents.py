@@ -6,11 +6,13 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from agentwatch.cli._common import console, err_console, resolve_config
-from agentwatch.runtime.roster import check_agents, load_roster
+from agentwatch.runtime.roster import DefinitionProblem, check_agents, load_roster
 from agentwatch.runtime.tools import builtin_tools
+from agentwatch.watchers.rules import default_rules, rule_definition
 
 __all__ = ["agents"]
 
@@ -27,29 +29,46 @@ def _agents_dir(agents_dir: Path | None) -> Path:
 
 @agents.command("check")
 @click.option("--dir", "agents_dir", type=click.Path(path_type=Path), help="The agents directory (default: agents/).")
-def check(agents_dir: Path | None) -> None:
+@click.option("--tool", "tools", multiple=True, help="A tool your project registers in Python (repeatable).")
+def check(agents_dir: Path | None, tools: tuple[str, ...]) -> None:
     """List every problem in the agent definitions; exit 1 when one is an error.
+
+    Tools a project registers in Python are not known here: a tool that is neither built in nor given with
+    --tool is a warning (the engine checks it for real when it opens).
 
     \b
     Example:
-      agentwatch agents check --dir examples/agents
+      agentwatch agents check --dir examples/demo/agents --tool read_file --tool write_file
     """
     directory = _agents_dir(agents_dir)
-    problems = check_agents(directory, known_tools={t.name for t in builtin_tools()} | _user_tool_names())
+    known = {t.name for t in builtin_tools()} | set(tools)
+    roster = load_roster(directory)
+    for name in default_rules():  # the rule observers every engine carries
+        if name not in roster:
+            roster.add(rule_definition(name))
+    problems = [*check_agents(directory)[: 0 if directory.is_dir() else 1], *roster.problems]
+    for definition in roster:
+        for name in definition.tools:
+            if name not in known:
+                problems.append(
+                    DefinitionProblem(
+                        definition.source_path,
+                        "tools",
+                        f"{name!r} is not a built-in tool; if your project registers it in Python, declare it "
+                        f"with --tool {name}",
+                        severity="warning",
+                        agent=definition.name,
+                    )
+                )
     for problem in problems:
         style = "red" if problem.severity == "error" else "yellow"
-        err_console.print(f"[{style}]{problem}[/]", soft_wrap=True)
+        err_console.print(f"[{style}]{escape(str(problem))}[/]", soft_wrap=True)
     errors = sum(1 for p in problems if p.severity == "error")
     if errors:
         err_console.print(f"[bold red]{errors} error(s)[/] in {directory}")
         sys.exit(1)
-    roster = load_roster(directory)
-    console.print(f"[green]ok[/]: {len(roster)} agent definition(s) in {directory}")
-
-
-def _user_tool_names() -> set[str]:
-    # Tools a project registers in Python are not known to the CLI; the engine checks them when it opens.
-    return set()
+    files = sum(1 for definition in roster if definition.source_path is not None)
+    console.print(f"[green]ok[/]: {files} agent definition(s) in {directory}")
 
 
 @agents.command("list")

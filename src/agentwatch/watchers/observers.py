@@ -33,7 +33,7 @@ from agentwatch.watchers.delivery import Courier, SessionCourier, run_deliveries
 from agentwatch.watchers.digest import ActivityItem, ActivityRecorder, Digest, render_digest
 from agentwatch.watchers.pairing import MAX_BUFFERED, SOURCE, Pairing, PairingRegistry
 from agentwatch.watchers.report import observer_report_tool, observer_tool_set, one_way_policy
-from agentwatch.watchers.rules import RuleBook, RuleCourier, RuleFunction, default_rules
+from agentwatch.watchers.rules import RuleBook, RuleCourier, RuleFunction, default_rules, rule_definition
 
 if TYPE_CHECKING:
     from agentwatch.runtime.engine import Engine
@@ -240,9 +240,7 @@ class ObserverAgents:
 
     def _define_rule(self, name: str) -> None:
         if self._engine is not None and name not in self._engine.roster:
-            self._engine.roster.add(
-                AgentDefinition(name=name, kind="rule", description=f"Rule observer {name} (a Python function)")
-            )
+            self._engine.roster.add(rule_definition(name))
 
     # -- background tasks -----------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from agentwatch.errors import UserError
 from agentwatch.events import RuntimeNotice
+from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.watchers.digest import ActivityItem, ToolCallItem, ToolResultItem, TurnEndedItem
 from agentwatch.watchers.pairing import Pairing, observer_source
 from agentwatch.watchers.report import ReportNotDelivered, send_report
@@ -61,6 +62,7 @@ __all__ = [
     "failure_guard",
     "loop_guard",
     "register_rule_observer",
+    "rule_definition",
     "rule_observer",
     "secret_guard",
 ]
@@ -253,6 +255,11 @@ _GLOBAL = RuleBook({name: make() for name, make in BUILTIN_RULES.items()})
 def default_rules() -> RuleBook:
     """A copy of the globally registered rule observers (built-ins and `rule_observer` ones)."""
     return _GLOBAL.copy()
+
+
+def rule_definition(name: str) -> AgentDefinition:
+    """The roster entry of a rule observer: an agent type with no model, run by its Python function."""
+    return AgentDefinition(name=name, kind="rule", description=f"Rule observer {name} (a Python function)")
 
 
 def register_rule_observer(name: str, function: RuleFunction) -> None:
