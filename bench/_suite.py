@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench import live, store
+from bench import engine, live, store
 from bench._harness import Context, Result, Sizes, Skip
 
 __all__ = ["BENCHMARKS", "Benchmark", "Report", "render", "run_suite", "select", "write_json"]
@@ -43,6 +43,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("store.list.sqlite", store.list_sqlite, "a filtered keyset page of 100k sessions, first and later"),
     Benchmark("live.memory", live.memory_latency, "publish to subscriber, memory ring"),
     Benchmark("live.redis", live.redis_latency, "publish to subscriber, Redis ring on loopback"),
+    Benchmark("engine.turn", engine.turn_overhead, "a 10-tool-call turn through the engine vs bare pydantic-ai"),
+    Benchmark("engine.memory", engine.idle_memory, "heap per idle session (driver alive) vs its bare record"),
+    Benchmark("engine.concurrent", engine.concurrent_turns, "1,000 short turns at once: wall time, longest stall"),
 )
 
 

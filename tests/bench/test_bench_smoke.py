@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-SQLITE_AND_MEMORY = ("store.append.sqlite", "store.tail.sqlite", "store.list.sqlite", "live.memory")
+SQLITE_AND_MEMORY = (
+    "store.append.sqlite",
+    "store.tail.sqlite",
+    "store.list.sqlite",
+    "live.memory",
+    "engine.turn",
+    "engine.memory",
+    "engine.concurrent",
+)
 RESULT_KEYS = {"name", "unit", "value", "baseline", "ratio", "target"}
 
 
