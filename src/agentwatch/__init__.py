@@ -1,10 +1,89 @@
-"""agentwatch: an engine for running LLM agents that can be watched."""
+"""agentwatch: an engine for running LLM agents that can be watched.
+
+```python
+from agentwatch import Engine
+
+async with Engine.open(agents_dir="agents") as engine:
+    snapshot = await engine.task("coder", "Add a --verbose flag")
+```
+
+The public names below are imported on first use, so `import agentwatch` stays light (the model layer loads
+only when an engine is needed).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from agentwatch.runtime.extensions import register_default_extension
 
+if TYPE_CHECKING:
+    from agentwatch.errors import AgentwatchError
+    from agentwatch.runtime.engine import Engine, run_task
+    from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think, register_scripted_model
+    from agentwatch.runtime.policy import Policy, PolicyChain, ToolRequest, Verdict
+    from agentwatch.runtime.roster import AgentDefinition
+    from agentwatch.runtime.thread_observer import EventCollector, ReplaySnapshot, ThreadObserver
+    from agentwatch.tools import Tool, function_tool
+    from agentwatch.watchers import register_rule_observer, rule_observer
+
 __version__ = "0.1.0.dev0"
 
-__all__ = ["__version__"]
+_EXPORTS: dict[str, str] = {
+    "AgentDefinition": "agentwatch.runtime.roster",
+    "AgentwatchError": "agentwatch.errors",
+    "CallTool": "agentwatch.runtime.models",
+    "Engine": "agentwatch.runtime.engine",
+    "EventCollector": "agentwatch.runtime.thread_observer",
+    "Policy": "agentwatch.runtime.policy",
+    "PolicyChain": "agentwatch.runtime.policy",
+    "Reply": "agentwatch.runtime.models",
+    "ReplaySnapshot": "agentwatch.runtime.thread_observer",
+    "ScriptedModel": "agentwatch.runtime.models",
+    "Think": "agentwatch.runtime.models",
+    "ThreadObserver": "agentwatch.runtime.thread_observer",
+    "Tool": "agentwatch.tools",
+    "ToolRequest": "agentwatch.runtime.policy",
+    "Verdict": "agentwatch.runtime.policy",
+    "function_tool": "agentwatch.tools",
+    "register_rule_observer": "agentwatch.watchers",
+    "register_scripted_model": "agentwatch.runtime.models",
+    "rule_observer": "agentwatch.watchers",
+    "run_task": "agentwatch.runtime.engine",
+}
+
+__all__ = [
+    "AgentDefinition",
+    "AgentwatchError",
+    "CallTool",
+    "Engine",
+    "EventCollector",
+    "Policy",
+    "PolicyChain",
+    "ReplaySnapshot",
+    "Reply",
+    "ScriptedModel",
+    "Think",
+    "ThreadObserver",
+    "Tool",
+    "ToolRequest",
+    "Verdict",
+    "__version__",
+    "function_tool",
+    "register_rule_observer",
+    "register_scripted_model",
+    "rule_observer",
+    "run_task",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentwatch' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 # Observer agents come with every engine (the `observers.enabled` switch and AGENTWATCH_OBSERVER_AGENTS turn them
 # off); they are named by spec so that importing agentwatch stays light and the runtime never imports watchers.

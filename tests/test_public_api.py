@@ -1,0 +1,53 @@
+"""The public surface: everything in `agentwatch.__all__` imports, and each package's `__all__` is complete."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import agentwatch
+
+PACKAGES = [
+    "agentwatch.events",
+    "agentwatch.store",
+    "agentwatch.live",
+    "agentwatch.runtime.models",
+    "agentwatch.watchers",
+]
+
+
+@pytest.mark.parametrize("name", agentwatch.__all__)
+def test_every_public_name_imports(name: str) -> None:
+    assert getattr(agentwatch, name) is not None
+
+
+def test_all_is_exactly_the_lazy_exports() -> None:
+    assert set(agentwatch.__all__) == {"__version__", *agentwatch._EXPORTS}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_all_lists_every_public_name_a_package_defines(package: str) -> None:
+    module = importlib.import_module(package)
+    public = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and getattr(value, "__module__", "").startswith(package)
+    }
+    assert public <= set(module.__all__), f"missing from {package}.__all__: {sorted(public - set(module.__all__))}"
+
+
+def test_importing_agentwatch_does_not_load_the_model_layer() -> None:
+    code = "import sys, agentwatch; print('pydantic_ai' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = agentwatch.Nope  # type: ignore[attr-defined]
