@@ -12,14 +12,28 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final, Self
 
+from agentwatch.errors import InvalidArgument, InvalidCursor, UserError
 from agentwatch.events import Event, StreamCursor
 from agentwatch.live.base import Lagged
 
-__all__ = ["BufferedSubscription"]
+__all__ = ["BufferedSubscription", "check_subscribe"]
 
 _CLOSED: Final = "closed"
 _LAGGED: Final = "lagged"
 _FAILED: Final = "failed"
+
+
+def check_subscribe(*, closed: bool, session_id: str, after: StreamCursor | None, backlog: int) -> None:
+    """The argument checks every backend's `subscribe` makes before it registers anything."""
+    if closed:
+        raise UserError("subscribe() on a closed live ring; open a new one")
+    if backlog < 1:
+        raise InvalidArgument(f"backlog must be at least 1, not {backlog!r}")
+    if after is not None and after.session_id != session_id:
+        raise InvalidCursor(
+            f"the cursor belongs to session {after.session_id!r}, not {session_id!r}; "
+            "use a cursor returned for this session"
+        )
 
 
 class BufferedSubscription:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import deque
 from itertools import islice
 
-from agentwatch.errors import InvalidArgument, InvalidCursor, UserError
+from agentwatch.errors import InvalidArgument, UserError
 from agentwatch.events import Event, StreamCursor
-from agentwatch.live._subscription import BufferedSubscription
+from agentwatch.live._subscription import BufferedSubscription, check_subscribe
 from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE
 
 __all__ = ["MemoryRing"]
@@ -81,15 +81,7 @@ class MemoryRing:
         With a cursor older than the ring holds (a durable event after it was trimmed), the first read
         raises `Lagged(resume_from=after)`.
         """
-        if self._closed:
-            raise UserError("subscribe() on a closed live ring; open a new one")
-        if backlog < 1:
-            raise InvalidArgument(f"backlog must be at least 1, not {backlog!r}")
-        if after is not None and after.session_id != session_id:
-            raise InvalidCursor(
-                f"the cursor belongs to session {after.session_id!r}, not {session_id!r}; "
-                "use a cursor returned for this session"
-            )
+        check_subscribe(closed=self._closed, session_id=session_id, after=after, backlog=backlog)
         session = self._sessions.get(session_id)
         if session is None:
             session = self._sessions[session_id] = _SessionRing(self.ring_size)

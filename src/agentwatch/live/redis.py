@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from agentwatch.errors import InvalidArgument, InvalidCursor, MissingDependency, StoreUnavailable, UserError
+from agentwatch.errors import InvalidArgument, MissingDependency, StoreUnavailable, UserError
 from agentwatch.events import EVENT_ADAPTER, Event, StreamCursor
-from agentwatch.live._subscription import BufferedSubscription
+from agentwatch.live._subscription import BufferedSubscription, check_subscribe
 from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE
 
 try:
@@ -159,15 +159,7 @@ class RedisRing:
         With a cursor older than the stream holds (a durable event after it was trimmed), the first read
         raises `Lagged(resume_from=after)`.
         """
-        if self._closed:
-            raise UserError("subscribe() on a closed live ring; open a new one")
-        if backlog < 1:
-            raise InvalidArgument(f"backlog must be at least 1, not {backlog!r}")
-        if after is not None and after.session_id != session_id:
-            raise InvalidCursor(
-                f"the cursor belongs to session {after.session_id!r}, not {session_id!r}; "
-                "use a cursor returned for this session"
-            )
+        check_subscribe(closed=self._closed, session_id=session_id, after=after, backlog=backlog)
         key = self._key(session_id)
         try:
             newest = await self._client.xrevrange(key, count=1)
