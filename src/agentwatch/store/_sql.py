@@ -137,7 +137,8 @@ SESSION_JSON: frozenset[str] = frozenset({"origin", "context_fill", "interceptio
 
 _TERMINAL_SQL = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 LIVE_SQL = f"(deleted_at IS NULL AND status NOT IN ({_TERMINAL_SQL}))"
-"""True for a session that is neither finished nor deleted; listings put these first."""
+"""True for a session that is neither finished nor deleted; listings put these first. The sessions table
+keeps it as the generated column `live`, which queries use (so indexes can hold it)."""
 
 _SORT: dict[str, tuple[str, bool]] = {
     # sort -> (column, descending); the id tiebreak follows the same direction

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, JsonValue
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound, UserError
-from agentwatch.events import PAYLOAD_ADAPTER, Event, NewEvent, Usage, new_id
+from agentwatch.events import PAYLOAD_ADAPTER, PAYLOAD_TYPES, Event, NewEvent, Usage, new_id
 from agentwatch.store._sql import (
     SESSION_COLUMNS,
     SESSION_JSON,
@@ -79,6 +79,7 @@ _JOURNAL_COLUMNS = tuple(JournalEntry.model_fields)
 _JOURNAL_JSON = frozenset({"detail"})
 _OBSERVER_COLUMNS = tuple(ObserverRef.model_fields)
 _EVENT_COLUMNS = "id, session_id, seq, at, turn_id, conversation_id, payload"
+_EVENT_READ = _EVENT_COLUMNS + ", type"
 _USAGE_SUMS = (
     "SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
     "SUM(reasoning_tokens), SUM(requests), SUM(cost_usd), COUNT(cost_usd)"
@@ -191,11 +192,20 @@ class SqlStore(ABC):
             raise NotFound(f"no session with id {session_id!r} (it may have been reaped)")
 
     def _event(self, row: Row) -> Event:
-        event_id, session_id, seq, at, turn_id, conversation_id, payload = row
-        if isinstance(payload, bytes | bytearray | str):
-            payload = PAYLOAD_ADAPTER.validate_json(payload)
+        """An event from a row selected as `_EVENT_READ`; the payload is validated by its own type's model (the
+        row's `type` column names it), which skips the union's dispatch."""
+        event_id, session_id, seq, at, turn_id, conversation_id, payload, type_name = row
+        model = PAYLOAD_TYPES.get(type_name)
+        if model is None:  # not a type this code knows: the union's validation says what is wrong
+            payload = (
+                PAYLOAD_ADAPTER.validate_json(payload)
+                if isinstance(payload, bytes | bytearray | str)
+                else PAYLOAD_ADAPTER.validate_python(payload)
+            )
+        elif isinstance(payload, bytes | bytearray | str):
+            payload = model.model_validate_json(payload)
         else:
-            payload = PAYLOAD_ADAPTER.validate_python(payload)
+            payload = model.model_validate(payload)
         return Event(
             id=event_id,
             session_id=session_id,
@@ -669,7 +679,7 @@ class SqlStore(ABC):
             conditions.append("turn_id = ?")
             params.append(turn_id)
         sql = (
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(conditions)} "
+            f"SELECT {_EVENT_READ} FROM events WHERE {' AND '.join(conditions)} "
             f"ORDER BY seq {'DESC' if backward else 'ASC'} LIMIT ?"
         )
 
@@ -683,7 +693,7 @@ class SqlStore(ABC):
 
     async def get_event(self, session_id: str, event_id: str) -> Event:
         """One event by id. Raises `NotFound`."""
-        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id = ? AND session_id = ?"
+        sql = f"SELECT {_EVENT_READ} FROM events WHERE id = ? AND session_id = ?"
         rows = await self._read(lambda tx: tx.fetch(sql, [event_id, session_id]))
         if not rows:
             raise NotFound(f"session {session_id!r} has no event {event_id!r}")
