@@ -73,3 +73,33 @@ async def test_a_soft_deleted_agent_is_read_by_id_with_its_reap_time(
         record = await engine.call_tool("agent_get", {"id": session.id})
         assert record["deletedAt"] is not None and record["reapAt"] is not None
         assert (await engine.call_tool("agent_get", {"name": "old"}))["error"]["code"] == "not_found"
+
+
+async def test_the_parents_record_rolls_up_the_usage_of_every_sub_agent(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    from agentwatch.runtime.models import CallTool
+
+    def spawner(ctx: Any) -> Any:  # the prompt names the role to spawn: top → middle → leaf
+        if not ctx.tool_results:
+            return CallTool("agent_task", {"role": ctx.prompt, "prompt": "leaf" if ctx.prompt == "middle" else "-"})
+        return Reply("spawned")
+
+    spawn_model = scripted("spawner", ScriptedModel(function=spawner))
+    leaf_model = scripted("leaf", ScriptedModel(function=lambda ctx: Reply("leaf done")))
+    async with open_engine(
+        role("top", spawn_model, tools=("agent_task",), grant=("spawn",)),
+        role("middle", spawn_model, tools=("agent_task",), grant=("spawn",)),
+        role("leaf", leaf_model),
+    ) as engine:
+        top = await engine.create("top")
+        await engine.enqueue(top.id, "middle")
+        await engine.wait(top.id, 20)
+        sessions = (await engine.call_tool("agent_list", {"sort": "name", "limit": 100}))["agents"]
+        by_role = {row["role"]: row for row in sessions}
+        record = await engine.call_tool("agent_get", {"id": top.id})
+        own = record["usage"]["tokens"]
+        assert own == by_role["top"]["usage"]["tokens"] > 0
+        assert sorted(by_role) == ["leaf", "middle", "top"]
+        assert record["usageWithSubagents"]["subagents"] == 2
+        assert record["usageWithSubagents"]["tokens"] == sum(row["usage"]["tokens"] for row in sessions)

@@ -83,6 +83,34 @@ async def _system_prompt(view: EngineView, session: SessionRecord) -> str | None
         return None
 
 
+SUBAGENT_LIMIT = 1000
+"""At most this many sub-agents are walked for `usageWithSubagents`."""
+
+
+async def usage_with_subagents(view: EngineView, session: SessionRecord) -> dict[str, JsonValue]:
+    """The session's lifetime usage plus that of every sub-agent it spawned, directly or not (soft-deleted
+    ones included; reaped ones are gone from the tree, though the ledger keeps what they spent)."""
+    tokens, cost, found = session.tokens, session.cost_usd, 0
+    parents = [session.id]
+    while parents and found < SUBAGENT_LIMIT:
+        children = []
+        for parent_id in parents:
+            cursor: str | None = None
+            while True:
+                page = await view.store.list_sessions(
+                    SessionFilter(parent_id=parent_id, deleted=True), limit=100, cursor=cursor
+                )
+                children += page.items
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+        for child in children[: SUBAGENT_LIMIT - found]:
+            tokens, cost = tokens + child.tokens, cost + child.cost_usd
+        found += len(children)
+        parents = [child.id for child in children]
+    return {"tokens": tokens, "costUsd": cost, "subagents": min(found, SUBAGENT_LIMIT)}
+
+
 async def agent_record(view: EngineView, session: SessionRecord) -> dict[str, JsonValue]:
     """The whole record: the list row plus model, grant, prompt, output, context fill, mailbox and `current`."""
     now = datetime.now(UTC)
@@ -97,6 +125,7 @@ async def agent_record(view: EngineView, session: SessionRecord) -> dict[str, Js
     record.update(
         {
             "scope": session.scope,
+            "usageWithSubagents": await usage_with_subagents(view, session),
             "harness": None,  # every model runs through the API adapter; no CLI harness exists yet
             "roleModelRef": role_model,
             "modelOverride": session.model_override,
