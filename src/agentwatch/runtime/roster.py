@@ -48,6 +48,7 @@ __all__ = [
     "RoleSessions",
     "Roster",
     "Severity",
+    "capability_for",
     "check_agents",
     "load_roster",
 ]
@@ -59,9 +60,15 @@ Severity = Literal["error", "warning"]
 """An `error` leaves the definition out of the roster; a `warning` keeps it."""
 
 GRANTS: Mapping[str, frozenset[str]] = MappingProxyType(
-    {"spawn": frozenset({"agent_task", "agent_create", "agent_enqueue", "agent_await", "agent_answer"})}
+    {"spawn": frozenset({"agent_task", "agent_create", "agent_enqueue", "agent_await", "agent_answer", "agent_delete"})}
 )
 """Each capability a definition's `grant` can name, and the tools it allows."""
+
+
+def capability_for(tool_name: str) -> str | None:
+    """The capability a calling agent's role needs for `tool_name`; None for a grant-free tool."""
+    return next((capability for capability, tools in GRANTS.items() if tool_name in tools), None)
+
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 # A model name may itself hold colons (`openai-chat:llama3:8b`), so only the provider part is constrained.

@@ -1,7 +1,8 @@
 """Spawn and drive tools: agent_create, agent_enqueue, agent_await, agent_task, agent_answer, agent_delete.
 
-They need the `spawn` grant when an agent calls them. A session an agent creates records the agent as its
-parent (`parentId`), inherits its run (`runId`) and names it as its origin.
+An agent needs the `spawn` grant to call them (`roster.GRANTS` is the one table of what each grant allows).
+A session an agent creates records the agent as its parent (`parentId`), inherits its run (`runId`) and names
+it as its origin.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, JsonValue
 
 from agentwatch.events import Origin
+from agentwatch.runtime.roster import capability_for
 from agentwatch.runtime.tools.base import Args, Caller, Tool, parse_args
 
 if TYPE_CHECKING:
@@ -19,7 +21,6 @@ if TYPE_CHECKING:
 
 __all__ = ["drive_tools"]
 
-SPAWN = "spawn"
 MAX_TIMEOUT_MS = 3_600_000
 
 
@@ -136,11 +137,11 @@ async def agent_delete(engine: Engine, caller: Caller, raw: dict[str, Any]) -> J
 def _tool(name: str, model: type[Args], handler: Any, description: str) -> Tool:
     schema = model.model_json_schema(by_alias=True)
     schema.pop("title", None)
-    return Tool(name, description, schema, handler, grant=SPAWN)
+    return Tool(name, description, schema, handler, grant=capability_for(name))
 
 
 def drive_tools() -> list[Tool]:
-    """The spawn and drive tools, each behind the `spawn` grant."""
+    """The spawn and drive tools, each behind the grant `roster.GRANTS` names for it."""
     return [
         _tool(
             "agent_create", CreateArgs, agent_create, "Create a sub-agent of a role; optionally queue a first prompt."
