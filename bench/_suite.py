@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench import engine, live, store
+from bench import engine, live, reads, store
 from bench._harness import Context, Result, Sizes, Skip
 
 __all__ = ["BENCHMARKS", "Benchmark", "Report", "render", "run_suite", "select", "write_json"]
@@ -41,6 +41,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("store.append.postgres", store.append_postgres, "durable appends on PostgreSQL, 1 and 100 sessions"),
     Benchmark("store.tail.sqlite", store.tail_sqlite, "50 events after a random cursor in a 1M-event store"),
     Benchmark("store.list.sqlite", store.list_sqlite, "a filtered keyset page of 100k sessions, first and later"),
+    Benchmark("reads.list", reads.list_tool, "agent_list: a page of 100k sessions with two filters, first and later"),
+    Benchmark("reads.tail", reads.tail_tool, "agent_tail: 50 events after a random cursor in a 1M-event store"),
+    Benchmark("reads.summary", reads.summary_tool, "agent_summary over 100k sessions, default and words: true"),
     Benchmark("live.memory", live.memory_latency, "publish to subscriber, memory ring"),
     Benchmark("live.redis", live.redis_latency, "publish to subscriber, Redis ring on loopback"),
     Benchmark("engine.turn", engine.turn_overhead, "a 10-tool-call turn through the engine vs bare pydantic-ai"),

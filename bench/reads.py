@@ -1,0 +1,434 @@
+"""Read-tool figures: `agent_list`, `agent_tail` and `agent_summary` called as tools, beside hand-written SQL.
+
+Each tool is called through its handler from `read_tools()`, `async (view, caller, args) -> dict`, with the
+view the CLI reads through (a store, a memory live ring and an empty roster, no engine). The baseline is the
+same answer written by hand with plain `sqlite3`, on the same cached databases as the store figures (built
+by `bench.store`), and is checked to return the same rows (or counts) once before anything is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import random
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from agentwatch.cli._common import Reader, open_reader
+from agentwatch.config import Config
+from agentwatch.events import StreamCursor
+from agentwatch.reads.tools import read_tools
+from agentwatch.store import SCHEMA_VERSION, Store
+from agentwatch.tools import Caller, Tool
+from bench._harness import Context, Result, Target, percentile
+from bench.store import _SESSION_COLUMNS, _build_sessions, _build_tail, _cached_database, _hand_key, _utc_text
+
+__all__ = ["list_tool", "summary_tool", "tail_tool"]
+
+_CALLER: Final = Caller()
+_PAGE_SIZE: Final = 20
+_TAIL_EVENTS: Final = 50
+_WARM_UP: Final = 10
+_WITHIN_2X: Final = Target("ratio", "<=", 2.0)
+_SUMMARY_BUDGET_S: Final = 20.0
+"""The longest one `agent_summary` call may take before the benchmark stops it and projects the rest."""
+_SUMMARY_TIMED_S: Final = 30.0
+"""Time spent on timed summary calls (both sides); at least `_SUMMARY_MIN_SAMPLES` calls each way are made."""
+_SUMMARY_MIN_SAMPLES: Final = 3
+_HEADS_PAGE: Final = 100
+"""Rows per page with which `agent_summary` walks the lineage heads."""
+
+
+def _tool(name: str) -> Tool:
+    return next(tool for tool in read_tools() if tool.name == name)
+
+
+@contextlib.asynccontextmanager
+async def _view(ctx: Context, path: Path) -> AsyncIterator[Reader]:
+    # The CLI's reader: the store, a memory live ring, and the roster of an empty agents directory.
+    config = Config(root=ctx.workdir, store=f"sqlite:///{path}", agents_dir=ctx.workdir / "no-agents")
+    async with open_reader(config) as view:
+        yield view
+
+
+def _raw(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA query_only = ON")
+    return connection
+
+
+async def _sessions_database(ctx: Context) -> Path:
+    count = ctx.sizes.list_sessions
+    # The same cached database as `store.list.sqlite` (same name, same builder).
+    return await _cached_database(
+        ctx,
+        f"sessions-v{SCHEMA_VERSION}-{count}.db",
+        f"the {count:,}-session database",
+        lambda scratch: _build_sessions(scratch, count),
+    )
+
+
+def _pair(
+    name: str, unit_ms: tuple[list[float], list[float]], note: str, p50: Target | None, p99: Target | None = None
+) -> list[Result]:
+    tool_ms, hand_ms = unit_ms
+    return [
+        Result(f"{name}.p50", "ms", percentile(tool_ms, 50), percentile(hand_ms, 50), "lower", p50, note),
+        Result(f"{name}.p99", "ms", percentile(tool_ms, 99), percentile(hand_ms, 99), "lower", p99, note),
+    ]
+
+
+async def _timed(call: Awaitable[Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    answer = await call
+    return (time.perf_counter() - start) * 1000, answer
+
+
+def _timed_sync(call: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
+    start = time.perf_counter()
+    call(*args, **kwargs)
+    return (time.perf_counter() - start) * 1000
+
+
+# -- agent_list -------------------------------------------------------------------------------------------
+
+_LIST_STATUSES: Final = ("running", "awaiting_input", "failed")
+_LIST_ROLE: Final = "coder"
+_LIST_ARGS: Final[dict[str, Any]] = {"status": list(_LIST_STATUSES), "role": _LIST_ROLE, "limit": _PAGE_SIZE}
+_HAND_WHERE: Final = "status IN (?, ?, ?) AND role = ? AND deleted_at IS NULL"
+_HAND_ORDER: Final = "ORDER BY boss DESC, live DESC, last_active_at DESC, id DESC LIMIT ?"
+_HAND_FIRST: Final = f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} {_HAND_ORDER}"
+_HAND_AFTER: Final = (
+    f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} "
+    f"AND (boss, live, last_active_at, id) < (?, ?, ?, ?) {_HAND_ORDER}"
+)
+
+
+def _hand_list(connection: sqlite3.Connection, after: tuple[Any, ...] | None) -> list[tuple[Any, ...]]:
+    # One row past the page, as the store reads, to know whether another page follows.
+    params = (*_LIST_STATUSES, _LIST_ROLE)
+    if after is None:
+        return connection.execute(_HAND_FIRST, (*params, _PAGE_SIZE + 1)).fetchall()
+    return connection.execute(_HAND_AFTER, (*params, *after, _PAGE_SIZE + 1)).fetchall()
+
+
+async def list_tool(ctx: Context) -> list[Result]:
+    """`agent_list {status: [3 of 7], role}` over the sessions database: the first page and a later one."""
+    sizes = ctx.sizes
+    path = await _sessions_database(ctx)
+    tool = _tool("agent_list")
+    raw = _raw(path)
+    try:
+        async with _view(ctx, path) as view:
+            # Walk to the later page once each way (tool cursors, hand keys), checking every page on the way.
+            cursor: str | None = None
+            key: tuple[Any, ...] | None = None
+            later = 1
+            for number in range(1, sizes.list_later_page):
+                answer = await tool.handler(view, _CALLER, {**_LIST_ARGS, "cursor": cursor})
+                hand = _hand_list(raw, key)[:_PAGE_SIZE]
+                if [row["id"] for row in answer["agents"]] != [row[0] for row in hand]:
+                    raise RuntimeError(f"agent_list and the hand-written query disagree on page {number}")
+                if answer["nextCursor"] is None:
+                    break
+                cursor, key, later = answer["nextCursor"], _hand_key(hand[-1]), number + 1
+            ctx.say(f"agent_list: {sizes.list_samples} calls of pages 1 and {later} each way")
+
+            timings: dict[str, list[float]] = {"tool-first": [], "hand-first": [], "tool-later": [], "hand-later": []}
+            for index in range(sizes.list_samples + _WARM_UP):
+                keep = index >= _WARM_UP
+                # Alternate which goes first, so neither always finds the pages the other just read in cache.
+                for turn in (index % 2, 1 - index % 2):
+                    if turn == 0:
+                        first, _ = await _timed(tool.handler(view, _CALLER, dict(_LIST_ARGS)))
+                        later_ms, _ = await _timed(tool.handler(view, _CALLER, {**_LIST_ARGS, "cursor": cursor}))
+                        side = "tool"
+                    else:
+                        first = _timed_sync(_hand_list, raw, None)
+                        later_ms = _timed_sync(_hand_list, raw, key)
+                        side = "hand"
+                    if keep:
+                        timings[f"{side}-first"].append(first)
+                        timings[f"{side}-later"].append(later_ms)
+    finally:
+        raw.close()
+    note = (
+        f"{sizes.list_sessions:,} sessions, status in 3 of 7 and role 1 of 10, {_PAGE_SIZE} per page, "
+        f"{sizes.list_samples} calls; baseline: the keyset query by hand with sqlite3, rows left undecoded; "
+        "the p99 target (20 ms) bounds the p50 too"
+    )
+    results: list[Result] = []
+    for page, label in (("first", "first_page"), ("later", f"page_{later}")):
+        results += _pair(
+            f"reads.list.{label}",
+            (timings[f"tool-{page}"], timings[f"hand-{page}"]),
+            note,
+            _WITHIN_2X,
+            Target("value", "<=", 20.0),
+        )
+    return results
+
+
+# -- agent_tail -------------------------------------------------------------------------------------------
+
+_HAND_TAIL: Final = (
+    "SELECT id, session_id, seq, at, turn_id, conversation_id, payload FROM events "
+    "WHERE session_id = ? AND seq > ? ORDER BY seq ASC LIMIT ?"
+)
+
+
+def _hand_tail(connection: sqlite3.Connection, session_id: str, after_seq: int) -> list[tuple[Any, ...]]:
+    return connection.execute(_HAND_TAIL, (session_id, after_seq, _TAIL_EVENTS)).fetchall()
+
+
+async def tail_tool(ctx: Context) -> list[Result]:
+    """`agent_tail {id, afterId: <cursor at a random seq>, maxEvents: 50}` in the events database."""
+    sizes = ctx.sizes
+    per_session = sizes.tail_events // sizes.tail_sessions
+    # The same cached database as `store.tail.sqlite` (same name, same builder).
+    path = await _cached_database(
+        ctx,
+        f"tail-v{SCHEMA_VERSION}-{sizes.tail_events}-{sizes.tail_sessions}.db",
+        f"the {sizes.tail_events:,}-event database",
+        lambda scratch: _build_tail(scratch, sizes.tail_sessions, per_session),
+    )
+    tool = _tool("agent_tail")
+    raw = _raw(path)
+    try:
+        sessions = [row[0] for row in raw.execute("SELECT id FROM sessions WHERE last_seq > 0 ORDER BY id")]
+        rng = random.Random(42)
+        # Room for 50 events and one more after the cursor, so every answer is full and says hasMore.
+        picks = [
+            (session, StreamCursor(session, seq).encode(), seq)
+            for session, seq in (
+                (rng.choice(sessions), rng.randint(0, max(per_session - _TAIL_EVENTS - 1, 0)))
+                for _ in range(sizes.tail_samples + _WARM_UP)
+            )
+        ]
+        async with _view(ctx, path) as view:
+            for session, after_id, seq in picks[:_WARM_UP]:
+                answer = await tool.handler(view, _CALLER, {"id": session, "afterId": after_id, "maxEvents": 50})
+                hand = _hand_tail(raw, session, seq)
+                if [event["id"] for event in answer["events"]] != [row[0] for row in hand] or len(hand) != 50:
+                    raise RuntimeError(f"agent_tail and the hand-written query disagree after seq {seq}")
+            ctx.say(f"agent_tail: {sizes.tail_samples} calls of {_TAIL_EVENTS} events each way")
+            tool_ms: list[float] = []
+            hand_ms: list[float] = []
+            for index, (session, after_id, seq) in enumerate(picks):
+                for turn in (index % 2, 1 - index % 2):
+                    if turn == 0:
+                        args = {"id": session, "afterId": after_id, "maxEvents": _TAIL_EVENTS}
+                        elapsed, _ = await _timed(tool.handler(view, _CALLER, args))
+                        samples = tool_ms
+                    else:
+                        elapsed = _timed_sync(_hand_tail, raw, session, seq)
+                        samples = hand_ms
+                    if index >= _WARM_UP:
+                        samples.append(elapsed)
+    finally:
+        raw.close()
+    note = (
+        f"{sizes.tail_events:,} events over {sizes.tail_sessions} sessions, afterId a cursor at a random seq, "
+        f"{len(tool_ms)} calls; baseline: SELECT of the next {_TAIL_EVENTS} events with sqlite3, rows left undecoded"
+    )
+    return _pair("reads.tail", (tool_ms, hand_ms), note, _WITHIN_2X)
+
+
+# -- agent_summary ----------------------------------------------------------------------------------------
+
+# One pass over the sessions: per status, the window counts beside it (summed in Python).
+_HAND_SUMMARY: Final = """
+SELECT status, count(*),
+       SUM(status = 'running' AND pending_requests = 0 AND last_active_at >= :quiet
+           OR status = 'awaiting_input' AND pending_requests = 0),
+       SUM(interception IS NOT NULL),
+       SUM(created_at >= :start AND created_at < :end),
+       SUM(status IN ('failed', 'interrupted') AND last_active_at >= :start AND last_active_at < :end),
+       SUM(status IN ('running', 'awaiting_input') AND pending_requests > 0
+           AND last_active_at >= :start AND last_active_at < :end),
+       SUM(created_at >= :before AND created_at < :start),
+       SUM(status IN ('failed', 'interrupted') AND last_active_at >= :before AND last_active_at < :start),
+       SUM(status IN ('running', 'awaiting_input') AND pending_requests > 0
+           AND last_active_at >= :before AND last_active_at < :start)
+FROM sessions WHERE deleted_at IS NULL GROUP BY status
+"""
+_HAND_LINEAGES: Final = "SELECT count(DISTINCT COALESCE(group_key, id)) FROM sessions WHERE deleted_at IS NULL"
+# The word of each lineage's newest session, as `status_word` gives it (one stuck threshold: no roster).
+_HAND_WORDS: Final = """
+SELECT CASE
+         WHEN status = 'running' AND pending_requests > 0 THEN 'needs_you'
+         WHEN status = 'running' AND last_active_at < :quiet THEN 'stuck'
+         WHEN status = 'running' THEN 'working'
+         WHEN status = 'awaiting_input' AND pending_requests > 0 THEN 'needs_you'
+         WHEN status = 'awaiting_input' THEN 'working'
+         WHEN status = 'idle' THEN 'idle'
+         WHEN status IN ('failed', 'interrupted') THEN 'failed'
+         ELSE 'done'
+       END, count(*)
+FROM (SELECT status, pending_requests, last_active_at,
+             ROW_NUMBER() OVER (PARTITION BY COALESCE(group_key, id) ORDER BY last_active_at DESC, id DESC) AS head
+      FROM sessions WHERE deleted_at IS NULL)
+WHERE head = 1 GROUP BY 1
+"""
+_HAND_SPEND: Final = (
+    "SELECT SUM(cost_usd), COUNT(cost_usd), SUM(input_tokens) + SUM(output_tokens) FROM usage_ledger "
+    "WHERE at >= ? AND at < ?"
+)
+
+
+def _hand_summary(
+    connection: sqlite3.Connection, now: datetime, window: timedelta, stuck_after: float, *, words: bool
+) -> dict[str, Any]:
+    """What `agent_summary` answers (but `at`), from hand-written SQL."""
+    start, before = now - window, now - 2 * window
+    times = {
+        "quiet": _utc_text(now - timedelta(seconds=stuck_after)),
+        "start": _utc_text(start),
+        "end": _utc_text(now),
+        "before": _utc_text(before),
+    }
+    rows = connection.execute(_HAND_SUMMARY, times).fetchall()
+    sums = [sum(row[column] or 0 for row in rows) for column in range(2, 10)]
+    working, intercepted, started, failed, waiting, started_before, failed_before, waiting_before = sums
+
+    def spend(low: datetime, high: datetime) -> dict[str, Any]:
+        cost, priced, tokens = connection.execute(_HAND_SPEND, (_utc_text(low), _utc_text(high))).fetchone()
+        return {"costUsd": float(cost) if priced else 0.0, "tokens": int(tokens or 0)}
+
+    answer: dict[str, Any] = {
+        "statuses": {status: count for status, count, *_ in sorted(rows)},
+        "total": sum(row[1] for row in rows),
+        "working": working,
+        "lineages": connection.execute(_HAND_LINEAGES).fetchone()[0],
+        "intercepted": intercepted,
+    }
+    if words:
+        counts = dict.fromkeys(("idle", "working", "needs_you", "stuck", "failed", "done"), 0)
+        counts.update(connection.execute(_HAND_WORDS, {"quiet": times["quiet"]}).fetchall())
+        answer["words"] = counts
+    answer["window"] = {
+        "started": started,
+        "failed": failed,
+        "waiting": waiting,
+        "spend": spend(start, now),
+        "previous": {
+            "started": started_before,
+            "failed": failed_before,
+            "waiting": waiting_before,
+            "spend": spend(before, start),
+        },
+    }
+    return answer
+
+
+def _comparable(answer: dict[str, Any]) -> dict[str, Any]:
+    """The tool's answer without its moments (`at`, `from`, `to`), to set beside the hand-written one."""
+    window = {key: value for key, value in answer["window"].items() if key not in ("from", "to")}
+    window["previous"] = {key: value for key, value in window["previous"].items() if key not in ("from", "to")}
+    return {key: value for key, value in answer.items() if key != "at"} | {"window": window}
+
+
+class _PageCounter:
+    """A store that counts the pages of lineage heads read through it (to project a call cut short)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.pages = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def list_sessions(self, where: Any, **kwargs: Any) -> Any:
+        page = await self._store.list_sessions(where, **kwargs)
+        if where.heads_of is not None:
+            self.pages += 1
+        return page
+
+
+async def summary_tool(ctx: Context) -> list[Result]:
+    """`agent_summary` (default arguments, then `words: true`) over the sessions database."""
+    sizes = ctx.sizes
+    path = await _sessions_database(ctx)
+    tool = _tool("agent_summary")
+    window = timedelta(days=7)
+    raw = _raw(path)
+    results: list[Result] = []
+    try:
+        async with _view(ctx, path) as view:
+            stuck_after = view.config.sessions.stuck_after_seconds
+            lineages = raw.execute(_HAND_LINEAGES).fetchone()[0]
+            pages = max(math.ceil(lineages / _HEADS_PAGE), 1)
+            for label, args in (("default", {}), ("words", {"words": True})):
+                words = bool(args)
+                # One call first, within a budget: it warms the caches and is checked against the hand SQL.
+                counted = _PageCounter(view.store)
+                call = asyncio.ensure_future(tool.handler(dataclasses.replace(view, store=counted), _CALLER, args))
+                began = time.perf_counter()
+                done, _ = await asyncio.wait({call}, timeout=_SUMMARY_BUDGET_S)
+                if not done:
+                    elapsed_ms = (time.perf_counter() - began) * 1000
+                    call.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await call
+                    await asyncio.sleep(1.0)  # let the page being read on a reader thread finish
+                    hand_ms = [
+                        _timed_sync(_hand_summary, raw, datetime.now(UTC), window, stuck_after, words=words)
+                        for _ in range(_SUMMARY_MIN_SAMPLES)
+                    ]
+                    read = max(counted.pages, 1)
+                    ctx.say(
+                        f"agent_summary ({label}): stopped after {elapsed_ms / 1000:.0f} s, {counted.pages} of "
+                        f"{pages} pages of lineage heads read; projecting"
+                    )
+                    results.append(
+                        Result(
+                            f"reads.summary.{label}.projected",
+                            "ms",
+                            elapsed_ms * pages / read,
+                            percentile(hand_ms, 50),
+                            "lower",
+                            _WITHIN_2X,
+                            f"{sizes.list_sessions:,} sessions, {lineages:,} lineages; one call did not finish "
+                            f"within {_SUMMARY_BUDGET_S:.0f} s: projected from its first {counted.pages} of {pages} "
+                            f"pages of {_HEADS_PAGE} lineage heads; baseline: p50 of the same counts by hand",
+                        )
+                    )
+                    if not words:
+                        ctx.say("agent_summary (words: true) walks the same lineage heads: not run")
+                    break
+                answer = call.result()
+                now = datetime.fromisoformat(answer["at"])
+                if _comparable(answer) != _hand_summary(raw, now, window, stuck_after, words=words):
+                    raise RuntimeError(f"agent_summary ({label}) and the hand-written queries disagree")
+                tool_ms: list[float] = []
+                hand_ms = []
+                spent = 0.0
+                index = 0
+                while index < sizes.list_samples and (spent < _SUMMARY_TIMED_S * 1000 or index < _SUMMARY_MIN_SAMPLES):
+                    for turn in (index % 2, 1 - index % 2):
+                        if turn == 0:
+                            elapsed, _ = await _timed(tool.handler(view, _CALLER, args))
+                            tool_ms.append(elapsed)
+                        else:
+                            moment = datetime.now(UTC)
+                            elapsed = _timed_sync(_hand_summary, raw, moment, window, stuck_after, words=words)
+                            hand_ms.append(elapsed)
+                        spent += elapsed
+                    index += 1
+                ctx.say(f"agent_summary ({label}): {index} calls each way")
+                note = (
+                    f"{sizes.list_sessions:,} sessions, {lineages:,} lineages, {index} calls; baseline: the same "
+                    "counts by hand with sqlite3 (one pass over the sessions, "
+                    + ("the lineage heads by a window function, " if words else "a count of distinct lineages, ")
+                    + "the ledger twice)"
+                )
+                results += _pair(f"reads.summary.{label}", (tool_ms, hand_ms), note, _WITHIN_2X)
+    finally:
+        raw.close()
+    return results
