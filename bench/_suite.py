@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -138,8 +139,24 @@ async def run_suite(
 
 
 def write_json(report: Report, path: Path) -> None:
-    """Write the report as JSON: environment, every result (see `Result.as_json`), skipped and failed ones."""
-    document = {
+    """Write the figures to `path` as a list of result objects (see `Result.as_json`), and what the run was
+    (environment, size, skipped and failed benchmarks) beside it in `<stem>.run.json`.
+
+    A partial run (`--only`) replaces the figures it measured and keeps the others, so the file always holds
+    the newest value of every figure.
+    """
+    fresh = [result.as_json() for result in report.results]
+    measured = {entry["name"] for entry in fresh}
+    kept: list[dict[str, Any]] = []
+    if path.exists():
+        try:
+            previous = json.loads(path.read_text())
+        except ValueError:
+            previous = []
+        if isinstance(previous, list):
+            kept = [entry for entry in previous if isinstance(entry, dict) and entry.get("name") not in measured]
+    figures = sorted([*kept, *fresh], key=lambda entry: str(entry["name"]))
+    run = {
         "version": RESULTS_VERSION,
         "started_at": report.started_at.isoformat(),
         "seconds": round(report.seconds, 1),
@@ -150,12 +167,13 @@ def write_json(report: Report, path: Path) -> None:
             "cpus": os.cpu_count(),
             "system": f"{platform.system()} {platform.machine()}",
         },
-        "results": [result.as_json() for result in report.results],
+        "measured": sorted(measured),
         "skipped": [{"name": name, "reason": reason} for name, reason in report.skipped],
         "failed": [{"name": name, "error": error} for name, error in report.failed],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+    path.write_text(json.dumps(figures, indent=2, allow_nan=False) + "\n")
+    path.with_name(f"{path.stem}.run.json").write_text(json.dumps(run, indent=2, allow_nan=False) + "\n")
 
 
 def _number(value: float, unit: str) -> str:

@@ -59,11 +59,12 @@ def test_tiny_run_writes_well_formed_results(tmp_path: Path) -> None:
     )
 
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    document = json.loads(output.read_text())
-    assert document["size"] == "tiny"
-    assert document["failed"] == []
-    assert document["skipped"] == []
-    results = document["results"]
+    results = json.loads(output.read_text())
+    run = json.loads((output.parent / "latest.run.json").read_text())
+    assert run["size"] == "tiny"
+    assert run["failed"] == []
+    assert run["skipped"] == []
+    assert isinstance(results, list)
     names = [entry["name"] for entry in results]
     assert len(names) == len(set(names))
     for benchmark in SQLITE_AND_MEMORY:
