@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentwatch.events import (
@@ -225,6 +225,9 @@ items_strategy = st.lists(
 
 @settings(max_examples=400, deadline=None)
 @given(items_strategy)
+# Found by this test: a text ending in `<` before one starting with a tag name forms a tag across the join.
+@example([AssistantTextItem("<"), AssistantTextItem("tool-call")])
+@example([AssistantTextItem("x </"), AssistantTextItem("coder-activity>")])
 def test_no_observed_content_can_open_or_close_the_envelope_or_an_inner_tag(items: list[ActivityItem]) -> None:
     rendered = render_digest(NAME, items)
     found = [(m.group(1), m.group(2).lower()) for m in TAG.finditer(rendered)]

@@ -163,7 +163,9 @@ def _tag_pattern(tags: Sequence[str]) -> re.Pattern[str]:
     names = "|".join(re.escape(tag) for tag in sorted(set(tags), key=len, reverse=True))
     # A `<`, optional whitespace, an optional slash, whitespace again, one of the names, and then nothing that
     # would make the name longer: that is an opening or closing tag as a reader (or a model) would take it.
-    return re.compile(rf"<(?=\s*/?\s*(?:{names})(?![\w-]))", re.IGNORECASE)
+    # A `<` (or `</`) that ends the text is defused too: the text rendered after it is not under its control,
+    # and could start with a name and close the tag across the boundary.
+    return re.compile(rf"<(?=\s*/?\s*(?:(?:{names})(?![\w-])|\Z))", re.IGNORECASE)
 
 
 def escape_tags(text: str, observed_name: str) -> str:
