@@ -347,7 +347,10 @@ async def test_a_failing_model_fails_the_turn_with_its_error(open_engine: OpenEn
 async def test_clear_and_compact_archive_the_conversation_with_their_reason(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
+    prompts: list[str] = []
+
     def chat(ctx: Any) -> Any:
+        prompts.append(ctx.prompt)
         if ctx.prompt.startswith("Summarize"):
             return Reply("Summary: we said a and b.")
         return Reply(f"you said {ctx.prompt[-1]}")
@@ -363,6 +366,9 @@ async def test_clear_and_compact_archive_the_conversation_with_their_reason(
         await engine.enqueue(session.id, "c")
         after, _ = await engine.wait(session.id, 10)
         assert after.last_text == "you said c"
+        # the first turn after the compaction opens with the summary; the turns before it did not
+        assert "Summary: we said a and b." in prompts[-1] and prompts[-1].endswith("c")
+        assert not any("Summary of the conversation" in p for p in prompts[:-1])
         cleared = await engine.clear(session.id)
         assert cleared.context_fill is None
         conversations = await engine.store.list_conversations(session.id)

@@ -4,11 +4,14 @@ A driver is the only writer of its session's events in this process, and the emi
 
     commit (durable events) -> live ring -> every ThreadObserver's on_event, in order
 
-Commits are serialized per session, so the order events reach the dispatch queue is their stream order.
-One dispatcher task per driver drains the queue; a turn waits for its commits (the durability barrier),
-never for dispatch, so a slow watcher cannot slow the watched. An attach (`subscribe`) is a command on the
-same queue: its snapshot is taken between two dispatched events, which is what makes delivery exactly-once
-relative to attach.
+Commits are serialized per session in the order they are submitted (each waits for the one before it), so
+the order events reach the dispatch queue is their stream order. A commit may be submitted without waiting
+for it (`submit`): the turn goes on while the store writes, and ephemeral events streamed meanwhile are held
+back and queued right after that commit's events, so watchers still see every event in the order it was
+emitted and every durable event only once it is stored. One dispatcher task per driver drains the queue; a
+turn waits for the commits that precede a tool call (the durability barrier), never for dispatch, so a slow
+watcher cannot slow the watched. An attach (`subscribe`) is a command on the same queue: its snapshot is
+taken between two dispatched events, which is what makes delivery exactly-once relative to attach.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -80,11 +83,15 @@ class SessionDriver:
         self.engine = engine
         self.session_id = session_id
         self._observers = [_ObserverSlot(o) for o in observers]
-        self._write_lock = asyncio.Lock()
+        self._sid = SessionId(session_id)
+        # The last submitted commit's ticket: resolved (never failed) once that commit is over.
+        self._tail: asyncio.Future[None] | None = None
+        # Ephemeral events streamed while a commit submitted with `hold` is in flight: (payload, turn, time).
+        self._held: list[tuple[Payload, TurnId | None, datetime]] | None = None
         self._queue: asyncio.Queue[Event | _Attach | object] = asyncio.Queue()
-        self._last_enqueued = StreamCursor(session_id, last_seq, 0)
-        self._last_dispatched = self._last_enqueued
-        self._partial: PartialTurn | None = None
+        self._enqueued = (last_seq, 0)  # (seq, sub) of the last event queued for dispatch
+        self._dispatched = self._enqueued  # ... and of the last one dispatched
+        self._partial = _Partial()
         self._changed = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"agentwatch-dispatch-{session_id}")
@@ -105,34 +112,76 @@ class SessionDriver:
         The commit runs to its end even when the caller is cancelled (a stop): a write that reached the store
         must also reach the watchers, or they would miss events the log has.
         """
-        return await asyncio.shield(self._commit(write))
+        return await asyncio.shield(self.submit(write))
 
-    async def _commit(self, write: Write) -> list[Event]:
-        async with self._write_lock:
+    def submit(
+        self, write: Write, *, guard: Callable[[], None] | None = None, hold: bool = False
+    ) -> asyncio.Future[list[Event]]:
+        """Start committing `write` after every commit submitted before it; returns at once.
+
+        The future resolves with the stored events once they are durable and queued for dispatch (it fails
+        with the store's error). The write itself runs to its end whoever awaits it, and `close` waits for it.
+        `guard` runs when the write's turn comes, after every earlier commit is over: if it raises, nothing is
+        written and the future fails with its error. With `hold`, ephemeral events streamed while the write is
+        in flight are queued right after its events (they were emitted after it), not before.
+        """
+        previous = self._tail
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tail = ticket
+        held: list[tuple[Payload, TurnId | None, datetime]] | None = None
+        if hold:
+            held = self._held = []
+        task = asyncio.ensure_future(self._commit(write, previous, ticket, guard, held))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _commit(
+        self,
+        write: Write,
+        previous: asyncio.Future[None] | None,
+        ticket: asyncio.Future[None],
+        guard: Callable[[], None] | None,
+        held: list[tuple[Payload, TurnId | None, datetime]] | None,
+    ) -> list[Event]:
+        try:
+            if previous is not None and not previous.done():
+                await previous
+            if guard is not None:
+                guard()
             events = await self.engine.store.write(write)
             for event in events:
                 self._enqueue(event)
-        if write.session is not None or write.inputs_add or write.requests_open or write.requests_close:
+        finally:
+            if held is not None:
+                if self._held is held:
+                    self._held = None
+                for payload, turn_id, at in held:
+                    self._enqueue_ephemeral(payload, turn_id, at)
+            ticket.set_result(None)
+            if self._tail is ticket:
+                self._tail = None
+        if _changes_settling(write):
             self._notify_changed()
         return events
 
-    def stream(self, payload: Payload, turn_id: str | None) -> Event:
+    def stream(self, payload: Payload, turn_id: str | None) -> None:
         """Emit an ephemeral event (a delta, tool progress): never stored, never waits."""
-        position = self._last_enqueued
-        event = Event(
-            id=EventId(new_id("evt")),
-            session_id=SessionId(self.session_id),
-            seq=position.seq,
-            sub=position.sub + 1,
-            at=datetime.now(UTC),
-            turn_id=TurnId(turn_id) if turn_id else None,
-            payload=payload,
-        )
-        self._enqueue(event)
-        return event
+        tid = TurnId(turn_id) if turn_id else None
+        if self._held is not None:
+            self._held.append((payload, tid, datetime.now(UTC)))
+        else:
+            self._enqueue_ephemeral(payload, tid, datetime.now(UTC))
+
+    def _enqueue_ephemeral(self, payload: Payload, turn_id: TurnId | None, at: datetime) -> None:
+        seq, sub = self._enqueued
+        sub += 1
+        event = Event.trusted(EventId(new_id("evt")), self._sid, seq, sub, at, turn_id, payload)
+        self._enqueued = (seq, sub)
+        self._queue.put_nowait(event)
 
     def _enqueue(self, event: Event) -> None:
-        self._last_enqueued = event.cursor
+        self._enqueued = (event.seq, event.sub)
         self._queue.put_nowait(event)
 
     async def _dispatch_loop(self) -> None:
@@ -148,8 +197,8 @@ class SessionDriver:
                 await self.engine.ring.publish(item)
             except Exception as exc:  # the ring is a view; losing it must not stop the session
                 log.warning("live ring publish failed for %s: %s", self.session_id, exc)
-            self._track_partial(item)
-            self._last_dispatched = item.cursor
+            self._partial.track(item)
+            self._dispatched = (item.seq, item.sub)
             for slot in self._observers:
                 self._call_observer(slot, item)
 
@@ -184,28 +233,6 @@ class SessionDriver:
         turn_id = event.turn_id if event is not None else None
         self.spawn(self.commit(Write(self.session_id, events=[NewEvent(notice, turn_id)], touch=False)))
 
-    def _track_partial(self, event: Event) -> None:
-        payload = event.payload
-        partial = self._partial
-        match payload:
-            case TurnStarted():
-                self._partial = PartialTurn(turn_id=event.turn_id or "")
-            case TurnEnded():
-                self._partial = None
-            case CompletionStarted() if partial is not None:
-                self._partial = PartialTurn(partial.turn_id, request_index=payload.request_index)
-            case ContentDelta() if partial is not None:
-                if payload.part == "text":
-                    self._partial = replace(partial, text=partial.text + payload.delta)
-                else:
-                    self._partial = replace(partial, thinking=partial.thinking + payload.delta)
-            case AssistantMessage() if partial is not None:
-                self._partial = replace(partial, text="")
-            case ThinkingBlock() if partial is not None:
-                self._partial = replace(partial, thinking="")
-            case _:
-                pass
-
     # -- attach ---------------------------------------------------------------------------------------
 
     async def subscribe(self, request: Any) -> ReplaySnapshot:
@@ -232,7 +259,7 @@ class SessionDriver:
     async def _snapshot(self) -> ReplaySnapshot:
         # Runs on the dispatcher between two events: everything up to `position` has been dispatched and
         # nothing after it has, so the snapshot plus later on_event calls cover each event exactly once.
-        position = self._last_dispatched
+        position = StreamCursor(self.session_id, *self._dispatched)
         store = self.engine.store
         session = await store.get_session(self.session_id)
         history: list[Event] = []
@@ -269,7 +296,7 @@ class SessionDriver:
             thread_id=self.session_id,
             position=position,
             history=tuple(history),
-            partial=self._partial,
+            partial=self._partial.snapshot(),
             pending_choices=tuple(pending.values()),
         )
 
@@ -280,7 +307,8 @@ class SessionDriver:
         self._changed = asyncio.Event()
 
     async def wait_changed(self, timeout: float) -> bool:
-        """Wait until the session row changes in this process (or `timeout` seconds); False on timeout."""
+        """Wait until a write in this process may have settled the session or unsettled it (its status or its
+        inbox changed), or its turn loop ended (or `timeout` seconds); False on timeout."""
         changed = self._changed
         try:
             await asyncio.wait_for(changed.wait(), timeout)
@@ -297,6 +325,7 @@ class SessionDriver:
         self._pending_kick = True
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.create_task(self._turn_loop(), name=f"agentwatch-turns-{self.session_id}")
+            self._loop_task.add_done_callback(self._loop_ended)
 
     async def _turn_loop(self) -> None:
         from agentwatch.runtime.turn import next_plan, run_plan
@@ -311,6 +340,9 @@ class SessionDriver:
                 stopped = await run_plan(self.engine, self, session, plan)
                 if stopped:
                     return
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        self._notify_changed()  # `Engine.wait` also waits for the turn loop
 
     @property
     def turn_running(self) -> bool:
@@ -342,7 +374,63 @@ class SessionDriver:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._loop_task
-        if self._background:
+        while self._background:  # side jobs and submitted commits (a side job may submit one more)
             await asyncio.gather(*self._background, return_exceptions=True)
         self._queue.put_nowait(_STOP)
         await self._dispatcher
+
+
+def _changes_settling(write: Write) -> bool:
+    """Whether `write` may change what `Engine.wait` waits for: the status or the inbox."""
+    if write.inputs_add or write.inputs_take or write.requests_open or write.requests_close:
+        return True
+    patch = write.session
+    return patch is not None and not patch.model_fields_set.isdisjoint(_SETTLING_FIELDS)
+
+
+_SETTLING_FIELDS = frozenset({"status", "current_turn_id"})
+
+
+class _Partial:
+    """The turn being streamed, as the dispatcher has seen it: pieces are kept in lists (a delta appends one),
+    and the `PartialTurn` of a snapshot is built only when one is taken."""
+
+    __slots__ = ("request_index", "text", "thinking", "turn_id")
+
+    def __init__(self) -> None:
+        self.turn_id: str | None = None  # None between turns
+        self.request_index = 0
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+
+    def track(self, event: Event) -> None:
+        payload = event.payload
+        if isinstance(payload, ContentDelta):
+            if self.turn_id is not None:
+                (self.text if payload.part == "text" else self.thinking).append(payload.delta)
+            return
+        match payload:
+            case TurnStarted():
+                self.turn_id = event.turn_id or ""
+                self.request_index = 0
+                self.text = []
+                self.thinking = []
+            case TurnEnded():
+                self.turn_id = None
+                self.text = []
+                self.thinking = []
+            case CompletionStarted() if self.turn_id is not None:
+                self.request_index = payload.request_index
+                self.text = []
+                self.thinking = []
+            case AssistantMessage() if self.turn_id is not None:
+                self.text = []
+            case ThinkingBlock() if self.turn_id is not None:
+                self.thinking = []
+            case _:
+                pass
+
+    def snapshot(self) -> PartialTurn | None:
+        if self.turn_id is None:
+            return None
+        return PartialTurn(self.turn_id, "".join(self.text), "".join(self.thinking), self.request_index)

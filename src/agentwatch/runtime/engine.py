@@ -544,7 +544,9 @@ class _CollectingSink:
     def __init__(self) -> None:
         self.finished: list[CompletionFinished] = []
 
-    async def commit(self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = ()) -> None:
+    async def commit(
+        self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = (), *, wait: bool = True
+    ) -> None:
         self.finished += [p for p in payloads if isinstance(p, CompletionFinished)]
 
     def stream(self, payload: Payload) -> None:

@@ -126,12 +126,25 @@ class _Turn:
 
 
 class _Sink:
-    """What the models adapter commits through: durable steps with their usage and context fill."""
+    """What the models adapter commits through: durable steps with their usage and context fill.
+
+    A pipelined commit (`wait=False`) is submitted to the driver and not waited for; the driver applies the
+    turn's commits in call order. Each later commit first checks (when its turn comes, so after every earlier
+    one is over) that no pipelined commit of this turn failed: if one did, it writes nothing and fails with
+    that error, which the next waiting commit raises.
+    """
 
     def __init__(self, turn: _Turn) -> None:
         self._turn = turn
+        self._pipelined: list[asyncio.Future[Any]] = []
 
-    async def commit(self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = ()) -> None:
+    async def commit(
+        self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = (), *, wait: bool = True
+    ) -> None:
+        if not payloads and not messages:
+            if wait:
+                await self._settle()
+            return
         turn = self._turn
         usage: list[UsageEntry] = []
         fields: dict[str, Any] = {}
@@ -150,8 +163,32 @@ class _Sink:
                 fields["context_fill"] = _measured(payload)
             elif isinstance(payload, AssistantMessage) and payload.text:
                 fields["last_text"] = payload.text
-        patch = SessionPatch(**fields) if fields else None
-        await turn.commit(payloads, messages=messages, patch=patch, usage=usage)
+        turn_id = TurnId(turn.turn_id)
+        write = Write(
+            turn.session_id,
+            events=[NewEvent(p, turn_id) for p in payloads],
+            messages=messages,
+            session=SessionPatch(**fields) if fields else None,
+            usage=usage,
+        )
+        guard = self._check if self._pipelined else None
+        if not wait:
+            self._pipelined.append(turn.driver.submit(write, guard=guard, hold=True))
+            return
+        await asyncio.shield(turn.driver.submit(write, guard=guard))
+        # It came after every pipelined commit and its guard passed: they are all durable.
+        self._pipelined.clear()
+
+    def _check(self) -> None:
+        # Runs when a later commit's turn comes: every earlier commit is over by then.
+        for future in self._pipelined:
+            if future.done() and not future.cancelled() and (error := future.exception()) is not None:
+                raise error
+
+    async def _settle(self) -> None:
+        for future in self._pipelined:
+            await asyncio.shield(future)  # raises the failure of the first that failed
+        self._pipelined.clear()
 
     def stream(self, payload: Payload) -> None:
         self._turn.driver.stream(payload, self._turn.turn_id)
@@ -192,13 +229,15 @@ async def run_plan(engine: Engine, driver: SessionDriver, session: SessionRecord
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
     turn = _Turn(engine, driver, session, definition, turn_id)
     try:
-        prompt = await _begin(turn, plan)
+        # Read once, before the start is recorded (which adds no messages): the compaction check needs it too.
+        history = await engine.store.read_messages(session.conversation_id)
+        prompt = await _begin(turn, plan, history)
         if prompt is _INTERRUPTED:
             return False
         turn_input = TurnInput(
             model=session.model_override or definition.model or "",
             instructions=definition.instructions,
-            history=await engine.store.read_messages(session.conversation_id),
+            history=history,
             prompt=prompt if isinstance(prompt, str) else None,
             tools=_tool_specs(turn),
             answers=_answers(plan.requests),
@@ -218,7 +257,7 @@ async def run_plan(engine: Engine, driver: SessionDriver, session: SessionRecord
 _INTERRUPTED = object()
 
 
-async def _begin(turn: _Turn, plan: Plan) -> str | object | None:
+async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str | object | None:
     """Record the start of the turn; returns the prompt to add (None for none), or _INTERRUPTED."""
     session, definition = turn.session, turn.definition
     instructions = definition.instructions
@@ -234,7 +273,7 @@ async def _begin(turn: _Turn, plan: Plan) -> str | object | None:
     settings = {**session.settings, "system_prompt_hash": prompt_hash}
     if plan.kind == "input":
         text = "\n\n".join(i.text for i in plan.inputs)
-        summary = await _compaction_summary(turn)
+        summary = await _compaction_summary(turn, history)
         messages = [UserMessage(text=i.text, origin=i.origin, meta=i.meta) for i in plan.inputs]
         await turn.commit(
             [started, *messages],
@@ -274,10 +313,14 @@ async def _begin(turn: _Turn, plan: Plan) -> str | object | None:
     return note
 
 
-async def _compaction_summary(turn: _Turn) -> str | None:
+async def _compaction_summary(turn: _Turn, history: Sequence[JsonValue]) -> str | None:
     """When the conversation was just compacted, the summary that opens the next prompt."""
     store = turn.engine.store
-    if await store.read_messages(turn.session.conversation_id):
+    # Compacting marks the session's context fill `compacted`, and only a model response of a later turn
+    # marks it otherwise, after that turn stored its first message: an empty history with any other mark
+    # (or none) is a conversation that was never compacted, and there is no summary to look for.
+    fill = turn.session.context_fill or {}
+    if history or fill.get("state") != "compacted":
         return None
     events = await store.read_events(
         turn.session_id, types=["compaction.applied"], conversation_id=turn.session.conversation_id, limit=1

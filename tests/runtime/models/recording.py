@@ -24,18 +24,31 @@ class Record:
     kind: Literal["commit", "stream"]
     payloads: tuple[Payload, ...]
     messages: tuple[JsonValue, ...] = ()
+    wait: bool = True
+    """For a commit: False when the adapter made it pipelined (it did not wait for it)."""
 
 
 class RecordingSink:
-    """Keeps every commit and stream in order; committed messages go through JSON, as a store keeps them."""
+    """Keeps every commit and stream in the order the adapter made them; committed messages go through JSON, as
+    a store keeps them. Every commit is recorded when it is made (pipelined ones too: a sink applies commits in
+    call order), and an empty waiting commit (the adapter waiting for its pipelined ones) is not recorded."""
 
     def __init__(self) -> None:
         self.records: list[Record] = []
+        self.settles = 0
+        """Empty waiting commits: how often the adapter waited for its pipelined commits on their own."""
 
-    async def commit(self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = ()) -> None:
-        await asyncio.sleep(0)  # a real store yields to the loop while it writes
+    async def commit(
+        self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = (), *, wait: bool = True
+    ) -> None:
+        if not payloads and not messages:
+            assert wait, "an empty commit only makes sense as a wait"
+            self.settles += 1
+            await asyncio.sleep(0)
+            return
         stored = json.loads(json.dumps(list(messages)))
-        self.records.append(Record("commit", tuple(payloads), tuple(stored)))
+        self.records.append(Record("commit", tuple(payloads), tuple(stored), wait))
+        await asyncio.sleep(0)  # a real store yields to the loop while it writes
 
     def stream(self, payload: Payload) -> None:
         self.records.append(Record("stream", (payload,)))

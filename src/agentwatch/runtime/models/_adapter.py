@@ -4,10 +4,12 @@ This module (with `refs` and `scripted`) is the only place that knows pydantic-a
 node through `Agent.iter`, so the adapter commits at the points the engine relies on:
 
 1. before a model request: `CompletionStarted`, with the request message (and, when the request carries tool
-   returns, a `ToolResult` per return: the results of the tools that just ran);
+   returns, a `ToolResult` per return: the results of the tools that just ran). This commit is pipelined
+   (`wait=False`): nothing outside depends on it before the response's commit, which waits for it;
 2. while it streams: `ContentDelta` for every piece of text and thinking (ephemeral);
 3. when it ends: `ThinkingBlock` / `AssistantMessage` per part, `CompletionFinished`, a `ToolCall` per call, with
-   the response message, all in one commit. Only then may the tools run (the turn-durability barrier).
+   the response message, all in one commit, waited for. Only then may the tools run (the turn-durability
+   barrier).
 
 A cancelled or failed run commits what it recovered first; a run never leaves a stored tool call without a
 result (calls that never finished get an `interrupted` return).
@@ -167,6 +169,9 @@ class _TurnRun:
         self._statuses: dict[str, ToolStatus] = {}  # tool call id -> status that the return's outcome can't tell
         self._inflight: asyncio.Future[None] | None = None
         self._run: AgentRun[None, _Output] | None = None
+        self._pipelined = False  # a pipelined commit was made that no waiting commit has covered yet
+        self._dumped: dict[int, JsonValue] = {}  # id(message) -> its JSON, when dumped before its commit
+        self._emit = _guarded(sink)
 
     async def run(self, model: Model, history: list[ModelMessage]) -> TurnResult:
         for message in history:
@@ -190,7 +195,9 @@ class _TurnRun:
                     if Agent.is_model_request_node(node):
                         await self._model_request(run, node)
                     elif Agent.is_end_node(node):
-                        return await self._end(run, node.data.output)
+                        result = await self._end(run, node.data.output)
+                        await self._settle()
+                        return result
                     # A CallToolsNode needs nothing here: its response and calls were committed when the response
                     # ended, and advancing the loop runs its tools.
         except asyncio.CancelledError:
@@ -215,10 +222,10 @@ class _TurnRun:
 
             function = ask
         else:
-            sink = self.sink
+            emit = self._emit
 
             async def call(ctx: RunContext[None], **args: Any) -> Any:
-                context = ToolContext(ctx.tool_call_id or "", spec.name, _guarded(sink))
+                context = ToolContext(ctx.tool_call_id or "", spec.name, emit)
                 try:
                     return await spec.run(context, dict(args))
                 except Exception as exc:
@@ -289,7 +296,7 @@ class _TurnRun:
             if isinstance(message, ModelRequest):
                 payloads += self._tool_results(message)
         payloads.append(CompletionStarted(request_index=self.request_index, model=self.turn.model))
-        await self._commit(payloads, messages)
+        await self._commit(payloads, messages, wait=False)
 
         async with node.stream(run.ctx) as stream:
             async for event in stream:
@@ -321,7 +328,7 @@ class _TurnRun:
                     part="thinking", index=event.index, request_index=self.request_index, delta=change.content_delta
                 )
         if delta is not None:
-            _guarded(self.sink)(delta)
+            self._emit(delta)
 
     def _response_payloads(self, response: ModelResponse, cut_off: str = "interrupted") -> list[Payload]:
         """What a response says, in our words: its text and thinking, how it finished, and its tool calls."""
@@ -350,7 +357,7 @@ class _TurnRun:
                 model=self.turn.model,
                 usage=usage,
                 finish_reason=finish_reason,
-                response=_dump([response])[0],
+                response=self._dump_response(response),
                 context_tokens=response.usage.input_tokens,
                 context_window=self.context_window,
                 window_source="registry" if self.context_window is not None else None,
@@ -432,27 +439,47 @@ class _TurnRun:
             keep.append(closing)
         if payloads or keep:
             await self._commit(payloads, keep, shield=False)
+        await self._settle()
 
     # -- committing --------------------------------------------------------------------------------------------
 
     def _uncommitted(self, run: AgentRun[None, _Output]) -> list[ModelMessage]:
         return [m for m in run.new_messages() if id(m) not in self._committed]
 
+    def _dump_response(self, response: ModelResponse) -> JsonValue:
+        """The JSON of a response, kept for the commit that stores the message itself."""
+        dumped = self._dumped[id(response)] = _dump([response])[0]
+        return dumped
+
+    def _dump_messages(self, messages: Sequence[ModelMessage]) -> list[JsonValue]:
+        dumped = self._dumped
+        if not dumped:
+            return _dump(messages)
+        return [dumped.pop(id(m)) if id(m) in dumped else _dump([m])[0] for m in messages]
+
     async def _commit(
-        self, payloads: Sequence[Payload], messages: Sequence[ModelMessage], *, shield: bool = True
+        self, payloads: Sequence[Payload], messages: Sequence[ModelMessage], *, shield: bool = True, wait: bool = True
     ) -> None:
         if not payloads and not messages:
             return
         for message in messages:
             self._committed[id(message)] = message
-        write = asyncio.ensure_future(self.sink.commit(list(payloads), _dump(messages)))
+        write = asyncio.ensure_future(self.sink.commit(list(payloads), self._dump_messages(messages), wait=wait))
         if not shield:
             await write
-            return
-        # A durable step is all or nothing: a cancellation arriving mid-write lets the write finish.
-        self._inflight = write
-        await asyncio.shield(write)
-        self._inflight = None
+        else:
+            # A durable step is all or nothing: a cancellation arriving mid-write lets the write finish.
+            self._inflight = write
+            await asyncio.shield(write)
+            self._inflight = None
+        # A waiting commit covers every pipelined one before it (it raises when one of them failed).
+        self._pipelined = not wait
+
+    async def _settle(self) -> None:
+        """Wait for the pipelined commits no waiting commit has covered (raising the failure of one)."""
+        if self._pipelined:
+            await asyncio.shield(asyncio.ensure_future(self.sink.commit((), (), wait=True)))
+            self._pipelined = False
 
 
 def _guarded(sink: TurnSink) -> Callable[[Payload], None]:

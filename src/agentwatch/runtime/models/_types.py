@@ -86,10 +86,25 @@ class ToolAnswer:
 class TurnSink(Protocol):
     """Where a turn reports what happens; the engine implements it."""
 
-    async def commit(self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = ()) -> None:
+    async def commit(
+        self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = (), *, wait: bool = True
+    ) -> None:
         """Durable step: append these durable payloads AND these new model-layer messages (opaque JSON, in order)
-        in one atomic write; return only once they are durable. `payloads` may be empty when only messages are
-        new (a request that failed before any response)."""
+        in one atomic write. `payloads` may be empty when only messages are new (a request that failed before
+        any response). Commits are applied in the order they are made.
+
+        - `wait=True` (a waiting commit): returns only once this commit and every earlier one are durable. If an
+          earlier pipelined commit failed, it writes nothing and raises that failure.
+        - `wait=False` (a pipelined commit, for a step that no external effect depends on): may return before
+          the write is durable. The write still lands after every earlier commit and before every later one;
+          if it fails, no later commit is written and the next waiting commit raises the failure. Payloads
+          streamed after it reach watchers after its payloads, as if it had been waited for.
+        - A waiting commit with no payloads and no messages writes nothing: it only waits for the earlier ones
+          (raising as above).
+
+        A sink may treat every commit as a waiting one. `run_turn` pipelines only the commit that opens a model
+        request; the commit of a response (with its tool calls) waits, so no tool runs before everything up
+        to its call is durable, and `run_turn` returns or raises only once every commit it made is over."""
         ...
 
     def stream(self, payload: Payload) -> None:
