@@ -1,7 +1,8 @@
 """A child process for the fault and cross-process tests: appends to sessions and reports each ack.
 
     python _appender.py URL SES_A,SES_B forever [START_AT]          # 4 concurrent writers until killed
-    python _appender.py URL SES_A,SES_B 1,3,2,... [START_AT]        # one write per batch size, then exit
+    python _appender.py URL SES_A,SES_B 1,3,2,... [START_AT]        # one write per batch size (4 writers
+                                                                    # share them), then exit
 
 Writes go round the sessions. Each appended event is printed as `SESSION_ID SEQ` (and flushed) only after
 `write()` returned, so a printed line is an acknowledged append. START_AT (a Unix time) lines up the first
@@ -36,9 +37,15 @@ async def main(url: str, session_ids: list[str], plan: str, start_at: float) -> 
         await asyncio.sleep(max(0.0, start_at - time.time()))
         if plan == "forever":
             await asyncio.gather(*(_forever(store, session_ids, writer) for writer in range(4)))
-        sizes = [int(part) for part in plan.split(",") if part]
-        for n, size in enumerate(sizes):
-            await _append(store, session_ids[n % len(session_ids)], size, str(n))
+        # The plan's writes, shared by 4 concurrent writers: the store gets several at once, so the SQLite
+        # writer applies them in groups, in one statement per table.
+        plan_left = enumerate(int(part) for part in plan.split(",") if part)
+
+        async def writer() -> None:
+            for n, size in plan_left:
+                await _append(store, session_ids[n % len(session_ids)], size, str(n))
+
+        await asyncio.gather(*(writer() for _ in range(4)))
     finally:
         await store.close()
 

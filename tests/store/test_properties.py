@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,6 @@ from hypothesis import strategies as st
 
 from agentwatch.events import Event, NewEvent, UserMessage, new_id
 from agentwatch.store import SessionDraft, Store, connect_store
-
-from .databases import postgres_schema
 
 APPENDER = Path(__file__).with_name("_appender.py")
 
@@ -65,23 +62,24 @@ async def test_concurrent_tasks_get_contiguous_seqs(store: Store, writers: list[
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
 @settings(_SHARED_STORE, max_examples=4)
 @given(
     plans=st.tuples(*[st.lists(st.integers(min_value=1, max_value=3), min_size=10, max_size=40)] * 2),
     sessions=st.integers(min_value=1, max_value=2),
 )
-def test_two_processes_get_contiguous_seqs_on_postgres(
-    postgres_store_url: str, plans: tuple[list[int], list[int]], sessions: int
+def test_two_processes_get_contiguous_seqs(
+    shared_store_url: str, plans: tuple[list[int], list[int]], sessions: int
 ) -> None:
-    session_ids = asyncio.run(_create_sessions(postgres_store_url, sessions))
+    """Two processes, each with concurrent writers, append to the same sessions of one store: on SQLite each
+    process's writer applies its appends in groups, and the file's write lock orders the two writers."""
+    session_ids = asyncio.run(_create_sessions(shared_store_url, sessions))
     start_at = time.time() + 1.5  # both children connect first, then write at the same moment
     children = [
         subprocess.Popen(
             [
                 sys.executable,
                 str(APPENDER),
-                postgres_store_url,
+                shared_store_url,
                 ",".join(session_ids),
                 ",".join(map(str, plan)),
                 str(start_at),
@@ -96,7 +94,7 @@ def test_two_processes_get_contiguous_seqs_on_postgres(
 
     acknowledged = Counter(tuple(line.split()) for output in outputs for line in output.splitlines())
     assert max(acknowledged.values()) == 1  # no seq was handed to both processes
-    stored = asyncio.run(_stored_seqs(postgres_store_url, session_ids))
+    stored = asyncio.run(_stored_seqs(shared_store_url, session_ids))
     for session_id in session_ids:
         assert stored[session_id] == list(range(1, len(stored[session_id]) + 1))
     assert sorted(acknowledged) == sorted((sid, str(seq)) for sid, seqs in stored.items() for seq in seqs)
@@ -104,11 +102,10 @@ def test_two_processes_get_contiguous_seqs_on_postgres(
 
 
 @pytest.fixture
-def postgres_store_url(postgres_url: str) -> Iterator[str]:
-    """A migrated, empty PostgreSQL store (many writer processes sharing a store is PostgreSQL's promise)."""
-    with postgres_schema(postgres_url) as url:
-        asyncio.run(_create_sessions(url, 0))  # migrate once, before the children race to open it
-        yield url
+def shared_store_url(store_url: str) -> str:
+    """A migrated, empty store of the backend under test, for several processes to share."""
+    asyncio.run(_create_sessions(store_url, 0))  # migrate once, before the children race to open it
+    return store_url
 
 
 async def _create_sessions(url: str, count: int) -> list[str]:

@@ -1,14 +1,23 @@
-"""What only the SQLite backend does: its URL forms, options and pragmas."""
+"""What only the SQLite backend does: its URL forms, options and pragmas, and how its writer groups writes."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Coroutine, Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentwatch.errors import StoreError
-from agentwatch.events import NewEvent, UserMessage
-from agentwatch.store import SessionDraft, open_store
+from agentwatch.errors import Conflict, NotFound, StoreError
+from agentwatch.events import NewEvent, Usage, UserMessage
+from agentwatch.store import SessionDraft, SessionPatch, UsageEntry, Write, open_store
+from agentwatch.store import sqlite as sqlite_module
+from agentwatch.store._sql import Tx
+from agentwatch.store._sqlite_appends import apply_appends
 from agentwatch.store.sqlite import SqliteStore
 
 
@@ -48,3 +57,124 @@ async def test_writes_after_close_are_refused(tmp_path: Path) -> None:
         pass
     with pytest.raises(StoreError, match="is closed; open it again"):
         await store.create_session(SessionDraft(name="nova", role="chat"))
+
+
+async def _one_group(store: SqliteStore, calls: list[Coroutine[Any, Any, Any]]) -> tuple[list[Any], list[str]]:
+    """Run `calls` so the writer takes them as ONE group: it is held on a gate while they queue up. Returns
+    their outcomes (errors included) and the statements the writer ran for them."""
+    gate = threading.Event()
+
+    async def hold(tx: Tx) -> None:
+        gate.wait(10)  # blocks the writer thread itself, so everything below queues behind it
+
+    held = asyncio.ensure_future(store._write(hold))
+    statements: list[str] = []
+    connection = store._writer_connection
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    await asyncio.sleep(0.05)  # every task has submitted its write
+    connection.set_trace_callback(statements.append)
+    gate.set()
+    await held
+    try:
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        connection.set_trace_callback(None)
+    return outcomes, statements
+
+
+async def test_one_group_applies_its_appends_together_and_keeps_failures_apart(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        a = await store.create_session(SessionDraft(name="a", role="chat"))
+        b = await store.create_session(SessionDraft(name="b", role="chat"))
+        quiet = await store.create_session(SessionDraft(name="quiet", role="chat"))
+        gone = await store.create_session(SessionDraft(name="gone", role="chat"))
+        await store.reap([gone.id])
+        usage = UsageEntry(usage=Usage(input_tokens=5, output_tokens=2, cost_usd=0.25))
+
+        def text(label: str) -> list[NewEvent]:
+            return [NewEvent(UserMessage(text=label))]
+
+        outcomes, statements = await _one_group(
+            store,
+            [
+                store.append(a.id, text("a1")),
+                store.write(Write(b.id, events=text("b1"), usage=[usage], messages=[{"m": 1}])),
+                store.append(gone.id, text("lost")),  # reaped: fails alone
+                store.write(Write(a.id, events=text("a2"), expect_status=["running"])),  # idle: fails alone
+                store.write(Write(b.id, events=text("b2"), session=SessionPatch(last_text="b2"))),  # one by one
+                store.write(Write(b.id, events=[*text("b3"), *text("b4")], usage=[usage], messages=[{"m": 2}])),
+                store.append("ses_unknown", text("lost")),  # unknown: fails alone
+                store.append(a.id, text("a3")),
+                store.write(Write(quiet.id, events=text("q1"), touch=False)),
+            ],
+        )
+        assert sum(statement == "COMMIT" for statement in statements) == 1  # one group, one commit
+        assert any(statement.startswith("INSERT INTO events") for statement in statements)
+        a1, b1, lost, a2, b2, b34, unknown, a3, q1 = outcomes
+        assert isinstance(lost, NotFound) and gone.id in str(lost)
+        assert isinstance(unknown, NotFound) and "ses_unknown" in str(unknown)
+        assert isinstance(a2, Conflict) and "'idle'" in str(a2)
+        assert [event.seq for event in a1 + a3] == [1, 2]
+        assert [event.seq for event in b1 + b2 + b34] == [1, 2, 3, 4]  # the patch kept its place in b's order
+        assert await store.read_events(a.id) == a1 + a3
+        assert await store.read_events(b.id) == b1 + b2 + b34
+        stored_b = await store.get_session(b.id)
+        assert (stored_b.last_seq, stored_b.last_text, stored_b.tokens, stored_b.cost_usd) == (4, "b2", 14, 0.5)
+        assert (await store.get_session(a.id)).last_seq == 2
+        stored_quiet = await store.get_session(quiet.id)
+        assert stored_quiet.last_seq == 1
+        assert stored_quiet.last_active_at == quiet.last_active_at  # a write with touch=False is no activity
+        assert stored_quiet.updated_at == q1[0].at
+        assert await store.read_messages(b1[0].conversation_id or "") == [{"m": 1}, {"m": 2}]
+        assert (await store.usage_totals([b.id]))[b.id].cost_usd == 0.5
+
+
+async def test_a_group_the_database_refuses_is_applied_write_by_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(connection: sqlite3.Connection, writes: Sequence[Write], now: datetime) -> list[Any]:
+        apply_appends(connection, writes, now)  # half done, then refused: all of it must roll back
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(sqlite_module, "apply_appends", refuse)
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        a = await store.create_session(SessionDraft(name="a", role="chat"))
+        outcomes, _ = await _one_group(
+            store,
+            [
+                store.append(a.id, [NewEvent(UserMessage(text="1"))]),
+                store.append("ses_unknown", [NewEvent(UserMessage(text="lost"))]),
+                store.append(a.id, [NewEvent(UserMessage(text="2")), NewEvent(UserMessage(text="3"))]),
+            ],
+        )
+        first, unknown, second = outcomes
+        assert isinstance(unknown, NotFound)
+        assert [event.seq for event in first + second] == [1, 2, 3]
+        assert await store.read_events(a.id) == first + second
+        assert (await store.get_session(a.id)).last_seq == 3
+
+
+async def test_many_waiters_are_woken_a_few_per_loop_turn(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(100)]
+        done: list[int] = []
+        turns: list[int] = []
+
+        async def append(session_id: str) -> None:
+            await store.append(session_id, [NewEvent(UserMessage(text="hi"))])
+            done.append(len(turns))
+
+        async def count_turns() -> None:
+            while len(done) < len(sessions):
+                turns.append(len(done))
+                await asyncio.sleep(0)
+
+        ticker = asyncio.ensure_future(count_turns())
+        outcomes, _ = await _one_group(store, [append(session.id) for session in sessions])
+        await ticker
+        assert outcomes == [None] * len(sessions)
+        # The 100 waiters of the one group did not all resume in the same loop turn: other tasks ran between.
+        assert len(set(done)) > 1

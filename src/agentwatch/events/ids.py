@@ -39,10 +39,14 @@ IdPrefix = Literal["ses", "evt", "trn", "run", "spn", "req", "cnv", "inp", "use"
 `inp` inbox input, `use` usage ledger entry, `jrn` run journal entry."""
 
 _ALPHABET: Final = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
+_PAIRS: Final = tuple(high + low for high in _ALPHABET for low in _ALPHABET)
+"""Every 10-bit value as its two characters."""
 _RANDOM_BITS: Final = 80
+_RANDOM_MASK: Final = (1 << _RANDOM_BITS) - 1
 _lock = threading.Lock()
 _last_ms = -1
 _last_random = 0
+_last_ms_text = ""
 
 
 def _encode(value: int, length: int) -> str:
@@ -53,17 +57,35 @@ def _encode(value: int, length: int) -> str:
     return "".join(reversed(chars))
 
 
+def _encode_random(value: int) -> str:
+    """The 16 characters of 80 bits, the same as `_encode(value, 16)`, two characters per table lookup."""
+    p = _PAIRS
+    return (
+        p[value >> 70]
+        + p[(value >> 60) & 1023]
+        + p[(value >> 50) & 1023]
+        + p[(value >> 40) & 1023]
+        + p[(value >> 30) & 1023]
+        + p[(value >> 20) & 1023]
+        + p[(value >> 10) & 1023]
+        + p[value & 1023]
+    )
+
+
 def new_id(prefix: IdPrefix) -> str:
-    """A new id such as `ses_01jdq3v9c8k2m6n4p7r0s5t8w1`, greater than every id this process made before."""
-    global _last_ms, _last_random
+    """A new id such as `ses_01jdq3v9c8k2m6n4p7r0s5t8w1`, greater than every id this process made before.
+
+    The 26 characters are the 48-bit millisecond (10 characters, encoded once per millisecond) followed by
+    the 80 counting bits (16 characters): 80 is a multiple of 5, so the two parts never share a character.
+    """
+    global _last_ms, _last_random, _last_ms_text
     with _lock:
         now_ms = time.time_ns() // 1_000_000
         if now_ms <= _last_ms:
             # Same (or an earlier, after a clock step) millisecond: count up so order holds.
-            now_ms = _last_ms
-            _last_random += 1
+            _last_random = (_last_random + 1) & _RANDOM_MASK
         else:
             _last_random = int.from_bytes(os.urandom(10)) >> 1  # headroom so counting up cannot overflow
-        _last_ms = now_ms
-        body = (now_ms << _RANDOM_BITS) | (_last_random & ((1 << _RANDOM_BITS) - 1))
-    return f"{prefix}_{_encode(body, 26)}"
+            _last_ms = now_ms
+            _last_ms_text = _encode(now_ms, 10)
+        return f"{prefix}_{_last_ms_text}{_encode_random(_last_random)}"

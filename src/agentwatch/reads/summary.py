@@ -20,13 +20,11 @@ from pydantic import Field, JsonValue
 
 from agentwatch.reads._args import Window
 from agentwatch.reads._view import EngineView, iso, stuck_thresholds
-from agentwatch.reads.words import WORDS, Word, status_word, word_filter
+from agentwatch.reads.words import Word, count_words, word_filter
 from agentwatch.store import SessionFilter
 from agentwatch.tools import Args, Caller, parse_args
 
 __all__ = ["SummaryArgs", "agent_summary", "summarize"]
-
-_PAGE = 100
 
 
 class SummaryArgs(Args):
@@ -39,19 +37,6 @@ class SummaryArgs(Args):
 
 async def _count(view: EngineView, where: SessionFilter) -> int:
     return sum((await view.store.count_sessions(where)).values())
-
-
-async def _lineage_words(view: EngineView, now: datetime) -> tuple[int, dict[str, int]]:
-    """How many lineages there are, and how many say each word (the word of each one's newest session)."""
-    counts: dict[str, int] = dict.fromkeys(WORDS, 0)
-    cursor: str | None = None
-    while True:
-        page = await view.store.list_sessions(SessionFilter(heads_of="group_key"), limit=_PAGE, cursor=cursor)
-        for head in page.items:
-            counts[status_word(head, now=now, stuck_after=view.stuck_after(head.role))] += 1
-        if page.next_cursor is None:
-            return sum(counts.values()), counts
-        cursor = page.next_cursor
 
 
 async def _window(view: EngineView, start: datetime, end: datetime, waiting: SessionFilter) -> dict[str, JsonValue]:
@@ -79,18 +64,20 @@ async def summarize(view: EngineView, args: SummaryArgs, *, now: datetime | None
     def saying(word: Word) -> SessionFilter:
         return word_filter(SessionFilter(), [word], now=now, stuck_after=default, by_role=by_role)
 
-    statuses = await view.store.count_sessions(SessionFilter())
-    lineages, lineage_words = await _lineage_words(view, now)
+    # Two grouped queries give every count of sessions and of lineages (their newest sessions) by word.
+    statuses, words = await count_words(view.store, SessionFilter(), now=now, stuck_after=default, by_role=by_role)
+    heads = SessionFilter(heads_of="group_key")
+    _, lineage_words = await count_words(view.store, heads, now=now, stuck_after=default, by_role=by_role)
     answer: dict[str, JsonValue] = {
         "at": iso(now),
-        "statuses": dict(statuses),
+        "statuses": dict(sorted(statuses.items())),
         "total": sum(statuses.values()),
-        "working": await _count(view, saying("working")),
-        "lineages": lineages,
+        "working": words["working"],
+        "lineages": sum(lineage_words.values()),
         "intercepted": await _count(view, SessionFilter(intercepted=True)),
     }
     if args.words:
-        answer["words"] = dict(lineage_words)
+        answer["words"] = dict[str, JsonValue](lineage_words)
     window = await _window(view, now - args.window, now, saying("needs_you"))
     window["previous"] = await _window(view, now - 2 * args.window, now - args.window, saying("needs_you"))
     answer["window"] = window

@@ -6,32 +6,58 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
-from agentwatch.store import SessionClause, SessionFilter, SessionRecord
+from agentwatch.store import SessionClause, SessionFilter, SessionRecord, Store
 
-__all__ = ["WORDS", "Word", "status_word", "word_filter"]
+__all__ = ["WORDS", "Word", "count_words", "status_word", "with_cutoffs", "word_filter", "word_of"]
 
 Word = Literal["idle", "working", "needs_you", "stuck", "failed", "done"]
 WORDS: tuple[Word, ...] = ("idle", "working", "needs_you", "stuck", "failed", "done")
 
 
-def status_word(session: SessionRecord, *, now: datetime, stuck_after: float) -> Word:
-    """`needs_you` while a request it opened waits on a person (never `stuck`); `stuck` when running with no
-    stream event and no row write for longer than `stuck_after` seconds; otherwise by status."""
-    match session.status:
+def word_of(status: str, *, waits_on_person: bool, quiet: bool) -> Word:
+    """The word for a session in this state: `needs_you` while a request it opened waits on a person (never
+    `stuck`); `stuck` when running and quiet for longer than its threshold; otherwise by status."""
+    match status:
         case "running":
-            if session.pending_requests > 0:
-                return "needs_you"
-            quiet = (now - session.last_active_at).total_seconds()
-            return "stuck" if quiet > stuck_after else "working"
+            return "needs_you" if waits_on_person else "stuck" if quiet else "working"
         case "awaiting_input":
             # Waiting on a person is needs_you; a request held for its parent agent is still the agents' work.
-            return "needs_you" if session.pending_requests > 0 else "working"
+            return "needs_you" if waits_on_person else "working"
         case "idle":
             return "idle"
         case "failed" | "interrupted":
             return "failed"
         case _:
             return "done"
+
+
+def status_word(session: SessionRecord, *, now: datetime, stuck_after: float) -> Word:
+    """The word `session` says at `now`, quiet meaning no stream event and no row write for longer than
+    `stuck_after` seconds."""
+    quiet = (now - session.last_active_at).total_seconds() > stuck_after
+    return word_of(session.status, waits_on_person=session.pending_requests > 0, quiet=quiet)
+
+
+def with_cutoffs(
+    where: SessionFilter, *, now: datetime, stuck_after: float, by_role: Mapping[str, float]
+) -> SessionFilter:
+    """`where` with the quiet cutoffs at `now`: the default threshold and the roles whose own one differs."""
+    cutoffs = {role: now - timedelta(seconds=seconds) for role, seconds in by_role.items()}
+    return where.model_copy(
+        update={"quiet_before": now - timedelta(seconds=stuck_after), "quiet_before_by_role": cutoffs}
+    )
+
+
+async def count_words(
+    store: Store, where: SessionFilter, *, now: datetime, stuck_after: float, by_role: Mapping[str, float]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """How many sessions matching `where` there are per status and per word, from one grouped query."""
+    statuses: dict[str, int] = {}
+    words: dict[str, int] = dict.fromkeys(WORDS, 0)
+    for state in await store.count_by_state(with_cutoffs(where, now=now, stuck_after=stuck_after, by_role=by_role)):
+        statuses[state.status] = statuses.get(state.status, 0) + state.sessions
+        words[word_of(state.status, waits_on_person=state.waits_on_person, quiet=state.quiet)] += state.sessions
+    return statuses, words
 
 
 _CLAUSES: dict[str, SessionClause] = {
@@ -61,11 +87,5 @@ def word_filter(
             ]
         else:
             clauses.append(_CLAUSES[word])
-    cutoffs = {role: now - timedelta(seconds=seconds) for role, seconds in by_role.items()}
-    return where.model_copy(
-        update={
-            "any_of": clauses,
-            "quiet_before": now - timedelta(seconds=stuck_after),
-            "quiet_before_by_role": cutoffs,
-        }
-    )
+    narrowed = where.model_copy(update={"any_of": clauses})
+    return with_cutoffs(narrowed, now=now, stuck_after=stuck_after, by_role=by_role)

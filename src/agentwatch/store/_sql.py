@@ -217,6 +217,13 @@ def _clause_where(dialect: Dialect, where: SessionFilter, clause: SessionClause)
     return "(" + (" AND ".join(parts) or "1 = 1") + ")", params
 
 
+def quiet_expression(dialect: Dialect, where: SessionFilter) -> tuple[str, list[Any]]:
+    """A boolean SQL expression: quiet by the filter's cutoffs, or false when the filter gives none."""
+    if where.quiet_before is None:
+        return "1 = 0", []
+    return _quiet_where(dialect, where)
+
+
 def _quiet_where(dialect: Dialect, where: SessionFilter) -> tuple[str, list[Any]]:
     """Last activity before the session's cutoff: its role's own, else the default one."""
     if where.quiet_before is None:

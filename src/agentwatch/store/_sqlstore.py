@@ -27,6 +27,7 @@ from agentwatch.store._sql import (
     from_row,
     in_list,
     keyset_page,
+    quiet_expression,
     session_where,
     to_params,
 )
@@ -52,12 +53,13 @@ from agentwatch.store.records import (
     SpanDraft,
     SpanPatch,
     SpanRecord,
+    StateCount,
     StoreInfo,
     UsageEntry,
     Write,
 )
 
-__all__ = ["SqlStore"]
+__all__ = ["SqlStore", "appends_only", "check_durable", "no_session", "unexpected_status"]
 
 T = TypeVar("T")
 
@@ -130,6 +132,16 @@ class SqlStore(ABC):
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """Run `fn` in a transaction; return once it committed (or raise, with nothing written)."""
 
+    async def _write_session(self, session_id: str, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """`_write` for a change that touches only `session_id`'s rows (a `Write`); a backend that groups
+        writes may order it freely against changes to other sessions."""
+        return await self._write(fn)
+
+    async def _write_appends(self, write: Write) -> list[Event]:
+        """Apply an append-only `write` (see `appends_only`); a backend that can apply many at once in one
+        statement per table overrides it."""
+        return await self._write_session(write.session_id, lambda tx: self._append_only(tx, write, _now()))
+
     @abstractmethod
     async def close(self) -> None:
         """Flush pending writes and release connections."""
@@ -182,7 +194,7 @@ class SqlStore(ABC):
             SESSION_COLUMNS,
             SESSION_JSON,
             ("id", session_id),
-            _no_session(session_id),
+            no_session(session_id),
             lock=lock,
         )
         return record
@@ -280,7 +292,8 @@ class SqlStore(ABC):
 
     async def update_session(self, session_id: str, patch: SessionPatch) -> SessionRecord:
         """Write the fields set on `patch`; same as `write(Write(session_id, session=patch))`."""
-        session, _ = await self._write(lambda tx: self._apply(tx, Write(session_id, session=patch)))
+        write = Write(session_id, session=patch)
+        session, _ = await self._write_session(session_id, lambda tx: self._apply(tx, write))
         assert session is not None  # a write with a patch returns the patched session
         return session
 
@@ -307,6 +320,20 @@ class SqlStore(ABC):
             sql += " WHERE " + " AND ".join(conditions)
         rows = await self._read(lambda tx: tx.fetch(sql + " GROUP BY status", params))
         return {status: int(n) for status, n in sorted(rows)}
+
+    async def count_by_state(self, where: SessionFilter) -> list[StateCount]:
+        """How many sessions match per (status, waits on a person, quiet), in one grouped query."""
+        conditions, params = session_where(self._dialect, where)
+        quiet, quiet_params = quiet_expression(self._dialect, where)
+        sql = f"SELECT status, pending_requests > 0, {quiet}, count(*) FROM sessions"
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        sql += " GROUP BY 1, 2, 3"
+        rows = await self._read(lambda tx: tx.fetch(sql, [*quiet_params, *params]))
+        return [
+            StateCount(status=status, waits_on_person=bool(waiting), quiet=bool(quiet_now), sessions=int(n))
+            for status, waiting, quiet_now, n in rows
+        ]
 
     async def group_sessions(self, where: SessionFilter, by: SessionGroupBy) -> list[SessionGroup]:
         """How many sessions match per value of `by`, with the newest activity of each; ordered by value."""
@@ -360,7 +387,10 @@ class SqlStore(ABC):
 
     async def write(self, write: Write) -> list[Event]:
         """Apply one atomic change and return the events as stored (with ids, seqs and times)."""
-        _, events = await self._write(lambda tx: self._apply(tx, write))
+        check_durable(write)
+        if appends_only(write):
+            return await self._write_appends(write)
+        _, events = await self._write_session(write.session_id, lambda tx: self._apply(tx, write))
         return events
 
     async def append(self, session_id: str, events: Sequence[NewEvent]) -> list[Event]:
@@ -369,21 +399,9 @@ class SqlStore(ABC):
 
     async def _apply(self, tx: Tx, write: Write) -> tuple[SessionRecord | None, list[Event]]:
         """Apply `write`; the session as it ends up comes back only when the write patches it."""
-        for new in write.events:
-            if not new.payload.durable:
-                raise UserError(
-                    f"{new.payload.type!r} events are ephemeral: they go to the live ring, never to the store"
-                )
+        check_durable(write)
         now = _now()
-        if (
-            write.session is None
-            and write.new_conversation is None
-            and not write.inputs_add
-            and not write.inputs_take
-            and not write.requests_open
-            and not write.requests_close
-            and not write.requests_escalate
-        ):
+        if appends_only(write):
             return None, await self._append_only(tx, write, now)
 
         session_id = write.session_id
@@ -392,10 +410,10 @@ class SqlStore(ABC):
             "SELECT status, conversation_id, role FROM sessions WHERE id = ?" + self._dialect.for_update, [session_id]
         )
         if not rows:
-            raise NotFound(_no_session(session_id))
+            raise NotFound(no_session(session_id))
         status, conversation_id, role = rows[0]
         if write.expect_status is not None and status not in write.expect_status:
-            raise Conflict(_unexpected_status(session_id, status, write.expect_status))
+            raise Conflict(unexpected_status(session_id, status, write.expect_status))
         changes: dict[str, Any] = {"updated_at": now}
         deltas = {"pending_inputs": 0, "pending_requests": 0, "held_requests": 0, "tokens": 0}
 
@@ -500,8 +518,8 @@ class SqlStore(ABC):
         if not rows:
             found = await tx.fetch("SELECT status FROM sessions WHERE id = ?", [write.session_id])
             if not found:
-                raise NotFound(_no_session(write.session_id))
-            raise Conflict(_unexpected_status(write.session_id, found[0][0], write.expect_status or ()))
+                raise NotFound(no_session(write.session_id))
+            raise Conflict(unexpected_status(write.session_id, found[0][0], write.expect_status or ()))
         last_seq, conversation_id, role = rows[0]
         await self._insert_usage(tx, write.session_id, role, write.usage, now)
         await self._insert_messages(tx, conversation_id, write.messages)
@@ -900,11 +918,32 @@ class SqlStore(ABC):
         return from_row(ObserverRef, _OBSERVER_COLUMNS, rows[0], frozenset()) if rows else None
 
 
-def _no_session(session_id: str) -> str:
+def appends_only(write: Write) -> bool:
+    """True for a write of events (with usage, messages, maybe an expected status) that changes nothing else of
+    its session but the counters: its seqs and totals can be handed out without reading the row first."""
+    return (
+        write.session is None
+        and write.new_conversation is None
+        and not write.inputs_add
+        and not write.inputs_take
+        and not write.requests_open
+        and not write.requests_close
+        and not write.requests_escalate
+    )
+
+
+def check_durable(write: Write) -> None:
+    """Refuse ephemeral events: they go to the live ring only."""
+    for new in write.events:
+        if not new.payload.durable:
+            raise UserError(f"{new.payload.type!r} events are ephemeral: they go to the live ring, never to the store")
+
+
+def no_session(session_id: str) -> str:
     return f"no session with id {session_id!r} (it may have been reaped); `agentwatch ls --all` lists the ids"
 
 
-def _unexpected_status(session_id: str, status: str, expected: Sequence[str]) -> str:
+def unexpected_status(session_id: str, status: str, expected: Sequence[str]) -> str:
     return (
         f"session {session_id!r} is {status!r}, not one of {sorted(expected)}; "
         "read it again and retry if the change still applies"

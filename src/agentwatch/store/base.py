@@ -42,6 +42,7 @@ from agentwatch.store.records import (
     SpanDraft,
     SpanPatch,
     SpanRecord,
+    StateCount,
     StoreInfo,
     Write,
 )
@@ -94,6 +95,10 @@ class Store(Protocol):
 
     async def count_sessions(self, where: SessionFilter) -> dict[str, int]:
         """How many sessions match, per status (statuses with none are left out)."""
+
+    async def count_by_state(self, where: SessionFilter) -> list[StateCount]:
+        """How many sessions match per (status, waits on a person, quiet), in one query: what status words
+        derive from. Quiet means last activity before `where.quiet_before` (or `quiet_before_by_role`)."""
 
     async def group_sessions(self, where: SessionFilter, by: SessionGroupBy) -> list[SessionGroup]:
         """How many sessions match per value of `by`, with the newest activity of each; ordered by value."""

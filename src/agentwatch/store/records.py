@@ -39,6 +39,7 @@ __all__ = [
     "SpanDraft",
     "SpanPatch",
     "SpanRecord",
+    "StateCount",
     "StoreInfo",
     "UsageEntry",
     "Write",
@@ -243,6 +244,19 @@ class SessionFilter(BaseModel):
     heads_of: Literal["group_key", "run_id"] | None = None
     """Keep only the newest matching session (by last activity, then id) of each lineage (`group_key`) or run
     (`run_id`); a session without one is its own. Listings and counts then have one row per lineage or run."""
+
+
+class StateCount(BaseModel):
+    """How many sessions share one state that status words derive from."""
+
+    model_config = _FROZEN
+
+    status: str
+    waits_on_person: bool
+    """At least one pending request of theirs waits on a person."""
+    quiet: bool
+    """No activity since the filter's `quiet_before` (or their role's cutoff); False when none was given."""
+    sessions: int
 
 
 class SessionGroup(BaseModel):

@@ -7,10 +7,15 @@ sqlite://:memory:                  a private in-memory database (tests, demos)
 sqlite:///path.db?synchronous=normal   trade the last commits on power loss for faster commits
 ```
 
-Every write goes to the one writer thread. It takes everything queued, applies it in ONE transaction, each
-`Write` in its own SAVEPOINT (so one that fails rolls back alone and only its caller gets the error), then
-commits once: one fsync for the whole group, however many callers. Each caller's call returns only after
-that commit. Reads run on separate connections, which WAL lets proceed while the writer writes.
+Every write goes to the one writer thread. It takes everything queued and applies it in ONE transaction:
+the append-only writes (events, usage, messages) together, one statement per table for all of them (see
+`_sqlite_appends`), every other write in its own SAVEPOINT. A write that fails rolls back alone and only its
+caller gets the error. Then it commits once: one fsync for the whole group, however many callers. Each
+caller's call returns only after that commit. Reads run on separate connections, which WAL lets proceed
+while the writer writes.
+
+Outcomes go back to the callers' event loops through a `_Mailbox`: one wake-up per group, then a chunk of
+callers per loop turn, so a large group does not resume hundreds of callers in one turn.
 """
 
 from __future__ import annotations
@@ -20,17 +25,24 @@ import contextlib
 import queue
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+import time
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast
 from urllib.parse import parse_qs
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotADatabase, StoreError
+from agentwatch.events import Event
 from agentwatch.store._migrations import migrate, recorded_version
 from agentwatch.store._sql import Dialect, Row, Tx, utc_text
+from agentwatch.store._sqlite_appends import apply_appends
 from agentwatch.store._sqlstore import SqlStore
+from agentwatch.store.records import Write
 
 __all__ = ["SqliteStore"]
 
@@ -41,6 +53,12 @@ _HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_MS: Final = 5_000
 _MAX_GROUP: Final = 512
 _READERS: Final = 2
+_FIRST_CHUNK: Final = 16
+"""Callers woken per loop turn before the first measurement of what a turn costs."""
+_MAX_CHUNK: Final = 32
+_TURN_BUDGET_S: Final = 0.010
+"""How long the callers woken in one loop turn should keep the loop busy, at most (a target, not a bound:
+one caller's step takes what it takes)."""
 
 DIALECT = Dialect(name="sqlite", for_update="", time_param=utc_text, json_param=lambda text: text)
 
@@ -59,6 +77,10 @@ class _Tx:
 
     async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._connection.executemany(sql, rows)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -87,12 +109,73 @@ def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
     return connection
 
 
+class _Mailbox:
+    """Outcomes waiting for the callers on one event loop, handed to them a few at a time.
+
+    A thread that finished work posts the outcomes here; the first post while nothing is pending wakes the
+    loop (one `call_soon_threadsafe`, however many outcomes follow: each such wake-up writes to the loop's
+    self-pipe and lets the loop's thread take the GIL from the poster). On the loop, the outcomes are then
+    handed out in chunks, one chunk per loop turn: each woken caller runs its next step in the turn after its
+    chunk, so hundreds of callers woken by one group commit cannot all run in one turn and keep the loop from
+    everything else (timers, other tasks) for the sum of their steps. The chunk is sized from the time the
+    previous loop turn took, to keep a turn near `_TURN_BUDGET_S`.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)
+        self._lock = threading.Lock()
+        self._jobs: deque[_Job] = deque()
+        self._scheduled = False
+        self._chunk = _FIRST_CHUNK
+
+    def post(self, jobs: Iterable[_Job]) -> None:
+        """Queue finished jobs (any thread); wake the loop unless a hand-out is already under way."""
+        with self._lock:
+            self._jobs.extend(jobs)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        loop = self._loop()
+        if loop is None:
+            return  # the caller's loop is gone: nobody waits
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
+            loop.call_soon_threadsafe(self._hand_out, None)
+
+    def _hand_out(self, previous_end: float | None) -> None:
+        started = time.perf_counter()
+        if previous_end is not None:
+            # The loop turn since the last chunk: that chunk's callers ran in it, with whatever else was ready
+            # (among them, callers of earlier chunks that were woken through another future). Scale the chunk
+            # so such a turn takes about the budget, growing it at most twofold per turn.
+            turn = started - previous_end
+            scale = min(2.0, _TURN_BUDGET_S / turn) if turn > 0 else 2.0
+            self._chunk = max(1, min(_MAX_CHUNK, int(self._chunk * scale)))
+        jobs = self._jobs
+        count = 0
+        try:
+            while count < self._chunk and jobs:
+                jobs.popleft().deliver()
+                count += 1
+        finally:
+            with self._lock:
+                more = bool(jobs)
+                self._scheduled = more
+            if more:
+                loop = self._loop()
+                if loop is not None:
+                    loop.call_soon(self._hand_out, time.perf_counter())
+
+
 @dataclass(eq=False, slots=True)
 class _Job:
     fn: Callable[[Tx], Coroutine[Any, Any, Any]]
-    loop: asyncio.AbstractEventLoop
+    mailbox: _Mailbox
     future: asyncio.Future[Any]
     write: bool = True
+    session_id: str | None = None
+    """The one session a write changes (`_write_session`), or None when it may touch anything."""
+    appends: Write | None = None
+    """An append-only write, which the writer applies together with the others of its group."""
     outcome: tuple[Any, BaseException | None] = field(default=(None, None))
 
     def deliver(self) -> None:
@@ -107,23 +190,12 @@ class _Job:
 
 
 def _settle(jobs: Sequence[_Job]) -> None:
-    """Hand the outcomes to the callers' event loops (a caller may be gone: then nobody waits).
-
-    One wake-up per loop for the whole group: each `call_soon_threadsafe` writes to the loop's self-pipe, and
-    every such write lets the loop's thread take the GIL from the writer, so one per job made the writer wait
-    on the callers once per job.
-    """
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+    """Hand the outcomes to the callers' event loops (a caller may be gone: then nobody waits)."""
+    by_mailbox: dict[_Mailbox, list[_Job]] = {}
     for job in jobs:
-        by_loop.setdefault(job.loop, []).append(job)
-    for loop, settled in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed
-            loop.call_soon_threadsafe(_deliver_all, settled)
-
-
-def _deliver_all(jobs: Sequence[_Job]) -> None:
-    for job in jobs:
-        job.deliver()
+        by_mailbox.setdefault(job.mailbox, []).append(job)
+    for mailbox, settled in by_mailbox.items():
+        mailbox.post(settled)
 
 
 def _as_store_error(error: BaseException) -> BaseException:
@@ -152,6 +224,7 @@ class SqliteStore(SqlStore):
         self._reader_connections: list[sqlite3.Connection] = []
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = weakref.WeakKeyDictionary()
         self._closed = False
         if path is not None:
             self._readers = ThreadPoolExecutor(_READERS, thread_name_prefix="agentwatch-sqlite-reader")
@@ -209,14 +282,23 @@ class SqliteStore(SqlStore):
             for job in jobs:
                 job.outcome = (None, failure)
             return
+        # Append-only writes wait in `batch` and are applied together. Another write goes first when it
+        # changes one session that none of them names (the order of writes to different sessions inside one
+        # transaction is invisible); anything else applies them first, so each session sees its writes in
+        # the order they were queued.
+        batch: list[_Job] = []
+        named: set[str] = set()
         for job in jobs:
-            connection.execute("SAVEPOINT write")
-            try:
-                job.outcome = (_drive(job.fn(tx)), None)
-            except BaseException as error:
-                connection.execute("ROLLBACK TO write")  # this write alone; the group goes on
-                job.outcome = (None, _as_store_error(error))
-            connection.execute("RELEASE write")
+            if job.appends is not None:
+                batch.append(job)
+                named.add(job.appends.session_id)
+                continue
+            if batch and (job.session_id is None or job.session_id in named):
+                self._apply_appends(connection, tx, batch)
+                batch, named = [], set()
+            self._apply_one(connection, tx, job)
+        if batch:
+            self._apply_appends(connection, tx, batch)
         try:
             connection.execute("COMMIT")
         except sqlite3.Error as error:
@@ -226,16 +308,66 @@ class SqliteStore(SqlStore):
                 if job.outcome[1] is None:
                     job.outcome = (None, failure)
 
-    def _submit(self, fn: Callable[[Tx], Awaitable[T]], *, write: bool) -> asyncio.Future[T]:
+    def _apply_one(self, connection: sqlite3.Connection, tx: _Tx, job: _Job) -> None:
+        """Apply one job in its own SAVEPOINT: if it fails, it rolls back alone and only its caller hears."""
+        connection.execute("SAVEPOINT write")
+        try:
+            job.outcome = (_drive(job.fn(tx)), None)
+        except BaseException as error:
+            connection.execute("ROLLBACK TO write")  # this write alone; the group goes on
+            job.outcome = (None, _as_store_error(error))
+        connection.execute("RELEASE write")
+
+    def _apply_appends(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:
+        """Apply append-only writes with one statement per table; should the database refuse one of those
+        statements, roll them back and apply the writes one by one, so the failure stays with its write."""
+        connection.execute("SAVEPOINT appends")
+        try:
+            outcomes = apply_appends(connection, [job.appends for job in jobs if job.appends is not None], _now())
+        except BaseException:
+            connection.execute("ROLLBACK TO appends")
+            connection.execute("RELEASE appends")
+            for job in jobs:
+                self._apply_one(connection, tx, job)
+            return
+        connection.execute("RELEASE appends")
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            job.outcome = (None, outcome) if isinstance(outcome, BaseException) else (outcome, None)
+
+    def _mailbox(self) -> _Mailbox:
+        loop = asyncio.get_running_loop()
+        mailbox = self._mailboxes.get(loop)
+        if mailbox is None:
+            with self._lock:
+                mailbox = self._mailboxes.setdefault(loop, _Mailbox(loop))
+        return mailbox
+
+    def _submit(
+        self,
+        fn: Callable[[Tx], Awaitable[T]],
+        *,
+        write: bool,
+        session_id: str | None = None,
+        appends: Write | None = None,
+    ) -> asyncio.Future[T]:
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed; open it again")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Job(cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn), loop, future, write))
+        mailbox = self._mailbox()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        run = cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn)
+        self._queue.put(_Job(run, mailbox, future, write, session_id, appends))
         return future
 
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self._submit(fn, write=True)
+
+    async def _write_session(self, session_id: str, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self._submit(fn, write=True, session_id=session_id)
+
+    async def _write_appends(self, write: Write) -> list[Event]:
+        # The function is the one-by-one path, for when the group's statements fail.
+        fn = lambda tx: self._append_only(tx, write, _now())  # noqa: E731
+        return await self._submit(fn, write=True, session_id=write.session_id, appends=write)
 
     # -- readers --------------------------------------------------------------------------------------
 
@@ -245,8 +377,20 @@ class SqliteStore(SqlStore):
             return await self._submit(fn, write=False)
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed; open it again")
-        run = cast(Callable[[Tx], Coroutine[Any, Any, T]], fn)
-        return await asyncio.get_running_loop().run_in_executor(self._readers, self._read_on_thread, run)
+        run = cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn)
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        job = _Job(run, self._mailbox(), future, write=False)
+        self._readers.submit(self._read_job, job)
+        return await future
+
+    def _read_job(self, job: _Job) -> None:
+        """Run a read on a reader thread; its outcome goes back through the caller's mailbox, like a write's
+        (so a burst of finished reads wakes its callers a few per loop turn, too)."""
+        try:
+            job.outcome = (self._read_on_thread(job.fn), None)
+        except BaseException as error:
+            job.outcome = (None, error)
+        job.mailbox.post((job,))
 
     def _read_on_thread(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
