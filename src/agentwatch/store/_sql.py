@@ -17,10 +17,18 @@ from typing import Any, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
-from agentwatch.events import PageCursor, query_digest
-from agentwatch.store.records import TERMINAL_STATUSES, SessionClause, SessionFilter, SessionRecord, SessionSort
+from agentwatch.events import PAYLOAD_ADAPTER, Event, PageCursor, new_id, query_digest
+from agentwatch.store.records import (
+    TERMINAL_STATUSES,
+    SessionClause,
+    SessionFilter,
+    SessionRecord,
+    SessionSort,
+    Write,
+)
 
 __all__ = [
+    "EVENT_INSERT",
     "LIVE_SQL",
     "SESSION_COLUMNS",
     "Dialect",
@@ -28,11 +36,13 @@ __all__ = [
     "Tx",
     "aware",
     "check_limit",
+    "event_row",
     "from_row",
     "in_list",
     "json_text",
     "keyset_page",
     "session_where",
+    "stored_events",
     "to_params",
     "utc_text",
 ]
@@ -319,3 +329,34 @@ def _cursor_values(cursor: PageCursor, column: str, dialect: Dialect) -> list[An
             raise InvalidCursor("the page cursor holds no valid time; drop it to start over") from None
         return [boss, live, dialect.time_param(moment), session_id]
     return [boss, live, value, session_id]
+
+
+EVENT_INSERT = (
+    "INSERT INTO events (id, session_id, seq, at, turn_id, conversation_id, payload, type) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+"""The insert of one stored event; `event_row` gives its parameters."""
+
+
+def stored_events(write: Write, conversation_id: str, first_seq: int, now: datetime) -> list[Event]:
+    """The write's new events as they are stored: an id each, seqs counting up from `first_seq`, the time and
+    the conversation. Validating the envelope is cheap (the payload, already a model, is taken as it is) and
+    measured cheaper than `Event.model_construct`."""
+    return [
+        Event(
+            id=new_id("evt"),
+            session_id=write.session_id,
+            seq=first_seq + offset,
+            at=now,
+            turn_id=new.turn_id,
+            conversation_id=conversation_id,
+            payload=new.payload,
+        )
+        for offset, new in enumerate(write.events)
+    ]
+
+
+def event_row(dialect: Dialect, event: Event, at: Any) -> tuple[Any, ...]:
+    """The `EVENT_INSERT` parameters of a stored event (`at` already in the dialect's time form)."""
+    payload = dialect.json_param(PAYLOAD_ADAPTER.dump_json(event.payload).decode())
+    return (event.id, event.session_id, event.seq, at, event.turn_id, event.conversation_id, payload, event.type)

@@ -22,8 +22,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from agentwatch.errors import Conflict, NotFound
-from agentwatch.events import PAYLOAD_ADAPTER, Event, Usage, new_id
-from agentwatch.store._sql import in_list, utc_text
+from agentwatch.events import Usage, new_id
+from agentwatch.store._sql import EVENT_INSERT, Dialect, event_row, in_list, stored_events, utc_text
 from agentwatch.store._sqlstore import no_session, unexpected_status
 from agentwatch.store.records import Write
 
@@ -34,10 +34,6 @@ _IN_LIST_MAX: Final = 500
 _SESSION_UPDATE: Final = (
     "UPDATE sessions SET last_seq = ?, updated_at = ?, last_active_at = COALESCE(?, last_active_at), "
     "tokens = ?, cost_usd = ? WHERE id = ?"
-)
-_EVENT_INSERT: Final = (
-    "INSERT INTO events (id, session_id, seq, at, turn_id, conversation_id, payload, type) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _USAGE_COLUMNS: Final = ("id", "session_id", "turn_id", "run_id", "role", "model", "at", *Usage.model_fields)
 _USAGE_INSERT: Final = (
@@ -57,7 +53,9 @@ class _Session:
         self.written = False
 
 
-def apply_appends(connection: sqlite3.Connection, writes: Sequence[Write], now: datetime) -> list[Any]:
+def apply_appends(
+    connection: sqlite3.Connection, writes: Sequence[Write], now: datetime, dialect: Dialect
+) -> list[Any]:
     """Apply append-only `writes` in order, inside the caller's transaction; per write, its stored events or
     the error that failed it alone (nothing of it is written).
 
@@ -66,7 +64,6 @@ def apply_appends(connection: sqlite3.Connection, writes: Sequence[Write], now: 
     """
     sessions = _read_sessions(connection, list(dict.fromkeys(write.session_id for write in writes)))
     at = utc_text(now)
-    dump = PAYLOAD_ADAPTER.dump_json
     outcomes: list[Any] = []
     event_rows: list[tuple[Any, ...]] = []
     usage_rows: list[tuple[Any, ...]] = []
@@ -107,31 +104,8 @@ def apply_appends(connection: sqlite3.Connection, writes: Sequence[Write], now: 
             messages.setdefault(conversation_id, []).extend(write.messages)
         first_seq = session.last_seq + 1
         session.last_seq += len(write.events)
-        events = [
-            Event(
-                id=new_id("evt"),
-                session_id=session_id,
-                seq=first_seq + offset,
-                at=now,
-                turn_id=new.turn_id,
-                conversation_id=conversation_id,
-                payload=new.payload,
-            )
-            for offset, new in enumerate(write.events)
-        ]
-        event_rows.extend(
-            (
-                event.id,
-                session_id,
-                event.seq,
-                at,
-                event.turn_id,
-                conversation_id,
-                dump(event.payload).decode(),
-                event.payload.type,
-            )
-            for event in events
-        )
+        events = stored_events(write, conversation_id, first_seq, now)
+        event_rows.extend(event_row(dialect, event, at) for event in events)
         outcomes.append(events)
 
     connection.executemany(
@@ -147,7 +121,7 @@ def apply_appends(connection: sqlite3.Connection, writes: Sequence[Write], now: 
     if messages:
         _insert_messages(connection, messages)
     if event_rows:
-        connection.executemany(_EVENT_INSERT, event_rows)
+        connection.executemany(EVENT_INSERT, event_rows)
     return outcomes
 
 

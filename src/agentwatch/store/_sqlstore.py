@@ -18,17 +18,20 @@ from pydantic import BaseModel, JsonValue
 from agentwatch.errors import Conflict, InvalidArgument, NotFound, UserError
 from agentwatch.events import PAYLOAD_ADAPTER, PAYLOAD_TYPES, Event, NewEvent, Usage, new_id
 from agentwatch.store._sql import (
+    EVENT_INSERT,
     SESSION_COLUMNS,
     SESSION_JSON,
     Dialect,
     Row,
     Tx,
     check_limit,
+    event_row,
     from_row,
     in_list,
     keyset_page,
     quiet_expression,
     session_where,
+    stored_events,
     to_params,
 )
 from agentwatch.store.base import SCHEMA_VERSION
@@ -568,41 +571,9 @@ class SqlStore(ABC):
         """Insert the write's events, numbered up to `last_seq`; return them as stored."""
         if not write.events:
             return []
-        session_id = write.session_id
-        first_seq = last_seq - len(write.events) + 1
-        # Validating the envelope is cheap (the payload is already a model, which is taken as it is), and
-        # measured cheaper than `Event.model_construct`.
-        events = [
-            Event(
-                id=new_id("evt"),
-                session_id=session_id,
-                seq=first_seq + offset,
-                at=now,
-                turn_id=new.turn_id,
-                conversation_id=conversation_id,
-                payload=new.payload,
-            )
-            for offset, new in enumerate(write.events)
-        ]
+        events = stored_events(write, conversation_id, last_seq - len(write.events) + 1, now)
         at = self._dialect.time_param(now)
-        json_param = self._dialect.json_param
-        dump = PAYLOAD_ADAPTER.dump_json
-        await tx.execute_many(
-            f"INSERT INTO events ({_EVENT_COLUMNS}, type) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    event.id,
-                    session_id,
-                    event.seq,
-                    at,
-                    event.turn_id,
-                    conversation_id,
-                    json_param(dump(event.payload).decode()),
-                    event.payload.type,
-                )
-                for event in events
-            ],
-        )
+        await tx.execute_many(EVENT_INSERT, [event_row(self._dialect, event, at) for event in events])
         return events
 
     async def _take_inputs(self, tx: Tx, session_id: str, input_ids: Sequence[str], now: datetime) -> int:

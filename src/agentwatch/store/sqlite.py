@@ -323,7 +323,9 @@ class SqliteStore(SqlStore):
         statements, roll them back and apply the writes one by one, so the failure stays with its write."""
         connection.execute("SAVEPOINT appends")
         try:
-            outcomes = apply_appends(connection, [job.appends for job in jobs if job.appends is not None], _now())
+            outcomes = apply_appends(
+                connection, [job.appends for job in jobs if job.appends is not None], _now(), DIALECT
+            )
         except BaseException:
             connection.execute("ROLLBACK TO appends")
             connection.execute("RELEASE appends")
