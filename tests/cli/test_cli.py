@@ -7,7 +7,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -125,3 +128,45 @@ def test_agents_check_lists_every_problem_and_fails_only_on_errors(tmp_path: Pat
     assert "bad.md: observerMessage: unknown key (did you mean 'observer_message'?)" in bad.output
     assert "bad.md: sessions.stuck_after_seconds:" in bad.output
     assert "1 error" not in bad.output and "2 error(s)" in bad.output
+
+
+def test_tail_follow_resumes_after_a_reconnect_with_no_gap_or_repeat(tmp_path: Path) -> None:
+    from agentwatch.events import NewEvent, UserMessage
+    from agentwatch.store import SessionDraft, open_store
+
+    url = f"sqlite:///{tmp_path / 'follow.db'}"
+
+    async def setup() -> str:
+        async with open_store(url) as store:
+            session = await store.create_session(SessionDraft(name="s", role="r"))
+            await store.append(session.id, [NewEvent(UserMessage(text=f"m{i}")) for i in range(3)])
+            return session.id
+
+    async def append(session_id: str, first: int, count: int) -> None:
+        async with open_store(url) as store:
+            await store.append(session_id, [NewEvent(UserMessage(text=f"m{i}")) for i in range(first, first + count)])
+
+    def follow(session_id: str, until: str, *after: str) -> list[dict[str, Any]]:
+        """Run `tail -f` until it prints the message `until`, then cut it off; returns the rows it printed."""
+        command = [sys.executable, "-m", "agentwatch.cli", "tail", session_id, "-f", "--json", "--store", url, *after]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+        assert process.stdout is not None
+        rows = []
+        for line in process.stdout:
+            rows.append(json.loads(line))
+            if rows[-1]["detail"] == until:
+                break
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        return rows
+
+    session_id = asyncio.run(setup())
+    writer = threading.Thread(target=lambda: (time.sleep(1.5), asyncio.run(append(session_id, 3, 4))))
+    writer.start()
+    first = follow(session_id, "m6")  # the three there before, then four appended while it follows
+    writer.join()
+    asyncio.run(append(session_id, 7, 3))  # while nobody follows
+    second = follow(session_id, "m9", "--after", first[-1]["id"])
+    assert [row["detail"] for row in first] == [f"m{i}" for i in range(7)]
+    assert [row["detail"] for row in second] == [f"m{i}" for i in range(7, 10)]

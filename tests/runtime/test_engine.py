@@ -476,3 +476,28 @@ def test_function_tools_take_their_schema_from_the_signature() -> None:
         "path": {"title": "Path", "type": "string"},
         "limit": {"default": 100, "title": "Limit", "type": "integer"},
     }
+
+
+async def test_a_held_request_reaches_a_person_by_its_deliver_at(open_engine: OpenEngine, scripted: Scripted) -> None:
+    from agentwatch.config import Config, SessionDefaults
+
+    def child(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Which branch?"})
+        return Reply("ok")
+
+    asker = scripted("held-asker", ScriptedModel(function=child))
+    config = Config(sessions=SessionDefaults(hold_for_parent_seconds=0.2))
+    async with open_engine(role("kid", asker, tools=("ask_user",)), role("lead", asker), config=config) as engine:
+        lead = await engine.create("lead")
+        kid = await engine.create("kid", parent_id=lead.id)
+        await engine.enqueue(kid.id, "start")
+        kid, _ = await engine.wait(kid.id, 10)
+        assert (kid.pending_requests, kid.held_requests) == (0, 1)
+        assert await engine.escalate_due() == 0  # not yet: its parent still has time to answer
+        await asyncio.sleep(0.3)
+        assert await engine.escalate_due() == 1
+        kid = await engine.store.get_session(kid.id)
+        assert (kid.pending_requests, kid.held_requests) == (1, 0)
+        notes = [e.payload for e in await all_events(engine, kid.id) if e.type == "runtime.info"]
+        assert any("its parent did not answer in time" in n.message for n in notes)  # type: ignore[union-attr]

@@ -326,16 +326,12 @@ async def _follow(
     async for event in follow(reader.store, shared, agent_id, after=cursor):
         if event.type not in wanted:
             continue
-        row = project(event, max_chars=max_chars)
-        if as_json:
-            click.echo(json.dumps({**row, "cursor": event.cursor.encode()}))
-        else:
-            console.print(_tail_line(row), soft_wrap=True)
+        _print_row(project(event, max_chars=max_chars), as_json)
 
 
 def _render_tail(answer: dict[str, Any]) -> None:
     for row in answer["events"]:
-        console.print(_tail_line(row), soft_wrap=True)
+        _print_row(row, as_json=False)
 
 
 @click.command("tail")
@@ -372,19 +368,26 @@ def tail(
     if types:
         args["types"] = list(types)
     answer = _call(store_url, "agent_tail", args)
-    _emit(answer, as_json and not follow_, _render_tail)
     if not follow_:
+        _emit(answer, as_json, _render_tail)
         return
+    # Following prints one row per line: JSON lines of the tool's rows with --json, else the human rows.
+    for row in answer["events"]:
+        _print_row(row, as_json)
 
     async def main() -> None:
         async with open_reader(resolve_config(store_url)) as reader:
             await _follow(reader, agent_id, answer["cursor"], resolve_types(list(types) or None), max_chars, as_json)
 
-    if as_json:
-        for row in answer["events"]:
-            click.echo(json.dumps(row))
     with contextlib.suppress(KeyboardInterrupt):
         run_async(main())
+
+
+def _print_row(row: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(row))
+    else:
+        console.print(_tail_line(row), soft_wrap=True)
 
 
 # -- prompt, export, await --------------------------------------------------------------------------------
