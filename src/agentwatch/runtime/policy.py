@@ -8,7 +8,7 @@ PreToolUse hooks, a policy sees the tool name and its input, and who is calling.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -100,13 +100,3 @@ def GrantPolicy(required: Mapping[str, str]) -> Policy:
         )
 
     return Policy("grant", decide)
-
-
-def deny_tools(names: Sequence[str], *, reason: str = "denied by configuration") -> Policy:
-    """A policy that denies the named tools to everyone."""
-    denied = frozenset(names)
-
-    def decide(request: ToolRequest) -> Verdict | None:
-        return Verdict("deny", reason) if request.tool_name in denied else None
-
-    return Policy("deny-list", decide)

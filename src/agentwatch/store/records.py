@@ -344,14 +344,6 @@ class RequestClose(BaseModel):
     by: str | None = None
 
 
-class RequestEscalate(BaseModel):
-    """Hand a request held for the parent over to a person now."""
-
-    model_config = _FROZEN
-
-    request_id: str
-
-
 class UsageEntry(BaseModel):
     """One line of the spend ledger; it outlives the session it names."""
 
