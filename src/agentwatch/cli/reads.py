@@ -356,6 +356,7 @@ def tail(
     """Show an agent's recent events as compact rows; with -f, follow it live.
 
     Following resumes from its cursor after a reconnect, with no gap and no repeat; stop it with Ctrl-C.
+    With -f, --json prints one row per line (the tool's rows), so `--after` can take the last row's id.
 
     \b
     Examples:
