@@ -45,6 +45,7 @@ from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.models import ModelResolver, TurnInput, run_turn
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
+from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.tools import builtin_tools
 from agentwatch.runtime.tools.base import Caller, Tool, function_tool
@@ -71,9 +72,6 @@ log = logging.getLogger(__name__)
 
 MAINTENANCE_SECONDS = 5.0
 """How often the engine hands held requests whose time came over to a person."""
-
-ToolSetHook = Callable[[SessionRecord, Sequence[str]], Sequence[str]]
-"""Adjusts the tool names a session's turn gets, given the session and the names its role lists."""
 
 
 class Engine:
@@ -108,6 +106,11 @@ class Engine:
         """The extensions installed in this engine, in install order."""
         self.tool_set_hooks: list[ToolSetHook] = []
         """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
+
+    @property
+    def services(self) -> RuntimeServices:
+        """The shared parts this engine was assembled from."""
+        return RuntimeServices(self.config, self.store, self.ring, self.roster, self.tools, self.policy, self.models)
 
     # -- opening and closing --------------------------------------------------------------------------
 
@@ -567,3 +570,7 @@ def run_task(role: str, prompt: str, *, timeout: float = 600.0, **open_args: Any
             return await engine.task(role, prompt, timeout=timeout)
 
     return asyncio.run(main())
+
+
+def _is_a_runtime(engine: Engine) -> Runtime:
+    return engine  # mypy checks here that Engine keeps the `Runtime` protocol the lower layers rely on

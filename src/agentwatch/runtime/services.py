@@ -1,0 +1,152 @@
+"""What the code below the surfaces may ask of a running engine.
+
+The turn loop, drive tools, compaction, human requests, extensions and the watchers type their engine
+argument as `Runtime` (or take the narrower `RuntimeServices`), never as `Engine`: `Engine` is only the
+assembly that satisfies this protocol, and only the surfaces (CLI, service, MCP) and user code import it.
+That keeps imports flowing down the layers (a test pins the order) and lets a test hand any of them a
+runtime of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import JsonValue
+
+from agentwatch.config import Config
+from agentwatch.events import Origin
+from agentwatch.live import LiveRing
+from agentwatch.store import RequestRecord, SessionRecord, Store, Write
+
+if TYPE_CHECKING:
+    from agentwatch.events import Event
+    from agentwatch.runtime.models import ModelResolver
+    from agentwatch.runtime.policy import PolicyChain
+    from agentwatch.runtime.roster import AgentDefinition, Roster
+    from agentwatch.runtime.thread_observer import ObserverFactory
+    from agentwatch.tools import Caller, Tool
+
+__all__ = ["Runtime", "RuntimeServices", "SessionChannel", "ToolSetHook"]
+
+ToolSetHook = Callable[["SessionRecord", Sequence[str]], Sequence[str]]
+"""Adjusts the tool names a session's turn gets, given the session and the names its role lists."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeServices:
+    """The parts an engine is assembled from; each is shared by every session of the engine."""
+
+    config: Config
+    store: Store
+    ring: LiveRing
+    roster: Roster
+    tools: dict[str, Tool]
+    """Every tool by name: built-in, drive, read and user tools."""
+    policy: PolicyChain
+    models: ModelResolver
+
+
+class SessionChannel(Protocol):
+    """The one way to write to a session from inside the engine: its emitter (commit → ring → observers)."""
+
+    async def commit(self, write: Write) -> list[Event]:
+        """Make `write` durable, then hand its events to the ring and the observers, in stream order."""
+
+    def kick(self) -> None:
+        """Make the session look for work (new input, answered requests, a turn to continue)."""
+
+
+class Runtime(Protocol):
+    """The engine as the layers below the surfaces see it."""
+
+    @property
+    def services(self) -> RuntimeServices:
+        """The shared parts: config, store, ring, roster, tools, policy, models."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def ring(self) -> LiveRing: ...
+
+    @property
+    def roster(self) -> Roster: ...
+
+    @property
+    def policy(self) -> PolicyChain: ...
+
+    @property
+    def models(self) -> ModelResolver: ...
+
+    @property
+    def tools(self) -> dict[str, Tool]: ...
+
+    @property
+    def tool_set_hooks(self) -> list[ToolSetHook]:
+        """Hooks that adjust each turn's tool set, applied in order."""
+
+    async def driver(self, session_id: str) -> SessionChannel:
+        """The session's channel in this engine (its emitter and turn loop), started on first use."""
+
+    def start_with_observer(self, factory: ObserverFactory) -> None:
+        """Give every session (running now and later) its own ThreadObserver instance."""
+
+    def add_tool(self, tool: Tool | Callable[..., Any]) -> Tool:
+        """Register a tool (or a plain function) for roles that list it."""
+
+    def tools_for(self, session: SessionRecord, definition: AgentDefinition) -> tuple[str, ...]:
+        """The tool names a turn of `session` gets."""
+
+    async def call_tool(self, name: str, args: dict[str, Any], *, caller: Caller | None = None) -> dict[str, Any]:
+        """Call a tool by name; its dict or `{"error": {...}}`."""
+
+    async def create(
+        self,
+        role: str,
+        *,
+        name: str | None = None,
+        scope: str | None = None,
+        parent_id: str | None = None,
+        run_id: str | None = None,
+        origin: Origin | None = None,
+        source: str = "api",
+        group_key: str | None = None,
+        display_name: str | None = None,
+        boss: bool = False,
+    ) -> SessionRecord:
+        """Create a session of `role`."""
+
+    async def enqueue(self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False) -> int:
+        """Queue input for a session's next turn; returns how many inputs now wait."""
+
+    async def wait(self, session_id: str, timeout: float) -> tuple[SessionRecord, bool]:
+        """Wait until the session settles; returns it and whether the wait timed out."""
+
+    async def snapshot(self, session: SessionRecord, *, timed_out: bool = False) -> dict[str, JsonValue]:
+        """The status snapshot `agent_await` and `agent_task` return."""
+
+    def stuck_after(self, role: str) -> float:
+        """The role's stuck threshold in seconds."""
+
+    async def stop(self, session_id: str, *, by: str = "a person") -> bool:
+        """Stop the session's turn; returns whether there was one."""
+
+    def stop_reason(self, session_id: str) -> str:
+        """Who stopped the session's turn (consumed by the turn that ends)."""
+
+    async def delete(self, session_id: str, *, by: str = "a person") -> SessionRecord:
+        """Soft-delete a session."""
+
+    async def answer(self, request_id: str, answer: JsonValue, *, by: str = "a person") -> RequestRecord:
+        """Resolve a pending request; the paused turn continues."""
+
+    async def live_children(self, session_id: str) -> list[SessionRecord]:
+        """Sub-agents of a session that have not ended."""
+
+    async def note_spawn(self, parent_id: str, child: SessionRecord, tool_call_id: str | None) -> None:
+        """Record on the parent that it spawned `child`."""
