@@ -203,10 +203,10 @@ def problems(found: Import) -> Iterator[str]:
         yield f"{found}: the {LAYERS[mine][0]} layer imports the {LAYERS[theirs][0]} layer above it"
     if _within(target, ENGINE) and mine < surfaces and importer not in ENGINE_ALLOWED and importer != ENGINE:
         yield f"{found}: only the surfaces import the engine; take the runtime services instead"
-    if _within(importer, "agentwatch.watchers") and _within(target, "agentwatch.watchers") and importer != target:
-        if watcher_rank(target) > watcher_rank(importer):
-            line = " → ".join(WATCHERS)
-            yield f"{found}: the watchers' line is {line}; {importer} may not import {target}"
+    in_watchers = _within(importer, "agentwatch.watchers") and _within(target, "agentwatch.watchers")
+    if in_watchers and importer != target and watcher_rank(target) > watcher_rank(importer):
+        line = " → ".join(WATCHERS)
+        yield f"{found}: the watchers' line is {line}; {importer} may not import {target}"
 
 
 def violations() -> dict[tuple[str, str], list[str]]:
@@ -239,7 +239,7 @@ def _check(importer: str, source: str) -> list[str]:
     path = MODULES[importer]
     original = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
-    result = []
+    result: list[str] = []
     for node, how in _walk(tree, "module"):
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = (
