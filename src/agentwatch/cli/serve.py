@@ -1,0 +1,83 @@
+"""`agentwatch serve` and `agentwatch mcp`: the engine as a service, and its tools as an MCP server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from agentwatch.config import load_config
+from agentwatch.errors import MissingDependency
+
+__all__ = ["mcp", "serve"]
+
+_EXTRA = "the service needs its extra: pip install 'agentwatch[service]'"
+
+
+@click.command()
+@click.option("--host", default=None, help="Address to bind (default: [server] bind, then 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port to listen on (default: [server] bind, then 8765; 0 = any).")
+@click.option("--store", "store_url", metavar="URL", default=None, help="Store URL (default: $AGENTWATCH_STORE).")
+@click.option(
+    "--deploy-hold-minutes",
+    type=float,
+    default=None,
+    help="On SIGTERM, how long running turns may go on before they are cut off (default 60; 0 = do not wait).",
+)
+def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold_minutes: float | None) -> None:
+    """Run the engine as a service: turns, observers and held requests keep running, and the tools are served
+    over HTTP, WebSocket/SSE attach and MCP.
+
+    \b
+    Binding an address other than 127.0.0.1 needs a token: AGENTWATCH_TOKEN (or one is generated and
+    printed); AGENTWATCH_READ_TOKEN may call only the read tools. SIGTERM drains: no new turn starts and
+    running turns go on for up to --deploy-hold-minutes; a second SIGTERM stops at once.
+
+    \b
+    Examples:
+      agentwatch serve                                  http://127.0.0.1:8765
+      AGENTWATCH_TOKEN=s3cret agentwatch serve --host 0.0.0.0 --port 9000
+      curl -X POST localhost:8765/api/tools/agent_list -H 'content-type: application/json' -d '{}'
+    """
+    try:
+        from agentwatch.service.server import serve as run_service
+    except ImportError as exc:
+        raise MissingDependency(f"{_EXTRA} ({exc.name} is missing)") from None
+    config = load_config(Path("."))
+    if store_url:
+        config = config.model_copy(update={"store": store_url})
+    bind_host, _, bind_port = config.server.bind.rpartition(":")
+    asyncio.run(
+        run_service(
+            host=host or bind_host.strip("[]") or "127.0.0.1",
+            port=port if port is not None else int(bind_port or 8765),
+            config=config,
+            hold_minutes=deploy_hold_minutes,
+        )
+    )
+
+
+@click.command()
+@click.option("--store", "store_url", metavar="URL", default=None, help="Store URL (default: $AGENTWATCH_STORE).")
+@click.option("--read-only", is_flag=True, help="Offer only the grant-free (read) tools.")
+def mcp(store_url: str | None, read_only: bool) -> None:
+    """Serve the tools as an MCP server on stdin/stdout (for an MCP client that starts it).
+
+    \b
+    Every read tool and the drive tools, with the same names and JSON schemas as `engine.call_tool`. The
+    engine runs inside this process while the client is connected; `agentwatch serve` offers the same
+    server over HTTP at /mcp.
+
+    \b
+    Example (an MCP client's configuration):
+      {"command": "agentwatch", "args": ["mcp", "--store", "sqlite:///.agentwatch/agentwatch.db"]}
+    """
+    try:
+        from agentwatch.service.stdio import run_mcp_stdio
+    except ImportError as exc:
+        raise MissingDependency(f"{_EXTRA} ({exc.name} is missing)") from None
+    config = load_config(Path("."))
+    if store_url:
+        config = config.model_copy(update={"store": store_url})
+    asyncio.run(run_mcp_stdio(config, read_only=read_only))

@@ -1,0 +1,103 @@
+"""The tools over HTTP: `POST /api/tools/{name}` takes exactly the arguments of `engine.call_tool` and
+answers its dict; `GET /api/tools` lists the tools with their JSON schemas.
+
+The HTTP status follows the error code (`invalid_argument` 400, `unauthenticated` 401, `forbidden` and
+`denied` 403, `not_found` 404, `conflict` and `ambiguous` 409, `too_large` 413, `invalid` 422, 429 when rate
+limited, 503 while the service drains or the store is down); a refused call is always a structured error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agentwatch.service._wire import error, status_for
+from agentwatch.service.access import access_of
+from agentwatch.tools import Tool
+
+if TYPE_CHECKING:
+    from agentwatch.service.app import ServiceState
+
+__all__ = ["call_tool_endpoint", "callable_tools", "list_tools_endpoint", "refusal_for"]
+
+log = logging.getLogger(__name__)
+
+
+def callable_tools(tools: dict[str, Tool]) -> list[Tool]:
+    """The tools a caller can reach from outside an agent's turn (not `ask_user`), sorted by name."""
+    return sorted((t for t in tools.values() if not t.asks_user), key=lambda t: t.name)
+
+
+def refusal_for(state: ServiceState, tool: Tool | None, access: str) -> dict[str, Any] | None:
+    """Why this caller may not call `tool` now, or None (an unknown tool is left to `call_tool`)."""
+    if tool is None:
+        return None
+    if tool.grant is not None and access != "full":
+        return error("forbidden", f"{tool.name} needs the {tool.grant!r} grant; a read-only token calls only reads")
+    if tool.grant is not None and state.draining:
+        return error("unavailable", f"the service is draining for a restart; call {tool.name} again in a moment")
+    return None
+
+
+def _json(answer: dict[str, Any], status: int | None = None) -> Response:
+    body = json.dumps(answer, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+    return Response(body, status_code=status or status_for(answer), media_type="application/json")
+
+
+async def call_tool_endpoint(request: Request) -> Response:
+    """`POST /api/tools/{name}` with the JSON arguments object (an empty body means `{}`)."""
+    state: ServiceState = request.app.state.service
+    name = request.path_params["name"]
+    tool = state.engine.tools.get(name)
+    refusal = refusal_for(state, tool, access_of(request.scope))
+    if refusal is not None:
+        return _json(refusal)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await request.body()
+    if body.strip() and content_type != "application/json":
+        return _json(error("unsupported_media_type", "send the arguments as `Content-Type: application/json`"))
+    try:
+        args = json.loads(body) if body.strip() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _json(error("invalid_argument", f"the body is not JSON ({exc}); send the arguments object"))
+    if not isinstance(args, dict):
+        return _json(error("invalid_argument", f"{name} takes a JSON object of arguments, got {type(args).__name__}"))
+    answer = await state.engine.call_tool(name, args)
+    return _json(answer)
+
+
+async def list_tools_endpoint(request: Request) -> Response:
+    """`GET /api/tools`: every callable tool with its description, argument schema and grant."""
+    state: ServiceState = request.app.state.service
+    access = access_of(request.scope)
+    return _json(
+        {
+            "tools": [
+                {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                    "grant": tool.grant,
+                    "callable": tool.grant is None or access == "full",
+                }
+                for tool in callable_tools(state.engine.tools)
+            ]
+        }
+    )
+
+
+async def json_error(request: Request, exc: Exception) -> Response:
+    """Starlette's HTTP errors (an unknown path, a wrong method) as structured errors."""
+    status = getattr(exc, "status_code", 500)
+    if status == 404:
+        return _json(error("not_found", f"nothing at {request.url.path!r}; the tools are under /api/tools"), 404)
+    if status == 405:
+        return _json(error("method_not_allowed", f"{request.method} is not allowed on {request.url.path!r}"), 405)
+    if status < 500:
+        return _json(error("bad_request", str(getattr(exc, "detail", "bad request"))), status)
+    log.exception("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
+    return _json(error("internal", "the service failed on this request; the failure is logged"), 500)

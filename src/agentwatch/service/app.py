@@ -1,0 +1,84 @@
+"""The service's ASGI app, built by `create_app(engine, settings)` (tests build it inline)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+
+from agentwatch.runtime.engine import Engine
+from agentwatch.service.access import Guard, ServiceSettings
+from agentwatch.service.api import call_tool_endpoint, callable_tools, json_error, list_tools_endpoint
+from agentwatch.service.attach import events_sse, events_websocket
+from agentwatch.service.broadcast import Broadcaster
+from agentwatch.service.mcp import mcp_http_app, mcp_server
+from agentwatch.service.openapi import openapi_document
+
+__all__ = ["ServiceState", "create_app"]
+
+
+@dataclass
+class ServiceState:
+    """What every route of one service shares."""
+
+    engine: Engine
+    settings: ServiceSettings
+    broadcaster: Broadcaster
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the service stops: open attach streams end so the process can exit."""
+    draining: bool = False
+    """True once a stop was asked for: no tool that starts work is accepted."""
+
+
+def create_app(
+    engine: Engine, settings: ServiceSettings | None = None, *, state: ServiceState | None = None
+) -> Starlette:
+    """The HTTP, WebSocket/SSE and MCP surfaces over a running `engine`.
+
+    Installs the broadcaster's observer in the engine (every session's driver gets one). The app's lifespan
+    runs the MCP session manager; the engine itself is opened and closed by the caller.
+    """
+    settings = settings or ServiceSettings()
+    if state is None:
+        state = ServiceState(engine, settings, Broadcaster(backlog=settings.client_backlog))
+        engine.start_with_observer(state.broadcaster.observer)
+    mcp_app, manager = mcp_http_app(mcp_server(state), max_body_bytes=settings.max_body_bytes)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "draining" if state.draining else "ok"})
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document(callable_tools(engine.tools)))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            try:
+                yield
+            finally:
+                state.stopping.set()
+
+    app = Starlette(
+        routes=[
+            Route("/api/health", health, methods=["GET"]),
+            Route("/api/openapi.json", openapi, methods=["GET"]),
+            Route("/api/tools", list_tools_endpoint, methods=["GET"]),
+            Route("/api/tools/{name}", call_tool_endpoint, methods=["POST"]),
+            Route("/api/agents/{id}/events", events_sse, methods=["GET"]),
+            WebSocketRoute("/api/agents/{id}/events", events_websocket),
+            Route("/mcp", mcp_app),
+        ],
+        middleware=[Middleware(Guard, settings=settings)],
+        exception_handlers={HTTPException: json_error, Exception: json_error},
+        lifespan=lifespan,
+    )
+    app.state.service = state
+    return app

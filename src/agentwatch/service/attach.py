@@ -1,0 +1,326 @@
+"""Live attach over the network: `/api/agents/{id}/events?after=<cursor>` as a WebSocket or as SSE.
+
+A client gets a snapshot (the session's committed history, the partial turn, in-progress thinking and
+pending choices) and then every later event, exactly once relative to the snapshot. With `after` (or SSE's
+`Last-Event-ID`) it gets every event after that cursor instead of a snapshot, so a client that reconnects
+with the last id it saw misses nothing and sees nothing twice.
+
+Frames are JSON objects told apart by `kind`:
+
+- `{"kind": "snapshot", "cursor": ..., "history": [...], "partial": {...} | null, "pendingChoices": [...]}`
+- `{"kind": "event", "event": {..., "cursor": ...}}`
+- `{"kind": "error", "error": {"code": ..., "message": ...}}`, after which the server closes the stream.
+
+Over SSE the frame's `kind` is the SSE event name and its cursor the SSE `id`. Over a WebSocket the server
+closes with code 4000 + the HTTP status of the error (4400, 4401, 4403, 4404, 4413), 1001 when the service
+stops, or 1008 when the client sent something other than `{"type": "ping"}`.
+
+A client that falls behind (its queue in the broadcaster fills up) is cut loose by the broadcaster without
+slowing the session; its stream then catches up from the store from the last event it was given and
+attaches again, still with no gap. A client that stops reading altogether is disconnected once a send has
+waited `send_timeout` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import JsonValue
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from agentwatch.errors import AgentwatchError
+from agentwatch.events import Event, StreamCursor
+from agentwatch.live import Lagged
+from agentwatch.service._wire import error, event_json, snapshot_json, status_for
+
+if TYPE_CHECKING:
+    from agentwatch.service.app import ServiceState
+
+__all__ = ["Frame", "attach_frames", "events_sse", "events_websocket"]
+
+log = logging.getLogger(__name__)
+
+_RING_LIMIT = 10_000
+_PAGE = 500
+_KEEPALIVE_SECONDS = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One message of an attach stream."""
+
+    kind: Literal["snapshot", "event", "error"]
+    cursor: str | None
+    """The position a reconnect resumes after (the SSE id); None for an error."""
+    body: dict[str, JsonValue]
+
+    def json(self) -> str:
+        return json.dumps({"kind": self.kind, **self.body}, separators=(",", ":"), ensure_ascii=False)
+
+
+def _event_frame(event: Event) -> Frame:
+    return Frame("event", event.cursor.encode(), {"event": event_json(event)})
+
+
+async def attach_frames(
+    state: ServiceState, session_id: str, after: StreamCursor | None
+) -> AsyncGenerator[Frame, None]:
+    """The frames of one attach: a snapshot (or the events after `after`), then every later event, forever.
+
+    Raises `AgentwatchError` (no such session) before the first frame.
+    """
+    engine, broadcaster = state.engine, state.broadcaster
+    cursor = after
+    while True:
+        client = await broadcaster.attach(engine, session_id)
+        try:
+            snapshot = client.snapshot
+            assert snapshot is not None
+            position = snapshot.position
+            if cursor is None:
+                yield Frame("snapshot", position.encode(), snapshot_json(snapshot))
+                cursor = position
+            else:
+                async for event in _between(state, session_id, cursor, position):
+                    yield _event_frame(event)
+                    cursor = event.cursor
+                cursor = max(cursor, position)
+            while True:
+                event = await client.next()
+                if event.cursor <= cursor:
+                    continue
+                yield _event_frame(event)
+                cursor = event.cursor
+        except Lagged:
+            continue  # the broadcaster cut this client loose: catch up from the store, then attach again
+        finally:
+            broadcaster.detach(client)
+
+
+async def _between(
+    state: ServiceState, session_id: str, cursor: StreamCursor, position: StreamCursor
+) -> AsyncIterator[Event]:
+    """The events after `cursor` up to `position`: from the live ring when it still holds all of them
+    (deltas included), else the durable ones from the store."""
+    if position <= cursor:
+        return
+    engine = state.engine
+    retained = await engine.ring.recent(session_id, after=cursor, limit=_RING_LIMIT)
+    if retained and (cursor.seq + 1, 0) >= (retained[0].seq, retained[0].sub) and retained[-1].cursor >= position:
+        for event in retained:
+            if event.cursor > position:
+                return
+            yield event
+        return
+    after_seq = cursor.seq
+    while after_seq < position.seq:
+        page = await engine.store.read_events(session_id, after_seq=after_seq, limit=_PAGE)
+        for event in page:
+            if event.seq > position.seq:
+                return
+            yield event
+        if len(page) < _PAGE:
+            return
+        after_seq = page[-1].seq
+
+
+def _parse_after(text: str | None, session_id: str) -> StreamCursor | None:
+    if text is None or text == "":
+        return None
+    return StreamCursor.decode(text, session_id=session_id)
+
+
+# -- WebSocket --------------------------------------------------------------------------------------------
+
+
+async def events_websocket(websocket: WebSocket) -> None:
+    """`GET /api/agents/{id}/events` upgraded to a WebSocket."""
+    state: ServiceState = websocket.app.state.service
+    await websocket.accept()
+    session_id = websocket.path_params["id"]
+    try:
+        after = _parse_after(websocket.query_params.get("after"), session_id)
+    except AgentwatchError as exc:
+        await _ws_refuse(websocket, exc.to_dict())
+        return
+    frames = attach_frames(state, session_id, after)
+    pump = asyncio.create_task(_ws_pump(websocket, frames, state.settings.send_timeout))
+    listen = asyncio.create_task(_ws_listen(websocket, state.settings.max_message_bytes))
+    stopping = asyncio.create_task(state.stopping.wait())
+    try:
+        done, _ = await asyncio.wait({pump, listen, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (pump, listen, stopping):
+            task.cancel()
+        await asyncio.gather(pump, listen, stopping, return_exceptions=True)
+        await frames.aclose()
+    if stopping in done:
+        await _ws_close(websocket, 1001, "the service is stopping; reconnect with your last cursor")
+        return
+    if listen in done and not listen.cancelled() and listen.exception() is None:
+        refusal = listen.result()
+        if refusal is not None:
+            await _ws_refuse(websocket, refusal, close_code=1008)
+        return
+    if pump in done and not pump.cancelled():
+        failure = pump.exception()
+        if isinstance(failure, AgentwatchError):
+            await _ws_refuse(websocket, failure.to_dict())
+        elif failure is not None and not isinstance(failure, WebSocketDisconnect | TimeoutError | OSError):
+            log.warning("attach stream of %s failed: %r", session_id, failure)
+            await _ws_refuse(websocket, error("internal", "the attach stream failed; reconnect with your cursor"))
+        elif isinstance(failure, TimeoutError):
+            await _ws_close(websocket, 1008, "the client did not read; reconnect with your last cursor")
+
+
+async def _ws_pump(websocket: WebSocket, frames: AsyncIterator[Frame], send_timeout: float) -> None:
+    async for frame in frames:
+        await asyncio.wait_for(websocket.send_text(frame.json()), send_timeout)
+
+
+async def _ws_listen(websocket: WebSocket, max_bytes: int) -> dict[str, JsonValue] | None:
+    """Read what the client sends: pings only. Returns None when it goes away, else why it is refused."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return None
+        data: Any = message.get("text")
+        if data is None:
+            data = message.get("bytes")
+        if data is not None and len(data) > max_bytes:
+            return error("too_large", f"a message to the server may be at most {max_bytes} bytes")
+        try:
+            parsed = json.loads(data) if data is not None else None
+        except (ValueError, UnicodeDecodeError):
+            parsed = None
+        if parsed != {"type": "ping"}:
+            return error("invalid_argument", 'the server only reads {"type": "ping"} on this socket')
+
+
+async def _ws_refuse(websocket: WebSocket, refusal: dict[str, Any], *, close_code: int | None = None) -> None:
+    frame = Frame("error", None, refusal)
+    code = close_code or 4000 + status_for(refusal)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(websocket.send_text(frame.json()), 5.0)
+    await _ws_close(websocket, code, str(refusal.get("error", {}).get("code", "error")))
+
+
+async def _ws_close(websocket: WebSocket, code: int, reason: str) -> None:
+    with contextlib.suppress(Exception):
+        await websocket.close(code, reason[:120])
+
+
+# -- Server-sent events -----------------------------------------------------------------------------------
+
+
+async def events_sse(request: Request) -> _SSEResponse:
+    """`GET /api/agents/{id}/events` as a `text/event-stream` (`Last-Event-ID` wins over `after`)."""
+    state: ServiceState = request.app.state.service
+    session_id = request.path_params["id"]
+    text = request.headers.get("last-event-id") or request.query_params.get("after")
+    return _SSEResponse(state, session_id, text)
+
+
+class _SSEResponse:
+    """An SSE stream written straight to ASGI, so each write has a timeout and a disconnect ends it."""
+
+    def __init__(self, state: ServiceState, session_id: str, after: str | None) -> None:
+        self.state = state
+        self.session_id = session_id
+        self.after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = self.state
+        try:
+            after = _parse_after(self.after, self.session_id)
+            frames = attach_frames(state, self.session_id, after)
+            first = await anext(frames)
+        except AgentwatchError as exc:
+            await _send_json_error(send, exc.to_dict())
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-store"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
+        pump = asyncio.create_task(self._pump(send, first, frames))
+        gone = asyncio.create_task(_disconnected(receive))
+        stopping = asyncio.create_task(state.stopping.wait())
+        try:
+            await asyncio.wait({pump, gone, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (pump, gone, stopping):
+                task.cancel()
+            await asyncio.gather(pump, gone, stopping, return_exceptions=True)
+            await frames.aclose()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(send({"type": "http.response.body", "body": b"", "more_body": False}), 1.0)
+
+    async def _pump(self, send: Send, first: Frame, frames: AsyncGenerator[Frame, None]) -> None:
+        timeout = self.state.settings.send_timeout
+        ready: asyncio.Queue[Frame] = asyncio.Queue(maxsize=1)
+        await asyncio.wait_for(send(_sse_chunk(first)), timeout)
+
+        async def produce() -> None:
+            async for frame in frames:
+                await ready.put(frame)
+
+        producer = asyncio.create_task(produce())
+        try:
+            while True:
+                if producer.done():
+                    producer.result()  # re-raise what ended it
+                try:
+                    frame = await asyncio.wait_for(ready.get(), _KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    await asyncio.wait_for(send(_KEEPALIVE), timeout)
+                    continue
+                await asyncio.wait_for(send(_sse_chunk(frame)), timeout)
+        finally:
+            producer.cancel()
+            await asyncio.gather(producer, return_exceptions=True)
+
+
+_KEEPALIVE = {"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True}
+
+
+def _sse_chunk(frame: Frame) -> dict[str, Any]:
+    lines = []
+    if frame.cursor is not None:
+        lines.append(f"id: {frame.cursor}")
+    lines.append(f"event: {frame.kind}")
+    lines.append(f"data: {frame.json()}")
+    return {"type": "http.response.body", "body": ("\n".join(lines) + "\n\n").encode(), "more_body": True}
+
+
+async def _disconnected(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _send_json_error(send: Send, refusal: dict[str, Any]) -> None:
+    body = json.dumps(refusal).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status_for(refusal),
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,97 @@
+"""The tools as an MCP server (the official `mcp` SDK, 2.x): `agentwatch mcp` on stdio, and streamable HTTP
+at `/mcp` inside `agentwatch serve`.
+
+Every tool a caller may reach from outside an agent's turn is listed with the same name, description and
+JSON schema as `engine.call_tool`; a call answers the same dict, as structured content and as JSON text, and
+a refused call is an MCP tool error whose content is the structured error. Over HTTP the caller's token
+decides what it sees: a read-only token lists and calls only grant-free tools.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+
+from agentwatch.service._wire import error
+from agentwatch.service.access import ACCESS_KEY, Access
+from agentwatch.service.api import callable_tools, refusal_for
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+
+    from agentwatch.service.app import ServiceState
+
+__all__ = ["mcp_http_app", "mcp_server", "run_stdio"]
+
+SERVER_NAME = "agentwatch"
+
+
+def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Server[Any]:
+    """An MCP server over the service's engine. `default_access` applies where no HTTP guard ran (stdio)."""
+
+    def access(ctx: ServerRequestContext[Any, Any]) -> Access:
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        if isinstance(scope, dict):
+            value: Access = scope.get(ACCESS_KEY, "read")
+            return value
+        return default_access
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        level = access(ctx)
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=tool.name, description=tool.description, input_schema=dict(tool.parameters))
+                for tool in callable_tools(state.engine.tools)
+                if tool.grant is None or level == "full"
+            ]
+        )
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        tool = state.engine.tools.get(params.name)
+        answer = refusal_for(state, tool, access(ctx))
+        if answer is None and tool is not None and tool.asks_user:
+            answer = error("invalid_argument", f"{tool.name} opens a request from inside an agent's turn")
+        if answer is None:
+            answer = await state.engine.call_tool(params.name, dict(params.arguments or {}))
+        failed = set(answer) == {"error"}
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(answer, ensure_ascii=False, default=str))],
+            structured_content=answer,
+            is_error=failed,
+        )
+
+    return Server(
+        SERVER_NAME,
+        instructions="Read and drive agentwatch agents: the same tools as `engine.call_tool`.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def mcp_http_app(
+    server: Server[Any], *, max_body_bytes: int
+) -> tuple[StreamableHTTPASGIApp, StreamableHTTPSessionManager]:
+    """The streamable HTTP endpoint (stateless, JSON answers) and the manager whose `run()` the app's
+    lifespan must enter."""
+    manager = StreamableHTTPSessionManager(
+        app=server, stateless=True, json_response=True, max_request_body_size=max_body_bytes
+    )
+    return StreamableHTTPASGIApp(manager), manager
+
+
+async def run_stdio(state: ServiceState, *, access: Access = "full") -> None:
+    """Serve MCP on this process's stdin and stdout until the client closes them."""
+    from mcp.server.stdio import stdio_server
+
+    server = mcp_server(state, default_access=access)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())

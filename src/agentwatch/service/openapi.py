@@ -1,0 +1,146 @@
+"""The OpenAPI document of the HTTP surface, generated from the tools' own JSON schemas.
+
+`docs/openapi.json` is this document for an engine with the built-in tools; a test regenerates it and
+fails on drift. Regenerate it with `python -m agentwatch.service.openapi > docs/openapi.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from agentwatch.service._wire import STATUS_BY_CODE
+from agentwatch.tools import Tool
+
+__all__ = ["openapi_document"]
+
+_ERROR_STATUSES = ("400", "401", "403", "404", "409", "413", "415", "422", "429", "503")
+
+
+def openapi_document(tools: Iterable[Tool], *, version: str = "0") -> dict[str, Any]:
+    """OpenAPI 3.1 for `/api/tools`, each tool's `POST /api/tools/{name}`, and the attach stream."""
+    components: dict[str, Any] = {
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "required": ["code", "message"],
+                    "properties": {
+                        "code": {"type": "string", "enum": [*sorted(STATUS_BY_CODE), "internal"]},
+                        "message": {"type": "string"},
+                        "details": {"type": "object"},
+                    },
+                }
+            },
+        }
+    }
+    error_responses = {
+        status: {
+            "description": "A refused call",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
+        for status in _ERROR_STATUSES
+    }
+    paths: dict[str, Any] = {
+        "/api/tools": {
+            "get": {
+                "operationId": "list_tools",
+                "summary": "Every tool with its description, argument schema and grant",
+                "responses": {"200": {"description": "The tools", "content": {"application/json": {}}}},
+            }
+        },
+        "/api/agents/{id}/events": {
+            "get": {
+                "operationId": "attach",
+                "summary": "Live attach: a snapshot then every later event (SSE; the same path takes a WebSocket)",
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
+                    {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "The event stream", "content": {"text/event-stream": {}}},
+                    **{s: error_responses[s] for s in ("400", "401", "403", "404")},
+                },
+            }
+        },
+    }
+    for tool in sorted(tools, key=lambda t: t.name):
+        if tool.asks_user:
+            continue
+        schema = copy.deepcopy(dict(tool.parameters))
+        defs = schema.pop("$defs", None)
+        if not isinstance(defs, dict):
+            defs = {}
+        prefix = f"{tool.name}."
+        for name, definition in sorted(defs.items()):
+            components[prefix + name] = _rebase(definition, prefix)
+        components[f"{tool.name}.args"] = _rebase(schema, prefix)
+        operation: dict[str, Any] = {
+            "operationId": tool.name,
+            "summary": tool.description.split("\n", 1)[0],
+            "description": tool.description,
+            "requestBody": {
+                "required": False,
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{tool.name}.args"}}},
+            },
+            "responses": {
+                "200": {
+                    "description": "The tool's answer",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                **error_responses,
+            },
+        }
+        if tool.grant is not None:
+            operation["x-agentwatch-grant"] = tool.grant
+        paths[f"/api/tools/{tool.name}"] = {"post": operation}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "agentwatch", "version": version},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{}, {"token": []}],
+    }
+
+
+def _rebase(node: Any, prefix: str) -> Any:
+    """Point `#/$defs/X` references at the hoisted `#/components/schemas/<prefix>X`."""
+    if isinstance(node, dict):
+        out = {key: _rebase(value, prefix) for key, value in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            out["$ref"] = f"#/components/schemas/{prefix}{ref[len('#/$defs/') :]}"
+        return out
+    if isinstance(node, list):
+        return [_rebase(item, prefix) for item in node]
+    return node
+
+
+async def _default_document() -> dict[str, Any]:
+    from agentwatch.runtime.engine import Engine
+
+    with tempfile.TemporaryDirectory() as root:
+        store = f"sqlite:///{Path(root) / 'openapi.db'}"
+        async with Engine.open(store, root=root, agents_dir=Path(root) / "agents", recover=False) as engine:
+            return openapi_document(engine.tools.values())
+
+
+def main() -> None:
+    """Print the document for an engine with the built-in tools."""
+    sys.stdout.write(json.dumps(asyncio.run(_default_document()), indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

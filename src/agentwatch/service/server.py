@@ -1,0 +1,223 @@
+"""`agentwatch serve`: one long-lived process that runs the engine and serves it.
+
+The engine keeps running everything that must keep running (turns, observers, held requests reaching a
+person at their time, retention); uvicorn serves the app of `create_app`.
+
+Stopping (SIGTERM, or Ctrl-C) drains, as a deploy expects: no new turn starts and tools that start work are
+refused (503 `unavailable`), reads and attach streams keep answering, and running turns go on for up to
+`deploy_hold_minutes` counted from the signal (0 = do not wait). Then the service stops; a turn still
+running is cut off and continues on the next start, as after a crash. A second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable, Generator
+from typing import Any
+
+import uvicorn
+
+from agentwatch.config import Config
+from agentwatch.errors import InvalidArgument
+from agentwatch.runtime.engine import Engine
+from agentwatch.service.access import ServiceSettings, is_loopback
+from agentwatch.service.app import ServiceState, create_app
+
+__all__ = ["DEFAULT_DEPLOY_HOLD_MINUTES", "Drain", "deploy_hold_minutes", "serve", "settings_from_env"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEPLOY_HOLD_MINUTES = 60.0
+"""How long a stopping service lets running turns go on (`deploy_hold_minutes`)."""
+
+
+def deploy_hold_minutes(config: Config, override: float | None = None) -> float:
+    """The hold: the option, else `AGENTWATCH_DEPLOY_HOLD_MINUTES`, else `[server] deploy_hold_minutes`, else 60."""
+    if override is not None:
+        value: Any = override
+    elif os.environ.get("AGENTWATCH_DEPLOY_HOLD_MINUTES"):
+        value = os.environ["AGENTWATCH_DEPLOY_HOLD_MINUTES"]
+    else:
+        value = getattr(config.server, "deploy_hold_minutes", DEFAULT_DEPLOY_HOLD_MINUTES)
+    try:
+        minutes = float(value)
+    except ValueError:
+        raise InvalidArgument(f"deploy_hold_minutes must be a number of minutes, not {value!r}") from None
+    if minutes < 0:
+        raise InvalidArgument(f"deploy_hold_minutes cannot be negative ({minutes})")
+    return minutes
+
+
+def settings_from_env(host: str, *, announce: Callable[[str], None]) -> ServiceSettings:
+    """Tokens from `AGENTWATCH_TOKEN` / `AGENTWATCH_READ_TOKEN`; a non-loopback bind without one gets a
+    generated token, announced once."""
+    token = os.environ.get("AGENTWATCH_TOKEN") or None
+    read_token = os.environ.get("AGENTWATCH_READ_TOKEN") or None
+    origins = tuple(o for o in os.environ.get("AGENTWATCH_ALLOWED_ORIGINS", "").split(",") if o)
+    if token is None and not is_loopback(host):
+        token = secrets.token_urlsafe(24)
+        announce(f"token (binding {host}, every request must carry it): {token}")
+    return ServiceSettings(token=token, read_token=read_token, allowed_origins=origins)
+
+
+def running_turns(engine: Engine) -> int:
+    """Turns in progress in this engine."""
+    counter = getattr(engine, "running_turns", None)
+    if callable(counter):
+        return int(counter())
+    return sum(1 for driver in list(engine._drivers.values()) if driver.turn_running)
+
+
+def stop_new_turns(engine: Engine) -> None:
+    """No new turn starts in this engine; running ones go on.
+
+    Uses `engine.drain()` when the engine has it; otherwise marks every session driver as closing (its turn
+    loop ends after the running turn, and kicks are ignored), which a drain loop repeats for drivers made
+    later.
+    """
+    drain = getattr(engine, "drain", None)
+    if callable(drain):
+        drain()
+        return
+    for driver in list(engine._drivers.values()):
+        driver.closing = True
+
+
+class Drain:
+    """The stop sequence: the first signal drains for up to the hold, a second one stops now."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        state: ServiceState,
+        server: uvicorn.Server,
+        hold_seconds: float,
+        announce: Callable[[str], None],
+    ) -> None:
+        self.engine = engine
+        self.state = state
+        self.server = server
+        self.hold_seconds = hold_seconds
+        self.announce = announce
+        self.signals = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def signal(self) -> None:
+        """A stop was asked for."""
+        self.signals += 1
+        if self.signals > 1:
+            self.announce("stopping now; running turns continue on the next start")
+            self._finish(force=True)
+            return
+        self.state.draining = True
+        stop_new_turns(self.engine)
+        self._task = asyncio.get_running_loop().create_task(self._hold())
+
+    async def _hold(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.hold_seconds
+        running = running_turns(self.engine)
+        if running and self.hold_seconds > 0:
+            self.announce(
+                f"draining: {running} turn(s) running; waiting up to {self.hold_seconds / 60:g} min "
+                "(signal again to stop now)"
+            )
+        while self.hold_seconds > 0 and loop.time() < deadline:
+            stop_new_turns(self.engine)
+            if running_turns(self.engine) == 0:
+                break
+            await asyncio.sleep(0.1)
+        left = running_turns(self.engine)
+        if left:
+            self.announce(f"hold over: {left} turn(s) cut off; they continue on the next start")
+        self._finish(force=False)
+
+    def _finish(self, *, force: bool) -> None:
+        self.state.stopping.set()
+        self.server.should_exit = True
+        if force:
+            self.server.force_exit = True
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: `Drain` decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def bound_port(server: uvicorn.Server) -> int:
+    """The port the server listens on (useful with port 0)."""
+    for listener in server.servers:
+        for sock in listener.sockets:
+            name = sock.getsockname()
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                return int(name[1])
+    raise RuntimeError("the server is not listening")
+
+
+async def serve(
+    *,
+    host: str,
+    port: int,
+    config: Config,
+    hold_minutes: float | None = None,
+    settings: ServiceSettings | None = None,
+    announce: Callable[[str], None] | None = None,
+    engine_args: dict[str, Any] | None = None,
+) -> None:
+    """Open the engine on `config`'s store, serve it on `host:port` until stopped, drain, close."""
+    say = announce or (lambda text: print(text, file=sys.stderr, flush=True))
+    hold = deploy_hold_minutes(config, hold_minutes) * 60
+    settings = settings or settings_from_env(host, announce=say)
+    if settings.open and not is_loopback(host):
+        raise InvalidArgument(f"binding {host!r} needs a token: set AGENTWATCH_TOKEN")
+    async with Engine.open(config=config, **(engine_args or {})) as engine:
+        app = create_app(engine, settings)
+        state: ServiceState = app.state.service
+        server = _Server(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                lifespan="on",
+                log_level="warning",
+                ws_max_size=settings.max_message_bytes,
+                timeout_graceful_shutdown=5,
+                server_header=False,
+                proxy_headers=False,
+            )
+        )
+        drain = Drain(engine, state, server, hold, say)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, drain.signal)
+        try:
+            serving = asyncio.create_task(server.serve())
+            # uvicorn offers no event for "listening"; its startup takes a few ms
+            while not server.started and not serving.done():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            if server.started:
+                shown = f"[{host}]" if ":" in host else host
+                say(f"agentwatch serving on http://{shown}:{bound_port(server)} (store {_safe(config.store)})")
+            await serving
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+
+
+def _safe(url: str) -> str:
+    """A store URL without its password."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
+    return url

@@ -1,0 +1,25 @@
+"""`agentwatch mcp`: the engine in this process, its tools served as MCP over stdin/stdout."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from agentwatch.config import Config
+from agentwatch.runtime.engine import Engine
+from agentwatch.service.access import ServiceSettings
+from agentwatch.service.app import ServiceState
+from agentwatch.service.broadcast import Broadcaster
+from agentwatch.service.mcp import run_stdio
+
+__all__ = ["run_mcp_stdio"]
+
+
+async def run_mcp_stdio(config: Config, *, read_only: bool = False) -> None:
+    """Open the engine on `config` and serve MCP on stdio until the client hangs up."""
+    # stdout carries the protocol: everything else goes to stderr.
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    async with Engine.open(config=config) as engine:
+        settings = ServiceSettings()
+        state = ServiceState(engine, settings, Broadcaster())
+        await run_stdio(state, access="read" if read_only else "full")

@@ -1,0 +1,47 @@
+"""Helpers for service tests: roles on scripted models, and the app served by uvicorn on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+
+from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.service.server import _Server, bound_port
+
+
+def role(name: str, model: str, *, tools: tuple[str, ...] = (), **fields: Any) -> AgentDefinition:
+    """A role built in Python, as a project would."""
+    return AgentDefinition(name=name, model=model, instructions=f"You are {name}.", tools=tools, **fields)
+
+
+@asynccontextmanager
+async def served(app: Starlette, *, ws_max_size: int = 65_536) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on 127.0.0.1 and an ephemeral port; yields the base URL."""
+    server = _Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            lifespan="on",
+            log_level="warning",
+            ws_max_size=ws_max_size,
+            timeout_graceful_shutdown=2,
+        )
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("uvicorn did not start")
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{bound_port(server)}"
+    finally:
+        app.state.service.stopping.set()
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
