@@ -20,6 +20,7 @@ from agentwatch.events import (
     UserMessage,
 )
 from agentwatch.store import (
+    SCHEMA_VERSION,
     InputDraft,
     JournalEntry,
     ObserverRef,
@@ -660,8 +661,8 @@ async def test_info_reports_schema_and_sizes(store: Store, backend: str) -> None
 
     assert (info.backend, info.schema_version, info.code_schema_version, info.sessions, info.events) == (
         backend,
-        1,
-        1,
+        SCHEMA_VERSION,
+        SCHEMA_VERSION,
         1,
         2,
     )

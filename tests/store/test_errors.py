@@ -19,7 +19,7 @@ from agentwatch.errors import (
     SchemaTooNew,
     StoreUnavailable,
 )
-from agentwatch.store import SessionDraft, SessionFilter, connect_store, open_store
+from agentwatch.store import SCHEMA_VERSION, SessionDraft, SessionFilter, connect_store, open_store
 
 from .databases import sqlite_url
 
@@ -149,7 +149,10 @@ def test_a_database_from_a_newer_schema_is_refused_and_left_alone(store_url: str
         asyncio.run(connect_store(store_url))
 
     assert caught.value.code == "schema_too_new"
-    assert "written by a newer agentwatch (schema 99, this one knows 1); upgrade agentwatch" in caught.value.message
+    assert (
+        f"written by a newer agentwatch (schema 99, this one knows {SCHEMA_VERSION}); upgrade agentwatch"
+        in caught.value.message
+    )
     if backend == "sqlite":
         assert (path.read_bytes(), _sqlite_contents(path)) == before
     else:
@@ -202,6 +205,6 @@ async def test_two_processes_opening_a_fresh_database_migrate_once(store_url: st
         for _ in range(3)
     ]
     outputs = [(await child.communicate())[0] for child in children]
-    assert outputs == [b"1\n"] * 3
+    assert outputs == [f"{SCHEMA_VERSION}\n".encode()] * 3
     async with open_store(store_url) as store:
-        assert (await store.info()).schema_version == 1
+        assert (await store.info()).schema_version == SCHEMA_VERSION

@@ -17,6 +17,7 @@ from pydantic import BaseModel, JsonValue
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound, UserError
 from agentwatch.events import PAYLOAD_ADAPTER, PAYLOAD_TYPES, Event, NewEvent, Usage, new_id
+from agentwatch.store._leases import LeaseMethods
 from agentwatch.store._sql import (
     EVENT_INSERT,
     SESSION_COLUMNS,
@@ -117,7 +118,7 @@ def _patch_fields(patch: BaseModel) -> dict[str, Any]:
     return {name: getattr(patch, name) for name in patch.model_fields_set}
 
 
-class SqlStore(ABC):
+class SqlStore(LeaseMethods, ABC):
     """The `Store` contract over SQL; subclasses provide transactions, the dialect and `open`."""
 
     url: str
@@ -255,13 +256,19 @@ class SqlStore(ABC):
 
     # -- sessions -------------------------------------------------------------------------------------
 
-    async def create_session(self, draft: SessionDraft) -> SessionRecord:
-        """Create a session with its first conversation; `Conflict` when the name is taken in its scope."""
+    async def create_session(self, draft: SessionDraft, *, observer_ref: ObserverRef | None = None) -> SessionRecord:
+        """Create a session with its first conversation; `Conflict` when the name is taken in its scope.
+
+        With `observer_ref`, the new session is that pairing's observer: the ref is recorded, naming it, in
+        the same transaction (see `Store.create_session`).
+        """
         now = _now()
         session_id = draft.id or new_id("ses")
         conversation_id = new_id("cnv")
 
         async def create(tx: Tx) -> SessionRecord:
+            if observer_ref is not None:
+                await self._check_observer_slot(tx, observer_ref, session_id)
             if await tx.fetch("SELECT 1 FROM sessions WHERE id = ?", [session_id]):
                 raise Conflict(f"a session with id {session_id!r} already exists; leave `id` unset for a new one")
             taken = await tx.fetch(
@@ -285,9 +292,34 @@ class SqlStore(ABC):
                 {"id": conversation_id, "session_id": session_id, "started_at": now},
                 frozenset(),
             )
+            if observer_ref is not None:
+                ref = observer_ref.model_copy(update={"observer_session_id": session_id})
+                await self._upsert_observer_ref(tx, self._stored_ref(ref, now))
             return await self._session(tx, session_id)
 
         return await self._write(create)
+
+    async def _check_observer_slot(self, tx: Tx, ref: ObserverRef, observer_session_id: str) -> None:
+        """Refuse to create a second observer for one pairing: `Conflict` when the observed session's ref
+        already names another observer session that is neither stopped, finished nor deleted."""
+        # Locks the observed session's row (PostgreSQL) so two processes creating its observer at once
+        # take turns: the second sees the first's ref.
+        observed = await tx.fetch(
+            "SELECT 1 FROM sessions WHERE id = ?" + self._dialect.for_update, [ref.observed_session_id]
+        )
+        if not observed:
+            raise NotFound(no_session(ref.observed_session_id))
+        rows = await tx.fetch(
+            "SELECT observer_refs.observer_session_id FROM observer_refs JOIN sessions "
+            "ON sessions.id = observer_refs.observer_session_id "
+            "WHERE observer_refs.observed_session_id = ? AND NOT observer_refs.stopped AND sessions.live",
+            [ref.observed_session_id],
+        )
+        if rows and rows[0][0] != observer_session_id:
+            raise Conflict(
+                f"session {ref.observed_session_id!r} already has a live observer session ({rows[0][0]}); "
+                "stop it before pairing another"
+            )
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """One session by id, soft-deleted ones included. Raises `NotFound` (also once reaped)."""
@@ -864,9 +896,21 @@ class SqlStore(ABC):
 
     async def set_observer_ref(self, ref: ObserverRef) -> ObserverRef:
         """Record (or replace) the observer paired with `ref.observed_session_id`."""
-        now = _now()
+        stored = self._stored_ref(ref, _now())
+
+        async def upsert(tx: Tx) -> None:
+            await self._require_session(tx, ref.observed_session_id)
+            await self._upsert_observer_ref(tx, stored)
+
+        await self._write(upsert)
+        return stored
+
+    @staticmethod
+    def _stored_ref(ref: ObserverRef, now: datetime) -> ObserverRef:
         stopped_at = ref.stopped_at or (now if ref.stopped else None)
-        stored = ref.model_copy(update={"stopped_at": stopped_at, "updated_at": now})
+        return ref.model_copy(update={"stopped_at": stopped_at, "updated_at": now})
+
+    async def _upsert_observer_ref(self, tx: Tx, stored: ObserverRef) -> None:
         params = self._params(stored.model_dump(), frozenset())
         columns = list(params)
         updates = ", ".join(f"{column} = excluded.{column}" for column in columns[1:])
@@ -874,13 +918,7 @@ class SqlStore(ABC):
             f"INSERT INTO observer_refs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
             f"ON CONFLICT (observed_session_id) DO UPDATE SET {updates}"
         )
-
-        async def upsert(tx: Tx) -> None:
-            await self._require_session(tx, ref.observed_session_id)
-            await tx.execute(sql, list(params.values()))
-
-        await self._write(upsert)
-        return stored
+        await tx.execute(sql, list(params.values()))
 
     async def get_observer_ref(self, observed_session_id: str) -> ObserverRef | None:
         """The observer ref kept with a session, if any."""

@@ -10,6 +10,10 @@ Promises every backend keeps:
   concurrent writers (in one process or, on PostgreSQL, many).
 - Listings use keyset pagination (never OFFSET); a page cursor only works with the query it came from.
 - A bad argument raises `InvalidArgument` and writes nothing.
+- Leases (`acquire_lease` ...) are decided by ONE clock per store: PostgreSQL's server clock
+  (`clock_timestamp()`), whatever the clocks of the processes using it; SQLite's local clock (one machine).
+- At most one live observer session per pairing: `create_session(draft, observer_ref=ref)` creates the
+  observer session and records the ref naming it in one transaction, so no crash leaves two.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from agentwatch.store.records import (
     ConversationRecord,
     InputRecord,
     JournalEntry,
+    LeaseRecord,
     ObserverRef,
     Page,
     RequestRecord,
@@ -49,7 +54,7 @@ from agentwatch.store.records import (
 
 __all__ = ["SCHEMA_VERSION", "Store"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 
@@ -68,10 +73,17 @@ class Store(Protocol):
 
     # -- sessions -------------------------------------------------------------------------------------
 
-    async def create_session(self, draft: SessionDraft) -> SessionRecord:
+    async def create_session(self, draft: SessionDraft, *, observer_ref: ObserverRef | None = None) -> SessionRecord:
         """Create a session with its first conversation.
 
         Raises `Conflict` when a live session of the same scope already has the name.
+
+        With `observer_ref`, the new session is the observer of `observer_ref.observed_session_id`: the ref
+        is recorded (its `observer_session_id` set to the new session's id) in the same transaction, so a
+        crash can never leave an observer session without its ref, nor two observer sessions for one
+        pairing. If the observed session's ref already names a different observer session that is not
+        stopped and still live (neither finished nor deleted), raises `Conflict` and writes nothing;
+        `NotFound` when the observed session does not exist.
         """
 
     async def get_session(self, session_id: str) -> SessionRecord:
@@ -205,6 +217,28 @@ class Store(Protocol):
 
     async def read_journal(self, run_id: str, *, limit: int = 100) -> list[JournalEntry]:
         """A run's journal, oldest first."""
+
+    # -- leases ---------------------------------------------------------------------------------------
+    # Which process owns a session's turns. Expiry is decided by the store's one clock (see the module).
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool:
+        """Take the session's lease for `ttl` seconds (0 < ttl <= 86400) if it is free, expired, or already
+        held by `owner` (then it is extended to now + `ttl`); True when `owner` holds it after the call.
+        Atomic: of owners racing for one lease, exactly one wins. `NotFound` for an unknown session."""
+
+    async def renew_leases(self, owner: str, session_ids: Sequence[str], ttl: float) -> list[str]:
+        """Extend to now + `ttl` the leases among `session_ids` still held by `owner` (an expired one too, as
+        long as nobody took it over since); returns the ids held, in the order given. A lease taken over by
+        another owner after it expired is not renewed (and not returned)."""
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Give up the session's lease if `owner` holds it; otherwise nothing changes."""
+
+    async def get_lease(self, session_id: str) -> LeaseRecord | None:
+        """The session's lease, expired or not (see `LeaseRecord.expired`), or None when there is none."""
+
+    async def expired_leases(self, *, limit: int = 100) -> list[LeaseRecord]:
+        """Leases whose expiry has passed, longest expired first, at most `limit` (1..10000)."""
 
     # -- observer refs --------------------------------------------------------------------------------
 

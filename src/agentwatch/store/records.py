@@ -18,6 +18,7 @@ __all__ = [
     "InputDraft",
     "InputRecord",
     "JournalEntry",
+    "LeaseRecord",
     "ObserverRef",
     "Page",
     "RequestClose",
@@ -501,6 +502,20 @@ class ObserverRef(BaseModel):
     """The stopped-by-user tombstone: a stopped observer is never silently brought back."""
     stopped_at: AwareDatetime | None = None
     updated_at: AwareDatetime | None = None
+
+
+class LeaseRecord(BaseModel):
+    """Who owns a session's turns, and until when (see `Store.acquire_lease`)."""
+
+    model_config = _FROZEN
+
+    session_id: str
+    owner: str
+    """The owner's process identity, as it gave it to `acquire_lease`."""
+    expires_at: AwareDatetime
+    """When the lease lapses unless renewed first, by the store's one clock."""
+    expired: bool
+    """Whether `expires_at` had passed when the store read the lease (by the same clock)."""
 
 
 class StoreInfo(BaseModel):

@@ -1,0 +1,156 @@
+"""Leases: which process owns a session's turns, and until when, decided by one clock per store.
+
+PostgreSQL decides with the server's `clock_timestamp()`, so processes on machines whose clocks disagree
+still agree on who holds a lease. SQLite is one machine: its local clock, read on the writer thread when the
+change is applied (and on the reader thread for reads).
+
+Taking a lease is one upsert whose `DO UPDATE ... WHERE` only takes over a row that is free, expired or
+already the caller's: two owners racing for one lease both run it, and the database lets exactly one win.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, TypeVar
+
+from agentwatch.errors import InvalidArgument, NotFound
+from agentwatch.store._sql import Dialect, Row, Tx, in_list, utc_text
+from agentwatch.store.records import LeaseRecord
+
+__all__ = ["LeaseMethods"]
+
+T = TypeVar("T")
+
+MAX_TTL_S: Final = 86_400.0
+"""The longest lease one call may ask for (a day); renew a lease to keep it longer."""
+_MAX_OWNER: Final = 200
+_IN_LIST_MAX: Final = 500
+_COLUMNS: Final = "session_id, owner, expires_at"
+
+
+def _check_owner(owner: str) -> None:
+    if not isinstance(owner, str) or not owner.strip() or len(owner) > _MAX_OWNER:
+        raise InvalidArgument(f"a lease owner must be a non-blank text of at most {_MAX_OWNER} characters")
+
+
+def _check_ttl(ttl: float) -> float:
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL_S:
+        raise InvalidArgument(f"a lease ttl must be a number of seconds above 0 and at most {MAX_TTL_S:g}, not {ttl!r}")
+    return float(ttl)
+
+
+def _record(row: Row) -> LeaseRecord:
+    session_id, owner, expires_at, expired = row
+    moment = expires_at.astimezone(UTC) if isinstance(expires_at, datetime) else datetime.fromisoformat(expires_at)
+    return LeaseRecord(session_id=session_id, owner=owner, expires_at=moment, expired=bool(expired))
+
+
+class LeaseMethods(ABC):
+    """The lease half of the `Store` contract, over `Tx`."""
+
+    _dialect: Dialect
+
+    @abstractmethod
+    async def _read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """Run `fn` on a connection that sees every committed write."""
+
+    @abstractmethod
+    async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """Run `fn` in a transaction; return once it committed (or raise, with nothing written)."""
+
+    def _clock(self) -> tuple[str, list[Any]]:
+        """SQL for "now" by the store's one clock, and its parameters (call it where the statement runs)."""
+        if self._dialect.name == "postgres":
+            return "clock_timestamp()", []
+        return "?", [utc_text(datetime.now(UTC))]
+
+    def _expiry(self, ttl: float) -> tuple[str, list[Any]]:
+        """SQL for "now + ttl" by the store's one clock, and its parameters."""
+        if self._dialect.name == "postgres":
+            return "clock_timestamp() + make_interval(secs => ?)", [ttl]
+        return "?", [utc_text(datetime.now(UTC) + timedelta(seconds=ttl))]
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool:
+        """Take `session_id`'s lease for `ttl` seconds if it is free, expired or already `owner`'s (then it is
+        extended); True when `owner` holds it after the call. Atomic: of owners racing, exactly one wins.
+        Raises `NotFound` for an unknown session."""
+        _check_owner(owner)
+        seconds = _check_ttl(ttl)
+
+        async def acquire(tx: Tx) -> bool:
+            if not await tx.fetch("SELECT 1 FROM sessions WHERE id = ?", [session_id]):
+                raise NotFound(f"no session with id {session_id!r} (it may have been reaped)")
+            expiry, expiry_params = self._expiry(seconds)
+            now, now_params = self._clock()
+            rows = await tx.fetch(
+                f"INSERT INTO leases (session_id, owner, expires_at) VALUES (?, ?, {expiry}) "
+                "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
+                f"WHERE leases.owner = excluded.owner OR leases.expires_at <= {now} RETURNING owner",
+                [session_id, owner, *expiry_params, *now_params],
+            )
+            return bool(rows)
+
+        return await self._write(acquire)
+
+    async def renew_leases(self, owner: str, session_ids: Sequence[str], ttl: float) -> list[str]:
+        """Extend, to now + `ttl`, the leases among `session_ids` that `owner` still holds (an expired one too,
+        as long as nobody took it over); returns the ids it holds, in the order given."""
+        _check_owner(owner)
+        seconds = _check_ttl(ttl)
+        if isinstance(session_ids, str):
+            raise InvalidArgument("session_ids must be a list of session ids, not one string")
+        wanted = list(dict.fromkeys(session_ids))
+        if not wanted:
+            return []
+
+        async def renew(tx: Tx) -> set[str]:
+            held: set[str] = set()
+            for start in range(0, len(wanted), _IN_LIST_MAX):
+                condition, params = in_list("session_id", wanted[start : start + _IN_LIST_MAX])
+                expiry, expiry_params = self._expiry(seconds)
+                rows = await tx.fetch(
+                    f"UPDATE leases SET expires_at = {expiry} WHERE owner = ? AND {condition} RETURNING session_id",
+                    [*expiry_params, owner, *params],
+                )
+                held.update(row[0] for row in rows)
+            return held
+
+        held = await self._write(renew)
+        return [session_id for session_id in wanted if session_id in held]
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Give up `session_id`'s lease if `owner` holds it (expired or not); otherwise change nothing."""
+        _check_owner(owner)
+        await self._write(
+            lambda tx: tx.execute("DELETE FROM leases WHERE session_id = ? AND owner = ?", [session_id, owner])
+        )
+
+    async def get_lease(self, session_id: str) -> LeaseRecord | None:
+        """The session's lease (expired or not), or None when nobody holds one."""
+
+        async def read(tx: Tx) -> list[Row]:
+            now, params = self._clock()
+            return await tx.fetch(
+                f"SELECT {_COLUMNS}, expires_at <= {now} FROM leases WHERE session_id = ?", [*params, session_id]
+            )
+
+        rows = await self._read(read)
+        return _record(rows[0]) if rows else None
+
+    async def expired_leases(self, *, limit: int = 100) -> list[LeaseRecord]:
+        """Leases whose expiry has passed, the longest expired first, at most `limit` (1..10000)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidArgument(f"limit must be an integer from 1 to 10000, not {limit!r}")
+
+        async def read(tx: Tx) -> list[Row]:
+            now, params = self._clock()
+            return await tx.fetch(
+                f"SELECT {_COLUMNS}, 1 = 1 FROM leases WHERE expires_at <= {now} "
+                "ORDER BY expires_at, session_id LIMIT ?",
+                [*params, limit],
+            )
+
+        return [_record(row) for row in await self._read(read)]

@@ -1,0 +1,138 @@
+"""Upgrades: a database written at schema 1 (built here from the 0001 migration and rows in its layout, as an
+older agentwatch left it) opens with this code, migrates, and reads back everything it held."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from agentwatch.events import PAYLOAD_ADAPTER, AssistantMessage, NewEvent, UserMessage
+from agentwatch.store import SCHEMA_VERSION, connect_store
+from agentwatch.store._migrations import migrations
+
+Execute = Callable[[str, Sequence[Any]], object]
+
+_T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def _write_schema_1(execute: Execute, dialect: Literal["sqlite", "postgres"], time: Callable[[datetime], Any]) -> None:
+    """Schema 1 and two sessions in its layout: events, messages, usage, an observer ref."""
+    execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+        (),
+    )
+    for statement in migrations(dialect)[0].statements:
+        execute(statement, ())
+    execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (1, "initial", _T0.isoformat()))
+    for n in (1, 2):
+        session_id, conversation_id = f"ses_old{n}", f"cnv_old{n}"
+        execute(
+            "INSERT INTO sessions (id, name, role, status, source, created_at, updated_at, last_active_at, "
+            "last_seq, conversation_id, tokens, is_observer) VALUES (?, ?, 'chat', 'idle', 'api', ?, ?, ?, ?, ?, 7, ?)",
+            (session_id, f"old-{n}", time(_T0), time(_T0), time(_T0), 3, conversation_id, n == 2),
+        )
+        execute(
+            "INSERT INTO conversations (id, session_id, started_at) VALUES (?, ?, ?)",
+            (conversation_id, session_id, time(_T0)),
+        )
+        payloads: list[UserMessage | AssistantMessage] = [
+            UserMessage(text=f"hello {n}"),
+            AssistantMessage(text="hi\u00e9"),
+            UserMessage(text="bye"),
+        ]
+        for seq, payload in enumerate(payloads, 1):
+            execute(
+                "INSERT INTO events (session_id, seq, id, type, turn_id, conversation_id, at, payload) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    seq,
+                    f"evt_old{n}_{seq}",
+                    payload.type,
+                    "trn_1",
+                    conversation_id,
+                    time(_T0 + timedelta(seconds=seq)),
+                    PAYLOAD_ADAPTER.dump_json(payload).decode(),
+                ),
+            )
+        for idx in range(2):
+            execute(
+                "INSERT INTO messages (conversation_id, idx, body) VALUES (?, ?, ?)",
+                (conversation_id, idx, json.dumps({"kind": "request", "n": idx, "session": n})),
+            )
+        execute(
+            "INSERT INTO usage_ledger (id, session_id, role, input_tokens, output_tokens, cache_read_tokens, "
+            "cache_write_tokens, reasoning_tokens, requests, at) VALUES (?, ?, 'chat', 5, 2, 0, 0, 0, 1, ?)",
+            (f"use_old{n}", session_id, time(_T0)),
+        )
+    execute(
+        "INSERT INTO observer_refs (observed_session_id, observer_type, observer_session_id, updated_at) "
+        "VALUES ('ses_old1', 'loop-guard', 'ses_old2', ?)",
+        (time(_T0),),
+    )
+
+
+def _schema_1_database(store_url: str, backend: str) -> None:
+    if backend == "sqlite":
+        connection = sqlite3.connect(Path(store_url.removeprefix("sqlite:///")), isolation_level=None)
+        connection.execute("BEGIN")
+        _write_schema_1(
+            connection.execute,
+            "sqlite",
+            lambda moment: moment.isoformat(timespec="microseconds"),
+        )
+        connection.execute("COMMIT")
+        connection.close()
+        return
+    import psycopg
+
+    with psycopg.connect(store_url) as pg:
+        _write_schema_1(
+            lambda sql, params: pg.execute(sql.replace("?", "%s"), params),
+            "postgres",
+            lambda moment: moment,
+        )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str, backend: str) -> None:
+    _schema_1_database(store_url, backend)
+
+    store = await connect_store(store_url)
+    try:
+        info = await store.info()
+        assert (info.schema_version, info.sessions, info.events) == (SCHEMA_VERSION, 2, 6)
+        for n in (1, 2):
+            session = await store.get_session(f"ses_old{n}")
+            assert (session.name, session.last_seq, session.tokens, session.is_observer) == (f"old-{n}", 3, 7, n == 2)
+            events = await store.read_events(session.id)
+            assert [(event.id, event.seq, event.at) for event in events] == [
+                (f"evt_old{n}_{seq}", seq, _T0 + timedelta(seconds=seq)) for seq in (1, 2, 3)
+            ]
+            assert [event.payload for event in events] == [
+                UserMessage(text=f"hello {n}"),
+                AssistantMessage(text="hi\u00e9"),
+                UserMessage(text="bye"),
+            ]
+            assert await store.read_messages(f"cnv_old{n}") == [
+                {"kind": "request", "n": 0, "session": n},
+                {"kind": "request", "n": 1, "session": n},
+            ]
+            assert (await store.usage_totals([session.id]))[session.id].input_tokens == 5
+            newer = await store.read_events_backward(session.id, limit=2, types=["message.user"])
+            assert [event.seq for event in newer] == [3, 1]
+        ref = await store.get_observer_ref("ses_old1")
+        assert ref is not None and ref.observer_session_id == "ses_old2"
+
+        # And the upgraded database takes new writes where the old ones stopped.
+        appended = await store.append("ses_old1", [NewEvent(UserMessage(text="again"))])
+        assert [event.seq for event in appended] == [4]
+        assert await store.acquire_lease("ses_old1", "engine-a", 60)
+    finally:
+        await store.close()
