@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Coroutine, Sequence
 from datetime import datetime
@@ -14,11 +16,13 @@ import pytest
 
 from agentwatch.errors import Conflict, NotFound, StoreError
 from agentwatch.events import NewEvent, Usage, UserMessage
-from agentwatch.store import SessionDraft, SessionPatch, UsageEntry, Write, open_store
+from agentwatch.store import SessionDraft, SessionPatch, UsageEntry, Write, connect_store, open_store
 from agentwatch.store import sqlite as sqlite_module
 from agentwatch.store._sql import Tx
 from agentwatch.store._sqlite_appends import apply_appends
 from agentwatch.store.sqlite import SqliteStore
+
+from .databases import sqlite_url
 
 
 async def test_a_relative_url_creates_the_parent_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,3 +182,41 @@ async def test_many_waiters_are_woken_a_few_per_loop_turn(tmp_path: Path) -> Non
         assert outcomes == [None] * len(sessions)
         # The 100 waiters of the one group did not all resume in the same loop turn: other tasks ran between.
         assert len(set(done)) > 1
+
+
+async def test_a_new_store_is_private_to_its_owner_whatever_the_umask(tmp_path: Path) -> None:
+    path = tmp_path / "project" / ".agentwatch" / "agentwatch.db"
+    previous = os.umask(0o002)  # the most permissive usual umask: group- and world-readable files
+    try:
+        async with open_store(sqlite_url(path)) as store:
+            session = await store.create_session(SessionDraft(name="nova", role="chat"))
+            await store.append(session.id, [NewEvent(UserMessage(text="a secret"))])
+            files = {name: path.with_name(path.name + name) for name in ("", "-wal", "-shm")}
+            assert all(file.exists() for file in files.values())
+            modes = {name: stat.S_IMODE(file.stat().st_mode) for name, file in files.items()}
+    finally:
+        os.umask(previous)
+    assert modes == {"": 0o600, "-wal": 0o600, "-shm": 0o600}
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_an_existing_folder_keeps_its_mode(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    async with open_store(sqlite_url(tmp_path / "agentwatch.db")):
+        pass
+    assert _mode(tmp_path) == 0o755
+    assert _mode(tmp_path / "agentwatch.db") == 0o600
+
+
+async def test_a_path_that_cannot_be_created_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="File name too long"):
+        await connect_store(sqlite_url(tmp_path / ("x" * 300) / "agentwatch.db"))
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    with pytest.raises(StoreError, match="cannot open or create the database file"):
+        await connect_store(sqlite_url(blocked / "agentwatch.db"))

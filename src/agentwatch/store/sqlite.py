@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import sqlite3
 import threading
@@ -470,12 +471,39 @@ def _check_file(path: Path) -> None:
             )
 
 
+def _create_privately(path: Path) -> None:
+    """Create what is missing of the database's folder (0700) and the database file itself (0600), so a
+    transcript is readable by its owner only, whatever the umask. SQLite gives the -wal and -shm files the
+    database file's mode. An existing folder or file is left as it is."""
+    missing: list[Path] = []
+    folder = path.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for created in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            created.mkdir(mode=0o700)
+            created.chmod(0o700)  # mkdir's mode is masked by the umask; this is not
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(descriptor, 0o600)
+    finally:
+        os.close(descriptor)
+
+
 def _open_database(path: Path | None, synchronous: Synchronous) -> sqlite3.Connection:
     """Check, configure and migrate the database; return the writer's connection."""
     where = repr(str(path)) if path is not None else "the in-memory database"
     if path is not None:
-        _check_file(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _check_file(path)
+            _create_privately(path)
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise StoreError(f"cannot open or create the database file {str(path)!r} ({reason})") from None
     connection = _connect(str(path) if path is not None else ":memory:")
     try:
         tx = _Tx(connection)
