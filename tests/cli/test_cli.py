@@ -24,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def all_commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    """Every command and group under `group` (loading the lazy ones), by its full name."""
     found = []
-    for name, command in sorted(group.commands.items()):
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None, f"`agentwatch {prefix}{name}` is listed but does not load"
         found.append((f"{prefix}{name}", command))
         if isinstance(command, click.Group):
             found += all_commands(command, f"{prefix}{name} ")
@@ -92,6 +96,7 @@ def test_json_output_is_exactly_the_tools_answer(
 
 def test_a_bad_call_prints_a_structured_error_and_exits_1(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'cli.db'}"
+    asyncio.run(_create_store(store))  # read commands refuse a store that does not exist
     command = [sys.executable, "-m", "agentwatch.cli", "get", "ses_nothing", "--store", store, "--json"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env={**os.environ}, check=False)
     assert done.returncode == 1
@@ -99,6 +104,13 @@ def test_a_bad_call_prints_a_structured_error_and_exits_1(tmp_path: Path) -> Non
     assert error["code"] == "not_found"
     assert "ses_nothing" in error["message"]
     assert "Traceback" not in done.stderr
+
+
+async def _create_store(url: str) -> None:
+    from agentwatch.store import open_store
+
+    async with open_store(url):
+        pass
 
 
 def test_an_unknown_store_scheme_says_what_to_use(tmp_path: Path) -> None:

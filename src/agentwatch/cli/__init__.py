@@ -1,24 +1,87 @@
-"""The `agentwatch` command line: one command (or group) per module.
+"""The `agentwatch` command line: one command (or group) per module, each imported only when it runs.
 
 Every command takes `--store URL` (or `AGENTWATCH_STORE`); `--json` prints exactly what the matching tool
-returns. Run `agentwatch COMMAND --help` for an example of each.
+returns, and an error as `{"error": {...}}`. Run `agentwatch COMMAND --help` for an example of each.
+
+`agentwatch --help` imports no command: the table below names each command's module and its one-line help
+(a test checks that the line is the command's own). Only `run` loads the model layer.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from agentwatch import __version__
-from agentwatch.cli._common import run_cli
-from agentwatch.cli.agents import agents
-from agentwatch.cli.db import db
-from agentwatch.cli.reads import READ_COMMANDS
-from agentwatch.cli.run import run
+from agentwatch.cli._common import ExitCode, harden, run_cli
 
-__all__ = ["cli", "main"]
+__all__ = ["COMMANDS", "ExitCode", "LazyGroup", "cli", "main"]
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "agents": ("agentwatch.cli.agents:agents", "The agent definitions in the agents directory."),
+    "await": ("agentwatch.cli.reads:await_", "Wait until an agent settles; show its snapshot."),
+    "db": ("agentwatch.cli.db:db", "The store: where it is and what it holds."),
+    "export": ("agentwatch.cli.reads:export", "Print an agent's whole record as one JSON document."),
+    "get": ("agentwatch.cli.reads:get", "Show one agent: its record and what it is doing now."),
+    "history": ("agentwatch.cli.reads:history", "Show an agent's transcript, a page at a time."),
+    "ls": ("agentwatch.cli.reads:ls", "List agents: the boss, then live ones, then the rest."),
+    "prompt": ("agentwatch.cli.reads:prompt", "Show the exact prompt a turn was dispatched with."),
+    "run": ("agentwatch.cli.run:run", "Run an agent on a prompt and stream its turn."),
+    "summary": ("agentwatch.cli.reads:summary", "Counts per status and word, a window's activity and spend."),
+    "tail": ("agentwatch.cli.reads:tail", "Show an agent's recent events; with -f, follow them live."),
+}
+"""Command name → (`module:attribute`, the short help `--help` lists): the command's own `short_help`,
+which `tests/cli` keeps equal to this line."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when that command is run or its help is shown.
+
+    Errors never become tracebacks: `main` runs the command under the one error wrapper (`run_cli`), and
+    every loaded command's string parameters refuse text that cannot be stored (`harden`).
+    """
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            import importlib
+
+            module, _, attribute = self.lazy[cmd_name][0].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command), f"{module}:{attribute} is not a click command"
+            self.add_command(harden(command), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from the table: listing the commands imports none of them."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.commands:
+                rows.append((name, self.commands[name].get_short_help_str()))
+            else:
+                rows.append((name, self.lazy[name][1]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> Any:  # type: ignore[override]
+        """Run the CLI with agentwatch's exit codes and errors (see `ExitCode`); never a traceback."""
+        return run_cli(self, args, prog_name=prog_name, **extra)
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="Exit codes: 0 done, 1 failed or refused, 2 usage error, 130 interrupted.",
+)
 @click.version_option(__version__, prog_name="agentwatch")
 def cli() -> None:
     """agentwatch: run LLM agents that can be watched.
@@ -33,13 +96,6 @@ def cli() -> None:
     """
 
 
-cli.add_command(agents)
-cli.add_command(db)
-cli.add_command(run)
-for command in READ_COMMANDS:
-    cli.add_command(command)
-
-
 def main() -> None:
     """Entry point of the `agentwatch` script."""
-    run_cli(cli)
+    cli.main()

@@ -1,29 +1,53 @@
-"""What every command shares: the store option, JSON output, and errors printed instead of tracebacks."""
+"""What every command shares: the store option, output, and the one place where errors become messages.
+
+This module stays light (click and the error classes): `agentwatch --help` imports it and nothing heavier.
+The store, the live ring, the roster and rich load inside the functions that need them.
+
+Errors (`run_cli`) never print a traceback. Exit codes (`ExitCode`): 0 done, 1 failed or refused, 2 usage
+(a bad flag, argument or flag value, named as the flag: `--max-chars`), 3 timed out, 130 interrupted. With
+`--json` the error is printed to stdout as `{"error": {"code": ..., "message": ..., "details": ...}}`.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
+import os
+import re
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-from rich.console import Console
 
-from agentwatch.config import Config, load_config
-from agentwatch.errors import AgentwatchError
-from agentwatch.live import LiveRing, connect_live
-from agentwatch.runtime.roster import Roster, load_roster
-from agentwatch.store import Store, connect_store
+from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from agentwatch.config import Config
+    from agentwatch.live import LiveRing
+    from agentwatch.runtime.roster import Roster
+    from agentwatch.store import Store
+
+    console: Console
+    """Standard output, through rich (created on first use)."""
+    err_console: Console
+    """Standard error, through rich (created on first use)."""
 
 __all__ = [
+    "SECONDS",
+    "TEXT",
+    "ExitCode",
     "Reader",
+    "call_tool",
     "console",
     "err_console",
+    "harden",
     "json_option",
     "open_reader",
     "print_json",
@@ -33,9 +57,36 @@ __all__ = [
     "store_option",
 ]
 
-console = Console()
-err_console = Console(stderr=True)
 T = TypeVar("T")
+
+
+class ExitCode(IntEnum):
+    """What the process's exit status says happened."""
+
+    DONE = 0
+    FAILED = 1
+    """The command ran and failed, or what it asked was refused (not found, ambiguous, a store error, ...)."""
+    USAGE = 2
+    """The command line itself is wrong: an unknown flag, a missing argument, a value out of range."""
+    TIMED_OUT = 3
+    INTERRUPTED = 130
+
+
+_consoles: dict[str, Console] = {}
+
+
+def __getattr__(name: str) -> Any:
+    # rich costs ~0.2 s to import: the consoles are made when a command first prints, not for `--help`.
+    if name in ("console", "err_console"):
+        if name not in _consoles:
+            from rich.console import Console
+
+            _consoles[name] = Console(stderr=name == "err_console")
+        return _consoles[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -- options and parameter types -------------------------------------------------------------------------
 
 
 def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -51,8 +102,62 @@ def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`--json`: print exactly the dict the matching tool returns."""
+    """`--json`: print exactly the dict the matching tool returns (and errors as JSON)."""
     return click.option("--json", "as_json", is_flag=True, help="Print the tool's answer as JSON, exactly.")(fn)
+
+
+class Text(click.types.StringParamType):
+    """A string that can be stored: no NUL byte, no bytes that are not UTF-8 (lone surrogates in `argv`)."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = super().convert(value, param, ctx)
+        if "\x00" in text:
+            self.fail("contains a NUL byte", param, ctx)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(f"{_safe(text)} is not valid UTF-8 text", param, ctx)
+        return text
+
+
+class Seconds(click.types.FloatParamType):
+    """A duration in seconds: finite, from 0 to `most`."""
+
+    name = "seconds"
+
+    def __init__(self, most: float) -> None:
+        self.most = most
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds) or not 0 <= seconds <= self.most:
+            self.fail(f"{value!s} is not a number of seconds from 0 to {self.most:g}", param, ctx)
+        return seconds
+
+
+TEXT = Text()
+SECONDS = Seconds(7 * 86400.0)
+"""A wait of up to a week."""
+
+
+def harden(command: click.Command) -> click.Command:
+    """Give every plain string parameter of `command` (and of its subcommands) the `TEXT` type.
+
+    Run on each command as the group loads it, so that no command can forget it: a lone surrogate or a NUL
+    byte is refused as a usage error naming the flag, before anything reaches a tool or the store.
+    """
+    for param in command.params:
+        if type(param.type) is click.types.StringParamType:
+            param.type = TEXT
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            harden(sub)
+    return command
+
+
+# -- reading the store -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -69,9 +174,28 @@ class Reader:
         return self.roster.session_settings(role, self.config.sessions).stuck_after_seconds
 
 
+def existing_store(url: str) -> None:
+    """Refuse a SQLite store file that does not exist: reading must not create one."""
+    scheme, _, rest = url.partition("://")
+    target = rest.partition("?")[0]
+    if scheme != "sqlite" or target == ":memory:" or not target.startswith("/") or target == "/":
+        return  # not a file (the store itself refuses a malformed URL)
+    path = Path(target[1:])
+    if not path.exists():
+        raise NotFound(
+            f"no store at {str(path)!r}: nothing has been run with it yet; pass --store (or set "
+            "AGENTWATCH_STORE) to read another one"
+        )
+
+
 @asynccontextmanager
 async def open_reader(config: Config) -> AsyncIterator[Reader]:
-    """Open the store (and the live ring when it is shared, i.e. Redis) for reading."""
+    """Open an existing store (and the live ring when it is shared, i.e. Redis) for reading."""
+    from agentwatch.live import connect_live
+    from agentwatch.runtime.roster import load_roster
+    from agentwatch.store import connect_store
+
+    existing_store(config.store)
     agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
     roster = load_roster(agents_dir)
     store = await connect_store(config.store)
@@ -87,6 +211,8 @@ async def open_reader(config: Config) -> AsyncIterator[Reader]:
 
 def resolve_config(store_url: str | None = None, root: Path | None = None) -> Config:
     """The project configuration, with `--store` applied over it."""
+    from agentwatch.config import load_config
+
     config = load_config(root or Path("."))
     if store_url:
         config = config.model_copy(update={"store": store_url})
@@ -95,27 +221,157 @@ def resolve_config(store_url: str | None = None, root: Path | None = None) -> Co
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine."""
+    import asyncio
+
     return asyncio.run(coro)
 
 
+def call_tool(
+    store_url: str | None,
+    tool: str,
+    args: dict[str, Any],
+    flags: Mapping[str, str],
+    scope: str | None = None,
+) -> dict[str, Any]:
+    """Run one read tool against the configured store and return its dict.
+
+    `flags` maps the tool's argument names to the flags (or ARGUMENTS) that gave them: a refused argument
+    is reported as the flag the person typed (`--max-chars`, not `maxChars`), as a usage error.
+    """
+    from agentwatch.reads.tools import read_tools
+    from agentwatch.tools import Caller
+
+    handler = next(t.handler for t in read_tools() if t.name == tool)
+
+    async def main() -> dict[str, Any]:
+        async with open_reader(resolve_config(store_url)) as reader:
+            result = await handler(reader, Caller(scope=scope), args)
+            assert isinstance(result, dict)
+            return result
+
+    try:
+        return run_async(main())
+    except InvalidArgument as exc:
+        raise flag_error(exc, flags) from None
+
+
+def flag_error(error: InvalidArgument, flags: Mapping[str, str]) -> InvalidArgument:
+    """`error` with the tool's argument names replaced by the CLI's flags, marked as a usage error."""
+    problems = error.details.get("problems")
+    named: list[str] = []
+    if isinstance(problems, list) and problems and all(isinstance(p, str) for p in problems):
+        lines = []
+        for problem in problems:
+            where, sep, what = problem.partition(": ")
+            field = re.split(r"[.\[]", where, maxsplit=1)[0]
+            if sep and field in flags:
+                named.append(flags[field])
+                lines.append(f"{flags[field]}: {what}")
+            else:
+                lines.append(problem)
+        message = "; ".join(lines)
+    else:
+        message = error.message
+        for field, flag in sorted(flags.items(), key=lambda item: -len(item[0])):
+            if re.search(rf"(?<![\w-]){re.escape(field)}(?![\w-])", message):
+                named.append(flag)
+                message = re.sub(rf"(?<![\w-]){re.escape(field)}(?![\w-])", flag, message)
+    fields = error.details.get("fields")
+    if isinstance(fields, list):
+        named += [flags[f] for f in fields if isinstance(f, str) and f in flags]
+    details = {k: v for k, v in error.details.items() if k not in ("problems", "fields")}
+    if not named:
+        return type(error)(message, **details)
+    return type(error)(message, **details, flags=sorted(set(named)))
+
+
+# -- output ----------------------------------------------------------------------------------------------
+
+
 def print_json(value: Any) -> None:
-    """Print a tool's dict as JSON, exactly."""
+    """Print a tool's dict as JSON, exactly (ASCII-escaped, so any text prints)."""
     click.echo(json.dumps(value, indent=2, default=str))
 
 
-def run_cli(group: click.Group) -> None:
-    """Run the CLI; an agentwatch error prints its message (or its JSON with --json) and exits 1."""
+def _safe(text: str, limit: int = 80) -> str:
+    """`text` in repr form, cut to `limit`, printable whatever it holds."""
+    return ascii(text) if len(text) <= limit else ascii(text[:limit]) + "…"
+
+
+def _flag_of(param: click.Parameter | None) -> str | None:
+    if param is None:
+        return None
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    return (param.human_readable_name or "").upper() or None
+
+
+def _usage_error(exc: click.UsageError) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    flag = _flag_of(getattr(exc, "param", None)) or getattr(exc, "option_name", None)
+    if flag:
+        details["flags"] = [flag]
+    error: dict[str, Any] = {"code": "usage", "message": exc.format_message()}
+    if details:
+        error["details"] = details
+    return {"error": error}
+
+
+def _store_module(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("sqlite3", "psycopg", "psycopg_pool", "redis")
+
+
+def _report(error: dict[str, Any], text: str, as_json: bool) -> None:
+    if as_json:
+        print_json(error)
+    else:
+        click.echo(text, err=True)
+
+
+def run_cli(group: click.Group, args: Sequence[str] | None = None, **extra: Any) -> NoReturn:
+    """Run `group` as the `agentwatch` command: every error becomes a message and an `ExitCode`, never a
+    traceback (set AGENTWATCH_DEBUG=1 to see the traceback of an unexpected error)."""
+    argv = list(sys.argv[1:] if args is None else args)
+    as_json = "--json" in argv
+    extra.pop("standalone_mode", None)
+    code: int = ExitCode.DONE
     try:
-        group.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except AgentwatchError as exc:
-        if "--json" in sys.argv:
-            print_json(exc.to_dict())
+        result = click.Group.main(group, argv, standalone_mode=False, **extra)
+        code = result if isinstance(result, int) else ExitCode.DONE
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _report({"error": {"code": "interrupted", "message": "interrupted"}}, "interrupted", as_json)
+        code = ExitCode.INTERRUPTED
+    except click.UsageError as exc:
+        if as_json:
+            print_json(_usage_error(exc))
         else:
-            err_console.print(f"[bold red]error[/] ({exc.code}): {exc.message}")
-        sys.exit(1)
+            exc.show()
+        code = ExitCode.USAGE
+    except click.ClickException as exc:
+        _report(
+            {"error": {"code": "error", "message": exc.format_message()}}, f"Error: {exc.format_message()}", as_json
+        )
+        code = exc.exit_code
+    except AgentwatchError as exc:
+        _report(exc.to_dict(), f"error ({exc.code}): {exc.message}", as_json)
+        code = ExitCode.USAGE if "flags" in exc.details else ExitCode.FAILED
+    except BrokenPipeError:
+        # The reader went away (`agentwatch ls | head -1`): stop quietly, and keep Python from complaining
+        # when it flushes standard output at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = ExitCode.FAILED
+    except OSError as exc:
+        where = f": {exc.filename!s}" if exc.filename else ""
+        message = f"{exc.strerror or exc}{where}"
+        _report({"error": {"code": "os_error", "message": message}}, f"error (os_error): {message}", as_json)
+        code = ExitCode.FAILED
+    except Exception as exc:
+        if os.environ.get("AGENTWATCH_DEBUG"):
+            raise
+        kind = "store_error" if _store_module(exc) else "internal"
+        what = "the store failed" if kind == "store_error" else f"unexpected {type(exc).__name__}"
+        message = f"{what}: {exc} (set AGENTWATCH_DEBUG=1 to see the traceback)"
+        _report({"error": {"code": kind, "message": message}}, f"error ({kind}): {message}", as_json)
+        code = ExitCode.FAILED
+    sys.exit(code)

@@ -17,7 +17,7 @@ from agentwatch.watchers.rules import default_rules, rule_definition
 __all__ = ["agents"]
 
 
-@click.group()
+@click.group(short_help="The agent definitions in the agents directory.")
 def agents() -> None:
     """The agent definitions in the agents directory."""
 

@@ -11,7 +11,7 @@ from agentwatch.store import StoreInfo, open_store
 __all__ = ["db"]
 
 
-@click.group()
+@click.group(short_help="The store: where it is and what it holds.")
 def db() -> None:
     """The store: where it is and what it holds."""
 

@@ -20,7 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from agentwatch.cli._common import (
+    SECONDS,
     Reader,
+    call_tool,
     console,
     json_option,
     open_reader,
@@ -34,8 +36,6 @@ from agentwatch.events import StreamCursor
 from agentwatch.reads.current import is_settled, status_snapshot
 from agentwatch.reads.follow import follow
 from agentwatch.reads.tail import project, resolve_types
-from agentwatch.reads.tools import read_tools
-from agentwatch.tools import Caller
 
 __all__ = ["READ_COMMANDS"]
 
@@ -47,23 +47,10 @@ WORD_STYLE = {
     "done": "green",
     "idle": "dim",
 }
-_TOOLS = {tool.name: tool for tool in read_tools()}
 
 
 def _word(word: JsonValue) -> Text:
     return Text(str(word), style=WORD_STYLE.get(str(word), ""))
-
-
-def _call(store_url: str | None, tool: str, args: dict[str, Any], scope: str | None = None) -> dict[str, Any]:
-    """Run one read tool against the configured store and return its dict (errors raise)."""
-
-    async def main() -> dict[str, Any]:
-        async with open_reader(resolve_config(store_url)) as reader:
-            result = await _TOOLS[tool].handler(reader, Caller(scope=scope), args)
-            assert isinstance(result, dict)
-            return result
-
-    return run_async(main())
 
 
 def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any]], None]) -> None:
@@ -116,7 +103,7 @@ def _render_list(answer: dict[str, Any]) -> None:
         console.print(f"[dim]more: --cursor {answer['nextCursor']}[/]")
 
 
-@click.command("ls")
+@click.command("ls", short_help="List agents: the boss, then live ones, then the rest.")
 @click.option("--status", multiple=True, help="Machine status (repeatable): running, awaiting_input, ...")
 @click.option("--word", multiple=True, help="Status word (repeatable): working, needs_you, stuck, failed, done, idle.")
 @click.option("--role", help="Only this agent type.")
@@ -158,7 +145,17 @@ def ls(store_url: str | None, as_json: bool, **options: Any) -> None:
         if value in (None, (), False) or (key == "group" and value == "none"):
             continue
         args[names.get(key, key)] = list(value) if isinstance(value, tuple) else value
-    _emit(_call(store_url, "agent_list", args), as_json, _render_list)
+    _emit(call_tool(store_url, "agent_list", args, _LS_FLAGS), as_json, _render_list)
+
+
+_LS_FLAGS = {
+    **{name: f"--{name}" for name in ("status", "word", "role", "group", "window", "sort", "counts", "limit")},
+    "cursor": "--cursor",
+    "groupKey": "--group-key",
+    "parentId": "--parent",
+    "q": "-q",
+    "deleted": "--all",
+}
 
 
 # -- summary ----------------------------------------------------------------------------------------------
@@ -187,7 +184,7 @@ def _render_summary(answer: dict[str, Any]) -> None:
         console.print(table)
 
 
-@click.command("summary")
+@click.command("summary", short_help="Counts per status and word, a window's activity and spend.")
 @click.option("--window", default="7d", show_default=True, help="The stretch of time for started/failed/spend.")
 @click.option("--words", is_flag=True, help="Add lineages by the word they say now.")
 @click.option("--by-role", is_flag=True, help="Each role's sessions and newest activity.")
@@ -203,7 +200,8 @@ def summary(store_url: str | None, as_json: bool, window: str, words: bool, by_r
     args: dict[str, Any] = {"window": window, "words": words}
     if by_role:
         args["by"] = "role"
-    _emit(_call(store_url, "agent_summary", args), as_json, _render_summary)
+    flags = {"window": "--window", "words": "--words", "by": "--by-role"}
+    _emit(call_tool(store_url, "agent_summary", args, flags), as_json, _render_summary)
 
 
 # -- get --------------------------------------------------------------------------------------------------
@@ -249,7 +247,7 @@ def _render_get(record: dict[str, Any]) -> None:
     console.print(table)
 
 
-@click.command("get")
+@click.command("get", short_help="Show one agent: its record and what it is doing now.")
 @click.argument("agent")
 @click.option("--chat", "scope", help="The chat you are asking from (its agent of that name wins).")
 @store_option
@@ -263,7 +261,7 @@ def get(agent: str, scope: str | None, store_url: str | None, as_json: bool) -> 
       agentwatch get nova --chat 42:bot1
     """
     args = {"id": agent} if agent.startswith("ses_") else {"name": agent}
-    _emit(_call(store_url, "agent_get", args, scope), as_json, _render_get)
+    _emit(call_tool(store_url, "agent_get", args, {"id": "AGENT", "name": "AGENT"}, scope), as_json, _render_get)
 
 
 # -- history and tail -------------------------------------------------------------------------------------
@@ -291,7 +289,7 @@ def _render_history(answer: dict[str, Any]) -> None:
         console.print(f"[dim]older: --cursor {answer['nextCursor']}[/]")
 
 
-@click.command("history")
+@click.command("history", short_help="Show an agent's transcript, a page at a time.")
 @click.argument("agent_id")
 @click.option("--limit", default=50, show_default=True, help="Events per page (1..100).")
 @click.option("--cursor", help="The cursor a previous page printed (reads further back).")
@@ -312,7 +310,8 @@ def history(
         args["cursor"] = cursor
     if conversation:
         args["conversationId"] = conversation
-    _emit(_call(store_url, "agent_history", args), as_json, _render_history)
+    flags = {"id": "AGENT_ID", "limit": "--limit", "cursor": "--cursor", "conversationId": "--conversation"}
+    _emit(call_tool(store_url, "agent_history", args, flags), as_json, _render_history)
 
 
 async def _follow(
@@ -334,7 +333,7 @@ def _render_tail(answer: dict[str, Any]) -> None:
         _print_row(row, as_json=False)
 
 
-@click.command("tail")
+@click.command("tail", short_help="Show an agent's recent events; with -f, follow them live.")
 @click.argument("agent_id")
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing new events as they happen.")
 @click.option("--after", "after_id", help="Start strictly after this cursor (or event id).")
@@ -368,7 +367,14 @@ def tail(
         args["afterId"] = after_id
     if types:
         args["types"] = list(types)
-    answer = _call(store_url, "agent_tail", args)
+    flags = {
+        "id": "AGENT_ID",
+        "afterId": "--after",
+        "types": "--types",
+        "maxChars": "--max-chars",
+        "maxEvents": "--max-events",
+    }
+    answer = call_tool(store_url, "agent_tail", args, flags)
     if not follow_:
         _emit(answer, as_json, _render_tail)
         return
@@ -410,7 +416,7 @@ def _render_prompt(answer: dict[str, Any]) -> None:
                 console.print(Text(line, style=style))
 
 
-@click.command("prompt")
+@click.command("prompt", short_help="Show the exact prompt a turn was dispatched with.")
 @click.argument("agent_id")
 @click.option("--event", "event_id", help="The user message event of the turn to show (default: the newest turn).")
 @click.option("--against", type=click.Choice(["previous", "definition"]), help="Add a diff with this.")
@@ -428,10 +434,11 @@ def prompt(agent_id: str, event_id: str | None, against: str | None, store_url: 
         args["eventId"] = event_id
     if against:
         args["against"] = against
-    _emit(_call(store_url, "agent_prompt", args), as_json, _render_prompt)
+    flags = {"id": "AGENT_ID", "eventId": "--event", "against": "--against"}
+    _emit(call_tool(store_url, "agent_prompt", args, flags), as_json, _render_prompt)
 
 
-@click.command("export")
+@click.command("export", short_help="Print an agent's whole record as one JSON document.")
 @click.argument("agent_id")
 @store_option
 def export(agent_id: str, store_url: str | None) -> None:
@@ -441,7 +448,7 @@ def export(agent_id: str, store_url: str | None) -> None:
     Example:
       agentwatch export ses_01jdq3v9c8k2m6n4p7r0s5t8w1 > agent.json
     """
-    print_json(_call(store_url, "agent_export", {"id": agent_id}))
+    print_json(call_tool(store_url, "agent_export", {"id": agent_id}, {"id": "AGENT_ID"}))
 
 
 async def wait_until_settled(reader: Reader, agent_id: str, timeout: float) -> dict[str, JsonValue]:
@@ -458,9 +465,9 @@ async def wait_until_settled(reader: Reader, agent_id: str, timeout: float) -> d
         await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
 
 
-@click.command("await")
+@click.command("await", short_help="Wait until an agent settles; show its snapshot.")
 @click.argument("agent_id")
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.option("--timeout", type=SECONDS, default=60.0, show_default=True, help="Seconds to wait (up to a week).")
 @store_option
 @json_option
 def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) -> None:

@@ -7,11 +7,9 @@ from pathlib import Path
 import click
 from pydantic import JsonValue
 
-from agentwatch.cli._common import console, print_json, resolve_config, run_async, store_option
-from agentwatch.cli._render import LivePrinter
+from agentwatch.cli._common import SECONDS, console, print_json, resolve_config, run_async, store_option
 from agentwatch.config import Config
 from agentwatch.events import Origin
-from agentwatch.runtime.engine import Engine
 
 __all__ = ["run"]
 
@@ -19,6 +17,10 @@ __all__ = ["run"]
 async def _run(
     config: Config, role: str, prompt: str, name: str | None, timeout: float, as_json: bool
 ) -> dict[str, JsonValue]:
+    # The engine (and through it the model layer) loads only when an agent runs, not for `run --help`.
+    from agentwatch.cli._render import LivePrinter
+    from agentwatch.runtime.engine import Engine
+
     async with Engine.open(config=config) as engine:
         printer = LivePrinter(console)
         if not as_json:
@@ -41,11 +43,13 @@ async def _run(
         return await engine.snapshot(session, timed_out=timed_out)
 
 
-@click.command("run")
+@click.command("run", short_help="Run an agent on a prompt and stream its turn.")
 @click.argument("agent")
 @click.argument("prompt")
 @click.option("--name", help="A name for the new session (made up when absent).")
-@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for the turn to settle.")
+@click.option(
+    "--timeout", type=SECONDS, default=600.0, show_default=True, help="Seconds to wait for the turn to settle."
+)
 @click.option("--agents-dir", type=click.Path(path_type=Path), help="The agents directory (default: agents/).")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the final status snapshot, as JSON.")
