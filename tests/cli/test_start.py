@@ -1,0 +1,91 @@
+"""A light start: `--help` loads no command, and no command that runs no model loads a model SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from agentwatch.cli import COMMANDS, cli
+
+MODEL_SDKS = {"pydantic_ai", "openai", "anthropic"}
+
+
+def imported(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `agentwatch ARGV` in a fresh interpreter; return it and every module it imported."""
+    command = [sys.executable, "-X", "importtime", "-m", "agentwatch.cli", *argv]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, check=False)
+    modules = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return done, modules
+
+
+def top_levels(modules: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules}
+
+
+def test_help_lists_every_command_and_imports_none(tmp_path: Path) -> None:
+    done, modules = imported(["--help"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name, (_, short_help) in COMMANDS.items():
+        assert f"  {name} " in done.stdout and short_help in done.stdout
+    commands = {m for m in modules if m.startswith("agentwatch.cli.") and m != "agentwatch.cli._common"}
+    assert commands == set()
+    assert not MODEL_SDKS & top_levels(modules)
+    assert "rich" not in top_levels(modules)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_the_listed_help_is_the_commands_own(name: str) -> None:
+    command = cli.get_command(click.Context(cli), name)
+    assert command is not None
+    assert command.short_help == COMMANDS[name][1]
+
+
+@pytest.mark.parametrize("argv", [[name, "--help"] for name in sorted(COMMANDS)] + [["agents", "check", "--help"]])
+def test_no_help_loads_a_model_sdk(argv: list[str], tmp_path: Path) -> None:
+    done, modules = imported(argv, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not MODEL_SDKS & top_levels(modules)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls"],
+        ["summary", "--by-role"],
+        ["get", "nobody"],
+        ["history", "ses_00000000000000000000000000"],
+        ["tail", "ses_00000000000000000000000000"],
+        ["prompt", "ses_00000000000000000000000000"],
+        ["export", "ses_00000000000000000000000000"],
+        ["await", "ses_00000000000000000000000000", "--timeout", "0"],
+        ["db", "info"],
+        ["agents", "list"],
+        ["agents", "check"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_commands_that_run_no_model_never_load_a_model_sdk(argv: list[str], tmp_path: Path) -> None:
+    from agentwatch.store import open_store
+
+    store = f"sqlite:///{tmp_path / 'start.db'}"
+
+    async def create() -> None:
+        async with open_store(store):
+            pass
+
+    asyncio.run(create())
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "coder.md").write_text("---\nmodel: openai:gpt-4o\n---\nYou write code.\n")
+    done, modules = imported([*argv, "--store", store] if argv[0] not in ("agents",) else argv, tmp_path)
+    assert "Traceback" not in done.stderr
+    assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: the agent is not found, which is fine here
+    assert not MODEL_SDKS & top_levels(modules)
