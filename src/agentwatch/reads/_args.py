@@ -1,22 +1,51 @@
-"""Argument types the read tools share: bounded page sizes, durations, cursors."""
+"""Argument types the read tools share: durations and moments, within the bounds both stores can hold."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
 from agentwatch.config import parse_duration
 
-__all__ = ["Window"]
+__all__ = ["MAX_WINDOW", "Moment", "Window"]
+
+MAX_WINDOW = timedelta(days=3650)
+"""The longest window a read takes: ten years."""
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
-def _positive(value: timedelta) -> timedelta:
+def _duration(value: object) -> timedelta:
+    if isinstance(value, str) and len(value) > 40:
+        raise ValueError("a duration is a short text like 30s, 90m, 24h or 7d")
+    try:
+        return parse_duration(value)
+    except (OverflowError, ValueError):
+        raise ValueError("not a duration of at most 3650d; write it like 30s, 90m, 24h or 7d") from None
+
+
+def _window(value: timedelta) -> timedelta:
     if value <= timedelta(0):
         raise ValueError("a window must be longer than zero, like 24h or 7d")
+    if value > MAX_WINDOW:
+        raise ValueError("a window can be at most 3650d (ten years)")
     return value
 
 
-Window = Annotated[timedelta, BeforeValidator(parse_duration), AfterValidator(_positive)]
-"""A span of time: `"24h"`, `"90m"`, `"7d"`, or a number of seconds."""
+def _moment(value: datetime) -> datetime:
+    try:
+        utc = value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        utc = None
+    if utc is None or not _EARLIEST <= utc < _LATEST:
+        raise ValueError("a moment must fall between 1970-01-01 and 9999-01-01")
+    return value
+
+
+Window = Annotated[timedelta, BeforeValidator(_duration), AfterValidator(_window)]
+"""A span of time: `"24h"`, `"90m"`, `"7d"`, or a number of seconds; above zero and at most ten years."""
+
+Moment = Annotated[AwareDatetime, AfterValidator(_moment)]
+"""An aware moment (ISO 8601 with an offset) between 1970 and 9999."""

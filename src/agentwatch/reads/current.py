@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-
-from pydantic import JsonValue
+from typing import Any
 
 from agentwatch.events import StreamCursor, ToolCall, ToolResult, TurnEnded, TurnStarted, truncate
+from agentwatch.reads.answers import CurrentItem, CurrentSnapshot, PartialUsage, PendingHitl, StatusSnapshot
 from agentwatch.reads.words import status_word
 from agentwatch.store import SessionRecord, Store
+from agentwatch.tools import dump
 
-__all__ = ["LAST_TEXT_CHARS", "current", "is_settled", "status_snapshot"]
+__all__ = ["LAST_TEXT_CHARS", "current", "is_settled", "snapshot_answer", "status_snapshot"]
 
 LAST_TEXT_CHARS = 1000
 
@@ -28,47 +29,47 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-async def current(store: Store, session: SessionRecord) -> dict[str, JsonValue]:
+async def current(store: Store, session: SessionRecord) -> CurrentSnapshot:
     """`lastActivityAt`, `currentItem`, `lastAssistantText`, `pendingHitl`, `lastToolName`, `partialUsage`,
     `cursor`."""
     recent = await store.read_events_backward(session.id, limit=1, types=["tool.call"])
     last_call = recent[0].payload if recent and isinstance(recent[0].payload, ToolCall) else None
-    current_item: dict[str, JsonValue] | None = None
+    current_item: CurrentItem | None = None
     if session.status == "running":
-        current_item = {"type": "message", "toolName": None, "title": "writing"}
+        current_item = CurrentItem(type="message", tool_name=None, title="writing")
         if last_call is not None:
             results = await store.read_events_backward(session.id, limit=1, types=["tool.result"])
             finished = results and isinstance(results[0].payload, ToolResult) and results[0].seq > recent[0].seq
             if not finished:
-                current_item = {"type": "tool", "toolName": last_call.tool_name, "title": last_call.tool_name}
+                current_item = CurrentItem(type="tool", tool_name=last_call.tool_name, title=last_call.tool_name)
     text = truncate(session.last_text, LAST_TEXT_CHARS).text if session.last_text else None
-    return {
-        "lastActivityAt": _iso(session.last_active_at),
-        "currentItem": current_item,
-        "lastAssistantText": text,
-        "pendingHitl": await _pending_hitl(store, session),
-        "lastToolName": last_call.tool_name if last_call else None,
-        "partialUsage": await _last_turn_usage(store, session),
-        "cursor": StreamCursor(session.id, session.last_seq).encode(),
-    }
+    return CurrentSnapshot(
+        last_activity_at=_iso(session.last_active_at),
+        current_item=current_item,
+        last_assistant_text=text,
+        pending_hitl=await _pending_hitl(store, session),
+        last_tool_name=last_call.tool_name if last_call else None,
+        partial_usage=await _last_turn_usage(store, session),
+        cursor=StreamCursor(session.id, session.last_seq).encode(),
+    )
 
 
-async def _pending_hitl(store: Store, session: SessionRecord) -> dict[str, JsonValue] | None:
+async def _pending_hitl(store: Store, session: SessionRecord) -> PendingHitl | None:
     if session.pending_requests == 0 and session.held_requests == 0:
         return None
     requests = await store.list_requests(session_id=session.id, status="pending", limit=1)
     if not requests:
         return None
     request = requests[0]
-    return {
-        "hitlId": request.id,
-        "kind": request.kind,
-        "questions": list(request.questions) if request.kind == "question" and request.questions else None,
-        "deliverAt": _iso(request.deliver_at) if request.waits_on == "parent" else None,
-    }
+    return PendingHitl(
+        hitl_id=request.id,
+        kind=request.kind,
+        questions=list(request.questions) if request.kind == "question" and request.questions else None,
+        deliver_at=_iso(request.deliver_at) if request.waits_on == "parent" else None,
+    )
 
 
-async def _last_turn_usage(store: Store, session: SessionRecord) -> dict[str, JsonValue] | None:
+async def _last_turn_usage(store: Store, session: SessionRecord) -> PartialUsage | None:
     ended = await store.read_events_backward(session.id, limit=1, types=["turn.ended"])
     if not ended or not isinstance(ended[0].payload, TurnEnded):
         return None
@@ -78,26 +79,33 @@ async def _last_turn_usage(store: Store, session: SessionRecord) -> dict[str, Js
     duration = None
     if started and isinstance(started[0].payload, TurnStarted):
         duration = int((end.at - started[0].at).total_seconds() * 1000)
-    return {
-        "tokens": usage.total_tokens if usage else 0,
-        "costUsd": usage.cost_usd if usage else None,
-        "durationMs": duration,
-    }
+    return PartialUsage(
+        tokens=usage.total_tokens if usage else 0,
+        cost_usd=usage.cost_usd if usage else None,
+        duration_ms=duration,
+    )
+
+
+async def snapshot_answer(
+    store: Store, session: SessionRecord, *, stuck_after: float, timed_out: bool = False
+) -> StatusSnapshot:
+    """What `agent_await` / `agent_task` return: the `current` snapshot with the agent's id, status and word,
+    plus `timedOut` and `deleted`."""
+    now = await current(store, session)
+    return StatusSnapshot(
+        agent_id=session.id,
+        name=session.name,
+        status=session.status,
+        word=status_word(session, now=datetime.now(UTC), stuck_after=stuck_after),
+        error=session.error,
+        **dict(now),
+        timed_out=timed_out,
+        deleted=session.deleted_at is not None,
+    )
 
 
 async def status_snapshot(
     store: Store, session: SessionRecord, *, stuck_after: float, timed_out: bool = False
-) -> dict[str, JsonValue]:
-    """What `agent_await` / `agent_task` return: the `current` snapshot with the agent's id, status and word,
-    plus `timedOut` and `deleted`."""
-    snapshot: dict[str, JsonValue] = {
-        "agentId": session.id,
-        "name": session.name,
-        "status": session.status,
-        "word": status_word(session, now=datetime.now(UTC), stuck_after=stuck_after),
-        "error": session.error,
-    }
-    snapshot.update(await current(store, session))
-    snapshot["timedOut"] = timed_out
-    snapshot["deleted"] = session.deleted_at is not None
-    return snapshot
+) -> dict[str, Any]:
+    """`snapshot_answer` as the JSON object the tools return (for Python callers and the CLI)."""
+    return dump(await snapshot_answer(store, session, stuck_after=stuck_after, timed_out=timed_out))

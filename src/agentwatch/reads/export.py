@@ -1,7 +1,9 @@
 """`agent_export`: the whole record of one agent as one JSON document.
 
 The `agent_get` record, every event of every conversation (as `agent_history` speaks them, oldest first),
-the conversations, every request it opened (any status), and its lifetime usage from the ledger.
+the conversations, every request it opened (any status), and its lifetime usage from the ledger. The events
+stop at about `MAX_EXPORT_CHARS` characters; a cut export says so in `truncated` (read further with
+`agent_history`); an event over `MAX_ANSWER_CHARS` by itself is sent as a preview marked `truncated`.
 """
 
 from __future__ import annotations
@@ -9,50 +11,75 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import Field, JsonValue
+from pydantic import Field
 
-from agentwatch.reads._events import event_json
+from agentwatch.reads._events import event_entry, event_size, preview
 from agentwatch.reads._view import EngineView, iso
+from agentwatch.reads.answers import EventEntry, ExportAnswer, Truncation
 from agentwatch.reads.get import agent_record
-from agentwatch.reads.history import conversations_json
-from agentwatch.tools import Args, Caller, parse_args
+from agentwatch.reads.history import conversations
+from agentwatch.tools import MAX_ANSWER_CHARS, Args, Caller, Id, dump
 
-__all__ = ["ExportArgs", "agent_export", "export_agent"]
+__all__ = ["MAX_EXPORT_CHARS", "ExportArgs", "agent_export", "export_agent", "export_answer"]
 
 _PAGE = 1000
 _REQUESTS = 10_000
+MAX_EXPORT_CHARS = 8_000_000
+"""About how many characters of events an export holds before it is cut."""
 
 
 class ExportArgs(Args):
     """Arguments of `agent_export`."""
 
-    id: str = Field(min_length=1, description="The agent's id (ses_...); soft-deleted ones too.")
+    id: Id = Field(description="The agent's id (ses_...); soft-deleted ones too.")
 
 
-async def export_agent(view: EngineView, session_id: str) -> dict[str, JsonValue]:
+async def export_answer(view: EngineView, session_id: str) -> ExportAnswer:
     """The export document."""
     store = view.store
     session = await store.get_session(session_id)
-    history: list[JsonValue] = []
+    history: list[EventEntry] = []
+    budget, cut = MAX_EXPORT_CHARS, False
     after = 0
-    while True:
+    while not cut:
         page = await store.read_events(session.id, after_seq=after, limit=_PAGE)
-        history += [event_json(event) for event in page]
+        for event in page:
+            entry = event_entry(event)
+            size = event_size(entry)
+            if size > MAX_ANSWER_CHARS:  # one giant event is sent as a preview of itself
+                entry = preview(entry)
+                size = event_size(entry)
+            if size > budget:
+                cut = True
+                break
+            history.append(entry)
+            budget -= size
         if len(page) < _PAGE:
             break
         after = page[-1].seq
     requests = await store.list_requests(session_id=session.id, status=None, limit=_REQUESTS)
     usage = (await store.usage_totals([session.id]))[session.id]
-    return {
-        "exportedAt": iso(datetime.now(UTC)),
-        "agent": await agent_record(view, session),
-        "conversations": conversations_json(session, await store.list_conversations(session.id)),
-        "history": history,
-        "requests": [request.model_dump(mode="json") for request in requests],
-        "usage": usage.model_dump(mode="json") | {"tokens": usage.total_tokens},
-    }
+    return ExportAnswer(
+        exported_at=iso(datetime.now(UTC)),
+        agent=await agent_record(view, session),
+        conversations=conversations(session, await store.list_conversations(session.id)),
+        history=history,
+        requests=[request.model_dump(mode="json") for request in requests],
+        usage=usage.model_dump(mode="json") | {"tokens": usage.total_tokens},
+        truncated=Truncation(
+            history_events=len(history),
+            reason=f"the events stop at about {MAX_EXPORT_CHARS:,} characters; agent_history pages the rest",
+        )
+        if cut
+        else None,
+    )
 
 
-async def agent_export(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+async def export_agent(view: EngineView, session_id: str) -> dict[str, Any]:
+    """`export_answer` as the JSON object the tool returns."""
+    return dump(await export_answer(view, session_id))
+
+
+async def agent_export(engine: EngineView, caller: Caller, args: ExportArgs) -> ExportAnswer:
     """The `agent_export` tool."""
-    return await export_agent(engine, parse_args(ExportArgs, "agent_export", raw).id)
+    return await export_answer(engine, args.id)

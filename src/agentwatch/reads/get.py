@@ -7,18 +7,18 @@ unique live (not deleted) match; several matches are refused with their ids (`am
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
-from pydantic import Field, JsonValue, model_validator
+from pydantic import Field, model_validator
 
 from agentwatch.errors import Ambiguous, NotFound
 from agentwatch.events import TurnStarted
-from agentwatch.reads._rows import session_row
+from agentwatch.reads._rows import row_fields
 from agentwatch.reads._view import EngineView, iso
+from agentwatch.reads.answers import AgentRecord, MailboxEntry, ObserverEntry, SubagentUsage
 from agentwatch.reads.current import current
-from agentwatch.reads.observer import describe_observer
+from agentwatch.reads.observer import observer_entry
 from agentwatch.store import SessionFilter, SessionRecord
-from agentwatch.tools import Args, Caller, parse_args
+from agentwatch.tools import Args, Caller, Id, Name
 
 __all__ = ["GetArgs", "agent_get", "agent_record", "observer_info", "resolve_agent"]
 
@@ -29,8 +29,8 @@ _PROMPT_SCAN = 100
 class GetArgs(Args):
     """Arguments of `agent_get`: exactly one of `id` and `name`."""
 
-    id: str | None = Field(None, min_length=1, description="The agent's id (ses_...); soft-deleted ones too.")
-    name: str | None = Field(None, min_length=1, description="Its name; the calling chat's agent wins.")
+    id: Id | None = Field(None, description="The agent's id (ses_...); soft-deleted ones too.")
+    name: Name | None = Field(None, description="Its name; the calling chat's agent wins.")
 
     @model_validator(mode="after")
     def _one_of(self) -> GetArgs:
@@ -65,10 +65,10 @@ def _scope_text(scope: str | None) -> str:
     return f"chat {scope}" if scope is not None else "global"
 
 
-async def observer_info(view: EngineView, session: SessionRecord) -> JsonValue:
+async def observer_info(view: EngineView, session: SessionRecord) -> ObserverEntry | None:
     """The `observer` field of the record: its observer's type and session, the pairing state and the latest
     reports (None for a session that has no observer)."""
-    return await describe_observer(view.store, session)
+    return await observer_entry(view.store, session)
 
 
 async def _system_prompt(view: EngineView, session: SessionRecord) -> str | None:
@@ -87,7 +87,7 @@ SUBAGENT_LIMIT = 1000
 """At most this many sub-agents are walked for `usageWithSubagents`."""
 
 
-async def usage_with_subagents(view: EngineView, session: SessionRecord) -> dict[str, JsonValue]:
+async def usage_with_subagents(view: EngineView, session: SessionRecord) -> SubagentUsage:
     """The session's lifetime usage plus that of every sub-agent it spawned, directly or not (soft-deleted
     ones included; reaped ones are gone from the tree, though the ledger keeps what they spent)."""
     tokens, cost, found = session.tokens, session.cost_usd, 0
@@ -108,13 +108,13 @@ async def usage_with_subagents(view: EngineView, session: SessionRecord) -> dict
             tokens, cost = tokens + child.tokens, cost + child.cost_usd
         found += len(children)
         parents = [child.id for child in children]
-    return {"tokens": tokens, "costUsd": cost, "subagents": min(found, SUBAGENT_LIMIT)}
+    return SubagentUsage(tokens=tokens, cost_usd=cost, subagents=min(found, SUBAGENT_LIMIT))
 
 
-async def agent_record(view: EngineView, session: SessionRecord) -> dict[str, JsonValue]:
+async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
     """The whole record: the list row plus model, grant, prompt, output, context fill, mailbox and `current`."""
     now = datetime.now(UTC)
-    record = await session_row(view, session, now=now)
+    row = await row_fields(view, session, now=now)
     try:
         definition = view.roster.get(session.role)
         role_model, capabilities = definition.model, sorted(definition.grant)
@@ -122,36 +122,35 @@ async def agent_record(view: EngineView, session: SessionRecord) -> dict[str, Js
         role_model, capabilities = None, []
     settings = session.settings
     inbox = await view.store.list_inputs(session.id)
-    record.update(
-        {
-            "scope": session.scope,
-            "usageWithSubagents": await usage_with_subagents(view, session),
-            "harness": None,  # every model runs through the API adapter; no CLI harness exists yet
-            "roleModelRef": role_model,
-            "modelOverride": session.model_override,
-            "capabilities": list(capabilities),
-            "extraCapabilities": settings.get("extra_capabilities") or [],
-            "capabilityCeiling": settings.get("capability_ceiling"),
-            "repo": settings.get("repo"),
-            "runIn": settings.get("run_in"),
-            "systemPrompt": await _system_prompt(view, session),
-            "plannerMethod": None,
-            "textOutput": session.last_text,
-            "error": session.error,
-            "contextFill": session.context_fill or {"state": "none"},
-            "reapAt": iso(session.reap_at),
-            "mailbox": [{"id": i.id, "text": i.text, "createdAt": iso(i.created_at), "meta": i.meta} for i in inbox],
-            "scheduled": [],
-            "watching": [],
-            "observer": await observer_info(view, session),
-            "current": await current(view.store, session),
-        }
+    return AgentRecord(
+        **row,
+        session_count=None,
+        recent=None,
+        scope=session.scope,
+        usage_with_subagents=await usage_with_subagents(view, session),
+        harness=None,  # every model runs through the API adapter; no CLI harness exists yet
+        role_model_ref=role_model,
+        model_override=session.model_override,
+        capabilities=list(capabilities),
+        extra_capabilities=settings.get("extra_capabilities") or [],
+        capability_ceiling=settings.get("capability_ceiling"),
+        repo=settings.get("repo"),
+        run_in=settings.get("run_in"),
+        system_prompt=await _system_prompt(view, session),
+        planner_method=None,
+        text_output=session.last_text,
+        error=session.error,
+        context_fill=session.context_fill or {"state": "none"},
+        reap_at=iso(session.reap_at),
+        mailbox=[MailboxEntry(id=i.id, text=i.text, created_at=iso(i.created_at), meta=i.meta) for i in inbox],
+        scheduled=[],
+        watching=[],
+        observer=await observer_info(view, session),
+        current=await current(view.store, session),
     )
-    return record
 
 
-async def agent_get(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+async def agent_get(engine: EngineView, caller: Caller, args: GetArgs) -> AgentRecord:
     """The `agent_get` tool."""
-    args = parse_args(GetArgs, "agent_get", raw)
     session = await resolve_agent(engine, id=args.id, name=args.name, caller=caller)
     return await agent_record(engine, session)

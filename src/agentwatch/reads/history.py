@@ -9,40 +9,41 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, JsonValue
+from pydantic import Field
 
 from agentwatch.errors import InvalidCursor, NotFound
 from agentwatch.events import PageCursor, query_digest
-from agentwatch.reads._events import event_json
+from agentwatch.reads._events import event_entry, event_size, preview
 from agentwatch.reads._view import EngineView, iso
+from agentwatch.reads.answers import ConversationEntry, EventEntry, HistoryAnswer
 from agentwatch.store import ConversationRecord, SessionRecord
-from agentwatch.tools import Args, Caller, parse_args
+from agentwatch.tools import MAX_ANSWER_CHARS, MAX_SEQ, Args, Caller, Cursor, Id, dump
 
-__all__ = ["HistoryArgs", "agent_history", "conversations_json", "read_history"]
+__all__ = ["HistoryArgs", "agent_history", "conversations", "read_history"]
 
 
 class HistoryArgs(Args):
     """Arguments of `agent_history`."""
 
-    id: str = Field(min_length=1, description="The agent's id (ses_...); soft-deleted ones too.")
+    id: Id = Field(description="The agent's id (ses_...); soft-deleted ones too.")
     limit: int = Field(50, ge=1, le=100, description="Events per page, 1..100.")
-    cursor: str | None = Field(None, description="nextCursor of the previous page: reads further back.")
-    conversation_id: str | None = Field(
+    cursor: Cursor | None = Field(None, description="nextCursor of the previous page: reads further back.")
+    conversation_id: Id | None = Field(
         None, alias="conversationId", description="An archived conversation (from `conversations`) to read."
     )
-    episode_id: str | None = Field(None, alias="episodeId", description="One episode: the turn id (trn_...).")
+    episode_id: Id | None = Field(None, alias="episodeId", description="One episode: the turn id (trn_...).")
 
 
-def conversations_json(session: SessionRecord, records: list[ConversationRecord]) -> list[JsonValue]:
+def conversations(session: SessionRecord, records: list[ConversationRecord]) -> list[ConversationEntry]:
     """Every conversation, oldest first, with why each ended; the current one says `current: true`."""
     return [
-        {
-            "id": c.id,
-            "startedAt": iso(c.started_at),
-            "endedAt": iso(c.ended_at),
-            "endReason": c.end_reason,
-            "current": c.id == session.conversation_id,
-        }
+        ConversationEntry(
+            id=c.id,
+            started_at=iso(c.started_at),
+            ended_at=iso(c.ended_at),
+            end_reason=c.end_reason,
+            current=c.id == session.conversation_id,
+        )
         for c in records
     ]
 
@@ -53,13 +54,18 @@ def _before_seq(args: HistoryArgs) -> int | None:
     digest = query_digest({"history": args.model_dump(mode="json", exclude={"cursor", "limit"})})
     cursor = PageCursor.decode(args.cursor, query=digest)
     match cursor.key:
-        case (int(seq),) if seq >= 1:
+        case (int(seq),) if 1 <= seq <= MAX_SEQ:
             return seq
     raise InvalidCursor("the cursor does not hold an agent_history position; drop it to start from the newest")
 
 
-async def read_history(view: EngineView, args: HistoryArgs) -> dict[str, JsonValue]:
-    """The `agent_history` answer: `events`, `nextCursor`, `conversations`, `conversationId`."""
+async def history_answer(view: EngineView, args: HistoryArgs) -> HistoryAnswer:
+    """The `agent_history` answer: `events`, `nextCursor`, `conversations`, `conversationId`.
+
+    A page holds at most `limit` events and about `MAX_ANSWER_CHARS` characters: when its newest events
+    fill that, the older ones are left for the next page (`nextCursor`); an event too large by itself is
+    sent alone with a preview of its payload and `truncated: true`.
+    """
     session = await view.store.get_session(args.id)
     records = await view.store.list_conversations(session.id)
     conversation_id = args.conversation_id
@@ -74,21 +80,37 @@ async def read_history(view: EngineView, args: HistoryArgs) -> dict[str, JsonVal
         conversation_id=conversation_id,
         turn_id=args.episode_id,
     )
-    page = list(reversed(newest_first[: args.limit]))
+    kept: list[tuple[int, EventEntry]] = []
+    budget = MAX_ANSWER_CHARS
+    for event in newest_first[: args.limit]:
+        entry = event_entry(event)
+        size = event_size(entry)
+        if size > budget:
+            if not kept:
+                kept.append((event.seq, preview(entry)))
+            break
+        kept.append((event.seq, entry))
+        budget -= size
+    page = list(reversed(kept))
     next_cursor = None
-    if len(newest_first) > args.limit:
+    if len(newest_first) > len(kept):
         digest = query_digest({"history": args.model_dump(mode="json", exclude={"cursor", "limit"})})
-        next_cursor = PageCursor(digest, (page[0].seq,)).encode()
-    return {
-        "id": session.id,
-        "conversationId": conversation_id,
-        "episodeId": args.episode_id,
-        "events": [event_json(event) for event in page],
-        "nextCursor": next_cursor,
-        "conversations": conversations_json(session, records),
-    }
+        next_cursor = PageCursor(digest, (page[0][0],)).encode()
+    return HistoryAnswer(
+        id=session.id,
+        conversation_id=conversation_id,
+        episode_id=args.episode_id,
+        events=[entry for _, entry in page],
+        next_cursor=next_cursor,
+        conversations=conversations(session, records),
+    )
 
 
-async def agent_history(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+async def read_history(view: EngineView, args: HistoryArgs) -> dict[str, Any]:
+    """`history_answer` as the JSON object the tool returns."""
+    return dump(await history_answer(view, args))
+
+
+async def agent_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> HistoryAnswer:
     """The `agent_history` tool."""
-    return await read_history(engine, parse_args(HistoryArgs, "agent_history", raw))
+    return await history_answer(engine, args)

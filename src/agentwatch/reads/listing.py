@@ -12,18 +12,19 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, Field, JsonValue
+from pydantic import Field
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import PageCursor, query_digest
-from agentwatch.reads._args import Window
+from agentwatch.reads._args import Moment, Window
 from agentwatch.reads._rows import recent_entry, session_row
 from agentwatch.reads._view import EngineView, iso, stuck_thresholds
+from agentwatch.reads.answers import CountsAnswer, ListAnswer, SessionRow
 from agentwatch.reads.words import WORDS, Word, word_filter
 from agentwatch.store import SessionFilter, SessionRecord, SessionSort, SessionStatus
-from agentwatch.tools import Args, Caller, parse_args
+from agentwatch.tools import MAX_LIST_ITEMS, Args, Caller, Cursor, Id, Name, dump
 
-__all__ = ["RECENT_LIMIT", "ListArgs", "agent_list", "list_agents", "listing_filter"]
+__all__ = ["RECENT_LIMIT", "ListArgs", "agent_list", "list_agents", "list_answer", "listing_filter"]
 
 RECENT_LIMIT = 24
 """Sessions a grouped row shows in `recent`."""
@@ -35,25 +36,33 @@ _HEADS: dict[str, Literal["group_key", "run_id"]] = {"lineage": "group_key", "ru
 class ListArgs(Args):
     """Arguments of `agent_list`; every filter given must hold (AND)."""
 
-    status: list[SessionStatus] | None = Field(None, description="Machine statuses to include.")
-    word: list[Word] | None = Field(None, description="Status words: idle, working, needs_you, stuck, failed, done.")
-    source: list[str] | None = Field(None, description="How sessions were started: chat, task, heartbeat, hook, ...")
-    role: str | None = Field(None, description="The agent type.")
-    feature: str | None = Field(None, description="The feature whose roles to include ('engine' = the system's).")
-    group_key: str | None = Field(None, alias="groupKey", description="A lineage, e.g. 'hb:digest'.")
-    q: str | None = Field(None, min_length=1, description="A part of the name.")
-    run: str | None = Field(None, description="The sessions one run started (its run id).")
-    entity: str | None = Field(None, description="The sessions started by runs of this entity.")
-    parent_id: str | None = Field(None, alias="parentId", description="The sessions this agent spawned.")
+    status: list[SessionStatus] | None = Field(
+        None, max_length=MAX_LIST_ITEMS, description="Machine statuses to include."
+    )
+    word: list[Word] | None = Field(
+        None, max_length=MAX_LIST_ITEMS, description="Status words: idle, working, needs_you, stuck, failed, done."
+    )
+    source: list[Name] | None = Field(
+        None, max_length=MAX_LIST_ITEMS, description="How sessions were started: chat, task, heartbeat, hook, ..."
+    )
+    role: Name | None = Field(None, description="The agent type.")
+    feature: Name | None = Field(None, description="The feature whose roles to include ('engine' = the system's).")
+    group_key: Name | None = Field(None, description="A lineage, e.g. 'hb:digest'.")
+    q: Name | None = Field(None, description="A part of the name.")
+    run: Id | None = Field(None, description="The sessions one run started (its run id).")
+    entity: Name | None = Field(None, description="The sessions started by runs of this entity.")
+    parent_id: Id | None = Field(None, description="The sessions this agent spawned.")
     intercepted: bool | None = Field(None, description="true: only sessions a person took over.")
-    window: Window | None = Field(None, description="Activity within this long before now: 24h, 7d, ...")
-    from_: AwareDatetime | None = Field(None, alias="from", description="Activity at or after this moment (ISO).")
-    to: AwareDatetime | None = Field(None, description="Activity before this moment (ISO).")
+    window: Window | None = Field(
+        None, description="Activity within this long before now: 24h, 7d, ... (at most 10 years)."
+    )
+    from_: Moment | None = Field(None, alias="from", description="Activity at or after this moment (ISO).")
+    to: Moment | None = Field(None, description="Activity before this moment (ISO).")
     deleted: bool = Field(False, description="true also lists soft-deleted sessions.")
     group: Group = Field("none", description="none (a row per session), lineage (per groupKey) or run.")
     sort: SessionSort = Field("newest", description="newest, oldest (by last activity), name or status.")
     limit: int = Field(20, ge=1, le=100, description="Rows per page, 1..100.")
-    cursor: str | None = Field(None, description="nextCursor of the previous page (same filters, group, sort).")
+    cursor: Cursor | None = Field(None, description="nextCursor of the previous page (same filters, group, sort).")
     counts: bool = Field(False, description="On the first page, add per-word counts and the total.")
 
 
@@ -102,32 +111,35 @@ def _open_cursor(args: ListArgs) -> tuple[str | None, datetime]:
     raise InvalidCursor("the cursor does not hold an agent_list position; drop it to start from the first page")
 
 
-async def list_agents(view: EngineView, args: ListArgs) -> dict[str, JsonValue]:
+async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:
     """The `agent_list` answer: `agents` (rows), `nextCursor`, and `counts` when asked on the first page."""
     store_cursor, now = _open_cursor(args)
     where = listing_filter(view, args, now=now)
     page = await view.store.list_sessions(where, sort=args.sort, limit=args.limit, cursor=store_cursor)
     rows = await asyncio.gather(*(_row(view, args, session, now) for session in page.items))
-    answer: dict[str, JsonValue] = {
-        "agents": list(rows),
-        "nextCursor": PageCursor(_digest(args), (page.next_cursor, now.isoformat())).encode()
+    next_cursor = (
+        PageCursor(_digest(args), (page.next_cursor, now.isoformat())).encode()
         if page.next_cursor is not None
-        else None,
-    }
-    if args.counts and args.cursor is None:
-        answer["counts"] = await _counts(view, args, now)
-    return answer
+        else None
+    )
+    counts = await _counts(view, args, now) if args.counts and args.cursor is None else None
+    return ListAnswer.model_construct(agents=list(rows), next_cursor=next_cursor, counts=counts)
 
 
-async def _row(view: EngineView, args: ListArgs, session: SessionRecord, now: datetime) -> dict[str, JsonValue]:
+async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:
+    """`list_answer` as the JSON object the tool returns."""
+    return dump(await list_answer(view, args))
+
+
+async def _row(view: EngineView, args: ListArgs, session: SessionRecord, now: datetime) -> SessionRow:
     row = await session_row(view, session, now=now)
     if args.group == "none":
         return row
     members = _members(args, session)
     count = sum((await view.store.count_sessions(members)).values())
     recent = await view.store.list_sessions(members, limit=RECENT_LIMIT)
-    row["sessionCount"] = count
-    row["recent"] = [recent_entry(view, member, now=now) for member in recent.items]
+    row.session_count = count
+    row.recent = [recent_entry(view, member, now=now) for member in recent.items]
     return row
 
 
@@ -141,7 +153,7 @@ def _members(args: ListArgs, head: SessionRecord) -> SessionFilter:
     return SessionFilter(run_id=key, deleted=args.deleted)
 
 
-async def _counts(view: EngineView, args: ListArgs, now: datetime) -> dict[str, JsonValue]:
+async def _counts(view: EngineView, args: ListArgs, now: datetime) -> CountsAnswer:
     """Per word, how many rows the same call narrowed to that word lists; and how many it lists in all."""
 
     async def rows_of(narrowed: ListArgs) -> int:
@@ -153,9 +165,9 @@ async def _counts(view: EngineView, args: ListArgs, now: datetime) -> dict[str, 
         return await rows_of(args.model_copy(update={"word": [word]}))
 
     totals = await asyncio.gather(rows_of(args), *(per_word(word) for word in WORDS))
-    return {"words": dict(zip(WORDS, totals[1:], strict=True)), "total": totals[0], "at": iso(now)}
+    return CountsAnswer(words=dict(zip(WORDS, totals[1:], strict=True)), total=totals[0], at=iso(now))
 
 
-async def agent_list(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+async def agent_list(engine: EngineView, caller: Caller, args: ListArgs) -> ListAnswer:
     """The `agent_list` tool."""
-    return await list_agents(engine, parse_args(ListArgs, "agent_list", raw))
+    return await list_answer(engine, args)

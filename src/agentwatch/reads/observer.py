@@ -6,15 +6,17 @@ tombstone, `observer.state` and `observer.report` events) is all this needs.
 
 from __future__ import annotations
 
-from pydantic import JsonValue
+from typing import Any
 
 from agentwatch.events import ObserverReported, ObserverStateChanged, PairingState
+from agentwatch.reads.answers import ObserverEntry, ObserverReportEntry
 from agentwatch.store import SessionRecord, Store
+from agentwatch.tools import dump
 
-__all__ = ["describe_observer"]
+__all__ = ["describe_observer", "observer_entry"]
 
 
-async def describe_observer(store: Store, session: SessionRecord, *, reports: int = 5) -> dict[str, JsonValue] | None:
+async def describe_observer(store: Store, session: SessionRecord, *, reports: int = 5) -> dict[str, Any] | None:
     """The observer of `session` as `agent_get` shows it, from the store alone; None when it has none.
 
     ```python
@@ -25,6 +27,12 @@ async def describe_observer(store: Store, session: SessionRecord, *, reports: in
 
     `reports` holds the newest `reports` reports, oldest first.
     """
+    entry = await observer_entry(store, session, reports=reports)
+    return dump(entry) if entry is not None else None
+
+
+async def observer_entry(store: Store, session: SessionRecord, *, reports: int = 5) -> ObserverEntry | None:
+    """The observer of `session` as the `ObserverEntry` of `describe_observer`; None when it has none."""
     ref = await store.get_observer_ref(session.id)
     states = await store.read_events_backward(session.id, types=["observer.state"], limit=1)
     if ref is None and not states:
@@ -35,27 +43,26 @@ async def describe_observer(store: Store, session: SessionRecord, *, reports: in
     if ref is not None and ref.stopped and state not in ("stopped", "blocked"):
         state = "stopped"
     found = await store.read_events_backward(session.id, types=["observer.report"], limit=reports) if reports else []
-    listed: list[JsonValue] = []
-    for event in reversed(found):
-        if isinstance(event.payload, ObserverReported):
-            listed.append(
-                {
-                    "at": event.at.isoformat(),
-                    "observerType": event.payload.observer_type,
-                    "observerSessionId": event.payload.observer_session_id,
-                    "report": event.payload.report,
-                }
-            )
+    listed = [
+        ObserverReportEntry(
+            at=event.at.isoformat(),
+            observer_type=event.payload.observer_type,
+            observer_session_id=event.payload.observer_session_id,
+            report=event.payload.report,
+        )
+        for event in reversed(found)
+        if isinstance(event.payload, ObserverReported)
+    ]
     observer_type = ref.observer_type if ref is not None else changed.observer_type if changed else None
     observer_session = (ref.observer_session_id if ref is not None else None) or (
         changed.observer_session_id if changed else None
     )
-    return {
-        "observerType": observer_type,
-        "observerSessionId": observer_session,
-        "state": state,
-        "reason": changed.reason if changed else None,
-        "since": latest.at.isoformat() if latest is not None else None,
-        "stopped": bool(ref and ref.stopped),
-        "reports": listed,
-    }
+    return ObserverEntry(
+        observer_type=observer_type,
+        observer_session_id=observer_session,
+        state=state,
+        reason=changed.reason if changed else None,
+        since=latest.at.isoformat() if latest is not None else None,
+        stopped=bool(ref and ref.stopped),
+        reports=listed,
+    )

@@ -11,15 +11,16 @@ from __future__ import annotations
 import difflib
 import hashlib
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field
 
 from agentwatch.errors import InvalidArgument, NotFound
 from agentwatch.events import Event, TurnStarted, UserMessage
 from agentwatch.reads._view import EngineView, iso, role_prompt_composer
+from agentwatch.reads.answers import AgainstDefinition, AgainstPrevious, PromptAnswer, SystemPrompt
 from agentwatch.store import SessionRecord, Store
-from agentwatch.tools import Args, Caller, parse_args
+from agentwatch.tools import Args, Caller, Id
 
 __all__ = ["PromptArgs", "agent_prompt", "prompt_hunks", "read_prompt"]
 
@@ -29,10 +30,8 @@ _SCAN = 100
 class PromptArgs(Args):
     """Arguments of `agent_prompt`."""
 
-    id: str = Field(min_length=1, description="The agent's id (ses_...).")
-    event_id: str | None = Field(
-        None, alias="eventId", description="A user message's event id: that turn instead of the newest."
-    )
+    id: Id = Field(description="The agent's id (ses_...).")
+    event_id: Id | None = Field(None, description="A user message's event id: that turn instead of the newest.")
     against: Literal["previous", "definition"] | None = Field(
         None, description="previous: diff with the dispatch before; definition: with what the role composes now."
     )
@@ -94,60 +93,50 @@ async def _user_text(store: Store, session_id: str, start: Event) -> tuple[str |
     return "\n\n".join(e.payload.text for e in messages if isinstance(e.payload, UserMessage)), messages[0].id
 
 
-async def _dispatch(store: Store, session: SessionRecord, start: Event) -> dict[str, JsonValue]:
+async def _dispatch(store: Store, session: SessionRecord, start: Event) -> PromptAnswer:
     assert isinstance(start.payload, TurnStarted)
     system = await _system_prompt(store, session.id, start)
     user, message_id = await _user_text(store, session.id, start)
-    return {
-        "turnId": start.turn_id,
-        "eventId": message_id,
-        "at": iso(start.at),
-        "model": start.payload.model,
-        "trigger": start.payload.trigger,
-        "system": {"text": system, "hash": start.payload.system_prompt_hash},
-        "user": user,
-    }
+    return PromptAnswer(
+        id=session.id,
+        turn_id=start.turn_id,
+        event_id=message_id,
+        at=iso(start.at),
+        model=start.payload.model,
+        trigger=start.payload.trigger,
+        system=SystemPrompt(text=system, hash=start.payload.system_prompt_hash),
+        user=user,
+    )
 
 
 async def read_prompt(
     store: Store, session: SessionRecord, args: PromptArgs, *, compose: Callable[[str], str]
-) -> dict[str, JsonValue]:
+) -> PromptAnswer:
     """The `agent_prompt` answer; `compose(role)` gives the role's current system prompt (or raises `Invalid`)."""
     start = await _turn_start(store, session, args.event_id)
-    answer = {"id": session.id, **(await _dispatch(store, session, start))}
-    system = answer["system"]
-    assert isinstance(system, dict)
-    text = system["text"] if isinstance(system["text"], str) else ""
+    answer = await _dispatch(store, session, start)
+    text = answer.system.text or ""
     if args.against == "definition":
         now = compose(session.role)
-        answer["against"] = {
-            "kind": "definition",
-            "role": session.role,
-            "hash": hashlib.sha256(now.encode()).hexdigest(),
-            "diff": list(prompt_hunks(text, now, from_name="turn", to_name=f"role {session.role} now")),
-        }
+        answer.against = AgainstDefinition(
+            role=session.role,
+            hash=hashlib.sha256(now.encode()).hexdigest(),
+            diff=prompt_hunks(text, now, from_name="turn", to_name=f"role {session.role} now"),
+        )
     elif args.against == "previous":
         earlier = await store.read_events_backward(session.id, before_seq=start.seq, limit=1, types=["turn.started"])
         previous = await _dispatch(store, session, earlier[0]) if earlier else None
-        before = previous["system"] if previous else None
-        before_text = before.get("text") if isinstance(before, dict) else None
-        answer["against"] = {
-            "kind": "previous",
-            "turnId": previous["turnId"] if previous else None,
-            "hash": before.get("hash") if isinstance(before, dict) else None,
-            "diff": list(
-                prompt_hunks(
-                    before_text if isinstance(before_text, str) else "", text, from_name="previous", to_name="turn"
-                )
-            )
+        answer.against = AgainstPrevious(
+            turn_id=previous.turn_id if previous else None,
+            hash=previous.system.hash if previous else None,
+            diff=prompt_hunks(previous.system.text or "", text, from_name="previous", to_name="turn")
             if previous
             else [],
-        }
+        )
     return answer
 
 
-async def agent_prompt(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+async def agent_prompt(engine: EngineView, caller: Caller, args: PromptArgs) -> PromptAnswer:
     """The `agent_prompt` tool."""
-    args = parse_args(PromptArgs, "agent_prompt", raw)
     session = await engine.store.get_session(args.id)
     return await read_prompt(engine.store, session, args, compose=role_prompt_composer(engine))

@@ -16,21 +16,24 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field
 
 from agentwatch.reads._args import Window
 from agentwatch.reads._view import EngineView, iso, stuck_thresholds
+from agentwatch.reads.answers import RoleEntry, Spend, SummaryAnswer, WindowCounts
 from agentwatch.reads.words import Word, count_words, word_filter
 from agentwatch.store import SessionFilter
-from agentwatch.tools import Args, Caller, parse_args
+from agentwatch.tools import Args, Caller, dump
 
-__all__ = ["SummaryArgs", "agent_summary", "summarize"]
+__all__ = ["SummaryArgs", "agent_summary", "summarize", "summary_answer"]
 
 
 class SummaryArgs(Args):
     """Arguments of `agent_summary`."""
 
-    window: Window = Field(timedelta(days=7), description="The stretch of time for started/failed/waiting/spend.")
+    window: Window = Field(
+        timedelta(days=7), description="The stretch of time for started/failed/waiting/spend (at most 3650d)."
+    )
     words: bool = Field(False, description="Add the lineages by the word they say now.")
     by: Literal["role"] | None = Field(None, description='"role": each role\'s sessions and newest activity.')
 
@@ -39,24 +42,24 @@ async def _count(view: EngineView, where: SessionFilter) -> int:
     return sum((await view.store.count_sessions(where)).values())
 
 
-async def _window(view: EngineView, start: datetime, end: datetime, waiting: SessionFilter) -> dict[str, JsonValue]:
+async def _window(view: EngineView, start: datetime, end: datetime, waiting: SessionFilter) -> WindowCounts:
     started, failed, waits, spend = await asyncio.gather(
         _count(view, SessionFilter(created_from=start, created_to=end)),
         _count(view, SessionFilter(status=["failed", "interrupted"], active_from=start, active_to=end)),
         _count(view, waiting.model_copy(update={"active_from": start, "active_to": end})),
         view.store.usage_between(start, end),
     )
-    return {
-        "from": iso(start),
-        "to": iso(end),
-        "started": started,
-        "failed": failed,
-        "waiting": waits,
-        "spend": {"costUsd": spend.cost_usd or 0.0, "tokens": spend.total_tokens},
-    }
+    return WindowCounts(
+        from_=iso(start),
+        to=iso(end),
+        started=started,
+        failed=failed,
+        waiting=waits,
+        spend=Spend(cost_usd=spend.cost_usd or 0.0, tokens=spend.total_tokens),
+    )
 
 
-async def summarize(view: EngineView, args: SummaryArgs, *, now: datetime | None = None) -> dict[str, JsonValue]:
+async def summary_answer(view: EngineView, args: SummaryArgs, *, now: datetime | None = None) -> SummaryAnswer:
     """The `agent_summary` answer."""
     now = now or datetime.now(UTC)
     default, by_role = stuck_thresholds(view)
@@ -68,27 +71,30 @@ async def summarize(view: EngineView, args: SummaryArgs, *, now: datetime | None
     statuses, words = await count_words(view.store, SessionFilter(), now=now, stuck_after=default, by_role=by_role)
     heads = SessionFilter(heads_of="group_key")
     _, lineage_words = await count_words(view.store, heads, now=now, stuck_after=default, by_role=by_role)
-    answer: dict[str, JsonValue] = {
-        "at": iso(now),
-        "statuses": dict(sorted(statuses.items())),
-        "total": sum(statuses.values()),
-        "working": words["working"],
-        "lineages": sum(lineage_words.values()),
-        "intercepted": await _count(view, SessionFilter(intercepted=True)),
-    }
-    if args.words:
-        answer["words"] = dict[str, JsonValue](lineage_words)
     window = await _window(view, now - args.window, now, saying("needs_you"))
-    window["previous"] = await _window(view, now - 2 * args.window, now - args.window, saying("needs_you"))
-    answer["window"] = window
+    window.previous = await _window(view, now - 2 * args.window, now - args.window, saying("needs_you"))
+    roles = None
     if args.by == "role":
         groups = await view.store.group_sessions(SessionFilter(), "role")
-        answer["byRole"] = [
-            {"role": g.key, "sessions": g.sessions, "lastActiveAt": iso(g.last_active_at)} for g in groups
-        ]
-    return answer
+        roles = [RoleEntry(role=g.key, sessions=g.sessions, last_active_at=iso(g.last_active_at)) for g in groups]
+    return SummaryAnswer(
+        at=iso(now),
+        statuses=dict(sorted(statuses.items())),
+        total=sum(statuses.values()),
+        working=words["working"],
+        lineages=sum(lineage_words.values()),
+        intercepted=await _count(view, SessionFilter(intercepted=True)),
+        words=dict(lineage_words) if args.words else None,
+        window=window,
+        by_role=roles,
+    )
 
 
-async def agent_summary(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+async def summarize(view: EngineView, args: SummaryArgs, *, now: datetime | None = None) -> dict[str, Any]:
+    """`summary_answer` as the JSON object the tool returns."""
+    return dump(await summary_answer(view, args, now=now))
+
+
+async def agent_summary(engine: EngineView, caller: Caller, args: SummaryArgs) -> SummaryAnswer:
     """The `agent_summary` tool."""
-    return await summarize(engine, parse_args(SummaryArgs, "agent_summary", raw))
+    return await summary_answer(engine, args)

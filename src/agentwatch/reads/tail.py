@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue
 
-from agentwatch.errors import InvalidArgument
+from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import (
     PAYLOAD_TYPES,
     AssistantMessage,
@@ -54,9 +54,20 @@ from agentwatch.events import (
     truncate,
 )
 from agentwatch.reads._view import EngineView, iso
-from agentwatch.tools import Args, Caller, parse_args
+from agentwatch.reads.answers import TailAnswer, TailRow
+from agentwatch.tools import MAX_LIST_ITEMS, MAX_SEQ, Args, Caller, Cursor, Id, Name, dump
 
-__all__ = ["DEFAULT_TYPES", "PROJECTION", "Projection", "TailArgs", "agent_tail", "project", "read_tail"]
+__all__ = [
+    "DEFAULT_TYPES",
+    "PROJECTION",
+    "Projection",
+    "TailArgs",
+    "agent_tail",
+    "project",
+    "read_tail",
+    "tail_answer",
+    "tail_row",
+]
 
 _RING_SCAN = 1000
 
@@ -113,17 +124,17 @@ DEFAULT_TYPES: tuple[str, ...] = tuple(name for name, row in PROJECTION.items() 
 class TailArgs(Args):
     """Arguments of `agent_tail`."""
 
-    id: str = Field(min_length=1, description="The agent's id (ses_...).")
-    after_id: str | None = Field(
+    id: Id = Field(description="The agent's id (ses_...).")
+    after_id: Cursor | None = Field(
         None,
-        alias="afterId",
         description="A cursor (current.cursor, or a previous tail's cursor) or an event id: read strictly after it.",
     )
-    max_chars: int = Field(500, alias="maxChars", ge=1, le=4000, description="Cap on each detail, 1..4000.")
-    max_events: int = Field(50, alias="maxEvents", ge=1, le=200, description="Events per answer, 1..200.")
-    types: list[str] | None = Field(
+    max_chars: int = Field(500, ge=1, le=4000, description="Cap on each detail, 1..4000.")
+    max_events: int = Field(50, ge=1, le=200, description="Events per answer, 1..200.")
+    types: list[Name] | None = Field(
         None,
         min_length=1,
+        max_length=MAX_LIST_ITEMS,
         description="Event types to include, as log types (tool.call) or tail names (item.started, hitl.*, turn.*).",
     )
 
@@ -201,28 +212,36 @@ def _facts(payload: Payload) -> _Facts:
             return payload.type, None, _text(payload.model_dump(mode="json")), None
 
 
-def project(event: Event, *, max_chars: int) -> dict[str, JsonValue]:
+def tail_row(event: Event, *, max_chars: int) -> TailRow:
     """One event as a tail row, its detail capped at `max_chars` with the truncation marker."""
     row = PROJECTION[event.type]
     title, tool_name, detail, status = _facts(event.payload)
     cut = truncate(detail, max_chars) if detail is not None else None
-    return {
-        "id": event.id,
-        "at": iso(event.at),
-        "type": row.tail_type,
-        "itemType": row.item_type,
-        "title": title,
-        "toolName": tool_name,
-        "detail": cut.text if cut is not None else None,
-        "status": status,
-        "truncated": cut.truncated if cut is not None else False,
-    }
+    return TailRow.model_construct(
+        id=event.id,
+        at=iso(event.at),
+        type=row.tail_type,
+        item_type=row.item_type,
+        title=title,
+        tool_name=tool_name,
+        detail=cut.text if cut is not None else None,
+        status=status,
+        truncated=cut.truncated if cut is not None else False,
+    )
+
+
+def project(event: Event, *, max_chars: int) -> dict[str, Any]:
+    """`tail_row` as the JSON object a tail answer holds (for the CLI's follow mode)."""
+    return dump(tail_row(event, max_chars=max_chars))
 
 
 async def _start(view: EngineView, session_id: str, after_id: str) -> StreamCursor:
     if after_id.startswith("evt_"):
         return (await view.store.get_event(session_id, after_id)).cursor
-    return StreamCursor.decode(after_id, session_id=session_id)
+    cursor = StreamCursor.decode(after_id, session_id=session_id)
+    if cursor.seq > MAX_SEQ or cursor.sub > MAX_SEQ:
+        raise InvalidCursor("afterId: the cursor names a position past any stream; pass back a cursor unchanged")
+    return cursor
 
 
 async def _ephemeral(
@@ -236,7 +255,7 @@ async def _ephemeral(
     return [e for e in recent if e.type in wanted and (up_to_seq is None or e.seq <= up_to_seq)]
 
 
-async def read_tail(view: EngineView, args: TailArgs) -> dict[str, JsonValue]:
+async def tail_answer(view: EngineView, args: TailArgs) -> TailAnswer:
     """The `agent_tail` answer: `events`, `cursor`, `hasMore`."""
     session = await view.store.get_session(args.id)
     types = resolve_types(args.types)
@@ -269,14 +288,19 @@ async def read_tail(view: EngineView, args: TailArgs) -> dict[str, JsonValue]:
     return _answer(events, end, has_more=has_more, max_chars=args.max_chars)
 
 
-def _answer(events: list[Event], cursor: StreamCursor, *, has_more: bool, max_chars: int) -> dict[str, JsonValue]:
-    return {
-        "events": [project(event, max_chars=max_chars) for event in events],
-        "cursor": cursor.encode(),
-        "hasMore": has_more,
-    }
+def _answer(events: list[Event], cursor: StreamCursor, *, has_more: bool, max_chars: int) -> TailAnswer:
+    return TailAnswer.model_construct(
+        events=[tail_row(event, max_chars=max_chars) for event in events],
+        cursor=cursor.encode(),
+        has_more=has_more,
+    )
 
 
-async def agent_tail(engine: EngineView, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
+    """`tail_answer` as the JSON object the tool returns."""
+    return dump(await tail_answer(view, args))
+
+
+async def agent_tail(engine: EngineView, caller: Caller, args: TailArgs) -> TailAnswer:
     """The `agent_tail` tool."""
-    return await read_tail(engine, parse_args(TailArgs, "agent_tail", raw))
+    return await tail_answer(engine, args)

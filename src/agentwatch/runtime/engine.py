@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
-from agentwatch.errors import AgentwatchError, Conflict, Invalid, InvalidArgument, NotFound
+from agentwatch.errors import Conflict, Invalid, InvalidArgument
 from agentwatch.events import (
     CompactionApplied,
     CompletionFinished,
@@ -65,6 +65,7 @@ from agentwatch.store import (
     Write,
     connect_store,
 )
+from agentwatch.tools import call_tool
 
 __all__ = ["Engine", "ToolSetHook", "run_task"]
 
@@ -509,17 +510,7 @@ class Engine:
     async def call_tool(self, name: str, args: dict[str, Any], *, caller: Caller | None = None) -> dict[str, Any]:
         """Call a tool by name with JSON arguments; returns its dict or `{"error": {...}}`, never raises for
         a bad call."""
-        tool = self.tools.get(name)
-        try:
-            if tool is None:
-                known = ", ".join(sorted(self.tools))
-                raise NotFound(f"no tool named {name!r}; the tools are: {known}")
-            if tool.asks_user:
-                raise InvalidArgument(f"{name} opens a request from inside an agent's turn; an agent calls it")
-            result = await tool.handler(self, caller or Caller(), args)
-        except AgentwatchError as exc:
-            return exc.to_dict()
-        return result if isinstance(result, dict) else {"result": result}
+        return await call_tool(self.tools, self, name, args, caller)
 
     def tools_for(self, session: SessionRecord, definition: AgentDefinition) -> tuple[str, ...]:
         """The tool names a turn of `session` gets: its role's tools, adjusted by every tool-set hook."""

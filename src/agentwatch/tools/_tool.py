@@ -1,25 +1,20 @@
-"""One shape for every tool: built-in (ask_user), drive (agent_task, ...), read and user tools.
-
-It lives below the runtime so that `agentwatch.reads` can declare its tools without importing the runtime;
-`agentwatch.runtime.tools.base` re-exports it.
-
-A tool has one name and one JSON schema everywhere: as an agent's tool call, `engine.call_tool(name, args)`,
-MCP, HTTP and the CLI. Arguments are validated by a pydantic model whose aliases spell the documented names
-(`afterId`, `maxChars`, `agent_id`, ...); a bad argument is an `InvalidArgument` that says which and why.
-"""
+"""The `Tool` shape, the typed tool constructor, function tools and the one boundary every call crosses."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError, create_model
 
-from agentwatch.errors import InvalidArgument, UserError
+from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, UserError
+from agentwatch.tools._bounds import MAX_NAME_CHARS
+from agentwatch.tools._wire import dump
 
-__all__ = ["Args", "Caller", "Tool", "ToolHandler", "function_tool", "parse_args"]
+__all__ = ["Caller", "FunctionArgs", "Tool", "ToolHandler", "call_tool", "function_tool", "parse_args", "typed_tool"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +32,9 @@ class Caller:
 
 
 ToolHandler = Callable[[Any, Caller, dict[str, Any]], Awaitable[JsonValue]]
-"""`async (engine, caller, args) -> JSON`. The engine is typed `Any` here because this module sits below the
-runtime; each family of tools states the engine surface it needs (the runtime's `Engine`, the reads'
-`EngineView`)."""
+"""`async (engine, caller, args) -> JSON`: the raw boundary, JSON in and JSON out. The engine is typed `Any`
+here because this module sits below the runtime; each family of tools states the engine surface it needs
+(the runtime's `Runtime`, the reads' `EngineView`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,34 +52,123 @@ class Tool:
     """A person approves each call made by an agent before it runs."""
     asks_user: bool = False
     """The call is a question to a person; the answer is its result (`ask_user`)."""
+    args_model: type[BaseModel] | None = None
+    """The model its arguments are validated by (None for a tool built from a bare schema)."""
+    answer_model: type[BaseModel] | None = None
+    """The model of its answer, before it is dumped to JSON (None when the answer is not modelled)."""
+    output_schema: dict[str, JsonValue] | None = None
+    """JSON schema of the answer (None when unknown)."""
 
 
-class Args(BaseModel):
-    """Base of tool argument models: unknown arguments are refused, documented names are aliases."""
+class FunctionArgs(BaseModel):
+    """Base of a function tool's argument model: the function's own parameter names, unknown ones refused.
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    A user's function names its parameters; they are its wire names as written (no camelCase alias).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-A = TypeVar("A", bound=Args)
+A = TypeVar("A", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
+
+
+def _shown(part: object) -> str:
+    """A location part as an error message shows it: short, printable, whatever it was."""
+    text = part if isinstance(part, str) else repr(part)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return text if len(text) <= 64 else text[:61] + "..."
 
 
 def parse_args(model: type[A], tool_name: str, args: object) -> A:
-    """Validate `args` for `tool_name`; every problem is named in one `InvalidArgument`."""
+    """Validate `args` for `tool_name`; every problem is named in one `InvalidArgument`.
+
+    `details.fields` lists the arguments at fault, by their wire names.
+    """
     if not isinstance(args, dict):
-        raise InvalidArgument(f"{tool_name} takes a JSON object of arguments, got {type(args).__name__}")
+        raise InvalidArgument(
+            f"{tool_name} takes a JSON object of arguments, got {type(args).__name__}", fields=["arguments"]
+        )
     try:
         return model.model_validate(args)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        problems, fields = [], []
+        for err in exc.errors(include_input=False, include_url=False):
+            where = ".".join(_shown(p) for p in err["loc"]) or "arguments"
             message = "unknown argument" if err["type"] == "extra_forbidden" else err["msg"]
             problems.append(f"{where}: {message}")
-        fields = ", ".join((info.alias or name) for name, info in model.model_fields.items())
+            fields.append(_shown(err["loc"][0]) if err["loc"] else "arguments")
+        accepted = ", ".join((info.alias or name) for name, info in model.model_fields.items())
         raise InvalidArgument(
-            f"bad arguments for {tool_name}: {'; '.join(problems)} (it takes: {fields})",
+            f"bad arguments for {tool_name}: {'; '.join(problems)} (it takes: {accepted})",
             problems=problems,
+            fields=sorted(set(fields)),
         ) from None
+
+
+def _schema(model: type[BaseModel], mode: str) -> dict[str, JsonValue]:
+    schema: dict[str, JsonValue] = model.model_json_schema(by_alias=True, mode=mode)  # type: ignore[arg-type]
+    schema.pop("title", None)
+    return schema
+
+
+def typed_tool(
+    name: str,
+    description: str,
+    run: Callable[[Any, Caller, A], Awaitable[R]],
+    *,
+    args: type[A],
+    answer: type[R],
+    grant: str | None = None,
+    asks_user: bool = False,
+    requires_approval: bool = False,
+) -> Tool:
+    """A tool whose arguments and answer are models: `run(engine, caller, args) -> answer`.
+
+    The handler validates the JSON arguments into `args`, runs, and dumps the answer once (`dump`: by alias,
+    `omitted()` fields left out when None); both schemas come from the models.
+    """
+
+    async def handler(engine: Any, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+        return dump(await run(engine, caller, parse_args(args, name, raw)))
+
+    return Tool(
+        name,
+        description,
+        _schema(args, "validation"),
+        handler,
+        grant=grant,
+        requires_approval=requires_approval,
+        asks_user=asks_user,
+        args_model=args,
+        answer_model=answer,
+        output_schema=_schema(answer, "serialization"),
+    )
+
+
+async def call_tool(
+    tools: Mapping[str, Tool], engine: Any, name: object, args: object, caller: Caller | None = None
+) -> dict[str, Any]:
+    """Call the tool `name` from outside a turn: its answer, or `{"error": {...}}`; never raises for a bad call.
+
+    This is `engine.call_tool`; MCP, HTTP and the CLI go through it.
+    """
+    try:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+            raise InvalidArgument(
+                f"name: a tool name is a string of 1..{MAX_NAME_CHARS} characters, got {_shown(name)}",
+                fields=["name"],
+            )
+        tool = tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(tools))
+            raise NotFound(f"no tool named {_shown(name)!r}; the tools are: {known}")
+        if tool.asks_user:
+            raise InvalidArgument(f"{name} opens a request from inside an agent's turn; an agent calls it")
+        result = await tool.handler(engine, caller or Caller(), args)  # type: ignore[arg-type]
+    except AgentwatchError as exc:
+        return exc.to_dict()
+    return result if isinstance(result, dict) else {"result": result}
 
 
 def function_tool(
@@ -95,6 +179,9 @@ def function_tool(
     requires_approval: bool = False,
 ) -> Tool:
     """A tool from a plain Python function (sync or async); its signature's type hints give the schema.
+
+    A plain `def` runs in a worker thread (`asyncio.to_thread`), so a slow one never pauses other
+    sessions; an `async def` runs on the event loop and must not block it.
 
     ```python
     def read_file(path: str) -> str:
@@ -113,16 +200,29 @@ def function_tool(
         annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any
         default = param.default if param.default is not inspect.Parameter.empty else ...
         fields[param.name] = (annotation, default)
-    model = create_model(f"{tool_name}_args", __base__=Args, **fields)
+    model = create_model(f"{tool_name}_args", __base__=FunctionArgs, **fields)
     doc = description or inspect.getdoc(fn) or f"Run {tool_name}."
+    is_async = inspect.iscoroutinefunction(fn)
 
     async def handler(engine: Any, caller: Caller, args: dict[str, Any]) -> JsonValue:
         parsed = parse_args(model, tool_name, args)
-        result = fn(**{key: getattr(parsed, key) for key in fields})
+        kwargs = {key: getattr(parsed, key) for key in fields}
+        result = await fn(**kwargs) if is_async else await asyncio.to_thread(fn, **kwargs)
         if inspect.isawaitable(result):
             result = await result
+        if isinstance(result, BaseModel):
+            return dump(result)
         return result  # type: ignore[no-any-return]
 
+    output: dict[str, JsonValue] | None = None
+    try:
+        returns = inspect.signature(fn, eval_str=True).return_annotation
+        if returns is not inspect.Signature.empty:
+            output = TypeAdapter(returns).json_schema(mode="serialization", by_alias=True)
+    except Exception:
+        output = None
     schema = model.model_json_schema()
     schema.pop("title", None)
-    return Tool(tool_name, doc, schema, handler, requires_approval=requires_approval)
+    return Tool(
+        tool_name, doc, schema, handler, requires_approval=requires_approval, args_model=model, output_schema=output
+    )

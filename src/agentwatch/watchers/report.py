@@ -175,7 +175,7 @@ def one_way_policy(store: Store) -> Policy:
                 "deny",
                 f"observers speak only through {REPORT_TOOL}; {request.tool_name} is not available to an observer",
             )
-        target = request.input.get("agent_id")
+        target = request.input.get("agentId", request.input.get("agent_id"))
         if request.tool_name == "agent_enqueue" and isinstance(target, str) and await _is_observer(store, target):
             return Verdict(
                 "deny",

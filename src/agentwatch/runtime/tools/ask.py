@@ -2,37 +2,40 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from pydantic import Field, JsonValue
+from pydantic import Field, RootModel
 
 from agentwatch.errors import InvalidArgument
-from agentwatch.runtime.tools.base import Args, Caller, Tool
+from agentwatch.runtime.services import Runtime
+from agentwatch.tools import MAX_LIST_ITEMS, Args, BoundedJson, Caller, Text, Tool, typed_tool
 
-if TYPE_CHECKING:
-    from agentwatch.runtime.engine import Engine
-
-__all__ = ["ask_user_tool"]
+__all__ = ["AskArgs", "UserAnswer", "ask_user_tool"]
 
 
 class AskArgs(Args):
-    question: str = Field(min_length=1, description="The question, complete enough to answer without context.")
-    options: list[str] | None = Field(None, description="Answers to choose from, when there are a few.")
+    """Arguments of `ask_user`."""
+
+    question: Text = Field(description="The question, complete enough to answer without context.")
+    options: list[Text] | None = Field(
+        None, max_length=MAX_LIST_ITEMS, description="Answers to choose from, when there are a few."
+    )
 
 
-async def _outside_a_turn(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+class UserAnswer(RootModel[BoundedJson]):
+    """The answer a person (or the parent agent) gave: text for a question."""
+
+
+async def _outside_a_turn(engine: Runtime, caller: Caller, args: AskArgs) -> UserAnswer:
     raise InvalidArgument("ask_user opens a request from inside an agent's turn; only an agent can call it")
 
 
 def ask_user_tool() -> Tool:
     """The `ask_user` tool: the turn pauses on a request (word `needs_you`) until `agent_answer`."""
-    schema = AskArgs.model_json_schema(by_alias=True)
-    schema.pop("title", None)
-    return Tool(
+    return typed_tool(
         "ask_user",
         "Ask the user a question and wait for the answer. Use it when you cannot go on without a decision "
         "or a fact only they have.",
-        schema,
         _outside_a_turn,
+        args=AskArgs,
+        answer=UserAnswer,
         asks_user=True,
     )

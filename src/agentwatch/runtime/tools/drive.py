@@ -7,65 +7,119 @@ it as its origin.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from pydantic import Field, JsonValue
+from pydantic import Field
 
 from agentwatch.events import Origin
+from agentwatch.reads.answers import StatusSnapshot
+from agentwatch.reads.current import snapshot_answer
 from agentwatch.runtime.roster import capability_for
-from agentwatch.runtime.tools.base import Args, Caller, Tool, parse_args
+from agentwatch.runtime.services import Runtime
+from agentwatch.store import SessionRecord
+from agentwatch.tools import Answer, Args, BoundedJson, Caller, Id, Name, Prompt, Tool, typed_tool
 
-if TYPE_CHECKING:
-    from agentwatch.runtime.engine import Engine
-    from agentwatch.store import SessionRecord
-
-__all__ = ["drive_tools"]
+__all__ = [
+    "AnswerArgs",
+    "AnswerResult",
+    "AwaitArgs",
+    "CreateArgs",
+    "Created",
+    "DeleteArgs",
+    "Deleted",
+    "EnqueueArgs",
+    "Enqueued",
+    "TaskArgs",
+    "drive_tools",
+]
 
 MAX_TIMEOUT_MS = 3_600_000
 
 
 class CreateArgs(Args):
-    role: str = Field(description="The agent type (role) to run.")
-    name: str | None = Field(None, description="A name unique among live agents of its scope; made up when absent.")
-    scope: str | None = Field(None, description="The chat the agent belongs to (e.g. '42:bot1'); global when absent.")
-    prompt: str | None = Field(None, description="A first input to queue right away.")
-    display_name: str | None = Field(None, alias="displayName", description="A friendlier name to show.")
-    group_key: str | None = Field(None, alias="groupKey", description="Its lineage key (e.g. 'hb:digest').")
+    """Arguments of `agent_create`."""
+
+    role: Name = Field(description="The agent type (role) to run.")
+    name: Name | None = Field(None, description="A name unique among live agents of its scope; made up when absent.")
+    scope: Name | None = Field(None, description="The chat the agent belongs to (e.g. '42:bot1'); global when absent.")
+    prompt: Prompt | None = Field(None, description="A first input to queue right away.")
+    display_name: Name | None = Field(None, description="A friendlier name to show.")
+    group_key: Name | None = Field(None, description="Its lineage key (e.g. 'hb:digest').")
 
 
 class EnqueueArgs(Args):
-    agent_id: str = Field(description="The agent's id (ses_...).")
-    prompt: str = Field(min_length=1, description="The input for its next turn.")
+    """Arguments of `agent_enqueue` (`agentId` may be spelled `agent_id`)."""
+
+    agent_id: Id = Field(description="The agent's id (ses_...).")
+    prompt: Prompt = Field(description="The input for its next turn.")
 
 
 class AwaitArgs(Args):
-    agent_id: str = Field(description="The agent's id (ses_...).")
-    timeout_ms: int = Field(
-        60_000, alias="timeoutMs", ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds."
-    )
+    """Arguments of `agent_await` (`agentId` may be spelled `agent_id`)."""
+
+    agent_id: Id = Field(description="The agent's id (ses_...).")
+    timeout_ms: int = Field(60_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
 
 
 class TaskArgs(Args):
-    role: str = Field(description="The agent type (role) to run.")
-    prompt: str = Field(min_length=1, description="The task.")
-    name: str | None = Field(None, description="A name for the new agent; made up when absent.")
-    timeout_ms: int = Field(
-        600_000, alias="timeoutMs", ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds."
-    )
+    """Arguments of `agent_task`."""
+
+    role: Name = Field(description="The agent type (role) to run.")
+    prompt: Prompt = Field(description="The task.")
+    name: Name | None = Field(None, description="A name for the new agent; made up when absent.")
+    timeout_ms: int = Field(600_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
 
 
 class AnswerArgs(Args):
-    hitl_id: str = Field(alias="hitlId", description="The request to answer (current.pendingHitl.hitlId).")
-    answer: JsonValue = Field(
-        description="The answer: text for a question; true/false or {approved, message} for an approval."
+    """Arguments of `agent_answer`."""
+
+    hitl_id: Id = Field(description="The request to answer (current.pendingHitl.hitlId).")
+    answer: BoundedJson = Field(
+        description="The answer: text for a question; true/false or {approved, message} for an approval "
+        "(JSON at most 16 deep, 10,000 values, 100,000 characters of text)."
     )
 
 
 class DeleteArgs(Args):
-    id: str = Field(description="The agent's id (ses_...).")
+    """Arguments of `agent_delete`."""
+
+    id: Id = Field(description="The agent's id (ses_...).")
 
 
-async def _create_child(engine: Engine, caller: Caller, args: CreateArgs | TaskArgs, source: str) -> SessionRecord:
+class Created(Answer):
+    """The `agent_create` answer."""
+
+    agent_id: str
+    name: str
+    status: str
+    pending_inputs: int
+
+
+class Enqueued(Answer):
+    """The `agent_enqueue` answer."""
+
+    agent_id: str
+    pending_inputs: int
+
+
+class AnswerResult(Answer):
+    """The `agent_answer` answer."""
+
+    hitl_id: str
+    agent_id: str
+    status: str
+
+
+class Deleted(Answer):
+    """The `agent_delete` answer."""
+
+    id: str
+    deleted_at: str | None
+    reap_at: str | None
+
+
+async def _create_child(engine: Runtime, caller: Caller, args: CreateArgs | TaskArgs, source: str) -> SessionRecord:
     parent = await engine.store.get_session(caller.session_id) if caller.session_id else None
     scope = args.scope if isinstance(args, CreateArgs) else None
     session = await engine.create(
@@ -88,78 +142,100 @@ def _origin(caller: Caller) -> Origin | None:
     return Origin(kind="session", ref=caller.session_id) if caller.session_id else None
 
 
-async def agent_create(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
-    args = parse_args(CreateArgs, "agent_create", raw)
+async def _snapshot(engine: Runtime, session: SessionRecord, timed_out: bool) -> StatusSnapshot:
+    return await snapshot_answer(
+        engine.store, session, stuck_after=engine.stuck_after(session.role), timed_out=timed_out
+    )
+
+
+async def agent_create(engine: Runtime, caller: Caller, args: CreateArgs) -> Created:
     session = await _create_child(engine, caller, args, "spawn")
     pending = 0
     if args.prompt:
         pending = await engine.enqueue(session.id, args.prompt, origin=_origin(caller))
-    return {"agentId": session.id, "name": session.name, "status": session.status, "pendingInputs": pending}
+    return Created(agent_id=session.id, name=session.name, status=session.status, pending_inputs=pending)
 
 
-async def agent_enqueue(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
-    args = parse_args(EnqueueArgs, "agent_enqueue", raw)
+async def agent_enqueue(engine: Runtime, caller: Caller, args: EnqueueArgs) -> Enqueued:
     pending = await engine.enqueue(args.agent_id, args.prompt, origin=_origin(caller))
-    return {"agentId": args.agent_id, "pendingInputs": pending}
+    return Enqueued(agent_id=args.agent_id, pending_inputs=pending)
 
 
-async def agent_await(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
-    args = parse_args(AwaitArgs, "agent_await", raw)
+async def agent_await(engine: Runtime, caller: Caller, args: AwaitArgs) -> StatusSnapshot:
     session, timed_out = await engine.wait(args.agent_id, args.timeout_ms / 1000)
-    return await engine.snapshot(session, timed_out=timed_out)
+    return await _snapshot(engine, session, timed_out)
 
 
-async def agent_task(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
-    args = parse_args(TaskArgs, "agent_task", raw)
+async def agent_task(engine: Runtime, caller: Caller, args: TaskArgs) -> StatusSnapshot:
     session = await _create_child(engine, caller, args, "task")
     await engine.enqueue(session.id, args.prompt, origin=_origin(caller))
     session, timed_out = await engine.wait(session.id, args.timeout_ms / 1000)
-    return await engine.snapshot(session, timed_out=timed_out)
+    return await _snapshot(engine, session, timed_out)
 
 
-async def agent_answer(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
-    args = parse_args(AnswerArgs, "agent_answer", raw)
+async def agent_answer(engine: Runtime, caller: Caller, args: AnswerArgs) -> AnswerResult:
     by = caller.session_id or "a person"
     request = await engine.answer(args.hitl_id, args.answer, by=by)
-    return {"hitlId": request.id, "agentId": request.session_id, "status": request.status}
+    return AnswerResult(hitl_id=request.id, agent_id=request.session_id, status=request.status)
 
 
-async def agent_delete(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
-    args = parse_args(DeleteArgs, "agent_delete", raw)
+async def agent_delete(engine: Runtime, caller: Caller, args: DeleteArgs) -> Deleted:
     session = await engine.delete(args.id, by=caller.session_id or "a person")
-    return {
-        "id": session.id,
-        "deletedAt": session.deleted_at.isoformat() if session.deleted_at else None,
-        "reapAt": session.reap_at.isoformat() if session.reap_at else None,
-    }
+    return Deleted(
+        id=session.id,
+        deleted_at=session.deleted_at.isoformat() if session.deleted_at else None,
+        reap_at=session.reap_at.isoformat() if session.reap_at else None,
+    )
 
 
-def _tool(name: str, model: type[Args], handler: Any, description: str) -> Tool:
-    schema = model.model_json_schema(by_alias=True)
-    schema.pop("title", None)
-    return Tool(name, description, schema, handler, grant=capability_for(name))
+def _tool(
+    name: str,
+    description: str,
+    run: Callable[[Runtime, Caller, Any], Awaitable[Answer]],
+    args: type[Args],
+    answer: type[Answer],
+) -> Tool:
+    return typed_tool(name, description, run, args=args, answer=answer, grant=capability_for(name))
 
 
 def drive_tools() -> list[Tool]:
     """The spawn and drive tools, each behind the grant `roster.GRANTS` names for it."""
     return [
         _tool(
-            "agent_create", CreateArgs, agent_create, "Create a sub-agent of a role; optionally queue a first prompt."
+            "agent_create",
+            "Create a sub-agent of a role; optionally queue a first prompt.",
+            agent_create,
+            CreateArgs,
+            Created,
         ),
-        _tool("agent_enqueue", EnqueueArgs, agent_enqueue, "Queue input for an agent's next turn."),
+        _tool("agent_enqueue", "Queue input for an agent's next turn.", agent_enqueue, EnqueueArgs, Enqueued),
         _tool(
             "agent_await",
-            AwaitArgs,
-            agent_await,
             "Wait until an agent settles (done, failed, waiting on a request, idle); returns its status snapshot "
             "with timedOut and deleted.",
+            agent_await,
+            AwaitArgs,
+            StatusSnapshot,
         ),
         _tool(
             "agent_task",
-            TaskArgs,
-            agent_task,
             "Run a sub-agent on a task and wait for it: create + enqueue + await. Returns its status snapshot.",
+            agent_task,
+            TaskArgs,
+            StatusSnapshot,
         ),
-        _tool("agent_answer", AnswerArgs, agent_answer, "Answer a request (question or approval) an agent opened."),
-        _tool("agent_delete", DeleteArgs, agent_delete, "Soft-delete an agent; it stays readable by id until reaped."),
+        _tool(
+            "agent_answer",
+            "Answer a request (question or approval) an agent opened.",
+            agent_answer,
+            AnswerArgs,
+            AnswerResult,
+        ),
+        _tool(
+            "agent_delete",
+            "Soft-delete an agent; it stays readable by id until reaped.",
+            agent_delete,
+            DeleteArgs,
+            Deleted,
+        ),
     ]

@@ -1,0 +1,404 @@
+"""The answers of the read tools as models: what `agent_list`, `agent_get`, ... return, field by field.
+
+Each is a `Wire` answer (camelCase on the wire, dumped once by the tool's handler). Timestamps are ISO 8601
+text exactly as stored (`+00:00`, not `Z`). Three parts are stored state passed through as they are stored,
+snake_case and open-ended, so they are typed as JSON objects rather than modelled field by field: an event's
+`payload` (its shape per `type` is the event model of `agentwatch.events`), a session's `contextFill` and
+`interception`, and `agent_export`'s `requests` and `usage`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, JsonValue
+
+from agentwatch.tools import Answer, omitted
+
+__all__ = [
+    "Against",
+    "AgainstDefinition",
+    "AgainstPrevious",
+    "AgentRecord",
+    "ConversationEntry",
+    "CountsAnswer",
+    "CurrentItem",
+    "CurrentSnapshot",
+    "EventEntry",
+    "ExportAnswer",
+    "HistoryAnswer",
+    "ListAnswer",
+    "MailboxEntry",
+    "ObserverEntry",
+    "ObserverReportEntry",
+    "OldestRequest",
+    "PartialUsage",
+    "PendingHitl",
+    "PromptAnswer",
+    "RecentEntry",
+    "RoleEntry",
+    "SessionRow",
+    "SessionUsage",
+    "StatusSnapshot",
+    "SubagentUsage",
+    "SummaryAnswer",
+    "SystemPrompt",
+    "TailAnswer",
+    "TailRow",
+    "Truncation",
+    "WindowCounts",
+]
+
+Timestamp = str
+"""An aware moment as ISO 8601 text."""
+
+
+class SessionUsage(Answer):
+    """What a session spent in its lifetime."""
+
+    cost_usd: float
+    tokens: int
+
+
+class OldestRequest(Answer):
+    """The oldest pending request that waits on a person."""
+
+    id: str
+    summary: str
+
+
+class RecentEntry(Answer):
+    """A session as one entry of a grouped row's `recent`."""
+
+    id: str
+    name: str
+    status: str
+    word: str
+    created_at: Timestamp | None
+    last_active_at: Timestamp | None
+
+
+class SessionRow(Answer):
+    """One `agent_list` row: the one shape of a session that list, get and export share."""
+
+    id: str
+    name: str
+    display_name: str | None
+    role: str
+    feature: str | None
+    status: str
+    word: str
+    source: str
+    model_ref: str | None
+    group_key: str | None
+    boss: bool
+    created_at: Timestamp | None
+    last_active_at: Timestamp | None
+    deleted_at: Timestamp | None
+    usage: SessionUsage
+    pending_inputs: int
+    pending_requests: int
+    oldest_request: OldestRequest | None
+    interception: dict[str, JsonValue] | None = Field(description="Who took the session over (stored form).")
+    parent_id: str | None
+    run_id: str | None
+    origin: dict[str, JsonValue] | None = Field(description="What started it: `{kind, ref}`.")
+    session_count: int | None = Field(None, description="Grouped listings: sessions in the lineage or run.")
+    recent: list[RecentEntry] | None = Field(None, description="Grouped listings: its newest sessions.")
+
+
+class CountsAnswer(Answer):
+    """`counts` of `agent_list`: rows per word, the total, and the moment they were judged at."""
+
+    words: dict[str, int]
+    total: int
+    at: Timestamp | None
+
+
+class ListAnswer(Answer):
+    """The `agent_list` answer."""
+
+    agents: list[SessionRow]
+    next_cursor: str | None
+    counts: CountsAnswer | None = omitted("Per-word counts and the total; only on a first page asked with counts.")
+
+
+class CurrentItem(Answer):
+    """What a running session is doing now."""
+
+    type: Literal["message", "tool"]
+    tool_name: str | None
+    title: str
+
+
+class PendingHitl(Answer):
+    """The oldest pending request of a session."""
+
+    hitl_id: str
+    kind: str
+    questions: list[str] | None
+    deliver_at: Timestamp | None
+
+
+class PartialUsage(Answer):
+    """What the session's last finished turn spent, and how long it took."""
+
+    tokens: int
+    cost_usd: float | None
+    duration_ms: int | None
+
+
+class CurrentSnapshot(Answer):
+    """`current`: the monitoring snapshot of one session."""
+
+    last_activity_at: Timestamp | None
+    current_item: CurrentItem | None
+    last_assistant_text: str | None
+    pending_hitl: PendingHitl | None
+    last_tool_name: str | None
+    partial_usage: PartialUsage | None
+    cursor: str
+
+
+class StatusSnapshot(Answer):
+    """What `agent_await` and `agent_task` return: `current` with the agent's id, status and word, and
+    whether the wait timed out or the agent was deleted."""
+
+    agent_id: str
+    name: str
+    status: str
+    word: str
+    error: str | None
+    last_activity_at: Timestamp | None
+    current_item: CurrentItem | None
+    last_assistant_text: str | None
+    pending_hitl: PendingHitl | None
+    last_tool_name: str | None
+    partial_usage: PartialUsage | None
+    cursor: str
+    timed_out: bool
+    deleted: bool
+
+
+class SubagentUsage(Answer):
+    """The usage of a session and every sub-agent it spawned."""
+
+    tokens: int
+    cost_usd: float
+    subagents: int
+
+
+class MailboxEntry(Answer):
+    """An input waiting in the session's inbox."""
+
+    id: str
+    text: str
+    created_at: Timestamp | None
+    meta: bool
+
+
+class ObserverReportEntry(Answer):
+    """One report an observer delivered."""
+
+    at: Timestamp
+    observer_type: str
+    observer_session_id: str
+    report: str
+
+
+class ObserverEntry(Answer):
+    """The observer of a session: its type and session, the pairing state and the latest reports."""
+
+    observer_type: str | None
+    observer_session_id: str | None
+    state: str
+    reason: str | None
+    since: Timestamp | None
+    stopped: bool
+    reports: list[ObserverReportEntry]
+
+
+class AgentRecord(SessionRow):
+    """The `agent_get` answer: the list row plus model, grant, prompt, output, fill, mailbox and `current`."""
+
+    scope: str | None
+    usage_with_subagents: SubagentUsage
+    harness: str | None
+    role_model_ref: str | None
+    model_override: str | None
+    capabilities: list[str]
+    extra_capabilities: JsonValue
+    capability_ceiling: JsonValue
+    repo: JsonValue
+    run_in: JsonValue
+    system_prompt: str | None
+    planner_method: str | None
+    text_output: str | None
+    error: str | None
+    context_fill: dict[str, JsonValue] = Field(description="How full the context is (stored form).")
+    reap_at: Timestamp | None
+    mailbox: list[MailboxEntry]
+    scheduled: list[JsonValue]
+    watching: list[JsonValue]
+    observer: ObserverEntry | None
+    current: CurrentSnapshot
+
+
+class EventEntry(Answer):
+    """One event as `agent_history` speaks it: the envelope, and the payload as stored."""
+
+    id: str
+    seq: int
+    at: Timestamp | None
+    type: str
+    turn_id: str | None
+    conversation_id: str | None
+    cursor: str
+    payload: dict[str, JsonValue] = Field(description="The event's fields as stored (snake_case, per `type`).")
+    truncated: bool | None = omitted("true when the payload was too large to send; it holds a preview instead.")
+
+
+class ConversationEntry(Answer):
+    """One conversation of a session, with why it ended."""
+
+    id: str
+    started_at: Timestamp | None
+    ended_at: Timestamp | None
+    end_reason: str | None
+    current: bool
+
+
+class HistoryAnswer(Answer):
+    """The `agent_history` answer."""
+
+    id: str
+    conversation_id: str | None
+    episode_id: str | None
+    events: list[EventEntry]
+    next_cursor: str | None
+    conversations: list[ConversationEntry]
+
+
+class TailRow(Answer):
+    """One event as a compact tail row."""
+
+    id: str
+    at: Timestamp | None
+    type: str
+    item_type: str | None
+    title: str | None
+    tool_name: str | None
+    detail: str | None
+    status: str | None
+    truncated: bool
+
+
+class TailAnswer(Answer):
+    """The `agent_tail` answer."""
+
+    events: list[TailRow]
+    cursor: str
+    has_more: bool
+
+
+class SystemPrompt(Answer):
+    """A system prompt and its hash (the text is None when it was never recorded)."""
+
+    text: str | None
+    hash: str | None
+
+
+class AgainstDefinition(Answer):
+    """The diff of a prompt against what its role composes now."""
+
+    kind: Literal["definition"] = "definition"
+    role: str
+    hash: str
+    diff: list[str]
+
+
+class AgainstPrevious(Answer):
+    """The diff of a prompt against the dispatch before it (none: `turnId` null and no hunks)."""
+
+    kind: Literal["previous"] = "previous"
+    turn_id: str | None
+    hash: str | None
+    diff: list[str]
+
+
+Against = AgainstDefinition | AgainstPrevious
+
+
+class PromptAnswer(Answer):
+    """The `agent_prompt` answer."""
+
+    id: str
+    turn_id: str | None
+    event_id: str | None
+    at: Timestamp | None
+    model: str | None
+    trigger: str
+    system: SystemPrompt
+    user: str | None
+    against: Against | None = omitted("Only when `against` was asked.")
+
+
+class Spend(Answer):
+    """What agents spent."""
+
+    cost_usd: float
+    tokens: int
+
+
+class WindowCounts(Answer):
+    """Sessions started, failed and waiting in a stretch of time, and what was spent."""
+
+    from_: Timestamp | None = Field(alias="from")
+    to: Timestamp | None
+    started: int
+    failed: int
+    waiting: int
+    spend: Spend
+    previous: WindowCounts | None = omitted("The same stretch just before.")
+
+
+class RoleEntry(Answer):
+    """One role's sessions and newest activity."""
+
+    role: str | None
+    sessions: int
+    last_active_at: Timestamp | None
+
+
+class SummaryAnswer(Answer):
+    """The `agent_summary` answer."""
+
+    at: Timestamp | None
+    statuses: dict[str, int]
+    total: int
+    working: int
+    lineages: int
+    intercepted: int
+    words: dict[str, int] | None = omitted("With `words: true`: the lineages by the word they say now.")
+    window: WindowCounts
+    by_role: list[RoleEntry] | None = omitted('With `by: "role"`.')
+
+
+class Truncation(Answer):
+    """Where an answer was cut to stay within its size cap."""
+
+    history_events: int
+    """Events the answer holds."""
+    reason: str
+
+
+class ExportAnswer(Answer):
+    """The `agent_export` answer."""
+
+    exported_at: Timestamp | None
+    agent: AgentRecord
+    conversations: list[ConversationEntry]
+    history: list[EventEntry]
+    requests: list[dict[str, JsonValue]] = Field(description="Every request it opened, as stored (snake_case).")
+    usage: dict[str, JsonValue] = Field(description="Its lifetime usage from the ledger, as stored, plus `tokens`.")
+    truncated: Truncation | None = omitted("Present when `history` was cut at the size cap.")

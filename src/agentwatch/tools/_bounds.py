@@ -1,0 +1,139 @@
+"""The bounds every tool argument is checked against before anything reaches the store.
+
+Each limit is one constant here, published in the tools' JSON schemas (`maxLength`, `maximum`, ...) and in the
+tool contract's table in the docs. Text is refused when it holds a NUL character or a lone surrogate (neither
+can be stored the same way on SQLite and PostgreSQL, nor encoded as UTF-8), so both backends answer alike.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator, JsonValue, StringConstraints
+
+__all__ = [
+    "MAX_ANSWER_CHARS",
+    "MAX_CURSOR_CHARS",
+    "MAX_ID_CHARS",
+    "MAX_JSON_CHARS",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_ITEMS",
+    "MAX_LIST_ITEMS",
+    "MAX_NAME_CHARS",
+    "MAX_PROMPT_CHARS",
+    "MAX_SEQ",
+    "MAX_TEXT_CHARS",
+    "BoundedJson",
+    "Cursor",
+    "Id",
+    "Name",
+    "Prompt",
+    "Text",
+    "check_text",
+]
+
+MAX_ID_CHARS = 128
+"""An id (`ses_...`, `evt_...`, `trn_...`, `req_...`, `cnv_...`): ours are 30 characters."""
+MAX_NAME_CHARS = 200
+"""A name, role, scope, lineage key, display name, filter text or tool name."""
+MAX_PROMPT_CHARS = 100_000
+"""A prompt or task given to an agent."""
+MAX_TEXT_CHARS = 10_000
+"""A question, or one option of it."""
+MAX_CURSOR_CHARS = 1024
+"""A cursor as a previous answer returned it (ours are under 200 characters)."""
+MAX_LIST_ITEMS = 50
+"""Items of a list argument (statuses, words, sources, types, options)."""
+MAX_JSON_DEPTH = 16
+"""Nesting of a free JSON argument (an answer to a request)."""
+MAX_JSON_ITEMS = 10_000
+"""Values (scalars, lists, objects) in a free JSON argument."""
+MAX_JSON_CHARS = 100_000
+"""Characters of text (strings and keys) in a free JSON argument."""
+MAX_SEQ = 2**63 - 1
+"""The largest event sequence number a cursor may name (a signed 64-bit integer, as both stores keep it)."""
+MAX_ANSWER_CHARS = 1_000_000
+"""About how large an `agent_history` page or the events of an `agent_export` may grow before the answer is
+cut (with `nextCursor`, or a `truncated` marker)."""
+
+
+def check_text(value: str) -> str:
+    """`value`, when it can be stored alike on every backend; a ValueError naming the problem otherwise."""
+    if "\x00" in value:
+        raise ValueError(f"text holds a NUL character at position {value.index(chr(0))}; send text without it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"text holds a lone surrogate at position {exc.start}; send valid Unicode") from None
+    return value
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("the text is blank (only whitespace); pass the words themselves")
+    return value
+
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS), AfterValidator(check_text)]
+"""An id: 1..128 characters."""
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(check_text)]
+"""A name, role, scope or key: 1..200 characters."""
+Prompt = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS),
+    AfterValidator(check_text),
+    AfterValidator(_not_blank),
+]
+"""A prompt: 1..100,000 characters, not only whitespace."""
+Cursor = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CURSOR_CHARS), AfterValidator(check_text)]
+"""A cursor a previous answer returned: 1..1024 characters (its content is checked where it is decoded)."""
+Text = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS),
+    AfterValidator(check_text),
+    AfterValidator(_not_blank),
+]
+"""A question or an option of it: 1..10,000 characters, not only whitespace."""
+
+
+def _check_json(value: object) -> object:
+    """Walk a free JSON value without recursion: depth, size, text and numbers within bounds."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    items = chars = 0
+    while stack:
+        node, depth = stack.pop()
+        items += 1
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        if items > MAX_JSON_ITEMS:
+            raise ValueError(f"JSON of more than {MAX_JSON_ITEMS} values")
+        if isinstance(node, str):
+            chars += len(node)
+            check_text(node)
+        elif isinstance(node, bool) or node is None:
+            pass
+        elif isinstance(node, int):
+            if abs(node) > MAX_SEQ:
+                raise ValueError("a JSON integer beyond 64 bits")
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                raise ValueError("a JSON number must be finite (no NaN or infinity)")
+        elif isinstance(node, list | tuple):
+            stack += [(item, depth + 1) for item in node]
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    raise ValueError("JSON object keys must be strings")
+                chars += len(key)
+                check_text(key)
+                stack.append((item, depth + 1))
+        else:
+            raise ValueError(f"{type(node).__name__} is not a JSON value")
+        if chars > MAX_JSON_CHARS:
+            raise ValueError(f"JSON holding more than {MAX_JSON_CHARS} characters of text")
+    return value
+
+
+BoundedJson = Annotated[JsonValue, BeforeValidator(_check_json)]
+"""Any JSON value, at most 16 deep, 10,000 values and 100,000 characters of text."""
