@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import PAYLOAD_ADAPTER, Event, PageCursor, new_id, query_digest
@@ -36,11 +37,15 @@ __all__ = [
     "Tx",
     "aware",
     "check_limit",
+    "check_params",
+    "check_text",
     "event_row",
     "from_row",
+    "has_surrogate",
     "in_list",
     "json_text",
     "keyset_page",
+    "payload_json",
     "session_where",
     "stored_events",
     "to_params",
@@ -92,10 +97,55 @@ def utc_text(moment: datetime) -> str:
 
 
 def json_text(value: Any) -> str:
-    """A JSON-able value (or pydantic model) as compact JSON text."""
+    """A JSON-able value (or pydantic model) as compact JSON text that any backend keeps as it is.
+
+    A NUL comes out as the escape `\\u0000`; a lone surrogate (which UTF-8 cannot carry) as its escape
+    `\\udXXX`, so such text is stored losslessly (`json.loads` gives it back) instead of failing.
+    """
     if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        try:
+            return value.model_dump_json()
+        except PydanticSerializationError:  # a lone surrogate: escaped ASCII JSON instead
+            return json.dumps(value.model_dump(mode="json"), separators=(",", ":"))
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if text.isascii() or not has_surrogate(text) else json.dumps(value, separators=(",", ":"))
+
+
+def payload_json(payload: Any) -> str:
+    """An event payload as JSON text (see `json_text` for NUL and lone surrogates)."""
+    try:
+        return PAYLOAD_ADAPTER.dump_json(payload).decode()
+    except PydanticSerializationError:  # a lone surrogate: escaped ASCII JSON, which json.loads reads back
+        return json.dumps(PAYLOAD_ADAPTER.dump_python(payload, mode="json"), separators=(",", ":"))
+
+
+def has_surrogate(text: str) -> bool:
+    """True when `text` holds a lone surrogate (a code point UTF-8 cannot encode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_text(value: str, what: str) -> None:
+    """Refuse text that some backend cannot keep as a plain text column: a NUL character (PostgreSQL refuses
+    it) or a lone surrogate (UTF-8 cannot carry it). JSON documents escape both and need no check."""
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} contains a NUL character (\\x00), which cannot be stored; remove it")
+    if not value.isascii() and has_surrogate(value):
+        raise InvalidArgument(
+            f"{what} contains a lone surrogate (an unpaired \\ud800-\\udfff), which is not valid text; "
+            "send it as proper UTF-8"
+        )
+
+
+def check_params(params: Sequence[Any]) -> None:
+    """`check_text` on every text parameter of a statement: the last guard, for values no earlier check
+    named (the message then cannot say which field it was)."""
+    for value in params:
+        if type(value) is str and ("\x00" in value or (not value.isascii() and has_surrogate(value))):
+            check_text(value, "a text value")
 
 
 def to_params(dialect: Dialect, values: dict[str, Any], json_columns: frozenset[str]) -> dict[str, Any]:
@@ -109,6 +159,8 @@ def to_params(dialect: Dialect, values: dict[str, Any], json_columns: frozenset[
         elif isinstance(value, datetime):
             encoded[column] = dialect.time_param(value)
         else:
+            if isinstance(value, str):
+                check_text(value, column)
             encoded[column] = value
     return encoded
 
@@ -358,5 +410,5 @@ def stored_events(write: Write, conversation_id: str, first_seq: int, now: datet
 
 def event_row(dialect: Dialect, event: Event, at: Any) -> tuple[Any, ...]:
     """The `EVENT_INSERT` parameters of a stored event (`at` already in the dialect's time form)."""
-    payload = dialect.json_param(PAYLOAD_ADAPTER.dump_json(event.payload).decode())
+    payload = dialect.json_param(payload_json(event.payload))
     return (event.id, event.session_id, event.seq, at, event.turn_id, event.conversation_id, payload, event.type)

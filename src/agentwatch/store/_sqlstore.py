@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel, JsonValue, ValidationError
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound, UserError
 from agentwatch.events import PAYLOAD_ADAPTER, PAYLOAD_TYPES, Event, NewEvent, Usage, new_id
@@ -26,6 +26,7 @@ from agentwatch.store._sql import (
     Row,
     Tx,
     check_limit,
+    check_text,
     event_row,
     from_row,
     in_list,
@@ -211,17 +212,7 @@ class SqlStore(LeaseMethods, ABC):
         """An event from a row selected as `_EVENT_READ`; the payload is validated by its own type's model (the
         row's `type` column names it), which skips the union's dispatch."""
         event_id, session_id, seq, at, turn_id, conversation_id, payload, type_name = row
-        model = PAYLOAD_TYPES.get(type_name)
-        if model is None:  # not a type this code knows: the union's validation says what is wrong
-            payload = (
-                PAYLOAD_ADAPTER.validate_json(payload)
-                if isinstance(payload, bytes | bytearray | str)
-                else PAYLOAD_ADAPTER.validate_python(payload)
-            )
-        elif isinstance(payload, bytes | bytearray | str):
-            payload = model.model_validate_json(payload)
-        else:
-            payload = model.model_validate(payload)
+        payload = decode_payload(type_name, payload)
         return Event(
             id=event_id,
             session_id=session_id,
@@ -927,6 +918,23 @@ class SqlStore(LeaseMethods, ABC):
         return from_row(ObserverRef, _OBSERVER_COLUMNS, rows[0], frozenset()) if rows else None
 
 
+def decode_payload(type_name: str, payload: Any) -> Any:
+    """A stored payload (JSON text) as its model: validated by its own type's model (the row's `type` names
+    it), which skips the union's dispatch."""
+    model = PAYLOAD_TYPES.get(type_name)
+    if not isinstance(payload, bytes | bytearray | str):
+        return PAYLOAD_ADAPTER.validate_python(payload) if model is None else model.model_validate(payload)
+    try:
+        if model is None:  # not a type this code knows: the union's validation says what is wrong
+            return PAYLOAD_ADAPTER.validate_json(payload)
+        return model.model_validate_json(payload)
+    except ValidationError:
+        # pydantic's JSON parser refuses the escape of a lone surrogate, which `json_text` writes for
+        # text that has one; Python's reads it back. Anything else fails again, with the same error.
+        document = json.loads(payload)
+        return PAYLOAD_ADAPTER.validate_python(document) if model is None else model.model_validate(document)
+
+
 def appends_only(write: Write) -> bool:
     """True for a write of events (with usage, messages, maybe an expected status) that changes nothing else of
     its session but the counters: its seqs and totals can be handed out without reading the row first."""
@@ -942,10 +950,19 @@ def appends_only(write: Write) -> bool:
 
 
 def check_durable(write: Write) -> None:
-    """Refuse ephemeral events: they go to the live ring only."""
+    """Refuse, before anything is written, ephemeral events (they go to the live ring only) and text a plain
+    column of some backend cannot keep (see `check_text`; payloads and messages are JSON, which escapes it)."""
+    check_text(write.session_id, "session_id")
     for new in write.events:
         if not new.payload.durable:
             raise UserError(f"{new.payload.type!r} events are ephemeral: they go to the live ring, never to the store")
+        if new.turn_id is not None:
+            check_text(new.turn_id, "turn_id")
+    for entry in write.usage:
+        for name in ("turn_id", "run_id", "role", "model"):
+            value = getattr(entry, name)
+            if value is not None:
+                check_text(value, f"usage {name}")
 
 
 def no_session(session_id: str) -> str:

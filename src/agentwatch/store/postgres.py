@@ -19,12 +19,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, MissingDependency, StoreUnavailable
 from agentwatch.store._migrations import migrate
-from agentwatch.store._sql import Dialect, Row, Tx, aware
+from agentwatch.store._sql import Dialect, Row, Tx, aware, check_params
 from agentwatch.store._sqlstore import SqlStore
 
 try:
     import psycopg
-    from psycopg.types.json import Jsonb, set_json_loads
+    from psycopg.types.json import set_json_loads
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 except ImportError:  # the extra is not installed; `open` says how to get it
     _HAVE_PSYCOPG = False
@@ -44,15 +44,11 @@ _POOL_MAX: Final = 10
 _MIGRATION_LOCK: Final = int.from_bytes(hashlib.blake2b(b"agentwatch.migrate", digest_size=8).digest(), signed=True)
 
 
-def _jsonb(text: str) -> Any:
-    return Jsonb(text, dumps=_as_is)
+def _json_text(text: str) -> str:
+    return text  # JSON documents are text columns (see migration 3): kept exactly as written
 
 
-def _as_is(text: Any) -> Any:
-    return text  # already JSON text
-
-
-DIALECT = Dialect(name="postgres", for_update=" FOR UPDATE", time_param=aware, json_param=_jsonb)
+DIALECT = Dialect(name="postgres", for_update=" FOR UPDATE", time_param=aware, json_param=_json_text)
 
 
 @lru_cache(maxsize=512)
@@ -68,10 +64,12 @@ class _Tx:
         self._connection = connection
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        check_params(params)
         cursor = await self._connection.execute(_pg(sql), params)
         return await cursor.fetchall()
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        check_params(params)
         cursor = await self._connection.execute(_pg(sql), params)
         return cursor.rowcount
 
@@ -172,6 +170,8 @@ class PostgresStore(SqlStore):
             raise
         except psycopg.IntegrityError as error:
             raise Conflict(f"the change clashes with stored data ({error}); read the current state and retry") from None
+        except (psycopg.DataError, UnicodeEncodeError) as error:  # text no earlier check caught
+            raise InvalidArgument(f"a value cannot be stored ({error}); check it for NUL characters") from None
         except (psycopg.OperationalError, PoolTimeout) as error:
             raise StoreUnavailable(f"lost {self._where} ({error}); is the server running?") from None
 

@@ -40,7 +40,7 @@ from urllib.parse import parse_qs
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotADatabase, StoreError
 from agentwatch.events import Event
 from agentwatch.store._migrations import migrate, recorded_version
-from agentwatch.store._sql import Dialect, Row, Tx, utc_text
+from agentwatch.store._sql import Dialect, Row, Tx, check_params, utc_text
 from agentwatch.store._sqlite_appends import apply_appends
 from agentwatch.store._sqlstore import SqlStore
 from agentwatch.store.records import Write
@@ -71,9 +71,11 @@ class _Tx:
         self._connection = connection
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        check_params(params)
         return self._connection.execute(sql, params).fetchall()
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        check_params(params)
         return self._connection.execute(sql, params).rowcount
 
     async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -177,6 +179,8 @@ class _Job:
     """The one session a write changes (`_write_session`), or None when it may touch anything."""
     appends: Write | None = None
     """An append-only write, which the writer applies together with the others of its group."""
+    alone: bool = False
+    """Apply it by itself even if it is an append-only write (its group's statement lost the transaction)."""
     outcome: tuple[Any, BaseException | None] = field(default=(None, None))
 
     def deliver(self) -> None:
@@ -199,13 +203,51 @@ def _settle(jobs: Sequence[_Job]) -> None:
         mailbox.post(settled)
 
 
+class _TransactionLost(Exception):
+    """SQLite rolled back the whole transaction when a statement failed (a full disk, an I/O error)."""
+
+    def __init__(self, job: _Job | None, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.job = job
+        """The write whose statement failed (None: a group statement of several appends)."""
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already (it may have, on a full disk)."""
+    if connection.in_transaction:
+        with contextlib.suppress(sqlite3.Error):  # the error that brought us here is the one to report
+            connection.execute("ROLLBACK")
+
+
+def _rollback_to(connection: sqlite3.Connection, savepoint: str, job: _Job | None, error: BaseException) -> None:
+    """Undo a savepoint after `error`; raise `_TransactionLost` when the transaction itself is gone."""
+    if connection.in_transaction:
+        try:
+            connection.execute(f"ROLLBACK TO {savepoint}")
+            connection.execute(f"RELEASE {savepoint}")
+            return
+        except sqlite3.Error:
+            _rollback(connection)
+    raise _TransactionLost(job, error) from error
+
+
+def _cause(error: BaseException) -> str:
+    """What SQLite said, in words a person can act on (a full disk says so)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL:
+        return f"{error}: free some space (or raise the size limit), then retry"
+    return str(error)
+
+
 def _as_store_error(error: BaseException) -> BaseException:
     if isinstance(error, AgentwatchError):
         return error
+    if isinstance(error, UnicodeEncodeError):  # a lone surrogate no earlier check caught
+        return InvalidArgument("a text value contains a lone surrogate, which is not valid text; send proper UTF-8")
     if isinstance(error, sqlite3.IntegrityError):
         return Conflict(f"the change clashes with stored data ({error}); read the current state and retry")
     if isinstance(error, sqlite3.Error):
-        return StoreError(f"SQLite failed: {error}")
+        return StoreError(f"SQLite failed: {_cause(error)}")
     return error
 
 
@@ -261,8 +303,7 @@ class SqliteStore(SqlStore):
             try:
                 self._commit_group(connection, tx, [j for j in jobs if j.write])
             except BaseException as error:  # the connection itself failed: every write of the group fails
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
+                _rollback(connection)
                 for failed in jobs:
                     failed.outcome = (None, _as_store_error(error))
             for read in (j for j in jobs if not j.write):
@@ -274,15 +315,45 @@ class SqliteStore(SqlStore):
         connection.close()
 
     def _commit_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:
-        if not jobs:
+        """Apply `jobs` in one transaction and commit it; each job's outcome says how it went.
+
+        SQLite may answer a failed statement (a full disk, an I/O error) by rolling back the whole
+        transaction, not just the statement: the writes applied before it in the group are then gone too.
+        The group is then applied again without the write that failed (a failed group statement of
+        appends: with its writes one by one, to find the one that fails), so no caller hears of success
+        for a write that was rolled back, and each pass leaves one write out or splits the appends:
+        the loop ends.
+        """
+        pending = jobs
+        while pending:
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as error:
+                failure = StoreError(f"cannot start a write on {self.url!r} ({error}); another process holds it")
+                for job in pending:
+                    job.outcome = (None, failure)
+                return
+            try:
+                self._apply_group(connection, tx, pending)
+            except _TransactionLost as lost:
+                for job in pending:
+                    if job is not lost.job:
+                        job.outcome = (None, None)
+                pending = [job for job in pending if job is not lost.job]
+                continue
+            try:
+                connection.execute("COMMIT")
+            except sqlite3.Error as error:
+                _rollback(connection)
+                failure = StoreError(
+                    f"could not commit to {self.url!r} ({_cause(error)}); nothing of this write was kept"
+                )
+                for job in pending:
+                    if job.outcome[1] is None:
+                        job.outcome = (None, failure)
             return
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as error:
-            failure = StoreError(f"cannot start a write on {self.url!r} ({error}); another process holds it")
-            for job in jobs:
-                job.outcome = (None, failure)
-            return
+
+    def _apply_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:
         # Append-only writes wait in `batch` and are applied together. Another write goes first when it
         # changes one session that none of them names (the order of writes to different sessions inside one
         # transaction is invisible); anything else applies them first, so each session sees its writes in
@@ -290,7 +361,7 @@ class SqliteStore(SqlStore):
         batch: list[_Job] = []
         named: set[str] = set()
         for job in jobs:
-            if job.appends is not None:
+            if job.appends is not None and not job.alone:
                 batch.append(job)
                 named.add(job.appends.session_id)
                 continue
@@ -300,23 +371,19 @@ class SqliteStore(SqlStore):
             self._apply_one(connection, tx, job)
         if batch:
             self._apply_appends(connection, tx, batch)
-        try:
-            connection.execute("COMMIT")
-        except sqlite3.Error as error:
-            connection.execute("ROLLBACK")
-            failure = StoreError(f"could not commit to {self.url!r} ({error}); nothing of this write was kept")
-            for job in jobs:
-                if job.outcome[1] is None:
-                    job.outcome = (None, failure)
 
     def _apply_one(self, connection: sqlite3.Connection, tx: _Tx, job: _Job) -> None:
-        """Apply one job in its own SAVEPOINT: if it fails, it rolls back alone and only its caller hears."""
+        """Apply one job in its own SAVEPOINT: if it fails, it rolls back alone and only its caller hears.
+
+        Raises `_TransactionLost` when SQLite rolled back the whole transaction on the job's failure.
+        """
         connection.execute("SAVEPOINT write")
         try:
             job.outcome = (_drive(job.fn(tx)), None)
         except BaseException as error:
-            connection.execute("ROLLBACK TO write")  # this write alone; the group goes on
             job.outcome = (None, _as_store_error(error))
+            _rollback_to(connection, "write", job, error)  # this write alone; the group goes on
+            return
         connection.execute("RELEASE write")
 
     def _apply_appends(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:
@@ -327,9 +394,14 @@ class SqliteStore(SqlStore):
             outcomes = apply_appends(
                 connection, [job.appends for job in jobs if job.appends is not None], _now(), DIALECT
             )
-        except BaseException:
-            connection.execute("ROLLBACK TO appends")
-            connection.execute("RELEASE appends")
+        except BaseException as error:
+            try:
+                _rollback_to(connection, "appends", None, error)
+            except _TransactionLost:
+                # SQLite dropped the transaction: the next pass applies these writes one by one.
+                for job in jobs:
+                    job.alone = True
+                raise
             for job in jobs:
                 self._apply_one(connection, tx, job)
             return

@@ -1,0 +1,2 @@
+-- Nothing to do on SQLite: JSON documents were always text here (PostgreSQL's migration 3 makes them text
+-- there too, so both backends keep a NUL escape in JSON the same way).
