@@ -5,7 +5,8 @@ The store, the live ring, the roster and rich load inside the functions that nee
 
 Errors (`run_cli`) never print a traceback. Exit codes (`ExitCode`): 0 done, 1 failed or refused, 2 usage
 (a bad flag, argument or flag value, named as the flag: `--max-chars`), 3 timed out, 130 interrupted. With
-`--json` the error is printed to stdout as `{"error": {"code": ..., "message": ..., "details": ...}}`.
+`--json` the error is printed to stdout as `{"error": {"code": ..., "message": ..., "details": ...}}`; a usage
+error's code is `invalid_argument` and its `details.flags` names the flags (or ARGUMENTS) at fault.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound
+from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor, NotFound
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -252,13 +253,19 @@ def call_tool(
     try:
         return run_async(main())
     except InvalidArgument as exc:
-        raise flag_error(exc, flags) from None
+        raise flag_error(exc, flags, args) from None
 
 
-def flag_error(error: InvalidArgument, flags: Mapping[str, str]) -> InvalidArgument:
+_CURSOR_ARGS = ("cursor", "afterId")
+"""The arguments that take a cursor: a refused cursor is theirs even when the error names no argument."""
+
+
+def flag_error(error: InvalidArgument, flags: Mapping[str, str], args: Mapping[str, Any]) -> InvalidArgument:
     """`error` with the tool's argument names replaced by the CLI's flags, marked as a usage error."""
     problems = error.details.get("problems")
     named: list[str] = []
+    if isinstance(error, InvalidCursor):
+        named += [flags[name] for name in _CURSOR_ARGS if name in args and name in flags]
     if isinstance(problems, list) and problems and all(isinstance(p, str) for p in problems):
         lines = []
         for problem in problems:
@@ -282,6 +289,8 @@ def flag_error(error: InvalidArgument, flags: Mapping[str, str]) -> InvalidArgum
     details = {k: v for k, v in error.details.items() if k not in ("problems", "fields")}
     if not named:
         return type(error)(message, **details)
+    if not any(flag in message for flag in named):
+        message = f"{', '.join(sorted(set(named)))}: {message}"
     return type(error)(message, **details, flags=sorted(set(named)))
 
 
@@ -311,7 +320,7 @@ def _usage_error(exc: click.UsageError) -> dict[str, Any]:
     flag = _flag_of(getattr(exc, "param", None)) or getattr(exc, "option_name", None)
     if flag:
         details["flags"] = [flag]
-    error: dict[str, Any] = {"code": "usage", "message": exc.format_message()}
+    error: dict[str, Any] = {"code": "invalid_argument", "message": exc.format_message()}
     if details:
         error["details"] = details
     return {"error": error}

@@ -142,7 +142,7 @@ def ls(store_url: str | None, as_json: bool, **options: Any) -> None:
     names = {"group_key": "groupKey", "parent_id": "parentId", "query": "q"}
     args: dict[str, Any] = {}
     for key, value in options.items():
-        if value in (None, (), False) or (key == "group" and value == "none"):
+        if value is None or value is False or value == () or (key == "group" and value == "none"):
             continue
         args[names.get(key, key)] = list(value) if isinstance(value, tuple) else value
     _emit(call_tool(store_url, "agent_list", args, _LS_FLAGS), as_json, _render_list)
@@ -441,7 +441,8 @@ def prompt(agent_id: str, event_id: str | None, against: str | None, store_url: 
 @click.command("export", short_help="Print an agent's whole record as one JSON document.")
 @click.argument("agent_id")
 @store_option
-def export(agent_id: str, store_url: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="The record is JSON already; with it an error is JSON too.")
+def export(agent_id: str, store_url: str | None, as_json: bool) -> None:
     """Print an agent's whole record (history, conversations, requests, usage) as one JSON document.
 
     \b

@@ -1,0 +1,257 @@
+"""No traceback for any input: every bad invocation is a message that names the flag, with its exit code.
+
+Exit codes: 2 for a usage error (the flag, argument or value is wrong), 1 for a refusal (not found, a store
+that cannot be used); with `--json` the error is printed on stdout as `{"error": {...}}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentwatch.cli import cli
+from agentwatch.events import NewEvent, PageCursor, StreamCursor, UserMessage
+from agentwatch.store import SessionDraft, open_store
+from tests.cli.test_cli import all_commands
+
+
+@dataclass(frozen=True)
+class Fixture:
+    url: str
+    session_id: str
+    history_cursor: str
+    """A real `nextCursor` of `history SESSION --limit 1`."""
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
+    root = tmp_path_factory.mktemp("cli-errors")
+    url = f"sqlite:///{root / 'errors.db'}"
+
+    async def fill() -> str:
+        async with open_store(url) as store:
+            for name in ("alpha", "beta", "gamma"):
+                session = await store.create_session(SessionDraft(name=name, role="coder"))
+                await store.append(session.id, [NewEvent(UserMessage(text=f"m{i}")) for i in range(3)])
+            return session.id
+
+    session_id = asyncio.run(fill())
+    (root / "agents").mkdir()
+    (root / "agents" / "coder.md").write_text("---\nmodel: openai:gpt-4o\n---\nYou write code.\n")
+    page = invoke(["history", session_id, "--limit", "1", "--json", "--store", url], root)
+    return Fixture(url, session_id, json.loads(page.stdout)["nextCursor"], root)
+
+
+def invoke(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Result:
+    """Run the CLI in-process (as the script does, through `cli.main`), from `cwd`."""
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner(env=env).invoke(cli, argv)
+    finally:
+        os.chdir(before)
+
+
+def assert_no_traceback(result: Result, argv: list[str]) -> None:
+    """The invariants of every invocation, good or bad."""
+    shown = f"agentwatch {argv!a} exited {result.exit_code}:\n{result.output[-3000:]}"
+    assert result.exception is None or isinstance(result.exception, SystemExit), f"{shown}\n{result.exc_info}"
+    assert result.exit_code in (0, 1, 2), shown
+    assert "Traceback" not in result.output, shown
+    assert "(internal)" not in result.stderr and '"internal"' not in result.stdout, shown
+    if result.exit_code != 0 and "--json" in argv:
+        error = json.loads(result.stdout)["error"]
+        assert error["code"] and error["message"], shown
+
+
+def forged_stream_cursor(fixture: Fixture, seq: int) -> str:
+    return StreamCursor(fixture.session_id, seq).encode()
+
+
+def forged_page_cursor(fixture: Fixture, key: object) -> str:
+    real = PageCursor.decode(fixture.history_cursor)
+    return PageCursor(real.query, (key,)).encode()
+
+
+LONG_NAME = "a" * 300
+S = "{session}"
+
+# (argv, exit code, what the message must name): each case once as text and once with --json.
+CASES: list[tuple[list[str], int, str]] = [
+    (["ls", "--role", "\udcff"], 2, "--role"),
+    (["ls", "-q", "a\x00b"], 2, "-q"),
+    (["ls", "--word", "needs\udcffyou"], 2, "--word"),
+    (["ls", "--status", "bogus"], 2, "--status"),
+    (["ls", "--limit", "0"], 2, "--limit"),
+    (["ls", "--limit", "-1"], 2, "--limit"),
+    (["ls", "--limit", str(2**70)], 2, "--limit"),
+    (["ls", "--limit", "ten"], 2, "--limit"),
+    (["ls", "--window", "99999999999999d"], 2, "--window"),
+    (["ls", "--window", "soon"], 2, "--window"),
+    (["ls", "--cursor", "garbage"], 2, "--cursor"),
+    (["ls", "--group", "nothing"], 2, "--group"),
+    (["ls", "--bogus"], 2, "--bogus"),
+    (["summary", "--window", "99999999999999d"], 2, "--window"),
+    (["summary", "--window", "-1d"], 2, "--window"),
+    (["get", "ses_!!!"], 1, "ses_!!!"),
+    (["get", "nobody"], 1, "nobody"),
+    (["get", "\udcff"], 2, "AGENT"),
+    (["get"], 2, "AGENT"),
+    (["history", S, "--limit", "0"], 2, "--limit"),
+    (["history", S, "--cursor", "{seq_overflow_page}"], 2, "--cursor"),
+    (["history", S, "--cursor", "p1.garbage"], 2, "--cursor"),
+    (["history", "ses_" + "x" * 5000], 2, "AGENT_ID"),
+    (["tail", S, "--max-chars", "0"], 2, "--max-chars"),
+    (["tail", S, "--max-chars", str(10**30)], 2, "--max-chars"),
+    (["tail", S, "--max-events", "-1"], 2, "--max-events"),
+    (["tail", S, "--after", "{seq_overflow}"], 2, "--after"),
+    (["tail", S, "--after", "garbage"], 2, "--after"),
+    (["tail", S, "--types", "\udcff"], 2, "--types"),
+    (["prompt", S, "--against", "yesterday"], 2, "--against"),
+    (["prompt", "nobody"], 1, "nobody"),
+    (["export", "ses_garbage"], 1, "ses_garbage"),
+    (["await", S, "--timeout", "nan"], 2, "--timeout"),
+    (["await", S, "--timeout", "-1"], 2, "--timeout"),
+    (["await", S, "--timeout", "1e309"], 2, "--timeout"),
+    (["await", "ses_garbage", "--timeout", "0"], 1, "ses_garbage"),
+    (["ls", "--store", f"sqlite:////tmp/{LONG_NAME}.db"], 1, LONG_NAME[:50]),
+    (["ls", "--store", "sqlite:////etc/hostname/x.db"], 1, "/etc/hostname/x.db"),
+    (["ls", "--store", "sqlite:///{root}/missing.db"], 1, "missing.db"),
+    (["ls", "--store", "mysql://x/y"], 1, "mysql"),
+    (["ls", "--store", "\udcff"], 2, "--store"),
+    (["db", "info", "--store", f"sqlite:////tmp/{LONG_NAME}.db"], 1, LONG_NAME[:50]),
+    (["db", "info", "--store", "sqlite:////etc/hostname/x.db"], 1, "/etc/hostname/x.db"),
+    (["agents", "check", "--dir", f"/tmp/{LONG_NAME}"], 1, LONG_NAME[:50]),
+    (["agents", "check", "--tool", "\udcff"], 2, "--tool"),
+    (["agents", "list", "--dir", f"/tmp/{LONG_NAME}"], 1, LONG_NAME[:50]),
+    (["run", "coder", "hi", "--timeout", "nan"], 2, "--timeout"),
+    (["run", "coder", "hi", "--name", "\udcff"], 2, "--name"),
+    (["run", "coder", "\x00"], 2, "PROMPT"),
+    (["nothing"], 2, "nothing"),
+]
+
+
+def fill(argv: list[str], fixture: Fixture) -> list[str]:
+    values = {
+        "{session}": fixture.session_id,
+        "{seq_overflow}": forged_stream_cursor(fixture, 2**64),
+        "{seq_overflow_page}": forged_page_cursor(fixture, 2**64),
+    }
+    return [values.get(a, a.replace("{root}", str(fixture.root))) for a in argv]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize(("argv", "code", "named"), CASES, ids=[" ".join(c[0])[:40] for c in CASES])
+def test_a_bad_invocation_is_a_message_naming_what_is_wrong(
+    fixture: Fixture, argv: list[str], code: int, named: str, as_json: bool
+) -> None:
+    argv = fill(argv, fixture)
+    if "--store" not in argv:
+        argv += ["--store", fixture.url] if argv[0] not in ("agents", "nothing") and len(argv) > 1 else []
+    if as_json:
+        if "--json" not in _json_commands(argv):
+            pytest.skip("the command has no --json")
+        argv.append("--json")
+    result = invoke(argv, fixture.root, env={"AGENTWATCH_AGENTS_DIR": str(fixture.root / "agents")})
+    assert_no_traceback(result, argv)
+    assert result.exit_code == code, result.output
+    if as_json:
+        error = json.loads(result.stdout)["error"]
+        message = error["message"]
+        if code == 2:
+            assert error["code"] == "invalid_argument"
+            assert named in error["details"]["flags"] or named in message
+    else:
+        message = result.stderr
+    assert named in message or ascii(named).strip("'") in message, result.output
+
+
+def _json_commands(argv: list[str]) -> list[str]:
+    """`argv`'s options if the command it names takes --json (else an error is text, as --json is unknown)."""
+    group: click.Command = cli
+    context = click.Context(cli)
+    for word in argv:
+        if not isinstance(group, click.Group):
+            break
+        found = group.get_command(context, word)
+        if found is None:
+            return []
+        group = found
+    return [opt for param in group.params for opt in getattr(param, "opts", [])]
+
+
+def test_bytes_that_are_not_utf8_in_argv_are_refused_naming_the_flag(fixture: Fixture) -> None:
+    """A real process: argv bytes that are not UTF-8 reach Python as lone surrogates."""
+    command = [sys.executable, "-m", "agentwatch.cli", "ls", "--role", b"\xff\xfe".decode("utf-8", "surrogateescape")]
+    done = subprocess.run(
+        [*command, "--store", fixture.url, "--json"], capture_output=True, cwd=fixture.root, check=False
+    )
+    assert done.returncode == 2
+    assert b"Traceback" not in done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["details"]["flags"] == ["--role"]
+
+
+# -- the fuzz: every command's every option, with values a person (or a script) could type -------------------
+
+NASTY = st.one_of(
+    st.text(st.characters(exclude_categories=()), max_size=40),  # lone surrogates and NUL included
+    st.integers(min_value=-(2**80), max_value=2**80).map(str),
+    st.sampled_from(["nan", "inf", "-inf", "1e309", "-0", "", " ", "99999999999999d", "0d", "-1h", "7d"]),
+    st.sampled_from(["ses_", "ses_!!!", "c1.", "p1.", "c1.AAAA", "'; DROP TABLE events; --", "%s", "{}", "[]"]),
+    st.text(max_size=3).map(lambda t: t * 2000),  # long values
+)
+
+
+def leaf_commands() -> list[tuple[str, click.Command]]:
+    skip = {"run"}  # running opens an engine and writes; its options are in CASES
+    return [(n, c) for n, c in all_commands(cli) if not isinstance(c, click.Group) and n not in skip]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "command"), leaf_commands(), ids=[n for n, _ in leaf_commands()])
+def test_no_option_value_makes_a_traceback(fixture: Fixture, name: str, command: click.Command) -> None:
+    options = [p for p in command.params if isinstance(p, click.Option) and p.name not in ("follow_",)]
+    arguments = [p for p in command.params if isinstance(p, click.Argument)]
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        positional=st.lists(
+            st.one_of(st.just(fixture.session_id), NASTY), min_size=len(arguments), max_size=len(arguments)
+        ),
+        chosen=st.lists(st.sampled_from(options), max_size=4, unique_by=lambda p: p.name) if options else st.just([]),
+        values=st.lists(NASTY, min_size=4, max_size=4),
+        as_json=st.booleans(),
+    )
+    def run(positional: list[str], chosen: list[click.Option], values: list[str], as_json: bool) -> None:
+        argv = [*name.split(), *positional]
+        for option, value in zip(chosen, values, strict=False):
+            flag = max(option.opts, key=len)
+            if option.is_flag:
+                argv.append(flag)
+            elif option.name == "store_url":
+                argv += [flag, value if not value.startswith(("sqlite", "postgres")) else "x"]
+            elif option.name == "timeout":
+                argv += [flag, value if value.strip() not in ("inf",) else "0"]
+            else:
+                argv += [flag, value]
+        if "--store" not in argv and name.split()[0] not in ("agents",):
+            argv += ["--store", fixture.url]
+        if as_json and "--json" in _json_commands(argv[: len(name.split())]):
+            argv.append("--json")
+        result = invoke(argv, fixture.root, env={"AGENTWATCH_AGENTS_DIR": str(fixture.root / "agents")})
+        assert_no_traceback(result, argv)
+
+    run()
