@@ -82,7 +82,9 @@ def __getattr__(name: str) -> Any:
         if name not in _consoles:
             from rich.console import Console
 
-            _consoles[name] = Console(stderr=name == "err_console")
+            made = Console(stderr=name == "err_console")
+            made.soft_wrap = not made.is_terminal  # piped or redirected: lines are never wrapped nor cut
+            _consoles[name] = made
         return _consoles[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

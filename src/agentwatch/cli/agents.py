@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from agentwatch.cli._common import console, err_console, resolve_config
+from agentwatch.cli._table import print_table
 from agentwatch.runtime.roster import DefinitionProblem, check_agents, load_roster
 from agentwatch.runtime.tools import builtin_tools
 from agentwatch.watchers.rules import default_rules, rule_definition
@@ -81,13 +81,14 @@ def list_agents(agents_dir: Path | None) -> None:
       agentwatch agents list --dir examples/agents
     """
     roster = load_roster(_agents_dir(agents_dir))
-    table = Table("name", "model", "tools", "observer", "description")
-    for definition in roster:
-        table.add_row(
-            definition.name,
-            definition.model or f"[dim]{definition.kind}[/]",
-            ", ".join(definition.tools),
-            definition.observer or "",
-            definition.description,
-        )
-    console.print(table)
+    rows = [
+        [
+            escape(definition.name),
+            escape(definition.model) if definition.model else f"[dim]{definition.kind}[/]",
+            escape(", ".join(definition.tools)),
+            escape(definition.observer or ""),
+            escape(definition.description),
+        ]
+        for definition in roster
+    ]
+    print_table(["name", "model", "tools", "observer", "description"], rows)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
+from rich.markup import escape
 
-from agentwatch.cli._common import console, print_json, resolve_config, run_async, store_option
+from agentwatch.cli._common import print_json, resolve_config, run_async, store_option
+from agentwatch.cli._table import print_table
 from agentwatch.store import StoreInfo, open_store
 
 __all__ = ["db"]
@@ -36,12 +37,13 @@ def info(store_url: str | None, as_json: bool) -> None:
     if as_json:
         print_json(answer.model_dump(mode="json"))
         return
-    table = Table(show_header=False, box=None)
-    table.add_row("[bold]store[/]", answer.url)
-    table.add_row("backend", answer.backend)
-    table.add_row("schema", f"{answer.schema_version} (this agentwatch writes {answer.code_schema_version})")
-    table.add_row("sessions", f"{answer.sessions:,}")
-    table.add_row("events", f"{answer.events:,}")
+    rows = [
+        ["[bold]store[/]", escape(answer.url)],
+        ["backend", answer.backend],
+        ["schema", f"{answer.schema_version} (this agentwatch writes {answer.code_schema_version})"],
+        ["sessions", f"{answer.sessions:,}"],
+        ["events", f"{answer.events:,}"],
+    ]
     if answer.path_bytes is not None:
-        table.add_row("on disk", f"{answer.path_bytes / 1024:,.1f} KiB")
-    console.print(table)
+        rows.append(["on disk", f"{answer.path_bytes / 1024:,.1f} KiB"])
+    print_table(None, rows, box=None)

@@ -16,7 +16,6 @@ from typing import Any
 import click
 from pydantic import JsonValue
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from agentwatch.cli._common import (
@@ -31,6 +30,7 @@ from agentwatch.cli._common import (
     run_async,
     store_option,
 )
+from agentwatch.cli._table import Cell, print_note, print_table
 from agentwatch.cli._time import ago
 from agentwatch.events import StreamCursor
 from agentwatch.reads.current import is_settled, status_snapshot
@@ -61,19 +61,17 @@ def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any
 
 
 def _short(text: JsonValue, width: int = 60) -> str:
+    """`text` on one line, cut to `width` on a terminal (piped output is never cut)."""
     value = "" if text is None else str(text).replace("\n", " ")
-    return value if len(value) <= width else value[: width - 1] + "…"
+    return value if len(value) <= width or not console.is_terminal else value[: width - 1] + "…"
 
 
 # -- ls ---------------------------------------------------------------------------------------------------
 
 
 def _render_list(answer: dict[str, Any]) -> None:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("NAME", overflow="ellipsis", max_width=24)
-    for column in ("ID", "ROLE", "WORD", "STATUS", "ACTIVE", "TOKENS", "WAITING", "PARENT"):
-        table.add_column(column, no_wrap=True)
     names = {row["id"]: row["name"] for row in answer["agents"]}
+    rows: list[list[Cell]] = []
     for row in answer["agents"]:
         waiting = []
         if row["pendingInputs"]:
@@ -84,23 +82,30 @@ def _render_list(answer: dict[str, Any]) -> None:
         if row["deletedAt"]:
             name = f"[strike dim]{name}[/]"
         parent = row["parentId"] or ""
-        table.add_row(
-            name,
-            f"[dim]{row['id']}[/]",
-            escape(row["role"]),
-            _word(row["word"]),
-            row["status"],
-            ago(row["lastActiveAt"]),
-            f"{row['usage']['tokens']:,}",
-            " ".join(waiting),
-            escape(names.get(parent, parent[-8:])),
+        rows.append(
+            [
+                name,
+                f"[dim]{row['id']}[/]",
+                escape(row["role"]),
+                _word(row["word"]),
+                row["status"],
+                ago(row["lastActiveAt"]),
+                f"{row['usage']['tokens']:,}",
+                " ".join(waiting),
+                escape(names.get(parent, parent[-8:])),
+            ]
         )
-    console.print(table if answer["agents"] else "[dim]no agents match[/]")
+    headers = ["NAME", "ID", "ROLE", "WORD", "STATUS", "ACTIVE", "TOKENS", "WAITING", "PARENT"]
+    if rows:
+        columns = [{"overflow": "ellipsis", "max_width": 24}] + [{"no_wrap": True}] * 8
+        print_table(headers, rows, columns=columns, box=None, header_style="bold", pad_edge=False)
+    else:
+        print_note("[dim]no agents match[/]")
     if counts := answer.get("counts"):
         words = " · ".join(f"{w} {n}" for w, n in counts["words"].items() if n)
-        console.print(f"[dim]{counts['total']} in all: {words}[/]")
+        print_note(f"[dim]{counts['total']} in all: {words}[/]")
     if answer.get("nextCursor"):
-        console.print(f"[dim]more: --cursor {answer['nextCursor']}[/]")
+        print_note(f"[dim]more: --cursor {answer['nextCursor']}[/]")
 
 
 @click.command("ls", short_help="List agents: the boss, then live ones, then the rest.")
@@ -178,10 +183,8 @@ def _render_summary(answer: dict[str, Any]) -> None:
         f"spent {window['spend']['tokens']:,} tokens (before: {previous['spend']['tokens']:,})"
     )
     if by_role := answer.get("byRole"):
-        table = Table("ROLE", "SESSIONS", "LAST ACTIVE", box=None, header_style="bold")
-        for row in by_role:
-            table.add_row(row["role"], str(row["sessions"]), ago(row["lastActiveAt"]))
-        console.print(table)
+        rows = [[escape(row["role"]), str(row["sessions"]), ago(row["lastActiveAt"])] for row in by_role]
+        print_table(["ROLE", "SESSIONS", "LAST ACTIVE"], rows, box=None, header_style="bold")
 
 
 @click.command("summary", short_help="Counts per status and word, a window's activity and spend.")
@@ -212,14 +215,11 @@ def _render_get(record: dict[str, Any]) -> None:
     console.print(
         f"[bold]{escape(record['name'])}[/] [dim]{record['id']}[/]  ", _word(record["word"]), f" {record['status']}"
     )
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="dim", no_wrap=True)
-    table.add_column()
     fill = record["contextFill"]
     rows: list[tuple[str, Any]] = [
-        ("role", record["role"]),
-        ("model", record["modelRef"] or "-"),
-        ("scope", record.get("scope") or "global"),
+        ("role", escape(record["role"])),
+        ("model", escape(record["modelRef"] or "-")),
+        ("scope", escape(record.get("scope") or "global")),
         ("parent", record["parentId"] or "-"),
         ("active", ago(current["lastActivityAt"])),
         ("usage", f"{record['usage']['tokens']:,} tokens"),
@@ -229,7 +229,7 @@ def _render_get(record: dict[str, Any]) -> None:
             if fill["state"] == "measured"
             else fill["state"],
         ),
-        ("now", f"{current['currentItem']['title']}" if current["currentItem"] else "-"),
+        ("now", escape(str(current["currentItem"]["title"])) if current["currentItem"] else "-"),
         ("last said", escape(_short(current["lastAssistantText"], 200)) or "-"),
         ("error", f"[red]{escape(record['error'])}[/]" if record["error"] else "-"),
         ("inbox", f"{record['pendingInputs']} waiting"),
@@ -239,12 +239,11 @@ def _render_get(record: dict[str, Any]) -> None:
         asks = "; ".join(hitl["questions"] or []) or hitl["kind"]
         rows.append(("asks", f"[yellow]{escape(asks)}[/] [dim]({hitl['hitlId']})[/]"))
     if observer := record.get("observer"):
-        rows.append(("observer", escape(json.dumps(observer)[:200])))
+        rows.append(("observer", escape(_short(json.dumps(observer), 200))))
     if record["deletedAt"]:
         rows.append(("deleted", f"{record['deletedAt']} (reaped {record['reapAt']})"))
-    for key, value in rows:
-        table.add_row(key, str(value))
-    console.print(table)
+    cells = [[key, str(value)] for key, value in rows]
+    print_table(None, cells, columns=[{"style": "dim", "no_wrap": True}, {}], box=None, pad_edge=False)
 
 
 @click.command("get", short_help="Show one agent: its record and what it is doing now.")

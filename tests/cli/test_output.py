@@ -1,0 +1,90 @@
+"""What a person (or a script) gets: complete tab-separated rows when piped, `python -m agentwatch`, and
+read commands that never create a store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agentwatch.cli import cli
+from agentwatch.events import AssistantMessage, NewEvent, StreamCursor, UserMessage
+from agentwatch.store import SessionDraft, open_store
+
+LONG_NAME = "a-name-much-longer-than-any-terminal-column-would-show-" + "x" * 40
+LONG_TEXT = "word " * 120
+
+
+async def _fill(url: str) -> str:
+    async with open_store(url) as store:
+        session = await store.create_session(SessionDraft(name=LONG_NAME, role="coder"))
+        await store.append(session.id, [NewEvent(UserMessage(text=LONG_TEXT)), NewEvent(AssistantMessage(text="ok"))])
+        await store.create_session(SessionDraft(name="short", role="coder"))
+        return session.id
+
+
+def test_piped_ls_is_complete_tab_separated_rows(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    session_id = asyncio.run(_fill(url))
+    result = CliRunner().invoke(cli, ["ls", "--store", url, "--limit", "1"])  # CliRunner's stdout is a pipe
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split("\t") == ["NAME", "ID", "ROLE", "WORD", "STATUS", "ACTIVE", "TOKENS", "WAITING", "PARENT"]
+    assert len(rows) == 1
+    name, shown_id, role, *_ = rows[0].split("\t")
+    assert rows[0].count("\t") == 8
+    assert (name, role) == ("short", "coder")
+    assert shown_id.startswith("ses_") and len(shown_id) == len(session_id)
+    assert "more: --cursor" in result.stderr  # notes go beside the rows, not among them
+    everything = CliRunner().invoke(cli, ["ls", "--store", url])
+    assert [line.split("\t")[0] for line in everything.stdout.splitlines()] == ["NAME", "short", LONG_NAME]
+
+
+def test_piped_get_and_history_cut_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    session_id = asyncio.run(_fill(url))
+    got = CliRunner().invoke(cli, ["get", session_id, "--store", url])
+    assert got.exit_code == 0, got.output
+    fields = dict(line.split("\t", 1) for line in got.stdout.splitlines()[1:])
+    assert fields["role"] == "coder"
+    assert StreamCursor.decode(fields["cursor"]).session_id == session_id  # the whole cursor, not cut
+    history = CliRunner().invoke(cli, ["history", session_id, "--store", url])
+    assert LONG_TEXT.strip() in history.stdout
+    assert all(len(line) > 0 for line in history.stdout.splitlines())
+
+
+def test_python_m_agentwatch_is_the_cli(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "agentwatch", "--help"], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage: python -m agentwatch" in done.stdout and "  ls " in done.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls"],
+        ["summary"],
+        ["get", "coder"],
+        ["history", "ses_00000000000000000000000000"],
+        ["tail", "ses_00000000000000000000000000"],
+        ["prompt", "ses_00000000000000000000000000"],
+        ["export", "ses_00000000000000000000000000"],
+        ["await", "ses_00000000000000000000000000", "--timeout", "0"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_read_commands_never_create_a_store(tmp_path: Path, argv: list[str]) -> None:
+    missing = tmp_path / "typo" / "agentwatch.db"
+    result = CliRunner().invoke(cli, [*argv, "--store", f"sqlite:///{missing}", "--json"])
+    assert result.exit_code == 1
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "not_found"
+    assert str(missing) in error["message"]
+    assert not missing.parent.exists()
