@@ -1,0 +1,483 @@
+"""The session emitter: everything between a session's payloads and the outside world.
+
+One `SessionEmitter` per session in an engine is the only writer of that session's events in this process,
+and the one emission point:
+
+    commit (durable events) -> live ring -> every ThreadObserver's on_event -> subscribers (through the ring)
+
+- **Ordered, pipelined commits.** Writes are applied one after another, in the order they are submitted.
+  `submit` returns at once (the caller goes on while the store writes); `commit` waits. Writes of the running
+  turn that are waiting their turn together are applied as one store write (group commit within a session):
+  they were going to be written back to back anyway, and the turn treats its writes as one chain.
+- **The turn's first failure, in one place.** A write of the turn (`turn=True`) that fails is remembered;
+  every later write of the turn is then skipped and fails with that same error, until the turn reads it
+  (`end_turn`). So a pipelined commit that failed surfaces at the turn's next waiting commit, and nothing the
+  turn did after it reaches the log.
+- **The durability barrier.** `barrier()` returns once every write submitted before it is durable (raising
+  the turn's failure); a waiting `commit` is a barrier too. The turn waits at these points before a tool
+  runs, never for dispatch, so a slow watcher cannot slow the watched.
+- **Stream order.** Ephemeral payloads (`stream`: deltas, tool progress) are never stored; one streamed while
+  a write is in flight is handed out right after that write's events, because it was emitted after it. So
+  watchers see every event in the order it was emitted, and every durable event only once it is stored.
+- **Attach.** One dispatcher task hands events out in order; an attach (`subscribe`) is a command in the same
+  queue, so its snapshot is taken between two dispatched events, which makes delivery exactly-once relative
+  to attach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agentwatch.events import (
+    AssistantMessage,
+    CompletionStarted,
+    ContentDelta,
+    Event,
+    EventId,
+    NewEvent,
+    Payload,
+    RequestDismissed,
+    RequestOpened,
+    RequestResolved,
+    RuntimeNotice,
+    SessionId,
+    StreamCursor,
+    ThinkingBlock,
+    TurnEnded,
+    TurnId,
+    TurnStarted,
+    new_id,
+)
+from agentwatch.live import LiveRing
+from agentwatch.runtime.thread_observer import PartialTurn, ReplaySnapshot, ThreadObserver
+from agentwatch.store import SessionPatch, Store, Write
+
+__all__ = ["SLOW_OBSERVER_SECONDS", "SessionEmitter"]
+
+log = logging.getLogger(__name__)
+
+SLOW_OBSERVER_SECONDS = 0.1
+"""An on_event call slower than this is recorded as a warning (at most once a minute per observer)."""
+_WARNING_INTERVAL = 60.0
+_OBSERVER_SOURCE = "thread_observer"
+
+_Ephemeral = tuple[Payload, TurnId | None, datetime]
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    """A submitted write, until its events are handed to the dispatcher."""
+
+    write: Write | None
+    """None for a barrier's marker: nothing to write, resolved once every write before it is over."""
+    done: asyncio.Future[list[Event]]
+    turn: bool
+    held: list[_Ephemeral] = field(default_factory=list)
+    """Ephemeral payloads streamed after this write was submitted (and before the next one was)."""
+
+
+@dataclass(slots=True)
+class _Attach:
+    request: Any
+    done: asyncio.Future[ReplaySnapshot]
+
+
+@dataclass(slots=True)
+class _ObserverSlot:
+    observer: ThreadObserver[Any]
+    last_warning: float = -_WARNING_INTERVAL
+
+
+_STOP = object()
+
+
+class SessionEmitter:
+    """Commits, orders and hands out one session's events; see the module docs."""
+
+    def __init__(
+        self,
+        session_id: str,
+        last_seq: int,
+        *,
+        store: Store,
+        ring: LiveRing,
+        observers: Iterable[ThreadObserver[Any]] = (),
+        on_settling: Callable[[], None] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self._sid = SessionId(session_id)
+        self._store = store
+        self._ring = ring
+        self._observers = [_ObserverSlot(o) for o in observers]
+        self._on_settling = on_settling
+        # Writes submitted and not yet applied, oldest first; the writer task applies them while any wait.
+        self._writes: deque[_Pending] = deque()
+        self._writer: asyncio.Task[None] | None = None
+        # The newest submitted write whose events are not handed out yet: ephemeral payloads wait behind it.
+        self._tail: _Pending | None = None
+        self._failure: BaseException | None = None
+        self._queue: asyncio.Queue[Event | _Attach | object] = asyncio.Queue()
+        self._enqueued = (last_seq, 0)  # (seq, sub) of the last event queued for dispatch
+        self._dispatched = self._enqueued  # ... and of the last one dispatched
+        self._partial = _Partial()
+        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"agentwatch-dispatch-{session_id}")
+
+    def add_observer(self, observer: ThreadObserver[Any]) -> None:
+        """Attach one more observer instance; it receives events from the next one dispatched."""
+        self._observers.append(_ObserverSlot(observer))
+
+    # -- writing --------------------------------------------------------------------------------------
+
+    def submit(self, write: Write, *, turn: bool = False) -> asyncio.Future[list[Event]]:
+        """Start committing `write` after every write submitted before it; returns at once.
+
+        The future resolves with the stored events once they are durable and queued for dispatch, or fails
+        with the store's error; the write runs to its end whoever awaits it, and `close` waits for it. With
+        `turn`, the write belongs to the running turn: once a write of the turn failed, it is skipped and
+        fails with that first failure (see `end_turn`).
+        """
+        done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
+        pending = _Pending(write, done, turn)
+        self._writes.append(pending)
+        self._tail = pending
+        self._start_writer()
+        return done
+
+    async def commit(self, write: Write, *, turn: bool = False) -> list[Event]:
+        """Make `write` durable after every earlier write, then hand its events out; returns them as stored.
+
+        The write runs to its end even when the caller is cancelled (a stop): a write that reached the store
+        must also reach the watchers, or they would miss events the log has. With `turn`, as `submit`; its
+        success means every earlier write of the turn is durable too.
+        """
+        return await asyncio.shield(self.submit(write, turn=turn))
+
+    async def barrier(self) -> None:
+        """Wait until every write submitted so far is over; raise the turn's first failure, if any."""
+        if self._writes or self._writer is not None:
+            marker: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
+            self._writes.append(_Pending(None, marker, turn=False))
+            self._start_writer()
+            await asyncio.shield(marker)
+        if self._failure is not None:
+            raise self._failure
+
+    def end_turn(self) -> BaseException | None:
+        """The turn is over: forget (and return) its first failure, so the next turn's writes go through."""
+        failure, self._failure = self._failure, None
+        return failure
+
+    def _start_writer(self) -> None:
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_loop(), name=f"agentwatch-writes-{self.session_id}")
+
+    async def _write_loop(self) -> None:
+        writes = self._writes
+        try:
+            while writes:
+                batch = [writes.popleft()]
+                if batch[0].write is None:  # a barrier: every write before it is over
+                    if not batch[0].done.done():
+                        batch[0].done.set_result([])
+                    continue
+                if _mergeable(batch[0]):
+                    while writes and _mergeable(writes[0]):
+                        batch.append(writes.popleft())
+                await self._apply(batch)
+        finally:
+            self._writer = None
+
+    async def _apply(self, batch: list[_Pending]) -> None:
+        turn = batch[0].turn
+        try:
+            if turn and self._failure is not None:
+                raise self._failure
+            writes = [p.write for p in batch if p.write is not None]
+            events = await self._store.write(writes[0] if len(writes) == 1 else _merged(writes))
+        except BaseException as error:
+            if turn and self._failure is None:
+                self._failure = error
+            for pending in batch:
+                self._hand_out(pending, (), error)
+            if not isinstance(error, Exception):
+                self._abandon(error)
+                raise
+            return
+        start = 0
+        settling = False
+        for pending in batch:
+            assert pending.write is not None
+            count = len(pending.write.events)
+            self._hand_out(pending, events[start : start + count], None)
+            start += count
+            settling = settling or _changes_settling(pending.write)
+        if settling and self._on_settling is not None:
+            self._on_settling()
+
+    def _hand_out(self, pending: _Pending, events: Sequence[Event], error: BaseException | None) -> None:
+        for event in events:
+            self._enqueued = (event.seq, event.sub)
+            self._queue.put_nowait(event)
+        for payload, turn_id, at in pending.held:
+            self._enqueue_ephemeral(payload, turn_id, at)
+        if self._tail is pending:
+            self._tail = None
+        done = pending.done
+        if done.done():
+            return
+        if error is None:
+            done.set_result(list(events))
+        else:
+            done.set_exception(error)
+            done.exception()  # retrieved here: a pipelined write's failure is reported by the turn, not lost
+
+    def _abandon(self, error: BaseException) -> None:
+        # The writer itself was cancelled (the loop is going away): nothing queued will be written.
+        while self._writes:
+            self._hand_out(self._writes.popleft(), (), error)
+
+    # -- ephemeral events -----------------------------------------------------------------------------
+
+    def stream(self, payload: Payload, turn_id: str | None) -> None:
+        """Emit an ephemeral event (a delta, tool progress): never stored, never waits."""
+        tid = TurnId(turn_id) if turn_id else None
+        tail = self._tail
+        if tail is not None:
+            tail.held.append((payload, tid, datetime.now(UTC)))
+        else:
+            self._enqueue_ephemeral(payload, tid, datetime.now(UTC))
+
+    def _enqueue_ephemeral(self, payload: Payload, turn_id: TurnId | None, at: datetime) -> None:
+        seq, sub = self._enqueued
+        sub += 1
+        event = Event.trusted(EventId(new_id("evt")), self._sid, seq, sub, at, turn_id, payload)
+        self._enqueued = (seq, sub)
+        self._queue.put_nowait(event)
+
+    # -- dispatch -------------------------------------------------------------------------------------
+
+    async def _dispatch_loop(self) -> None:
+        queue = self._queue
+        while True:
+            item = await queue.get()
+            if item is _STOP:
+                return
+            if isinstance(item, _Attach):
+                await self._attach(item)
+                continue
+            assert isinstance(item, Event)
+            try:
+                await self._ring.publish(item)
+            except Exception as exc:  # the ring is a view; losing it must not stop the session
+                log.warning("live ring publish failed for %s: %s", self.session_id, exc)
+            self._partial.track(item)
+            self._dispatched = (item.seq, item.sub)
+            for slot in self._observers:
+                self._call_observer(slot, item)
+
+    def _call_observer(self, slot: _ObserverSlot, event: Event) -> None:
+        started = time.perf_counter()
+        try:
+            slot.observer.on_event(self.session_id, event)
+        except Exception as exc:
+            self._observer_trouble(slot, event, f"raised {type(exc).__name__}: {exc}")
+            return
+        elapsed = time.perf_counter() - started
+        if elapsed > SLOW_OBSERVER_SECONDS:
+            self._observer_trouble(slot, event, f"took {elapsed * 1000:.0f} ms in on_event (keep it fast)")
+
+    def _observer_trouble(self, slot: _ObserverSlot, event: Event | None, what: str) -> None:
+        # A warning caused by an observer is itself dispatched to that observer; never record trouble
+        # about one of those, or a failing observer would feed itself forever.
+        if event is not None and isinstance(event.payload, RuntimeNotice) and event.payload.source == _OBSERVER_SOURCE:
+            return
+        now = time.monotonic()
+        if now - slot.last_warning < _WARNING_INTERVAL:
+            return
+        slot.last_warning = now
+        name = type(slot.observer).__name__
+        about = f" on a {event.type} event" if event is not None else ""
+        notice = RuntimeNotice(
+            type="runtime.warning",
+            message=f"thread observer {name} {what}{about}; the session went on",
+            source=_OBSERVER_SOURCE,
+            detail={"observer": name, "event_id": event.id if event else None},
+        )
+        turn_id = event.turn_id if event is not None else None
+        written = self.submit(Write(self.session_id, events=[NewEvent(notice, turn_id)], touch=False))
+        written.add_done_callback(_log_failure)
+
+    # -- attach ---------------------------------------------------------------------------------------
+
+    async def subscribe(self, request: Any) -> ReplaySnapshot:
+        """Attach a client: each observer's on_subscribe gets a snapshot; resolves once they ran."""
+        done: asyncio.Future[ReplaySnapshot] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Attach(request, done))
+        return await done
+
+    async def _attach(self, attach: _Attach) -> None:
+        try:
+            snapshot = await self._snapshot()
+        except Exception as exc:
+            if not attach.done.done():
+                attach.done.set_exception(exc)
+            return
+        for slot in self._observers:
+            try:
+                slot.observer.on_subscribe(self.session_id, attach.request, snapshot)
+            except Exception as exc:
+                self._observer_trouble(slot, None, f"raised {type(exc).__name__} in on_subscribe: {exc}")
+        if not attach.done.done():
+            attach.done.set_result(snapshot)
+
+    async def _snapshot(self) -> ReplaySnapshot:
+        # Runs on the dispatcher between two events: everything up to `position` has been dispatched and
+        # nothing after it has, so the snapshot plus later on_event calls cover each event exactly once.
+        position = StreamCursor(self.session_id, *self._dispatched)
+        store = self._store
+        session = await store.get_session(self.session_id)
+        history: list[Event] = []
+        after = 0
+        while after < position.seq:
+            page = await store.read_events(
+                self.session_id, after_seq=after, limit=1000, conversation_id=session.conversation_id
+            )
+            history.extend(e for e in page if e.seq <= position.seq)
+            if len(page) < 1000:
+                break
+            after = page[-1].seq
+        pending: dict[str, RequestOpened] = {}
+        after = 0
+        while after < position.seq:
+            page = await store.read_events(
+                self.session_id,
+                after_seq=after,
+                limit=1000,
+                types=["request.opened", "request.resolved", "request.dismissed"],
+            )
+            for event in page:
+                if event.seq > position.seq:
+                    break
+                match event.payload:
+                    case RequestOpened():
+                        pending[event.payload.request_id] = event.payload
+                    case RequestResolved() | RequestDismissed():
+                        pending.pop(event.payload.request_id, None)
+            if len(page) < 1000:
+                break
+            after = page[-1].seq
+        return ReplaySnapshot(
+            thread_id=self.session_id,
+            position=position,
+            history=tuple(history),
+            partial=self._partial.snapshot(),
+            pending_choices=tuple(pending.values()),
+        )
+
+    # -- lifetime -------------------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Wait until every submitted write is over (a write may submit one more: an observer's warning)."""
+        while self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Write what was submitted, hand out every event, then stop the dispatcher."""
+        await self.drain()
+        self._queue.put_nowait(_STOP)
+        await self._dispatcher
+
+
+def _log_failure(future: asyncio.Future[list[Event]]) -> None:
+    if not future.cancelled() and (error := future.exception()) is not None:
+        log.warning("could not record a thread observer's trouble: %s", error)
+
+
+def _mergeable(pending: _Pending) -> bool:
+    """Whether a write may share one store write with the writes of the turn around it."""
+    write = pending.write
+    return pending.turn and write is not None and write.expect_status is None and write.new_conversation is None
+
+
+_MERGED_APART = frozenset({"session_id", "session", "touch", "expect_status", "new_conversation"})
+_CONCATENATED = tuple(f.name for f in dataclasses.fields(Write) if f.name not in _MERGED_APART)
+
+
+def _merged(writes: Sequence[Write]) -> Write:
+    """Writes of one turn, back to back, as one write: the same rows, in the same order, committed at once.
+    (Only writes without `expect_status` and `new_conversation` are merged; every other field is a list.)"""
+    patch: dict[str, Any] = {}
+    for write in writes:
+        if write.session is not None:
+            patch.update(write.session.changes())
+    lists: dict[str, Any] = {name: [item for w in writes for item in getattr(w, name)] for name in _CONCATENATED}
+    return Write(
+        writes[0].session_id,
+        session=SessionPatch.model_construct(**patch) if patch else None,
+        touch=any(w.touch for w in writes),
+        **lists,
+    )
+
+
+def _changes_settling(write: Write) -> bool:
+    """Whether `write` may change what `Engine.wait` waits for: the status or the inbox."""
+    if write.inputs_add or write.inputs_take or write.requests_open or write.requests_close:
+        return True
+    patch = write.session
+    return patch is not None and not patch.model_fields_set.isdisjoint(_SETTLING_FIELDS)
+
+
+_SETTLING_FIELDS = frozenset({"status", "current_turn_id"})
+
+
+class _Partial:
+    """The turn being streamed, as the dispatcher has seen it: pieces are kept in lists (a delta appends one),
+    and the `PartialTurn` of a snapshot is built only when one is taken."""
+
+    __slots__ = ("request_index", "text", "thinking", "turn_id")
+
+    def __init__(self) -> None:
+        self.turn_id: str | None = None  # None between turns
+        self.request_index = 0
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+
+    def track(self, event: Event) -> None:
+        payload = event.payload
+        if isinstance(payload, ContentDelta):
+            if self.turn_id is not None:
+                (self.text if payload.part == "text" else self.thinking).append(payload.delta)
+            return
+        match payload:
+            case TurnStarted():
+                self.turn_id = event.turn_id or ""
+                self.request_index = 0
+                self.text = []
+                self.thinking = []
+            case TurnEnded():
+                self.turn_id = None
+                self.text = []
+                self.thinking = []
+            case CompletionStarted() if self.turn_id is not None:
+                self.request_index = payload.request_index
+                self.text = []
+                self.thinking = []
+            case AssistantMessage() if self.turn_id is not None:
+                self.text = []
+            case ThinkingBlock() if self.turn_id is not None:
+                self.thinking = []
+            case _:
+                pass
+
+    def snapshot(self) -> PartialTurn | None:
+        if self.turn_id is None:
+            return None
+        return PartialTurn(self.turn_id, "".join(self.text), "".join(self.thinking), self.request_index)

@@ -1,0 +1,73 @@
+"""Human requests: answering the questions and approvals a turn paused on, and escalating held ones.
+
+A request opened by a sub-agent's turn may first be held for its parent agent (`waits_on="parent"`) for
+`hold_for_parent_seconds`; `escalate` (or `escalate_due`, which the engine runs periodically) hands it over
+to a person. `answer` resolves a pending request; the paused turn continues (in this process, or in the
+engine that owns the session).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import JsonValue
+
+from agentwatch.errors import Conflict
+from agentwatch.events import NewEvent, RequestResolved, RuntimeNotice, TurnId
+from agentwatch.runtime.services import Runtime
+from agentwatch.store import RequestClose, RequestRecord, Write
+
+__all__ = ["answer", "escalate", "escalate_due"]
+
+
+async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: str = "a person") -> RequestRecord:
+    """Resolve a pending request; the paused turn continues (in this process or after a restart)."""
+    store = runtime.store
+    request = await store.get_request(request_id)
+    if request.status != "pending":
+        raise Conflict(f"request {request_id!r} is already {request.status}; nothing to answer")
+    channel = await runtime.driver(request.session_id)
+    resolved = RequestResolved(request_id=request_id, answer=answer, by=by)
+    turn_id = TurnId(request.turn_id) if request.turn_id else None
+    await channel.commit(
+        Write(
+            request.session_id,
+            events=[NewEvent(resolved, turn_id)],
+            requests_close=[RequestClose(request_id=request_id, status="resolved", answer=answer, by=by)],
+            expect_status=["awaiting_input"],
+        )
+    )
+    channel.kick()
+    return await store.get_request(request_id)
+
+
+async def escalate(runtime: Runtime, request_id: str, *, reason: str = "escalated") -> RequestRecord:
+    """Hand a request held for the parent agent over to a person now."""
+    store = runtime.store
+    request = await store.get_request(request_id)
+    if request.status != "pending" or request.waits_on != "parent":
+        return request
+    notice = RuntimeNotice(
+        type="runtime.info",
+        message=f"request {request_id} now waits on a person ({reason})",
+        source="requests",
+        detail={"request_id": request_id},
+    )
+    channel = await runtime.driver(request.session_id)
+    await channel.commit(
+        Write(request.session_id, events=[NewEvent(notice)], requests_escalate=[request_id], touch=False)
+    )
+    return await store.get_request(request_id)
+
+
+async def escalate_due(runtime: Runtime) -> int:
+    """Escalate every held request whose `deliver_at` has passed; returns how many."""
+    now = datetime.now(UTC)
+    due = [
+        r
+        for r in await runtime.store.list_requests(status="pending", limit=1000)
+        if r.waits_on == "parent" and r.deliver_at is not None and r.deliver_at <= now
+    ]
+    for request in due:
+        await escalate(runtime, request.id, reason="its parent did not answer in time")
+    return len(due)
