@@ -112,7 +112,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["history", S, "--limit", "0"], 2, "--limit"),
     (["history", S, "--cursor", "{seq_overflow_page}"], 2, "--cursor"),
     (["history", S, "--cursor", "p1.garbage"], 2, "--cursor"),
-    (["history", "ses_" + "x" * 5000], 2, "AGENT_ID"),
+    (["history", "ses_" + "x" * 5000], 2, "AGENT"),
     (["tail", S, "--max-chars", "0"], 2, "--max-chars"),
     (["tail", S, "--max-chars", str(10**30)], 2, "--max-chars"),
     (["tail", S, "--max-events", "-1"], 2, "--max-events"),

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from agentwatch.cli import cli
 from agentwatch.events import AssistantMessage, NewEvent, StreamCursor, UserMessage
-from agentwatch.store import SessionDraft, open_store
+from agentwatch.store import SessionDraft, SessionPatch, open_store
 
 LONG_NAME = "a-name-much-longer-than-any-terminal-column-would-show-" + "x" * 40
 LONG_TEXT = "word " * 120
@@ -88,3 +88,48 @@ def test_read_commands_never_create_a_store(tmp_path: Path, argv: list[str]) -> 
     assert error["code"] == "not_found"
     assert str(missing) in error["message"]
     assert not missing.parent.exists()
+
+
+@pytest.mark.parametrize("command", ["history", "tail", "prompt", "export", "await"])
+def test_every_agent_command_takes_a_name_or_an_id(tmp_path: Path, command: str) -> None:
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    session_id = asyncio.run(_fill(url))
+    by_id = CliRunner().invoke(cli, [command, session_id, "--store", url, "--json"])
+    by_name = CliRunner().invoke(cli, [command, "short", "--store", url, "--json"])
+    by_long_name = CliRunner().invoke(cli, [command, LONG_NAME, "--store", url, "--json"])
+    assert by_id.exit_code == by_long_name.exit_code, by_long_name.output
+    if command not in ("export", "await"):  # answers that hold the moment they were made
+        assert json.loads(by_id.stdout) == json.loads(by_long_name.stdout)
+    assert by_name.exit_code == by_id.exit_code
+    assert session_id not in by_name.stdout
+
+
+def test_a_name_that_several_agents_share_is_refused_with_their_ids(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+
+    async def twins() -> list[str]:
+        async with open_store(url) as store:
+            return [(await store.create_session(SessionDraft(name="twin", role="r", scope=s))).id for s in "ab"]
+
+    ids = asyncio.run(twins())
+    result = CliRunner().invoke(cli, ["history", "twin", "--store", url, "--json"])
+    assert result.exit_code == 1
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "ambiguous"
+    assert all(session_id in error["message"] for session_id in ids)
+
+
+def test_await_exits_3_when_the_timeout_passes_first(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+
+    async def running() -> str:
+        async with open_store(url) as store:
+            session = await store.create_session(SessionDraft(name="busy", role="r"))
+            await store.update_session(session.id, SessionPatch(status="running"))
+            return session.id
+
+    session_id = asyncio.run(running())
+    result = CliRunner().invoke(cli, ["await", "busy", "--timeout", "0.2", "--store", url, "--json"])
+    assert result.exit_code == 3, result.output
+    assert json.loads(result.stdout)["agentId"] == session_id
+    assert json.loads(result.stdout)["timedOut"] is True

@@ -80,7 +80,7 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog="Exit codes: 0 done, 1 failed or refused, 2 usage error, 130 interrupted.",
+    epilog="Exit codes: 0 done, 1 failed or refused, 2 usage error, 3 timed out, 130 interrupted.",
 )
 @click.version_option(__version__, prog_name="agentwatch")
 def cli() -> None:

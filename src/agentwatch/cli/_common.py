@@ -229,17 +229,37 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+async def resolve_id(reader: Reader, agent: str, *, scope: str | None) -> str:
+    """The session id `agent` names: an id as it is, a name resolved as `agent_get` does (ambiguity refused,
+    with the candidates' ids)."""
+    if agent.startswith("ses_"):
+        return agent
+    from agentwatch.reads.tools import read_tools
+    from agentwatch.tools import Caller
+
+    agent_get = next(t.handler for t in read_tools() if t.name == "agent_get")
+    try:
+        record = await agent_get(reader, Caller(scope=scope), {"name": agent})
+    except InvalidArgument as exc:
+        raise flag_error(exc, {"name": "AGENT"}, {}) from None
+    assert isinstance(record, dict)
+    return str(record["id"])
+
+
 def call_tool(
     store_url: str | None,
     tool: str,
     args: dict[str, Any],
     flags: Mapping[str, str],
     scope: str | None = None,
+    *,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """Run one read tool against the configured store and return its dict.
 
     `flags` maps the tool's argument names to the flags (or ARGUMENTS) that gave them: a refused argument
-    is reported as the flag the person typed (`--max-chars`, not `maxChars`), as a usage error.
+    is reported as the flag the person typed (`--max-chars`, not `maxChars`), as a usage error. `agent`
+    names the argument that takes an agent's id, which the command also accepts as a name.
     """
     from agentwatch.reads.tools import read_tools
     from agentwatch.tools import Caller
@@ -248,6 +268,8 @@ def call_tool(
 
     async def main() -> dict[str, Any]:
         async with open_reader(resolve_config(store_url)) as reader:
+            if agent is not None:
+                args[agent] = await resolve_id(reader, args[agent], scope=scope)
             result = await handler(reader, Caller(scope=scope), args)
             assert isinstance(result, dict)
             return result

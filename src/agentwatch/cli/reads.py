@@ -20,6 +20,7 @@ from rich.text import Text
 
 from agentwatch.cli._common import (
     SECONDS,
+    ExitCode,
     Reader,
     call_tool,
     console,
@@ -27,6 +28,7 @@ from agentwatch.cli._common import (
     open_reader,
     print_json,
     resolve_config,
+    resolve_id,
     run_async,
     store_option,
 )
@@ -289,7 +291,7 @@ def _render_history(answer: dict[str, Any]) -> None:
 
 
 @click.command("history", short_help="Show an agent's transcript, a page at a time.")
-@click.argument("agent_id")
+@click.argument("agent_id", metavar="AGENT")
 @click.option("--limit", default=50, show_default=True, help="Events per page (1..100).")
 @click.option("--cursor", help="The cursor a previous page printed (reads further back).")
 @click.option("--conversation", help="An archived conversation id to read.")
@@ -309,8 +311,8 @@ def history(
         args["cursor"] = cursor
     if conversation:
         args["conversationId"] = conversation
-    flags = {"id": "AGENT_ID", "limit": "--limit", "cursor": "--cursor", "conversationId": "--conversation"}
-    _emit(call_tool(store_url, "agent_history", args, flags), as_json, _render_history)
+    flags = {"id": "AGENT", "limit": "--limit", "cursor": "--cursor", "conversationId": "--conversation"}
+    _emit(call_tool(store_url, "agent_history", args, flags, agent="id"), as_json, _render_history)
 
 
 async def _follow(
@@ -333,7 +335,7 @@ def _render_tail(answer: dict[str, Any]) -> None:
 
 
 @click.command("tail", short_help="Show an agent's recent events; with -f, follow them live.")
-@click.argument("agent_id")
+@click.argument("agent_id", metavar="AGENT")
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing new events as they happen.")
 @click.option("--after", "after_id", help="Start strictly after this cursor (or event id).")
 @click.option("--types", multiple=True, help="Event types or globs (repeatable): turn.*, item.completed, hitl.*, ...")
@@ -367,13 +369,13 @@ def tail(
     if types:
         args["types"] = list(types)
     flags = {
-        "id": "AGENT_ID",
+        "id": "AGENT",
         "afterId": "--after",
         "types": "--types",
         "maxChars": "--max-chars",
         "maxEvents": "--max-events",
     }
-    answer = call_tool(store_url, "agent_tail", args, flags)
+    answer = call_tool(store_url, "agent_tail", args, flags, agent="id")
     if not follow_:
         _emit(answer, as_json, _render_tail)
         return
@@ -383,7 +385,8 @@ def tail(
 
     async def main() -> None:
         async with open_reader(resolve_config(store_url)) as reader:
-            await _follow(reader, agent_id, answer["cursor"], resolve_types(list(types) or None), max_chars, as_json)
+            session_id = StreamCursor.decode(answer["cursor"]).session_id  # AGENT may be a name
+            await _follow(reader, session_id, answer["cursor"], resolve_types(list(types) or None), max_chars, as_json)
 
     with contextlib.suppress(KeyboardInterrupt):
         run_async(main())
@@ -416,7 +419,7 @@ def _render_prompt(answer: dict[str, Any]) -> None:
 
 
 @click.command("prompt", short_help="Show the exact prompt a turn was dispatched with.")
-@click.argument("agent_id")
+@click.argument("agent_id", metavar="AGENT")
 @click.option("--event", "event_id", help="The user message event of the turn to show (default: the newest turn).")
 @click.option("--against", type=click.Choice(["previous", "definition"]), help="Add a diff with this.")
 @store_option
@@ -433,12 +436,12 @@ def prompt(agent_id: str, event_id: str | None, against: str | None, store_url: 
         args["eventId"] = event_id
     if against:
         args["against"] = against
-    flags = {"id": "AGENT_ID", "eventId": "--event", "against": "--against"}
-    _emit(call_tool(store_url, "agent_prompt", args, flags), as_json, _render_prompt)
+    flags = {"id": "AGENT", "eventId": "--event", "against": "--against"}
+    _emit(call_tool(store_url, "agent_prompt", args, flags, agent="id"), as_json, _render_prompt)
 
 
 @click.command("export", short_help="Print an agent's whole record as one JSON document.")
-@click.argument("agent_id")
+@click.argument("agent_id", metavar="AGENT")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="The record is JSON already; with it an error is JSON too.")
 def export(agent_id: str, store_url: str | None, as_json: bool) -> None:
@@ -448,7 +451,7 @@ def export(agent_id: str, store_url: str | None, as_json: bool) -> None:
     Example:
       agentwatch export ses_01jdq3v9c8k2m6n4p7r0s5t8w1 > agent.json
     """
-    print_json(call_tool(store_url, "agent_export", {"id": agent_id}, {"id": "AGENT_ID"}))
+    print_json(call_tool(store_url, "agent_export", {"id": agent_id}, {"id": "AGENT"}, agent="id"))
 
 
 async def wait_until_settled(reader: Reader, agent_id: str, timeout: float) -> dict[str, JsonValue]:
@@ -466,12 +469,14 @@ async def wait_until_settled(reader: Reader, agent_id: str, timeout: float) -> d
 
 
 @click.command("await", short_help="Wait until an agent settles; show its snapshot.")
-@click.argument("agent_id")
+@click.argument("agent_id", metavar="AGENT")
 @click.option("--timeout", type=SECONDS, default=60.0, show_default=True, help="Seconds to wait (up to a week).")
 @store_option
 @json_option
 def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) -> None:
     """Wait until an agent settles (done, failed, stopped, idle, or waiting on you); show its snapshot.
+
+    Exits 3 when the timeout passes first (the snapshot is printed all the same).
 
     \b
     Example:
@@ -480,7 +485,8 @@ def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) 
 
     async def main() -> dict[str, JsonValue]:
         async with open_reader(resolve_config(store_url)) as reader:
-            return await wait_until_settled(reader, agent_id, timeout)
+            session_id = await resolve_id(reader, agent_id, scope=None)
+            return await wait_until_settled(reader, session_id, timeout)
 
     snapshot = run_async(main())
 
@@ -491,6 +497,8 @@ def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) 
             console.print(escape(str(answer["lastAssistantText"])))
 
     _emit(snapshot, as_json, render)
+    if snapshot["timedOut"]:
+        click.get_current_context().exit(ExitCode.TIMED_OUT)
 
 
 READ_COMMANDS: list[click.Command] = [ls, summary, get, history, tail, prompt, export, await_]

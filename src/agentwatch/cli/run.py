@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from pydantic import JsonValue
 
-from agentwatch.cli._common import SECONDS, console, print_json, resolve_config, run_async, store_option
+from agentwatch.cli._common import SECONDS, ExitCode, console, print_json, resolve_config, run_async, store_option
 from agentwatch.config import Config
 from agentwatch.events import Origin
 
@@ -64,7 +64,8 @@ def run(
 ) -> None:
     """Run AGENT (a role in the agents directory) on PROMPT and stream its turn.
 
-    When the agent asks a question or needs an approval, you are asked here.
+    When the agent asks a question or needs an approval, you are asked here. Exits 1 when the turn failed,
+    3 when the timeout passed first.
 
     \b
     Example:
@@ -79,3 +80,7 @@ def run(
     else:
         word = snapshot.get("word")
         console.print(f"\n[bold]{snapshot.get('name')}[/] [dim]{snapshot.get('agentId')}[/] → [bold]{word}[/]")
+    if snapshot.get("timedOut"):
+        click.get_current_context().exit(ExitCode.TIMED_OUT)
+    if snapshot.get("status") == "failed":
+        click.get_current_context().exit(ExitCode.FAILED)
