@@ -6,17 +6,19 @@ model-layer messages, which the engine stores and hands back as `history` next t
 opaque JSON to everyone but this package, the only one that imports the model layer (pydantic-ai).
 
 ```python
-from agentwatch.runtime.models import ModelResolver, TurnInput, run_turn
+from agentwatch.runtime.models import ModelResolver, ScriptedModel, TurnInput, run_turn
 
 result = await run_turn(
     TurnInput(model="scripted:demo", instructions="Be brief.", history=stored, prompt="hello"),
     sink,
-    models=ModelResolver(config.providers),
+    models=ModelResolver(config.providers, models={"demo": ScriptedModel.replying("Hi.")}),
 )
 ```
+
+Importing this package does not import the model layer: pydantic-ai is imported when a turn first runs (or a
+scripted model is first resolved), and a vendor's SDK when a model of that vendor is first resolved.
 """
 
-from agentwatch.runtime.models._adapter import run_turn
 from agentwatch.runtime.models._types import (
     PendingCall,
     ToolAnswer,
@@ -45,6 +47,22 @@ from agentwatch.runtime.models.scripted import (
     registered_scripted_model,
     unregister_scripted_model,
 )
+
+
+async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | None = None) -> TurnResult:
+    """Run one turn (or the continuation of one) on its model, committing every durable step through `sink`.
+
+    Returns how the run ended: `completed` with the final text, `paused` with the calls that wait on a person,
+    or `failed` with the error (a provider error, a model that raised, the request limit). Raises
+    `InvalidArgument` for a model ref that does not resolve and `Invalid` for a history that does not load,
+    both before anything is committed. Cancelling the task commits what was recovered and re-raises.
+    `models` resolves the ref (a `ModelResolver()` on the process environment when None).
+    """
+    # The model layer loads here, on the first turn, not when the engine is imported.
+    from agentwatch.runtime.models._adapter import run_turn as run_on_model_layer
+
+    return await run_on_model_layer(turn, sink, models=models)
+
 
 __all__ = [
     "BUILTIN_PREFIXES",

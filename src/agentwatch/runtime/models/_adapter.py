@@ -11,8 +11,13 @@ node through `Agent.iter`, so the adapter commits at the points the engine relie
    the response message, all in one commit, waited for. Only then may the tools run (the turn-durability
    barrier).
 
-A cancelled or failed run commits what it recovered first; a run never leaves a stored tool call without a
-result (calls that never finished get an `interrupted` return).
+So a request makes two commits: its start, pipelined, carrying the results of the tools that ran since the
+previous response; and its response with the calls it makes, waited for. A cancelled or failed run commits
+what it recovered first; a run never leaves a stored tool call without a result (calls that never finished
+get an `interrupted` return).
+
+Importing this module loads pydantic-ai (about a second); `agentwatch.runtime.models.run_turn` imports it the
+first time a turn runs. pydantic-ai's first-run banner is turned off: an engine's users own their terminal.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import pydantic_ai
 from pydantic import JsonValue, ValidationError
 from pydantic_ai import (
     Agent,
@@ -83,6 +89,8 @@ __all__ = ["run_turn"]
 
 logger = logging.getLogger(__name__)
 
+pydantic_ai.BANNER_ENABLED = False
+
 _Output = str | DeferredToolRequests
 
 
@@ -96,8 +104,26 @@ async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | N
     """
     resolver = models if models is not None else ModelResolver()
     model = resolver._model(turn.model)
-    history = _load_history(turn.history)
+    history = _history(turn, resolver)
     return await _TurnRun(turn, sink, resolver.context_window(turn.model)).run(model, history)
+
+
+def _history(turn: TurnInput, resolver: ModelResolver) -> list[ModelMessage]:
+    """The turn's history as model messages: parsed once per message of a conversation, kept by the resolver."""
+    if turn.conversation_id is None:
+        return _load_history(turn.history)
+    histories = resolver._histories
+    parsed = histories.get(turn.conversation_id)
+    stored = len(turn.history)
+    if parsed is None or len(parsed) > stored:
+        # Never seen (or the store holds fewer than were parsed: a write that failed) - read it all.
+        parsed = _load_history(turn.history)
+    elif len(parsed) < stored:
+        # A conversation's stored messages never change, so only the ones added since need parsing.
+        parsed = parsed + _load_history(turn.history[len(parsed) :])
+    histories.put(turn.conversation_id, parsed)
+    # The run gets its own list (the messages themselves are shared: the model layer does not change them).
+    return list(parsed)
 
 
 def _load_history(history: Sequence[JsonValue]) -> list[ModelMessage]:
@@ -166,6 +192,7 @@ class _TurnRun:
         self.usage = Usage()
         # Messages are tracked by identity: pydantic-ai appends the very objects we committed to its history.
         self._committed: dict[int, ModelMessage] = {}
+        self._stored: frozenset[int] = frozenset()  # ids of the history's messages
         self._statuses: dict[str, ToolStatus] = {}  # tool call id -> status that the return's outcome can't tell
         self._inflight: asyncio.Future[None] | None = None
         self._run: AgentRun[None, _Output] | None = None
@@ -174,8 +201,7 @@ class _TurnRun:
         self._emit = _guarded(sink)
 
     async def run(self, model: Model, history: list[ModelMessage]) -> TurnResult:
-        for message in history:
-            self._committed[id(message)] = message
+        self._stored = frozenset(map(id, history))
         agent: Agent[None, _Output] = Agent(
             model,
             instructions=self.turn.instructions or None,
@@ -286,7 +312,11 @@ class _TurnRun:
         messages = self._uncommitted(run)
         request = node.request
         # A request resumed from the history without a prompt is the stored one sent again.
-        if not node.is_resuming_without_prompt and id(request) not in self._committed:
+        if (
+            not node.is_resuming_without_prompt
+            and id(request) not in self._committed
+            and id(request) not in self._stored
+        ):
             if request.timestamp is None:
                 request.timestamp = datetime.now(UTC)  # pydantic-ai stamps it only once it is sent
             # Committed as it leaves, before pydantic-ai sends it: a crash during the request keeps the prompt
@@ -444,7 +474,8 @@ class _TurnRun:
     # -- committing --------------------------------------------------------------------------------------------
 
     def _uncommitted(self, run: AgentRun[None, _Output]) -> list[ModelMessage]:
-        return [m for m in run.new_messages() if id(m) not in self._committed]
+        stored, committed = self._stored, self._committed
+        return [m for m in run.new_messages() if id(m) not in committed and id(m) not in stored]
 
     def _dump_response(self, response: ModelResponse) -> JsonValue:
         """The JSON of a response, kept for the commit that stores the message itself."""

@@ -131,6 +131,10 @@ class TurnInput:
     """Answers to the calls that paused the previous run of this turn."""
     max_requests: int = 50
     """Model requests this run may make before it fails."""
+    conversation_id: str | None = None
+    """The stored conversation `history` is (its messages never change once written). When given, the
+    `ModelResolver` keeps the messages it parsed for it between turns and parses only those added since, so a
+    turn's cost does not grow with the conversation's length."""
 
 
 @dataclass(frozen=True)

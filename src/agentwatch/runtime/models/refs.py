@@ -6,30 +6,36 @@
 | `openai-chat:<model>` | OpenAI's Chat Completions API; with `OPENAI_BASE_URL`, any OpenAI-compatible server |
 | `anthropic:<model>` | Anthropic's Messages API |
 | `<provider>:<model>` | `[providers.<provider>]` of `agentwatch.toml`: OpenAI-compatible chat at its `base_url` |
-| `scripted:<name>` | a `ScriptedModel` registered with `register_scripted_model(name, ...)` |
+| `scripted:<name>`, or `<name>` alone | the `ScriptedModel` given to the resolver as `models={name: ...}` (or, for
+`scripted:<name>`, one registered with `register_scripted_model`) |
+
+A model given as `models={ref: ...}` under a full ref (`"openai:gpt-4o"`) stands in for that ref: tests run a
+role written for a real provider on a script, as pydantic-ai's `FunctionModel` stands in for a provider.
 
 The prefixes are pydantic-ai's own names. `OPENAI_API_KEY` / `OPENAI_BASE_URL` and `ANTHROPIC_API_KEY` /
 `ANTHROPIC_BASE_URL` are read from the environment mapping the resolver was given (the process environment
 by default); a named provider's key comes from the variable its `api_key_env` names. A ref that cannot be
 resolved raises `InvalidArgument` naming what to set or add.
+
+Nothing of the model layer is imported until a ref is first resolved, and a vendor's SDK (openai, anthropic)
+only when a ref of that vendor is: importing the engine stays light.
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-from pydantic_ai.models import Model
-from pydantic_ai.models.anthropic import AnthropicModel
-from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
-from pydantic_ai.providers.anthropic import AnthropicProvider
-from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
-
-from agentwatch.config import ProviderConfig
 from agentwatch.errors import InvalidArgument
 from agentwatch.runtime.models.scripted import ScriptedModel, registered_scripted_model
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+    from pydantic_ai.models import Model
+
+    from agentwatch.config import ProviderConfig
 
 __all__ = ["BUILTIN_PREFIXES", "KNOWN_CONTEXT_WINDOWS", "ModelResolver", "known_context_window", "split_ref"]
 
@@ -93,10 +99,12 @@ class ModelResolver:
         providers: Mapping[str, ProviderConfig] | None = None,
         env: Mapping[str, str] | None = None,
         *,
+        models: Mapping[str, ScriptedModel] | None = None,
         scripted: Mapping[str, ScriptedModel] | None = None,
     ) -> None:
-        """`providers` are the `[providers.x]` sections; `env` defaults to `os.environ`; `scripted` models are
-        looked up before the process-wide registry of `register_scripted_model`."""
+        """`providers` are the `[providers.x]` sections; `env` defaults to `os.environ`; `models` are model
+        objects by name or ref (see the module docs), looked up before anything else; `scripted` is the older
+        name of `models`."""
         self.providers: Mapping[str, ProviderConfig] = dict(providers or {})
         """The named providers, `<name>:<model>` refs go to."""
         clash = sorted(set(self.providers) & set(BUILTIN_PREFIXES))
@@ -106,34 +114,52 @@ class ModelResolver:
             )
         self.env: Mapping[str, str] = os.environ if env is None else env
         """Where keys and base URLs are read from."""
-        self._scripted: Mapping[str, ScriptedModel] = dict(scripted or {})
+        self.models: Mapping[str, ScriptedModel] = {**(scripted or {}), **(models or {})}
+        """The model objects given to this resolver, by name or by ref."""
         self._cache: dict[str, Model] = {}
+        # The conversations the models adapter parsed, kept between turns (see `TurnInput.conversation_id`).
+        self._histories = _Histories()
 
     def check(self, ref: str) -> None:
         """Raise InvalidArgument, saying what to do, when `ref` cannot be resolved."""
-        self._model(ref)
+        given = self._given(ref)
+        if given is None:
+            self._model(ref)
 
     def context_window(self, ref: str) -> int | None:
         """The context window of the ref's model when the built-in registry knows it."""
         return known_context_window(ref)
 
+    def _given(self, ref: str) -> ScriptedModel | None:
+        """The model object this resolver was given for `ref`: by the whole ref, or by the name of a
+        `scripted:<name>` ref, or by a bare name (a ref with no prefix)."""
+        given = self.models.get(ref)
+        if given is None and ref.startswith("scripted:"):
+            given = self.models.get(ref.removeprefix("scripted:"))
+        return given
+
     def _model(self, ref: str) -> Model:
         """The model-layer object for `ref` (for the models adapter only: its type belongs to the model layer)."""
+        given = self._given(ref)
+        if given is not None:
+            return given.model()
         prefix, name = split_ref(ref)
         if prefix == "scripted":
-            scripted = self._scripted.get(name) or registered_scripted_model(name)
+            scripted = registered_scripted_model(name)
             if scripted is None:
                 raise InvalidArgument(
-                    f"no scripted model is registered as {name!r} (model ref {ref!r}); call "
-                    f"register_scripted_model({name!r}, ScriptedModel(...)) first"
+                    f"no scripted model {name!r} (model ref {ref!r}) was given or registered; pass it as "
+                    f"Engine.open(models={{{name!r}: ScriptedModel(...)}}) (or call "
+                    f"register_scripted_model({name!r}, ScriptedModel(...)) first)"
                 )
-            return scripted.model()  # fresh each time: scripts are cheap and may be re-registered
+            return scripted.model()
         cached = self._cache.get(ref)
         if cached is None:
             cached = self._cache[ref] = self._build(ref, prefix, name)
         return cached
 
     def _build(self, ref: str, prefix: str, name: str) -> Model:
+        # The vendor's SDK is imported here, the first time a ref of that vendor is resolved (it takes seconds).
         if prefix in ("openai", "openai-responses", "openai-chat"):
             base_url = self.env.get("OPENAI_BASE_URL") or None
             key = self.env.get("OPENAI_API_KEY") or None
@@ -142,6 +168,9 @@ class ModelResolver:
                     f"model ref {ref!r} needs OPENAI_API_KEY; set it, or set OPENAI_BASE_URL to an OpenAI-compatible "
                     "server, or add a [providers.<name>] section with base_url to agentwatch.toml"
                 )
+            from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+            from pydantic_ai.providers.openai import OpenAIProvider
+
             provider = OpenAIProvider(base_url=base_url, api_key=key or _NO_KEY)
             if prefix == "openai-chat":
                 return OpenAIChatModel(name, provider=provider)
@@ -150,6 +179,9 @@ class ModelResolver:
             key = self.env.get("ANTHROPIC_API_KEY") or None
             if key is None:
                 raise InvalidArgument(f"model ref {ref!r} needs ANTHROPIC_API_KEY; set it in the environment")
+            from pydantic_ai.models.anthropic import AnthropicModel
+            from pydantic_ai.providers.anthropic import AnthropicProvider
+
             return AnthropicModel(
                 name, provider=AnthropicProvider(api_key=key, base_url=self.env.get("ANTHROPIC_BASE_URL") or None)
             )
@@ -168,10 +200,14 @@ class ModelResolver:
                     f"model ref {ref!r} needs {config.api_key_env} (the api_key_env of [providers.{prefix}]); "
                     "set it in the environment"
                 )
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
+
         return OpenAIChatModel(name, provider=OpenAICompatibleProvider(prefix, base_url=config.base_url, api_key=key))
 
     async def aclose(self) -> None:
         """Close the HTTP connections of the models resolved so far (they open new ones if used again)."""
+        self._histories.clear()
         models, self._cache = list(self._cache.values()), {}
         for model in models:
             # Entering and leaving a model is pydantic-ai's way to close the HTTP client its provider owns.
@@ -186,3 +222,37 @@ class ModelResolver:
 
     def __repr__(self) -> str:
         return f"ModelResolver(providers={sorted(self.providers)!r})"
+
+
+class _Histories:
+    """The parsed messages of recent conversations, so a turn parses only the messages added since the last.
+
+    A conversation's stored messages never change once written (clearing or compacting starts a new
+    conversation), so the first `n` messages parsed for it stay right for as long as the store holds at least
+    `n`. The least recently used conversations are forgotten beyond `limit`.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self._parsed: OrderedDict[str, list[ModelMessage]] = OrderedDict()
+
+    def get(self, conversation_id: str) -> list[ModelMessage] | None:
+        parsed = self._parsed.get(conversation_id)
+        if parsed is not None:
+            self._parsed.move_to_end(conversation_id)
+        return parsed
+
+    def put(self, conversation_id: str, messages: list[ModelMessage]) -> None:
+        self._parsed[conversation_id] = messages
+        self._parsed.move_to_end(conversation_id)
+        while len(self._parsed) > self.limit:
+            self._parsed.popitem(last=False)
+
+    def clear(self) -> None:
+        self._parsed.clear()
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+    def __repr__(self) -> str:
+        return f"_Histories({len(self._parsed)} conversations)"

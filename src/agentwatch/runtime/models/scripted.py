@@ -1,10 +1,12 @@
 """A scripted model: a test double that plays a script instead of calling a provider.
 
-Tests and the offline demo use it through the model ref `scripted:<name>`. Each model request plays one
-step of the script; a step is one item or a list of items, streamed in the order given:
+Tests and the offline demo hand it to the engine, as pydantic-ai's `FunctionModel` is handed to an `Agent`,
+and roles name it by the model ref `scripted:<name>`. Each model request plays one step of the script; a step
+is one item or a list of items, streamed in the order given:
 
 ```python
-from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think, register_scripted_model
+from agentwatch import Engine
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think
 
 coder = ScriptedModel(
     steps=[
@@ -13,8 +15,12 @@ coder = ScriptedModel(
         Reply("It prints hello."),                   # request 1: the final answer
     ]
 )
-register_scripted_model("coder", coder)              # now `scripted:coder` resolves to it
+async with Engine.open(models={"coder": coder}) as engine:   # a role's `model: scripted:coder` plays it
+    ...
 ```
+
+`register_scripted_model("coder", coder)` makes the name known process-wide instead (older tests use it; an
+engine's own `models=` come first).
 
 A flat list is cut into requests after a `Reply` (the model's answer ends the request) and after a run of
 `CallTool` items (the model waits for their results). To put anything else in one request, such as text
@@ -35,39 +41,28 @@ ScriptedModel(function=answer)
 Text and thinking stream word by word (so watchers see deltas), with usage numbers estimated from the text
 the way a provider would count it. `Fail("...")` makes the request fail with `ScriptedModelError`; `Hang()`
 makes it wait forever (until the turn is cancelled); items before them in the step stream first.
+
+A request costs the same at the thousandth turn of a conversation as at the tenth: the model reads each
+message of a conversation once and keeps running totals (`ScriptContext.transcript` is built only when a
+script function asks for it).
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import JsonValue
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    SystemPromptPart,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
-from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
-from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, DeltaToolCall, FunctionModel
-from pydantic_ai.settings import ModelSettings
-from pydantic_ai.tools import RunContext
-from pydantic_ai.usage import RequestUsage
 
 from agentwatch.events import ToolStatus
-from agentwatch.runtime.models._outcomes import tool_status
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
 
 __all__ = [
     "CallTool",
@@ -170,7 +165,7 @@ class TranscriptEntry:
     """For tool results: how the call ended."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ScriptContext:
     """What a scripted model knows when it answers a request."""
 
@@ -180,12 +175,28 @@ class ScriptContext:
     """The last user prompt of the conversation."""
     tool_results: tuple[ToolOutcome, ...]
     """The results of the tool calls of the previous response (empty when the request carries none)."""
-    transcript: tuple[TranscriptEntry, ...]
-    """The whole conversation, oldest first."""
     instructions: str | None
     """The system prompt of the request."""
     tools: tuple[str, ...]
     """The names of the tools the model may call."""
+    _read_transcript: Callable[[], tuple[TranscriptEntry, ...]] = field(repr=False)
+    """Builds `transcript` (a walk over the whole conversation, so only done when asked for)."""
+
+    @cached_property
+    def transcript(self) -> tuple[TranscriptEntry, ...]:
+        """The whole conversation, oldest first."""
+        return self._read_transcript()
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.request_index, self.prompt, self.tool_results, self.transcript, self.instructions, self.tools)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ScriptContext):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 ScriptFunction: TypeAlias = Callable[[ScriptContext], ScriptStep | Awaitable[ScriptStep]]
@@ -213,6 +224,10 @@ class ScriptedModel:
         self.name = name
         """The model name the responses carry."""
         self._requests: list[ScriptContext] = []
+        self._model: Model | None = None
+        # What each recent conversation's messages add up to, kept by the model layer's player between requests
+        # (keyed by the identity of the conversation's first message; see `_scripted_play`).
+        self._readings: OrderedDict[int, Any] = OrderedDict()
 
     @classmethod
     def replying(cls, *texts: str) -> ScriptedModel:
@@ -247,71 +262,17 @@ class ScriptedModel:
             )
         return self._steps[context.request_index]
 
-    async def _stream(
-        self, messages: list[ModelMessage], info: AgentInfo
-    ) -> AsyncIterator[str | dict[int, DeltaThinkingPart] | dict[int, DeltaToolCall]]:
-        context = _context(messages, info)
-        self._requests.append(context)
-        items = await self._step(context)
-        index = 0  # each thinking block and tool call is its own part
-        calls = 0
-        for item in items:
-            if isinstance(item, Think):
-                for chunk in _chunks(item.text):
-                    yield {index: DeltaThinkingPart(content=chunk)}
-                    await self._pause()
-                index += 1
-            elif isinstance(item, Reply):
-                for chunk in _chunks(item.text):
-                    yield chunk
-                    await self._pause()
-            elif isinstance(item, CallTool):
-                call_id = item.id or f"call_{context.request_index}_{calls}"
-                calls += 1
-                yield {
-                    index: DeltaToolCall(name=item.name, json_args=json.dumps(dict(item.args)), tool_call_id=call_id)
-                }
-                await self._pause()
-                index += 1
-            elif isinstance(item, Fail):
-                raise ScriptedModelError(item.message)
-            else:
-                await asyncio.Event().wait()  # Hang: only cancellation ends it
-
-    async def _pause(self) -> None:
-        if self.chunk_delay:
-            await asyncio.sleep(self.chunk_delay)
-
     def model(self) -> Model:
         """The model-layer object that plays this script (for the models adapter)."""
-        return _ScriptedFunctionModel(stream_function=self._stream, model_name=self.name)
+        if self._model is None:
+            from agentwatch.runtime.models._scripted_play import ScriptPlayer
+
+            self._model = ScriptPlayer(self)
+        return self._model
 
     def __repr__(self) -> str:
         source = "function" if self._function is not None else f"{len(self._steps)} steps"
         return f"ScriptedModel({source}, name={self.name!r})"
-
-
-class _ScriptedFunctionModel(FunctionModel):
-    """FunctionModel counts every request as 50 input tokens; a scripted model counts its context instead, so
-    context-fill numbers grow over a conversation as they do with a provider."""
-
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: RunContext[Any] | None = None,
-    ) -> AsyncIterator[StreamedResponse]:
-        async with super().request_stream(messages, model_settings, model_request_parameters, run_context) as stream:
-            instructions = next(
-                (m.instructions for m in reversed(messages) if isinstance(m, ModelRequest) and m.instructions), None
-            )
-            stream._usage = RequestUsage(input_tokens=_input_tokens(messages, instructions))
-            yield stream
-            # Providers say why they stopped; FunctionModel leaves it unset.
-            calls = any(isinstance(part, ToolCallPart) for part in stream.get().parts)
-            stream.finish_reason = "tool_call" if calls else "stop"
 
 
 _WORD = re.compile(r"\s*\S+\s*")
@@ -324,11 +285,6 @@ def _chunks(text: str) -> list[str]:
 
 def _tokens(text: str) -> int:
     return max(1, round(len(text) / 4)) if text else 0
-
-
-def _input_tokens(messages: Sequence[ModelMessage], instructions: str | None) -> int:
-    # A flat overhead for the chat template plus about four characters per token, as providers count.
-    return 12 + _tokens(instructions or "") + sum(_tokens(entry.text) for entry in _transcript(messages))
 
 
 def _group(steps: Sequence[ScriptStep]) -> list[tuple[ScriptItem, ...]]:
@@ -361,65 +317,6 @@ def _as_items(step: ScriptStep) -> tuple[ScriptItem, ...]:
     if not items:
         raise ScriptedModelError("a script step must hold at least one item")
     return items
-
-
-def _transcript(messages: Sequence[ModelMessage]) -> list[TranscriptEntry]:
-    entries: list[TranscriptEntry] = []
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            for request_part in message.parts:
-                if isinstance(request_part, SystemPromptPart):
-                    entries.append(TranscriptEntry("instructions", request_part.content))
-                elif isinstance(request_part, UserPromptPart):
-                    content = request_part.content
-                    text = content if isinstance(content, str) else " ".join(c for c in content if isinstance(c, str))
-                    entries.append(TranscriptEntry("prompt", text))
-                elif isinstance(request_part, ToolReturnPart):
-                    entries.append(
-                        TranscriptEntry(
-                            "tool_result",
-                            request_part.model_response_str(wrap_if_error=False),
-                            tool_name=request_part.tool_name,
-                            tool_call_id=request_part.tool_call_id,
-                            status=tool_status(request_part.outcome),
-                        )
-                    )
-        else:
-            for response_part in message.parts:
-                if isinstance(response_part, ThinkingPart):
-                    entries.append(TranscriptEntry("thinking", response_part.content))
-                elif isinstance(response_part, TextPart):
-                    entries.append(TranscriptEntry("text", response_part.content))
-                elif isinstance(response_part, ToolCallPart):
-                    entries.append(
-                        TranscriptEntry(
-                            "tool_call",
-                            response_part.args_as_json_str(),
-                            tool_name=response_part.tool_name,
-                            tool_call_id=response_part.tool_call_id,
-                        )
-                    )
-    return entries
-
-
-def _context(messages: Sequence[ModelMessage], info: AgentInfo) -> ScriptContext:
-    transcript = _transcript(messages)
-    responses = sum(isinstance(m, ModelResponse) for m in messages)
-    prompt = next((e.text for e in reversed(transcript) if e.kind == "prompt"), None)
-    last_call = max((i for i, e in enumerate(transcript) if e.kind in ("tool_call", "text", "thinking")), default=-1)
-    results = tuple(
-        ToolOutcome(e.tool_call_id or "", e.tool_name or "", e.text, e.status or "ok")
-        for e in transcript[last_call + 1 :]
-        if e.kind == "tool_result"
-    )
-    return ScriptContext(
-        request_index=responses,
-        prompt=prompt,
-        tool_results=results,
-        transcript=tuple(transcript),
-        instructions=info.instructions,
-        tools=tuple(t.name for t in info.function_tools),
-    )
 
 
 _REGISTRY: dict[str, ScriptedModel] = {}
