@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +42,7 @@ from agentwatch.reads.current import is_settled, status_snapshot
 from agentwatch.retention import reap_due
 from agentwatch.runtime.driver import SessionDriver
 from agentwatch.runtime.extensions import Extension, default_extensions
-from agentwatch.runtime.models import ModelResolver, TurnInput, run_turn
+from agentwatch.runtime.models import ModelResolver, ScriptedModel, TurnInput, run_turn
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
@@ -130,11 +130,14 @@ class Engine:
         policies: Iterable[Policy] = (),
         recover: bool = True,
         extensions: Iterable[Extension] | None = None,
+        models: Mapping[str, ScriptedModel] | None = None,
     ) -> AsyncIterator[Engine]:
         """Open the store and live ring, load the roster, continue cut-off turns; close everything after.
 
         Arguments override `agentwatch.toml` and `AGENTWATCH_*` variables, which override the defaults.
         `extensions` None installs the default extensions (observer agents among them); `[]` installs none.
+        `models` are model objects (a `ScriptedModel` in tests) by name: a role's `model: scripted:<name>` plays
+        the one given as `<name>`, before any registered with `register_scripted_model`.
         """
         config = config or load_config(root)
         updates: dict[str, Any] = {}
@@ -145,7 +148,7 @@ class Engine:
         if agents_dir is not None:
             updates["agents_dir"] = Path(agents_dir)
         config = config.model_copy(update=updates)
-        engine = await cls._assemble(config, tools, definitions, policies)
+        engine = await cls._assemble(config, tools, definitions, policies, models)
         try:
             for extension in default_extensions() if extensions is None else extensions:
                 engine.add_extension(extension)
@@ -163,6 +166,7 @@ class Engine:
         tools: Iterable[Tool | Callable[..., Any]],
         definitions: Iterable[AgentDefinition],
         policies: Iterable[Policy],
+        models: Mapping[str, ScriptedModel] | None = None,
     ) -> Engine:
         registry = {tool.name: tool for tool in builtin_tools()}
         for item in tools:
@@ -177,8 +181,8 @@ class Engine:
         except BaseException:
             await store.close()
             raise
-        models = ModelResolver(providers=config.providers)
-        return cls(config=config, store=store, ring=ring, roster=roster, tools=registry, policy=chain, models=models)
+        resolver = ModelResolver(providers=config.providers, models=models)
+        return cls(config=config, store=store, ring=ring, roster=roster, tools=registry, policy=chain, models=resolver)
 
     async def _start(self, *, recover: bool) -> None:
         if recover:
