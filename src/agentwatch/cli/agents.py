@@ -78,7 +78,7 @@ def list_agents(agents_dir: Path | None) -> None:
 
     \b
     Example:
-      agentwatch agents list --dir examples/agents
+      agentwatch agents list --dir examples/demo/agents
     """
     roster = load_roster(_agents_dir(agents_dir))
     rows = [

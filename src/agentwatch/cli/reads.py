@@ -304,7 +304,7 @@ def history(
 
     \b
     Example:
-      agentwatch history ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --limit 20
+      agentwatch history coder --limit 20
     """
     args: dict[str, Any] = {"id": agent_id, "limit": limit}
     if cursor:
@@ -429,7 +429,7 @@ def prompt(agent_id: str, event_id: str | None, against: str | None, store_url: 
 
     \b
     Example:
-      agentwatch prompt ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --against definition
+      agentwatch prompt coder --against definition
     """
     args: dict[str, Any] = {"id": agent_id}
     if event_id:
@@ -449,7 +449,7 @@ def export(agent_id: str, store_url: str | None, as_json: bool) -> None:
 
     \b
     Example:
-      agentwatch export ses_01jdq3v9c8k2m6n4p7r0s5t8w1 > agent.json
+      agentwatch export coder > agent.json
     """
     print_json(call_tool(store_url, "agent_export", {"id": agent_id}, {"id": "AGENT"}, agent="id"))
 
@@ -480,7 +480,7 @@ def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) 
 
     \b
     Example:
-      agentwatch await ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --timeout 300
+      agentwatch await coder --timeout 300
     """
 
     async def main() -> dict[str, JsonValue]:

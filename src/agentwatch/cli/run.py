@@ -69,7 +69,7 @@ def run(
 
     \b
     Example:
-      agentwatch run coder "Add a --verbose flag to the CLI" --agents-dir examples/agents
+      agentwatch run coder "Add a --verbose flag to the CLI" --agents-dir agents
     """
     config = resolve_config(store_url)
     if agents_dir is not None:
