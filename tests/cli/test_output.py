@@ -133,3 +133,15 @@ def test_await_exits_3_when_the_timeout_passes_first(tmp_path: Path) -> None:
     assert result.exit_code == 3, result.output
     assert json.loads(result.stdout)["agentId"] == session_id
     assert json.loads(result.stdout)["timedOut"] is True
+
+
+def test_shell_completion_completes_commands_and_flags() -> None:
+    """The README's completion recipe: the shell asks the command itself (`_AGENTWATCH_COMPLETE`)."""
+
+    def complete(words: str) -> list[str]:
+        env = {"_AGENTWATCH_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+        result = CliRunner(env=env).invoke(cli, [], prog_name="agentwatch")
+        return result.stdout.split()
+
+    assert complete("agentwatch hi") == ["plain,history"]
+    assert complete("agentwatch ls --group-") == ["plain,--group-key"]
