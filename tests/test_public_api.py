@@ -17,6 +17,8 @@ PACKAGES = [
     "agentwatch.live",
     "agentwatch.runtime.models",
     "agentwatch.watchers",
+    "agentwatch.tools",
+    "agentwatch.reads.answers",
 ]
 
 

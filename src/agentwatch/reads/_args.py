@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
 from agentwatch.config import parse_duration
+from agentwatch.errors import InvalidArgument, InvalidCursor
 
-__all__ = ["MAX_WINDOW", "Moment", "Window"]
+__all__ = ["EARLIEST", "LATEST", "MAX_WINDOW", "Moment", "Window", "field_named"]
 
 MAX_WINDOW = timedelta(days=3650)
 """The longest window a read takes: ten years."""
-_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+"""The earliest moment a read takes."""
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+"""The moment every read takes is before."""
+_EARLIEST, _LATEST = EARLIEST, LATEST
+
+
+@contextmanager
+def field_named(name: str) -> Iterator[None]:
+    """Prefix the message of an `InvalidArgument` raised inside with the argument at fault, and list it in
+    `details.fields` (a cursor is checked where it is decoded, after the arguments were parsed)."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        if exc.details.get("fields"):
+            raise
+        kind = InvalidCursor if isinstance(exc, InvalidCursor) else InvalidArgument
+        raise kind(f"{name}: {exc.message}", **{**exc.details, "fields": [name]}) from None
 
 
 def _duration(value: object) -> timedelta:

@@ -39,6 +39,7 @@ __all__ = [
     "RoleEntry",
     "SessionRow",
     "SessionUsage",
+    "Spend",
     "StatusSnapshot",
     "SubagentUsage",
     "SummaryAnswer",

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from agentwatch.errors import InvalidCursor, NotFound
 from agentwatch.events import PageCursor, query_digest
+from agentwatch.reads._args import field_named
 from agentwatch.reads._events import event_entry, event_size, preview
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import ConversationEntry, EventEntry, HistoryAnswer
@@ -52,11 +53,12 @@ def _before_seq(args: HistoryArgs) -> int | None:
     if args.cursor is None:
         return None
     digest = query_digest({"history": args.model_dump(mode="json", exclude={"cursor", "limit"})})
-    cursor = PageCursor.decode(args.cursor, query=digest)
-    match cursor.key:
-        case (int(seq),) if 1 <= seq <= MAX_SEQ:
-            return seq
-    raise InvalidCursor("the cursor does not hold an agent_history position; drop it to start from the newest")
+    with field_named("cursor"):
+        cursor = PageCursor.decode(args.cursor, query=digest)
+        match cursor.key:
+            case (int(seq),) if 1 <= seq <= MAX_SEQ:
+                return seq
+        raise InvalidCursor("the cursor does not hold an agent_history position; drop it to start from the newest")
 
 
 async def history_answer(view: EngineView, args: HistoryArgs) -> HistoryAnswer:

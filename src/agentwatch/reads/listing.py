@@ -16,13 +16,15 @@ from pydantic import Field
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import PageCursor, query_digest
-from agentwatch.reads._args import Moment, Window
+from agentwatch.reads._args import EARLIEST as _EARLIEST
+from agentwatch.reads._args import LATEST as _LATEST
+from agentwatch.reads._args import Moment, Window, field_named
 from agentwatch.reads._rows import recent_entry, session_row
 from agentwatch.reads._view import EngineView, iso, stuck_thresholds
 from agentwatch.reads.answers import CountsAnswer, ListAnswer, SessionRow
 from agentwatch.reads.words import WORDS, Word, word_filter
 from agentwatch.store import SessionFilter, SessionRecord, SessionSort, SessionStatus
-from agentwatch.tools import MAX_LIST_ITEMS, Args, Caller, Cursor, Id, Name, dump
+from agentwatch.tools import MAX_LIST_ITEMS, MAX_NAME_CHARS, Args, Caller, Cursor, Id, Name, check_text, dump
 
 __all__ = ["RECENT_LIMIT", "ListArgs", "agent_list", "list_agents", "list_answer", "listing_filter"]
 
@@ -69,7 +71,7 @@ class ListArgs(Args):
 def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> SessionFilter:
     """The store filter for `args` at `now` (the word filter depends on time through the stuck thresholds)."""
     if args.window is not None and args.from_ is not None:
-        raise InvalidArgument("pass either window or from/to, not both")
+        raise InvalidArgument("window, from: pass either window or from/to, not both", fields=["from", "window"])
     active_from = now - args.window if args.window is not None else args.from_
     where = SessionFilter(
         status=args.status,
@@ -101,14 +103,37 @@ def _digest(args: ListArgs) -> str:
 def _open_cursor(args: ListArgs) -> tuple[str | None, datetime]:
     if args.cursor is None:
         return None, datetime.now(UTC)
-    cursor = PageCursor.decode(args.cursor, query=_digest(args))
-    match cursor.key:
-        case (str(store_cursor), str(moment)):
+    with field_named("cursor"):
+        cursor = PageCursor.decode(args.cursor, query=_digest(args))
+        match cursor.key:
+            case (str(store_cursor), str(moment)):
+                _check_store_cursor(store_cursor)
+                try:
+                    now = datetime.fromisoformat(moment)
+                except ValueError:
+                    now = None
+                if now is not None and now.tzinfo is not None and _EARLIEST <= now < _LATEST:
+                    return store_cursor, now
+        raise InvalidCursor("the cursor does not hold an agent_list position; drop it to start from the first page")
+
+
+def _check_store_cursor(text: str) -> None:
+    """Refuse a store position whose fields could not have come from a listing (cursors can be forged: the
+    checksum is not a secret): text too long or not storable, or a moment without an offset."""
+    key = PageCursor.decode(text).key
+    for value in key:
+        if isinstance(value, str):
+            check_text(value)
+            if len(value) > MAX_NAME_CHARS:
+                raise InvalidCursor("the cursor holds a position no listing returns")
             try:
-                return store_cursor, datetime.fromisoformat(moment)
+                moment = datetime.fromisoformat(value)
             except ValueError:
-                pass
-    raise InvalidCursor("the cursor does not hold an agent_list position; drop it to start from the first page")
+                continue
+            if moment.tzinfo is None or not _EARLIEST <= moment < _LATEST:
+                raise InvalidCursor("the cursor holds a position no listing returns")
+        elif not isinstance(value, bool | None):
+            raise InvalidCursor("the cursor holds a position no listing returns")
 
 
 async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:

@@ -53,6 +53,7 @@ from agentwatch.events import (
     is_durable_type,
     truncate,
 )
+from agentwatch.reads._args import field_named
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import TailAnswer, TailRow
 from agentwatch.tools import MAX_LIST_ITEMS, MAX_SEQ, Args, Caller, Cursor, Id, Name, dump
@@ -152,7 +153,9 @@ def resolve_types(patterns: Sequence[str] | None) -> list[str]:
         ]
         if not matched:
             names = sorted({*PROJECTION, *(row.tail_type for row in PROJECTION.values())})
-            raise InvalidArgument(f"types: {pattern!r} names no event type; the types are {', '.join(names)}")
+            raise InvalidArgument(
+                f"types: {pattern!r} names no event type; the types are {', '.join(names)}", fields=["types"]
+            )
         chosen += [name for name in matched if name not in chosen]
     return chosen
 
@@ -238,9 +241,10 @@ def project(event: Event, *, max_chars: int) -> dict[str, Any]:
 async def _start(view: EngineView, session_id: str, after_id: str) -> StreamCursor:
     if after_id.startswith("evt_"):
         return (await view.store.get_event(session_id, after_id)).cursor
-    cursor = StreamCursor.decode(after_id, session_id=session_id)
-    if cursor.seq > MAX_SEQ or cursor.sub > MAX_SEQ:
-        raise InvalidCursor("afterId: the cursor names a position past any stream; pass back a cursor unchanged")
+    with field_named("afterId"):
+        cursor = StreamCursor.decode(after_id, session_id=session_id)
+        if cursor.seq > MAX_SEQ or cursor.sub > MAX_SEQ:
+            raise InvalidCursor("the cursor names a position past any stream; pass back a cursor unchanged")
     return cursor
 
 
