@@ -1,0 +1,133 @@
+"""Sizes and ranges are checked at the boundary: refused with the field named, before anything is written;
+answers that could be megabytes are cut with a marker or paged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import agentwatch.reads.export
+from agentwatch.events import PageCursor, StreamCursor, query_digest
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.tools import MAX_ANSWER_CHARS, MAX_PROMPT_CHARS
+from tests.runtime.support import OpenEngine, Scripted, role
+
+BAD_PROMPTS = ["", "   \n\t", "a\x00b", "half \ud800 a surrogate", "x" * (MAX_PROMPT_CHARS + 1)]
+
+
+@pytest.mark.parametrize("prompt", BAD_PROMPTS, ids=["empty", "blank", "nul", "surrogate", "too-long"])
+@pytest.mark.parametrize("tool", ["agent_create", "agent_task", "agent_enqueue"])
+async def test_a_bad_prompt_is_refused_before_any_session_is_created(
+    open_engine: OpenEngine, scripted: Scripted, tool: str, prompt: str
+) -> None:
+    model = scripted("bounds-prompt", ScriptedModel(function=lambda ctx: Reply("ok")))
+    async with open_engine(role("chat", model)) as engine:
+        target = await engine.create("chat", name="target")
+        before = await engine.store.info()
+        args: dict[str, Any] = {"role": "chat", "prompt": prompt, "name": "child"}
+        if tool == "agent_enqueue":
+            args = {"agentId": target.id, "prompt": prompt}
+        answer = await engine.call_tool(tool, args)
+        assert answer["error"]["code"] == "invalid_argument"
+        assert answer["error"]["details"]["fields"] == ["prompt"]
+        assert answer["error"]["message"].startswith(f"bad arguments for {tool}: prompt: ")
+        after = await engine.store.info()
+        assert (after.sessions, after.events) == (before.sessions, before.events)
+        assert len(answer["error"]["message"]) < 1000  # a 100 kB prompt is not echoed back
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "field"),
+    [
+        ("agent_list", {"window": "99999999999999d"}, "window"),
+        ("agent_list", {"window": 1e30}, "window"),
+        ("agent_list", {"window": "3651d"}, "window"),
+        ("agent_list", {"from": "0001-01-01T00:00:00+14:00"}, "from"),
+        ("agent_list", {"q": "x" * 201}, "q"),
+        ("agent_list", {"q": "a\x00"}, "q"),
+        ("agent_list", {"source": ["chat"] * 51}, "source"),
+        ("agent_summary", {"window": float("inf")}, "window"),
+        ("agent_get", {"name": "\udfff"}, "name"),
+        ("agent_get", {"id": "s" * 129}, "id"),
+        ("agent_tail", {"id": "{sid}", "afterId": "{forged}"}, "afterId"),
+        ("agent_tail", {"id": "{sid}", "afterId": "c1." + "A" * 2000}, "afterId"),
+        ("agent_history", {"id": "{sid}", "cursor": "{forged_page}"}, "cursor"),
+        ("agent_await", {"agentId": "{sid}", "timeoutMs": 2**64}, "timeoutMs"),
+        ("agent_answer", {"hitlId": "req_x", "answer": {"a": [[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]}}, "answer"),
+        ("agent_answer", {"hitlId": "req_x", "answer": float("nan")}, "answer"),
+        ("agent_answer", {"hitlId": "req_x", "answer": {"k\x00": 1}}, "answer"),
+        ("agent_answer", {"hitlId": "req_x", "answer": ["y" * 60_000, "z" * 60_000]}, "answer"),
+        ("agent_create", {"role": "chat", "name": "n" * 201}, "name"),
+        ("agent_create", {"role": "chat", "scope": "a\ud800"}, "scope"),
+    ],
+)
+async def test_every_out_of_bounds_argument_is_refused_with_its_field(
+    open_engine: OpenEngine, scripted: Scripted, tool: str, args: dict[str, Any], field: str
+) -> None:
+    model = scripted("bounds-args", ScriptedModel(function=lambda ctx: Reply("ok")))
+    async with open_engine(role("chat", model)) as engine:
+        sid = (await engine.task("chat", "hi"))["agentId"]
+        filled = {
+            "{sid}": sid,
+            "{forged}": StreamCursor(sid, 2**64).encode(),
+            "{forged_page}": PageCursor(
+                query_digest({"history": {"id": sid, "conversation_id": None, "episode_id": None}}), (2**63,)
+            ).encode(),
+        }
+        before = await engine.store.info()
+        answer = await engine.call_tool(
+            tool, {k: filled.get(v, v) if isinstance(v, str) else v for k, v in args.items()}
+        )
+        assert set(answer) == {"error"}, answer
+        assert answer["error"]["code"] == "invalid_argument", answer
+        assert field in answer["error"]["details"]["fields"], answer
+        after = await engine.store.info()
+        assert (after.sessions, after.events) == (before.sessions, before.events)
+
+
+async def test_a_tool_name_of_any_kind_is_a_structured_refusal(open_engine: OpenEngine) -> None:
+    async with open_engine() as engine:
+        for name in (["agent_list"], {"a": 1}, None, 3, "", "x" * 10_000, "agent_list\x00", "\ud800"):
+            answer = await engine.call_tool(name, {})  # type: ignore[arg-type]
+            assert set(answer) == {"error"} and answer["error"]["code"] in ("invalid_argument", "not_found"), name
+
+
+def big(size: int) -> str:
+    return "x" * size
+
+
+async def test_history_pages_by_size_and_previews_an_event_too_large_to_send(
+    open_engine: OpenEngine, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    huge, large = MAX_ANSWER_CHARS + 200_000, MAX_ANSWER_CHARS * 6 // 10
+    model = scripted(
+        "bounds-big",
+        ScriptedModel([CallTool("big", {"size": huge}), CallTool("big", {"size": large}), Reply("done")]),
+    )
+    async with open_engine(role("chat", model, tools=("big",)), tools=[big]) as engine:
+        sid = (await engine.task("chat", "make it big"))["agentId"]
+        stored = [e.seq for e in await engine.store.read_events(sid, limit=1000)]
+        pages: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            page = await engine.call_tool(
+                "agent_history", {"id": sid, "limit": 100} | ({"cursor": cursor} if cursor else {})
+            )
+            pages.append(page)
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        seen = [e["seq"] for page in reversed(pages) for e in page["events"]]
+        assert seen == stored  # every event once, in order, over the pages
+        assert len(pages) >= 3  # the two large results cannot share a page with each other
+        truncated = [e for page in pages for e in page["events"] if e.get("truncated")]
+        assert len(truncated) == 1 and truncated[0]["type"] == "tool.result"
+        assert truncated[0]["payload"]["chars"] > huge and len(truncated[0]["payload"]["preview"]) == 2000
+        assert all(sum(len(str(e["payload"])) for e in page["events"]) <= MAX_ANSWER_CHARS for page in pages)
+        whole = await engine.call_tool("agent_export", {"id": sid})
+        assert "truncated" not in whole and len(whole["history"]) == len(stored)
+        monkeypatch.setattr(agentwatch.reads.export, "MAX_EXPORT_CHARS", large // 2)
+        cut = await engine.call_tool("agent_export", {"id": sid})
+        assert cut["truncated"]["historyEvents"] == len(cut["history"]) < len(stored)
+        assert "agent_history" in cut["truncated"]["reason"]
