@@ -6,13 +6,8 @@ import sys
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
-from agentwatch.cli._common import console, err_console, resolve_config
-from agentwatch.cli._table import print_table
-from agentwatch.runtime.roster import DefinitionProblem, check_agents, load_roster
-from agentwatch.runtime.tools import builtin_tools
-from agentwatch.watchers.rules import default_rules, rule_definition
+from agentwatch.cli._common import resolve_config
 
 __all__ = ["agents"]
 
@@ -40,6 +35,14 @@ def check(agents_dir: Path | None, tools: tuple[str, ...]) -> None:
     Example:
       agentwatch agents check --dir examples/demo/agents --tool read_file --tool write_file
     """
+    # Imported here, so that `agents --help` stays light.
+    from rich.markup import escape
+
+    from agentwatch.cli._common import console, err_console
+    from agentwatch.runtime.roster import DefinitionProblem, check_agents, load_roster
+    from agentwatch.runtime.tools import builtin_tools
+    from agentwatch.watchers.rules import default_rules, rule_definition
+
     directory = _agents_dir(agents_dir)
     known = {t.name for t in builtin_tools()} | set(tools)
     roster = load_roster(directory)
@@ -80,6 +83,11 @@ def list_agents(agents_dir: Path | None) -> None:
     Example:
       agentwatch agents list --dir examples/demo/agents
     """
+    from rich.markup import escape
+
+    from agentwatch.cli._table import print_table
+    from agentwatch.runtime.roster import load_roster
+
     roster = load_roster(_agents_dir(agents_dir))
     rows = [
         [

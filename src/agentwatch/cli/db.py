@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from rich.markup import escape
 
 from agentwatch.cli._common import print_json, resolve_config, run_async, store_option
-from agentwatch.cli._table import print_table
-from agentwatch.store import StoreInfo, open_store
+
+if TYPE_CHECKING:
+    from agentwatch.store import StoreInfo
 
 __all__ = ["db"]
 
@@ -18,6 +20,8 @@ def db() -> None:
 
 
 async def _info(url: str) -> StoreInfo:
+    from agentwatch.store import open_store
+
     async with open_store(url) as store:
         return await store.info()
 
@@ -37,6 +41,10 @@ def info(store_url: str | None, as_json: bool) -> None:
     if as_json:
         print_json(answer.model_dump(mode="json"))
         return
+    from rich.markup import escape
+
+    from agentwatch.cli._table import print_table
+
     rows = [
         ["[bold]store[/]", escape(answer.url)],
         ["backend", answer.backend],

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from pydantic import JsonValue
 
-from agentwatch.cli._common import SECONDS, ExitCode, console, print_json, resolve_config, run_async, store_option
-from agentwatch.config import Config
-from agentwatch.events import Origin
+from agentwatch.cli._common import SECONDS, ExitCode, print_json, resolve_config, run_async, store_option
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+    from agentwatch.config import Config
 
 __all__ = ["run"]
 
@@ -18,7 +21,9 @@ async def _run(
     config: Config, role: str, prompt: str, name: str | None, timeout: float, as_json: bool
 ) -> dict[str, JsonValue]:
     # The engine (and through it the model layer) loads only when an agent runs, not for `run --help`.
+    from agentwatch.cli._common import console
     from agentwatch.cli._render import LivePrinter
+    from agentwatch.events import Origin
     from agentwatch.runtime.engine import Engine
 
     async with Engine.open(config=config) as engine:
@@ -79,6 +84,8 @@ def run(
         print_json(snapshot)
     else:
         word = snapshot.get("word")
+        from agentwatch.cli._common import console
+
         console.print(f"\n[bold]{snapshot.get('name')}[/] [dim]{snapshot.get('agentId')}[/] → [bold]{word}[/]")
     if snapshot.get("timedOut"):
         click.get_current_context().exit(ExitCode.TIMED_OUT)

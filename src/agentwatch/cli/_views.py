@@ -1,0 +1,236 @@
+"""How the read commands show a tool's answer to a person, and the two that keep reading (`tail -f`, `await`).
+
+Imported only when a read command runs, so that `agentwatch COMMAND --help` stays light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import click
+from pydantic import JsonValue
+from rich.markup import escape
+from rich.text import Text
+
+from agentwatch.cli._common import Reader, console
+from agentwatch.cli._table import Cell, print_note, print_table
+from agentwatch.cli._time import ago
+from agentwatch.events import StreamCursor
+from agentwatch.reads.current import is_settled, status_snapshot
+from agentwatch.reads.follow import follow
+from agentwatch.reads.tail import project
+
+__all__ = [
+    "follow_session",
+    "print_row",
+    "render_await",
+    "render_get",
+    "render_history",
+    "render_list",
+    "render_prompt",
+    "render_summary",
+    "render_tail",
+    "wait_until_settled",
+]
+
+WORD_STYLE = {
+    "working": "cyan",
+    "needs_you": "bold yellow",
+    "stuck": "bold red",
+    "failed": "red",
+    "done": "green",
+    "idle": "dim",
+}
+
+
+def _word(word: JsonValue) -> Text:
+    return Text(str(word), style=WORD_STYLE.get(str(word), ""))
+
+
+def _short(text: JsonValue, width: int = 60) -> str:
+    """`text` on one line, cut to `width` on a terminal (piped output is never cut)."""
+    value = "" if text is None else str(text).replace("\n", " ")
+    return value if len(value) <= width or not console.is_terminal else value[: width - 1] + "…"
+
+
+def render_list(answer: dict[str, Any]) -> None:
+    names = {row["id"]: row["name"] for row in answer["agents"]}
+    rows: list[list[Cell]] = []
+    for row in answer["agents"]:
+        waiting = []
+        if row["pendingInputs"]:
+            waiting.append(f"{row['pendingInputs']} in")
+        if row["pendingRequests"]:
+            waiting.append(f"[yellow]{row['pendingRequests']} asks[/]")
+        name = escape(row["name"]) + (f" [dim]×{row['sessionCount']}[/]" if row.get("sessionCount") else "")
+        if row["deletedAt"]:
+            name = f"[strike dim]{name}[/]"
+        parent = row["parentId"] or ""
+        rows.append(
+            [
+                name,
+                f"[dim]{row['id']}[/]",
+                escape(row["role"]),
+                _word(row["word"]),
+                row["status"],
+                ago(row["lastActiveAt"]),
+                f"{row['usage']['tokens']:,}",
+                " ".join(waiting),
+                escape(names.get(parent, parent[-8:])),
+            ]
+        )
+    headers = ["NAME", "ID", "ROLE", "WORD", "STATUS", "ACTIVE", "TOKENS", "WAITING", "PARENT"]
+    if rows:
+        columns = [{"overflow": "ellipsis", "max_width": 24}] + [{"no_wrap": True}] * 8
+        print_table(headers, rows, columns=columns, box=None, header_style="bold", pad_edge=False)
+    else:
+        print_note("[dim]no agents match[/]")
+    if counts := answer.get("counts"):
+        words = " · ".join(f"{w} {n}" for w, n in counts["words"].items() if n)
+        print_note(f"[dim]{counts['total']} in all: {words}[/]")
+    if answer.get("nextCursor"):
+        print_note(f"[dim]more: --cursor {answer['nextCursor']}[/]")
+
+
+def render_summary(answer: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{answer['total']}[/] agents · [cyan]{answer['working']} working[/] · "
+        f"{answer['lineages']} lineages · {answer['intercepted']} held by a person"
+    )
+    statuses = " · ".join(f"{status} {n}" for status, n in answer["statuses"].items())
+    console.print(f"[dim]by status:[/] {statuses or '-'}")
+    if words := answer.get("words"):
+        console.print("[dim]lineages by word:[/] " + " · ".join(f"{w} {n}" for w, n in words.items()))
+    window = answer["window"]
+    previous = window["previous"]
+    console.print(
+        f"[dim]since {window['from'][:16]}:[/] started {window['started']} (before: {previous['started']}), "
+        f"failed {window['failed']} ({previous['failed']}), waiting {window['waiting']}, "
+        f"spent {window['spend']['tokens']:,} tokens (before: {previous['spend']['tokens']:,})"
+    )
+    if by_role := answer.get("byRole"):
+        rows = [[escape(row["role"]), str(row["sessions"]), ago(row["lastActiveAt"])] for row in by_role]
+        print_table(["ROLE", "SESSIONS", "LAST ACTIVE"], rows, box=None, header_style="bold")
+
+
+def render_get(record: dict[str, Any]) -> None:
+    current = record["current"]
+    console.print(
+        f"[bold]{escape(record['name'])}[/] [dim]{record['id']}[/]  ", _word(record["word"]), f" {record['status']}"
+    )
+    fill = record["contextFill"]
+    rows: list[tuple[str, Any]] = [
+        ("role", escape(record["role"])),
+        ("model", escape(record["modelRef"] or "-")),
+        ("scope", escape(record.get("scope") or "global")),
+        ("parent", record["parentId"] or "-"),
+        ("active", ago(current["lastActivityAt"])),
+        ("usage", f"{record['usage']['tokens']:,} tokens"),
+        (
+            "context",
+            f"{fill.get('tokens', '-')} / {fill.get('window') or '?'} tokens"
+            if fill["state"] == "measured"
+            else fill["state"],
+        ),
+        ("now", escape(str(current["currentItem"]["title"])) if current["currentItem"] else "-"),
+        ("last said", escape(_short(current["lastAssistantText"], 200)) or "-"),
+        ("error", f"[red]{escape(record['error'])}[/]" if record["error"] else "-"),
+        ("inbox", f"{record['pendingInputs']} waiting"),
+        ("cursor", current["cursor"]),
+    ]
+    if hitl := current["pendingHitl"]:
+        asks = "; ".join(hitl["questions"] or []) or hitl["kind"]
+        rows.append(("asks", f"[yellow]{escape(asks)}[/] [dim]({hitl['hitlId']})[/]"))
+    if observer := record.get("observer"):
+        rows.append(("observer", escape(_short(json.dumps(observer), 200))))
+    if record["deletedAt"]:
+        rows.append(("deleted", f"{record['deletedAt']} (reaped {record['reapAt']})"))
+    cells = [[key, str(value)] for key, value in rows]
+    print_table(None, cells, columns=[{"style": "dim", "no_wrap": True}, {}], box=None, pad_edge=False)
+
+
+def tail_line(row: dict[str, Any]) -> str:
+    style = {"failed": "red", "error": "red", "denied": "red", "interrupted": "magenta"}.get(str(row["status"]), "")
+    kind = f"[{style}]{row['type']}[/]" if style else f"[bold]{row['type']}[/]"
+    title = escape(str(row["title"] or ""))
+    detail = escape(str(row["detail"] or "").replace("\n", " "))
+    at = str(row["at"])[11:19]
+    return f"[dim]{at}[/] {kind} {title} [dim]{detail}[/]"
+
+
+def render_history(answer: dict[str, Any]) -> None:
+    for event in answer["events"]:
+        row = event["payload"]
+        text = row.get("text") or row.get("output") or row.get("summary") or row.get("message") or ""
+        what = row.get("tool_name") or row.get("outcome") or ""
+        console.print(
+            f"[dim]{event['at'][11:19]} #{event['seq']}[/] [bold]{event['type']}[/] {escape(str(what))} "
+            f"[dim]{escape(_short(text, 120))}[/]"
+        )
+    if answer.get("nextCursor"):
+        console.print(f"[dim]older: --cursor {answer['nextCursor']}[/]")
+
+
+async def follow_session(
+    reader: Reader, agent_id: str, after: str | None, types: list[str], max_chars: int, as_json: bool
+) -> None:
+    session = await reader.store.get_session(agent_id)
+    cursor = StreamCursor.decode(after, session_id=agent_id) if after else StreamCursor(agent_id, session.last_seq)
+    # The ring carries another process's events only when it is shared (Redis); otherwise poll the store.
+    shared = reader.ring if reader.config.live.startswith("redis") else None
+    wanted = set(types)
+    async for event in follow(reader.store, shared, agent_id, after=cursor):
+        if event.type not in wanted:
+            continue
+        print_row(project(event, max_chars=max_chars), as_json)
+
+
+def render_tail(answer: dict[str, Any]) -> None:
+    for row in answer["events"]:
+        print_row(row, as_json=False)
+
+
+def print_row(row: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(row))
+    else:
+        console.print(tail_line(row), soft_wrap=True)
+
+
+def render_prompt(answer: dict[str, Any]) -> None:
+    system = answer["system"]
+    console.print(f"[bold]system[/] [dim]sha256 {system['hash'][:16]}… turn {answer['turnId']}[/]")
+    console.print(escape(system["text"]))
+    console.print(f"\n[bold]user[/]\n{escape(answer['user'] or '')}")
+    if against := answer.get("against"):
+        console.print(f"\n[bold]against {against['kind']}[/]")
+        hunks = against.get("diff") or []
+        if not hunks:
+            console.print("[green]no change[/]")
+        for hunk in hunks:
+            for line in str(hunk).splitlines():
+                style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+                console.print(Text(line, style=style))
+
+
+async def wait_until_settled(reader: Reader, agent_id: str, timeout: float) -> dict[str, JsonValue]:
+    """The `agent_await` snapshot, waiting (by polling the store) for a session another process runs."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        session = await reader.store.get_session(agent_id)
+        timed_out = loop.time() >= deadline
+        if is_settled(session) or timed_out:
+            return await status_snapshot(
+                reader.store, session, stuck_after=reader.stuck_after(session.role), timed_out=not is_settled(session)
+            )
+        await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+
+
+def render_await(answer: dict[str, Any]) -> None:
+    late = " [yellow](timed out)[/]" if answer["timedOut"] else ""
+    console.print(f"[bold]{escape(str(answer['name']))}[/] ", _word(answer["word"]), f" {answer['status']}{late}")
+    if answer["lastAssistantText"]:
+        console.print(escape(str(answer["lastAssistantText"])))
