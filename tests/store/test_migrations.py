@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pytest
 
 from agentwatch.events import PAYLOAD_ADAPTER, AssistantMessage, NewEvent, UserMessage
-from agentwatch.store import SCHEMA_VERSION, connect_store
+from agentwatch.store import SCHEMA_VERSION, Write, connect_store
 from agentwatch.store._migrations import migrations
 
 Execute = Callable[[str, Sequence[Any]], object]
@@ -125,6 +125,8 @@ async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str,
                 {"kind": "request", "n": 1, "session": n},
             ]
             assert (await store.usage_totals([session.id]))[session.id].input_tokens == 5
+            in_conversation = await store.read_events(session.id, conversation_id=f"cnv_old{n}", after_seq=1)
+            assert [event.seq for event in in_conversation] == [2, 3]
             newer = await store.read_events_backward(session.id, limit=2, types=["message.user"])
             assert [event.seq for event in newer] == [3, 1]
         ref = await store.get_observer_ref("ses_old1")
@@ -134,5 +136,12 @@ async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str,
         appended = await store.append("ses_old1", [NewEvent(UserMessage(text="again"))])
         assert [event.seq for event in appended] == [4]
         assert await store.acquire_lease("ses_old1", "engine-a", 60)
+        # A new conversation after the upgrade: each conversation reads its own events.
+        [cleared] = await store.write(
+            Write("ses_old1", [NewEvent(UserMessage(text="fresh"))], new_conversation="clear")
+        )
+        assert cleared.seq == 5 and cleared.conversation_id != "cnv_old1"
+        assert [e.seq for e in await store.read_events("ses_old1", conversation_id="cnv_old1")] == [1, 2, 3, 4]
+        assert await store.read_events("ses_old1", conversation_id=cleared.conversation_id) == [cleared]
     finally:
         await store.close()

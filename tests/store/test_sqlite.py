@@ -18,8 +18,8 @@ from agentwatch.errors import Conflict, NotFound, StoreError
 from agentwatch.events import NewEvent, Usage, UserMessage
 from agentwatch.store import SessionDraft, SessionPatch, UsageEntry, Write, connect_store, open_store
 from agentwatch.store import sqlite as sqlite_module
-from agentwatch.store._sql import Tx
-from agentwatch.store._sqlite_appends import apply_appends
+from agentwatch.store._appends import apply_appends
+from agentwatch.store._sql import Dialect, Tx
 from agentwatch.store.sqlite import SqliteStore
 
 from .databases import sqlite_url
@@ -137,8 +137,8 @@ async def test_one_group_applies_its_appends_together_and_keeps_failures_apart(t
 async def test_a_group_the_database_refuses_is_applied_write_by_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(connection: sqlite3.Connection, writes: Sequence[Write], now: datetime) -> list[Any]:
-        apply_appends(connection, writes, now)  # half done, then refused: all of it must roll back
+    async def refuse(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: datetime) -> list[Any]:
+        await apply_appends(tx, dialect, writes, now)  # half done, then refused: all of it must roll back
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(sqlite_module, "apply_appends", refuse)

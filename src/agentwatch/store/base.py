@@ -54,7 +54,7 @@ from agentwatch.store.records import (
 
 __all__ = ["SCHEMA_VERSION", "Store"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 

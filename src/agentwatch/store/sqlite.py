@@ -9,10 +9,10 @@ sqlite:///path.db?synchronous=normal   trade the last commits on power loss for 
 
 Every write goes to the one writer thread. It takes everything queued and applies it in ONE transaction:
 the append-only writes (events, usage, messages) together, one statement per table for all of them (see
-`_sqlite_appends`), every other write in its own SAVEPOINT. A write that fails rolls back alone and only its
-caller gets the error. Then it commits once: one fsync for the whole group, however many callers. Each
-caller's call returns only after that commit. Reads run on separate connections, which WAL lets proceed
-while the writer writes.
+`_appends`: the same rows every backend writes), every other write in its own SAVEPOINT. A write that fails
+rolls back alone and only its caller gets the error. Then it commits once: one fsync for the whole group,
+however many callers. Each caller's call returns only after that commit. Reads run on separate
+connections, which WAL lets proceed while the writer writes.
 
 Outcomes go back to the callers' event loops through a `_Mailbox`: one wake-up per group, then a chunk of
 callers per loop turn, so a large group does not resume hundreds of callers in one turn.
@@ -39,9 +39,9 @@ from urllib.parse import parse_qs
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotADatabase, StoreError
 from agentwatch.events import Event
+from agentwatch.store._appends import apply_appends
 from agentwatch.store._migrations import migrate, recorded_version
 from agentwatch.store._sql import Dialect, Row, Tx, check_params, utc_text
-from agentwatch.store._sqlite_appends import apply_appends
 from agentwatch.store._sqlstore import SqlStore
 from agentwatch.store.records import Write
 
@@ -391,9 +391,8 @@ class SqliteStore(SqlStore):
         statements, roll them back and apply the writes one by one, so the failure stays with its write."""
         connection.execute("SAVEPOINT appends")
         try:
-            outcomes = apply_appends(
-                connection, [job.appends for job in jobs if job.appends is not None], _now(), DIALECT
-            )
+            writes = [job.appends for job in jobs if job.appends is not None]
+            outcomes = _drive(apply_appends(tx, DIALECT, writes, _now()))
         except BaseException as error:
             try:
                 _rollback_to(connection, "appends", None, error)

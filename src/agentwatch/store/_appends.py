@@ -1,0 +1,194 @@
+"""The one write path of events: the rows an append makes (events, usage, messages, the session's counters),
+built by one function for every backend, for a single write and for a group of them.
+
+`Appends` collects what the writes of one transaction add: `add` builds one write's rows against its
+session's counters (`Counters`, read once per transaction under the session's lock), and `flush` writes
+them, one statement per table, and each session's row once (whatever the number of writes and events it
+got). Three callers share it:
+
+- a write that only appends (events, usage, messages: `appends_only`), alone (`apply_appends` with one);
+- a group of those, queued by concurrent callers and committed together (`apply_appends` with many: the
+  SQLite writer's group commit, PostgreSQL's append queue);
+- every other write (`EventMethods._apply`), which first applies its inbox, request and conversation
+  changes, then adds its appends to the same `Appends` and the session patch to the same row update.
+
+The counters are read under the session's lock (PostgreSQL: `FOR UPDATE`, sessions in id order so two
+groups never deadlock; SQLite: the writer holds the database's write lock), so the seqs handed out are
+contiguous whatever the number of writers, and the row is written with absolute values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from agentwatch.errors import Conflict, NotFound
+from agentwatch.events import Event, Usage, new_id
+from agentwatch.store._sql import EVENT_INSERT, SESSION_JSON, Dialect, Tx, event_row, in_list, stored_events, to_params
+from agentwatch.store._sqlbase import no_session, unexpected_status
+from agentwatch.store.records import Write
+
+__all__ = ["Appends", "Counters", "apply_appends", "read_counters"]
+
+_IN_LIST_MAX: Final = 500
+"""Ids per `IN (...)` list (well under SQLite's limit on parameters)."""
+_COUNTERS: Final = "SELECT id, last_seq, conversation_id, role, status, tokens, cost_usd FROM sessions"
+_SESSION_UPDATE: Final = (
+    "UPDATE sessions SET last_seq = ?, updated_at = ?, last_active_at = COALESCE(?, last_active_at), "
+    "tokens = ?, cost_usd = ? WHERE id = ?"
+)
+_USAGE_COLUMNS: Final = ("id", "session_id", "turn_id", "run_id", "role", "model", "at", *Usage.model_fields)
+_USAGE_INSERT: Final = (
+    f"INSERT INTO usage_ledger ({', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * len(_USAGE_COLUMNS))})"
+)
+_MESSAGE_INSERT: Final = "INSERT INTO messages (conversation_id, idx, body) VALUES (?, ?, ?)"
+
+
+@dataclass(slots=True)
+class Counters:
+    """A session's row as the transaction leaves it: the counters grow write by write, in order."""
+
+    id: str
+    last_seq: int
+    conversation_id: str
+    role: str
+    status: str
+    tokens: int
+    cost: float
+    touched: bool = False
+    written: bool = False
+    changes: dict[str, Any] = field(default_factory=dict)
+    """Other columns to set (a session patch, inbox and request counts), by the same row update."""
+
+
+async def read_counters(tx: Tx, dialect: Dialect, session_ids: Sequence[str]) -> dict[str, Counters]:
+    """The counters of the sessions that exist among `session_ids`, locked until the commit (PostgreSQL)."""
+    wanted = sorted(set(session_ids))  # one lock order for every transaction: no deadlock between two groups
+    counters: dict[str, Counters] = {}
+    for start in range(0, len(wanted), _IN_LIST_MAX):
+        condition, params = in_list("id", wanted[start : start + _IN_LIST_MAX])
+        sql = f"{_COUNTERS} WHERE {condition} ORDER BY id{dialect.for_update}"
+        for row in await tx.fetch(sql, params):
+            counters[row[0]] = Counters(row[0], int(row[1]), row[2], row[3], row[4], int(row[5]), float(row[6]))
+    return counters
+
+
+class Appends:
+    """The rows the writes of one transaction append, built write by write, written by `flush`."""
+
+    __slots__ = ("_at", "_dialect", "_events", "_messages", "_now", "_sessions", "_usage")
+
+    def __init__(self, dialect: Dialect, now: datetime) -> None:
+        self._dialect = dialect
+        self._now = now
+        self._at = dialect.time_param(now)
+        self._events: list[tuple[Any, ...]] = []
+        self._usage: list[tuple[Any, ...]] = []
+        self._messages: dict[str, list[str]] = {}
+        self._sessions: dict[str, Counters] = {}
+
+    def add(self, session: Counters, write: Write) -> list[Event]:
+        """Build `write`'s events, ledger entries and messages, counting them into `session`; its events as
+        they will be stored."""
+        self._sessions[session.id] = session
+        session.written = True
+        session.touched = session.touched or write.touch
+        if write.usage:
+            cost = 0.0
+            time_param = self._dialect.time_param
+            for entry in write.usage:
+                usage = entry.usage
+                self._usage.append(
+                    (
+                        new_id("use"),
+                        session.id,
+                        entry.turn_id,
+                        entry.run_id,
+                        entry.role or session.role,
+                        entry.model,
+                        time_param(entry.at or self._now),
+                        *usage.model_dump().values(),
+                    )
+                )
+                session.tokens += usage.total_tokens
+                cost += usage.cost_usd or 0.0
+            if cost:
+                session.cost += cost  # one addition per write, whatever the number of entries
+        if write.messages:
+            bodies = self._messages.setdefault(session.conversation_id, [])
+            bodies.extend(json.dumps(message) for message in write.messages)
+        if not write.events:
+            return []
+        first_seq = session.last_seq + 1
+        session.last_seq += len(write.events)
+        events = stored_events(write, session.conversation_id, first_seq, self._now)
+        self._events.extend(event_row(self._dialect, event, self._at) for event in events)
+        return events
+
+    async def flush(self, tx: Tx) -> None:
+        """Write everything added: each session's row once, then the ledger, messages and events."""
+        plain: list[tuple[Any, ...]] = []
+        for session in self._sessions.values():
+            if not session.written:
+                continue
+            touched = self._at if session.touched else None
+            if not session.changes:
+                plain.append((session.last_seq, self._at, touched, session.tokens, session.cost, session.id))
+                continue
+            params = to_params(self._dialect, session.changes, SESSION_JSON)
+            assignments = "".join(f", {column} = ?" for column in params)
+            await tx.execute(
+                _SESSION_UPDATE.replace(" WHERE id = ?", assignments + " WHERE id = ?"),
+                [session.last_seq, self._at, touched, session.tokens, session.cost, *params.values(), session.id],
+            )
+        if plain:
+            await tx.execute_many(_SESSION_UPDATE, plain)
+        if self._usage:
+            await tx.execute_many(_USAGE_INSERT, self._usage)
+        if self._messages:
+            await self._flush_messages(tx)
+        if self._events:
+            await tx.execute_many(EVENT_INSERT, self._events)
+
+    async def _flush_messages(self, tx: Tx) -> None:
+        """Append each conversation's messages after its last one, in the order added."""
+        conversation_ids = list(self._messages)
+        last: dict[str, int] = {}
+        for start in range(0, len(conversation_ids), _IN_LIST_MAX):
+            condition, params = in_list("conversation_id", conversation_ids[start : start + _IN_LIST_MAX])
+            sql = f"SELECT conversation_id, MAX(idx) FROM messages WHERE {condition} GROUP BY conversation_id"
+            last.update((row[0], int(row[1])) for row in await tx.fetch(sql, params))
+        json_param = self._dialect.json_param
+        await tx.execute_many(
+            _MESSAGE_INSERT,
+            [
+                (conversation_id, last.get(conversation_id, -1) + 1 + index, json_param(body))
+                for conversation_id, bodies in self._messages.items()
+                for index, body in enumerate(bodies)
+            ],
+        )
+
+
+async def apply_appends(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: datetime) -> list[Any]:
+    """Apply append-only `writes` (see `appends_only`) in order, in the caller's transaction; per write, its
+    stored events or the error that failed it alone (then nothing of it is written).
+
+    Raises when the database refuses a statement: then part of the group may be written, and the caller
+    rolls back (and may apply the writes one by one, each on its own).
+    """
+    sessions = await read_counters(tx, dialect, [write.session_id for write in writes])
+    appends = Appends(dialect, now)
+    outcomes: list[Any] = []
+    for write in writes:
+        session = sessions.get(write.session_id)
+        if session is None:
+            outcomes.append(NotFound(no_session(write.session_id)))
+        elif write.expect_status is not None and session.status not in write.expect_status:
+            outcomes.append(Conflict(unexpected_status(write.session_id, session.status, write.expect_status)))
+        else:
+            outcomes.append(appends.add(session, write))
+    await appends.flush(tx)
+    return outcomes

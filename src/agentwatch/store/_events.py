@@ -1,0 +1,298 @@
+"""The events aggregate of `SqlStore`: writes (events with the state they describe), reading the log,
+conversations and their messages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from pydantic import JsonValue
+
+from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.events import Event, NewEvent, new_id
+from agentwatch.store._appends import Appends, apply_appends, read_counters
+from agentwatch.store._sql import (
+    Row,
+    Tx,
+    check_limit,
+    from_row,
+    in_list,
+)
+from agentwatch.store._sqlbase import (
+    CONVERSATION_COLUMNS,
+    EVENT_LIMIT,
+    EVENT_READ,
+    INPUT_JSON,
+    REQUEST_COLUMNS,
+    REQUEST_JSON,
+    SESSION_NOT_NULL,
+    SqlBase,
+    appends_only,
+    check_durable,
+    no_session,
+    select,
+    unexpected_status,
+    utc_now,
+)
+from agentwatch.store.records import (
+    ConversationRecord,
+    RequestRecord,
+    SessionRecord,
+    Write,
+)
+
+__all__ = ["EventMethods"]
+
+_SEQ_MAX = 2**63 - 1
+
+T = TypeVar("T")
+
+
+class EventMethods(SqlBase):
+    """Writes and the event log over `Tx`."""
+
+    # -- events and the state they describe -----------------------------------------------------------
+
+    async def write(self, write: Write) -> list[Event]:
+        """Apply one atomic change and return the events as stored (with ids, seqs and times)."""
+        check_durable(write)
+        if appends_only(write):
+            return await self._write_appends(write)
+        _, events = await self._write_session(write.session_id, lambda tx: self._apply(tx, write))
+        return events
+
+    async def _write_appends(self, write: Write) -> list[Event]:
+        """Apply an append-only `write` (see `appends_only`); a backend that groups the appends of concurrent
+        callers into one transaction overrides it (with `apply_appends` over the group)."""
+        return await self._write_session(write.session_id, lambda tx: self._append_only(tx, write, utc_now()))
+
+    async def append(self, session_id: str, events: Sequence[NewEvent]) -> list[Event]:
+        """Append durable events; same as `write(Write(session_id, events))`."""
+        return await self.write(Write(session_id, events))
+
+    async def _apply(self, tx: Tx, write: Write) -> tuple[SessionRecord | None, list[Event]]:
+        """Apply `write`; the session as it ends up comes back only when the write patches it."""
+        check_durable(write)
+        now = utc_now()
+        if appends_only(write):
+            return None, await self._append_only(tx, write, now)
+
+        session_id = write.session_id
+        # Locks the row (PostgreSQL), which serializes every writer of this session until the commit.
+        session = (await read_counters(tx, self._dialect, [session_id])).get(session_id)
+        if session is None:
+            raise NotFound(no_session(session_id))
+        if write.expect_status is not None and session.status not in write.expect_status:
+            raise Conflict(unexpected_status(session_id, session.status, write.expect_status))
+        changes = session.changes
+        deltas = {"pending_inputs": 0, "pending_requests": 0, "held_requests": 0}
+
+        if write.new_conversation is not None:
+            ended = {"ended_at": now, "end_reason": write.new_conversation, "end_seq": session.last_seq}
+            await self._update(tx, "conversations", ("id", session.conversation_id), ended, frozenset())
+            session.conversation_id = new_id("cnv")
+            started = {
+                "id": session.conversation_id,
+                "session_id": session_id,
+                "started_at": now,
+                "first_seq": session.last_seq + 1,
+            }
+            await self._insert(tx, "conversations", started, frozenset())
+            changes["conversation_id"] = session.conversation_id
+
+        if write.session is not None:
+            for column, value in write.session.changes().items():
+                if value is None and column in SESSION_NOT_NULL:
+                    raise InvalidArgument(f"session field {column!r} cannot be set to None")
+                changes[column] = {} if value is None and column == "settings" else value
+
+        for draft in write.inputs_add:
+            values = draft.model_dump() | {"id": new_id("inp"), "session_id": session_id, "created_at": now}
+            await self._insert(tx, "inbox", values, INPUT_JSON)
+            deltas["pending_inputs"] += 1
+        if write.inputs_take:
+            deltas["pending_inputs"] -= await self._take_inputs(tx, session_id, write.inputs_take, now)
+
+        for request in write.requests_open:
+            values = request.model_dump() | {
+                "id": request.id or new_id("req"),
+                "session_id": session_id,
+                "status": "pending",
+                "created_at": now,
+            }
+            await self._insert(tx, "requests", values, REQUEST_JSON)
+            deltas["pending_requests" if request.waits_on == "person" else "held_requests"] += 1
+        for close in write.requests_close:
+            record = await self._pending_request(tx, session_id, close.request_id)
+            closed = {"status": close.status, "closed_at": now, "answer": close.answer, "answered_by": close.by}
+            await self._update(tx, "requests", ("id", record.id), closed, REQUEST_JSON)
+            deltas["pending_requests" if record.waits_on == "person" else "held_requests"] -= 1
+        for request_id in write.requests_escalate:
+            record = await self._pending_request(tx, session_id, request_id)
+            if record.waits_on != "parent":
+                raise Conflict(f"request {request_id!r} already waits on a person; only held requests escalate")
+            await self._update(tx, "requests", ("id", request_id), {"waits_on": "person"}, frozenset())
+            deltas["held_requests"] -= 1
+            deltas["pending_requests"] += 1
+
+        if any(deltas.values()):
+            counts = await tx.fetch(
+                f"SELECT {', '.join(deltas)} FROM sessions WHERE id = ?", [session_id]
+            )  # the row is locked: these are the values to add to
+            for (column, delta), current in zip(deltas.items(), counts[0], strict=True):
+                if delta:
+                    changes[column] = int(current) + delta
+
+        appends = Appends(self._dialect, now)
+        events = appends.add(session, write)  # the same rows as any append, and the row update with them
+        await appends.flush(tx)
+        if write.session is None:
+            return None, events
+        return await self._session(tx, session_id), events
+
+    async def _append_only(self, tx: Tx, write: Write, now: datetime) -> list[Event]:
+        """A write of events (with usage and messages, maybe): the one-write case of `apply_appends`."""
+        [outcome] = await apply_appends(tx, self._dialect, [write], now)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        events: list[Event] = outcome
+        return events
+
+    async def _take_inputs(self, tx: Tx, session_id: str, input_ids: Sequence[str], now: datetime) -> int:
+        wanted = sorted(set(input_ids))
+        condition, params = in_list("id", wanted)
+        rows = await tx.fetch(
+            f"SELECT id, taken_at FROM inbox WHERE session_id = ? AND {condition}",
+            [
+                session_id,
+                *params,
+            ],
+        )
+        found = {row[0]: row[1] for row in rows}
+        for input_id in wanted:
+            if input_id not in found:
+                raise NotFound(f"session {session_id!r} has no inbox input {input_id!r}")
+            if found[input_id] is not None:
+                raise Conflict(f"inbox input {input_id!r} was already taken by a turn")
+        await tx.execute(f"UPDATE inbox SET taken_at = ? WHERE {condition}", [self._dialect.time_param(now), *params])
+        return len(wanted)
+
+    async def _pending_request(self, tx: Tx, session_id: str, request_id: str) -> RequestRecord:
+        rows = await tx.fetch(
+            f"{select(REQUEST_COLUMNS, 'requests')} WHERE id = ? AND session_id = ?",
+            [
+                request_id,
+                session_id,
+            ],
+        )
+        if not rows:
+            raise NotFound(f"session {session_id!r} has no request {request_id!r}; `agentwatch requests` lists them")
+        record = from_row(RequestRecord, REQUEST_COLUMNS, rows[0], REQUEST_JSON)
+        if record.status != "pending":
+            raise Conflict(f"request {request_id!r} is already {record.status}; it cannot change again")
+        return record
+
+    async def read_events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        limit: int = 100,
+        types: Sequence[str] | None = None,
+        conversation_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> list[Event]:
+        """Events with seq > `after_seq`, oldest first, at most `limit` (1..10000)."""
+        return await self._events(session_id, after_seq, limit, types, conversation_id, turn_id, backward=False)
+
+    async def read_events_backward(
+        self,
+        session_id: str,
+        *,
+        before_seq: int | None = None,
+        limit: int = 100,
+        types: Sequence[str] | None = None,
+        conversation_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> list[Event]:
+        """Events with seq < `before_seq` (or the newest), newest first, at most `limit` (1..10000)."""
+        return await self._events(session_id, before_seq, limit, types, conversation_id, turn_id, backward=True)
+
+    async def _events(
+        self,
+        session_id: str,
+        seq: int | None,
+        limit: int,
+        types: Sequence[str] | None,
+        conversation_id: str | None,
+        turn_id: str | None,
+        *,
+        backward: bool,
+    ) -> list[Event]:
+        check_limit(limit, EVENT_LIMIT)
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
+            raise InvalidArgument(f"a seq must be a whole number from 0, not {seq!r}")
+        if isinstance(types, str):
+            raise InvalidArgument(f"types must be a list of event types, not the string {types!r}")
+        conditions: list[str] = ["session_id = ?"]
+        params: list[Any] = [session_id]
+        if seq is not None:
+            conditions.append("seq < ?" if backward else "seq > ?")
+            params.append(seq)
+        if types is not None:
+            condition, more = in_list("type", list(types))
+            conditions.append(condition)
+            params.extend(more)
+        if conversation_id is not None:
+            # A conversation's events are a contiguous range of its session's seqs: the range bounds the
+            # scan of the session's (session_id, seq) index, the id picks the rows.
+            conditions.append(
+                "conversation_id = ? AND seq >= (SELECT first_seq FROM conversations WHERE id = ?) "
+                f"AND seq <= COALESCE((SELECT end_seq FROM conversations WHERE id = ?), {_SEQ_MAX})"
+            )
+            params.extend([conversation_id] * 3)
+        if turn_id is not None:
+            conditions.append("turn_id = ?")
+            params.append(turn_id)
+        sql = (
+            f"SELECT {EVENT_READ} FROM events WHERE {' AND '.join(conditions)} "
+            f"ORDER BY seq {'DESC' if backward else 'ASC'} LIMIT ?"
+        )
+
+        async def read(tx: Tx) -> list[Row]:
+            rows = await tx.fetch(sql, [*params, limit])
+            if not rows:
+                await self._require_session(tx, session_id)  # an unknown session is an error, not an empty log
+            return rows
+
+        return [self._event(row) for row in await self._read(read)]
+
+    async def get_event(self, session_id: str, event_id: str) -> Event:
+        """One event by id. Raises `NotFound`."""
+        sql = f"SELECT {EVENT_READ} FROM events WHERE id = ? AND session_id = ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [event_id, session_id]))
+        if not rows:
+            raise NotFound(f"session {session_id!r} has no event {event_id!r}")
+        return self._event(rows[0])
+
+    # -- conversations, inbox, requests, ledger -------------------------------------------------------
+
+    async def list_conversations(self, session_id: str) -> list[ConversationRecord]:
+        """Every conversation of the session, oldest first; the last one is current."""
+        sql = f"{select(CONVERSATION_COLUMNS, 'conversations')} WHERE session_id = ? ORDER BY started_at, id"
+
+        async def read(tx: Tx) -> list[Row]:
+            rows = await tx.fetch(sql, [session_id])
+            if not rows:
+                await self._require_session(tx, session_id)
+            return rows
+
+        return [from_row(ConversationRecord, CONVERSATION_COLUMNS, row, frozenset()) for row in await self._read(read)]
+
+    async def read_messages(self, conversation_id: str) -> list[JsonValue]:
+        """The model-layer messages of a conversation, in the order they were written."""
+        sql = "SELECT body FROM messages WHERE conversation_id = ? ORDER BY idx"
+        rows = await self._read(lambda tx: tx.fetch(sql, [conversation_id]))
+        return [json.loads(row[0]) for row in rows]

@@ -1,0 +1,126 @@
+"""Runs, their spans and journal: the `RunStore` half of `SqlStore`."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from agentwatch.events import new_id
+from agentwatch.store._sql import (
+    Tx,
+    check_limit,
+    from_row,
+)
+from agentwatch.store._sqlbase import (
+    JOURNAL_COLUMNS,
+    JOURNAL_JSON,
+    LIST_LIMIT,
+    RUN_COLUMNS,
+    RUN_JSON,
+    SPAN_COLUMNS,
+    SPAN_JSON,
+    SqlBase,
+    patch_fields,
+    select,
+    utc_now,
+)
+from agentwatch.store.records import (
+    JournalEntry,
+    RunDraft,
+    RunPatch,
+    RunRecord,
+    SpanDraft,
+    SpanPatch,
+    SpanRecord,
+)
+
+__all__ = ["RunMethods"]
+
+T = TypeVar("T")
+
+
+class RunMethods(SqlBase):
+    """The `RunStore` contract over `Tx`."""
+
+    # -- runs -----------------------------------------------------------------------------------------
+
+    async def create_run(self, draft: RunDraft) -> RunRecord:
+        """Record a new run."""
+        values = draft.model_dump() | {"id": draft.id or new_id("run"), "started_at": utc_now()}
+
+        async def create(tx: Tx) -> RunRecord:
+            await self._insert(tx, "runs", values, RUN_JSON)
+            return await self._run(tx, values["id"])
+
+        return await self._write(create)
+
+    async def _run(self, tx: Tx, run_id: str) -> RunRecord:
+        record: RunRecord = await self._one(
+            tx, RunRecord, "runs", RUN_COLUMNS, RUN_JSON, ("id", run_id), f"no run with id {run_id!r}"
+        )
+        return record
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """One run by id. Raises `NotFound`."""
+        return await self._read(lambda tx: self._run(tx, run_id))
+
+    async def update_run(self, run_id: str, patch: RunPatch) -> RunRecord:
+        """Change a run."""
+
+        async def update(tx: Tx) -> RunRecord:
+            await self._run(tx, run_id)
+            await self._update(tx, "runs", ("id", run_id), patch_fields(patch), RUN_JSON)
+            return await self._run(tx, run_id)
+
+        return await self._write(update)
+
+    async def open_span(self, draft: SpanDraft) -> SpanRecord:
+        """Record a span of a run."""
+        values = draft.model_dump() | {"id": draft.id or new_id("spn"), "started_at": draft.started_at or utc_now()}
+
+        async def create(tx: Tx) -> SpanRecord:
+            await self._run(tx, draft.run_id)
+            await self._insert(tx, "spans", values, SPAN_JSON)
+            return await self._span(tx, values["id"])
+
+        return await self._write(create)
+
+    async def _span(self, tx: Tx, span_id: str) -> SpanRecord:
+        record: SpanRecord = await self._one(
+            tx, SpanRecord, "spans", SPAN_COLUMNS, SPAN_JSON, ("id", span_id), f"no span with id {span_id!r}"
+        )
+        return record
+
+    async def update_span(self, span_id: str, patch: SpanPatch) -> SpanRecord:
+        """Change a span (end it, set its cost)."""
+
+        async def update(tx: Tx) -> SpanRecord:
+            await self._span(tx, span_id)
+            fields = {name: value for name, value in patch_fields(patch).items() if value is not None}
+            await self._update(tx, "spans", ("id", span_id), fields, SPAN_JSON)
+            return await self._span(tx, span_id)
+
+        return await self._write(update)
+
+    async def list_spans(self, run_id: str) -> list[SpanRecord]:
+        """A run's spans in start order."""
+        sql = f"{select(SPAN_COLUMNS, 'spans')} WHERE run_id = ? ORDER BY started_at, id"
+        rows = await self._read(lambda tx: tx.fetch(sql, [run_id]))
+        return [from_row(SpanRecord, SPAN_COLUMNS, row, SPAN_JSON) for row in rows]
+
+    async def append_journal(self, entry: JournalEntry) -> JournalEntry:
+        """Add a line to a run's journal."""
+        values = entry.model_dump() | {"id": entry.id or new_id("jrn"), "at": entry.at or utc_now()}
+
+        async def append(tx: Tx) -> None:
+            await self._run(tx, entry.run_id)
+            await self._insert(tx, "journal", values, JOURNAL_JSON)
+
+        await self._write(append)
+        return JournalEntry.model_validate(values)
+
+    async def read_journal(self, run_id: str, *, limit: int = 100) -> list[JournalEntry]:
+        """A run's journal, oldest first."""
+        check_limit(limit, LIST_LIMIT)
+        sql = f"{select(JOURNAL_COLUMNS, 'journal')} WHERE run_id = ? ORDER BY at, id LIMIT ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [run_id, limit]))
+        return [from_row(JournalEntry, JOURNAL_COLUMNS, row, JOURNAL_JSON) for row in rows]

@@ -1,0 +1,251 @@
+"""The sessions aggregate of `SqlStore`: sessions, their listings and counts, soft delete and reap, and the
+observer refs kept with them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.events import new_id
+from agentwatch.store._sql import (
+    SESSION_COLUMNS,
+    SESSION_JSON,
+    Tx,
+    check_limit,
+    from_row,
+    in_list,
+    keyset_page,
+    quiet_expression,
+    session_where,
+)
+from agentwatch.store._sqlbase import (
+    GROUP_BY,
+    LIST_LIMIT,
+    OBSERVER_COLUMNS,
+    SqlBase,
+    name_taken,
+    no_session,
+    select,
+    utc_now,
+)
+from agentwatch.store.records import (
+    ObserverRef,
+    Page,
+    SessionDraft,
+    SessionFilter,
+    SessionGroup,
+    SessionGroupBy,
+    SessionPatch,
+    SessionRecord,
+    SessionSort,
+    StateCount,
+    Write,
+)
+
+__all__ = ["SessionMethods"]
+
+T = TypeVar("T")
+
+
+class SessionMethods(SqlBase):
+    """Sessions and observer refs over `Tx`."""
+
+    # -- sessions -------------------------------------------------------------------------------------
+
+    async def create_session(self, draft: SessionDraft, *, observer_ref: ObserverRef | None = None) -> SessionRecord:
+        """Create a session with its first conversation; `Conflict` when the name is taken in its scope.
+
+        With `observer_ref`, the new session is that pairing's observer: the ref is recorded, naming it, in
+        the same transaction (see `Store.create_session`).
+        """
+        now = utc_now()
+        session_id = draft.id or new_id("ses")
+        conversation_id = new_id("cnv")
+
+        async def create(tx: Tx) -> SessionRecord:
+            if observer_ref is not None:
+                await self._check_observer_slot(tx, observer_ref, session_id)
+            if await tx.fetch("SELECT 1 FROM sessions WHERE id = ?", [session_id]):
+                raise Conflict(f"a session with id {session_id!r} already exists; leave `id` unset for a new one")
+            taken = await tx.fetch(
+                "SELECT id FROM sessions WHERE COALESCE(scope, '') = ? AND name = ? AND deleted_at IS NULL",
+                [draft.scope or "", draft.name],
+            )
+            if taken:
+                raise Conflict(name_taken(draft.name, draft.scope, taken[0][0]))
+            values = draft.model_dump(exclude={"id"})
+            values |= {
+                "id": session_id,
+                "created_at": now,
+                "updated_at": now,
+                "last_active_at": now,
+                "conversation_id": conversation_id,
+            }
+            await self._insert(tx, "sessions", values, SESSION_JSON)
+            await self._insert(
+                tx,
+                "conversations",
+                {"id": conversation_id, "session_id": session_id, "started_at": now, "first_seq": 1},
+                frozenset(),
+            )
+            if observer_ref is not None:
+                ref = observer_ref.model_copy(update={"observer_session_id": session_id})
+                await self._upsert_observer_ref(tx, self._stored_ref(ref, now))
+            return await self._session(tx, session_id)
+
+        return await self._write(create)
+
+    async def _check_observer_slot(self, tx: Tx, ref: ObserverRef, observer_session_id: str) -> None:
+        """Refuse to create a second observer for one pairing: `Conflict` when the observed session's ref
+        already names another observer session that is neither stopped, finished nor deleted."""
+        # Locks the observed session's row (PostgreSQL) so two processes creating its observer at once
+        # take turns: the second sees the first's ref.
+        observed = await tx.fetch(
+            "SELECT 1 FROM sessions WHERE id = ?" + self._dialect.for_update, [ref.observed_session_id]
+        )
+        if not observed:
+            raise NotFound(no_session(ref.observed_session_id))
+        rows = await tx.fetch(
+            "SELECT observer_refs.observer_session_id FROM observer_refs JOIN sessions "
+            "ON sessions.id = observer_refs.observer_session_id "
+            "WHERE observer_refs.observed_session_id = ? AND NOT observer_refs.stopped AND sessions.live",
+            [ref.observed_session_id],
+        )
+        if rows and rows[0][0] != observer_session_id:
+            raise Conflict(
+                f"session {ref.observed_session_id!r} already has a live observer session ({rows[0][0]}); "
+                "stop it before pairing another"
+            )
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """One session by id, soft-deleted ones included. Raises `NotFound` (also once reaped)."""
+        return await self._read(lambda tx: self._session(tx, session_id))
+
+    async def update_session(self, session_id: str, patch: SessionPatch) -> SessionRecord:
+        """Write the fields set on `patch`; same as `write(Write(session_id, session=patch))`."""
+        write = Write(session_id, session=patch)
+        session, _ = await self._write_session(session_id, lambda tx: self._apply(tx, write))
+        assert session is not None  # a write with a patch returns the patched session
+        return session
+
+    async def list_sessions(
+        self,
+        where: SessionFilter,
+        *,
+        sort: SessionSort = "newest",
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[SessionRecord]:
+        """A page of sessions: the boss first, then live ones, then by `sort`, then by id."""
+        sql, params, cursor_after = keyset_page(self._dialect, where, sort, limit, cursor)
+        rows = await self._read(lambda tx: tx.fetch(sql, params))
+        items = [from_row(SessionRecord, SESSION_COLUMNS, row, SESSION_JSON) for row in rows[:limit]]
+        next_cursor = cursor_after(items[-1]) if len(rows) > limit else None
+        return Page(items, next_cursor)
+
+    async def count_sessions(self, where: SessionFilter) -> dict[str, int]:
+        """How many sessions match, per status (statuses with none are left out)."""
+        conditions, params = session_where(self._dialect, where)
+        sql = "SELECT status, count(*) FROM sessions"
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        rows = await self._read(lambda tx: tx.fetch(sql + " GROUP BY status", params))
+        return {status: int(n) for status, n in sorted(rows)}
+
+    async def count_by_state(self, where: SessionFilter) -> list[StateCount]:
+        """How many sessions match per (status, waits on a person, quiet), in one grouped query."""
+        conditions, params = session_where(self._dialect, where)
+        quiet, quiet_params = quiet_expression(self._dialect, where)
+        sql = f"SELECT status, pending_requests > 0, {quiet}, count(*) FROM sessions"
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        sql += " GROUP BY 1, 2, 3"
+        rows = await self._read(lambda tx: tx.fetch(sql, [*quiet_params, *params]))
+        return [
+            StateCount(status=status, waits_on_person=bool(waiting), quiet=bool(quiet_now), sessions=int(n))
+            for status, waiting, quiet_now, n in rows
+        ]
+
+    async def group_sessions(self, where: SessionFilter, by: SessionGroupBy) -> list[SessionGroup]:
+        """How many sessions match per value of `by`, with the newest activity of each; ordered by value."""
+        if by not in GROUP_BY:
+            raise InvalidArgument(f"sessions can be grouped by {', '.join(GROUP_BY)}, not {by!r}")
+        conditions, params = session_where(self._dialect, where)
+        sql = f"SELECT {by}, count(*), MAX(last_active_at) FROM sessions"
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        rows = await self._read(lambda tx: tx.fetch(sql + f" GROUP BY {by}", params))
+        groups = [
+            SessionGroup(
+                key=key,
+                sessions=int(n),
+                last_active_at=newest.astimezone(UTC)
+                if isinstance(newest, datetime)
+                else datetime.fromisoformat(newest),
+            )
+            for key, n, newest in rows
+        ]
+        return sorted(groups, key=lambda group: (group.key is None, group.key or ""))
+
+    async def soft_delete(self, session_id: str, *, reap_at: datetime) -> SessionRecord:
+        """Mark a session deleted; it stays readable by id until `reap_at`."""
+        now = utc_now()
+
+        async def delete(tx: Tx) -> SessionRecord:
+            await self._session(tx, session_id, lock=True)
+            values = {"deleted_at": now, "reap_at": reap_at, "updated_at": now}
+            await self._update(tx, "sessions", ("id", session_id), values, frozenset())
+            return await self._session(tx, session_id)
+
+        return await self._write(delete)
+
+    async def reap(self, session_ids: Sequence[str]) -> int:
+        """Hard-delete sessions with their transcript (conversations, events, messages, inbox, requests)."""
+        if not session_ids:
+            return 0
+        condition, params = in_list("id", sorted(set(session_ids)))
+        # Foreign keys cascade to everything the session owns; the usage ledger has none, so it stays.
+        return await self._write(lambda tx: tx.execute(f"DELETE FROM sessions WHERE {condition}", params))
+
+    async def due_for_reap(self, now: datetime, *, limit: int = 100) -> list[str]:
+        """Ids of sessions whose `reap_at` has passed."""
+        check_limit(limit, LIST_LIMIT)
+        sql = "SELECT id FROM sessions WHERE reap_at IS NOT NULL AND reap_at <= ? ORDER BY reap_at, id LIMIT ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [self._dialect.time_param(now), limit]))
+        return [row[0] for row in rows]
+
+    # -- observer refs --------------------------------------------------------------------------------
+
+    async def set_observer_ref(self, ref: ObserverRef) -> ObserverRef:
+        """Record (or replace) the observer paired with `ref.observed_session_id`."""
+        stored = self._stored_ref(ref, utc_now())
+
+        async def upsert(tx: Tx) -> None:
+            await self._require_session(tx, ref.observed_session_id)
+            await self._upsert_observer_ref(tx, stored)
+
+        await self._write(upsert)
+        return stored
+
+    @staticmethod
+    def _stored_ref(ref: ObserverRef, now: datetime) -> ObserverRef:
+        stopped_at = ref.stopped_at or (now if ref.stopped else None)
+        return ref.model_copy(update={"stopped_at": stopped_at, "updated_at": now})
+
+    async def _upsert_observer_ref(self, tx: Tx, stored: ObserverRef) -> None:
+        params = self._params(stored.model_dump(), frozenset())
+        columns = list(params)
+        updates = ", ".join(f"{column} = excluded.{column}" for column in columns[1:])
+        sql = (
+            f"INSERT INTO observer_refs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT (observed_session_id) DO UPDATE SET {updates}"
+        )
+        await tx.execute(sql, list(params.values()))
+
+    async def get_observer_ref(self, observed_session_id: str) -> ObserverRef | None:
+        """The observer ref kept with a session, if any."""
+        sql = f"{select(OBSERVER_COLUMNS, 'observer_refs')} WHERE observed_session_id = ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [observed_session_id]))
+        return from_row(ObserverRef, OBSERVER_COLUMNS, rows[0], frozenset()) if rows else None
