@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -121,14 +123,7 @@ def test_a_name_that_several_agents_share_is_refused_with_their_ids(tmp_path: Pa
 
 def test_await_exits_3_when_the_timeout_passes_first(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'out.db'}"
-
-    async def running() -> str:
-        async with open_store(url) as store:
-            session = await store.create_session(SessionDraft(name="busy", role="r"))
-            await store.update_session(session.id, SessionPatch(status="running"))
-            return session.id
-
-    session_id = asyncio.run(running())
+    session_id = _running_session(url)
     result = CliRunner().invoke(cli, ["await", "busy", "--timeout", "0.2", "--store", url, "--json"])
     assert result.exit_code == 3, result.output
     assert json.loads(result.stdout)["agentId"] == session_id
@@ -145,3 +140,37 @@ def test_shell_completion_completes_commands_and_flags() -> None:
 
     assert complete("agentwatch hi") == ["plain,history"]
     assert complete("agentwatch ls --group-") == ["plain,--group-key"]
+
+
+def _running_session(url: str) -> str:
+    async def running() -> str:
+        async with open_store(url) as store:
+            session = await store.create_session(SessionDraft(name="busy", role="r"))
+            await store.update_session(session.id, SessionPatch(status="running"))
+            return session.id
+
+    return asyncio.run(running())
+
+
+def test_await_shows_what_it_waits_for_on_a_terminal_only(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    _running_session(url)
+    command = [sys.executable, "-m", "agentwatch", "await", "busy", "--timeout", "1.5", "--store", url]
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(command, stdout=follower, stderr=follower, cwd=tmp_path)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert process.wait(timeout=30) == 3
+    assert b"waiting for busy (running)" in seen
+    piped = subprocess.run(command, capture_output=True, cwd=tmp_path, check=False, timeout=30)
+    assert piped.returncode == 3
+    assert b"waiting for" not in piped.stdout + piped.stderr

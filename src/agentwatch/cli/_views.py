@@ -6,6 +6,7 @@ Imported only when a read command runs, so that `agentwatch COMMAND --help` stay
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -215,18 +216,32 @@ def render_prompt(answer: dict[str, Any]) -> None:
                 console.print(Text(line, style=style))
 
 
-async def wait_until_settled(reader: Reader, agent_id: str, timeout: float) -> dict[str, JsonValue]:
-    """The `agent_await` snapshot, waiting (by polling the store) for a session another process runs."""
+async def wait_until_settled(
+    reader: Reader, agent_id: str, timeout: float, *, spinner: bool = False
+) -> dict[str, JsonValue]:
+    """The `agent_await` snapshot, waiting (by polling the store) for a session another process runs.
+
+    With `spinner` on a terminal, a line shows what it waits for and for how long (gone once it returns).
+    """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        session = await reader.store.get_session(agent_id)
-        timed_out = loop.time() >= deadline
-        if is_settled(session) or timed_out:
-            return await status_snapshot(
-                reader.store, session, stuck_after=reader.stuck_after(session.role), timed_out=not is_settled(session)
-            )
-        await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+    started = loop.time()
+    deadline = started + timeout
+    status = console.status("") if spinner and console.is_terminal else None
+    with status or contextlib.nullcontext():
+        while True:
+            session = await reader.store.get_session(agent_id)
+            timed_out = loop.time() >= deadline
+            if is_settled(session) or timed_out:
+                return await status_snapshot(
+                    reader.store,
+                    session,
+                    stuck_after=reader.stuck_after(session.role),
+                    timed_out=not is_settled(session),
+                )
+            if status is not None:
+                waited = int(loop.time() - started)
+                status.update(f"waiting for {escape(session.name)} ({session.status}) · {waited}s")
+            await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
 
 
 def render_await(answer: dict[str, Any]) -> None:

@@ -298,7 +298,7 @@ def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) 
     async def main() -> dict[str, Any]:
         async with open_reader(resolve_config(store_url)) as reader:
             session_id = await resolve_id(reader, agent_id, scope=None)
-            return await wait_until_settled(reader, session_id, timeout)
+            return await wait_until_settled(reader, session_id, timeout, spinner=not as_json)
 
     snapshot = run_async(main())
 
