@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--only", nargs="+", default=[], metavar="NAME", help="run only these benchmarks (names or prefixes)"
     )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="the long-chat figure over 1,000 turns (engine.long_chat; many minutes) instead of 100",
+    )
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument(
         "--output",
@@ -90,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             postgres_url=None if args.no_postgres else args.postgres,
             redis_url=None if args.no_redis else args.redis,
             console=console,
+            long=args.long,
         )
     )
     render(report, console)

@@ -212,6 +212,8 @@ class Context:
     """The Redis server (a database the benchmark may write to), or None to skip its figures."""
     say: Callable[[str], None] = field(default=print)
     """Prints a progress line."""
+    long: bool = False
+    """`--long`: the long-chat figure runs its full length (1,000 turns) instead of the default's."""
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

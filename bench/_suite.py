@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench import engine, live, reads, store
+from bench import engine, live, reads, start, store
 from bench._harness import Context, Result, Sizes, Skip
 
 __all__ = ["BENCHMARKS", "Benchmark", "Report", "render", "run_suite", "select", "write_json"]
@@ -47,10 +47,20 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("reads.summary", reads.summary_tool, "agent_summary over 100k sessions, default and words: true"),
     Benchmark("live.memory", live.memory_latency, "publish to subscriber, memory ring"),
     Benchmark("live.redis", live.redis_latency, "publish to subscriber, Redis ring on loopback"),
-    Benchmark("engine.turn", engine.turn_overhead, "a 10-tool-call turn through the engine vs bare pydantic-ai"),
+    Benchmark(
+        "engine.turn",
+        engine.turn_overhead,
+        "a watched, durable 10-tool turn (FULL; NORMAL beside) vs bare pydantic-ai; commits; file growth",
+    ),
+    Benchmark("engine.history", engine.history_growth, "turn 20 / turn 2 of one session vs a bare chat"),
+    Benchmark("engine.long_chat", engine.long_chat, "turn 100 (1,000 with --long) / turn 10 of one chat vs bare"),
     Benchmark("engine.memory", engine.idle_memory, "heap per idle session (driver alive) vs its bare record"),
     Benchmark("engine.concurrent", engine.concurrent_turns, "1,000 short turns at once: wall time, longest stall"),
+    Benchmark("start", start.cold_start, "cold `from agentwatch import Engine` and `agentwatch --help`"),
 )
+
+RETIRED = frozenset({"engine.turn.sqlite.p50"})
+"""Figures no benchmark measures any more: dropped from `latest.json` when it is next written."""
 
 
 def select(only: Sequence[str]) -> list[Benchmark]:
@@ -88,6 +98,7 @@ async def run_suite(
     postgres_url: str | None,
     redis_url: str | None,
     console: Console,
+    long: bool = False,
 ) -> Report:
     """Run `benchmarks` one after the other, with a progress bar; a failure is reported and the rest go on."""
     report = Report(size=size, started_at=datetime.now(UTC))
@@ -119,6 +130,7 @@ async def run_suite(
                 postgres_url=postgres_url,
                 redis_url=redis_url,
                 say=say,
+                long=long,
             )
             began = time.perf_counter()
             try:
@@ -146,7 +158,7 @@ def write_json(report: Report, path: Path) -> None:
     the newest value of every figure.
     """
     fresh = [result.as_json() for result in report.results]
-    measured = {entry["name"] for entry in fresh}
+    measured = {str(entry["name"]) for entry in fresh}
     kept: list[dict[str, Any]] = []
     if path.exists():
         try:
@@ -154,7 +166,11 @@ def write_json(report: Report, path: Path) -> None:
         except ValueError:
             previous = []
         if isinstance(previous, list):
-            kept = [entry for entry in previous if isinstance(entry, dict) and entry.get("name") not in measured]
+            kept = [
+                entry
+                for entry in previous
+                if isinstance(entry, dict) and entry.get("name") not in measured and entry.get("name") not in RETIRED
+            ]
     figures = sorted([*kept, *fresh], key=lambda entry: str(entry["name"]))
     run = {
         "version": RESULTS_VERSION,

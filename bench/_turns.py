@@ -247,14 +247,13 @@ async def engine_side(
     open_args: dict[str, Any] = {}
     registered = False
     if _takes_models():
-        open_args["models"] = {name: scripted}
-        model_ref = name
+        open_args["models"] = {name: scripted}  # the engine's own models, as FunctionModel is given an Agent
     else:
         from agentwatch.runtime.models import register_scripted_model
 
         register_scripted_model(name, scripted)
         registered = True
-        model_ref = f"scripted:{name}"
+    model_ref = f"scripted:{name}"
     definition = AgentDefinition(name="notes", model=model_ref, instructions=INSTRUCTIONS, tools=("lookup",))
     watcher = TurnWatcher()
     try:

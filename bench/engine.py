@@ -1,19 +1,20 @@
-"""Engine figures: what the engine adds around a turn, what an idle session costs, and many turns at once.
+"""Engine figures: what a watched, durable turn costs beside the same turn in bare pydantic-ai.
 
-Every figure runs beside bare pydantic-ai (or bare records) doing the same work in the same process and the
-same run. Both sides play the same script on the same `ScriptedModel`, whose step is chosen by how many
-responses the conversation holds, so every turn (a fresh session or a fresh run) plays the same steps.
+Both sides play the same script (see `bench._turns`): the engine on the project's `ScriptedModel`, the default
+SQLite store and a ThreadObserver consuming every event; bare pydantic-ai with `Agent.iter` over a FunctionModel
+streaming the same chunks, every stream event consumed, nothing stored. Every figure is a ratio of the two
+measured in the same run, turn by turn or round by round in alternating order, as medians, with the CPU time
+(every thread of the process) beside the wall time.
 
-- `engine.turn`: one turn of 11 model requests, 10 of them streaming a sentence and calling a cheap tool, the
-  last streaming the answer, run by the engine on SQLite (WAL, `synchronous=NORMAL`) against
-  `pydantic_ai.Agent.iter` over the same model and the same tool function, with every stream event consumed
-  and nothing stored.
-- `engine.memory`: what a session created through the engine, with its driver alive, adds to the Python heap,
-  against the `SessionRecord` objects of as many sessions.
-- `engine.concurrent`: many short turns at once on one event loop: the wall time and the longest stall of the
-  loop (a ticker that sleeps 5 ms notes how late it wakes up), against as many bare pydantic-ai runs at once.
-
-The engines open with no extensions: the figures are the engine itself (store, live ring, session drivers).
+- `engine.turn`: one 10-tool-call turn on a fresh session, at `synchronous=FULL` (the default, the headline)
+  and at `synchronous=NORMAL` beside it; the store writes (commits) per turn; the database file's growth per
+  turn against the payload it stored.
+- `engine.history`: turn 20 / turn 2 of one session, against the same ratio of a bare chat passing its
+  history back.
+- `engine.long_chat`: turn N / turn 10 of one long chat of 1-tool turns (N = 100, or 1,000 with `--long`),
+  against the same ratio of a bare chat.
+- `engine.memory`: what a session created through the engine, with its driver alive, adds to the Python heap.
+- `engine.concurrent`: 1,000 short turns at once on one event loop: the wall time and the longest stall.
 """
 
 from __future__ import annotations
@@ -21,39 +22,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import resource
+import sqlite3
 import time
 import tracemalloc
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelRequest, ToolReturnPart
-
-from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.models import (
-    CallTool,
-    Reply,
-    ScriptedModel,
-    ScriptStep,
-    register_scripted_model,
-    unregister_scripted_model,
-)
-from agentwatch.runtime.roster import AgentDefinition
-from agentwatch.store import SessionRecord
+from agentwatch.events import PAYLOAD_ADAPTER
 from bench._harness import FULL, QUICK, TINY, Context, Result, Sizes, Target, percentile
+from bench._turns import (
+    TOOL_CALLS,
+    BareChat,
+    EngineSide,
+    bare_agent,
+    bare_run,
+    engine_side,
+    one_tool_turn,
+    ten_tool_turn,
+    tool_returns,
+)
 
-__all__ = ["concurrent_turns", "idle_memory", "turn_overhead"]
+__all__ = ["concurrent_turns", "history_growth", "idle_memory", "long_chat", "turn_overhead"]
 
-_INSTRUCTIONS: Final = "You keep the team's notes. Look up what you need, then answer in a few sentences."
-_PROMPT: Final = "What do the notes say about the release?"
-_TOOL_CALLS: Final = 10
 _STALL_TICK_S: Final = 0.005
-_WAIT_S: Final = 300.0  # a turn that takes longer than this is a failure, not a sample
 _BATCH: Final = 200  # sessions created (or read) at once, so the store can group their commits
+_REQUESTS: Final = TOOL_CALLS + 1
+"""Model requests in the 10-tool turn."""
+_HISTORY_TURNS: Final = 20
+_LONG_FIRST: Final = 10
+_LONG_WINDOW: Final = 5
+"""Turns measured at each end of the long chat (turns 10-14 and the last five), their median taken."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,12 @@ class _EngineSizes:
     """Turns run each way before timing."""
     turns: int
     """Timed turns each way (alternating one by one)."""
+    history_turns: int
+    """Turns of each session of the history figure (its last over its second)."""
+    history_rounds: int
+    """Sessions of `history_turns` turns each way for the history figure."""
+    long_turns: int
+    """Turns of the long chat (without `--long`)."""
     idle_sessions: int
     """Sessions held by the engine for the memory figure."""
     concurrent_sessions: int
@@ -73,177 +81,409 @@ class _EngineSizes:
 
 
 _ENGINE_SIZES: Final[dict[Sizes, _EngineSizes]] = {
-    FULL: _EngineSizes(warm_up_turns=5, turns=50, idle_sessions=10_000, concurrent_sessions=1_000, concurrent_rounds=2),
-    QUICK: _EngineSizes(warm_up_turns=3, turns=10, idle_sessions=1_000, concurrent_sessions=100, concurrent_rounds=1),
-    TINY: _EngineSizes(warm_up_turns=1, turns=2, idle_sessions=20, concurrent_sessions=5, concurrent_rounds=1),
+    FULL: _EngineSizes(
+        warm_up_turns=5,
+        turns=40,
+        history_turns=_HISTORY_TURNS,
+        history_rounds=5,
+        long_turns=100,
+        idle_sessions=10_000,
+        concurrent_sessions=1_000,
+        concurrent_rounds=2,
+    ),
+    QUICK: _EngineSizes(
+        warm_up_turns=3,
+        turns=10,
+        history_turns=_HISTORY_TURNS,
+        history_rounds=2,
+        long_turns=40,
+        idle_sessions=1_000,
+        concurrent_sessions=100,
+        concurrent_rounds=1,
+    ),
+    TINY: _EngineSizes(
+        warm_up_turns=1,
+        turns=2,
+        history_turns=3,
+        history_rounds=1,
+        long_turns=_LONG_FIRST + _LONG_WINDOW + 2,
+        idle_sessions=20,
+        concurrent_sessions=5,
+        concurrent_rounds=1,
+    ),
 }
+LONG_TURNS: Final = 1_000
+"""Turns of the long chat with `--long`."""
 
 
 def _engine_sizes(ctx: Context) -> _EngineSizes:
     return _ENGINE_SIZES.get(ctx.sizes, _ENGINE_SIZES[FULL])
 
 
-def lookup(key: str) -> str:
-    """Look a key up in the team's notes."""
-    # Cheap on purpose: the figure is what runs around the tool, not the tool.
-    return f"The note filed under {key} says the step is done and checked."
+@dataclass(slots=True)
+class _Clock:
+    """Wall and CPU (every thread of the process) milliseconds of the samples of one side."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+    async def time(self, call: Callable[[], Awaitable[Any]]) -> None:
+        cpu = time.process_time()
+        start = time.perf_counter()
+        await call()
+        self.wall.append((time.perf_counter() - start) * 1000)
+        self.cpu.append((time.process_time() - cpu) * 1000)
 
 
-def _turn_script() -> list[ScriptStep]:
-    """Ten requests that each stream a sentence and call `lookup`, then one that streams the answer."""
-    steps: list[ScriptStep] = [
-        [Reply(f"Let me read note {index} before going on."), CallTool("lookup", {"key": f"note-{index}"})]
-        for index in range(_TOOL_CALLS)
-    ]
-    steps.append(
-        Reply(
-            "The notes agree: every step of the release is done and checked, the changelog is written, the "
-            "version is tagged, and nothing is left but to announce it to the people who asked for it."
-        )
-    )
-    return steps
+def _median(samples: Sequence[float]) -> float:
+    return percentile(samples, 50)
 
 
-def _short_script() -> list[ScriptStep]:
-    """A short turn: a sentence and a tool call, then a streamed answer."""
-    return [
-        [Reply("Let me check the note first."), CallTool("lookup", {"key": "plan"})],
-        Reply("The plan is done and nothing is left to do."),
-    ]
+async def _rotate(count: int, sides: Sequence[Callable[[], Awaitable[None]]]) -> None:
+    """Run every side `count` times, one of each per round, rotating which goes first (and reversing the order
+    every other round), so no side always runs after the same one."""
+    for index in range(count):
+        shift = index % len(sides)
+        order = [*sides[shift:], *sides[:shift]]
+        if index // len(sides) % 2:
+            order.reverse()
+        for side in order:
+            await side()
 
 
-# -- the two sides ------------------------------------------------------------------------------------------
+# -- one turn -----------------------------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def _engine(ctx: Context, label: str, script: Sequence[ScriptStep]) -> AsyncIterator[tuple[Engine, str]]:
-    """An engine on its own SQLite file (WAL, synchronous=NORMAL) with one role playing `script`; yields the
-    engine and the role's name."""
-    root = ctx.workdir / f"engine-{label}"
-    root.mkdir(parents=True, exist_ok=True)
-    model_name = f"bench-{label}-{uuid.uuid4().hex[:8]}"
-    register_scripted_model(model_name, ScriptedModel(script))
-    definition = AgentDefinition(
-        name="notes", model=f"scripted:{model_name}", instructions=_INSTRUCTIONS, tools=("lookup",)
-    )
+class _WriteCounter:
+    """Counts `store.write` calls (wrapping the store instance's method) and, on SQLite, the writer's COMMITs."""
+
+    def __init__(self, side: EngineSide) -> None:
+        self.writes = 0
+        self.commits = 0
+        store = side.engine.store
+        original = store.write
+
+        async def counted(write: Any) -> Any:
+            self.writes += 1
+            return await original(write)
+
+        store.write = counted  # type: ignore[method-assign]
+        connection = getattr(store, "_writer_connection", None)
+        self.traced = isinstance(connection, sqlite3.Connection)
+        if isinstance(connection, sqlite3.Connection):
+            connection.set_trace_callback(self._trace)
+
+    def _trace(self, statement: str) -> None:
+        if statement.startswith("COMMIT"):
+            self.commits += 1
+
+
+def _checkpointed_size(path: Path) -> int:
+    """The database file's size once the WAL is copied into it and truncated (from a connection of our own)."""
+    connection = sqlite3.connect(path, isolation_level=None)
     try:
-        async with Engine.open(
-            f"sqlite:///{root / 'agentwatch.db'}?synchronous=normal",
-            agents_dir=root / "agents",
-            root=root,
-            definitions=[definition],
-            tools=[lookup],
-            extensions=[],
-        ) as engine:
-            yield engine, definition.name
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
-        unregister_scripted_model(model_name)
+        connection.close()
+    return path.stat().st_size
 
 
-def _bare_agent(script: Sequence[ScriptStep]) -> Agent[None, str]:
-    """Bare pydantic-ai on the same script and the same tool function, built once (as a program would)."""
-    return Agent(ScriptedModel(script).model(), instructions=_INSTRUCTIONS, tools=[lookup])
-
-
-async def _bare_turn(agent: Agent[None, str]) -> int:
-    """One run of `agent`, streaming every model request and consuming every event; returns the tool returns
-    the run made (to check that it played the whole script)."""
-    async with agent.iter(_PROMPT) as run:
-        async for node in run:
-            if Agent.is_model_request_node(node):
-                async with node.stream(run.ctx) as stream:
-                    async for _event in stream:
-                        pass
-        return sum(
-            isinstance(part, ToolReturnPart)
-            for message in run.all_messages()
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-        )
-
-
-async def _engine_turn(engine: Engine, role: str) -> SessionRecord:
-    """One turn on a fresh session: create it, give it the prompt, wait until it settles."""
-    session = await engine.create(role)
-    await engine.enqueue(session.id, _PROMPT)
-    settled, timed_out = await engine.wait(session.id, _WAIT_S)
-    if timed_out or settled.status != "completed":
-        raise RuntimeError(f"the engine's turn ended {settled.status!r} (timed out: {timed_out})")
-    return settled
-
-
-async def _check_engine_turn(engine: Engine, session: SessionRecord, calls: int) -> None:
-    events = await engine.store.read_events(session.id, limit=10_000)
-    results = sum(event.type == "tool.result" for event in events)
-    if results != calls:
-        raise RuntimeError(f"the engine's turn made {results} tool call(s); the script has {calls}")
-
-
-# -- overhead per turn --------------------------------------------------------------------------------------
+async def _stored_payload(side: EngineSide, session_ids: Sequence[str]) -> int:
+    """Bytes of payload the sessions hold: their durable events' payload JSON and their model messages' JSON."""
+    store = side.engine.store
+    total = 0
+    for session_id in session_ids:
+        for event in await store.read_events(session_id, limit=10_000):
+            total += len(PAYLOAD_ADAPTER.dump_json(event.payload))
+        session = await store.get_session(session_id)
+        messages = await store.read_messages(session.conversation_id)
+        total += sum(len(json.dumps(message, separators=(",", ":"))) for message in messages)
+    return total
 
 
 async def turn_overhead(ctx: Context) -> list[Result]:
-    """One 10-tool-call turn through the engine on SQLite against the same turn in bare pydantic-ai."""
+    """One 10-tool-call turn through the engine (FULL and NORMAL) against the same turn in bare pydantic-ai."""
     sizes = _engine_sizes(ctx)
-    script = _turn_script()
-    agent = _bare_agent(script)
-    ctx.say(f"engine turn: {sizes.turns} turns of {_TOOL_CALLS} tool calls each way, alternating")
-    engine_ms: list[float] = []
-    bare_ms: list[float] = []
-    async with _engine(ctx, "turn", script) as (engine, role):
-
-        async def engine_side() -> None:
-            start = time.perf_counter()
-            await _engine_turn(engine, role)
-            engine_ms.append((time.perf_counter() - start) * 1000)
-
-        async def bare_side() -> None:
-            start = time.perf_counter()
-            calls = await _bare_turn(agent)
-            bare_ms.append((time.perf_counter() - start) * 1000)
-            if calls != _TOOL_CALLS:
-                raise RuntimeError(f"the bare run made {calls} tool call(s); the script has {_TOOL_CALLS}")
-
-        for _ in range(sizes.warm_up_turns):
-            await _check_engine_turn(engine, await _engine_turn(engine, role), _TOOL_CALLS)
-            await bare_side()
-        engine_ms.clear()
-        bare_ms.clear()
-        await _alternate(sizes.turns, engine_side, bare_side)
-
-    note = (
-        f"p50 of {len(engine_ms)} turns each way, alternating ABBA; a turn: 11 model requests, 10 streaming a "
-        f"sentence and calling one cheap tool, the last streaming the answer; engine: create a session, enqueue, "
-        f"wait until settled, on SQLite WAL synchronous=NORMAL (mean {_mean(engine_ms):.1f} ms); baseline: "
-        f"pydantic_ai.Agent.iter on the same model and tool, every model request streamed and every event "
-        f"consumed, nothing stored (mean {_mean(bare_ms):.1f} ms)"
+    script = ten_tool_turn()
+    agent = bare_agent(script)
+    ctx.say(
+        f"engine turn: {sizes.turns} turns of {TOOL_CALLS} tool calls on each of synchronous=FULL, =NORMAL and "
+        "bare pydantic-ai, rotating"
     )
+    full, normal, bare = _Clock(), _Clock(), _Clock()
+    async with (
+        engine_side(ctx.workdir / "engine-turn-full", script, synchronous="full") as on_full,
+        engine_side(ctx.workdir / "engine-turn-normal", script, synchronous="normal") as on_normal,
+    ):
+        total = sizes.warm_up_turns + sizes.turns
+        fresh = {
+            id(on_full): iter([await on_full.new_session() for _ in range(total)]),
+            id(on_normal): iter([await on_normal.new_session() for _ in range(total)]),
+        }
+        timed_full: list[str] = []
+
+        def engine_turn(side: EngineSide, clock: _Clock | None, kept: list[str] | None = None) -> Any:
+            async def run() -> None:
+                session_id = next(fresh[id(side)])
+                if kept is not None:
+                    kept.append(session_id)
+                if clock is None:
+                    await side.turn(session_id)
+                else:
+                    await clock.time(lambda: side.turn(session_id))
+
+            return run
+
+        def bare_turn(clock: _Clock | None) -> Any:
+            async def run() -> None:
+                async def once() -> None:
+                    messages = await bare_run(agent)
+                    if tool_returns(messages) != TOOL_CALLS:
+                        raise RuntimeError(f"the bare run did not make the script's {TOOL_CALLS} tool calls")
+
+                if clock is None:
+                    await once()
+                else:
+                    await clock.time(once)
+
+            return run
+
+        warm: list[str] = []
+        for _ in range(sizes.warm_up_turns):
+            await engine_turn(on_full, None, warm)()
+            await engine_turn(on_normal, None)()
+            await bare_turn(None)()
+        made = await on_full.tool_results(warm[-1])
+        if made != TOOL_CALLS:
+            raise RuntimeError(f"the engine's turn made {made} tool call(s); the script has {TOOL_CALLS}")
+
+        counter = _WriteCounter(on_full)
+        database = ctx.workdir / "engine-turn-full" / "agentwatch.db"
+        size_before = await asyncio.to_thread(_checkpointed_size, database)
+        await _rotate(
+            sizes.turns,
+            [engine_turn(on_full, full, timed_full), engine_turn(on_normal, normal), bare_turn(bare)],
+        )
+        writes, commits = counter.writes / sizes.turns, counter.commits / sizes.turns
+        size_after = await asyncio.to_thread(_checkpointed_size, database)
+        payload = await _stored_payload(on_full, timed_full) / sizes.turns
+        growth = (size_after - size_before) / sizes.turns
+
+    how = (
+        f"p50 of {sizes.turns} turns per side, rotating with the other two, after {sizes.warm_up_turns} warm-up "
+        f"turns; a turn: 11 model requests, 10 streaming a sentence and calling one cheap tool, the last "
+        f"streaming a 35-word answer, timed from engine.enqueue on a session created beforehand to the "
+        f"ThreadObserver receiving turn.ended (no extensions); baseline: pydantic_ai.Agent.iter over a "
+        f"FunctionModel streaming the same chunks, every model request streamed with node.stream and every "
+        f"event consumed, nothing stored"
+    )
+    cpu_how = "CPU time of the process (every thread: the store's writer too) per turn"
     return [
         Result(
-            "engine.turn.sqlite.p50",
+            "engine.turn.full.p50",
             "ms",
-            percentile(engine_ms, 50),
-            percentile(bare_ms, 50),
+            _median(full.wall),
+            _median(bare.wall),
             "lower",
             Target("ratio", "<=", 1.3),
-            note,
-        )
+            f"wall; default store: SQLite WAL synchronous=FULL; {how}",
+        ),
+        Result(
+            "engine.turn.full.cpu_p50",
+            "ms",
+            _median(full.cpu),
+            _median(bare.cpu),
+            "lower",
+            Target("ratio", "<=", 1.3),
+            f"{cpu_how}; SQLite WAL synchronous=FULL; {how}",
+        ),
+        Result(
+            "engine.turn.normal.p50",
+            "ms",
+            _median(normal.wall),
+            _median(bare.wall),
+            "lower",
+            None,
+            f"wall; SQLite WAL synchronous=NORMAL, beside the FULL figure (not instead); {how}",
+        ),
+        Result(
+            "engine.turn.normal.cpu_p50",
+            "ms",
+            _median(normal.cpu),
+            _median(bare.cpu),
+            "lower",
+            None,
+            f"{cpu_how}; SQLite WAL synchronous=NORMAL; {how}",
+        ),
+        Result(
+            "engine.turn.commits",
+            "commits/turn",
+            writes,
+            _REQUESTS,
+            "lower",
+            Target("value", "<=", 24.0),
+            f"store.write calls per 10-tool turn on synchronous=FULL ({commits:.1f} SQLite COMMITs by the writer"
+            f"{'' if counter.traced else ', not counted: no SQLite writer connection found'}), from enqueue to "
+            f"turn.ended, over {sizes.turns} turns; baseline: the turn's {_REQUESTS} model requests",
+        ),
+        Result(
+            "engine.turn.db_growth",
+            "bytes/turn",
+            growth,
+            payload,
+            "lower",
+            Target("ratio", "<=", 1.5),
+            f"growth of the database file (WAL checkpointed and truncated before and after) over {sizes.turns} "
+            f"10-tool turns on fresh sessions, synchronous=FULL; baseline: the payload those turns stored (each "
+            f"durable event's payload JSON and each model message's JSON)",
+        ),
     ]
 
 
-async def _alternate(count: int, first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]]) -> None:
-    """Run `first` and `second` `count` times each, alternating which goes first (ABBA)."""
-    for index in range(count):
-        if index % 2 == 0:
-            await first()
-            await second()
-        else:
-            await second()
-            await first()
+# -- history: turn 20 / turn 2 ------------------------------------------------------------------------------
 
 
-def _mean(samples: Sequence[float]) -> float:
-    return sum(samples) / len(samples) if samples else 0.0
+async def history_growth(ctx: Context) -> list[Result]:
+    """Turn 20 / turn 2 of one session through the engine, against the same ratio of a bare chat."""
+    sizes = _engine_sizes(ctx)
+    turns = sizes.history_turns
+    script = ten_tool_turn()
+    agent = bare_agent(script)
+    ctx.say(f"engine history: {sizes.history_rounds} session(s) of {turns} 10-tool turns each way, alternating")
+    engine_clocks: list[_Clock] = []
+    bare_clocks: list[_Clock] = []
+    async with engine_side(ctx.workdir / "engine-history", script * turns) as side:
+        # Warm-up: one short session each way.
+        session_id = await side.new_session()
+        chat = BareChat(agent)
+        for _ in range(2):
+            await side.turn(session_id)
+            await chat.turn()
+        for _round in range(sizes.history_rounds):
+            session_id = await side.new_session()
+            chat = BareChat(agent)
+            ours, theirs = _Clock(), _Clock()
+
+            async def engine_turn(session_id: str = session_id, ours: _Clock = ours) -> None:
+                await ours.time(lambda: side.turn(session_id))
+
+            async def bare_turn(chat: BareChat = chat, theirs: _Clock = theirs) -> None:
+                await theirs.time(chat.turn)
+
+            await _rotate(turns, [engine_turn, bare_turn])
+            engine_clocks.append(ours)
+            bare_clocks.append(theirs)
+        made = await side.tool_results(session_id)
+        if made != TOOL_CALLS * turns:
+            raise RuntimeError(f"the engine's session made {made} tool calls; the script has {TOOL_CALLS * turns}")
+
+    def growth(clocks: list[_Clock], cpu: bool) -> float:
+        # The median over the rounds of each round's turn 20 / turn 2.
+        return _median([(c.cpu if cpu else c.wall)[turns - 1] / (c.cpu if cpu else c.wall)[1] for c in clocks])
+
+    note = (
+        f"median over {sizes.history_rounds} session(s) of (turn {turns} / turn 2) of one session of {turns} "
+        f"10-tool turns, default store (synchronous=FULL), a ThreadObserver on it, each turn timed from enqueue "
+        f"to turn.ended; baseline: the same ratio of a bare pydantic-ai chat passing run.all_messages() back as "
+        f"the next run's history, turns alternating with the engine's"
+    )
+    turn_ms = (
+        f"; engine turn 2 / {turns}: {_median([c.wall[1] for c in engine_clocks]):.1f} / "
+        f"{_median([c.wall[turns - 1] for c in engine_clocks]):.1f} ms, bare "
+        f"{_median([c.wall[1] for c in bare_clocks]):.1f} / {_median([c.wall[turns - 1] for c in bare_clocks]):.1f} ms"
+    )
+    return [
+        Result(
+            f"engine.history.turn{turns}_over_turn2",
+            "x",
+            growth(engine_clocks, cpu=False),
+            growth(bare_clocks, cpu=False),
+            "lower",
+            Target("ratio", "<=", 1.1),
+            f"wall; {note}{turn_ms}",
+        ),
+        Result(
+            f"engine.history.turn{turns}_over_turn2.cpu",
+            "x",
+            growth(engine_clocks, cpu=True),
+            growth(bare_clocks, cpu=True),
+            "lower",
+            Target("ratio", "<=", 1.1),
+            f"CPU of the process (every thread); {note}",
+        ),
+    ]
+
+
+# -- a long chat: turn N / turn 10 --------------------------------------------------------------------------
+
+
+async def long_chat(ctx: Context) -> list[Result]:
+    """Turn N / turn 10 of one long chat of 1-tool turns through the engine, against a bare chat."""
+    sizes = _engine_sizes(ctx)
+    turns = LONG_TURNS if ctx.long else sizes.long_turns
+    script = one_tool_turn()
+    agent = bare_agent(script)
+    ctx.say(f"engine long chat: {turns} 1-tool turns of one session each way, alternating")
+    ours, theirs = _Clock(), _Clock()
+    async with engine_side(ctx.workdir / "engine-long", script * turns) as side:
+        warm_id = await side.new_session()
+        warm_chat = BareChat(agent)
+        for _ in range(2):
+            await side.turn(warm_id)
+            await warm_chat.turn()
+        session_id = await side.new_session()
+        chat = BareChat(agent)
+
+        async def engine_turn() -> None:
+            await ours.time(lambda: side.turn(session_id))
+
+        async def bare_turn() -> None:
+            await theirs.time(chat.turn)
+
+        began = time.perf_counter()
+        for index in range(turns):
+            for run in (engine_turn, bare_turn) if index % 2 == 0 else (bare_turn, engine_turn):
+                await run()
+            if (index + 1) % 100 == 0:
+                ctx.say(f"  turn {index + 1:,} of {turns:,} ({time.perf_counter() - began:.0f} s)")
+        if tool_returns(chat.history) != turns:
+            raise RuntimeError("the bare chat did not play every turn's tool call")
+
+    early = slice(_LONG_FIRST - 1, _LONG_FIRST - 1 + _LONG_WINDOW)
+    late = slice(turns - _LONG_WINDOW, turns)
+
+    def growth(samples: list[float]) -> float:
+        return _median(samples[late]) / _median(samples[early])
+
+    note = (
+        f"median of turns {turns - _LONG_WINDOW + 1}-{turns} / median of turns {_LONG_FIRST}-"
+        f"{_LONG_FIRST + _LONG_WINDOW - 1} of one chat of {turns:,} 1-tool turns (two model requests each), default "
+        f"store (synchronous=FULL), a ThreadObserver on it, each turn timed from enqueue to turn.ended"
+        f"{'' if ctx.long else f' ({LONG_TURNS:,} turns with --long)'}; baseline: the same ratio of a bare "
+        f"pydantic-ai chat passing its history back, turns alternating with the engine's; engine turn "
+        f"{_LONG_FIRST} / {turns}: {_median(ours.wall[early]):.1f} / {_median(ours.wall[late]):.1f} ms, bare "
+        f"{_median(theirs.wall[early]):.1f} / {_median(theirs.wall[late]):.1f} ms"
+    )
+    return [
+        Result(
+            f"engine.long_chat.turn{turns}_over_turn{_LONG_FIRST}",
+            "x",
+            growth(ours.wall),
+            growth(theirs.wall),
+            "lower",
+            Target("ratio", "<=", 1.2),
+            f"wall; {note}",
+        ),
+        Result(
+            f"engine.long_chat.turn{turns}_over_turn{_LONG_FIRST}.cpu",
+            "x",
+            growth(ours.cpu),
+            growth(theirs.cpu),
+            "lower",
+            Target("ratio", "<=", 1.2),
+            "CPU of the process (every thread); " + note.split("; baseline", 1)[0],
+        ),
+    ]
 
 
 # -- memory per idle session --------------------------------------------------------------------------------
@@ -288,23 +528,24 @@ async def idle_memory(ctx: Context) -> list[Result]:
     """Sessions created through the engine, each with its driver alive, against their bare records."""
     count = _engine_sizes(ctx).idle_sessions
     ctx.say(f"engine memory: {count:,} idle sessions with their drivers, against {count:,} SessionRecords")
-    async with _engine(ctx, "memory", _short_script()) as (engine, role):
+    async with engine_side(ctx.workdir / "engine-memory", one_tool_turn()) as side:
+        engine = side.engine
         # Warm-up: the first sessions and drivers pay for imports, caches and prepared statements.
         for _ in range(20):
-            await engine.driver((await engine.create(role)).id)
+            await side.new_session()
 
         with _HeapGrowth() as held:
             session_ids: list[str] = []
             for start in range(0, count, _BATCH):
                 batch = min(_BATCH, count - start)
-                created = await asyncio.gather(*(engine.create(role) for _ in range(batch)))
+                created = await asyncio.gather(*(engine.create(side.role) for _ in range(batch)))
                 session_ids.extend(session.id for session in created)
             for session_id in session_ids:
                 await engine.driver(session_id)
 
         # The baseline: the records of the same sessions, as the store returns them, held in a list.
         with _HeapGrowth() as records_held:
-            records: list[SessionRecord] = []
+            records: list[Any] = []
             for start in range(0, count, _BATCH):
                 chunk = session_ids[start : start + _BATCH]
                 records.extend(await asyncio.gather(*(engine.store.get_session(s) for s in chunk)))
@@ -373,44 +614,44 @@ async def concurrent_turns(ctx: Context) -> list[Result]:
     """Many short turns at once through the engine against as many bare pydantic-ai runs at once."""
     sizes = _engine_sizes(ctx)
     count = sizes.concurrent_sessions
-    script = _short_script()
-    agent = _bare_agent(script)
+    script = one_tool_turn()
+    agent = bare_agent(script)
     ctx.say(f"engine concurrent: {count:,} short turns at once x {sizes.concurrent_rounds} round(s), each way")
     engine_runs: list[_Run] = []
     bare_runs: list[_Run] = []
-    async with _engine(ctx, "concurrent", script) as (engine, role):
+    async with engine_side(ctx.workdir / "engine-concurrent", script) as side:
+        engine = side.engine
 
-        async def one_session(session_id: str) -> None:
-            await engine.enqueue(session_id, _PROMPT)
-            settled, timed_out = await engine.wait(session_id, _WAIT_S)
-            if timed_out or settled.status != "completed":
-                raise RuntimeError(f"a concurrent turn ended {settled.status!r} (timed out: {timed_out})")
-
-        async def engine_side() -> None:
-            # The sessions exist before the clock starts: the figure is running their turns.
+        async def engine_side_run() -> None:
+            # The sessions exist (drivers started) before the clock starts: the figure is running their turns.
             session_ids: list[str] = []
             for start in range(0, count, _BATCH):
-                created = await asyncio.gather(*(engine.create(role) for _ in range(min(_BATCH, count - start))))
+                created = await asyncio.gather(*(engine.create(side.role) for _ in range(min(_BATCH, count - start))))
                 session_ids.extend(session.id for session in created)
+            for session_id in session_ids:
+                await engine.driver(session_id)
             async with _StallMeter() as meter:
                 began = time.perf_counter()
-                await asyncio.gather(*(one_session(session_id) for session_id in session_ids))
+                await asyncio.gather(*(side.turn(session_id) for session_id in session_ids))
                 wall = time.perf_counter() - began
             engine_runs.append(_Run(wall * 1000, meter.worst * 1000))
 
-        async def bare_side() -> None:
+        async def bare_side_run() -> None:
             async with _StallMeter() as meter:
                 began = time.perf_counter()
-                calls = await asyncio.gather(*(_bare_turn(agent) for _ in range(count)))
+                runs = await asyncio.gather(*(bare_run(agent) for _ in range(count)))
                 wall = time.perf_counter() - began
-            if any(made != 1 for made in calls):
+            if any(tool_returns(messages) != 1 for messages in runs):
                 raise RuntimeError("a bare run did not play the whole script")
             bare_runs.append(_Run(wall * 1000, meter.worst * 1000))
 
-        for _ in range(sizes.warm_up_turns):
-            await _engine_turn(engine, role)
-            await _bare_turn(agent)
-        await _alternate(sizes.concurrent_rounds, bare_side, engine_side)
+        for _ in range(_engine_sizes(ctx).warm_up_turns):
+            await side.turn(await side.new_session())
+            await bare_run(agent)
+        for index in range(sizes.concurrent_rounds):
+            pair = [bare_side_run, engine_side_run]
+            for run in pair if index % 2 == 0 else reversed(pair):
+                await run()
 
     rounds = len(engine_runs)
     how = (
@@ -418,20 +659,21 @@ async def concurrent_turns(ctx: Context) -> list[Result]:
         f"tool call) at once on one event loop, {rounds} round(s) each way"
     )
     wall_note = (
-        f"mean wall time from the first enqueue to the last session settled; {how}; engine on SQLite WAL "
-        f"synchronous=NORMAL, sessions created beforehand; baseline: as many bare pydantic-ai runs at once "
-        f"(Agent.iter, every event streamed and consumed)"
+        f"mean wall time from the first enqueue to the last turn.ended seen by the ThreadObserver; {how}; "
+        f"default store (SQLite WAL synchronous=FULL), sessions and drivers made beforehand; baseline: as many "
+        f"bare pydantic-ai runs at once (Agent.iter, every event streamed and consumed)"
     )
     stall_note = (
         f"the longest an event-loop ticker sleeping {_STALL_TICK_S * 1000:g} ms woke up late, worst of the "
-        f"rounds; {how}; baseline: the same ticker beside as many bare pydantic-ai runs at once"
+        f"rounds; {how}; default store (synchronous=FULL); baseline: the same ticker beside as many bare "
+        f"pydantic-ai runs at once"
     )
     return [
         Result(
             "engine.concurrent.sqlite.wall",
             "ms",
-            _mean([run.wall_ms for run in engine_runs]),
-            _mean([run.wall_ms for run in bare_runs]),
+            sum(run.wall_ms for run in engine_runs) / rounds,
+            sum(run.wall_ms for run in bare_runs) / len(bare_runs),
             "lower",
             None,
             wall_note,
