@@ -148,8 +148,11 @@ def _target(name: str) -> str:
     return name
 
 
-def imports_of(importer: str) -> Iterator[Import]:
-    tree = ast.parse(MODULES[importer].read_text(encoding="utf-8"), filename=str(MODULES[importer]))
+def imports_of(importer: str, source: str | None = None) -> Iterator[Import]:
+    """Every import in the module `importer` (or in `source`, read as if it were that module)."""
+    if source is None:
+        source = MODULES[importer].read_text(encoding="utf-8")
+    tree = ast.parse(source, filename=str(MODULES[importer]))
     for node, how in _walk(tree, "module"):
         line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Import):
@@ -236,21 +239,7 @@ def test_every_module_has_a_place_in_the_order() -> None:
 
 def _check(importer: str, source: str) -> list[str]:
     """The problems of `source` if it were the module `importer` (parsed, never imported)."""
-    path = MODULES[importer]
-    original = path.read_text(encoding="utf-8")
-    tree = ast.parse(source)
-    result: list[str] = []
-    for node, how in _walk(tree, "module"):
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            names = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [f"{_resolve(importer, node.level, node.module)}.{alias.name}" for alias in node.names]
-            )
-            for name in names:
-                result += problems(Import(importer, _target(name), node.lineno, how))
-    assert path.read_text(encoding="utf-8") == original
-    return result
+    return [problem for found in imports_of(importer, source) for problem in problems(found)]
 
 
 def test_the_checker_sees_imports_under_type_checking_and_in_functions() -> None:
