@@ -139,6 +139,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["run", "coder", "hi", "--timeout", "nan"], 2, "--timeout"),
     (["run", "coder", "hi", "--name", "\udcff"], 2, "--name"),
     (["run", "coder", "\x00"], 2, "PROMPT"),
+    (["run", "nobody", "hi"], 1, "nobody"),
     (["nothing"], 2, "nothing"),
 ]
 
