@@ -16,7 +16,7 @@ PREVIEW_CHARS = 2000
 
 def event_entry(event: Event) -> EventEntry:
     """One event: `id`, `seq`, `at`, `type`, `turnId`, `conversationId`, `cursor` and its `payload`."""
-    return EventEntry(
+    return EventEntry.trusted(
         id=event.id,
         seq=event.seq,
         at=iso(event.at),

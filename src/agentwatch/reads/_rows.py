@@ -43,7 +43,7 @@ async def row_fields(view: EngineView, session: SessionRecord, *, now: datetime)
         "created_at": iso(session.created_at),
         "last_active_at": iso(session.last_active_at),
         "deleted_at": iso(session.deleted_at),
-        "usage": SessionUsage(cost_usd=session.cost_usd, tokens=session.tokens),
+        "usage": SessionUsage.trusted(cost_usd=session.cost_usd, tokens=session.tokens),
         "pending_inputs": session.pending_inputs,
         "pending_requests": session.pending_requests,
         "oldest_request": await oldest_request(view, session),
@@ -56,12 +56,12 @@ async def row_fields(view: EngineView, session: SessionRecord, *, now: datetime)
 
 async def session_row(view: EngineView, session: SessionRecord, *, now: datetime) -> SessionRow:
     """One `agent_list` row. `sessionCount` and `recent` are None here; grouped listings fill them in."""
-    return SessionRow.model_construct(**await row_fields(view, session, now=now), session_count=None, recent=None)
+    return SessionRow.trusted(**await row_fields(view, session, now=now), session_count=None, recent=None)
 
 
 def recent_entry(view: EngineView, session: SessionRecord, *, now: datetime) -> RecentEntry:
     """A session as one entry of a grouped row's `recent`."""
-    return RecentEntry(
+    return RecentEntry.trusted(
         id=session.id,
         name=session.name,
         status=session.status,

@@ -148,7 +148,7 @@ async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:
         else None
     )
     counts = await _counts(view, args, now) if args.counts and args.cursor is None else None
-    return ListAnswer.model_construct(agents=list(rows), next_cursor=next_cursor, counts=counts)
+    return ListAnswer.trusted(agents=list(rows), next_cursor=next_cursor, counts=counts)
 
 
 async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:

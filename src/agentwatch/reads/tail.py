@@ -220,7 +220,7 @@ def tail_row(event: Event, *, max_chars: int) -> TailRow:
     row = PROJECTION[event.type]
     title, tool_name, detail, status = _facts(event.payload)
     cut = truncate(detail, max_chars) if detail is not None else None
-    return TailRow.model_construct(
+    return TailRow.trusted(
         id=event.id,
         at=iso(event.at),
         type=row.tail_type,
@@ -293,7 +293,7 @@ async def tail_answer(view: EngineView, args: TailArgs) -> TailAnswer:
 
 
 def _answer(events: list[Event], cursor: StreamCursor, *, has_more: bool, max_chars: int) -> TailAnswer:
-    return TailAnswer.model_construct(
+    return TailAnswer.trusted(
         events=[tail_row(event, max_chars=max_chars) for event in events],
         cursor=cursor.encode(),
         has_more=has_more,

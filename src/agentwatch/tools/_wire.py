@@ -10,7 +10,7 @@ other None is sent as `null`, so a reader always finds the same keys.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -31,10 +31,32 @@ class Args(Wire):
 
 
 class Answer(Wire):
-    """Base of tool answer models. Built by the tool from its own typed values, so not validated again on
-    the way out; `dump` gives the JSON the caller receives."""
+    """Base of tool answer models; `dump` gives the JSON the caller receives."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def trusted(cls, **fields: Any) -> Self:
+        """An answer built from values the engine typed at their source (store records, its own events),
+        without validating them again: about 2 µs instead of 9 µs per row, which listings and tails of
+        hundreds of rows feel. Fields left out take their defaults. Mypy checks the call like a constructor's
+        only through the type of each value; a test dumps every tool's answer through its model."""
+        known = _KNOWN.get(cls)
+        if known is None:
+            known = _KNOWN[cls] = (
+                {name: info.default for name, info in cls.model_fields.items() if not info.is_required()},
+                set(cls.model_fields),
+            )
+        defaults, every_field = known
+        answer = object.__new__(cls)
+        object.__setattr__(answer, "__dict__", {**defaults, **fields} if defaults else fields)
+        object.__setattr__(answer, "__pydantic_fields_set__", every_field)  # shared: all names, never fewer
+        object.__setattr__(answer, "__pydantic_extra__", None)
+        object.__setattr__(answer, "__pydantic_private__", None)
+        return answer
+
+
+_KNOWN: dict[type[Answer], tuple[dict[str, Any], set[str]]] = {}
 
 
 def _is_none(value: object) -> bool:
