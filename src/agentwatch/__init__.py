@@ -7,8 +7,10 @@ async with Engine.open(agents_dir="agents") as engine:
     snapshot = await engine.task("coder", "Add a --verbose flag")
 ```
 
-The public names below are imported on first use, so `import agentwatch` stays light (the model layer loads
-only when an engine is needed).
+The public names below are imported on first use, so `import agentwatch` stays light. Neither it nor
+`from agentwatch import Engine` loads the model layer: pydantic-ai loads when a turn first runs a model, and a
+vendor's SDK (openai, anthropic) when a model of that vendor is first used. Tests hand the engine scripted
+models: `Engine.open(..., models={"coder": ScriptedModel([...])})` for roles whose model is `scripted:coder`.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ from agentwatch.runtime.models.scripted import (
 
 __all__ = ["ScriptPlayer"]
 
-READINGS_KEPT = 256
+READINGS_KEPT = 64
 """How many conversations a scripted model keeps running totals for (the least recently used are dropped and
 read again in full if they come back)."""
 

@@ -232,7 +232,7 @@ class _Histories:
     `n`. The least recently used conversations are forgotten beyond `limit`.
     """
 
-    def __init__(self, limit: int = 256) -> None:
+    def __init__(self, limit: int = 64) -> None:
         self.limit = limit
         self._parsed: OrderedDict[str, list[ModelMessage]] = OrderedDict()
 
