@@ -174,3 +174,24 @@ def test_await_shows_what_it_waits_for_on_a_terminal_only(tmp_path: Path) -> Non
     piped = subprocess.run(command, capture_output=True, cwd=tmp_path, check=False, timeout=30)
     assert piped.returncode == 3
     assert b"waiting for" not in piped.stdout + piped.stderr
+
+
+def test_a_reader_that_goes_away_stops_the_output_quietly(tmp_path: Path) -> None:
+    """`agentwatch history big | head -c 10`: no traceback when the pipe closes under the writer."""
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+
+    async def big() -> None:
+        async with open_store(url) as store:
+            session = await store.create_session(SessionDraft(name="big", role="r"))
+            await store.append(session.id, [NewEvent(UserMessage(text=f"{i} " + "x" * 3000)) for i in range(100)])
+
+    asyncio.run(big())
+    command = [sys.executable, "-m", "agentwatch", "history", "big", "--limit", "100", "--store", url]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(10)
+    process.stdout.close()
+    errors = process.stderr.read()
+    process.stderr.close()
+    assert process.wait(timeout=60) == 1
+    assert errors == b""

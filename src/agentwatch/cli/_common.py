@@ -11,13 +11,13 @@ error's code is `invalid_argument` and its `details.flags` names the flags (or A
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -53,6 +53,7 @@ __all__ = [
     "open_reader",
     "print_json",
     "resolve_config",
+    "resolve_id",
     "run_async",
     "run_cli",
     "store_option",
@@ -191,7 +192,7 @@ def existing_store(url: str) -> None:
         )
 
 
-@asynccontextmanager
+@contextlib.asynccontextmanager
 async def open_reader(config: Config) -> AsyncIterator[Reader]:
     """Open an existing store (and the live ring when it is shared, i.e. Redis) for reading."""
     from agentwatch.live import connect_live
@@ -391,8 +392,8 @@ def run_cli(group: click.Group, args: Sequence[str] | None = None, **extra: Any)
     except BrokenPipeError:
         # The reader went away (`agentwatch ls | head -1`): stop quietly, and keep Python from complaining
         # when it flushes standard output at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = ExitCode.FAILED
     except OSError as exc:
         where = f": {exc.filename!s}" if exc.filename else ""
