@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 MODEL_LAYER = ("pydantic_ai", "openai", "anthropic")
 
@@ -49,6 +50,24 @@ def test_a_scripted_turn_loads_pydantic_ai_but_no_vendor_sdk() -> None:
         assert asyncio.run(run_turn(turn, Sink(), models=resolver)).output == "hi"
         """
     assert loaded_after(code) == ["pydantic_ai"]
+
+
+def test_an_engine_running_scripted_turns_loads_no_vendor_sdk(tmp_path: Path) -> None:
+    code = f"""
+        import asyncio
+        from agentwatch import AgentDefinition, Engine, Reply, ScriptedModel
+
+        async def main():
+            role = AgentDefinition(name="greeter", model="scripted:greeter", instructions="Greet.")
+            models = {{"greeter": ScriptedModel([Reply("Hello.")])}}
+            root = {str(tmp_path)!r}
+            async with Engine.open(f"sqlite:///{{root}}/a.db", root=root, definitions=[role], models=models) as engine:
+                snapshot = await engine.task("greeter", "Say hello")
+            assert snapshot["lastAssistantText"] == "Hello.", snapshot
+
+        asyncio.run(main())
+        """
+    assert [name for name in loaded_after(code) if name != "pydantic_ai"] == []
 
 
 def test_a_vendor_sdk_loads_with_the_first_model_of_that_vendor() -> None:
