@@ -79,8 +79,9 @@ def test_python_m_agentwatch_is_the_cli(tmp_path: Path) -> None:
         ["prompt", "ses_00000000000000000000000000"],
         ["export", "ses_00000000000000000000000000"],
         ["await", "ses_00000000000000000000000000", "--timeout", "0"],
+        ["db", "info"],
     ],
-    ids=lambda argv: argv[0],
+    ids=lambda argv: " ".join(argv[:2]),
 )
 def test_read_commands_never_create_a_store(tmp_path: Path, argv: list[str]) -> None:
     missing = tmp_path / "typo" / "agentwatch.db"

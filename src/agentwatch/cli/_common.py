@@ -48,6 +48,7 @@ __all__ = [
     "call_tool",
     "console",
     "err_console",
+    "existing_store",
     "harden",
     "json_option",
     "open_reader",

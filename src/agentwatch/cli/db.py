@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agentwatch.cli._common import print_json, resolve_config, run_async, store_option
+from agentwatch.cli._common import existing_store, print_json, resolve_config, run_async, store_option
 
 if TYPE_CHECKING:
     from agentwatch.store import StoreInfo
@@ -22,6 +22,7 @@ def db() -> None:
 async def _info(url: str) -> StoreInfo:
     from agentwatch.store import open_store
 
+    existing_store(url)  # looking must not create one
     async with open_store(url) as store:
         return await store.info()
 
@@ -30,7 +31,7 @@ async def _info(url: str) -> StoreInfo:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 def info(store_url: str | None, as_json: bool) -> None:
-    """Show the store's backend, schema version and size (opening it creates and migrates it).
+    """Show the store's backend, schema version and size; a store file that does not exist is an error.
 
     \b
     Example:
