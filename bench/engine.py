@@ -327,6 +327,17 @@ async def turn_overhead(ctx: Context) -> list[Result]:
             f"turn.ended, over {sizes.turns} turns; baseline: the turn's {_REQUESTS} model requests",
         ),
         Result(
+            "engine.turn.sqlite_commits",
+            "commits/turn",
+            commits,
+            _REQUESTS,
+            "lower",
+            None,
+            f"COMMITs the SQLite writer ran per 10-tool turn at FULL (every transaction of the turns' store, "
+            f"whatever method asked for it), from enqueue to turn.ended, over {sizes.turns} turns; baseline: the "
+            f"turn's {_REQUESTS} model requests",
+        ),
+        Result(
             "engine.turn.db_growth",
             "bytes/turn",
             growth,

@@ -36,6 +36,7 @@ HEADLINE_FIGURES = (
     "engine.turn.full.cpu_p50",
     "engine.turn.normal.p50",
     "engine.turn.commits",
+    "engine.turn.sqlite_commits",
     "engine.turn.db_growth",
     "engine.concurrent.sqlite.max_stall",
     "start.import_engine",
