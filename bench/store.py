@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import socket
 import sqlite3
@@ -19,7 +20,21 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
-from agentwatch.events import PAYLOAD_ADAPTER, NewEvent, new_id
+from agentwatch.events import (
+    PAYLOAD_ADAPTER,
+    AssistantMessage,
+    CompletionFinished,
+    CompletionStarted,
+    NewEvent,
+    ToolCall,
+    ToolResult,
+    TurnEnded,
+    TurnId,
+    TurnStarted,
+    Usage,
+    UserMessage,
+    new_id,
+)
 from agentwatch.store import (
     SCHEMA_VERSION,
     TERMINAL_STATUSES,
@@ -28,6 +43,7 @@ from agentwatch.store import (
     SessionRecord,
     SessionStatus,
     Store,
+    Write,
     connect_store,
 )
 from bench._harness import Context, Result, Skip, Target, percentile, sample_payload
@@ -41,8 +57,6 @@ _EVENT_INSERT: Final = (
 _PAYLOAD_TYPE: Final = "tool.result"
 _TAIL_LIMIT: Final = 50
 _PAGE_SIZE: Final = 20
-# The store's PostgreSQL pool size; the baseline gets as many connections so both see the same concurrency.
-_POSTGRES_POOL: Final = 10
 
 
 def _utc_text(moment: datetime) -> str:
@@ -255,6 +269,7 @@ async def append_sqlite(ctx: Context) -> list[Result]:
                 note=f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}; WAL, synchronous=FULL",
             )
         )
+        results.append(await _growth_sqlite(ctx))
         if grouped["commits"]:
             results.append(
                 Result(
@@ -272,11 +287,142 @@ async def append_sqlite(ctx: Context) -> list[Result]:
         await store.close()
 
 
+# -- database growth: SQLite --------------------------------------------------------------------------------
+
+_NOTES = "The file holds the agent's notes for the next step of the plan; it lists what was tried and what failed. "
+
+
+def _ten_tool_turn(n: int, rnd: random.Random) -> list[Write]:
+    """The writes of one 10-tool turn as the runtime commits them (one per model response, one per tool
+    result), with their events and model-layer messages; tool results of 0.3-1.6 KB."""
+    turn_id = TurnId(new_id("trn"))
+    stamp = "2026-12-01T07:00:00Z"
+
+    def write(events: list[Any], messages: list[dict[str, Any]]) -> Write:
+        return Write("", [NewEvent(event, turn_id=turn_id) for event in events], messages=messages)
+
+    prompt = f"please do step {n}"
+    writes = [
+        write(
+            [TurnStarted(trigger="input", attempt=1, model="test:model"), UserMessage(text=prompt)],
+            [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": prompt, "timestamp": stamp}]}],
+        )
+    ]
+    for i in range(10):
+        output = _NOTES * rnd.randint(3, 15)
+        args = {"path": f"notes/{n}/{i}.md", "limit": 200}
+        call_id = f"call_{n}_{i}"
+        usage = Usage(input_tokens=1000 + i, output_tokens=50, requests=1)
+        writes.append(
+            write(
+                [
+                    CompletionStarted(request_index=i, model="test:model"),
+                    CompletionFinished(request_index=i, model="test:model", usage=usage, finish_reason="tool_call"),
+                    ToolCall(tool_call_id=call_id, tool_name="read_file", input=args),
+                ],
+                [
+                    {
+                        "kind": "response",
+                        "parts": [
+                            {"part_kind": "tool-call", "tool_name": "read_file", "args": args, "tool_call_id": call_id}
+                        ],
+                        "usage": {"input_tokens": 1000 + i, "output_tokens": 50},
+                        "model_name": "test:model",
+                        "timestamp": stamp,
+                    }
+                ],
+            )
+        )
+        writes.append(
+            write(
+                [ToolResult(tool_call_id=call_id, tool_name="read_file", output=output)],
+                [
+                    {
+                        "kind": "request",
+                        "parts": [
+                            {
+                                "part_kind": "tool-return",
+                                "tool_name": "read_file",
+                                "content": output,
+                                "tool_call_id": call_id,
+                                "timestamp": stamp,
+                            }
+                        ],
+                    }
+                ],
+            )
+        )
+    answer = _NOTES * 3
+    usage = Usage(input_tokens=2000, output_tokens=80, requests=1)
+    writes.append(
+        write(
+            [
+                CompletionFinished(request_index=10, model="test:model", usage=usage, finish_reason="stop"),
+                AssistantMessage(text=answer),
+                TurnEnded(outcome="completed"),
+            ],
+            [
+                {
+                    "kind": "response",
+                    "parts": [{"part_kind": "text", "content": answer}],
+                    "model_name": "test:model",
+                    "timestamp": stamp,
+                }
+            ],
+        )
+    )
+    return writes
+
+
+def _file_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+
+
+async def _growth_sqlite(ctx: Context) -> Result:
+    """How much the database file grows for the payload it stores: sessions running 10-tool turns at once."""
+    sessions_n, turns = max(1, ctx.sizes.concurrent_sessions // 10), max(2, ctx.sizes.sqlite_per_session)
+    path = ctx.workdir / "growth.db"
+    _remove_database(path)
+    url = f"sqlite:///{path}?synchronous=full"
+    ctx.say(f"SQLite: file growth over {sessions_n} sessions x {turns} 10-tool turns")
+    store = await connect_store(url)
+    try:
+        ids = [
+            (await store.create_session(SessionDraft(name=f"growth-{n}", role="bench"))).id for n in range(sessions_n)
+        ]
+    finally:
+        await store.close()  # checkpoints and removes the WAL: the start is the main file alone
+    start = _file_bytes(path)
+    payload = 0
+    rnd = random.Random(7)
+    store = await connect_store(url)
+    try:
+
+        async def run(session_id: str, writes: list[Write]) -> None:
+            nonlocal payload
+            for write in writes:
+                await store.write(Write(session_id, write.events, messages=write.messages))
+                payload += sum(len(PAYLOAD_ADAPTER.dump_json(new.payload)) for new in write.events)
+                payload += sum(len(json.dumps(message)) for message in write.messages)
+
+        for n in range(turns):
+            await asyncio.gather(*(run(session_id, _ten_tool_turn(n, rnd)) for session_id in ids))
+    finally:
+        await store.close()
+    grown = _file_bytes(path) - start
+    return Result(
+        name="store.growth.sqlite",
+        unit="bytes",
+        value=float(grown),
+        baseline=float(payload),
+        better="lower",
+        target=Target("ratio", "<=", 1.5),
+        note=f"database file growth (main file, WAL checkpointed at close) over {sessions_n} sessions x {turns} "
+        "10-tool turns run at once; baseline: the payload it stores (event payload JSON + messages JSON)",
+    )
+
+
 # -- durable append: PostgreSQL ---------------------------------------------------------------------------
-
-
-def _as_is(text: Any) -> Any:
-    return text  # the payload is JSON text already
 
 
 def _unreachable(url: str, default_port: int) -> str | None:
@@ -299,8 +445,6 @@ async def append_postgres(ctx: Context) -> list[Result]:
     try:
         import psycopg
         from psycopg import sql
-        from psycopg.types.json import Jsonb
-        from psycopg_pool import AsyncConnectionPool
     except ImportError:
         raise Skip("psycopg is not installed (pip install 'agentwatch[postgres]')") from None
 
@@ -337,7 +481,7 @@ async def append_postgres(ctx: Context) -> list[Result]:
                                 now,
                                 None,
                                 session.conversation_id,
-                                Jsonb(payload_json, dumps=_as_is),
+                                payload_json,
                                 _PAYLOAD_TYPE,
                             )
                         )
@@ -383,9 +527,10 @@ async def append_postgres(ctx: Context) -> list[Result]:
                 )
             ]
 
-            # (b) Many sessions at once. Each append is its own transaction on PostgreSQL (the server groups
-            # WAL flushes of concurrent commits itself), so the baseline is the same transaction size, 1 row,
-            # from as many tasks over a pool of as many connections as the store's.
+            # (b) Many sessions at once, one asyncio task each: the store groups the appends that queue up
+            # while a transaction commits into the next one. The baseline inserts in transactions of the
+            # group size the store achieved (counted by the store), one after the other on one connection,
+            # as the store's groups are.
             sessions_n, per_session = sizes.concurrent_sessions, sizes.postgres_per_session
             store_many = await _sessions(store, "concurrent-store", sessions_n)
             raw_many = await _sessions(store, "concurrent-raw", sessions_n)
@@ -394,48 +539,45 @@ async def append_postgres(ctx: Context) -> list[Result]:
                 "each way"
             )
             totals = {"store": 0.0, "raw": 0.0}
-
-            async def autocommit(connection: psycopg.AsyncConnection[Any]) -> None:
-                await connection.set_autocommit(True)
-
-            pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-                url, min_size=_POSTGRES_POOL, max_size=_POSTGRES_POOL, configure=autocommit, open=False
-            )
-            await pool.open(wait=True, timeout=30)
-            try:
+            counts: list[int] | None = getattr(store, "_group_counts", None)
+            grouped = {"groups": 0, "writes": 0}
+            batch = [sessions_n]
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
 
                 async def raw_concurrent(each: int = per_session, *, warm_up: bool = False) -> float:
                     todo = rows(raw_many, each)
-                    by_session: dict[str, list[tuple[Any, ...]]] = {}
-                    for row in todo:
-                        by_session.setdefault(row[1], []).append(row)
-
-                    async def one_session(session_rows: list[tuple[Any, ...]]) -> None:
-                        for row in session_rows:
-                            async with (
-                                pool.connection() as connection,
-                                connection.transaction(),
-                                connection.cursor() as cursor,
-                            ):
-                                await cursor.executemany(insert, [row])
-
                     start = time.perf_counter()
-                    await asyncio.gather(*(one_session(session_rows) for session_rows in by_session.values()))
+                    for index in range(0, len(todo), batch[0]):
+                        async with connection.transaction(), connection.cursor() as cursor:
+                            await cursor.executemany(insert, todo[index : index + batch[0]])
                     seconds = time.perf_counter() - start
                     if not warm_up:
                         totals["raw"] += seconds
                     return seconds
 
-                async def store_concurrent() -> float:
-                    seconds = await _append_concurrently(store, [s.id for s in store_many], events, per_session)
-                    totals["store"] += seconds
+                async def store_concurrent(each: int = per_session, *, warm_up: bool = False) -> float:
+                    before = list(counts) if counts is not None else None
+                    seconds = await _append_concurrently(store, [s.id for s in store_many], events, each)
+                    if counts is not None and before is not None and counts[0] > before[0]:
+                        groups, writes = counts[0] - before[0], counts[1] - before[1]
+                        batch[0] = max(1, round(writes / groups))
+                        if not warm_up:
+                            grouped["groups"] += groups
+                            grouped["writes"] += writes
+                    if not warm_up:
+                        totals["store"] += seconds
                     return seconds
 
+                await store_concurrent(2, warm_up=True)
                 await raw_concurrent(2, warm_up=True)
-                await _append_concurrently(store, [s.id for s in store_many], events, 2)
                 await _abba(sizes.rounds, raw_concurrent, store_concurrent)
-            finally:
-                await pool.close()
+            if grouped["groups"]:
+                achieved = grouped["writes"] / grouped["groups"]
+                batch_note = f"the store averaged {achieved:.1f} appends per transaction; baseline: psycopg "
+                batch_note += "executemany in transactions of that size, one connection"
+            else:
+                achieved = 1.0
+                batch_note = "groups not countable; baseline: psycopg executemany, 1 row per transaction"
             concurrent_events = sessions_n * per_session * sizes.rounds
             results.append(
                 Result(
@@ -444,10 +586,21 @@ async def append_postgres(ctx: Context) -> list[Result]:
                     value=_per_second(concurrent_events, totals["store"]),
                     baseline=_per_second(concurrent_events, totals["raw"]),
                     better="higher",
-                    note=f"{sessions_n} asyncio tasks, 1 event per append and transaction; baseline: psycopg "
-                    f"executemany, 1 row per transaction, {_POSTGRES_POOL} pooled connections",
+                    target=Target("ratio", ">=", 0.5),
+                    note=f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}",
                 )
             )
+            if grouped["groups"]:
+                results.append(
+                    Result(
+                        name=f"store.append.postgres.{sessions_n}_sessions.events_per_commit",
+                        unit="events/commit",
+                        value=achieved,
+                        baseline=float(sessions_n),
+                        better="higher",
+                        note=f"how full the groups were; baseline: {sessions_n}, every session's append in one commit",
+                    )
+                )
             return results
         finally:
             await store.close()

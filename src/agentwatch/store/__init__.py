@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from agentwatch.errors import InvalidArgument
-from agentwatch.store.base import SCHEMA_VERSION, Store
+from agentwatch.store.base import SCHEMA_VERSION, RunStore, Store
 from agentwatch.store.records import (
     TERMINAL_STATUSES,
     ConversationRecord,
@@ -63,6 +63,7 @@ __all__ = [
     "RunDraft",
     "RunPatch",
     "RunRecord",
+    "RunStore",
     "SessionClause",
     "SessionDraft",
     "SessionFilter",

@@ -52,15 +52,45 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["SCHEMA_VERSION", "Store"]
+__all__ = ["SCHEMA_VERSION", "RunStore", "Store"]
 
 SCHEMA_VERSION = 4
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 
 @runtime_checkable
-class Store(Protocol):
-    """Durable state of sessions, their events and everything around them."""
+class RunStore(Protocol):
+    """Runs, their spans and journal: a contract of its own (a run spans many sessions), which `Store`
+    includes. Every backend keeps them in the same database as the sessions."""
+
+    async def create_run(self, draft: RunDraft) -> RunRecord:
+        """Record a new run."""
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """One run by id. Raises `NotFound`."""
+
+    async def update_run(self, run_id: str, patch: RunPatch) -> RunRecord:
+        """Change a run."""
+
+    async def open_span(self, draft: SpanDraft) -> SpanRecord:
+        """Record a span of a run."""
+
+    async def update_span(self, span_id: str, patch: SpanPatch) -> SpanRecord:
+        """Change a span (end it, set its cost)."""
+
+    async def list_spans(self, run_id: str) -> list[SpanRecord]:
+        """A run's spans in start order."""
+
+    async def append_journal(self, entry: JournalEntry) -> JournalEntry:
+        """Add a line to a run's journal."""
+
+    async def read_journal(self, run_id: str, *, limit: int = 100) -> list[JournalEntry]:
+        """A run's journal, oldest first."""
+
+
+@runtime_checkable
+class Store(RunStore, Protocol):
+    """Durable state of sessions, their events and everything around them (runs included: `RunStore`)."""
 
     url: str
     """The store URL it was opened with (password hidden)."""
@@ -191,32 +221,6 @@ class Store(Protocol):
 
     async def usage_between(self, start: datetime, end: datetime, *, roles: Sequence[str] | None = None) -> Usage:
         """Total usage of ledger entries with start <= at < end."""
-
-    # -- runs -----------------------------------------------------------------------------------------
-
-    async def create_run(self, draft: RunDraft) -> RunRecord:
-        """Record a new run."""
-
-    async def get_run(self, run_id: str) -> RunRecord:
-        """One run by id. Raises `NotFound`."""
-
-    async def update_run(self, run_id: str, patch: RunPatch) -> RunRecord:
-        """Change a run."""
-
-    async def open_span(self, draft: SpanDraft) -> SpanRecord:
-        """Record a span of a run."""
-
-    async def update_span(self, span_id: str, patch: SpanPatch) -> SpanRecord:
-        """Change a span (end it, set its cost)."""
-
-    async def list_spans(self, run_id: str) -> list[SpanRecord]:
-        """A run's spans in start order."""
-
-    async def append_journal(self, entry: JournalEntry) -> JournalEntry:
-        """Add a line to a run's journal."""
-
-    async def read_journal(self, run_id: str, *, limit: int = 100) -> list[JournalEntry]:
-        """A run's journal, oldest first."""
 
     # -- leases ---------------------------------------------------------------------------------------
     # Which process owns a session's turns. Expiry is decided by the store's one clock (see the module).

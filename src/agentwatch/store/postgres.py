@@ -1,9 +1,13 @@
 """The PostgreSQL backend (`postgresql://user@host:5432/dbname`), for many processes on many machines.
 
 psycopg 3 with an async connection pool; every `write()` is one transaction. A session's seqs come from
-`UPDATE sessions SET last_seq = last_seq + n ... RETURNING last_seq` under the session row's lock, so they
-stay contiguous whatever the number of writer processes (a bigserial would follow allocation order, not
-commit order, and readers following it would skip events).
+its row, read `FOR UPDATE` and written back in the same transaction, so they stay contiguous whatever the
+number of writer processes (a bigserial would follow allocation order, not commit order, and readers
+following it would skip events).
+
+Appends (`appends_only` writes) of concurrent callers are grouped: while one group commits, the next one
+queues, and one transaction applies it with one statement per table (`_appends`, the same rows SQLite's
+group commit writes). A process runs one session's writes in the order they were made, one at a time.
 
 Needs the `agentwatch[postgres]` extra. libpq URL parameters work as usual, for example
 `?options=-csearch_path%3Dmyschema` to keep agentwatch's tables in their own schema.
@@ -11,16 +15,21 @@ Needs the `agentwatch[postgres]` extra. libpq URL parameters work as usual, for 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, MissingDependency, StoreUnavailable
+from agentwatch.events import Event
+from agentwatch.store._appends import apply_appends
 from agentwatch.store._migrations import migrate
 from agentwatch.store._sql import Dialect, Row, Tx, aware, check_params
+from agentwatch.store._sqlbase import utc_now
 from agentwatch.store._sqlstore import SqlStore
+from agentwatch.store.records import Write
 
 try:
     import psycopg
@@ -40,6 +49,8 @@ T = TypeVar("T")
 
 _CONNECT_TIMEOUT_S: Final = 5
 _POOL_MAX: Final = 10
+_MAX_GROUP: Final = 512
+"""Append-only writes per transaction, at most."""
 # One advisory lock key for "migrating agentwatch's schema", whatever the schema's name.
 _MIGRATION_LOCK: Final = int.from_bytes(hashlib.blake2b(b"agentwatch.migrate", digest_size=8).digest(), signed=True)
 
@@ -76,6 +87,10 @@ class _Tx:
     async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         async with self._connection.cursor() as cursor:
             await cursor.executemany(_pg(sql), rows)
+
+
+async def _apply_group(tx: Tx, *, writes: Sequence[Write]) -> list[Any]:
+    return await apply_appends(tx, DIALECT, writes, utc_now())
 
 
 def _raw_json(text: str | bytes) -> str | bytes:
@@ -116,6 +131,11 @@ class PostgresStore(SqlStore):
         self.url = hide_password(url)
         self._pool = pool
         self._where = where
+        self._queued: list[tuple[Write, asyncio.Future[list[Event]]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._last: dict[str, asyncio.Future[None]] = {}
+        self._group_counts = [0, 0]
+        """Append groups committed, and the writes in them (for the benchmarks)."""
 
     @classmethod
     async def open(cls, url: str) -> PostgresStore:
@@ -181,6 +201,69 @@ class PostgresStore(SqlStore):
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self._transact(fn, write=True)
 
+    # -- one session's writes in order; concurrent appends grouped ---------------------------------------
+
+    async def _in_order(self, session_id: str, run: Callable[[], Awaitable[T]]) -> T:
+        """Run a write of `session_id` once this process's previous write of it finished, so a session's
+        writes commit in the order they were made even when their callers do not wait for each other."""
+        previous = self._last.get(session_id)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last[session_id] = mine
+        try:
+            if previous is not None and not previous.done():
+                await asyncio.wait([previous])
+            return await run()
+        finally:
+            mine.set_result(None)
+            if self._last.get(session_id) is mine:
+                del self._last[session_id]
+
+    async def _write_session(self, session_id: str, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self._in_order(session_id, lambda: self._write(fn))
+
+    async def _write_appends(self, write: Write) -> list[Event]:
+        return await self._in_order(write.session_id, lambda: self._enqueue(write))
+
+    async def _enqueue(self, write: Write) -> list[Event]:
+        """Queue an append-only write for the next group: while one group commits, the appends of the other
+        sessions queue up, and the next transaction takes them all (one statement per table, one commit)."""
+        future: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
+        self._queued.append((write, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        while self._queued:
+            group, self._queued = self._queued[:_MAX_GROUP], self._queued[_MAX_GROUP:]
+            writes = [write for write, _ in group]
+            outcomes: list[Any]
+            try:
+                outcomes = await self._write(partial(_apply_group, writes=writes))
+                self._group_counts[0] += 1
+                self._group_counts[1] += len(writes)
+            except AgentwatchError as error:
+                # The database refused a statement of the group (a session reaped meanwhile, ...): each
+                # write again on its own, so the failure stays with the write that caused it.
+                outcomes = [error] if len(writes) == 1 else [await self._alone(write) for write in writes]
+            except BaseException as error:
+                outcomes = [error] * len(writes)
+            for (_, future), outcome in zip(group, outcomes, strict=True):
+                if future.done():
+                    continue  # its caller stopped waiting; the write stands
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+
+    async def _alone(self, write: Write) -> list[Event] | BaseException:
+        try:
+            return await self._write(lambda tx: self._append_only(tx, write, utc_now()))
+        except AgentwatchError as error:
+            return error
+
     async def close(self) -> None:
-        """Close the pool (writes in progress finish first)."""
+        """Close the pool (queued writes and writes in progress finish first)."""
+        if self._flusher is not None:
+            await asyncio.wait([self._flusher])
         await self._pool.close()

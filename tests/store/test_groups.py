@@ -1,0 +1,86 @@
+"""Grouped appends on every backend: concurrent appends of many sessions share transactions, one session's
+writes commit in the order they were made even when nobody waits in between, and a write that fails in a
+group fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentwatch.errors import Conflict, NotFound
+from agentwatch.events import NewEvent, UserMessage
+from agentwatch.store import RunStore, SessionDraft, SessionPatch, Store, Write
+
+
+def said(text: str) -> list[NewEvent]:
+    return [NewEvent(UserMessage(text=text))]
+
+
+async def test_one_sessions_writes_commit_in_the_order_they_were_made(store: Store) -> None:
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+    writes = [
+        Write(session.id, said(str(n)), session=SessionPatch(last_text=str(n)) if n % 3 == 0 else None)
+        for n in range(30)
+    ]
+    # Every write is handed over before any has committed: a pipelining caller.
+    tasks = [asyncio.ensure_future(store.write(write)) for write in writes]
+    results = await asyncio.gather(*tasks)
+
+    assert [events[0].seq for events in results] == list(range(1, 31))
+    stored = await store.read_events(session.id)
+    assert [event.payload.text for event in stored] == [str(n) for n in range(30)]  # type: ignore[union-attr]
+    assert (await store.get_session(session.id)).last_text == "27"
+
+
+async def test_concurrent_appends_of_many_sessions_keep_every_seq_and_failure_apart(store: Store) -> None:
+    sessions = [await store.create_session(SessionDraft(name=f"s{n}", role="chat")) for n in range(40)]
+
+    async def one(index: int) -> list[object]:
+        outcomes: list[object] = []
+        for round_ in range(5):
+            session_id = sessions[index].id if (index + round_) % 7 else "ses_unknown"
+            expect = ["running"] if (index * round_) % 11 == 5 else None
+            try:
+                outcomes.append(await store.write(Write(session_id, said(f"{index}:{round_}"), expect_status=expect)))
+            except (NotFound, Conflict) as error:
+                outcomes.append(error)
+        return outcomes
+
+    results = await asyncio.gather(*(one(index) for index in range(40)))
+
+    for index, outcomes in enumerate(results):
+        kept = [outcome for outcome in outcomes if isinstance(outcome, list)]
+        stored = await store.read_events(sessions[index].id)
+        assert [event.payload.text for event in stored] == [  # type: ignore[union-attr]
+            events[0].payload.text  # type: ignore[index]
+            for events in kept
+        ]
+        assert [event.seq for event in stored] == list(range(1, len(kept) + 1))
+        for round_, outcome in enumerate(outcomes):
+            if (index + round_) % 7 == 0:
+                assert isinstance(outcome, NotFound)
+            elif (index * round_) % 11 == 5:
+                assert isinstance(outcome, Conflict)
+            else:
+                assert isinstance(outcome, list)
+
+
+async def test_every_backend_keeps_runs_behind_their_own_contract(store: Store) -> None:
+    assert isinstance(store, RunStore)
+
+
+async def test_postgres_commits_concurrent_appends_in_groups(store: Store, backend: str) -> None:
+    if backend != "postgres":
+        pytest.skip("SQLite's writer groups its own way (see test_sqlite)")
+    from agentwatch.store.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    sessions = [await store.create_session(SessionDraft(name=f"s{n}", role="chat")) for n in range(50)]
+    before = list(store._group_counts)
+
+    await asyncio.gather(*(store.append(session.id, said("hi")) for session in sessions for _ in range(3)))
+
+    groups, writes = store._group_counts[0] - before[0], store._group_counts[1] - before[1]
+    assert writes == 150
+    assert groups <= 150 / 5  # dozens of appends per transaction, not one each
