@@ -16,25 +16,31 @@ JSON = {"content-type": "application/json"}
 
 async def test_post_tool_answers_exactly_what_call_tool_answers(open_engine: Any, scripted: Any) -> None:
     model = scripted("helper", ScriptedModel.replying("All done."))
-    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
-            task = await http.post("/api/tools/agent_task", json={"role": "helper", "prompt": "Do it"})
-            assert task.status_code == 200, task.text
-            answer = task.json()
-            assert answer["status"] == "completed" and answer["lastAssistantText"] == "All done."
-            listed = await http.post("/api/tools/agent_list", json={})
-            assert listed.status_code == 200
-            assert listed.json() == await engine.call_tool("agent_list", {})
-            tail = await http.post("/api/tools/agent_tail", json={"id": answer["agentId"]})
-            assert tail.json() == await engine.call_tool("agent_tail", {"id": answer["agentId"]})
-            empty_body = await http.post("/api/tools/agent_list")
-            assert empty_body.status_code == 200 and empty_body.json() == listed.json()
+    async with (
+        open_engine(role("helper", model)) as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        task = await http.post("/api/tools/agent_task", json={"role": "helper", "prompt": "Do it"})
+        assert task.status_code == 200, task.text
+        answer = task.json()
+        assert answer["status"] == "completed" and answer["lastAssistantText"] == "All done."
+        listed = await http.post("/api/tools/agent_list", json={})
+        assert listed.status_code == 200
+        assert listed.json() == await engine.call_tool("agent_list", {})
+        tail = await http.post("/api/tools/agent_tail", json={"id": answer["agentId"]})
+        assert tail.json() == await engine.call_tool("agent_tail", {"id": answer["agentId"]})
+        empty_body = await http.post("/api/tools/agent_list")
+        assert empty_body.status_code == 200 and empty_body.json() == listed.json()
 
 
 async def test_get_tools_lists_every_callable_tool_with_its_schema(open_engine: Any) -> None:
-    async with open_engine() as engine, served(create_app(engine)) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
-            listed = (await http.get("/api/tools")).json()["tools"]
+    async with (
+        open_engine() as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        listed = (await http.get("/api/tools")).json()["tools"]
     by_name = {t["name"]: t for t in listed}
     expected = {name for name, tool in engine.tools.items() if not tool.asks_user}
     assert set(by_name) == expected
@@ -46,25 +52,28 @@ async def test_get_tools_lists_every_callable_tool_with_its_schema(open_engine: 
 
 async def test_refused_calls_are_structured_errors_with_their_status(open_engine: Any) -> None:
     settings = ServiceSettings(max_body_bytes=10_000)
-    async with open_engine() as engine, served(create_app(engine, settings)) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
-            cases: list[tuple[int, str, httpx.Response]] = [
-                (404, "not_found", await http.post("/api/tools/no_such_tool", json={})),
-                (400, "invalid_argument", await http.post("/api/tools/agent_list", json={"bogus": 1})),
-                (400, "invalid_argument", await http.post("/api/tools/agent_list", content=b"{nope", headers=JSON)),
-                (400, "invalid_argument", await http.post("/api/tools/agent_list", content=b"[1, 2]", headers=JSON)),
-                (400, "invalid_argument", await http.post("/api/tools/agent_list", json={"cursor": "p1.zz"})),
-                (404, "not_found", await http.post("/api/tools/agent_get", json={"id": "ses_nobody"})),
-                (415, "unsupported_media_type", await http.post("/api/tools/agent_list", content=b"{}")),
-                (413, "too_large", await http.post("/api/tools/agent_list", json={"x": "a" * 20_000})),
-                (404, "not_found", await http.get("/api/nothing/here")),
-                (405, "method_not_allowed", await http.get("/api/tools/agent_list")),
-                (400, "invalid_argument", await http.post("/api/tools/ask_user", json={"question": "?"})),
-            ]
-            chunked = await http.post(
-                "/api/tools/agent_list", content=_chunks(b"a" * 30_000), headers={"content-type": "application/json"}
-            )
-            cases.append((413, "too_large", chunked))
+    async with (
+        open_engine() as engine,
+        served(create_app(engine, settings)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        cases: list[tuple[int, str, httpx.Response]] = [
+            (404, "not_found", await http.post("/api/tools/no_such_tool", json={})),
+            (400, "invalid_argument", await http.post("/api/tools/agent_list", json={"bogus": 1})),
+            (400, "invalid_argument", await http.post("/api/tools/agent_list", content=b"{nope", headers=JSON)),
+            (400, "invalid_argument", await http.post("/api/tools/agent_list", content=b"[1, 2]", headers=JSON)),
+            (400, "invalid_argument", await http.post("/api/tools/agent_list", json={"cursor": "p1.zz"})),
+            (404, "not_found", await http.post("/api/tools/agent_get", json={"id": "ses_nobody"})),
+            (415, "unsupported_media_type", await http.post("/api/tools/agent_list", content=b"{}")),
+            (413, "too_large", await http.post("/api/tools/agent_list", json={"x": "a" * 20_000})),
+            (404, "not_found", await http.get("/api/nothing/here")),
+            (405, "method_not_allowed", await http.get("/api/tools/agent_list")),
+            (400, "invalid_argument", await http.post("/api/tools/ask_user", json={"question": "?"})),
+        ]
+        chunked = await http.post(
+            "/api/tools/agent_list", content=_chunks(b"a" * 30_000), headers={"content-type": "application/json"}
+        )
+        cases.append((413, "too_large", chunked))
     for status, code, response in cases:
         assert response.status_code == status, (status, code, response.text)
         body = response.json()
@@ -78,8 +87,11 @@ async def _chunks(data: bytes) -> Any:
 
 
 async def test_openapi_document_is_served(open_engine: Any) -> None:
-    async with open_engine() as engine, served(create_app(engine)) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
-            document = (await http.get("/api/openapi.json")).json()
+    async with (
+        open_engine() as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        document = (await http.get("/api/openapi.json")).json()
     assert "/api/tools/agent_list" in document["paths"]
     assert json.loads(json.dumps(document)) == document

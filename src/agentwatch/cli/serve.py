@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import click
 
-from agentwatch.config import load_config
+from agentwatch.cli._common import MINUTES, resolve_config
 from agentwatch.errors import MissingDependency
 
 __all__ = ["mcp", "serve"]
@@ -15,13 +14,18 @@ __all__ = ["mcp", "serve"]
 _EXTRA = "the service needs its extra: pip install 'agentwatch[service]'"
 
 
-@click.command()
+@click.command(short_help="Run the engine as a service: HTTP tools, live attach and MCP.")
 @click.option("--host", default=None, help="Address to bind (default: [server] bind, then 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="Port to listen on (default: [server] bind, then 8765; 0 = any).")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Port to listen on (default: [server] bind, then 8765; 0 = any).",
+)
 @click.option("--store", "store_url", metavar="URL", default=None, help="Store URL (default: $AGENTWATCH_STORE).")
 @click.option(
     "--deploy-hold-minutes",
-    type=float,
+    type=MINUTES,
     default=None,
     help="On SIGTERM, how long running turns may go on before they are cut off (default 60; 0 = do not wait).",
 )
@@ -44,9 +48,7 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
         from agentwatch.service.server import serve as run_service
     except ImportError as exc:
         raise MissingDependency(f"{_EXTRA} ({exc.name} is missing)") from None
-    config = load_config(Path("."))
-    if store_url:
-        config = config.model_copy(update={"store": store_url})
+    config = resolve_config(store_url)
     bind_host, _, bind_port = config.server.bind.rpartition(":")
     asyncio.run(
         run_service(
@@ -58,7 +60,7 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
     )
 
 
-@click.command()
+@click.command(short_help="Serve the tools as an MCP server on stdin/stdout.")
 @click.option("--store", "store_url", metavar="URL", default=None, help="Store URL (default: $AGENTWATCH_STORE).")
 @click.option("--read-only", is_flag=True, help="Offer only the grant-free (read) tools.")
 def mcp(store_url: str | None, read_only: bool) -> None:
@@ -70,14 +72,13 @@ def mcp(store_url: str | None, read_only: bool) -> None:
     server over HTTP at /mcp.
 
     \b
-    Example (an MCP client's configuration):
+    Examples:
+      agentwatch mcp --read-only
       {"command": "agentwatch", "args": ["mcp", "--store", "sqlite:///.agentwatch/agentwatch.db"]}
+    (the second in an MCP client's configuration)
     """
     try:
         from agentwatch.service.stdio import run_mcp_stdio
     except ImportError as exc:
         raise MissingDependency(f"{_EXTRA} ({exc.name} is missing)") from None
-    config = load_config(Path("."))
-    if store_url:
-        config = config.model_copy(update={"store": store_url})
-    asyncio.run(run_mcp_stdio(config, read_only=read_only))
+    asyncio.run(run_mcp_stdio(resolve_config(store_url), read_only=read_only))

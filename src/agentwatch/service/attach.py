@@ -40,14 +40,17 @@ from agentwatch.errors import AgentwatchError
 from agentwatch.events import Event, StreamCursor
 from agentwatch.live import Lagged
 from agentwatch.service._wire import error, event_json, snapshot_json, status_for
+from agentwatch.service.broadcast import LiveClient
 
 if TYPE_CHECKING:
     from agentwatch.service.app import ServiceState
 
-__all__ = ["Frame", "attach_frames", "events_sse", "events_websocket"]
+__all__ = ["Attachment", "Frame", "events_sse", "events_websocket"]
 
 log = logging.getLogger(__name__)
 
+# Sends are bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for can swallow
+# a cancellation that lands as the send completes, and the stream would go on for a client that left.
 _RING_LIMIT = 10_000
 _PAGE = 500
 _KEEPALIVE_SECONDS = 15.0
@@ -63,46 +66,65 @@ class Frame:
     body: dict[str, JsonValue]
 
     def json(self) -> str:
-        return json.dumps({"kind": self.kind, **self.body}, separators=(",", ":"), ensure_ascii=False)
+        # ASCII only: SSE readers split lines on more than LF (U+2028 in a text would cut a frame).
+        return json.dumps({"kind": self.kind, **self.body}, separators=(",", ":"))
 
 
 def _event_frame(event: Event) -> Frame:
     return Frame("event", event.cursor.encode(), {"event": event_json(event)})
 
 
-async def attach_frames(
-    state: ServiceState, session_id: str, after: StreamCursor | None
-) -> AsyncGenerator[Frame, None]:
-    """The frames of one attach: a snapshot (or the events after `after`), then every later event, forever.
+class Attachment:
+    """One client's attach: `open()` attaches (or raises, e.g. no such session), `frames()` yields a snapshot
+    (or the events after `after`) and then every later event, forever; `close()` detaches."""
 
-    Raises `AgentwatchError` (no such session) before the first frame.
-    """
-    engine, broadcaster = state.engine, state.broadcaster
-    cursor = after
-    while True:
-        client = await broadcaster.attach(engine, session_id)
+    def __init__(self, state: ServiceState, session_id: str, after: StreamCursor | None) -> None:
+        self.state = state
+        self.session_id = session_id
+        self.after = after
+        self._client: LiveClient | None = None
+
+    async def open(self) -> None:
+        """Attach; raises `AgentwatchError` when the session cannot be attached to."""
+        self._client = await self.state.broadcaster.attach(self.state.engine, self.session_id)
+
+    def close(self) -> None:
+        """Detach (idempotent)."""
+        if self._client is not None:
+            self.state.broadcaster.detach(self._client)
+
+    async def frames(self) -> AsyncGenerator[Frame, None]:
+        engine, broadcaster = self.state.engine, self.state.broadcaster
+        cursor = self.after
+        client = self._client
         try:
-            snapshot = client.snapshot
-            assert snapshot is not None
-            position = snapshot.position
-            if cursor is None:
-                yield Frame("snapshot", position.encode(), snapshot_json(snapshot))
-                cursor = position
-            else:
-                async for event in _between(state, session_id, cursor, position):
-                    yield _event_frame(event)
-                    cursor = event.cursor
-                cursor = max(cursor, position)
             while True:
-                event = await client.next()
-                if event.cursor <= cursor:
-                    continue
-                yield _event_frame(event)
-                cursor = event.cursor
-        except Lagged:
-            continue  # the broadcaster cut this client loose: catch up from the store, then attach again
+                if client is None:
+                    client = self._client = await broadcaster.attach(engine, self.session_id)
+                try:
+                    snapshot = client.snapshot
+                    assert snapshot is not None
+                    position = snapshot.position
+                    if cursor is None:
+                        yield Frame("snapshot", position.encode(), snapshot_json(snapshot))
+                        cursor = position
+                    else:
+                        async for event in _between(self.state, self.session_id, cursor, position):
+                            yield _event_frame(event)
+                            cursor = event.cursor
+                        cursor = max(cursor, position)
+                    while True:
+                        event = await client.next()
+                        if event.cursor <= cursor:
+                            continue
+                        yield _event_frame(event)
+                        cursor = event.cursor
+                except Lagged:
+                    # The broadcaster cut this client loose: catch up from the store, then attach again.
+                    broadcaster.detach(client)
+                    client = None
         finally:
-            broadcaster.detach(client)
+            self.close()
 
 
 async def _between(
@@ -151,7 +173,13 @@ async def events_websocket(websocket: WebSocket) -> None:
     except AgentwatchError as exc:
         await _ws_refuse(websocket, exc.to_dict())
         return
-    frames = attach_frames(state, session_id, after)
+    attachment = Attachment(state, session_id, after)
+    try:
+        await attachment.open()
+    except AgentwatchError as exc:
+        await _ws_refuse(websocket, exc.to_dict())
+        return
+    frames = attachment.frames()
     pump = asyncio.create_task(_ws_pump(websocket, frames, state.settings.send_timeout))
     listen = asyncio.create_task(_ws_listen(websocket, state.settings.max_message_bytes))
     stopping = asyncio.create_task(state.stopping.wait())
@@ -162,6 +190,7 @@ async def events_websocket(websocket: WebSocket) -> None:
             task.cancel()
         await asyncio.gather(pump, listen, stopping, return_exceptions=True)
         await frames.aclose()
+        attachment.close()
     if stopping in done:
         await _ws_close(websocket, 1001, "the service is stopping; reconnect with your last cursor")
         return
@@ -183,7 +212,8 @@ async def events_websocket(websocket: WebSocket) -> None:
 
 async def _ws_pump(websocket: WebSocket, frames: AsyncIterator[Frame], send_timeout: float) -> None:
     async for frame in frames:
-        await asyncio.wait_for(websocket.send_text(frame.json()), send_timeout)
+        async with asyncio.timeout(send_timeout):
+            await websocket.send_text(frame.json())
 
 
 async def _ws_listen(websocket: WebSocket, max_bytes: int) -> dict[str, JsonValue] | None:
@@ -209,7 +239,8 @@ async def _ws_refuse(websocket: WebSocket, refusal: dict[str, Any], *, close_cod
     frame = Frame("error", None, refusal)
     code = close_code or 4000 + status_for(refusal)
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(websocket.send_text(frame.json()), 5.0)
+        async with asyncio.timeout(5.0):
+            await websocket.send_text(frame.json())
     await _ws_close(websocket, code, str(refusal.get("error", {}).get("code", "error")))
 
 
@@ -240,12 +271,12 @@ class _SSEResponse:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
         try:
-            after = _parse_after(self.after, self.session_id)
-            frames = attach_frames(state, self.session_id, after)
-            first = await anext(frames)
+            attachment = Attachment(state, self.session_id, _parse_after(self.after, self.session_id))
+            await attachment.open()
         except AgentwatchError as exc:
             await _send_json_error(send, exc.to_dict())
             return
+        frames = attachment.frames()
         await send(
             {
                 "type": "http.response.start",
@@ -257,23 +288,28 @@ class _SSEResponse:
                 ],
             }
         )
-        pump = asyncio.create_task(self._pump(send, first, frames))
+        pump = asyncio.create_task(self._pump(send, frames))
         gone = asyncio.create_task(_disconnected(receive))
         stopping = asyncio.create_task(state.stopping.wait())
         try:
             await asyncio.wait({pump, gone, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if pump.done() and not pump.cancelled() and pump.exception() is not None:
+                failure = pump.exception()
+                if not isinstance(failure, TimeoutError | OSError):
+                    log.warning("attach stream of %s failed: %r", self.session_id, failure, exc_info=failure)
         finally:
             for task in (pump, gone, stopping):
                 task.cancel()
             await asyncio.gather(pump, gone, stopping, return_exceptions=True)
             await frames.aclose()
+            attachment.close()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(send({"type": "http.response.body", "body": b"", "more_body": False}), 1.0)
+            async with asyncio.timeout(1.0):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _pump(self, send: Send, first: Frame, frames: AsyncGenerator[Frame, None]) -> None:
+    async def _pump(self, send: Send, frames: AsyncGenerator[Frame, None]) -> None:
         timeout = self.state.settings.send_timeout
         ready: asyncio.Queue[Frame] = asyncio.Queue(maxsize=1)
-        await asyncio.wait_for(send(_sse_chunk(first)), timeout)
 
         async def produce() -> None:
             async for frame in frames:
@@ -285,11 +321,14 @@ class _SSEResponse:
                 if producer.done():
                     producer.result()  # re-raise what ended it
                 try:
-                    frame = await asyncio.wait_for(ready.get(), _KEEPALIVE_SECONDS)
+                    async with asyncio.timeout(_KEEPALIVE_SECONDS):
+                        frame = await ready.get()
                 except TimeoutError:
-                    await asyncio.wait_for(send(_KEEPALIVE), timeout)
+                    async with asyncio.timeout(timeout):
+                        await send(_KEEPALIVE)
                     continue
-                await asyncio.wait_for(send(_sse_chunk(frame)), timeout)
+                async with asyncio.timeout(timeout):
+                    await send(_sse_chunk(frame))
         finally:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)

@@ -35,7 +35,17 @@ class _Subscribing(Protocol):
 class LiveClient:
     """One attachment of one client to one session: its snapshot and a bounded queue of later events."""
 
-    __slots__ = ("_last", "_queue", "_wakeup", "backlog", "broadcaster", "lagged", "session_id", "snapshot")
+    __slots__ = (
+        "_last",
+        "_queue",
+        "_wakeup",
+        "abandoned",
+        "backlog",
+        "broadcaster",
+        "lagged",
+        "session_id",
+        "snapshot",
+    )
 
     def __init__(self, broadcaster: Broadcaster, session_id: str, backlog: int) -> None:
         self.broadcaster = broadcaster
@@ -48,6 +58,8 @@ class LiveClient:
         self._queue: deque[Event] = deque()
         self._wakeup = asyncio.Event()
         self._last: StreamCursor | None = None
+        self.abandoned = False
+        """The attach was given up before the driver got to it: never register it."""
 
     def offer(self, event: Event) -> bool:
         """Queue an event without waiting; False (and the client cut loose) when its queue is full."""
@@ -100,7 +112,13 @@ class Broadcaster:
     async def attach(self, engine: _Subscribing, session_id: str) -> LiveClient:
         """Attach a new client to a session; it holds its snapshot and receives every later event."""
         client = LiveClient(self, session_id, self.backlog)
-        await engine.subscribe(session_id, client)
+        try:
+            await engine.subscribe(session_id, client)
+        except BaseException:
+            # Cancelled (the connection went away) or failed: the driver may still run on_subscribe later.
+            client.abandoned = True
+            self.detach(client)
+            raise
         if client.snapshot is None:  # the observer was not installed in this engine's drivers
             raise RuntimeError("the broadcaster's observer is not installed; call engine.start_with_observer")
         return client
@@ -146,6 +164,6 @@ class SessionBroadcast:
 
     def on_subscribe(self, thread_id: str, request: Any, snapshot: ReplaySnapshot) -> None:
         """Give our own clients their snapshot and register them, in one step; ignore other requests."""
-        if isinstance(request, LiveClient) and request.broadcaster is self.broadcaster:
+        if isinstance(request, LiveClient) and request.broadcaster is self.broadcaster and not request.abandoned:
             request.attached(snapshot)
             self.broadcaster._register(request)

@@ -1,0 +1,246 @@
+"""Live attach over real sockets: a snapshot then every later event, exactly once, across reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from agentwatch.events import Event
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think
+from agentwatch.runtime.thread_observer import EventCollector
+from agentwatch.service import ServiceSettings, create_app
+from tests.service.clients import attach, ws_url
+from tests.service.support import role, served
+
+
+def lookup(key: str) -> str:
+    return f"value of {key}"
+
+
+def streaming_script(words: int = 30, chunk_delay: float = 0.001) -> ScriptedModel:
+    text = " ".join(f"word{i}" for i in range(words))
+    return ScriptedModel(
+        [
+            [Think("Let me look at it first."), CallTool("lookup", {"key": "a"})],
+            [Reply(f"Found it: {text}."), CallTool("lookup", {"key": "b"})],
+            Reply(f"Done: {text}."),
+        ],
+        chunk_delay=chunk_delay,
+    )
+
+
+@dataclass
+class Watcher:
+    """One client's plan: when it attaches, how it reads, when it drops and reconnects."""
+
+    kind: str
+    delay: float
+    drops: list[int]
+    """After how many events it disconnects, each time (then reconnects with its last cursor)."""
+    slow: bool
+    history: list[str] = field(default_factory=list)
+    received: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def watch(base: str, agent_id: str, watcher: Watcher, final: asyncio.Future[str]) -> None:
+    await asyncio.sleep(watcher.delay)
+    after: str | None = None
+    drops = list(watcher.drops)
+    while True:
+        budget = drops.pop(0) if drops else None
+        async with attach(watcher.kind, base, agent_id, after) as stream:
+            if after is None:
+                snapshot = await asyncio.wait_for(stream.next(), 10)
+                assert snapshot["kind"] == "snapshot", snapshot
+                after = snapshot["cursor"]
+                watcher.history = [e["id"] for e in snapshot["history"]]
+            count = 0
+            while budget is None or count < budget:
+                if final.done() and after == final.result():
+                    return
+                try:
+                    frame = await asyncio.wait_for(stream.next(), 0.2)
+                except TimeoutError:
+                    continue
+                assert frame["kind"] == "event", frame
+                watcher.received.append(frame["event"])
+                after = frame["event"]["cursor"]
+                count += 1
+                if watcher.slow:
+                    await asyncio.sleep(0.003)
+
+
+def problems(watcher: Watcher, reference: list[Event]) -> list[str]:
+    """Why the watcher's view is not exactly the reference stream (empty when it is)."""
+    by_id = {e.id: e for e in reference}
+    found: list[str] = []
+    received_ids = [e["id"] for e in watcher.received]
+    if len(set(received_ids)) != len(received_ids):
+        found.append(f"{watcher.kind}: {len(received_ids) - len(set(received_ids))} duplicates")
+    if watcher.received:
+        first = by_id[watcher.received[0]["id"]]
+        start = reference.index(first)
+    else:
+        start = len(reference)
+    # Everything before the first live event is in the snapshot's history (durable) or its partial turn.
+    expected_history = [e.id for e in reference[:start] if e.durable]
+    if watcher.history != expected_history:
+        found.append(f"{watcher.kind}: history of {len(watcher.history)} != {len(expected_history)} durable events")
+    if received_ids != [e.id for e in reference[start:]]:
+        missing = {e.id for e in reference[start:]} - set(received_ids)
+        found.append(f"{watcher.kind}: {len(missing)} missing after the snapshot")
+    return found
+
+
+async def run_watchers(open_engine: Any, model_ref: str, watchers: list[Watcher], backlog: int) -> list[str]:
+    reference: EventCollector[Any] = EventCollector()
+    settings = ServiceSettings(client_backlog=backlog)
+    async with open_engine(role("streamer", model_ref, tools=("lookup",)), tools=[lookup]) as engine:
+        engine.start_with_observer(lambda _thread_id: reference)
+        app = create_app(engine, settings)
+        async with served(app) as base:
+            session = await engine.create("streamer")
+            final: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            tasks = [asyncio.create_task(watch(base, session.id, w, final)) for w in watchers]
+            await engine.enqueue(session.id, "go")
+            await engine.wait(session.id, 30)
+            await engine.enqueue(session.id, "again")
+            await engine.wait(session.id, 30)
+            await asyncio.sleep(0.05)
+            # Everything up to here is what the watchers must see (a late warning may follow; not compared).
+            events = [e for _, e in reference.events]
+            final.set_result(events[-1].cursor.encode())
+            await asyncio.wait_for(asyncio.gather(*tasks), 30)
+            await until_detached(app)
+    return [p for w in watchers for p in problems(w, events)]
+
+
+async def until_detached(app: Any) -> None:
+    """Wait until the server has noticed that every client went away (it must, within seconds)."""
+    for _ in range(200):
+        if app.state.service.broadcaster.client_count() == 0:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"{app.state.service.broadcaster.client_count()} clients still attached")
+
+
+watcher_plans = st.builds(
+    Watcher,
+    kind=st.sampled_from(["ws", "sse"]),
+    delay=st.floats(min_value=0.0, max_value=0.4),
+    drops=st.lists(st.integers(min_value=1, max_value=60), max_size=3),
+    slow=st.booleans(),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(watchers=st.lists(watcher_plans, min_size=1, max_size=5), backlog=st.sampled_from([3, 1000]))
+async def test_watchers_that_attach_drop_and_reconnect_see_every_event_once(
+    open_engine: Any, scripted: Any, watchers: list[Watcher], backlog: int
+) -> None:
+    model_ref = scripted(f"stream-{random.randrange(10**9)}", streaming_script())
+    assert await run_watchers(open_engine, model_ref, watchers, backlog) == []
+
+
+async def test_snapshot_carries_history_and_pending_choices(open_engine: Any, scripted: Any) -> None:
+    model_ref = scripted("asker", ScriptedModel([CallTool("ask_user", {"question": "Which one?"}), Reply("ok")]))
+    async with open_engine(role("asker", model_ref, tools=("ask_user",))) as engine, served(create_app(engine)) as base:
+        session = await engine.create("asker")
+        await engine.enqueue(session.id, "go")
+        await engine.wait(session.id, 10)
+        for kind in ("ws", "sse"):
+            async with attach(kind, base, session.id) as stream:
+                snapshot = await asyncio.wait_for(stream.next(), 10)
+            assert snapshot["kind"] == "snapshot"
+            assert snapshot["agentId"] == session.id
+            types = [e["type"] for e in snapshot["history"]]
+            assert types[0] == "turn.started" and "request.opened" in types
+            assert [c["request_id"] for c in snapshot["pendingChoices"]] == [
+                e["payload"]["request_id"] for e in snapshot["history"] if e["type"] == "request.opened"
+            ]
+            assert snapshot["cursor"] == snapshot["history"][-1]["cursor"]
+
+
+async def test_bad_attach_requests_get_a_structured_error_and_a_clean_close(open_engine: Any) -> None:
+    async with open_engine() as engine, served(create_app(engine, ServiceSettings(max_message_bytes=1000))) as base:
+        cases = [("ses_nobody", None, 4404, "not_found"), ("ses_nobody", "c1.garbage", 4400, "invalid_argument")]
+        for agent_id, after, code, error_code in cases:
+            async with connect(ws_url(base, agent_id, after)) as ws:
+                frame = json.loads(await ws.recv())
+                assert frame["kind"] == "error" and frame["error"]["code"] == error_code
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws.recv()
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == code
+        async with httpx.AsyncClient(base_url=base) as http:
+            missing = await http.get("/api/agents/ses_nobody/events")
+            assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+            garbage = await http.get("/api/agents/ses_nobody/events", headers={"last-event-id": "%%%"})
+            assert garbage.status_code == 400 and garbage.json()["error"]["code"] == "invalid_argument"
+
+
+async def test_a_socket_that_sends_garbage_is_told_and_closed(open_engine: Any, scripted: Any) -> None:
+    model_ref = scripted("quiet", ScriptedModel.replying("hi"))
+    settings = ServiceSettings(max_message_bytes=1000)
+    async with open_engine(role("quiet", model_ref)) as engine, served(create_app(engine, settings)) as base:
+        session = await engine.create("quiet")
+        for garbage in ("not json", json.dumps({"type": "subscribe"}), "x" * 5000):
+            async with connect(ws_url(base, session.id)) as ws:
+                assert json.loads(await ws.recv())["kind"] == "snapshot"
+                await ws.send(json.dumps({"type": "ping"}))  # the one message the server reads
+                await ws.send(garbage)
+                frames, code = await read_until_closed(ws)
+                assert all(frame["kind"] == "error" for frame in frames) and code in (1008, 1009)
+        async with httpx.AsyncClient(base_url=base) as http:
+            assert (await http.get("/api/health")).json() == {"status": "ok"}
+
+
+async def read_until_closed(ws: Any) -> tuple[list[dict[str, Any]], int | None]:
+    """Every frame until the server closes, and its close code."""
+    frames = []
+    try:
+        while True:
+            frames.append(json.loads(await ws.recv()))
+    except ConnectionClosed as closed:
+        return frames, closed.rcvd.code if closed.rcvd is not None else None
+
+
+async def test_a_client_that_never_reads_does_not_slow_the_session(open_engine: Any, scripted: Any) -> None:
+    model_ref = scripted("talker", streaming_script(words=3000, chunk_delay=0))
+    async with open_engine(role("talker", model_ref, tools=("lookup",)), tools=[lookup]) as engine:
+        app = create_app(engine, ServiceSettings(client_backlog=50, send_timeout=0.5))
+        async with served(app) as base:
+            session = await engine.create("talker")
+            host, port = base.removeprefix("http://").split(":")
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            sock.sendall(
+                (
+                    f"GET /api/agents/{session.id}/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                    "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+                ).encode()
+            )
+            try:
+                await asyncio.sleep(0.2)
+                assert app.state.service.broadcaster.client_count(session.id) == 1
+                await engine.enqueue(session.id, "talk")
+                finished, timed_out = await engine.wait(session.id, 30)
+                assert not timed_out and finished.status == "completed"
+                async with httpx.AsyncClient(base_url=base) as http:
+                    assert (await http.get("/api/health")).status_code == 200
+            finally:
+                sock.close()
+            await until_detached(app)
