@@ -91,6 +91,7 @@ class ModelResolver:
     ```python
     resolver = ModelResolver(config.providers)            # reads os.environ
     resolver.check("openai:gpt-4o")                       # InvalidArgument when OPENAI_API_KEY is unset
+    ModelResolver(models={"coder": ScriptedModel([...])}).check("scripted:coder")   # a test double, handed in
     ```
     """
 

@@ -323,7 +323,9 @@ _REGISTRY: dict[str, ScriptedModel] = {}
 
 
 def register_scripted_model(name: str, model: ScriptedModel) -> None:
-    """Make `scripted:<name>` resolve to `model` (replacing any model registered under that name)."""
+    """Make `scripted:<name>` resolve to `model` in every engine of the process (replacing any model registered
+    under that name). Prefer handing the model to the engine that plays it, `Engine.open(models={name:
+    model})` (or `ModelResolver(models=...)`): nothing outlives the test, and it comes first."""
     _REGISTRY[name] = model
 
 
