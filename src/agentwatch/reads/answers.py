@@ -203,7 +203,8 @@ class ObserverReportEntry(Answer):
 
     at: Timestamp
     observer_type: str
-    observer_session_id: str
+    observer_session_id: str | None
+    """None for a rule observer, which reports without a session of its own."""
     report: str
 
 
