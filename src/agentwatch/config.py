@@ -8,6 +8,7 @@ agents_dir = "agents"
 [sessions]
 stuck_after_seconds = 600
 continue_after_restart = 3
+lease_seconds = 15                # a dead engine's turns continue elsewhere after this (plus ~1 s)
 
 [retention]
 heartbeat_ttl = "24h"
@@ -22,7 +23,8 @@ bind = "127.0.0.1:8765"
 ```
 
 Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
-`AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included).
+`AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included),
+`AGENTWATCH_LEASE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ class SessionDefaults(BaseModel):
     hold_for_parent_seconds: float = Field(300, ge=0)
     """A sub-agent's request waits on its parent agent first, reaching a person after this long at the
     latest (0 = straight to a person)."""
+    lease_seconds: float = Field(15, gt=0, le=86400)
+    """How long an engine's ownership of a session's turns lasts unless renewed: when an engine dies, another
+    continues its turns this long (plus about a second) later (`AGENTWATCH_LEASE_SECONDS`). Engine-wide."""
+    lease_renew_seconds: float | None = Field(None, gt=0)
+    """How often held leases are renewed (default a third of `lease_seconds`). Engine-wide."""
 
 
 class RetentionConfig(BaseModel):
@@ -175,6 +182,10 @@ def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) ->
         raw["agents_dir"] = env["AGENTWATCH_AGENTS_DIR"]
     if "AGENTWATCH_BACKGROUND_TASKS" in env:
         raw["background_tasks"] = _env_flag("AGENTWATCH_BACKGROUND_TASKS", env["AGENTWATCH_BACKGROUND_TASKS"])
+    if "AGENTWATCH_LEASE_SECONDS" in env:
+        sessions = dict(raw.get("sessions", {}))
+        sessions["lease_seconds"] = env["AGENTWATCH_LEASE_SECONDS"]
+        raw["sessions"] = sessions
     if "AGENTWATCH_OBSERVER_AGENTS" in env:
         observers = dict(raw.get("observers", {}))
         observers["enabled"] = _env_flag("AGENTWATCH_OBSERVER_AGENTS", env["AGENTWATCH_OBSERVER_AGENTS"])

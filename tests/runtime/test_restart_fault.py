@@ -34,7 +34,8 @@ def run_child_until(db: Path, markers: Path, phase: str, rng: random.Random) -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # A short lease: the killed engine's turns are free to continue a second after the kill.
+        env={**os.environ, "PYTHONPATH": str(ROOT), "AGENTWATCH_LEASE_SECONDS": "1"},
     )
     assert process.stdout is not None
     session_id, seen = "", []

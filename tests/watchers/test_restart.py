@@ -24,7 +24,8 @@ def run_child_until_ready(db: Path) -> dict[str, str]:
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # A short lease: the killed engine's turns are free to continue a second after the kill.
+        env={**os.environ, "PYTHONPATH": str(ROOT), "AGENTWATCH_LEASE_SECONDS": "1"},
     )
     assert process.stdout is not None
     lines: dict[str, str] = {}

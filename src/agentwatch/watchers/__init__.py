@@ -29,11 +29,12 @@ vocabulary and the envelope), `delivery` (batches and their failure paths), `rep
 `rules`, `observers` (the engine extension).
 """
 
-from agentwatch.watchers.delivery import Batch, Courier, ObserverLost, ObserverStopped, SessionCourier, framing_prompt
+from agentwatch.watchers.delivery import Courier, ObserverLost, ObserverStopped, SessionCourier, framing_prompt
 from agentwatch.watchers.digest import (
     ActivityItem,
     ActivityRecorder,
     AssistantTextItem,
+    Batch,
     Digest,
     ToolCallItem,
     ToolResultItem,

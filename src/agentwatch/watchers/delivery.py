@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentwatch.errors import NotFound
 from agentwatch.events import Origin
+from agentwatch.runtime.leases import claimed
 from agentwatch.store import InputDraft, SessionRecord, Write
-from agentwatch.watchers.digest import Digest, envelope_tag, render_batch
+from agentwatch.watchers.digest import Batch, envelope_tag, render_batch
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, stopped_by_person
 
 if TYPE_CHECKING:
-    from agentwatch.runtime.engine import Engine
+    from agentwatch.runtime.services import Runtime
 
 __all__ = [
     "Batch",
@@ -59,17 +60,6 @@ class ObserverStopped(Exception):
     """A person stopped or deleted the observer."""
 
 
-class Batch:
-    """One send: digests spliced from the buffer, rendered with the postamble."""
-
-    def __init__(self, digests: list[Digest], text: str) -> None:
-        self.digests = digests
-        self.text = text
-        """What the observer receives."""
-        self.recovery = False
-        """True when it goes to a fresh observer that replaces a lost one."""
-
-
 class Courier(Protocol):
     """Takes a batch to a pairing's observer; raises `ObserverLost` or `ObserverStopped` when it cannot."""
 
@@ -96,7 +86,7 @@ def framing_prompt(pairing: Pairing, observed_role: str, *, recovery: bool = Fal
 class SessionCourier:
     """Delivers to a model observer's own session through the engine's inbox and turn loop."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Runtime) -> None:
         self.engine = engine
 
     async def deliver(self, pairing: Pairing, batch: Batch) -> None:
@@ -109,7 +99,8 @@ class SessionCourier:
             framing = framing_prompt(pairing, observed.role, recovery=batch.recovery)
             inputs.insert(0, InputDraft(text=framing, origin=FRAMING_ORIGIN, meta=True))
         driver = await engine.driver(session.id)
-        await driver.commit(Write(session.id, inputs_add=inputs))
+        async with claimed(engine, session.id):  # never left without an owner to run it (see runtime.leases)
+            await driver.commit(Write(session.id, inputs_add=inputs))
         pairing.first_run_done = True
         driver.kick()
         while True:

@@ -44,6 +44,7 @@ __all__ = [
     "ActivityItem",
     "ActivityRecorder",
     "AssistantTextItem",
+    "Batch",
     "Digest",
     "ToolCallItem",
     "ToolResultItem",
@@ -140,6 +141,17 @@ class Digest:
     items: tuple[ActivityItem, ...]
     text: str
     """The envelope (without the postamble)."""
+
+
+class Batch:
+    """One send to an observer: digests taken from a pairing's buffer, rendered with the postamble."""
+
+    def __init__(self, digests: list[Digest], text: str) -> None:
+        self.digests = digests
+        self.text = text
+        """What the observer receives."""
+        self.recovery = False
+        """True when it goes to a fresh observer that replaces a lost one."""
 
 
 def clip(text: str, limit: int = FIELD_LIMIT) -> str:

@@ -14,18 +14,20 @@ as a `runtime.warning` on the session):
    `AGENTWATCH_BACKGROUND_TASKS=0`) → unobserved; the tap is not even installed;
 4. the named type is missing from the roster, has an observer of its own, or is a rule type with no
    registered function → unobserved, with a warning;
-5. otherwise the pairing is armed (see `pairing`).
+5. otherwise the pairing is armed (see `pairing`), but only by the engine that owns the session (holds its
+   lease): another engine that sees one of its events leaves it alone and looks again at its next event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from agentwatch.errors import NotFound, UserError
 from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnEnded
+from agentwatch.runtime.leases import leases_of
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.thread_observer import ReplaySnapshot
 from agentwatch.store import SessionRecord, Write
@@ -36,7 +38,7 @@ from agentwatch.watchers.report import observer_report_tool, observer_tool_set, 
 from agentwatch.watchers.rules import RuleBook, RuleCourier, RuleFunction, default_rules, rule_definition
 
 if TYPE_CHECKING:
-    from agentwatch.runtime.engine import Engine
+    from agentwatch.runtime.services import Runtime
 
 __all__ = ["ActivityTap", "ObserverAgents", "observer_agents"]
 
@@ -55,18 +57,19 @@ class ObserverAgents:
         """The rule observers, by type."""
         self.courier = courier
         """Delivers to model observers' sessions (a `SessionCourier` once installed); replaceable."""
-        self._engine: Engine | None = None
+        self._engine: Runtime | None = None
         self._registry: PairingRegistry | None = None
         self._rule_courier = RuleCourier(self)
         self._taps: dict[str, ActivityTap] = {}
         self._resolving: dict[str, asyncio.Task[Pairing | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._warned: set[tuple[str, str]] = set()
+        self._deferred: set[str] = set()  # sessions left unresolved because another engine owns them
         self._closed = False
 
     # -- the extension --------------------------------------------------------------------------------
 
-    def install(self, engine: Engine) -> None:
+    def install(self, engine: Runtime) -> None:
         """Add the report tool, the one-way policy, the observer tool set, the rule types and the tap."""
         self._engine = engine
         self._registry = PairingRegistry(engine)
@@ -89,7 +92,7 @@ class ObserverAgents:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> Runtime:
         """The engine it is installed in."""
         if self._engine is None:
             raise UserError("ObserverAgents is not installed in an engine yet")
@@ -175,7 +178,23 @@ class ObserverAgents:
 
     # -- resolving and arming -------------------------------------------------------------------------
 
+    def deferred(self, session_id: str) -> bool:
+        """Whether the last resolution of the session was left for later (another engine owned it)."""
+        if session_id in self._deferred:
+            self._deferred.discard(session_id)
+            return True
+        return False
+
+    def owns(self, session_id: str) -> bool:
+        """Whether this engine owns the session's turns (holds its lease), and so may arm its pairing."""
+        leases = leases_of(self.engine)
+        return leases is None or leases.holds(session_id)
+
     async def _resolve(self, session_id: str) -> Pairing | None:
+        if not self.owns(session_id):
+            self._resolving.pop(session_id, None)  # not ours (yet): look again at a later event
+            self._deferred.add(session_id)
+            return None
         try:
             session = await self.engine.store.get_session(session_id)
         except NotFound:
@@ -299,6 +318,9 @@ class ActivityTap:
 
     async def _resolve(self) -> None:
         pairing = await self.hub.pairing_for(self.session_id)
+        if pairing is None and self.hub.deferred(self.session_id):
+            self.status = "new"  # another engine owns the session: look again at its next event here
+            return
         if pairing is None:
             self.status = "unobserved"
             self._pending.clear()
@@ -324,7 +346,12 @@ def _unavailable(definition: AgentDefinition, known: Any) -> str:
     return f"its observer {observer!r} is not an agent type in the roster, so {unobserved}"
 
 
-def observer_agents(engine: Engine) -> ObserverAgents:
+class _WithExtensions(Protocol):
+    @property
+    def extensions(self) -> Sequence[object]: ...
+
+
+def observer_agents(engine: _WithExtensions) -> ObserverAgents:
     """The observer subsystem installed in `engine`."""
     for extension in engine.extensions:
         if isinstance(extension, ObserverAgents):

@@ -18,8 +18,12 @@ pairing: the observer type and definition, the observer's session, a buffer of d
   reattached when the type still matches, it was not stopped and its session still exists; otherwise a new
   observer session starts. A stopped tombstone for the same type makes the pairing `blocked`: a stopped
   observer is never silently brought back.
-- **marker**: a new observer session is marked `is_observer` and the mark is read back before the pairing
-  arms; deliveries check it again and refuse an observer whose mark cannot be confirmed.
+- **marker**: a new observer session is created marked `is_observer`, together with the ref that names it,
+  in one store transaction (so no crash leaves an observer without its ref, and the store refuses a second
+  live observer for one pairing: the loser of a race reattaches to the winner's). The mark is read back
+  before the pairing arms; deliveries check it again and refuse an observer whose mark cannot be confirmed.
+- **owner only**: only the engine that owns the observed session (holds its lease, see
+  `agentwatch.runtime.leases`) resolves and arms its pairing; other engines leave it alone.
 
 Every state change is an `observer.state` event on the observed session, and the ref is durable, so
 `describe(store, session)` shows the pairing from the store alone (for `agent_get`).
@@ -35,16 +39,24 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
-from agentwatch.errors import NotFound
-from agentwatch.events import NewEvent, ObserverReported, ObserverStateChanged, Origin, PairingState, RuntimeNotice
+from agentwatch.errors import Conflict, NotFound
+from agentwatch.events import (
+    NewEvent,
+    ObserverReported,
+    ObserverStateChanged,
+    Origin,
+    PairingState,
+    RuntimeNotice,
+    new_id,
+)
 from agentwatch.reads.observer import describe_observer
 from agentwatch.runtime.policy import ToolRequest, Verdict
 from agentwatch.runtime.roster import AgentDefinition
-from agentwatch.store import TERMINAL_STATUSES, ObserverRef, SessionPatch, SessionRecord, Write
+from agentwatch.store import TERMINAL_STATUSES, ObserverRef, SessionDraft, SessionRecord, Write
 from agentwatch.watchers.digest import Digest
 
 if TYPE_CHECKING:
-    from agentwatch.runtime.engine import Engine
+    from agentwatch.runtime.services import Runtime
 
 __all__ = ["MAX_BUFFERED", "Pairing", "PairingRegistry", "describe", "observer_source"]
 
@@ -123,7 +135,7 @@ class Pairing:
 class PairingRegistry:
     """The pairings of one engine: arming, lookups, state changes, stops."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Runtime) -> None:
         self.engine = engine
         self.pairings: dict[str, Pairing] = {}
         """Pairings by observed session id."""
@@ -256,31 +268,56 @@ class PairingRegistry:
         return bool(await self.engine.store.list_inputs(session_id, pending_only=False))
 
     async def spawn(self, pairing: Pairing) -> None:
-        """Start a new observer session for the pairing, marked and confirmed, and record the ref."""
-        engine = self.engine
-        observed = await engine.store.get_session(pairing.observed_session_id)
-        session = await engine.create(
-            pairing.observer_type,
+        """Start a new observer session for the pairing, marked, with its ref in the same transaction, and
+        confirmed; when another live observer was paired meanwhile, reattach to that one instead."""
+        store = self.engine.store
+        observed = await store.get_session(pairing.observed_session_id)
+        definition = pairing.definition
+        session_id = new_id("ses")
+        draft = SessionDraft(
+            id=session_id,
+            name=f"{definition.name}-{session_id[-6:]}",
+            role=definition.name,
+            display_name=f"observer of {observed.name}",
+            feature=definition.feature,
             scope=observed.scope,
+            source=SOURCE,
+            model_ref=definition.model,
             parent_id=observed.id,
             run_id=observed.run_id,
             origin=Origin(kind="observer", ref=observed.id),
-            source=SOURCE,
-            display_name=f"observer of {observed.name}",
+            is_observer=True,
         )
-        driver = await engine.driver(session.id)
-        await driver.commit(Write(session.id, session=SessionPatch(is_observer=True), touch=False))
-        if not (await engine.store.get_session(session.id)).is_observer:
-            raise MarkerUnconfirmed(f"observer session {session.id!r} could not be confirmed as an observer")
-        await self.attach(pairing, session.id, first_run_done=False)
+        ref = ObserverRef(observed_session_id=observed.id, observer_type=pairing.observer_type)
+        stale = await store.get_observer_ref(observed.id)
+        if stale is not None and stale.observer_type != ref.observer_type and not stale.stopped:
+            # The observed role now declares another observer type: the old pairing is over (its ref goes; a
+            # crash right after this leaves a ref with no observer, which the next arm fills).
+            await store.set_observer_ref(ref)
+        try:
+            await store.create_session(draft, observer_ref=ref)
+        except Conflict:
+            current = await store.get_observer_ref(observed.id)
+            if current is None or current.observer_session_id is None or current.observer_type != ref.observer_type:
+                raise
+            winner = current.observer_session_id
+            await self.attach(pairing, winner, first_run_done=await self._had_input(winner), record=False)
+            return
+        if not (await store.get_session(session_id)).is_observer:
+            raise MarkerUnconfirmed(f"observer session {session_id!r} could not be confirmed as an observer")
+        await self.attach(pairing, session_id, first_run_done=False, record=False)
 
-    async def attach(self, pairing: Pairing, observer_session_id: str, *, first_run_done: bool) -> None:
-        """Point the pairing (and the durable ref) at an observer session."""
+    async def attach(
+        self, pairing: Pairing, observer_session_id: str, *, first_run_done: bool, record: bool = True
+    ) -> None:
+        """Point the pairing (and, with `record`, the durable ref) at an observer session."""
         if pairing.observer_session_id is not None:
             self.by_observer.pop(pairing.observer_session_id, None)
         pairing.observer_session_id = observer_session_id
         pairing.first_run_done = first_run_done
         self.by_observer[observer_session_id] = pairing.observed_session_id
+        if not record:
+            return
         await self.engine.store.set_observer_ref(
             ObserverRef(
                 observed_session_id=pairing.observed_session_id,

@@ -26,24 +26,25 @@ refuses them all the same), and no agent can `agent_enqueue` to an observer sess
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field, JsonValue, field_validator
 
 from agentwatch.errors import AgentwatchError, NotFound
 from agentwatch.events import NewEvent, ObserverReported, Origin
+from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
 from agentwatch.runtime.tools import Args, Caller, Tool, parse_args
 from agentwatch.store import InputDraft, SessionRecord, Store, Write
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, observer_source
 
 if TYPE_CHECKING:
-    from agentwatch.runtime.engine import Engine
-    from agentwatch.watchers.observers import ObserverAgents
+    from agentwatch.runtime.services import Runtime
 
 __all__ = [
     "MESSAGING_TOOLS",
     "REPORT_TOOL",
+    "ReportHub",
     "ReportNotDelivered",
     "observer_report_tool",
     "observer_tool_set",
@@ -81,6 +82,20 @@ class ReportArgs(Args):
         if not value.strip():
             raise ValueError("the report is blank; write what the observed agent should know")
         return value.strip()
+
+
+class ReportHub(Protocol):
+    """What the report tool needs of the observer subsystem (`ObserverAgents` is the one in an engine)."""
+
+    @property
+    def registry(self) -> PairingRegistry:
+        """The engine's pairings."""
+
+    async def pairing_of_observer(self, observer: SessionRecord) -> Pairing | None:
+        """The pairing an observer session serves, if any."""
+
+    def report_turn(self, pairing: Pairing) -> bool:
+        """Whether the observed agent's latest turn was started by observer reports alone."""
 
 
 def report_text(observer_type: str, report: str) -> str:
@@ -122,7 +137,8 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
         text=report_text(pairing.observer_type, report), origin=Origin(kind="observer", ref=source), meta=True
     )
     driver = await engine.driver(observed.id)
-    await driver.commit(Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
+    async with claimed(engine, observed.id):  # never left without an owner to read it (see runtime.leases)
+        await driver.commit(Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
     driver.kick()
     return f"Report queued for {pairing.target}; it reads it at its next turn."
 
@@ -132,10 +148,10 @@ async def _other_input_waits(store: Store, observed: SessionRecord) -> bool:
     return any(i.origin is None or i.origin.kind != "observer" for i in inputs)
 
 
-def observer_report_tool(hub: ObserverAgents) -> Tool:
+def observer_report_tool(hub: ReportHub) -> Tool:
     """The `ObserverReport` tool, bound to an engine's observer subsystem."""
 
-    async def handler(engine: Engine, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+    async def handler(engine: Runtime, caller: Caller, raw: dict[str, Any]) -> JsonValue:
         args = parse_args(ReportArgs, REPORT_TOOL, raw)
         if caller.session_id is None:
             raise ReportNotDelivered(f"{REPORT_TOOL} is for observer agents; this call comes from outside any agent")

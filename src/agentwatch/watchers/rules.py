@@ -38,18 +38,14 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from agentwatch.errors import UserError
 from agentwatch.events import RuntimeNotice
 from agentwatch.runtime.roster import AgentDefinition
-from agentwatch.watchers.digest import ActivityItem, ToolCallItem, ToolResultItem, TurnEndedItem
+from agentwatch.watchers.digest import ActivityItem, Batch, ToolCallItem, ToolResultItem, TurnEndedItem
 from agentwatch.watchers.pairing import Pairing, observer_source
-from agentwatch.watchers.report import ReportNotDelivered, send_report
-
-if TYPE_CHECKING:
-    from agentwatch.watchers.delivery import Batch
-    from agentwatch.watchers.observers import ObserverAgents
+from agentwatch.watchers.report import ReportHub, ReportNotDelivered, send_report
 
 __all__ = [
     "BUILTIN_RULES",
@@ -57,6 +53,7 @@ __all__ = [
     "RuleContext",
     "RuleCourier",
     "RuleFunction",
+    "RuleHub",
     "budget_guard",
     "default_rules",
     "failure_guard",
@@ -288,10 +285,18 @@ def _mask(secret: str) -> str:
 # -- delivery -------------------------------------------------------------------------------------------
 
 
+class RuleHub(ReportHub, Protocol):
+    """What a rule courier needs of the observer subsystem: the report path and the rule functions."""
+
+    @property
+    def rules(self) -> RuleBook:
+        """The rule observers, by type."""
+
+
 class RuleCourier:
     """Runs a rule observer on a batch and sends what it reports through the ObserverReport path."""
 
-    def __init__(self, hub: ObserverAgents) -> None:
+    def __init__(self, hub: RuleHub) -> None:
         self.hub = hub
 
     async def deliver(self, pairing: Pairing, batch: Batch) -> None:

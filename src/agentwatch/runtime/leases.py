@@ -1,0 +1,353 @@
+"""Leases: which engine owns a session's turns, so two engines on one store never run the same turn.
+
+Every engine is an owner with an identity of its own (`own_<host>_<pid>_<random>`). Before its turn loop
+runs a turn of a session, the engine takes the session's lease in the store: a row naming the owner and
+an expiry (`[sessions] lease_seconds`, default 15 s). While the loop runs, the engine renews every lease it
+holds (every `lease_renew_seconds`, default a third of the lease); when the loop runs out of work it lets
+the lease go. Taking a lease succeeds only when nobody holds it or its holder's lease expired, so:
+
+- a turn marked `running` (or paused, or with input waiting) whose owner is alive is left to that owner:
+  another engine that finds it (at start, after an `agent_enqueue` or an answer it took) does not get the
+  lease and leaves the work where it is; the owner's loop looks at the inbox and the requests again after
+  each turn, and once more after it lets the lease go, so nothing queued meanwhile is stranded;
+- a turn whose owner died is continued by whichever engine takes the expired lease first: each engine that
+  recovers turns sweeps the store for expired leases about once a second, so an orphaned turn continues
+  within the lease plus about a second. The restart note and `continue_after_restart` apply as after a
+  restart;
+- an engine that loses a lease it thought it held (its renewals failed or came too late) cuts that turn off
+  without recording anything: the new owner continues it. A tool call starts only while the lease is held,
+  with a margin, so a tool never runs in two engines at once.
+
+An engine that closes hands its leases over at once (their expiry is set to now), so another live engine
+continues its cut-off turns within a second. Reading never takes a lease: only a turn loop does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from agentwatch.errors import AgentwatchError, NotFound
+from agentwatch.events import NewEvent, TurnEnded, TurnId
+from agentwatch.runtime.plan import Plan, next_plan
+from agentwatch.store import SessionPatch, SessionRecord, Store, Write
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.services import Runtime
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "LeaseLost",
+    "Leases",
+    "check_held",
+    "claimed",
+    "end_after_fault",
+    "ensure_held",
+    "leases_of",
+    "new_owner",
+    "owned_plan",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 15.0
+SWEEP_SECONDS = 0.5
+"""How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal)."""
+HAND_OVER_SECONDS = 0.001
+"""The lease a closing engine leaves behind: expired at once, so another engine's sweep takes it over."""
+FAULT_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)
+"""Pauses between tries to record a turn's failure after a store fault (about 8 s in all)."""
+
+
+def new_owner() -> str:
+    """A fresh owner identity: host, process id and a random part (two engines of one process differ)."""
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
+    return f"own_{host}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+class Leases:
+    """The leases one engine holds, renewed in the background; see the module docs."""
+
+    def __init__(self, store: Store, *, ttl: float, renew_every: float | None = None, owner: str | None = None):
+        self.store = store
+        self.owner = owner or new_owner()
+        """This engine's identity as a lease holder."""
+        self.ttl = ttl
+        self.renew_every = renew_every if renew_every is not None else ttl / 3
+        # A lease counts as held locally until a margin before the store's expiry, measured from when the
+        # acquire or renewal was sent, so a tool never starts after another engine may have taken over.
+        self._margin = min(1.0, ttl / 5)
+        self._held: dict[str, float] = {}  # session id -> local (monotonic) deadline
+        self._task: asyncio.Task[None] | None = None
+        self.takeovers = 0
+        """How many expired leases of other owners this engine took over."""
+
+    # -- holding --------------------------------------------------------------------------------------
+
+    def holds(self, session_id: str) -> bool:
+        """Whether this engine holds the session's lease (with a margin before its expiry)."""
+        deadline = self._held.get(session_id)
+        return deadline is not None and time.monotonic() < deadline
+
+    def may_write(self, session_id: str) -> bool:
+        """Whether a turn of the session may still write here: the lease was not found lost, and it cannot
+        have expired in the store yet (a renewal late because the loop was busy is not a loss)."""
+        deadline = self._held.get(session_id)
+        return deadline is not None and time.monotonic() < deadline + self._margin
+
+    async def confirm(self, session_id: str) -> bool:
+        """Make sure of the lease in the store (extending it) when the local view is not sure any more;
+        False when another owner has it now."""
+        if self.holds(session_id):
+            return True
+        if session_id not in self._held:
+            return False  # found lost (or let go): never taken back behind the new owner's back
+        sent = time.monotonic()
+        # A renewal, not an acquire: it succeeds only while the lease row is still this engine's, so a lease
+        # another engine took over (and maybe let go since) is never taken back in the middle of a turn.
+        if session_id in await self.store.renew_leases(self.owner, [session_id], self.ttl):
+            self._held[session_id] = sent + self.ttl - self._margin
+            return True
+        self._held.pop(session_id, None)
+        return False
+
+    @property
+    def held(self) -> list[str]:
+        """The ids of the sessions whose lease this engine holds or renews."""
+        return list(self._held)
+
+    async def acquire(self, session_id: str) -> bool:
+        """Take the session's lease; False when another live owner holds it."""
+        sent = time.monotonic()
+        if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
+            return False
+        self._held[session_id] = sent + self.ttl - self._margin
+        return True
+
+    async def release(self, session_id: str) -> None:
+        """Let the lease go (best effort: a lease that cannot be released expires on its own)."""
+        if self._held.pop(session_id, None) is None:
+            return
+        try:
+            await self.store.release_lease(session_id, self.owner)
+        except Exception as exc:
+            log.warning("could not release the lease of %s (it expires on its own): %s", session_id, exc)
+
+    def forget(self, session_id: str) -> None:
+        """Stop renewing the lease without a store call: it expires, and the restart rule takes over."""
+        self._held.pop(session_id, None)
+
+    async def renew(self) -> list[str]:
+        """Renew every held lease; returns the ids this engine no longer holds (taken over, or overdue)."""
+        ids = list(self._held)
+        lost: list[str] = []
+        if ids:
+            sent = time.monotonic()
+            try:
+                kept = set(await self.store.renew_leases(self.owner, ids, self.ttl))
+            except Exception as exc:
+                log.warning("renewing %d lease(s) failed: %s", len(ids), exc)
+                kept = set()
+            else:
+                for session_id in ids:
+                    if session_id not in self._held:
+                        continue  # released meanwhile
+                    if session_id in kept:
+                        self._held[session_id] = sent + self.ttl - self._margin
+                    else:
+                        lost.append(session_id)
+        now = time.monotonic()
+        lost += [sid for sid, deadline in self._held.items() if deadline <= now and sid not in lost]
+        for session_id in lost:
+            self._held.pop(session_id, None)
+        return lost
+
+    # -- the background task --------------------------------------------------------------------------
+
+    def start(self, runtime: Runtime, *, sweep: bool) -> None:
+        """Renew held leases (cutting off the turns of lost ones) and, with `sweep`, take over expired ones."""
+        self._task = asyncio.create_task(self._run(runtime, sweep=sweep), name="agentwatch-leases")
+
+    async def close(self) -> None:
+        """Stop renewing and hand every held lease over at once (its expiry becomes now)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        ids, self._held = list(self._held), {}
+        if ids:
+            try:
+                await self.store.renew_leases(self.owner, ids, HAND_OVER_SECONDS)
+            except Exception as exc:
+                log.warning("could not hand over %d lease(s) (they expire on their own): %s", len(ids), exc)
+
+    async def _run(self, runtime: Runtime, *, sweep: bool) -> None:
+        pause = min(SWEEP_SECONDS, self.renew_every)
+        next_renewal = time.monotonic() + self.renew_every
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                if time.monotonic() >= next_renewal:
+                    next_renewal = time.monotonic() + self.renew_every
+                    for session_id in await self.renew():
+                        log.warning("lost the lease of %s; its turn is cut off here", session_id)
+                        await _cut_off(runtime, session_id)
+                if sweep:
+                    await self.sweep(runtime)
+            except Exception as exc:  # housekeeping must never take the engine down
+                log.warning("lease upkeep failed: %s", exc)
+
+    async def sweep(self, runtime: Runtime) -> int:
+        """Take over sessions whose owner's lease expired and let their turn loops look for work; returns how
+        many were taken."""
+        taken = 0
+        for lease in await self.store.expired_leases(limit=100):
+            session_id = lease.session_id
+            if self.holds(session_id):
+                continue
+            sent = time.monotonic()
+            if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
+                continue  # another engine was faster
+            self._held[session_id] = sent + self.ttl - self._margin
+            if lease.owner != self.owner:
+                self.takeovers += 1
+            taken += 1
+            try:
+                (await runtime.driver(session_id)).kick()
+            except AgentwatchError:  # reaped meanwhile: nothing to continue
+                await self.release(session_id)
+        return taken
+
+
+def leases_of(runtime: object) -> Leases | None:
+    """The leases of an engine; None for a runtime without any (every session counts as its own)."""
+    leases = getattr(runtime, "leases", None)
+    return leases if isinstance(leases, Leases) else None
+
+
+async def owned_plan(runtime: Runtime, session_id: str) -> tuple[SessionRecord, Plan] | None:
+    """The work waiting for the session, once this engine holds its lease; None when there is none, or when
+    another live engine owns the session (its loop picks the work up).
+
+    The lease is taken before the session is read, so what is read is what this engine owns. Letting the
+    lease go (no work left) is followed by one more look, so input another engine queued while this one
+    held the lease (and so left for it) is not stranded.
+    """
+    leases = leases_of(runtime)
+    for _ in range(3):
+        if leases is not None and not leases.holds(session_id) and not await leases.acquire(session_id):
+            return None
+        session = await runtime.store.get_session(session_id)
+        plan = await next_plan(runtime, session)
+        if plan is not None:
+            return session, plan
+        if leases is None:
+            return None
+        await leases.release(session_id)
+        session = await runtime.store.get_session(session_id)
+        if await next_plan(runtime, session) is None:
+            return None
+    return None
+
+
+@contextlib.asynccontextmanager
+async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[None]:
+    """Around queuing work for a session (input, an answer): take its lease first when it is free, so that if
+    this engine dies before its turn loop runs the work, the lease expires and another engine's sweep finds
+    it. When another live engine holds the lease, the work is left for that one (its loop looks again after
+    each turn and after it lets the lease go). A lease taken here for work that was not queued is let go."""
+    leases = leases_of(runtime)
+    taken = leases is not None and not leases.holds(session_id) and await leases.acquire(session_id)
+    try:
+        yield
+    except BaseException:
+        if taken and leases is not None:
+            await leases.release(session_id)
+        raise
+
+
+async def release_after_stop(runtime: Runtime, session_id: str) -> None:
+    """A stopped turn ended its loop: let the lease go (the next input takes it again)."""
+    leases = leases_of(runtime)
+    if leases is not None:
+        await leases.release(session_id)
+
+
+async def end_after_fault(runtime: Runtime, session_id: str, error: BaseException) -> None:
+    """The turn loop of `session_id` failed on a store fault: end the running turn `failed` with that error
+    once the store takes the write, or, when it never does, stop renewing the lease so the turn is
+    continued by the restart rule once the lease expires. Never raises (the turn loop survives)."""
+    if isinstance(error, LeaseLost):
+        return  # cut off here: the engine holding the lease now continues the turn
+    message = f"{type(error).__name__}: {error}"
+    log.warning("the turn loop of %s failed on a store fault: %s", session_id, message)
+    leases = leases_of(runtime)
+    for pause in FAULT_RETRIES:
+        await asyncio.sleep(pause)
+        if leases is not None and session_id not in leases.held:
+            return  # the lease is gone: another engine (or the restart rule) has the turn now
+        try:
+            session = await runtime.store.get_session(session_id)
+            if session.status != "running":
+                break  # nothing left running (the end was written before the fault was reported)
+            ended = TurnEnded(outcome="failed", error=message)
+            turn_id = TurnId(session.current_turn_id) if session.current_turn_id else None
+            channel = await runtime.driver(session_id)
+            await channel.commit(
+                Write(
+                    session_id,
+                    events=[NewEvent(ended, turn_id)],
+                    session=SessionPatch(status="failed", error=message, current_turn_id=None, turn_attempts=0),
+                    expect_status=["running"],
+                )
+            )
+            break
+        except NotFound:
+            return  # reaped meanwhile: nothing is left running
+        except Exception as exc:
+            log.warning("could not record the failure of %s yet: %s", session_id, exc)
+    else:
+        if leases is not None:
+            leases.forget(session_id)  # the lease expires and the restart rule continues the turn
+        return
+    if leases is not None:
+        await leases.release(session_id)
+
+
+class LeaseLost(Exception):
+    """This engine no longer holds the session's lease: the turn writes nothing more here."""
+
+
+def check_held(runtime: Runtime, session_id: str) -> None:
+    """Before a turn writes: raise `LeaseLost` when this engine no longer holds the session's lease (another
+    engine may be continuing the turn, and must be its only writer)."""
+    leases = leases_of(runtime)
+    if leases is not None and not leases.may_write(session_id):
+        raise LeaseLost(f"this engine no longer holds the lease of {session_id}; another engine continues the turn")
+
+
+async def _cut_off(runtime: Runtime, session_id: str) -> None:
+    channel: Any = await runtime.driver(session_id)
+    cut_off = getattr(channel, "cut_off_turn", None)
+    if callable(cut_off):
+        cut_off()
+
+
+async def ensure_held(runtime: Runtime, session_id: str) -> None:
+    """Before a tool runs: when this engine no longer holds the session's lease, cut the turn off here
+    (another engine may own it now) instead of running the tool."""
+    leases = leases_of(runtime)
+    if leases is None or await leases.confirm(session_id):
+        return
+    await _cut_off(runtime, session_id)
+    with contextlib.suppress(Exception):
+        leases.forget(session_id)
+    raise asyncio.CancelledError(f"the lease of {session_id} was lost; another engine continues the turn")

@@ -1,0 +1,242 @@
+"""Leases: two engines on one store never run the same turn; a dead owner's turns continue elsewhere.
+
+Engines here share one SQLite file in one process (each engine is its own owner); the tests with real
+processes killed at random moments are in `test_leases_processes.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentwatch.config import Config, load_config
+from agentwatch.events import NewEvent, ToolResult, TurnEnded, TurnId, TurnStarted, UserMessage
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.leases import Leases, new_owner
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.store import SessionDraft, SessionPatch, Write
+from tests.runtime.support import Scripted, role
+
+LEASE = 1.0
+
+
+def lease_config(tmp_path: Path, lease: float = LEASE) -> Config:
+    config = load_config(tmp_path, env={})
+    return config.model_copy(update={"sessions": config.sessions.model_copy(update={"lease_seconds": lease})})
+
+
+def one_call_per_prompt(ctx: Any) -> Any:
+    """Call `slow_tool` once (with a label no other call has) after each real prompt, then answer."""
+    since_prompt = 0
+    for entry in ctx.transcript:
+        if entry.kind == "prompt" and not entry.text.startswith("[agentwatch]"):
+            since_prompt = 0
+        elif entry.kind == "tool_result":
+            since_prompt += 1
+    if since_prompt == 0:
+        return CallTool("slow_tool", {"label": uuid.uuid4().hex})
+    return Reply("done")
+
+
+Runs = list[tuple[str, str, str]]
+"""(engine, event, label) for every start and end of a tool run."""
+
+
+def slow_tool(runs: Runs, engine: str, seconds: float) -> Callable[..., Any]:
+    async def slow_tool(label: str) -> str:
+        runs.append((engine, "start", label))
+        await asyncio.sleep(seconds)
+        runs.append((engine, "end", label))
+        return f"{engine} did {label}"
+
+    return slow_tool
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        await asyncio.sleep(0.01)
+
+
+def started(runs: Runs) -> list[str]:
+    return [label for _, event, label in runs if event == "start"]
+
+
+async def check_log(engine: Engine, session_id: str) -> list[Any]:
+    """The session's events, after checking that no event of a turn follows that turn's `turn.ended`."""
+    events = await engine.store.read_events(session_id, limit=10_000)
+    ended: set[str] = set()
+    for event in events:
+        if event.turn_id is not None and event.turn_id in ended and not isinstance(event.payload, TurnStarted):
+            raise AssertionError(f"{event.type} after the turn.ended of {event.turn_id}")
+        if isinstance(event.payload, TurnEnded) and event.payload.outcome != "paused" and event.turn_id:
+            ended.add(event.turn_id)
+        if isinstance(event.payload, TurnStarted) and event.turn_id:
+            ended.discard(event.turn_id)
+    return events
+
+
+async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(tmp_path: Path, scripted: Scripted) -> None:
+    """Once: a second engine whose roster lacks the role ended the first one's turns `failed` (role no
+    longer resolves). Now it does not own them, so it does not touch them."""
+    model = scripted("leases-alone", ScriptedModel(function=one_call_per_prompt))
+    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    config = lease_config(tmp_path)
+    async with Engine.open(
+        url, config=config, definitions=[role("slow", model, tools=("slow_tool",))], tools=[slow_tool(runs, "a", 1.5)]
+    ) as a:
+        session = await a.create("slow")
+        await a.enqueue(session.id, "go")
+        await until(lambda: bool(runs))
+        async with Engine.open(url, config=config) as b:  # no roles at all
+            await asyncio.sleep(1.2)  # its start-up recovery, and a sweep or two
+            lease = await b.store.get_lease(session.id)
+            assert lease is not None and lease.owner == a.leases.owner
+            assert (await b.store.get_session(session.id)).status == "running"
+            assert b.leases.held == []
+        settled, timed_out = await a.wait(session.id, 15)
+        events = await check_log(a, session.id)
+    assert not timed_out and settled.status == "completed"
+    assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["completed"]
+    assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
+
+
+async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path, scripted: Scripted) -> None:
+    model = scripted("leases-queue", ScriptedModel(function=one_call_per_prompt))
+    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 1.0)]) as a:
+        session = await a.create("slow", source="chat")
+        await a.enqueue(session.id, "first")
+        await until(lambda: bool(runs))
+        async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 1.0)]) as b:
+            await b.enqueue(session.id, "second")  # while a's turn runs: left for a
+            await until(lambda: len(started(runs)) == 2, timeout=15)
+            settled, timed_out = await a.wait(session.id, 15)
+            assert b.leases.held == []
+        events = await check_log(a, session.id)
+    assert not timed_out and settled.status == "idle" and settled.pending_inputs == 0
+    assert [engine for engine, event, _ in runs if event == "start"] == ["a", "a"]
+    prompts = [e.payload.text for e in events if isinstance(e.payload, UserMessage)]
+    assert prompts == ["first", "second"]
+    assert len(set(started(runs))) == 2
+
+
+async def test_a_dead_owners_turn_continues_within_the_lease_plus_a_second(tmp_path: Path, scripted: Scripted) -> None:
+    model = scripted("leases-dead", ScriptedModel(function=one_call_per_prompt))
+    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 0.1)]) as b:
+        # What a process that died mid-turn leaves: a running turn and a lease nobody renews.
+        session = await b.create("slow")
+        turn = TurnId("trn_dead")
+        await b.store.write(
+            Write(
+                session.id,
+                events=[NewEvent(TurnStarted(), turn), NewEvent(UserMessage(text="go"), turn)],
+                session=SessionPatch(status="running", current_turn_id=turn, turn_attempts=1),
+            )
+        )
+        dead = new_owner()
+        assert await b.store.acquire_lease(session.id, dead, LEASE)
+        lease = await b.store.get_lease(session.id)
+        assert lease is not None
+        settled, timed_out = await b.wait(session.id, 15)
+        events = await check_log(b, session.id)
+    assert not timed_out and settled.status == "completed"
+    continued = [e for e in events if isinstance(e.payload, TurnStarted) and e.payload.trigger == "continue"]
+    assert len(continued) == 1
+    late = (continued[0].at - lease.expires_at).total_seconds()
+    assert late <= 1.0, f"continued {late:.2f} s after the lease expired"
+    assert b.leases.takeovers == 1
+    assert started(runs) and len(set(started(runs))) == len(started(runs))
+
+
+async def test_a_closing_engine_hands_its_turn_over_at_once(tmp_path: Path, scripted: Scripted) -> None:
+    model = scripted("leases-close", ScriptedModel(function=one_call_per_prompt))
+    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    config = lease_config(tmp_path, lease=30.0)  # waiting for expiry would take 30 s
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 0.5)]) as b:
+        async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 5.0)]) as a:
+            session = await a.create("slow")
+            await a.enqueue(session.id, "go")
+            await until(lambda: bool(runs))
+        closed = datetime.now(UTC)
+        settled, timed_out = await b.wait(session.id, 15)
+        events = await check_log(b, session.id)
+    assert not timed_out and settled.status == "completed"
+    continued = [e for e in events if isinstance(e.payload, TurnStarted) and e.payload.trigger == "continue"]
+    assert len(continued) == 1 and (continued[0].at - closed).total_seconds() <= 1.5
+    results = [e.payload.status for e in events if isinstance(e.payload, ToolResult)]
+    assert results == ["interrupted"]  # a's call is reported cut off and not run again
+    assert [(engine, event) for engine, event, _ in runs] == [("a", "start")]
+
+
+async def test_a_lost_lease_cuts_the_turn_off_and_records_nothing(tmp_path: Path, scripted: Scripted) -> None:
+    model = scripted("leases-lost", ScriptedModel(function=one_call_per_prompt))
+    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    config = lease_config(tmp_path)
+    async with Engine.open(
+        url, config=config, definitions=[role("slow", model, tools=("slow_tool",))], tools=[slow_tool(runs, "a", 3.0)]
+    ) as a:
+        session = await a.create("slow")
+        await a.enqueue(session.id, "go")
+        await until(lambda: bool(runs))
+        # Another owner takes the lease over (as after a stall past its expiry).
+        await a.store.release_lease(session.id, a.leases.owner)
+        assert await a.store.acquire_lease(session.id, "own_thief", 60)
+        before = await a.store.read_events(session.id, limit=10_000)
+        await until(lambda: not (a._drivers[session.id].turn_running), timeout=5)
+        after = await a.store.read_events(session.id, limit=10_000)
+        current = await a.store.get_session(session.id)
+    assert [e.type for e in after] == [e.type for e in before], "the engine that lost the lease still wrote"
+    assert current.status == "running"  # left for the new owner
+    assert [(engine, event) for engine, event, _ in runs] == [("a", "start")]  # cancelled, never finished
+
+
+def test_the_lease_length_comes_from_the_config_and_the_environment(tmp_path: Path) -> None:
+    assert load_config(tmp_path, env={}).sessions.lease_seconds == 15
+    assert load_config(tmp_path, env={"AGENTWATCH_LEASE_SECONDS": "2.5"}).sessions.lease_seconds == 2.5
+    (tmp_path / "agentwatch.toml").write_text("[sessions]\nlease_seconds = 4\nlease_renew_seconds = 1\n")
+    sessions = load_config(tmp_path, env={}).sessions
+    assert (sessions.lease_seconds, sessions.lease_renew_seconds) == (4, 1)
+
+
+def test_owners_are_distinct_per_engine() -> None:
+    owners = {new_owner() for _ in range(100)}
+    assert len(owners) == 100
+    assert all(owner.startswith("own_") for owner in owners)
+
+
+@pytest.mark.parametrize("lease", [0.5, 15.0])
+async def test_a_lease_counts_as_held_only_before_its_expiry(tmp_path: Path, lease: float) -> None:
+    async with Engine.open(f"sqlite:///{tmp_path / 'aw.db'}", config=lease_config(tmp_path)) as engine:
+        created = await engine.store.create_session(_draft())
+        leases = Leases(engine.store, ttl=lease)
+        assert not leases.holds(created.id)
+        assert await leases.acquire(created.id)
+        assert leases.holds(created.id)
+        other = Leases(engine.store, ttl=lease)
+        assert not await other.acquire(created.id)
+        if lease < 1:
+            await asyncio.sleep(lease + 0.05)
+            assert not leases.holds(created.id)  # past its local deadline, renewed or not
+            assert await other.acquire(created.id)
+            assert await leases.renew() == [created.id]
+        await leases.release(created.id)
+
+
+def _draft() -> SessionDraft:
+    return SessionDraft(name=f"s-{uuid.uuid4().hex[:6]}", role="any")
