@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 from agentwatch.config import Config
 from agentwatch.runtime.engine import Engine
@@ -15,11 +16,14 @@ from agentwatch.service.mcp import run_stdio
 __all__ = ["run_mcp_stdio"]
 
 
-async def run_mcp_stdio(config: Config, *, read_only: bool = False) -> None:
-    """Open the engine on `config` and serve MCP on stdio until the client hangs up."""
+async def run_mcp_stdio(config: Config, *, read_only: bool = False, **engine_args: Any) -> None:
+    """Open the engine on `config` and serve MCP on stdio until the client hangs up.
+
+    `engine_args` go to `Engine.open` (tools, definitions, ...), for a program that embeds the server.
+    """
     # stdout carries the protocol: everything else goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    async with Engine.open(config=config) as engine:
+    async with Engine.open(config=config, **engine_args) as engine:
         settings = ServiceSettings()
         state = ServiceState(engine, settings, Broadcaster())
         await run_stdio(state, access="read" if read_only else "full")

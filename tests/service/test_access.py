@@ -1,0 +1,122 @@
+"""Who may connect: tokens, the read-only token, origins, host names, body sizes; each refusal tested."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from agentwatch.config import load_config
+from agentwatch.errors import InvalidArgument
+from agentwatch.runtime.models import ScriptedModel
+from agentwatch.service import ServiceSettings, create_app
+from agentwatch.service.server import serve, settings_from_env
+from tests.service.clients import ws_url
+from tests.service.support import role, served
+
+TOKENS = ServiceSettings(token="full-secret", read_token="read-secret")
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+async def test_with_a_token_every_request_must_carry_it(open_engine: Any) -> None:
+    async with (
+        open_engine() as engine,
+        served(create_app(engine, TOKENS)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        missing = await http.post("/api/tools/agent_list", json={})
+        wrong = await http.post("/api/tools/agent_list", json={}, headers=bearer("guess"))
+        listed = await http.get("/api/tools")
+        query_on_post = await http.post("/api/tools/agent_list?token=full-secret", json={})
+        good = await http.post("/api/tools/agent_list", json={}, headers=bearer("full-secret"))
+        query_on_get = await http.get("/api/tools?token=full-secret")
+        health = await http.get("/api/health")
+    for refused in (missing, wrong, listed, query_on_post):
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthenticated"
+        assert refused.headers["www-authenticate"] == "Bearer"
+    assert good.status_code == 200 and "agents" in good.json()
+    assert query_on_get.status_code == 200
+    assert health.status_code == 200  # the one open path: it says only ok or draining
+
+
+async def test_a_socket_without_the_token_is_told_and_closed(open_engine: Any) -> None:
+    async with open_engine() as engine, served(create_app(engine, TOKENS)) as base:
+        async with connect(ws_url(base, "ses_any")) as ws:
+            frame = json.loads(await ws.recv())
+            await ws.wait_closed()
+        assert frame == {"kind": "error", "error": frame["error"]} and frame["error"]["code"] == "unauthenticated"
+        assert ws.close_code == 4401
+        async with connect(ws_url(base, "ses_any", token="full-secret")) as ws:
+            frame = json.loads(await ws.recv())
+        assert frame["error"]["code"] == "not_found"  # past the guard: the agent does not exist
+
+
+async def test_a_read_only_token_calls_only_grant_free_tools(open_engine: Any, scripted: Any) -> None:
+    model = scripted("reader-role", ScriptedModel.replying("ok"))
+    async with (
+        open_engine(role("helper", model)) as engine,
+        served(create_app(engine, TOKENS)) as base,
+        httpx.AsyncClient(base_url=base, headers=bearer("read-secret")) as http,
+    ):
+        task = await http.post("/api/tools/agent_task", json={"role": "helper", "prompt": "go"})
+        listed = await http.post("/api/tools/agent_list", json={})
+        tools = (await http.get("/api/tools")).json()["tools"]
+        sessions = await engine.call_tool("agent_list", {})
+    assert task.status_code == 403 and task.json()["error"]["code"] == "forbidden"
+    assert sessions["agents"] == []  # the refused call wrote nothing
+    assert listed.status_code == 200
+    callable_by_name = {t["name"]: t["callable"] for t in tools}
+    assert callable_by_name["agent_task"] is False and callable_by_name["agent_list"] is True
+
+
+async def test_foreign_origins_are_refused_and_cors_is_closed(open_engine: Any) -> None:
+    settings = ServiceSettings(allowed_origins=("https://dash.example.com",))
+    async with (
+        open_engine() as engine,
+        served(create_app(engine, settings)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        foreign = await http.post("/api/tools/agent_list", json={}, headers={"origin": "https://evil.example"})
+        preflight = await http.options("/api/tools/agent_list", headers={"origin": "https://evil.example"})
+        same = await http.post("/api/tools/agent_list", json={}, headers={"origin": base})
+        allowed = await http.post("/api/tools/agent_list", json={}, headers={"origin": "https://dash.example.com"})
+        form = await http.post("/api/tools/agent_list", content=b"a=1", headers={"content-type": "text/plain"})
+        async with connect(ws_url(base, "ses_any"), origin="https://evil.example") as ws:  # type: ignore[arg-type]
+            frame = json.loads(await ws.recv())
+            await ws.wait_closed()
+    assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "forbidden"
+    assert preflight.status_code == 403 and "access-control-allow-origin" not in preflight.headers
+    assert same.status_code == 200 and allowed.status_code == 200
+    assert "access-control-allow-origin" not in same.headers
+    assert form.status_code == 415  # a cross-site form cannot post JSON without a preflight
+    assert frame["error"]["code"] == "forbidden" and ws.close_code == 4403
+
+
+async def test_without_a_token_only_loopback_host_names_are_served(open_engine: Any) -> None:
+    async with (
+        open_engine() as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        rebound = await http.post("/api/tools/agent_list", json={}, headers={"host": "attacker.example:80"})
+        local = await http.post("/api/tools/agent_list", json={}, headers={"host": "localhost:1234"})
+    assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "forbidden"
+    assert local.status_code == 200
+
+
+async def test_binding_beyond_loopback_needs_a_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    said: list[str] = []
+    generated = settings_from_env("0.0.0.0", announce=said.append)
+    assert generated.token and len(generated.token) >= 24 and generated.token in said[0]
+    assert settings_from_env("127.0.0.1", announce=said.append).open and len(said) == 1
+    monkeypatch.setenv("AGENTWATCH_TOKEN", "mine")
+    monkeypatch.setenv("AGENTWATCH_READ_TOKEN", "theirs")
+    assert settings_from_env("0.0.0.0", announce=said.append) == ServiceSettings(token="mine", read_token="theirs")
+    with pytest.raises(InvalidArgument, match="needs a token"):
+        await serve(host="0.0.0.0", port=0, config=load_config(tmp_path), settings=ServiceSettings())

@@ -1,0 +1,85 @@
+"""The MCP server, driven by the official SDK's own client over streamable HTTP and over stdio."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from agentwatch.runtime.models import ScriptedModel
+from agentwatch.service import ServiceSettings, create_app
+from tests.service.support import role, served
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def exercise(client: Client, engine_tools: dict[str, Any] | None) -> dict[str, Any]:
+    """List tools, run a task, list, tail it, and make a refused call; returns what was seen."""
+    listed = await client.list_tools()
+    by_name = {tool.name: tool for tool in listed.tools}
+    if engine_tools is not None:
+        for name, tool in engine_tools.items():
+            if not tool.asks_user:
+                assert by_name[name].input_schema == tool.parameters
+                assert by_name[name].description == tool.description
+    task = await client.call_tool("agent_task", {"role": "helper", "prompt": "Do it"})
+    assert not task.is_error, task
+    snapshot = task.structured_content
+    assert json.loads(task.content[0].text) == snapshot  # type: ignore[union-attr]
+    agents = await client.call_tool("agent_list", {})
+    tail = await client.call_tool("agent_tail", {"id": snapshot["agentId"]})
+    refused = await client.call_tool("agent_get", {"id": "ses_nobody"})
+    bad = await client.call_tool("agent_list", {"bogus": True})
+    return {"tools": set(by_name), "task": snapshot, "agents": agents, "tail": tail, "refused": refused, "bad": bad}
+
+
+def check(seen: dict[str, Any], done_text: str) -> None:
+    assert {"agent_list", "agent_tail", "agent_task", "agent_get", "agent_history"} <= seen["tools"]
+    assert "ask_user" not in seen["tools"]
+    assert seen["task"]["status"] == "completed" and seen["task"]["lastAssistantText"] == done_text
+    assert [a["id"] for a in seen["agents"].structured_content["agents"]] == [seen["task"]["agentId"]]
+    assert seen["tail"].structured_content["events"], seen["tail"]
+    assert seen["refused"].is_error and seen["refused"].structured_content["error"]["code"] == "not_found"
+    assert seen["bad"].is_error and seen["bad"].structured_content["error"]["code"] == "invalid_argument"
+
+
+async def test_mcp_over_streamable_http(open_engine: Any, scripted: Any) -> None:
+    model = scripted("mcp-http", ScriptedModel.replying("Done over HTTP."))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        async with Client(f"{base}/mcp") as client:
+            seen = await exercise(client, engine.tools)
+        check(seen, "Done over HTTP.")
+
+
+async def test_mcp_over_http_with_a_read_only_token_offers_only_reads(open_engine: Any) -> None:
+    settings = ServiceSettings(token="full", read_token="reads")
+    async with open_engine() as engine, served(create_app(engine, settings)) as base:
+        async with (
+            httpx2.AsyncClient(headers={"authorization": "Bearer reads"}) as http,
+            Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client,
+        ):
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            refused = await client.call_tool("agent_task", {"role": "helper", "prompt": "go"})
+            listed = await client.call_tool("agent_list", {})
+        async with httpx2.AsyncClient() as anonymous:
+            response = await anonymous.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert "agent_list" in names and "agent_task" not in names
+    assert refused.is_error and refused.structured_content["error"]["code"] == "forbidden"
+    assert not listed.is_error
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthenticated"
+
+
+async def test_mcp_over_stdio(tmp_path: Path) -> None:
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tests.service.mcp_stdio_server", f"sqlite:///{tmp_path / 'mcp.db'}", str(tmp_path)],
+        cwd=str(ROOT),
+    )
+    async with Client(server) as client:
+        seen = await exercise(client, None)
+    check(seen, "Done over stdio.")
