@@ -23,6 +23,7 @@ from agentwatch.runtime.models import (
     ScriptedModel,
     ScriptStep,
     Think,
+    ToolAnswer,
     ToolSpec,
     TurnInput,
     _adapter,
@@ -73,6 +74,9 @@ async def test_a_turn_parses_only_the_messages_stored_since_the_last(monkeypatch
         parsed.clear()
         await chat_turn(resolver, history, f"question {index}", tools=[LOOKUP], conversation_id="cnv_1")
         assert sum(parsed) == (0 if index == 0 else 4)  # the previous turn's request, response, results, answer
+    # What was kept is what is stored: the runs left the shared messages as they were.
+    kept = resolver._histories.get("cnv_1")
+    assert kept is not None and reloaded(_adapter._dump(kept)) == history[: len(kept)] and len(kept) == 156
 
     # Without a conversation id every turn parses the whole history; a history shorter than the one parsed
     # (a write that failed) is parsed again in full.
@@ -197,3 +201,47 @@ async def test_a_ten_tool_turn_commits_twice_per_request_and_every_call_waits_fo
     assert [sum(isinstance(p, ToolResult) for p in c.payloads) for c in starts] == [0] + [1] * 10
     assert [sum(isinstance(p, ToolCall) for p in c.payloads) for c in responses] == [1] * 10 + [0]
     assert sink.settles == 0  # the last commit waits, so there is nothing left to wait for
+
+
+async def test_a_paused_turn_continues_the_same_from_remembered_messages() -> None:
+    async def delete_file(ctx: object, args: dict[str, Any]) -> JsonValue:
+        return f"deleted {args['path']}"
+
+    schema: dict[str, JsonValue] = {"type": "object", "properties": {"path": {"type": "string"}}}
+    tools = [ToolSpec("delete_file", "Delete a file.", schema, delete_file, requires_approval=True)]
+    plan: list[tuple[str | None, tuple[ToolAnswer, ...]]] = [
+        ("delete x.txt", ()),
+        (None, (ToolAnswer("c1", approved=True),)),
+        ("thanks", ()),
+    ]
+
+    async def play(conversation_id: str | None) -> tuple[list[Any], list[JsonValue], ModelResolver]:
+        steps: list[ScriptStep] = [
+            CallTool("delete_file", {"path": "x.txt"}, id="c1"),
+            Reply("Gone."),
+            Reply("Anything else?"),
+        ]
+        resolver = ModelResolver(env={}, models={"chat": ScriptedModel(steps)})
+        history: list[JsonValue] = []
+        seen: list[Any] = []
+        for prompt, answers in plan:
+            sink = RecordingSink()
+            turn = TurnInput(
+                model="scripted:chat",
+                instructions=INSTRUCTIONS,
+                history=reloaded(history),
+                prompt=prompt,
+                tools=tools,
+                answers=answers,
+                conversation_id=conversation_id,
+            )
+            result = await run_turn(turn, sink, models=resolver)
+            history += sink.messages
+            seen.append((result.outcome, result.output, [type(p).__name__ for p in sink.durable]))
+        return seen, history, resolver
+
+    remembered, stored, resolver = await play("cnv_1")
+    assert remembered == (await play(None))[0]
+    assert [outcome for outcome, _, _ in remembered] == ["paused", "completed", "completed"]
+    kept = resolver._histories.get("cnv_1")
+    assert kept is not None and reloaded(_adapter._dump(kept)) == stored[: len(kept)]
