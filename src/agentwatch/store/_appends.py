@@ -40,6 +40,12 @@ _SESSION_UPDATE: Final = (
     "UPDATE sessions SET last_seq = ?, updated_at = ?, last_active_at = COALESCE(?, last_active_at), "
     "tokens = ?, cost_usd = ? WHERE id = ?"
 )
+_PG_SESSION_UPDATE: Final = (
+    "UPDATE sessions SET last_seq = v.last_seq, updated_at = v.at, "
+    "last_active_at = COALESCE(v.touched, sessions.last_active_at), tokens = v.tokens, cost_usd = v.cost "
+    "FROM unnest(?::bigint[], ?::timestamptz[], ?::timestamptz[], ?::bigint[], ?::float8[], ?::text[]) "
+    "AS v (last_seq, at, touched, tokens, cost, id) WHERE sessions.id = v.id"
+)
 _USAGE_COLUMNS: Final = ("id", "session_id", "turn_id", "run_id", "role", "model", "at", *Usage.model_fields)
 _USAGE_INSERT: Final = (
     f"INSERT INTO usage_ledger ({', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * len(_USAGE_COLUMNS))})"
@@ -69,7 +75,11 @@ async def read_counters(tx: Tx, dialect: Dialect, session_ids: Sequence[str]) ->
     wanted = sorted(set(session_ids))  # one lock order for every transaction: no deadlock between two groups
     counters: dict[str, Counters] = {}
     for start in range(0, len(wanted), _IN_LIST_MAX):
-        condition, params = in_list("id", wanted[start : start + _IN_LIST_MAX])
+        chunk = wanted[start : start + _IN_LIST_MAX]
+        if dialect.name == "postgres":  # one fixed text, whatever the number of ids
+            condition, params = "id = ANY(?::text[])", [chunk]
+        else:
+            condition, params = in_list("id", chunk)
         sql = f"{_COUNTERS} WHERE {condition} ORDER BY id{dialect.for_update}"
         for row in await tx.fetch(sql, params):
             counters[row[0]] = Counters(row[0], int(row[1]), row[2], row[3], row[4], int(row[5]), float(row[6]))
@@ -144,7 +154,11 @@ class Appends:
                 _SESSION_UPDATE.replace(" WHERE id = ?", assignments + " WHERE id = ?"),
                 [session.last_seq, self._at, touched, session.tokens, session.cost, *params.values(), session.id],
             )
-        if plain:
+        if len(plain) > 1 and self._dialect.name == "postgres":
+            # One statement with one array per column, whatever the number of rows: the server plans it once
+            # and the driver parses one fixed text.
+            await tx.execute(_PG_SESSION_UPDATE, [list(column) for column in zip(*plain, strict=True)])
+        elif plain:
             await tx.execute_many(_SESSION_UPDATE, plain)
         if self._usage:
             await tx.execute_many(_USAGE_INSERT, self._usage)
