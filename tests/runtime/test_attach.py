@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentwatch.events import Event
+from agentwatch.events import Event, StreamCursor
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think
 from agentwatch.runtime.thread_observer import EventCollector, ReplaySnapshot
 from tests.runtime.support import OpenEngine, Scripted, role
@@ -92,10 +92,8 @@ async def run_with_attaches(open_engine: OpenEngine, model_ref: str, delays: lis
                 # The order that loses events: read committed history, then register later.
                 history = await engine.store.read_events(session.id, limit=10_000)
                 await asyncio.sleep(0)
-                last = history[-1].cursor if history else None
-                client.snapshot = ReplaySnapshot(
-                    session.id, last or reference.events[0][1].cursor, tuple(history), None, ()
-                )
+                last = history[-1].cursor if history else StreamCursor(session.id, 0)  # before the first event
+                client.snapshot = ReplaySnapshot(session.id, last, tuple(history), None, ())
                 fanout.clients.append(client)
             else:
                 await engine.subscribe(session.id, client)

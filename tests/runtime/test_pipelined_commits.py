@@ -49,13 +49,13 @@ async def test_deltas_streamed_while_a_pipelined_commit_is_in_flight_reach_watch
         collector: EventCollector[Any] = EventCollector()
         engine.start_with_observer(lambda _sid: collector)
         session = await engine.create("r")
-        driver = await engine.driver(session.id)
+        emitter = (await engine.driver(session.id)).emitter
         turn = TurnId("trn_test")
-        pending = driver.submit(
-            Write(session.id, events=[NewEvent(CompletionStarted(request_index=0, model="m"), turn)]), hold=True
+        pending = emitter.submit(
+            Write(session.id, events=[NewEvent(CompletionStarted(request_index=0, model="m"), turn)]), turn=True
         )
-        driver.stream(ContentDelta(part="text", index=0, request_index=0, delta="Hel"), turn)
-        driver.stream(ContentDelta(part="text", index=0, request_index=0, delta="lo"), turn)
+        emitter.stream(ContentDelta(part="text", index=0, request_index=0, delta="Hel"), turn)
+        emitter.stream(ContentDelta(part="text", index=0, request_index=0, delta="lo"), turn)
         (started,) = await pending
         await asyncio.sleep(0.05)  # let the dispatcher deliver
         seen = [e for _, e in collector.events if e.turn_id == turn]

@@ -19,9 +19,15 @@ and the one emission point:
 - **Stream order.** Ephemeral payloads (`stream`: deltas, tool progress) are never stored; one streamed while
   a write is in flight is handed out right after that write's events, because it was emitted after it. So
   watchers see every event in the order it was emitted, and every durable event only once it is stored.
-- **Attach.** One dispatcher task hands events out in order; an attach (`subscribe`) is a command in the same
-  queue, so its snapshot is taken between two dispatched events, which makes delivery exactly-once relative
-  to attach.
+- **The conversation, as written.** The emitter sees every write of the session in this engine, so it keeps
+  the current conversation's model messages once a turn has read them (`history`), and a turn does not read
+  the whole conversation back from the store each time. It trusts what it keeps only while nothing else wrote
+  to the session (the session's `last_seq` is the one it knows); otherwise the turn reads the store again.
+- **Attach.** Events are handed out in order, by one dispatcher task; an attach (`subscribe`) is a command in
+  the same queue, so its snapshot is taken between two dispatched events, which makes delivery exactly-once
+  relative to attach. On an in-memory ring, an event with nothing queued ahead of it is handed out at once by
+  whoever emitted it (no task switch per delta); while anything is queued or an attach is served, events
+  queue behind it.
 """
 
 from __future__ import annotations
@@ -29,12 +35,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import JsonValue
 
 from agentwatch.events import (
     AssistantMessage,
@@ -57,13 +66,19 @@ from agentwatch.events import (
     new_id,
 )
 from agentwatch.live import LiveRing
+from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.thread_observer import PartialTurn, ReplaySnapshot, ThreadObserver
-from agentwatch.store import SessionPatch, Store, Write
+from agentwatch.store import SessionPatch, SessionRecord, Store, Write
 
-__all__ = ["SLOW_OBSERVER_SECONDS", "SessionEmitter"]
+__all__ = ["GROUP_COMMIT_SECONDS", "SLOW_OBSERVER_SECONDS", "SessionEmitter"]
 
 log = logging.getLogger(__name__)
 
+GROUP_COMMIT_SECONDS = 0.01
+"""How long the turn defers the opening of a model request (with the results of the tools that just ran) for
+the response to share its commit. A model that answers within it costs one commit per request instead of
+two; a slower one sees its request stored this much later, before any of its streamed pieces are handed out
+(they wait behind the write)."""
 SLOW_OBSERVER_SECONDS = 0.1
 """An on_event call slower than this is recorded as a warning (at most once a minute per observer)."""
 _WARNING_INTERVAL = 60.0
@@ -124,10 +139,18 @@ class SessionEmitter:
         # The newest submitted write whose events are not handed out yet: ephemeral payloads wait behind it.
         self._tail: _Pending | None = None
         self._failure: BaseException | None = None
+        self._timer: asyncio.TimerHandle | None = None  # starts the writer for a deferred write
+        # The newest durable seq this emitter wrote (or the session's when it was made), and the messages of
+        # the current conversation as far as this emitter knows them (None: unknown, read the store).
+        self._last_seq = last_seq
+        self._messages: list[JsonValue] | None = None
+        self._messages_of: str | None = None
         self._queue: asyncio.Queue[Event | _Attach | object] = asyncio.Queue()
         self._enqueued = (last_seq, 0)  # (seq, sub) of the last event queued for dispatch
         self._dispatched = self._enqueued  # ... and of the last one dispatched
         self._partial = _Partial()
+        self._inline = isinstance(ring, MemoryRing)
+        self._busy = False  # an event or an attach is being handed out right now
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"agentwatch-dispatch-{session_id}")
 
     def add_observer(self, observer: ThreadObserver[Any]) -> None:
@@ -136,19 +159,24 @@ class SessionEmitter:
 
     # -- writing --------------------------------------------------------------------------------------
 
-    def submit(self, write: Write, *, turn: bool = False) -> asyncio.Future[list[Event]]:
+    def submit(self, write: Write, *, turn: bool = False, defer: float = 0.0) -> asyncio.Future[list[Event]]:
         """Start committing `write` after every write submitted before it; returns at once.
 
         The future resolves with the stored events once they are durable and queued for dispatch, or fails
         with the store's error; the write runs to its end whoever awaits it, and `close` waits for it. With
         `turn`, the write belongs to the running turn: once a write of the turn failed, it is skipped and
-        fails with that first failure (see `end_turn`).
+        fails with that first failure (see `end_turn`). With `defer` seconds (`math.inf`: no limit), the write
+        waits that long at most for the next one submitted (or a barrier), and goes to the store with it, in
+        one commit.
         """
         done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
         pending = _Pending(write, done, turn)
         self._writes.append(pending)
         self._tail = pending
-        self._start_writer()
+        if defer <= 0:
+            self._start_writer()
+        elif self._writer is None and self._timer is None and defer != math.inf:
+            self._timer = asyncio.get_running_loop().call_later(defer, self._start_writer)
         return done
 
     async def commit(self, write: Write, *, turn: bool = False) -> list[Event]:
@@ -171,11 +199,16 @@ class SessionEmitter:
             raise self._failure
 
     def end_turn(self) -> BaseException | None:
-        """The turn is over: forget (and return) its first failure, so the next turn's writes go through."""
+        """The turn is over: send any deferred write on its way, forget (and return) the turn's first failure,
+        so the next turn's writes go through."""
+        self.flush()
         failure, self._failure = self._failure, None
         return failure
 
     def _start_writer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_loop(), name=f"agentwatch-writes-{self.session_id}")
 
@@ -211,6 +244,7 @@ class SessionEmitter:
                 self._abandon(error)
                 raise
             return
+        self._track_messages(writes, events)
         start = 0
         settling = False
         for pending in batch:
@@ -222,10 +256,39 @@ class SessionEmitter:
         if settling and self._on_settling is not None:
             self._on_settling()
 
+    def _track_messages(self, writes: Sequence[Write], events: Sequence[Event]) -> None:
+        if events:
+            if events[0].seq != self._last_seq + 1:
+                self._messages = None  # someone else wrote in between: what is kept may miss their messages
+            self._last_seq = events[-1].seq
+        if self._messages is None:
+            return
+        for write in writes:
+            if write.new_conversation is not None:
+                self._messages = None  # a new conversation (its id is the store's): read it when needed
+                return
+            self._messages.extend(write.messages)
+
+    def history(self, session: SessionRecord) -> list[JsonValue] | None:
+        """The messages of `session`'s current conversation (a copy), when this emitter knows them for sure:
+        it read or wrote all of them and nothing else wrote to the session since `session` was read. None
+        when the turn must read them from the store (then `remember_history`)."""
+        if self._messages is None or self._messages_of != session.conversation_id or self._writes:
+            return None
+        if self._writer is not None or session.last_seq != self._last_seq:
+            return None
+        return list(self._messages)
+
+    def remember_history(self, session: SessionRecord, messages: Sequence[JsonValue]) -> None:
+        """Keep the messages a turn read from the store for `session` (read after `session` was)."""
+        self._messages = list(messages)
+        self._messages_of = session.conversation_id
+        self._last_seq = session.last_seq
+
     def _hand_out(self, pending: _Pending, events: Sequence[Event], error: BaseException | None) -> None:
         for event in events:
             self._enqueued = (event.seq, event.sub)
-            self._queue.put_nowait(event)
+            self._deliver(event)
         for payload, turn_id, at in pending.held:
             self._enqueue_ephemeral(payload, turn_id, at)
         if self._tail is pending:
@@ -235,6 +298,8 @@ class SessionEmitter:
             return
         if error is None:
             done.set_result(list(events))
+        elif isinstance(error, asyncio.CancelledError):
+            done.cancel()
         else:
             done.set_exception(error)
             done.exception()  # retrieved here: a pipelined write's failure is reported by the turn, not lost
@@ -260,9 +325,42 @@ class SessionEmitter:
         sub += 1
         event = Event.trusted(EventId(new_id("evt")), self._sid, seq, sub, at, turn_id, payload)
         self._enqueued = (seq, sub)
-        self._queue.put_nowait(event)
+        self._deliver(event)
 
     # -- dispatch -------------------------------------------------------------------------------------
+
+    def _deliver(self, event: Event) -> None:
+        # On an in-memory ring, with nothing waiting ahead of it (no queued event, no attach being served),
+        # the event is handed out right here: the same order, without a task switch per event.
+        if self._inline and not self._busy and self._queue.empty():
+            self._busy = True
+            try:
+                self._publish_now(event)
+                self._after_publish(event)
+            finally:
+                self._busy = False
+        else:
+            self._queue.put_nowait(event)
+
+    def _publish_now(self, event: Event) -> None:
+        # `MemoryRing.publish` never suspends (it is async only to share the ring contract), so running its
+        # coroutine one step runs it to its end.
+        publishing = self._ring.publish(event)
+        try:
+            publishing.send(None)
+        except StopIteration:
+            return
+        except Exception as exc:  # the ring is a view; losing it must not stop the session
+            log.warning("live ring publish failed for %s: %s", self.session_id, exc)
+            return
+        publishing.close()
+        raise RuntimeError("an in-memory ring's publish suspended; it must not")  # pragma: no cover
+
+    def _after_publish(self, event: Event) -> None:
+        self._partial.track(event)
+        self._dispatched = (event.seq, event.sub)
+        for slot in self._observers:
+            self._call_observer(slot, event)
 
     async def _dispatch_loop(self) -> None:
         queue = self._queue
@@ -270,18 +368,22 @@ class SessionEmitter:
             item = await queue.get()
             if item is _STOP:
                 return
-            if isinstance(item, _Attach):
-                await self._attach(item)
-                continue
-            assert isinstance(item, Event)
+            self._busy = True
             try:
-                await self._ring.publish(item)
-            except Exception as exc:  # the ring is a view; losing it must not stop the session
-                log.warning("live ring publish failed for %s: %s", self.session_id, exc)
-            self._partial.track(item)
-            self._dispatched = (item.seq, item.sub)
-            for slot in self._observers:
-                self._call_observer(slot, item)
+                if isinstance(item, _Attach):
+                    await self._attach(item)
+                    continue
+                assert isinstance(item, Event)
+                if self._inline:
+                    self._publish_now(item)
+                else:
+                    try:
+                        await self._ring.publish(item)
+                    except Exception as exc:  # the ring is a view; losing it must not stop the session
+                        log.warning("live ring publish failed for %s: %s", self.session_id, exc)
+                self._after_publish(item)
+            finally:
+                self._busy = False
 
     def _call_observer(self, slot: _ObserverSlot, event: Event) -> None:
         started = time.perf_counter()
@@ -384,8 +486,28 @@ class SessionEmitter:
 
     # -- lifetime -------------------------------------------------------------------------------------
 
+    def flush(self) -> None:
+        """Send a deferred write on its way now."""
+        if self._writes:
+            self._start_writer()
+
+    def drop_deferred(self) -> None:
+        """Forget a deferred write that has not gone anywhere yet (its turn was cut off: nothing of it may be
+        recorded by this engine). Writes already on their way are not recalled."""
+        if self._writer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._writes:
+            pending = self._writes.popleft()
+            if self._tail is pending:
+                self._tail = None
+            pending.done.cancel()
+
     async def drain(self) -> None:
         """Wait until every submitted write is over (a write may submit one more: an observer's warning)."""
+        self.flush()
         while self._writer is not None:
             await asyncio.gather(self._writer, return_exceptions=True)
 

@@ -13,6 +13,8 @@ CLI make); it returns a JSON-able dict, or `{"error": {"code": ..., "message": .
 from __future__ import annotations
 
 import asyncio
+import gc
+import importlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -23,26 +25,16 @@ from typing import Any
 from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
-from agentwatch.errors import Conflict, Invalid, InvalidArgument
-from agentwatch.events import (
-    CompactionApplied,
-    CompletionFinished,
-    ConversationCleared,
-    NewEvent,
-    Origin,
-    Payload,
-    RequestResolved,
-    RuntimeNotice,
-    SubtaskStarted,
-    TurnId,
-    new_id,
-)
+from agentwatch.errors import Conflict, InvalidArgument
+from agentwatch.events import NewEvent, Origin, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import is_settled, status_snapshot
 from agentwatch.retention import reap_due
+from agentwatch.runtime import compaction, requests
 from agentwatch.runtime.driver import SessionDriver
 from agentwatch.runtime.extensions import Extension, default_extensions
-from agentwatch.runtime.models import ModelResolver, ScriptedModel, TurnInput, run_turn
+from agentwatch.runtime.leases import Leases, claimed
+from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
@@ -53,15 +45,12 @@ from agentwatch.runtime.turn import end_stopped_turn
 from agentwatch.store import (
     TERMINAL_STATUSES,
     InputDraft,
-    RequestClose,
     RequestRecord,
     SessionDraft,
     SessionFilter,
-    SessionPatch,
     SessionRecord,
     SessionStatus,
     Store,
-    UsageEntry,
     Write,
     connect_store,
 )
@@ -103,6 +92,9 @@ class Engine:
         self._stop_reasons: dict[str, str] = {}
         self._maintenance: asyncio.Task[None] | None = None
         self._closed = False
+        sessions = config.sessions
+        self.leases = Leases(store, ttl=sessions.lease_seconds, renew_every=sessions.lease_renew_seconds)
+        """The session leases this engine holds: it runs a session's turns only while it holds its lease."""
         self.extensions: list[Extension] = []
         """The extensions installed in this engine, in install order."""
         self.tool_set_hooks: list[ToolSetHook] = []
@@ -185,6 +177,10 @@ class Engine:
         return cls(config=config, store=store, ring=ring, roster=roster, tools=registry, policy=chain, models=resolver)
 
     async def _start(self, *, recover: bool) -> None:
+        # The model layer loads now, off the loop, rather than inside the first turn (where it would hold the
+        # loop, and the turn's first commit, for as long as the import takes).
+        await asyncio.to_thread(importlib.import_module, "agentwatch.runtime.models._adapter")
+        _freeze_start_up()
         if recover:
             unfinished: tuple[SessionStatus, ...] = ("running", "awaiting_input")
             for status in unfinished:
@@ -201,6 +197,7 @@ class Engine:
                         break
                     cursor = page.next_cursor
         self._maintenance = asyncio.create_task(self._maintain(), name="agentwatch-maintenance")
+        self.leases.start(self, sweep=recover)  # renew held leases; take over expired ones
 
     async def close(self) -> None:
         """Cut off running turns (they continue when an engine opens the store again) and close."""
@@ -216,6 +213,7 @@ class Engine:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
         await asyncio.gather(*(d.close() for d in self._drivers.values()), return_exceptions=True)
+        await self.leases.close()  # hand the cut-off turns over to another live engine at once
         await self.ring.close()
         await self.store.close()
 
@@ -306,7 +304,8 @@ class Engine:
         if session.deleted_at is not None:
             raise Conflict(f"session {session_id!r} was deleted; create a new one")
         driver = await self.driver(session_id)
-        await driver.commit(Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)]))
+        async with claimed(self, session_id):  # leases: the input is never left without an owner to run it
+            await driver.commit(Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)]))
         driver.kick()
         return (await self.store.get_session(session_id)).pending_inputs
 
@@ -381,127 +380,30 @@ class Engine:
         driver = await self.driver(parent_id)
         await driver.commit(Write(parent_id, events=[NewEvent(started)]))
 
-    # -- requests -------------------------------------------------------------------------------------
+    # -- requests (agentwatch.runtime.requests) -------------------------------------------------------
 
     async def answer(self, request_id: str, answer: JsonValue, *, by: str = "a person") -> RequestRecord:
         """Resolve a pending request; the paused turn continues (in this process or after a restart)."""
-        request = await self.store.get_request(request_id)
-        if request.status != "pending":
-            raise Conflict(f"request {request_id!r} is already {request.status}; nothing to answer")
-        driver = await self.driver(request.session_id)
-        resolved = RequestResolved(request_id=request_id, answer=answer, by=by)
-        turn_id = TurnId(request.turn_id) if request.turn_id else None
-        await driver.commit(
-            Write(
-                request.session_id,
-                events=[NewEvent(resolved, turn_id)],
-                requests_close=[RequestClose(request_id=request_id, status="resolved", answer=answer, by=by)],
-                expect_status=["awaiting_input"],
-            )
-        )
-        driver.kick()
-        return await self.store.get_request(request_id)
+        return await requests.answer(self, request_id, answer, by=by)
 
     async def escalate(self, request_id: str, *, reason: str = "escalated") -> RequestRecord:
         """Hand a request held for the parent agent over to a person now."""
-        request = await self.store.get_request(request_id)
-        if request.status != "pending" or request.waits_on != "parent":
-            return request
-        notice = RuntimeNotice(
-            type="runtime.info",
-            message=f"request {request_id} now waits on a person ({reason})",
-            source="requests",
-            detail={"request_id": request_id},
-        )
-        driver = await self.driver(request.session_id)
-        await driver.commit(
-            Write(request.session_id, events=[NewEvent(notice)], requests_escalate=[request_id], touch=False)
-        )
-        return await self.store.get_request(request_id)
+        return await requests.escalate(self, request_id, reason=reason)
 
     async def escalate_due(self) -> int:
         """Escalate every held request whose `deliver_at` has passed; returns how many."""
-        now = datetime.now(UTC)
-        due = [
-            r
-            for r in await self.store.list_requests(status="pending", limit=1000)
-            if r.waits_on == "parent" and r.deliver_at is not None and r.deliver_at <= now
-        ]
-        for request in due:
-            await self.escalate(request.id, reason="its parent did not answer in time")
-        return len(due)
+        return await requests.escalate_due(self)
 
-    # -- conversations --------------------------------------------------------------------------------
+    # -- conversations (agentwatch.runtime.compaction) ------------------------------------------------
 
     async def clear(self, session_id: str) -> SessionRecord:
         """Archive the current conversation (reason `clear`) and start a new, empty one."""
-        session = await self.store.get_session(session_id)
-        if session.status == "running":
-            raise Conflict(f"session {session_id!r} is running a turn; stop it before clearing")
-        driver = await self.driver(session_id)
-        cleared = ConversationCleared(archived_conversation_id=session.conversation_id)
-        await driver.commit(
-            Write(
-                session_id,
-                new_conversation="clear",
-                events=[NewEvent(cleared)],
-                session=SessionPatch(context_fill=None),
-            )
-        )
-        return await self.store.get_session(session_id)
+        return await compaction.clear(self, session_id)
 
     async def compact(self, session_id: str, *, summary: str | None = None) -> SessionRecord:
         """Set the conversation's messages aside (archived, reason `compact`) behind a summary that opens the
         next turn. Without `summary`, the session's model writes it."""
-        session = await self.store.get_session(session_id)
-        if session.status == "running":
-            raise Conflict(f"session {session_id!r} is running a turn; compact it between turns")
-        usage: list[UsageEntry] = []
-        if summary is None:
-            summary, usage = await self._summarize(session)
-        fill = session.context_fill or {}
-        pre_tokens = fill.get("tokens") if fill.get("state") == "measured" else None
-        compacted = CompactionApplied(
-            archived_conversation_id=session.conversation_id,
-            pre_tokens=pre_tokens if isinstance(pre_tokens, int) else None,
-            summary=summary,
-        )
-        context_fill: dict[str, JsonValue] = {
-            "state": "compacted",
-            "preTokens": compacted.pre_tokens,
-            "at": datetime.now(UTC).isoformat(),
-        }
-        driver = await self.driver(session_id)
-        await driver.commit(
-            Write(
-                session_id,
-                new_conversation="compact",
-                events=[NewEvent(compacted)],
-                session=SessionPatch(context_fill=context_fill),
-                usage=usage,
-            )
-        )
-        return await self.store.get_session(session_id)
-
-    async def _summarize(self, session: SessionRecord) -> tuple[str, list[UsageEntry]]:
-        definition = self.roster.get(session.role)
-        sink = _CollectingSink()
-        result = await run_turn(
-            TurnInput(
-                model=session.model_override or definition.model or "",
-                instructions=COMPACTION_INSTRUCTIONS,
-                history=await self.store.read_messages(session.conversation_id),
-                prompt=COMPACTION_PROMPT,
-            ),
-            sink,
-            models=self.models,
-        )
-        if result.outcome != "completed" or not result.output:
-            raise Invalid(f"the model could not summarize session {session.id!r}: {result.error or 'no text'}")
-        usage = [
-            UsageEntry(role=session.role, run_id=session.run_id, model=p.model, usage=p.usage) for p in sink.finished
-        ]
-        return result.output, usage
+        return await compaction.compact(self, session_id, summary=summary)
 
     # -- tools ----------------------------------------------------------------------------------------
 
@@ -528,29 +430,6 @@ class Engine:
         return sorted(self.tools)
 
 
-COMPACTION_INSTRUCTIONS = (
-    "You compact conversations. Write a summary that lets the same agent continue the work without the "
-    "earlier messages: the goal, decisions made, facts learned, files or resources touched, what is done and "
-    "what is left. Be complete and concise; no preamble."
-)
-COMPACTION_PROMPT = "Summarize the conversation so far for your own continuation."
-
-
-class _CollectingSink:
-    """A sink for side requests (summaries) whose steps are not part of the session's log."""
-
-    def __init__(self) -> None:
-        self.finished: list[CompletionFinished] = []
-
-    async def commit(
-        self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = (), *, wait: bool = True
-    ) -> None:
-        self.finished += [p for p in payloads if isinstance(p, CompletionFinished)]
-
-    def stream(self, payload: Payload) -> None:
-        pass
-
-
 def run_task(role: str, prompt: str, *, timeout: float = 600.0, **open_args: Any) -> dict[str, JsonValue]:
     """For scripts: open an engine, run one task to its end, close, and return the status snapshot.
 
@@ -565,6 +444,14 @@ def run_task(role: str, prompt: str, *, timeout: float = 600.0, **open_args: Any
             return await engine.task(role, prompt, timeout=timeout)
 
     return asyncio.run(main())
+
+
+def _freeze_start_up() -> None:
+    """Move what start-up allocated (modules, the model layer, the roster, schemas) out of the cyclic garbage
+    collector's sight: a full collection then scans only what turns allocate, instead of pausing a turn for
+    every long-lived object of the process (about 250,000 once the model layer is loaded)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _is_a_runtime(engine: Engine) -> Runtime:

@@ -1,9 +1,9 @@
 """Extensions: subsystems that plug into every engine, such as observer agents.
 
-An extension gets the engine once, while it opens, and adds what it needs through the engine's public
-surface: tools (`engine.add_tool`), policies (`engine.policy.add`), agent definitions (`engine.roster.add`),
-ThreadObservers (`engine.start_with_observer`) and tool-set hooks (`engine.tool_set_hooks`). It is closed
-first when the engine closes, before the drivers and the store.
+An extension gets the engine once, while it opens, as the narrow `Runtime` the layers below the surfaces
+see, and adds what it needs through it: tools (`engine.add_tool`), policies (`engine.policy.add`), agent
+definitions (`engine.roster.add`), ThreadObservers (`engine.start_with_observer`) and tool-set hooks
+(`engine.tool_set_hooks`). It is closed first when the engine closes, before the drivers and the store.
 
 `Engine.open(extensions=None)` installs the default extensions. Higher layers register them by a
 `"module:attribute"` spec naming a factory, so that the runtime never imports the layers above it:
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from agentwatch.errors import UserError
 
 if TYPE_CHECKING:
-    from agentwatch.runtime.engine import Engine
+    from agentwatch.runtime.services import Runtime
 
 __all__ = ["Extension", "default_extensions", "register_default_extension"]
 
@@ -31,7 +31,7 @@ __all__ = ["Extension", "default_extensions", "register_default_extension"]
 class Extension(Protocol):
     """A subsystem an engine carries for its whole life."""
 
-    def install(self, engine: Engine) -> None:
+    def install(self, engine: Runtime) -> None:
         """Plug into `engine` while it opens (before any session runs). Must not await."""
 
     async def close(self) -> None:

@@ -14,6 +14,7 @@ from pydantic import JsonValue
 
 from agentwatch.errors import Conflict
 from agentwatch.events import NewEvent, RequestResolved, RuntimeNotice, TurnId
+from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.services import Runtime
 from agentwatch.store import RequestClose, RequestRecord, Write
 
@@ -29,14 +30,15 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
     channel = await runtime.driver(request.session_id)
     resolved = RequestResolved(request_id=request_id, answer=answer, by=by)
     turn_id = TurnId(request.turn_id) if request.turn_id else None
-    await channel.commit(
-        Write(
-            request.session_id,
-            events=[NewEvent(resolved, turn_id)],
-            requests_close=[RequestClose(request_id=request_id, status="resolved", answer=answer, by=by)],
-            expect_status=["awaiting_input"],
+    async with claimed(runtime, request.session_id):  # leases: the paused turn is never left without an owner
+        await channel.commit(
+            Write(
+                request.session_id,
+                events=[NewEvent(resolved, turn_id)],
+                requests_close=[RequestClose(request_id=request_id, status="resolved", answer=answer, by=by)],
+                expect_status=["awaiting_input"],
+            )
         )
-    )
     channel.kick()
     return await store.get_request(request_id)
 

@@ -1,19 +1,23 @@
-"""Turns: what a driver runs when its session has work.
+"""Turns: what a session's turn loop runs when the session has work.
 
-A plan says why a turn runs: new `input` in the inbox, an `answer` to the requests that paused it, or a
-`continue` after a restart cut it off. `run_plan` records the start, runs the model through the models
-adapter with a sink that commits every durable step (the turn-durability barrier: the adapter commits a
-response and its tool calls before any tool runs), and records how it ended.
+A plan (`agentwatch.runtime.plan`) says why a turn runs. `run_plan` records the start, runs the model through
+the models adapter with a sink that writes every durable step through the session's emitter, and records how
+the turn ended. The emitter does the ordering, pipelining and the durability barrier (the adapter commits a
+response and its tool calls, waiting, before any tool runs); this module only says what each step writes.
+
+The turn takes the engine's narrow `Runtime` (config, store, roster, tools, policy, models, other sessions'
+channels) and its session's `SessionEmitter`, never the `Engine`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Protocol
 
 from pydantic import JsonValue
 
@@ -22,6 +26,7 @@ from agentwatch.events import (
     AssistantMessage,
     CompactionApplied,
     CompletionFinished,
+    Event,
     NewEvent,
     Origin,
     Payload,
@@ -35,13 +40,16 @@ from agentwatch.events import (
     UserMessage,
     new_id,
 )
+from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
+from agentwatch.runtime.leases import check_held, ensure_held
 from agentwatch.runtime.models import ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
+from agentwatch.runtime.plan import Plan, next_plan
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.tools.base import Caller, Tool
 from agentwatch.store import (
     TERMINAL_STATUSES,
-    InputRecord,
     RequestClose,
     RequestDraft,
     RequestRecord,
@@ -52,22 +60,7 @@ from agentwatch.store import (
     Write,
 )
 
-if TYPE_CHECKING:
-    from agentwatch.runtime.driver import SessionDriver
-    from agentwatch.runtime.engine import Engine
-
-__all__ = ["Plan", "ToolRefused", "next_plan", "restart_note", "run_plan"]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Why a turn runs now."""
-
-    kind: Literal["input", "answer", "continue"]
-    inputs: Sequence[InputRecord] = ()
-    """For `input`: the inbox inputs the turn takes."""
-    requests: Sequence[RequestRecord] = ()
-    """For `answer`: the (closed) requests of the paused turn."""
+__all__ = ["Plan", "ToolRefused", "end_stopped_turn", "next_plan", "restart_note", "run_plan"]
 
 
 class ToolRefused(AgentwatchError):
@@ -76,26 +69,14 @@ class ToolRefused(AgentwatchError):
     code = "denied"
 
 
-async def next_plan(engine: Engine, session: SessionRecord) -> Plan | None:
-    """The work waiting for `session`, or None."""
-    if session.deleted_at is not None:
-        return None
-    if session.status == "running":
-        return Plan("continue")
-    if session.status == "awaiting_input" and session.current_turn_id is not None:
-        requests = await engine.store.list_requests(session_id=session.id, status=None, limit=1000)
-        mine = [r for r in requests if r.turn_id == session.current_turn_id]
-        if any(r.status == "pending" for r in mine):
-            return None
-        return Plan("answer", requests=mine)
-    inputs = await engine.store.list_inputs(session.id)
-    return Plan("input", inputs=inputs) if inputs else None
+class _Committer(Protocol):
+    async def commit(self, write: Write) -> list[Event]: ...
 
 
 @dataclass
 class _Turn:
-    engine: Engine
-    driver: SessionDriver
+    runtime: Runtime
+    emitter: SessionEmitter
     session: SessionRecord
     definition: AgentDefinition
     turn_id: str
@@ -105,45 +86,49 @@ class _Turn:
     def session_id(self) -> str:
         return self.session.id
 
-    async def commit(
+    def write(
         self,
         payloads: Sequence[Payload],
         *,
         messages: Sequence[JsonValue] = (),
         patch: SessionPatch | None = None,
         **changes: Any,
-    ) -> None:
+    ) -> Write:
+        check_held(self.runtime, self.session_id)  # leases: a turn whose lease was lost writes nothing more
         turn_id = TurnId(self.turn_id)
-        await self.driver.commit(
-            Write(
-                self.session_id,
-                events=[NewEvent(p, turn_id) for p in payloads],
-                messages=messages,
-                session=patch,
-                **changes,
-            )
+        return Write(
+            self.session_id,
+            events=[NewEvent(p, turn_id) for p in payloads],
+            messages=messages,
+            session=patch,
+            **changes,
         )
+
+    def begin(self, payloads: Sequence[Payload], *, patch: SessionPatch, **changes: Any) -> None:
+        """Record the start, deferred: it goes to the store with the turn's next write (the opening of the
+        first model request, normally), in one commit. A failure surfaces at the turn's first waiting
+        commit, before any tool runs."""
+        self.emitter.submit(self.write(payloads, patch=patch, **changes), turn=True, defer=math.inf)
+
+    async def commit(self, payloads: Sequence[Payload], *, patch: SessionPatch | None = None, **changes: Any) -> None:
+        """Write and wait (not as part of the turn's chain: an end is recorded even after a failed step)."""
+        await self.emitter.commit(self.write(payloads, patch=patch, **changes))
 
 
 class _Sink:
-    """What the models adapter commits through: durable steps with their usage and context fill.
-
-    A pipelined commit (`wait=False`) is submitted to the driver and not waited for; the driver applies the
-    turn's commits in call order. Each later commit first checks (when its turn comes, so after every earlier
-    one is over) that no pipelined commit of this turn failed: if one did, it writes nothing and fails with
-    that error, which the next waiting commit raises.
-    """
+    """What the models adapter commits through: durable steps with their usage and context fill, written as
+    writes of the turn by the session's emitter (which orders, pipelines and remembers the first failure)."""
 
     def __init__(self, turn: _Turn) -> None:
         self._turn = turn
-        self._pipelined: list[asyncio.Future[Any]] = []
 
     async def commit(
         self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = (), *, wait: bool = True
     ) -> None:
+        emitter = self._turn.emitter
         if not payloads and not messages:
             if wait:
-                await self._settle()
+                await emitter.barrier()
             return
         turn = self._turn
         usage: list[UsageEntry] = []
@@ -163,35 +148,14 @@ class _Sink:
                 fields["context_fill"] = _measured(payload)
             elif isinstance(payload, AssistantMessage) and payload.text:
                 fields["last_text"] = payload.text
-        turn_id = TurnId(turn.turn_id)
-        write = Write(
-            turn.session_id,
-            events=[NewEvent(p, turn_id) for p in payloads],
-            messages=messages,
-            session=SessionPatch(**fields) if fields else None,
-            usage=usage,
-        )
-        guard = self._check if self._pipelined else None
-        if not wait:
-            self._pipelined.append(turn.driver.submit(write, guard=guard, hold=True))
-            return
-        await asyncio.shield(turn.driver.submit(write, guard=guard))
-        # It came after every pipelined commit and its guard passed: they are all durable.
-        self._pipelined.clear()
-
-    def _check(self) -> None:
-        # Runs when a later commit's turn comes: every earlier commit is over by then.
-        for future in self._pipelined:
-            if future.done() and not future.cancelled() and (error := future.exception()) is not None:
-                raise error
-
-    async def _settle(self) -> None:
-        for future in self._pipelined:
-            await asyncio.shield(future)  # raises the failure of the first that failed
-        self._pipelined.clear()
+        write = turn.write(payloads, messages=messages, patch=SessionPatch(**fields) if fields else None, usage=usage)
+        if wait:
+            await emitter.commit(write, turn=True)
+        else:  # the opening of a model request: it may share its commit with the response
+            emitter.submit(write, turn=True, defer=GROUP_COMMIT_SECONDS)
 
     def stream(self, payload: Payload) -> None:
-        self._turn.driver.stream(payload, self._turn.turn_id)
+        self._turn.emitter.stream(payload, self._turn.turn_id)
 
 
 def _measured(payload: CompletionFinished) -> dict[str, JsonValue]:
@@ -219,39 +183,59 @@ def restart_note(alive: Sequence[SessionRecord]) -> str:
     )
 
 
-async def run_plan(engine: Engine, driver: SessionDriver, session: SessionRecord, plan: Plan) -> bool:
-    """Run one turn (or one continuation of it). Returns True when the turn was stopped by someone."""
+async def run_plan(
+    runtime: Runtime,
+    emitter: SessionEmitter,
+    session: SessionRecord,
+    plan: Plan,
+    *,
+    cut_off: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Run one turn (or one continuation of it). Returns True when the turn was stopped by someone.
+
+    A cancellation is a stop (recorded: the turn ends `cancelled`) unless `cut_off()` says the turn was cut
+    off (a shutdown, a lost lease): then nothing is recorded and the cancellation goes on, so the turn stays
+    `running` and is continued by whichever engine owns the session next.
+    """
     try:
-        definition = engine.roster.get(session.role)
+        definition = runtime.roster.get(session.role)
     except AgentwatchError as exc:
-        await _fail_early(engine, driver, session, plan, f"role {session.role!r} no longer resolves: {exc.message}")
+        await _fail_early(runtime, emitter, session, plan, f"role {session.role!r} no longer resolves: {exc.message}")
         return False
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
-    turn = _Turn(engine, driver, session, definition, turn_id)
+    turn = _Turn(runtime, emitter, session, definition, turn_id)
     try:
-        # Read once, before the start is recorded (which adds no messages): the compaction check needs it too.
-        history = await engine.store.read_messages(session.conversation_id)
-        prompt = await _begin(turn, plan, history)
-        if prompt is _INTERRUPTED:
-            return False
-        turn_input = TurnInput(
-            model=session.model_override or definition.model or "",
-            instructions=definition.instructions,
-            history=history,
-            prompt=prompt if isinstance(prompt, str) else None,
-            tools=_tool_specs(turn),
-            answers=_answers(plan.requests),
-        )
-        result = await run_turn(turn_input, _Sink(turn), models=engine.models)
-    except asyncio.CancelledError:
-        if driver.closing:
-            raise  # a shutdown, not a stop: the turn stays running and continues after the restart
-        await _end_stopped(turn, engine.stop_reason(session.id))
-        return True
-    except Exception as exc:  # a fault outside the model: the turn fails, the engine goes on
-        result = TurnResult(outcome="failed", output=None, usage=turn.usage, error=f"{type(exc).__name__}: {exc}")
-    await _finish(turn, result)
-    return False
+        try:
+            # Read once, before the start is recorded (which adds no messages): the compaction check needs it.
+            history = emitter.history(session)
+            if history is None:
+                history = await runtime.store.read_messages(session.conversation_id)
+                emitter.remember_history(session, history)
+            prompt = await _begin(turn, plan, history)
+            if prompt is _INTERRUPTED:
+                return False
+            turn_input = TurnInput(
+                model=session.model_override or definition.model or "",
+                instructions=definition.instructions,
+                history=history,
+                prompt=prompt if isinstance(prompt, str) else None,
+                tools=_tool_specs(turn),
+                answers=_answers(plan.requests),
+                conversation_id=session.conversation_id,
+            )
+            result = await run_turn(turn_input, _Sink(turn), models=runtime.models)
+        except asyncio.CancelledError:
+            if cut_off():
+                emitter.drop_deferred()  # the start, if it has not gone to the store: nothing is recorded
+                raise  # a shutdown or a lost lease, not a stop: the turn stays running and is continued
+            await _end_stopped(turn, runtime.stop_reason(session.id))
+            return True
+        except Exception as exc:  # a fault outside the model: the turn fails, the engine goes on
+            result = TurnResult(outcome="failed", output=None, usage=turn.usage, error=f"{type(exc).__name__}: {exc}")
+        await _finish(turn, result)
+        return False
+    finally:
+        emitter.end_turn()
 
 
 _INTERRUPTED = object()
@@ -275,7 +259,7 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
         text = "\n\n".join(i.text for i in plan.inputs)
         summary = await _compaction_summary(turn, history)
         messages = [UserMessage(text=i.text, origin=i.origin, meta=i.meta) for i in plan.inputs]
-        await turn.commit(
+        turn.begin(
             [started, *messages],
             patch=SessionPatch(
                 status="running", current_turn_id=turn.turn_id, turn_attempts=1, error=None, settings=settings
@@ -284,13 +268,13 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
         )
         return f"{summary}\n\n{text}" if summary else text
     if plan.kind == "answer":
-        await turn.commit(
+        turn.begin(
             [started.model_copy(update={"attempt": max(session.turn_attempts, 1)})],
             patch=SessionPatch(status="running", settings=settings),
         )
         return None
     # continue after a restart
-    limit = definition.resolved_sessions(turn.engine.config.sessions).continue_after_restart
+    limit = definition.resolved_sessions(turn.runtime.config.sessions).continue_after_restart
     continued = max(session.turn_attempts, 1) - 1
     if continued >= limit:
         reason = (
@@ -300,10 +284,10 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
         )
         await _end(turn, "interrupted", TurnEnded(outcome="interrupted", reason=reason), error="Interrupted")
         return _INTERRUPTED
-    alive = await turn.engine.live_children(session.id)
+    alive = await turn.runtime.live_children(session.id)
     note = restart_note(alive)
     attempt = continued + 2
-    await turn.commit(
+    turn.begin(
         [
             started.model_copy(update={"trigger": "continue", "attempt": attempt}),
             UserMessage(text=note, origin=Origin(kind="engine"), meta=True),
@@ -315,7 +299,7 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
 
 async def _compaction_summary(turn: _Turn, history: Sequence[JsonValue]) -> str | None:
     """When the conversation was just compacted, the summary that opens the next prompt."""
-    store = turn.engine.store
+    store = turn.runtime.store
     # Compacting marks the session's context fill `compacted`, and only a model response of a later turn
     # marks it otherwise, after that turn stored its first message: an empty history with any other mark
     # (or none) is a conversation that was never compacted, and there is no summary to look for.
@@ -334,8 +318,8 @@ async def _compaction_summary(turn: _Turn, history: Sequence[JsonValue]) -> str 
 def _tool_specs(turn: _Turn) -> list[ToolSpec]:
     specs = []
     approval = set(turn.definition.approval_tools)
-    for name in turn.engine.tools_for(turn.session, turn.definition):
-        tool = turn.engine.tools.get(name)
+    for name in turn.runtime.tools_for(turn.session, turn.definition):
+        tool = turn.runtime.tools.get(name)
         if tool is None:
             continue  # the roster already reported it; the model simply does not get it
         specs.append(
@@ -353,7 +337,8 @@ def _tool_specs(turn: _Turn) -> list[ToolSpec]:
 
 def _runner(turn: _Turn, tool: Tool) -> Any:
     async def run(context: ToolContext, args: dict[str, Any]) -> JsonValue:
-        verdict = await turn.engine.policy.decide(
+        await ensure_held(turn.runtime, turn.session_id)  # leases: never run a tool another engine may own
+        verdict = await turn.runtime.policy.decide(
             ToolRequest(
                 tool.name,
                 args,
@@ -365,7 +350,7 @@ def _runner(turn: _Turn, tool: Tool) -> Any:
         if verdict.decision != "allow":
             raise ToolRefused(f"{tool.name} was not allowed ({verdict.decision}): {verdict.reason or 'by policy'}")
         caller = Caller(turn.session_id, turn.turn_id, context.tool_call_id, turn.session.scope)
-        return await tool.handler(turn.engine, caller, args)
+        return await tool.handler(turn.runtime, caller, args)
 
     return run
 
@@ -425,7 +410,7 @@ async def _tell_parent(turn: _Turn, status: SessionStatus) -> None:
     if parent_id is None or status not in TERMINAL_STATUSES or turn.session.is_observer:
         return
     try:
-        parent = await turn.engine.driver(parent_id)
+        parent = await turn.runtime.driver(parent_id)
         await parent.commit(
             Write(
                 parent_id, events=[NewEvent(SubtaskEnded(child_session_id=turn.session_id, status=status))], touch=False
@@ -436,8 +421,8 @@ async def _tell_parent(turn: _Turn, status: SessionStatus) -> None:
 
 
 async def _pause(turn: _Turn, result: TurnResult) -> None:
-    engine, session = turn.engine, turn.session
-    hold = engine.config.sessions.hold_for_parent_seconds
+    session = turn.session
+    hold = turn.runtime.config.sessions.hold_for_parent_seconds
     held = session.parent_id is not None and hold > 0
     deliver_at = datetime.now(UTC) + timedelta(seconds=hold) if held else None
     drafts, opened = [], []
@@ -482,19 +467,27 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
 
 
 async def _end_stopped(turn: _Turn, by: str) -> None:
-    await end_stopped_turn(turn.engine, turn.driver, turn.session_id, turn.turn_id, by, usage=turn.usage)
+    await end_stopped_turn(turn.runtime, turn.emitter, turn.session_id, turn.turn_id, by, usage=turn.usage)
     await _tell_parent(turn, "cancelled")
 
 
 async def end_stopped_turn(
-    engine: Engine, driver: SessionDriver, session_id: str, turn_id: str | None, by: str, *, usage: Usage | None = None
+    runtime: Runtime,
+    channel: _Committer,
+    session_id: str,
+    turn_id: str | None,
+    by: str,
+    *,
+    usage: Usage | None = None,
 ) -> None:
-    """Record a stop: pending requests of the turn are dismissed, the turn ends `cancelled`."""
-    pending = [r for r in await engine.store.list_requests(session_id=session_id, limit=1000) if r.turn_id == turn_id]
+    """Record a stop through the session's `channel` (its driver or emitter): pending requests of the turn
+    are dismissed, the turn ends `cancelled`."""
+    requests = await runtime.store.list_requests(session_id=session_id, limit=1000)
+    pending = [r for r in requests if r.turn_id == turn_id]
     reason = f"stopped by {by}"
     events: list[Payload] = [RequestDismissed(request_id=r.id, reason=reason) for r in pending]
     events.append(TurnEnded(outcome="cancelled", reason=reason, usage=usage or Usage()))
-    await driver.commit(
+    await channel.commit(
         Write(
             session_id,
             events=[NewEvent(e, TurnId(turn_id) if turn_id else None) for e in events],
@@ -504,14 +497,16 @@ async def end_stopped_turn(
     )
 
 
-async def _fail_early(engine: Engine, driver: SessionDriver, session: SessionRecord, plan: Plan, error: str) -> None:
+async def _fail_early(
+    runtime: Runtime, emitter: SessionEmitter, session: SessionRecord, plan: Plan, error: str
+) -> None:
     turn_id = TurnId(session.current_turn_id or new_id("trn"))
     payloads: list[Payload] = []
     if plan.kind == "input":
         payloads.append(TurnStarted(trigger="input"))
         payloads += [UserMessage(text=i.text, origin=i.origin, meta=i.meta) for i in plan.inputs]
     payloads.append(TurnEnded(outcome="failed", error=error))
-    await driver.commit(
+    await emitter.commit(
         Write(
             session.id,
             events=[NewEvent(p, turn_id) for p in payloads],

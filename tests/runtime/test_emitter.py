@@ -1,0 +1,119 @@
+"""The session emitter on a real SQLite store: the turn's first failure kept in one place, writes of a turn
+that share a commit, and the conversation it keeps between turns (trusted only while nobody else wrote)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentwatch.errors import StoreError
+from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnId, UserMessage
+from agentwatch.live import connect_live
+from agentwatch.runtime.emitter import SessionEmitter
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.store import SessionDraft, Write, connect_store
+from tests.runtime.support import Scripted, role
+
+TURN = TurnId("trn_emitter")
+
+
+def said(text: str) -> NewEvent:
+    return NewEvent(UserMessage(text=text), TURN)
+
+
+def notice(text: str) -> NewEvent:
+    return NewEvent(RuntimeNotice(type="runtime.info", message=text, source="test"))
+
+
+async def test_after_a_failed_write_of_the_turn_nothing_more_of_it_is_written_until_the_turn_ends(
+    tmp_path: Path,
+) -> None:
+    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
+    ring = await connect_live("memory://")
+    try:
+        session = await store.create_session(SessionDraft(id="ses_emitter", name="e", role="r"))
+        writes: list[list[str]] = []
+        write = store.write
+
+        async def failing(w: Write) -> list[Event]:
+            texts = [e.payload.text for e in w.events if isinstance(e.payload, UserMessage)]
+            if "two" in texts:
+                raise StoreError("the disk is full")
+            stored = await write(w)
+            writes.append([e.type for e in stored])
+            return stored
+
+        store.write = failing  # type: ignore[method-assign]
+        emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring)
+        one = await emitter.commit(Write(session.id, events=[said("one")]), turn=True)
+        two = emitter.submit(Write(session.id, events=[said("two")]), turn=True)
+        aside = emitter.submit(Write(session.id, events=[notice("not part of the turn")]))
+        with pytest.raises(StoreError, match="the disk is full"):
+            await emitter.commit(Write(session.id, events=[said("three")]), turn=True)
+        with pytest.raises(StoreError, match="the disk is full"):
+            await emitter.barrier()
+        assert len(one) == 1 and two.exception() is not None and len(await aside) == 1
+        assert writes == [["message.user"], ["runtime.info"]]  # `three` came after the failure: skipped
+
+        failure = emitter.end_turn()
+        assert isinstance(failure, StoreError)
+        await emitter.commit(Write(session.id, events=[said("four")]), turn=True)  # the next turn writes again
+        stored = await store.read_events(session.id, limit=100)
+        assert [getattr(e.payload, "text", None) for e in stored] == ["one", None, "four"]
+        await emitter.close()
+    finally:
+        await ring.close()
+        await store.close()
+
+
+async def test_writes_of_the_turn_waiting_together_share_one_commit_and_keep_their_order(tmp_path: Path) -> None:
+    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
+    ring = await connect_live("memory://")
+    try:
+        session = await store.create_session(SessionDraft(id="ses_group", name="g", role="r"))
+        commits: list[int] = []
+        write = store.write
+
+        async def counted(w: Write) -> list[Event]:
+            commits.append(len(w.events))
+            return await write(w)
+
+        store.write = counted  # type: ignore[method-assign]
+        emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring)
+        first = emitter.submit(Write(session.id, events=[said("a")], messages=[{"m": 1}]), turn=True, defer=60)
+        second = emitter.submit(Write(session.id, events=[said("b"), said("c")], messages=[{"m": 2}]), turn=True)
+        assert [e.seq for e in await first] == [1] and [e.seq for e in await second] == [2, 3]
+        assert commits == [3]
+        assert await store.read_messages(session.conversation_id) == [{"m": 1}, {"m": 2}]
+        await emitter.close()
+    finally:
+        await ring.close()
+        await store.close()
+
+
+def responses_so_far(ctx: Any) -> Any:
+    return Reply(f"{ctx.request_index} responses before this one")
+
+
+async def test_a_turn_sees_what_another_engine_added_to_the_conversation(tmp_path: Path, scripted: Scripted) -> None:
+    model = scripted("history-count", ScriptedModel(function=responses_so_far))
+    url = f"sqlite:///{tmp_path / 'aw.db'}"
+    definition = role("chat", model)
+    async with Engine.open(url, root=tmp_path, definitions=[definition], extensions=[]) as a:
+        session = await a.create("chat", source="chat")
+        await a.enqueue(session.id, "one")
+        await a.wait(session.id, 30)
+        await asyncio.sleep(0.1)  # the turn loop lets the session's lease go
+        async with Engine.open(url, root=tmp_path, definitions=[definition], extensions=[]) as b:
+            await b.enqueue(session.id, "two")  # written by the other engine: a's emitter never sees it
+            await b.wait(session.id, 30)
+        await a.enqueue(session.id, "three")
+        settled, _ = await a.wait(session.id, 30)
+        assert settled.last_text == "2 responses before this one"
+        await a.enqueue(session.id, "four")  # and the next turn of the same engine keeps counting
+        settled, _ = await a.wait(session.id, 30)
+    assert settled.last_text == "3 responses before this one"
