@@ -140,6 +140,13 @@ CASES: list[tuple[list[str], int, str]] = [
     (["run", "coder", "hi", "--name", "\udcff"], 2, "--name"),
     (["run", "coder", "\x00"], 2, "PROMPT"),
     (["run", "nobody", "hi"], 1, "nobody"),
+    (["serve", "--port", "-1"], 2, "--port"),
+    (["serve", "--port", "65536"], 2, "--port"),
+    (["serve", "--port", str(2**70)], 2, "--port"),
+    (["serve", "--host", "\udcff"], 2, "--host"),
+    (["serve", "--deploy-hold-minutes", "nan"], 2, "--deploy-hold-minutes"),
+    (["serve", "--deploy-hold-minutes", "-1"], 2, "--deploy-hold-minutes"),
+    (["mcp", "--store", "\udcff"], 2, "--store"),
     (["nothing"], 2, "nothing"),
 ]
 
@@ -217,7 +224,7 @@ NASTY = st.one_of(
 
 
 def leaf_commands() -> list[tuple[str, click.Command]]:
-    skip = {"run"}  # running opens an engine and writes; its options are in CASES
+    skip = {"run", "serve", "mcp"}  # they open an engine and keep running; their options are in CASES
     return [(n, c) for n, c in all_commands(cli) if not isinstance(c, click.Group) and n not in skip]
 
 

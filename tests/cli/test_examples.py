@@ -6,7 +6,9 @@ import asyncio
 import json
 import os
 import re
+import select
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,16 +24,18 @@ from tests.cli.test_cli import all_commands
 from tests.runtime.support import OpenEngine, Scripted, role
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE_ID = "ses_01jdq3v9c8k2m6n4p7r0s5t8w1"
-"""The id the help texts show; the test puts the id of its own `coder` session in its place."""
+EXAMPLE_IDS = ("ses_01jdq3v9c8k2m6n4p7r0s5t8w1", "ses_...")
+"""The ids the help texts show; the test puts the id of its own `coder` session in their place."""
 
 
 def help_examples() -> list[tuple[str, str]]:
+    """(command, example) for every `agentwatch ...` line of every help text, the top level's included; a
+    description after two spaces or more is not part of the example."""
     found = []
-    for name, command in all_commands(cli):
+    for name, command in [("agentwatch", cli), *all_commands(cli)]:
         for line in (command.help or "").splitlines():
             if line.strip().startswith("agentwatch "):
-                found.append((name, line.strip()))
+                found.append((name, re.split(r"\s{2,}", line.strip())[0]))
     return found
 
 
@@ -72,11 +76,16 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
 @pytest.mark.parametrize(("name", "example"), EXAMPLES, ids=[example for _, example in EXAMPLES])
 def test_the_help_example_works(project: tuple[Path, str], name: str, example: str) -> None:
     root, coder_id = project
-    argv = shlex.split(example.replace(EXAMPLE_ID, coder_id))[1:]
+    for shown in EXAMPLE_IDS:
+        example = example.replace(shown, coder_id)
+    argv = shlex.split(example)[1:]
     if ">" in argv:  # a shell redirection: the output is what would land in the file
         argv = argv[: argv.index(">")]
     if "-f" in argv:
         _follow_example(root, argv)
+        return
+    if argv[0] == "serve":
+        _serve_example(root, argv)
         return
     before = os.getcwd()
     os.chdir(root)
@@ -100,5 +109,25 @@ def _follow_example(root: Path, argv: list[str]) -> None:
         assert process.poll() is None  # still following
     finally:
         process.kill()
+        _, errors = process.communicate()
+    assert "Traceback" not in errors
+
+
+def _serve_example(root: Path, argv: list[str]) -> None:
+    """`serve` runs until it is told to stop: it must come up, then drain and exit 0 on SIGTERM."""
+    (root / "agentwatch.toml").write_text('[server]\nbind = "127.0.0.1:0"\n')  # any free port, as written
+    command = [sys.executable, "-m", "agentwatch", *argv]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its address line arrives as it is printed
+    process = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    try:
+        ready, _, _ = select.select([process.stderr], [], [], 120)
+        first = process.stderr.readline() if ready else "(nothing within 120 s)"  # where it says it listens
+        assert "serving on http://127.0.0.1:" in first, first
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
         _, errors = process.communicate()
     assert "Traceback" not in errors

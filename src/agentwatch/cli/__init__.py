@@ -27,7 +27,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("agentwatch.cli.reads:history", "Show an agent's transcript, a page at a time."),
     "ls": ("agentwatch.cli.reads:ls", "List agents: the boss, then live ones, then the rest."),
     "prompt": ("agentwatch.cli.reads:prompt", "Show the exact prompt a turn was dispatched with."),
+    "mcp": ("agentwatch.cli.serve:mcp", "Serve the tools as an MCP server on stdin/stdout."),
     "run": ("agentwatch.cli.run:run", "Run an agent on a prompt and stream its turn."),
+    "serve": ("agentwatch.cli.serve:serve", "Run the engine as a service: HTTP tools, live attach and MCP."),
     "summary": ("agentwatch.cli.reads:summary", "Counts per status and word, a window's activity and spend."),
     "tail": ("agentwatch.cli.reads:tail", "Show an agent's recent events; with -f, follow them live."),
 }

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     """Standard error, through rich (created on first use)."""
 
 __all__ = [
+    "MINUTES",
     "SECONDS",
     "TEXT",
     "ExitCode",
@@ -127,24 +128,26 @@ class Text(click.types.StringParamType):
         return text
 
 
-class Seconds(click.types.FloatParamType):
-    """A duration in seconds: finite, from 0 to `most`."""
+class Span(click.types.FloatParamType):
+    """A length of time in `unit`s: a finite number from 0 to `most` (click's own float takes nan and inf)."""
 
-    name = "seconds"
-
-    def __init__(self, most: float) -> None:
+    def __init__(self, most: float, unit: str) -> None:
         self.most = most
+        self.unit = unit
+        self.name = unit
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        seconds = super().convert(value, param, ctx)
-        if not math.isfinite(seconds) or not 0 <= seconds <= self.most:
-            self.fail(f"{value!s} is not a number of seconds from 0 to {self.most:g}", param, ctx)
-        return seconds
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number) or not 0 <= number <= self.most:
+            self.fail(f"{value!s} is not a number of {self.unit} from 0 to {self.most:g}", param, ctx)
+        return number
 
 
 TEXT = Text()
-SECONDS = Seconds(7 * 86400.0)
+SECONDS = Span(7 * 86400.0, "seconds")
 """A wait of up to a week."""
+MINUTES = Span(7 * 24 * 60.0, "minutes")
+"""A wait of up to a week, in minutes."""
 
 
 def harden(command: click.Command) -> click.Command:
