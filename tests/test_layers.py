@@ -52,24 +52,10 @@ ENGINE_ALLOWED = {"agentwatch"}
 MODEL_SDKS = ("pydantic_ai", "openai", "anthropic")
 MODELS_ADAPTER = "agentwatch.runtime.models"
 
-ALLOWED: set[tuple[str, str]] = {
-    # Known violations being removed (issue: one emitter, the runtime services replace Engine below the
-    # surfaces). Each is (importing module, imported module); delete its line once the import is gone.
-    # A violation not listed here fails the test.
-    ("agentwatch.runtime.driver", "agentwatch.runtime.engine"),  # runtime/driver.py, TYPE_CHECKING: Engine
-    ("agentwatch.runtime.extensions", "agentwatch.runtime.engine"),  # runtime/extensions.py, TYPE_CHECKING: Engine
-    ("agentwatch.runtime.tools.ask", "agentwatch.runtime.engine"),  # runtime/tools/ask.py, TYPE_CHECKING: Engine
-    ("agentwatch.runtime.tools.drive", "agentwatch.runtime.engine"),  # runtime/tools/drive.py, TYPE_CHECKING
-    ("agentwatch.runtime.turn", "agentwatch.runtime.engine"),  # runtime/turn.py, TYPE_CHECKING: Engine
-    ("agentwatch.watchers.delivery", "agentwatch.runtime.engine"),  # watchers/delivery.py, TYPE_CHECKING: Engine
-    ("agentwatch.watchers.observers", "agentwatch.runtime.engine"),  # watchers/observers.py, TYPE_CHECKING
-    ("agentwatch.watchers.pairing", "agentwatch.runtime.engine"),  # watchers/pairing.py, TYPE_CHECKING: Engine
-    ("agentwatch.watchers.report", "agentwatch.runtime.engine"),  # watchers/report.py, TYPE_CHECKING: Engine
-    ("agentwatch.watchers.report", "agentwatch.watchers.observers"),  # watchers/report.py, TYPE_CHECKING
-    ("agentwatch.watchers.rules", "agentwatch.watchers.delivery"),  # watchers/rules.py, TYPE_CHECKING: Batch
-    ("agentwatch.watchers.rules", "agentwatch.watchers.observers"),  # watchers/rules.py, TYPE_CHECKING
-}
-"""Known violations still being fixed. A listed one that no longer occurs is harmless; remove its line."""
+ALLOWED: set[tuple[str, str]] = set()
+"""Known violations being fixed, as (importing module, imported module), each with a comment naming the file
+and the import; empty since the runtime services replaced `Engine` below the surfaces. A violation not listed
+fails the test, and so does a listed one that no longer occurs."""
 
 
 def _within(name: str, prefix: str) -> bool:
@@ -225,6 +211,8 @@ def test_every_import_follows_the_layer_order() -> None:
     found = violations()
     new = [problem for key, listed in sorted(found.items()) if key not in ALLOWED for problem in listed]
     assert not new, "imports against the layer order (docs/architecture.md):\n" + "\n".join(new)
+    fixed = sorted(ALLOWED - set(found))
+    assert not fixed, f"no longer violations, remove them from ALLOWED: {fixed}"
 
 
 def test_every_module_has_a_place_in_the_order() -> None:
