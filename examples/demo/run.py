@@ -20,7 +20,6 @@ What happens:
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import shutil
@@ -68,30 +67,47 @@ def write_file(path: str, content: str) -> str:
     return f"wrote {len(content)} characters to {path}"
 
 
-def run_tests() -> str:
-    """Run the project's tests; says how many passed and what failed."""
-    sys.path.insert(0, str(WORKSPACE.resolve()))
+TEST_SECONDS = 60.0
+TEST_RUNNER = """
+import sys
+sys.path.insert(0, ".")
+import test_calc
+failures, passed = [], 0
+for name in sorted(n for n in dir(test_calc) if n.startswith("test_")):
     try:
-        modules = {}
-        for name in ("calc", "test_calc"):
-            sys.modules.pop(name, None)
-            spec = importlib.util.spec_from_file_location(name, WORKSPACE / f"{name}.py")
-            assert spec is not None
-            assert spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-            modules[name] = module
-        failures, passed = [], 0
-        for name in sorted(n for n in dir(modules["test_calc"]) if n.startswith("test_")):
-            try:
-                getattr(modules["test_calc"], name)()
-                passed += 1
-            except AssertionError as exc:
-                failures.append(f"{name} failed {exc}".strip())
-        return f"{passed} passed" + (f", {len(failures)} failed: {'; '.join(failures)}" if failures else "")
-    finally:
-        sys.path.remove(str(WORKSPACE.resolve()))
+        getattr(test_calc, name)()
+        passed += 1
+    except AssertionError as exc:
+        failures.append(f"{name} failed {exc}".strip())
+    except Exception as exc:
+        failures.append(f"{name} raised {type(exc).__name__}: {exc}")
+print(f"{passed} passed" + (f", {len(failures)} failed: {'; '.join(failures)}" if failures else ""))
+"""
+
+
+async def run_tests() -> str:
+    """Run the project's tests; says how many passed and what failed."""
+    # In a process of its own: the code under test is the agents' work, and must never run inside the
+    # engine's process (it could block the loop, or change the engine's own modules).
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-I",
+        "-c",
+        TEST_RUNNER,
+        cwd=WORKSPACE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), TEST_SECONDS)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return f"the tests did not finish within {TEST_SECONDS:.0f} s and were stopped"
+    if process.returncode != 0:
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        return f"the tests could not run (exit code {process.returncode}): {last[0]}"
+    return out.decode(errors="replace").strip()
 
 
 def fetch_report(month: str) -> str:

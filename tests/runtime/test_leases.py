@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,14 +17,25 @@ from typing import Any
 import pytest
 
 from agentwatch.config import Config, load_config
-from agentwatch.events import NewEvent, ToolResult, TurnEnded, TurnId, TurnStarted, UserMessage
+from agentwatch.events import NewEvent, RuntimeNotice, ToolResult, TurnEnded, TurnId, TurnStarted, UserMessage
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, new_owner
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.store import SessionDraft, SessionPatch, Write
 from tests.runtime.support import Scripted, role
+from tests.store.databases import postgres_schema
 
 LEASE = 1.0
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new store: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'aw.db'}"
+        return
+    with postgres_schema(request.getfixturevalue("postgres_url")) as schema_url:
+        yield schema_url
 
 
 def lease_config(tmp_path: Path, lease: float = LEASE) -> Config:
@@ -85,11 +96,13 @@ async def check_log(engine: Engine, session_id: str) -> list[Any]:
     return events
 
 
-async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(tmp_path: Path, scripted: Scripted) -> None:
+async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
     """Once: a second engine whose roster lacks the role ended the first one's turns `failed` (role no
     longer resolves). Now it does not own them, so it does not touch them."""
     model = scripted("leases-alone", ScriptedModel(function=one_call_per_prompt))
-    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    runs: Runs = []
     config = lease_config(tmp_path)
     async with Engine.open(
         url, config=config, definitions=[role("slow", model, tools=("slow_tool",))], tools=[slow_tool(runs, "a", 1.5)]
@@ -110,9 +123,9 @@ async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(tmp_path: Pa
     assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
 
 
-async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path, scripted: Scripted) -> None:
+async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path, url: str, scripted: Scripted) -> None:
     model = scripted("leases-queue", ScriptedModel(function=one_call_per_prompt))
-    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    runs: Runs = []
     config = lease_config(tmp_path)
     definition = role("slow", model, tools=("slow_tool",))
     async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 1.0)]) as a:
@@ -132,9 +145,11 @@ async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path
     assert len(set(started(runs))) == 2
 
 
-async def test_a_dead_owners_turn_continues_within_the_lease_plus_a_second(tmp_path: Path, scripted: Scripted) -> None:
+async def test_a_dead_owners_turn_continues_within_the_lease_plus_a_second(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
     model = scripted("leases-dead", ScriptedModel(function=one_call_per_prompt))
-    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    runs: Runs = []
     config = lease_config(tmp_path)
     definition = role("slow", model, tools=("slow_tool",))
     async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 0.1)]) as b:
@@ -157,15 +172,19 @@ async def test_a_dead_owners_turn_continues_within_the_lease_plus_a_second(tmp_p
     assert not timed_out and settled.status == "completed"
     continued = [e for e in events if isinstance(e.payload, TurnStarted) and e.payload.trigger == "continue"]
     assert len(continued) == 1
-    late = (continued[0].at - lease.expires_at).total_seconds()
-    assert late <= 1.0, f"continued {late:.2f} s after the lease expired"
+    (notice,) = [e for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.source == "leases"]
+    assert notice.payload.detail["previous_owner"] == dead
+    taken = (notice.at - lease.expires_at).total_seconds()
+    assert taken <= 1.0, f"taken over {taken:.2f} s after the lease expired"
+    # The continuation's turn.started is written with the first model response (the runtime pipelines it).
+    assert (continued[0].at - lease.expires_at).total_seconds() <= 2.0
     assert b.leases.takeovers == 1
     assert started(runs) and len(set(started(runs))) == len(started(runs))
 
 
-async def test_a_closing_engine_hands_its_turn_over_at_once(tmp_path: Path, scripted: Scripted) -> None:
+async def test_a_closing_engine_hands_its_turn_over_at_once(tmp_path: Path, url: str, scripted: Scripted) -> None:
     model = scripted("leases-close", ScriptedModel(function=one_call_per_prompt))
-    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    runs: Runs = []
     config = lease_config(tmp_path, lease=30.0)  # waiting for expiry would take 30 s
     definition = role("slow", model, tools=("slow_tool",))
     async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 0.5)]) as b:
@@ -184,9 +203,9 @@ async def test_a_closing_engine_hands_its_turn_over_at_once(tmp_path: Path, scri
     assert [(engine, event) for engine, event, _ in runs] == [("a", "start")]
 
 
-async def test_a_lost_lease_cuts_the_turn_off_and_records_nothing(tmp_path: Path, scripted: Scripted) -> None:
+async def test_a_lost_lease_cuts_the_turn_off_and_records_nothing(tmp_path: Path, url: str, scripted: Scripted) -> None:
     model = scripted("leases-lost", ScriptedModel(function=one_call_per_prompt))
-    url, runs = f"sqlite:///{tmp_path / 'aw.db'}", []
+    runs: Runs = []
     config = lease_config(tmp_path)
     async with Engine.open(
         url, config=config, definitions=[role("slow", model, tools=("slow_tool",))], tools=[slow_tool(runs, "a", 3.0)]

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import pytest
 
-from agentwatch.events import TurnEnded, TurnStarted
+from agentwatch.events import RuntimeNotice, TurnEnded, TurnStarted
 from agentwatch.store import SessionFilter, Store, connect_store
 from tests.store.databases import postgres_schema
 
@@ -141,20 +141,29 @@ async def wait_settled(store: Store, timeout: float) -> None:
         await asyncio.sleep(0.25)
 
 
-async def takeover_delays(store: Store, orphans: dict[str, tuple[datetime, datetime]]) -> list[float]:
-    """For each orphaned turn (session -> (lease expiry, kill time)): seconds from the lease's expiry to the
-    first continuation that started after the kill."""
-    delays = []
+async def takeover_delays(
+    store: Store, orphans: dict[str, tuple[datetime, datetime]]
+) -> tuple[list[float], list[float]]:
+    """For each orphaned turn (session -> (lease expiry, kill time)), seconds from the lease's expiry to the
+    takeover (the `runtime.info` note the engine that takes the lease over records as it continues the turn)
+    and to the continuation's `turn.started` (written with its first model response)."""
+    taken, continued = [], []
     for session_id, (expires_at, killed_at) in orphans.items():
-        events = await store.read_events(session_id, types=["turn.started"], limit=10_000)
-        continued = [
+        events = await store.read_events(session_id, types=["turn.started", "runtime.info"], limit=10_000)
+        notes = [
+            e.at
+            for e in events
+            if isinstance(e.payload, RuntimeNotice) and e.payload.source == "leases" and e.at >= killed_at
+        ]
+        starts = [
             e.at
             for e in events
             if isinstance(e.payload, TurnStarted) and e.payload.trigger == "continue" and e.at >= killed_at
         ]
-        assert continued, f"the orphaned turn of {session_id} was never continued"
-        delays.append((min(continued) - expires_at).total_seconds())
-    return delays
+        assert notes and starts, f"the orphaned turn of {session_id} was never continued"
+        taken.append((min(notes) - expires_at).total_seconds())
+        continued.append((min(starts) - expires_at).total_seconds())
+    return taken, continued
 
 
 async def check_invariants(store: Store, runs: Path) -> dict[str, Any]:
@@ -229,7 +238,7 @@ async def test_engines_on_one_store_never_run_a_turn_twice_and_continue_a_dead_o
         survivor.process.stdin.close()  # type: ignore[union-attr]
         survivor.read_until("closed")
         totals = await check_invariants(store, runs)
-        delays = await takeover_delays(store, orphans)
+        delays, continued = await takeover_delays(store, orphans)
     finally:
         for child in children:
             if child.process.poll() is None:
@@ -238,8 +247,10 @@ async def test_engines_on_one_store_never_run_a_turn_twice_and_continue_a_dead_o
     assert orphans, "no kill caught a turn running"
     worst = max(delays)
     print(
-        f"\n{store_url.split(':')[0]}: {KILLS} kills, {len(orphans)} orphaned turns, takeover after lease expiry: "
-        f"max {worst:.2f} s, median {sorted(delays)[len(delays) // 2]:.2f} s; {totals['tool_runs']} tool runs, "
+        f"\n{store_url.split(':')[0]}: {KILLS} kills, {len(orphans)} orphaned turns, taken over after lease expiry: "
+        f"max {worst:.2f} s, median {sorted(delays)[len(delays) // 2]:.2f} s; continuation's turn.started: max "
+        f"{max(continued):.2f} s, median {sorted(continued)[len(continued) // 2]:.2f} s; "
+        f"{totals['tool_runs']} tool runs, "
         f"{totals['workers']} sessions, {totals['observers']} observers; both-alive phase {phase_one:.1f} s, "
         f"total {time.monotonic() - started:.1f} s"
     )

@@ -33,12 +33,13 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agentwatch.errors import AgentwatchError, NotFound
-from agentwatch.events import NewEvent, TurnEnded, TurnId
+from agentwatch.events import NewEvent, RuntimeNotice, TurnEnded, TurnId
 from agentwatch.runtime.plan import Plan, next_plan
-from agentwatch.store import SessionPatch, SessionRecord, Store, Write
+from agentwatch.store import LeaseRecord, SessionPatch, SessionRecord, Store, Write
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
@@ -59,7 +60,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 15.0
-SWEEP_SECONDS = 0.5
+SWEEP_SECONDS = 0.25
 """How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal)."""
 HAND_OVER_SECONDS = 0.001
 """The lease a closing engine leaves behind: expired at once, so another engine's sweep takes it over."""
@@ -206,25 +207,45 @@ class Leases:
                 log.warning("lease upkeep failed: %s", exc)
 
     async def sweep(self, runtime: Runtime) -> int:
-        """Take over sessions whose owner's lease expired and let their turn loops look for work; returns how
-        many were taken."""
-        taken = 0
-        for lease in await self.store.expired_leases(limit=100):
-            session_id = lease.session_id
-            if self.holds(session_id):
-                continue
-            sent = time.monotonic()
-            if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
-                continue  # another engine was faster
-            self._held[session_id] = sent + self.ttl - self._margin
-            if lease.owner != self.owner:
-                self.takeovers += 1
-            taken += 1
-            try:
-                (await runtime.driver(session_id)).kick()
-            except AgentwatchError:  # reaped meanwhile: nothing to continue
-                await self.release(session_id)
-        return taken
+        """Take over sessions whose owner's lease expired and let their turn loops look for work (all at once);
+        returns how many were taken."""
+        expired = [lease for lease in await self.store.expired_leases(limit=100) if not self.holds(lease.session_id)]
+        taken = await asyncio.gather(*(self._take_over(runtime, lease) for lease in expired))
+        return sum(taken)
+
+    async def _take_over(self, runtime: Runtime, lease: LeaseRecord) -> bool:
+        session_id = lease.session_id
+        sent = time.monotonic()
+        if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
+            return False  # another engine was faster
+        self._held[session_id] = sent + self.ttl - self._margin
+        try:
+            channel = await runtime.driver(session_id)
+            channel.kick()
+            if lease.owner == self.owner:
+                return True
+            self.takeovers += 1
+            session = await self.store.get_session(session_id)
+            if session.status not in ("running", "awaiting_input"):
+                return True
+            late = (datetime.now(UTC) - lease.expires_at).total_seconds()
+            notice = RuntimeNotice(
+                type="runtime.info",
+                message=(
+                    f"the engine that ran this session stopped renewing its lease {late:.1f} s ago (it died or "
+                    "hung); this engine continues its turn"
+                ),
+                source="leases",
+                detail={"previous_owner": lease.owner, "owner": self.owner, "lease_expired_at": _iso(lease)},
+            )
+            await channel.commit(Write(session_id, events=[NewEvent(notice)], touch=False))
+        except AgentwatchError:  # reaped meanwhile: nothing to continue
+            await self.release(session_id)
+        return True
+
+
+def _iso(lease: LeaseRecord) -> str:
+    return lease.expires_at.isoformat()
 
 
 def leases_of(runtime: object) -> Leases | None:
