@@ -15,8 +15,9 @@ from agentwatch.live import connect_live
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.store import SessionDraft, Write, connect_store
-from tests.runtime.support import Scripted, role
+from tests.runtime.support import OpenEngine, Scripted, role
 
 TURN = TurnId("trn_emitter")
 
@@ -117,3 +118,24 @@ async def test_a_turn_sees_what_another_engine_added_to_the_conversation(tmp_pat
         await a.enqueue(session.id, "four")  # and the next turn of the same engine keeps counting
         settled, _ = await a.wait(session.id, 30)
     assert settled.last_text == "3 responses before this one"
+
+
+async def test_on_the_redis_ring_watchers_see_every_event_once_in_stream_order_after_it_is_stored(
+    open_engine: OpenEngine, scripted: Scripted, redis_url: str
+) -> None:
+    words = " ".join(f"word{i}" for i in range(20))
+    model = scripted("redis-stream", ScriptedModel([Reply(f"Here: {words}.")], chunk_delay=0.001))
+    async with open_engine(role("r", model), live=redis_url, extensions=[]) as engine:
+        collector: EventCollector[Any] = EventCollector()
+        engine.start_with_observer(lambda _sid: collector)
+        session = await engine.create("r")
+        await engine.enqueue(session.id, "go")
+        settled, _ = await engine.wait(session.id, 30)
+        assert settled.status == "completed"
+        await asyncio.sleep(0.1)  # the dispatcher hands the last events out
+        stored = await engine.store.read_events(session.id, limit=1000)
+    seen = [e for sid, e in collector.events if sid == session.id]
+    assert [e for e in seen if e.durable] == stored
+    assert sum(e.type == "content.delta" for e in seen) > 1
+    positions = [(e.seq, e.sub) for e in seen]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)

@@ -111,9 +111,6 @@ class _ObserverSlot:
     last_warning: float = -_WARNING_INTERVAL
 
 
-_STOP = object()
-
-
 class SessionEmitter:
     """Commits, orders and hands out one session's events; see the module docs."""
 
@@ -145,13 +142,14 @@ class SessionEmitter:
         self._last_seq = last_seq
         self._messages: list[JsonValue] | None = None
         self._messages_of: str | None = None
-        self._queue: asyncio.Queue[Event | _Attach | object] = asyncio.Queue()
+        # Events and attaches waiting to be handed out, and the task that hands them out (only while any wait).
+        self._queue: deque[Event | _Attach] = deque()
+        self._dispatcher: asyncio.Task[None] | None = None
         self._enqueued = (last_seq, 0)  # (seq, sub) of the last event queued for dispatch
         self._dispatched = self._enqueued  # ... and of the last one dispatched
         self._partial = _Partial()
         self._inline = isinstance(ring, MemoryRing)
         self._busy = False  # an event or an attach is being handed out right now
-        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"agentwatch-dispatch-{session_id}")
 
     def add_observer(self, observer: ThreadObserver[Any]) -> None:
         """Attach one more observer instance; it receives events from the next one dispatched."""
@@ -332,7 +330,7 @@ class SessionEmitter:
     def _deliver(self, event: Event) -> None:
         # On an in-memory ring, with nothing waiting ahead of it (no queued event, no attach being served),
         # the event is handed out right here: the same order, without a task switch per event.
-        if self._inline and not self._busy and self._queue.empty():
+        if self._inline and not self._busy and not self._queue:
             self._busy = True
             try:
                 self._publish_now(event)
@@ -340,7 +338,12 @@ class SessionEmitter:
             finally:
                 self._busy = False
         else:
-            self._queue.put_nowait(event)
+            self._queue_up(event)
+
+    def _queue_up(self, item: Event | _Attach) -> None:
+        self._queue.append(item)
+        if self._dispatcher is None:
+            self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"agentwatch-dispatch-{self.session_id}")
 
     def _publish_now(self, event: Event) -> None:
         # `MemoryRing.publish` never suspends (it is async only to share the ring contract), so running its
@@ -364,26 +367,26 @@ class SessionEmitter:
 
     async def _dispatch_loop(self) -> None:
         queue = self._queue
-        while True:
-            item = await queue.get()
-            if item is _STOP:
-                return
-            self._busy = True
-            try:
-                if isinstance(item, _Attach):
-                    await self._attach(item)
-                    continue
-                assert isinstance(item, Event)
-                if self._inline:
-                    self._publish_now(item)
-                else:
-                    try:
-                        await self._ring.publish(item)
-                    except Exception as exc:  # the ring is a view; losing it must not stop the session
-                        log.warning("live ring publish failed for %s: %s", self.session_id, exc)
-                self._after_publish(item)
-            finally:
-                self._busy = False
+        try:
+            while queue:
+                item = queue.popleft()
+                self._busy = True
+                try:
+                    if isinstance(item, _Attach):
+                        await self._attach(item)
+                        continue
+                    if self._inline:
+                        self._publish_now(item)
+                    else:
+                        try:
+                            await self._ring.publish(item)
+                        except Exception as exc:  # the ring is a view; losing it must not stop the session
+                            log.warning("live ring publish failed for %s: %s", self.session_id, exc)
+                    self._after_publish(item)
+                finally:
+                    self._busy = False
+        finally:
+            self._dispatcher = None
 
     def _call_observer(self, slot: _ObserverSlot, event: Event) -> None:
         started = time.perf_counter()
@@ -422,7 +425,7 @@ class SessionEmitter:
     async def subscribe(self, request: Any) -> ReplaySnapshot:
         """Attach a client: each observer's on_subscribe gets a snapshot; resolves once they ran."""
         done: asyncio.Future[ReplaySnapshot] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Attach(request, done))
+        self._queue_up(_Attach(request, done))
         return await done
 
     async def _attach(self, attach: _Attach) -> None:
@@ -512,10 +515,11 @@ class SessionEmitter:
             await asyncio.gather(self._writer, return_exceptions=True)
 
     async def close(self) -> None:
-        """Write what was submitted, hand out every event, then stop the dispatcher."""
+        """Write what was submitted and hand out every event (handing one out may record a warning)."""
         await self.drain()
-        self._queue.put_nowait(_STOP)
-        await self._dispatcher
+        while self._dispatcher is not None:
+            await asyncio.gather(self._dispatcher, return_exceptions=True)
+            await self.drain()
 
 
 def _log_failure(future: asyncio.Future[list[Event]]) -> None:
