@@ -1,7 +1,8 @@
 """The OpenAPI document of the HTTP surface, generated from the tools' own JSON schemas.
 
 `docs/openapi.json` is this document for an engine with the built-in tools; a test regenerates it and
-fails on drift. Regenerate it with `python -m agentwatch.service.openapi > docs/openapi.json`.
+fails on drift. Regenerate it with
+`python -c "from agentwatch.service.openapi import main; main()" > docs/openapi.json`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,133 @@
+"""The checked-in OpenAPI document matches the tools, and a property-based fuzz of every endpoint: a refused
+request is always a structured error with the status of its code, never a 500, and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentwatch.runtime.models import ScriptedModel
+from agentwatch.service import create_app
+from agentwatch.service._wire import STATUS_BY_CODE
+from agentwatch.service.openapi import _default_document, openapi_document
+from tests.service.support import role, served
+
+DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
+REGENERATE = 'python -c "from agentwatch.service.openapi import main; main()" > docs/openapi.json'
+
+
+async def test_the_checked_in_openapi_document_has_not_drifted() -> None:
+    current = await _default_document()
+    checked_in = json.loads(DOCUMENT.read_text())
+    assert checked_in == json.loads(json.dumps(current)), f"docs/openapi.json is stale; regenerate: {REGENERATE}"
+
+
+def test_every_reference_in_the_document_resolves() -> None:
+    document = json.loads(DOCUMENT.read_text())
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                refs.append(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    assert refs
+    for ref in refs:
+        target: Any = document
+        for part in ref.removeprefix("#/").split("/"):
+            target = target[part]
+        assert isinstance(target, dict), ref
+
+
+async def test_served_document_matches_the_tools(open_engine: Any) -> None:
+    async with open_engine() as engine:
+        assert openapi_document(engine.tools.values())["paths"].keys() >= {
+            f"/api/tools/{name}" for name, tool in engine.tools.items() if not tool.asks_user
+        }
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def requests(draw: st.DrawFn, tool_names: list[str], properties: dict[str, list[str]]) -> dict[str, Any]:
+    name = draw(st.sampled_from(tool_names) | st.text(min_size=1, max_size=20).filter(lambda s: "/" not in s))
+    keys = properties.get(name, []) + ["bogus", "afterId", "cursor", "id"]
+    args = draw(st.dictionaries(st.sampled_from(keys), json_values, max_size=4))
+    body = draw(
+        st.sampled_from(["args", "args", "args", "raw", "non_object"]).flatmap(
+            lambda kind: (
+                st.just(json.dumps(args).encode())
+                if kind == "args"
+                else st.binary(max_size=50)
+                if kind == "raw"
+                else json_values.map(lambda v: json.dumps([v]).encode())
+            )
+        )
+    )
+    content_type = draw(st.sampled_from(["application/json", "application/json", "text/plain", ""]))
+    method = draw(st.sampled_from(["POST", "POST", "POST", "GET", "PUT"]))
+    return {"name": name, "body": body, "content_type": content_type, "method": method}
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+async def test_fuzzed_requests_get_structured_errors_and_refusals_write_nothing(
+    open_engine: Any, scripted: Any, data: st.DataObject
+) -> None:
+    model = scripted("fuzz-helper", ScriptedModel.replying("ok"))
+    async with (
+        open_engine(role("helper", model)) as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        names = sorted(engine.tools)
+        properties = {n: sorted(t.parameters.get("properties", {})) for n, t in engine.tools.items()}  # type: ignore[arg-type]
+        for _ in range(20):  # one engine per example, several requests: an engine takes a second to open
+            request = data.draw(requests(names, properties))
+            before = await _fingerprint(engine)
+            headers = {"content-type": request["content_type"]} if request["content_type"] else {}
+            response = await http.request(
+                request["method"],
+                f"/api/tools/{quote(request['name'], safe='')}",
+                content=request["body"],
+                headers=headers,
+            )
+            assert response.status_code != 500, response.text
+            assert response.headers["content-type"].startswith("application/json")
+            answer = response.json()
+            if response.status_code >= 400:
+                assert set(answer) == {"error"}, answer
+                error = answer["error"]
+                assert isinstance(error["code"], str) and isinstance(error["message"], str) and error["message"]
+                assert STATUS_BY_CODE.get(error["code"], 400) == response.status_code, answer
+                assert await _fingerprint(engine) == before, f"a refused call wrote: {request}"
+
+
+async def _fingerprint(engine: Any) -> str:
+    listed = await engine.call_tool("agent_list", {"limit": 100, "deleted": True})
+    assert "agents" in listed, listed
+    rows = [(a["id"], a["status"], a["pendingInputs"], a["pendingRequests"], a["deletedAt"]) for a in listed["agents"]]
+    return json.dumps(rows)
