@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import click
 
-from agentwatch.cli._common import MINUTES, resolve_config
+from agentwatch.cli._common import MINUTES, resolve_config, run_async
 from agentwatch.errors import MissingDependency
 
 __all__ = ["mcp", "serve"]
@@ -50,7 +48,7 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
         raise MissingDependency(f"{_EXTRA} ({exc.name} is missing)") from None
     config = resolve_config(store_url)
     bind_host, _, bind_port = config.server.bind.rpartition(":")
-    asyncio.run(
+    run_async(
         run_service(
             host=host or bind_host.strip("[]") or "127.0.0.1",
             port=port if port is not None else int(bind_port or 8765),
@@ -81,4 +79,4 @@ def mcp(store_url: str | None, read_only: bool) -> None:
         from agentwatch.service.stdio import run_mcp_stdio
     except ImportError as exc:
         raise MissingDependency(f"{_EXTRA} ({exc.name} is missing)") from None
-    asyncio.run(run_mcp_stdio(resolve_config(store_url), read_only=read_only))
+    run_async(run_mcp_stdio(resolve_config(store_url), read_only=read_only))
