@@ -69,7 +69,7 @@ json_values = st.recursive(
 @st.composite
 def requests(draw: st.DrawFn, tool_names: list[str], properties: dict[str, list[str]]) -> dict[str, Any]:
     name = draw(st.sampled_from(tool_names) | st.text(min_size=1, max_size=20).filter(lambda s: "/" not in s))
-    keys = properties.get(name, []) + ["bogus", "afterId", "cursor", "id"]
+    keys = [*properties.get(name, []), "bogus", "afterId", "cursor", "id"]
     args = draw(st.dictionaries(st.sampled_from(keys), json_values, max_size=4))
     body = draw(
         st.sampled_from(["args", "args", "args", "raw", "non_object"]).flatmap(

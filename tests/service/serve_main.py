@@ -1,0 +1,47 @@
+"""`agentwatch serve` for the drain tests: the real `serve`, with a role whose turn waits in a tool.
+
+Run as `python -m tests.service.serve_main STORE_URL ROOT HOLD_MINUTES PAUSE_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from agentwatch.config import load_config
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, register_scripted_model
+from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.service.server import serve
+
+
+def slow_role() -> AgentDefinition:
+    return AgentDefinition(name="slow", model="scripted:slow", instructions="You are slow.", tools=("pause",))
+
+
+def slow_model() -> ScriptedModel:
+    return ScriptedModel([CallTool("pause", {}), Reply("finished")])
+
+
+def pause_tool(seconds: float) -> object:
+    async def pause() -> str:
+        """Wait a while."""
+        await asyncio.sleep(seconds)
+        return "paused"
+
+    return pause
+
+
+if __name__ == "__main__":
+    store, root, hold, seconds = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    register_scripted_model("slow", slow_model())
+    config = load_config(root).model_copy(update={"store": store, "agents_dir": root / "agents"})
+    asyncio.run(
+        serve(
+            host="127.0.0.1",
+            port=0,
+            config=config,
+            hold_minutes=hold,
+            engine_args={"definitions": [slow_role()], "tools": [pause_tool(seconds)], "extensions": []},
+        )
+    )

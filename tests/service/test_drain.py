@@ -1,0 +1,132 @@
+"""SIGTERM drains `agentwatch serve`: no new turn starts, running turns go on up to the hold, then are cut off
+and continue on the next start; a second SIGTERM does not wait. Real processes, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import register_scripted_model, unregister_scripted_model
+from tests.service.serve_main import pause_tool, slow_model, slow_role
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@asynccontextmanager
+async def service(tmp_path: Path, hold_minutes: float, pause_seconds: float) -> AsyncIterator[tuple[Any, str]]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.service.serve_main",
+        f"sqlite:///{tmp_path / 'serve.db'}",
+        str(tmp_path),
+        str(hold_minutes),
+        str(pause_seconds),
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                line = (await process.stderr.readline()).decode()
+                assert line, "the service exited before it was serving"
+                found = re.search(r"serving on (http://\S+)", line)
+                if found:
+                    break
+        yield process, found.group(1)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def start_slow_turn(http: httpx.AsyncClient) -> str:
+    created = (await http.post("/api/tools/agent_create", json={"role": "slow"})).json()
+    agent_id = created["agentId"] if "agentId" in created else created["id"]
+    queued = await http.post("/api/tools/agent_enqueue", json={"agentId": agent_id, "prompt": "go"})
+    assert queued.status_code == 200, queued.text
+    for _ in range(200):
+        row = (await http.post("/api/tools/agent_get", json={"id": agent_id})).json()
+        if row.get("status") == "running":
+            return str(agent_id)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the turn did not start: {row}")
+
+
+async def stopped(process: Any, within: float) -> float:
+    started = time.monotonic()
+    async with asyncio.timeout(within):
+        await process.wait()
+    return time.monotonic() - started
+
+
+async def test_sigterm_lets_the_running_turn_finish_and_refuses_new_work(tmp_path: Path) -> None:
+    async with service(tmp_path, hold_minutes=1, pause_seconds=3) as (process, base):
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            agent_id = await start_slow_turn(http)
+            process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            health = (await http.get("/api/health")).json()
+            refused = await http.post("/api/tools/agent_task", json={"role": "slow", "prompt": "more"})
+            row = (await http.post("/api/tools/agent_get", json={"id": agent_id})).json()
+        assert health == {"status": "draining"}
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "unavailable"
+        assert row["status"] == "running" and row["word"] == "working"
+        await stopped(process, within=30)
+        assert process.returncode == 0
+    status = await final_status(tmp_path, agent_id, recover=False)
+    assert status == "completed"
+
+
+async def test_with_no_hold_the_turn_is_cut_off_and_continues_on_the_next_start(tmp_path: Path) -> None:
+    async with service(tmp_path, hold_minutes=0, pause_seconds=2) as (process, base):
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            agent_id = await start_slow_turn(http)
+        process.send_signal(signal.SIGTERM)
+        assert await stopped(process, within=20) < 10
+    assert await final_status(tmp_path, agent_id, recover=False) == "running"  # cut off, as after a crash
+    assert await final_status(tmp_path, agent_id, recover=True) == "completed"  # continued on the next start
+
+
+async def test_a_second_sigterm_does_not_wait(tmp_path: Path) -> None:
+    async with service(tmp_path, hold_minutes=60, pause_seconds=60) as (process, base):
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            await start_slow_turn(http)
+        process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.5)
+        assert process.returncode is None  # holding for the running turn
+        process.send_signal(signal.SIGTERM)
+        assert await stopped(process, within=20) < 10
+
+
+async def final_status(tmp_path: Path, agent_id: str, *, recover: bool) -> str:
+    register_scripted_model("slow", slow_model())
+    try:
+        async with Engine.open(
+            f"sqlite:///{tmp_path / 'serve.db'}",
+            root=tmp_path,
+            agents_dir=tmp_path / "agents",
+            definitions=[slow_role()],
+            tools=[pause_tool(0.01)],
+            extensions=[],
+            recover=recover,
+        ) as engine:
+            if recover:
+                await engine.wait(agent_id, 30)
+            answer = await engine.call_tool("agent_get", {"id": agent_id})
+            return str(answer["status"])
+    finally:
+        unregister_scripted_model("slow")
