@@ -130,6 +130,9 @@ class Engine:
         `extensions` None installs the default extensions (observer agents among them); `[]` installs none.
         `models` are model objects (a `ScriptedModel` in tests) by name: a role's `model: scripted:<name>` plays
         the one given as `<name>`, before any registered with `register_scripted_model`.
+
+        Opening loads the model layer (pydantic-ai, in a worker thread) and then calls `gc.freeze()`, so the
+        process's long-lived start-up objects are no longer scanned by full garbage collections during turns.
         """
         config = config or load_config(root)
         updates: dict[str, Any] = {}
