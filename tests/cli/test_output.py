@@ -10,13 +10,16 @@ import pty
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from agentwatch.cli import cli
 from agentwatch.events import AssistantMessage, NewEvent, StreamCursor, UserMessage
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.store import SessionDraft, SessionPatch, open_store
+from tests.runtime.support import Scripted, role
 
 LONG_NAME = "a-name-much-longer-than-any-terminal-column-would-show-" + "x" * 40
 LONG_TEXT = "word " * 120
@@ -196,3 +199,34 @@ def test_a_reader_that_goes_away_stops_the_output_quietly(tmp_path: Path) -> Non
     process.stderr.close()
     assert process.wait(timeout=60) == 1
     assert errors == b""
+
+
+def test_run_without_a_terminal_leaves_a_question_pending_and_says_how_to_answer(
+    scripted: Scripted, tmp_path: Path
+) -> None:
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Which colour?"})
+        return Reply(f"You chose {ctx.tool_results[0].output}.")
+
+    model = scripted("cli-asker", ScriptedModel(function=script))
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "asker.md").write_text(role("asker", model, tools=("ask_user",)).to_markdown())
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    argv = [
+        "run",
+        "asker",
+        "pick a colour",
+        "--name",
+        "asker",
+        "--agents-dir",
+        str(tmp_path / "agents"),
+        "--store",
+        url,
+    ]
+    result = CliRunner().invoke(cli, argv, input="")  # stdin is not a terminal
+    assert result.exit_code == 0, result.output
+    assert "asker waits on you: Which colour?" in result.stderr
+    assert '"hitlId": "' in result.stderr and "stays pending" in result.stderr
+    listed = CliRunner().invoke(cli, ["ls", "--word", "needs_you", "--store", url, "--json"])
+    assert [row["name"] for row in json.loads(listed.stdout)["agents"]] == ["asker"]

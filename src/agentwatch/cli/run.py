@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,12 @@ async def _run(
             session, timed_out = await engine.wait(session.id, timeout)
             if timed_out or session.status != "awaiting_input" or as_json:
                 break
-            for request in await engine.store.list_requests(session_id=session.id):
+            requests = await engine.store.list_requests(session_id=session.id)
+            if not sys.stdin.isatty():  # nobody can type an answer here: leave the requests pending
+                for request in requests:
+                    _say_pending(session.name, request.id, (request.questions or [request.summary])[0])
+                break
+            for request in requests:
                 question = (request.questions or [request.summary])[0]
                 answer: JsonValue
                 if request.kind == "approval":
@@ -46,6 +52,20 @@ async def _run(
                     answer = click.prompt(question)
                 await engine.answer(request.id, answer, by="cli")
         return await engine.snapshot(session, timed_out=timed_out)
+
+
+def _say_pending(name: str, request_id: str, question: str) -> None:
+    from rich.markup import escape
+
+    from agentwatch.cli._common import err_console
+
+    err_console.print(
+        f"[bold yellow]{escape(name)} waits on you:[/] {escape(question)}\n"
+        f"It stays pending (request {request_id}): answer it with the agent_answer tool "
+        f'({{"hitlId": "{request_id}", "answer": ...}}) or `engine.answer()`; `agentwatch ls --word needs_you` '
+        "lists who waits.",
+        soft_wrap=True,
+    )
 
 
 @click.command("run", short_help="Run an agent on a prompt and stream its turn.")
@@ -69,7 +89,8 @@ def run(
 ) -> None:
     """Run AGENT (a role in the agents directory) on PROMPT and stream its turn.
 
-    When the agent asks a question or needs an approval, you are asked here. Exits 1 when the turn failed,
+    When the agent asks a question or needs an approval, you are asked here; when standard input is not a
+    terminal, the request is left pending and how to answer it is printed. Exits 1 when the turn failed,
     3 when the timeout passed first.
 
     \b
