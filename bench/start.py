@@ -64,7 +64,7 @@ def _cli() -> list[str]:
 
 async def cold_start(ctx: Context) -> list[Result]:
     """Cold import of the engine and cold `agentwatch --help`, each beside its bare baseline."""
-    count = 9 if ctx.sizes is FULL else 5 if ctx.sizes is QUICK else 1
+    count = 5 if ctx.sizes is FULL else 3 if ctx.sizes is QUICK else 1
     warm = ctx.sizes is FULL or ctx.sizes is QUICK
     cwd = ctx.workdir / "start"
     cwd.mkdir(parents=True, exist_ok=True)
