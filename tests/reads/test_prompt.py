@@ -39,7 +39,9 @@ async def test_prompt_diffs_show_what_moved(open_engine: OpenEngine, scripted: S
         same = await engine.call_tool("agent_prompt", {"id": session.id, "against": "definition"})
         assert same["against"]["diff"] == []
 
-        not_a_message = await engine.call_tool("agent_prompt", {"id": session.id, "eventId": now["eventId"][:-1] + "x"})
+        event_id = now["eventId"]
+        other_id = event_id[:-1] + ("y" if event_id.endswith("x") else "x")  # always a different id
+        not_a_message = await engine.call_tool("agent_prompt", {"id": session.id, "eventId": other_id})
         assert not_a_message["error"]["code"] == "not_found"
     async with open_engine() as engine:  # the role is gone
         refused = await engine.call_tool("agent_prompt", {"id": session.id, "against": "definition"})
