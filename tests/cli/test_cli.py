@@ -89,7 +89,7 @@ def test_json_output_is_exactly_the_tools_answer(
     answer = json.loads(result.output)
     if tool == "agent_list":  # words are relative to the moment of reading; everything else must match
         for rows in (answer["agents"], expected["agents"]):
-            for row in rows:  # type: ignore[attr-defined]
+            for row in rows:  # type: ignore[union-attr]
                 row.pop("word")
     assert answer == json.loads(json.dumps(expected, default=str))
 
@@ -174,7 +174,12 @@ def test_tail_follow_resumes_after_a_reconnect_with_no_gap_or_repeat(tmp_path: P
         return rows
 
     session_id = asyncio.run(setup())
-    writer = threading.Thread(target=lambda: (time.sleep(1.5), asyncio.run(append(session_id, 3, 4))))
+
+    def append_later() -> None:
+        time.sleep(1.5)
+        asyncio.run(append(session_id, 3, 4))
+
+    writer = threading.Thread(target=append_later)
     writer.start()
     first = follow(session_id, "m6")  # the three there before, then four appended while it follows
     writer.join()
