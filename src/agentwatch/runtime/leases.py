@@ -12,11 +12,16 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
   each turn, and once more after it lets the lease go, so nothing queued meanwhile is stranded;
 - a turn whose owner died is continued by whichever engine takes the expired lease first: each engine that
   recovers turns sweeps the store for expired leases about once a second, so an orphaned turn continues
-  within the lease plus about a second. The restart note and `continue_after_restart` apply as after a
-  restart;
+  within the lease plus about a second, and records a `runtime.info` note (source `leases`) naming the
+  previous owner. The restart note and `continue_after_restart` apply as after a restart;
 - an engine that loses a lease it thought it held (its renewals failed or came too late) cuts that turn off
-  without recording anything: the new owner continues it. A tool call starts only while the lease is held,
-  with a margin, so a tool never runs in two engines at once.
+  without recording anything (a turn's writes check the lease first): the new owner continues it. A tool
+  call starts only once the lease is confirmed (in the store, when the local view has lapsed), so a tool
+  never runs in two engines at once;
+- work queued for a session (input, an answer, a report, a digest) takes the lease first when it is free,
+  so work whose engine dies before running it is found by the sweep like an orphaned turn;
+- a turn loop that fails on a store fault ends the turn `failed` with the store's error once that can be
+  written (`end_after_fault`), or stops renewing the lease, so the turn is continued once the store works.
 
 An engine that closes hands its leases over at once (their expiry is set to now), so another live engine
 continues its cut-off turns within a second. Reading never takes a lease: only a turn loop does.
