@@ -95,6 +95,8 @@ class _Pending:
     """None for a barrier's marker: nothing to write, resolved once every write before it is over."""
     done: asyncio.Future[list[Event]]
     turn: bool
+    turn_no: int = 0
+    """Which turn of this emitter a `turn` write belongs to (its failure is that turn's only)."""
     held: list[_Ephemeral] = field(default_factory=list)
     """Ephemeral payloads streamed after this write was submitted (and before the next one was)."""
 
@@ -136,6 +138,7 @@ class SessionEmitter:
         # The newest submitted write whose events are not handed out yet: ephemeral payloads wait behind it.
         self._tail: _Pending | None = None
         self._failure: BaseException | None = None
+        self._turn_no = 0  # counts `end_turn` calls: a write of an ended turn neither meets nor sets a failure
         self._timer: asyncio.TimerHandle | None = None  # starts the writer for a deferred write
         # The newest durable seq this emitter wrote (or the session's when it was made), and the messages of
         # the current conversation as far as this emitter knows them (None: unknown, read the store).
@@ -168,7 +171,7 @@ class SessionEmitter:
         one commit.
         """
         done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
-        pending = _Pending(write, done, turn)
+        pending = _Pending(write, done, turn, self._turn_no)
         self._writes.append(pending)
         self._tail = pending
         if defer <= 0:
@@ -201,6 +204,7 @@ class SessionEmitter:
         so the next turn's writes go through."""
         self.flush()
         failure, self._failure = self._failure, None
+        self._turn_no += 1
         return failure
 
     def _start_writer(self) -> None:
@@ -220,14 +224,14 @@ class SessionEmitter:
                         batch[0].done.set_result([])
                     continue
                 if _mergeable(batch[0]):
-                    while writes and _mergeable(writes[0]):
+                    while writes and _mergeable(writes[0]) and writes[0].turn_no == batch[0].turn_no:
                         batch.append(writes.popleft())
                 await self._apply(batch)
         finally:
             self._writer = None
 
     async def _apply(self, batch: list[_Pending]) -> None:
-        turn = batch[0].turn
+        turn = batch[0].turn and batch[0].turn_no == self._turn_no
         try:
             if turn and self._failure is not None:
                 raise self._failure
@@ -493,20 +497,6 @@ class SessionEmitter:
         """Send a deferred write on its way now."""
         if self._writes:
             self._start_writer()
-
-    def drop_deferred(self) -> None:
-        """Forget a deferred write that has not gone anywhere yet (its turn was cut off: nothing of it may be
-        recorded by this engine). Writes already on their way are not recalled."""
-        if self._writer is not None:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        while self._writes:
-            pending = self._writes.popleft()
-            if self._tail is pending:
-                self._tail = None
-            pending.done.cancel()
 
     async def drain(self) -> None:
         """Wait until every submitted write is over (a write may submit one more: an observer's warning)."""

@@ -226,7 +226,6 @@ async def run_plan(
             result = await run_turn(turn_input, _Sink(turn), models=runtime.models)
         except asyncio.CancelledError:
             if cut_off():
-                emitter.drop_deferred()  # the start, if it has not gone to the store: nothing is recorded
                 raise  # a shutdown or a lost lease, not a stop: the turn stays running and is continued
             await _end_stopped(turn, runtime.stop_reason(session.id))
             return True
