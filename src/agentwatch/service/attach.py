@@ -27,8 +27,9 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import JsonValue
@@ -64,14 +65,31 @@ class Frame:
     cursor: str | None
     """The position a reconnect resumes after (the SSE id); None for an error."""
     body: dict[str, JsonValue]
+    text: str = field(default="", compare=False)
+    """The frame as JSON, encoded once however many clients it is sent to."""
 
     def json(self) -> str:
+        if self.text:
+            return self.text
         # ASCII only: SSE readers split lines on more than LF (U+2028 in a text would cut a frame).
         return json.dumps({"kind": self.kind, **self.body}, separators=(",", ":"))
 
 
+_FRAME_CACHE = 4096
+_frames: OrderedDict[str, Frame] = OrderedDict()
+
+
 def _event_frame(event: Event) -> Frame:
-    return Frame("event", event.cursor.encode(), {"event": event_json(event)})
+    """The frame of an event, shared by every client it is sent to (an event is encoded once, not once per
+    attached client)."""
+    frame = _frames.get(event.id)
+    if frame is None:
+        plain = Frame("event", event.cursor.encode(), {"event": event_json(event)})
+        frame = Frame(plain.kind, plain.cursor, plain.body, plain.json())
+        _frames[event.id] = frame
+        if len(_frames) > _FRAME_CACHE:
+            _frames.popitem(last=False)
+    return frame
 
 
 class Attachment:
