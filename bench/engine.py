@@ -49,7 +49,7 @@ from bench._turns import (
 __all__ = ["concurrent_turns", "history_growth", "idle_memory", "long_chat", "turn_overhead"]
 
 _STALL_TICK_S: Final = 0.005
-_CONCURRENT_WAIT_S: Final = 180.0
+_CONCURRENT_WAIT_S: Final = 150.0
 """How long the concurrent turns may take before the run is given up on (its unfinished turns counted)."""
 _BATCH: Final = 200  # sessions created (or read) at once, so the store can group their commits
 _REQUESTS: Final = TOOL_CALLS + 1
@@ -91,7 +91,7 @@ _ENGINE_SIZES: Final[dict[Sizes, _EngineSizes]] = {
         long_turns=100,
         idle_sessions=5_000,
         concurrent_sessions=1_000,
-        concurrent_rounds=2,
+        concurrent_rounds=1,
     ),
     QUICK: _EngineSizes(
         warm_up_turns=3,
