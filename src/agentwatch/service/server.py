@@ -72,7 +72,8 @@ def running_turns(engine: Engine) -> int:
     counter = getattr(engine, "running_turns", None)
     if callable(counter):
         return int(counter())
-    return sum(1 for driver in list(engine._drivers.values()) if driver.turn_running)
+    drivers: dict[str, Any] = getattr(engine, "_drivers", {})
+    return sum(1 for driver in list(drivers.values()) if driver.turn_running)
 
 
 def stop_new_turns(engine: Engine) -> None:
@@ -86,7 +87,8 @@ def stop_new_turns(engine: Engine) -> None:
     if callable(drain):
         drain()
         return
-    for driver in list(engine._drivers.values()):
+    drivers: dict[str, Any] = getattr(engine, "_drivers", {})
+    for driver in list(drivers.values()):
         driver.closing = True
 
 
