@@ -11,16 +11,24 @@ keeps a bounded vocabulary of activity items:
 | user message | `message.user` (not an observer's report) | `<user-message>` + the text |
 | turn ended | `turn.ended` | `<turn-ended outcome="..." reason="..." tokens="..." />` |
 
-Each text field is cut at `FIELD_LIMIT` (2,000) characters with a marker saying how many were cut.
+Each text field is cut at `FIELD_LIMIT` (2,000) characters with a marker saying how many were cut. The
+item also keeps the whole text (up to `WHOLE_LIMIT`, 1,000,000 characters) in `whole`, for rule observers,
+which read everything at no token cost; the envelope a model observer reads holds only the cut text.
 
 **Segments.** A digest is flushed when the turn ends (or pauses), and within a long turn as soon as
 `max_results` tool results (8 for model observers, 1 for rule observers, which cost nothing) or
-`max_chars` (8,000) characters of activity have gathered, never between a tool call and its result.
+`max_chars` (8,000) characters of activity have gathered, never between a tool call and its result (for
+rule observers, also at each tool call: see `ActivityRecorder`).
 
 **Envelope.** Items are wrapped in `<{slug(name)}-activity>...</{slug(name)}-activity>`. In every piece of
 observed text, a `<` that would open or close the envelope or one of the inner tags (whatever the case,
 with whitespace or a slash before the name) gets a backslash after it, so observed content cannot forge
-structure. Attribute values are slugs or entity-escaped. A batch of digests ends with `postamble()`: the
+structure. The text is read as a model would read it first (`reading_form`): Unicode NFKC, invisible
+characters (zero-width space and joiners, soft hyphen, BOM, variation selectors...) removed, HTML entities
+(`&lt;`, `&#60;`, `&#x3c;`) decoded, and look-alike letters (Cyrillic, Greek, dashes, slashes, angle
+brackets) folded to the Latin ones; whatever reads as a tag there is defused in the original (a backslash
+after its `<`, `＜` or `&lt;`). Attribute values are slugs or entity-escaped; a name written as text (the
+framing prompt) goes through `safe_name`. A batch of digests ends with `postamble()`: the
 framing that the content is data, and that silence is the expected answer.
 
 A report an observer sent (an input whose origin is `observer`) is never part of a digest, so an observer
@@ -30,10 +38,12 @@ does not read its own reports back.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from agentwatch.events import AssistantMessage, Event, ToolCall, ToolResult, TurnEnded, TurnStarted, UserMessage
@@ -41,6 +51,7 @@ from agentwatch.events import AssistantMessage, Event, ToolCall, ToolResult, Tur
 __all__ = [
     "FIELD_LIMIT",
     "INNER_TAGS",
+    "WHOLE_LIMIT",
     "ActivityItem",
     "ActivityRecorder",
     "AssistantTextItem",
@@ -53,14 +64,19 @@ __all__ = [
     "clip",
     "envelope_tag",
     "escape_tags",
+    "fingerprint",
     "postamble",
+    "reading_form",
     "render_batch",
     "render_digest",
+    "safe_name",
     "slug",
 ]
 
 FIELD_LIMIT = 2_000
 """Characters kept of each text field of an activity item."""
+WHOLE_LIMIT = 1_000_000
+"""Characters kept of each text field for rule observers (`whole`)."""
 INNER_TAGS = ("tool-call", "tool-result", "user-message", "turn-ended")
 """The tags inside the envelope; observed text can open or close none of them."""
 
@@ -78,7 +94,15 @@ class AssistantTextItem:
     """Text the observed agent wrote."""
 
     text: str
+    """The text (cut at `FIELD_LIMIT`)."""
     kind: Literal["assistant_text"] = "assistant_text"
+    whole: str | None = field(default=None, compare=False, repr=False)
+    """The whole text (up to `WHOLE_LIMIT`) when it was cut, for rule observers."""
+
+    @property
+    def full_text(self) -> str:
+        """The whole text when known, else the cut one."""
+        return self.text if self.whole is None else self.whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +114,17 @@ class ToolCallItem:
     input: str
     """Its input as JSON (cut at `FIELD_LIMIT`)."""
     fingerprint: str
-    """A hash of the tool name and the whole input, so equal calls can be told apart from cut ones."""
+    """A hash of the tool name and the whole input as canonical JSON (sorted keys): equal calls, equal hashes."""
     kind: Literal["tool_call"] = "tool_call"
+    call_id: str | None = field(default=None, compare=False)
+    """The id that pairs the call with its result."""
+    whole: str | None = field(default=None, compare=False, repr=False)
+    """The whole input (up to `WHOLE_LIMIT`) when it was cut, for rule observers."""
+
+    @property
+    def full_input(self) -> str:
+        """The whole input when known, else the cut one."""
+        return self.input if self.whole is None else self.whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +138,15 @@ class ToolResultItem:
     status: str = "ok"
     """`ok`, `error`, `denied` or `interrupted`."""
     kind: Literal["tool_result"] = "tool_result"
+    call_id: str | None = field(default=None, compare=False)
+    """The id of the call it answers."""
+    whole: str | None = field(default=None, compare=False, repr=False)
+    """The whole output (up to `WHOLE_LIMIT`) when it was cut, for rule observers."""
+
+    @property
+    def full_content(self) -> str:
+        """The whole output when known, else the cut one."""
+        return self.content if self.whole is None else self.whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +154,15 @@ class UserMessageItem:
     """Input the observed agent received (a person's prompt, a parent's task, an engine note)."""
 
     text: str
+    """The text (cut at `FIELD_LIMIT`)."""
     kind: Literal["user_message"] = "user_message"
+    whole: str | None = field(default=None, compare=False, repr=False)
+    """The whole text (up to `WHOLE_LIMIT`) when it was cut, for rule observers."""
+
+    @property
+    def full_text(self) -> str:
+        """The whole text when known, else the cut one."""
+        return self.text if self.whole is None else self.whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +221,180 @@ def envelope_tag(observed_name: str) -> str:
     return f"{slug(observed_name)}-activity"
 
 
+# Look-alikes a reader takes for the characters of a tag (the ones NFKC leaves alone): angle brackets and
+# slashes from other blocks, dashes, and the Cyrillic and Greek letters drawn like the Latin ones.
+_FOLD = str.maketrans(
+    {
+        **dict.fromkeys("\u02c2\u1438\u2039\u2329\u276e\u27e8\u3008\u29fc", "<"),
+        **dict.fromkeys("\u02c3\u1433\u203a\u232a\u276f\u27e9\u3009\u29fd", ">"),
+        **dict.fromkeys("\u2044\u2215\u29f8\u2571\u30ce\u4e3f\u2cc6", "/"),
+        **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2043\u2212\u02d7\u2796\u30fc\u4e00", "-"),
+        **dict.fromkeys("\u02cd\u2017\uff3f", "_"),
+        # Cyrillic
+        "а": "a",
+        "в": "b",
+        "е": "e",
+        "ё": "e",
+        "һ": "h",
+        "і": "i",
+        "ї": "i",
+        "ј": "j",
+        "к": "k",
+        "ӏ": "l",
+        "м": "m",
+        "н": "h",
+        "о": "o",
+        "р": "p",
+        "с": "c",
+        "т": "t",
+        "у": "y",
+        "х": "x",
+        "ѕ": "s",
+        "ԁ": "d",
+        "ԛ": "q",
+        "ԝ": "w",
+        "ү": "y",
+        "ғ": "f",
+        "ɡ": "g",
+        "ո": "n",
+        "ս": "u",
+        "ց": "g",
+        "օ": "o",
+        "А": "a",
+        "В": "b",
+        "Е": "e",
+        "Н": "h",
+        "І": "i",
+        "Ј": "j",
+        "К": "k",
+        "М": "m",
+        "О": "o",
+        "Р": "p",
+        "С": "c",
+        "Т": "t",
+        "Х": "x",
+        "Ѕ": "s",
+        "Ү": "y",
+        "Ԁ": "d",
+        "Ԛ": "q",
+        "Ԝ": "w",
+        # Greek
+        "α": "a",
+        "β": "b",
+        "ε": "e",
+        "η": "n",
+        "ι": "i",
+        "κ": "k",
+        "ν": "v",
+        "ο": "o",
+        "ρ": "p",
+        "τ": "t",
+        "υ": "u",
+        "χ": "x",
+        "γ": "y",
+        "ω": "w",
+        "ϲ": "c",
+        "ϳ": "j",
+        "Α": "a",
+        "Β": "b",
+        "Ε": "e",
+        "Ζ": "z",
+        "Η": "h",
+        "Ι": "i",
+        "Κ": "k",
+        "Μ": "m",
+        "Ν": "n",
+        "Ο": "o",
+        "Ρ": "p",
+        "Τ": "t",
+        "Υ": "y",
+        "Χ": "x",
+        # Latin small capitals and dotless letters
+        "ı": "i",
+        "ȷ": "j",
+        "ʟ": "l",
+        "ɪ": "i",
+        "ᴄ": "c",
+        "ᴏ": "o",
+        "ᴠ": "v",
+        "ᴡ": "w",
+        "ᴢ": "z",
+        "ꜱ": "s",
+        "ᴀ": "a",
+        "ʙ": "b",
+        "ᴅ": "d",
+        "ᴇ": "e",
+        "ɢ": "g",
+        "ʜ": "h",
+        "ᴊ": "j",
+        "ᴋ": "k",
+        "ᴍ": "m",
+        "ɴ": "n",
+        "ᴘ": "p",
+        "ʀ": "r",
+        "ᴛ": "t",
+        "ᴜ": "u",
+        "ʏ": "y",
+    }
+)
+_AMPERSANDS = "&\ufe60\uff06"
+_ENTITY_BODY = re.compile(r"#[0-9]{1,7};?|#[xX][0-9a-fA-F]{1,6};?|[A-Za-z][A-Za-z0-9]{1,31};?")
+# What can start a tag once read: `<` and its look-alikes, or an ampersand (an entity may decode to `<`).
+_OPENERS = re.compile("[<\ufe64\uff1c\u02c2\u1438\u2039\u2329\u276e\u27e8\u3008\u29fc" + _AMPERSANDS + "]")
+# Printable ASCII without an ampersand reads as it is written.
+_PLAIN = re.compile(r"[\x20-\x25\x27-\x7e\t\n\r]*")
+
+
+def _invisible(char: str) -> bool:
+    # Format characters (zero-width space and joiners, soft hyphen, BOM, bidi marks, tags), variation
+    # selectors and the combining grapheme joiner: nothing a reader sees.
+    category = unicodedata.category(char)
+    return category == "Cf" or (category == "Mn" and unicodedata.combining(char) == 0) or char == "\u115f"
+
+
+class _Reading(dict[int, str]):
+    """A `str.translate` table: each character to how it reads, worked out on first sight."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        read = ""
+        if not _invisible(char):
+            read = "".join(p for p in unicodedata.normalize("NFKC", char).translate(_FOLD).lower() if not _invisible(p))
+        if len(self) < 200_000:
+            self[code] = read
+        return read
+
+
+_READING = _Reading()
+_ENTITY = re.compile(f"[{_AMPERSANDS}](?:{_ENTITY_BODY.pattern})")
+
+
+def _decode(entity: re.Match[str]) -> str:
+    source = "&" + entity.group()[1:]
+    decoded = html.unescape(source)
+    return entity.group() if decoded == source else decoded
+
+
+def reading_form(text: str) -> str:
+    """`text` as a model would read it: HTML entities decoded, NFKC, no invisible characters (zero-width
+    space and joiners, soft hyphen, BOM...), look-alike letters and signs folded to Latin ones, lower case."""
+    return _ENTITY.sub(_decode, text).translate(_READING)
+
+
+def _reading_ends(text: str) -> list[int]:
+    """For each character of `reading_form(text)`, where its source ends in `text`."""
+    ends: list[int] = []
+    index = 0
+    for entity in [*_ENTITY.finditer(text), None]:
+        stop = len(text) if entity is None else entity.start()
+        for offset, char in enumerate(text[index:stop], start=index + 1):
+            ends.extend([offset] * len(_READING[ord(char)]))
+        if entity is not None:
+            ends.extend([entity.end()] * len(_decode(entity).translate(_READING)))
+            index = entity.end()
+    return ends
+
+
 def _tag_pattern(tags: Sequence[str]) -> re.Pattern[str]:
     names = "|".join(re.escape(tag) for tag in sorted(set(tags), key=len, reverse=True))
     # A `<`, optional whitespace, an optional slash, whitespace again, one of the names, and then nothing that
@@ -181,8 +405,38 @@ def _tag_pattern(tags: Sequence[str]) -> re.Pattern[str]:
 
 
 def escape_tags(text: str, observed_name: str) -> str:
-    """Defuse, in observed text, every `<` that would open or close the envelope or an inner tag."""
-    return _tag_pattern((*INNER_TAGS, envelope_tag(observed_name))).sub("<\\\\", text)
+    """Defuse, in observed text, every `<` that would open or close the envelope or an inner tag, as the
+    text reads (see `reading_form`): a backslash goes after the source of that `<` (`<`, `＜`, `&lt;`...)."""
+    if _OPENERS.search(text) is None:
+        return text
+    pattern = _tag_pattern((*INNER_TAGS, envelope_tag(observed_name)))
+    if _PLAIN.fullmatch(text):  # printable ASCII without entities reads as it is written
+        return pattern.sub("<\\\\", text)
+    starts = [match.start() for match in pattern.finditer(reading_form(text))]
+    if not starts:
+        return text
+    ends = _reading_ends(text)
+    cuts = sorted({ends[start] for start in starts})
+    pieces = []
+    previous = 0
+    for cut in cuts:
+        pieces.append(text[previous:cut])
+        pieces.append("\\")
+        previous = cut
+    pieces.append(text[previous:])
+    return "".join(pieces)
+
+
+def safe_name(name: str, limit: int = 80) -> str:
+    """A name fit to be written in an observer's prompt: one line, at most `limit` characters, quoted, its
+    control and invisible characters shown as escapes; when it reads as holding `<` or `>`, those and every
+    ampersand (an entity) become `_`."""
+    cut = name if len(name) <= limit else name[:limit] + "…"
+    quoted = repr(cut)  # one line: newlines, line separators and invisible characters become escapes
+    read = reading_form(quoted)
+    if "<" not in read and ">" not in read:
+        return quoted
+    return repr("".join("_" if char in _AMPERSANDS or reading_form(char) in ("<", ">") else char for char in cut))
 
 
 def _attribute(value: str) -> str:
@@ -204,7 +458,7 @@ def _render_item(item: ActivityItem, observed_name: str) -> str:
         case UserMessageItem():
             return f"<user-message>\n{safe(item.text)}\n</user-message>"
         case TurnEndedItem():
-            reason = f' reason="{_attribute(item.reason)}"' if item.reason else ""
+            reason = f' reason="{_attribute(safe(item.reason))}"' if item.reason else ""
             return f'<turn-ended outcome="{slug(item.outcome)}"{reason} tokens="{item.tokens}" />'
 
 
@@ -232,6 +486,9 @@ def render_batch(digests: Sequence[Digest], observer_message: str | None = None,
 class ActivityRecorder:
     """Turns a session's events into activity items and says when a segment is due (see the module docs).
 
+    With `max_results` of 1 (rule observers) a segment also closes at each tool call, so a rule sees a call
+    while it runs rather than after its result.
+
     `record(event)` returns the items of a segment when it closes, else None. Pure: no I/O, no clock.
     """
 
@@ -251,6 +508,7 @@ class ActivityRecorder:
         """Take in one event; returns a closed segment, or None."""
         payload = event.payload
         item: ActivityItem | None = None
+        close = False
         match payload:
             case TurnStarted() if payload.trigger == "input":
                 self.report_turn = False
@@ -260,15 +518,28 @@ class ActivityRecorder:
                 self.report_turn = from_observer and (self.report_turn or not self._inputs_seen)
                 self._inputs_seen = True
                 if not from_observer:
-                    item = UserMessageItem(clip(payload.text))
+                    item = UserMessageItem(clip(payload.text), whole=_whole(payload.text))
             case AssistantMessage() if payload.text.strip():
-                item = AssistantTextItem(clip(payload.text))
+                item = AssistantTextItem(clip(payload.text), whole=_whole(payload.text))
             case ToolCall():
                 serialized = json.dumps(payload.input, ensure_ascii=False)
-                fingerprint = hashlib.sha256(f"{payload.tool_name}\0{serialized}".encode()).hexdigest()[:16]
-                item = ToolCallItem(payload.tool_name, clip(serialized), fingerprint)
+                item = ToolCallItem(
+                    payload.tool_name,
+                    clip(serialized),
+                    fingerprint(payload.tool_name, payload.input),
+                    call_id=payload.tool_call_id,
+                    whole=_whole(serialized),
+                )
+                if self.max_results <= 1:
+                    close = True  # a rule sees a call as soon as it is made, before its result
             case ToolResult():
-                item = ToolResultItem(payload.tool_name, clip(payload.output), payload.status)
+                item = ToolResultItem(
+                    payload.tool_name,
+                    clip(payload.output),
+                    payload.status,
+                    call_id=payload.tool_call_id,
+                    whole=_whole(payload.output),
+                )
                 self._results += 1
             case TurnEnded():
                 usage = payload.usage
@@ -282,9 +553,13 @@ class ActivityRecorder:
             return None
         self._items.append(item)
         self._chars += _size(item)
-        if isinstance(item, TurnEndedItem) or (
-            isinstance(item, ToolResultItem | AssistantTextItem | UserMessageItem)
-            and (self._results >= self.max_results or self._chars >= self.max_chars)
+        if (
+            close
+            or isinstance(item, TurnEndedItem)
+            or (
+                isinstance(item, ToolResultItem | AssistantTextItem | UserMessageItem)
+                and (self._results >= self.max_results or self._chars >= self.max_chars)
+            )
         ):
             return self._close()
         return None
@@ -295,6 +570,16 @@ class ActivityRecorder:
         self._results = 0
         self._chars = 0
         return items
+
+
+def fingerprint(tool_name: str, tool_input: object) -> str:
+    """A short hash of a tool call: its name and its input as canonical JSON (keys sorted, no spacing)."""
+    canonical = json.dumps(tool_input, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(f"{tool_name}\0{canonical}".encode()).hexdigest()[:16]
+
+
+def _whole(text: str) -> str | None:
+    return None if len(text) <= FIELD_LIMIT else text[:WHOLE_LIMIT]
 
 
 def _size(item: ActivityItem) -> int:

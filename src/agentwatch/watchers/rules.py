@@ -34,7 +34,9 @@ and a warning recorded.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -43,7 +45,14 @@ from typing import Any, Protocol, TypeAlias
 from agentwatch.errors import UserError
 from agentwatch.events import RuntimeNotice
 from agentwatch.runtime.roster import AgentDefinition
-from agentwatch.watchers.digest import ActivityItem, Batch, ToolCallItem, ToolResultItem, TurnEndedItem
+from agentwatch.watchers.digest import (
+    ActivityItem,
+    AssistantTextItem,
+    Batch,
+    ToolCallItem,
+    ToolResultItem,
+    TurnEndedItem,
+)
 from agentwatch.watchers.pairing import Pairing, observer_source
 from agentwatch.watchers.report import ReportHub, ReportNotDelivered, send_report
 
@@ -55,9 +64,14 @@ __all__ = [
     "RuleFunction",
     "RuleHub",
     "budget_guard",
+    "command_guard",
     "default_rules",
+    "destructive_commands",
+    "exit_failure",
     "failure_guard",
+    "find_secrets",
     "loop_guard",
+    "placeholder",
     "register_rule_observer",
     "rule_definition",
     "rule_observer",
@@ -127,35 +141,77 @@ async def run_rule(function: RuleFunction, context: RuleContext) -> list[str]:
 
 
 # -- built-in rules ------------------------------------------------------------------------------------
+#
+# Rules read whole texts (`full_input`, `full_content`, `full_text`), not the digest's 2,000-character cut.
 
 
 def loop_guard(repeats: int = 3) -> RuleFunction:
-    """Report when one turn calls the same tool with the same input `repeats` times."""
+    """Report when one turn calls the same tool with the same input `repeats` times and gets the same result
+    each time (inputs compared as canonical JSON; a poll whose result changes is not a loop). A call whose
+    result is never seen (no call id) counts on its input alone."""
 
     def rule(ctx: RuleContext) -> list[str]:
         counts: dict[str, int] = ctx.memory.setdefault("calls", {})
         reported: set[str] = ctx.memory.setdefault("reported", set())
+        pending: dict[str, ToolCallItem] = ctx.memory.setdefault("pending", {})
         reports = []
+
+        def count(key: str, call: ToolCallItem) -> None:
+            counts[key] = counts.get(key, 0) + 1
+            if counts[key] >= repeats and key not in reported:
+                reported.add(key)
+                reports.append(
+                    f"Loop guard: you called {call.name} with the same input {counts[key]} times in this turn "
+                    f"({_short(call.input)}). It will give the same result again; change the approach or stop."
+                )
+
         for item in ctx.items:
             if isinstance(item, TurnEndedItem):
                 counts.clear()
                 reported.clear()
+                pending.clear()
             elif isinstance(item, ToolCallItem):
-                counts[item.fingerprint] = counts.get(item.fingerprint, 0) + 1
-                if counts[item.fingerprint] >= repeats and item.fingerprint not in reported:
-                    reported.add(item.fingerprint)
-                    reports.append(
-                        f"Loop guard: you called {item.name} with the same input {counts[item.fingerprint]} times "
-                        f"in this turn ({_short(item.input)}). It will give the same result again; change the "
-                        "approach or stop."
-                    )
+                if item.call_id is None:
+                    count(item.fingerprint, item)
+                else:
+                    pending[item.call_id] = item
+            elif isinstance(item, ToolResultItem) and item.call_id is not None:
+                call = pending.pop(item.call_id, None)
+                if call is not None:
+                    outcome = hashlib.sha256(f"{item.status}\0{item.full_content}".encode()).hexdigest()[:16]
+                    count(f"{call.fingerprint}:{outcome}", call)
         return reports
 
     return rule
 
 
+_EXIT_CODE = re.compile(
+    r"""(?ix)
+    (?:\bexit(?:ed)?[\s_-]*(?:with[\s_-]*)?(?:code|status)|\bexit_?code|\breturn[\s_-]?code|\bexitcode|\brc)
+    ["']?\s*(?:[:=]|\bis\b|\bwas\b|\bof\b)?\s*["']?\s*(?P<code>-?\d{1,3})\b"""
+)
+_READER_TOOL = re.compile(
+    r"(?i)(?:^|[_\W])(?:read|view|cat|open|fetch|get|search|grep|find|list|show|tail|head|browse)"
+)
+
+
+def exit_failure(item: ToolResultItem) -> str | None:
+    """The non-zero exit code a tool result reports (`exit code: 1`, `"returncode": 2`, `Exit status 127`),
+    if any. Looked for in the first and last three lines, where shell tools put it, and not in the output of
+    tools that read things (a file or log that quotes an exit code is not a failure of the read)."""
+    if _READER_TOOL.search(item.name):
+        return None
+    lines = [line for line in item.full_content.splitlines() if line.strip()]
+    for line in [*lines[:3], *lines[-3:]] if len(lines) > 6 else lines:
+        for found in _EXIT_CODE.finditer(line):
+            if int(found.group("code")) != 0:
+                return found.group()
+    return None
+
+
 def failure_guard(errors: int = 3) -> RuleFunction:
-    """Report when `errors` tool calls in a row fail."""
+    """Report when `errors` tool calls in a row fail: an `error` status, or a non-zero exit code in the
+    result (see `exit_failure`)."""
 
     def rule(ctx: RuleContext) -> list[str]:
         streak: list[str] = ctx.memory.setdefault("streak", [])
@@ -163,7 +219,7 @@ def failure_guard(errors: int = 3) -> RuleFunction:
         for item in ctx.items:
             if not isinstance(item, ToolResultItem):
                 continue
-            if item.status != "error":
+            if item.status != "error" and exit_failure(item) is None:
                 streak.clear()
                 continue
             streak.append(item.name)
@@ -206,33 +262,222 @@ SECRET_PATTERNS: Mapping[str, re.Pattern[str]] = {
     "an AWS access key id (AKIA...)": re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
     "a GitHub token (gh*_...)": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
     "a Slack token (xox*-...)": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-    "a private key": re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"),
+    "a private key": re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
+    "a Stripe secret key (sk_live_...)": re.compile(r"\b[sr]k_live_[0-9A-Za-z]{16,}"),
+    "a Google API key (AIza...)": re.compile(r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
+    "a password or secret assignment": re.compile(
+        r"""(?ix)
+        (?<![\w-])[\w.-]*(?:passw(?:or)?d|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token|
+        private[_-]?key|client[_-]?secret)[\w.-]*["']?
+        \s*(?::=|=|:)\s*
+        (?P<quote>["']?)(?P<value>[^\s"'`,;)}\]]{6,})(?P=quote)"""
+    ),
 }
-"""What the secret guard looks for, by the name its report uses."""
+"""What the secret guard looks for with its own patterns, by the name its report uses (the maintained
+detectors of the `detect-secrets` project are asked too)."""
+
+_PLACEHOLDER = re.compile(
+    r"""(?ix)
+    your|example|sample|placeholder|dummy|fake|redacted|changeme|change[_-]?me|replace|insert|goes[_-]?here|
+    xxxx|\*\*\*|\.\.\.|…|<|>|\$\{|\$[A-Z_]|\{\{|%\(|\bnone\b|\bnull\b|undefined|\btodo\b|\bmock|
+    ^(?:password|passw0rd|secret|pass|hunter2|admin|root|test|testing)\d*$|^(.)\1+$"""
+)
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
+_CODE_VALUE = re.compile(r"[(\[]|^(?:os\.|process\.env|env\.|self\.|settings\.|config\.|getenv|true$|false$)", re.I)
 
 
-def secret_guard(patterns: Mapping[str, re.Pattern[str]] = SECRET_PATTERNS) -> RuleFunction:
-    """Report text like an API key or private key in a tool input or output (once per secret, masked)."""
+def placeholder(value: str) -> bool:
+    """Whether a candidate secret is an example or a reference rather than a value: `sk-your-key-here`,
+    `xxxx`, `<your-key>`, `${TOKEN}`, `changeme`, a UUID, or code such as `os.environ["KEY"]`."""
+    return bool(_PLACEHOLDER.search(value) or _UUID.match(value) or _CODE_VALUE.search(value))
+
+
+def _maintained_detectors() -> list[Any]:
+    """The regex detectors of `detect-secrets` (imported on first use), but the public-IP one: not a secret."""
+    import importlib
+    import pkgutil
+
+    import detect_secrets.plugins as plugins
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    found = []
+    for module_info in pkgutil.iter_modules(plugins.__path__):
+        module = importlib.import_module(f"{plugins.__name__}.{module_info.name}")
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, RegexBasedDetector)
+                and value is not RegexBasedDetector
+                and value.__module__ == module.__name__
+                and value.__name__ != "IPPublicDetector"
+            ):
+                found.append(value())
+    return found
+
+
+_DETECTORS: list[Any] | None = None
+
+
+def _detectors() -> list[Any]:
+    global _DETECTORS
+    if _DETECTORS is None:
+        _DETECTORS = _maintained_detectors()
+    return _DETECTORS
+
+
+def find_secrets(
+    text: str, patterns: Mapping[str, re.Pattern[str]] = SECRET_PATTERNS, *, maintained: bool = True
+) -> list[tuple[str, str]]:
+    """The secrets in `text` as (what, value), in the order they appear: `patterns` first, then the
+    `detect-secrets` detectors for what they add; placeholders and examples are left out."""
+    spans: list[tuple[int, int, str, str]] = []
+
+    def add(start: int, end: int, what: str, value: str) -> None:
+        if placeholder(value) or any(start < e and s < end for s, e, _, _ in spans):
+            return
+        spans.append((start, end, what, value))
+
+    for what, pattern in patterns.items():
+        for match in pattern.finditer(text):
+            group = "value" if "value" in pattern.groupindex else 0
+            add(match.start(group), match.end(group), what, match.group(group))
+    if maintained:
+        for detector in _detectors():
+            for value in set(detector.analyze_string(text)):
+                if not isinstance(value, str) or len(value) < 8:
+                    continue
+                start = text.find(value)
+                while start >= 0:
+                    add(start, start + len(value), f"a secret ({detector.secret_type})", value)
+                    start = text.find(value, start + 1)
+    return [(what, value) for _, _, what, value in sorted(spans)]
+
+
+def secret_guard(patterns: Mapping[str, re.Pattern[str]] = SECRET_PATTERNS, *, maintained: bool = True) -> RuleFunction:
+    """Report text like an API key, a private key or a password in a tool input or output or in the agent's
+    own answer (once per secret, masked). `maintained=False` leaves the `detect-secrets` detectors out."""
 
     def rule(ctx: RuleContext) -> list[str]:
         seen: set[str] = ctx.memory.setdefault("seen", set())
         reports = []
         for item in ctx.items:
             if isinstance(item, ToolCallItem):
-                where, text = f"the input of {item.name}", item.input
+                where, text = f"the input of {item.name}", item.full_input
             elif isinstance(item, ToolResultItem):
-                where, text = f"the output of {item.name}", item.content
+                where, text = f"the output of {item.name}", item.full_content
+            elif isinstance(item, AssistantTextItem):
+                where, text = "your own answer", item.full_text
             else:
                 continue
-            for what, pattern in patterns.items():
-                for match in pattern.finditer(text):
-                    if match.group() in seen:
-                        continue
-                    seen.add(match.group())
-                    reports.append(
-                        f"Secret guard: {where} holds what looks like {what} ({_mask(match.group())}). Do not "
-                        "repeat it, log it or send it anywhere; tell the user it may need rotating."
-                    )
+            for what, value in find_secrets(text, patterns, maintained=maintained):
+                if value in seen:
+                    continue
+                seen.add(value)
+                reports.append(
+                    f"Secret guard: {where} holds what looks like {what} ({_mask(value)}). Do not "
+                    "repeat it, log it or send it anywhere; tell the user it may need rotating."
+                )
+        return reports
+
+    return rule
+
+
+_RUNNER_TOOL = re.compile(r"(?i)bash|shell|\bsh\b|zsh|exec|run|command|cmd|terminal|console|sql|query|psql|mysql|db")
+_COMMAND_KEY = re.compile(r"(?i)^(?:command|commands|cmd|script|shell|bash|query|sql|statement|code|args|argv)$")
+_RM = re.compile(r"(?<![\w/.-])rm\s+(?P<args>[^;&|\n]*)")
+_DANGEROUS_PATH = re.compile(
+    r"""^["']?(?:/|/\*|~|~/|~/\*|\$HOME/?\*?|\$\{HOME\}/?\*?|\*|\.|\./|\./\*|\.\.|\.\./?\*?|/[A-Za-z0-9_.-]+/?\*?)["']?$"""
+)
+_SEARCHING = re.compile(r"^\s*(?:grep|egrep|rg|ag|ack|git\s+(?:grep|log|show|diff)|find|echo|printf|man|less)\b")
+_DESTRUCTIVE: Mapping[str, re.Pattern[str]] = {
+    "a table, database or schema drop": re.compile(
+        r"(?i)(?:^|[;\n(\"'`]|\bexecute\s*\(\s*[\"'])\s*drop\s+(?:table|database|schema)\b[^;\n]*"
+    ),
+    "a TRUNCATE": re.compile(r"(?i)(?:^|[;\n(\"'`])\s*truncate\s+(?:table\s+)?[\w.\"`\[\]]+[^;\n]*"),
+    "a DELETE with no WHERE": re.compile(
+        r"(?i)(?:^|[;\n(\"'`])\s*delete\s+from\s+[\w.\"`\[\]]+(?:\s+(?:as\s+)?\w+)?\s*(?=$|;|\)|\"|'|`|--|\n)"
+    ),
+    "a forced git push": re.compile(
+        r"\bgit\s+(?:-[Cc]\s+\S+\s+)*push\b[^;&|\n]*?(?:\s--force(?![-\w])|\s-[a-zA-Z]*f[a-zA-Z]*\b|\s\+[\w/.-]+)"
+    ),
+    "a file system format (mkfs)": re.compile(r"(?<![\w/.-])mkfs(?:\.\w+)?\b[^;&|\n]*"),
+    "a raw write to a device (dd of=/dev/...)": re.compile(
+        r"(?<![\w/.-])dd\b[^;&|\n]*\bof=/dev/(?!null\b|zero\b|stdout\b|stderr\b|fd/)\S*"
+    ),
+}
+
+
+def destructive_commands(tool_name: str, tool_input: str) -> list[tuple[str, str]]:
+    """The destructive shell and SQL commands in a tool's input, as (what, the command): recursive `rm` of
+    `/`, `~`, `*`, `.` or a top-level directory, `DROP TABLE`/`DATABASE`/`SCHEMA`, `TRUNCATE`, `DELETE FROM`
+    without `WHERE`, `git push --force`/`-f`/`+ref` (not `--force-with-lease`), `mkfs`, `dd of=/dev/...`.
+
+    Read in the strings of a runner tool (a name like `bash`, `shell`, `exec`, `run`, `sql`, `query`) or
+    under keys like `command`, `script`, `query` or `sql` of any tool: a file written with such a line in
+    it is not a command run. Searches and prints (`grep "DROP TABLE"`, `echo ...`) are left alone."""
+    try:
+        parsed = json.loads(tool_input)
+    except ValueError:
+        parsed = tool_input
+    runner = bool(_RUNNER_TOOL.search(tool_name))
+    found: list[tuple[str, str]] = []
+    for key, text in _strings(parsed, None):
+        if not (runner or (key is not None and _COMMAND_KEY.match(key))):
+            continue
+        for statement in re.split(r"\n|&&|\|\||;(?=\s*\w)", text) if "\n" in text or "&&" in text else [text]:
+            if _SEARCHING.match(statement):
+                continue
+            found += _commands_in(statement)
+    return list(dict.fromkeys(found))
+
+
+def _commands_in(text: str) -> list[tuple[str, str]]:
+    found = []
+    for match in _RM.finditer(text):
+        words = match.group("args").split()
+        flags = "".join(w[1:] for w in words if w.startswith("-") and not w.startswith("--"))
+        long_flags = {w for w in words if w.startswith("--")}
+        recursive = "r" in flags.lower() or "--recursive" in long_flags
+        targets = [w for w in words if not w.startswith("-")]
+        if "--no-preserve-root" in long_flags or (recursive and any(_DANGEROUS_PATH.match(t) for t in targets)):
+            found.append(("a recursive delete of a whole tree (rm -r)", match.group().strip()))
+    for what, pattern in _DESTRUCTIVE.items():
+        for match in pattern.finditer(text):
+            found.append((what, match.group().strip(" \n;(\"'`")))
+    return found
+
+
+def _strings(value: object, key: str | None) -> Iterator[tuple[str | None, str]]:
+    if isinstance(value, str):
+        yield key, value
+    elif isinstance(value, dict):
+        for name, inner in value.items():
+            yield from _strings(inner, str(name))
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _strings(inner, key)
+
+
+def command_guard() -> RuleFunction:
+    """Report a destructive shell or SQL command in a tool's input as soon as the call is made (see
+    `destructive_commands`). It advises: the tool still runs; an approval tool is how a person stops it."""
+
+    def rule(ctx: RuleContext) -> list[str]:
+        seen: set[tuple[str, str]] = ctx.memory.setdefault("commands", set())
+        reports = []
+        for item in ctx.items:
+            if isinstance(item, TurnEndedItem):
+                seen.clear()
+            if not isinstance(item, ToolCallItem):
+                continue
+            for what, command in destructive_commands(item.name, item.full_input):
+                if (item.fingerprint, command) in seen:
+                    continue
+                seen.add((item.fingerprint, command))
+                reports.append(
+                    f"Command guard: your call to {item.name} runs {what}: `{_short(command, 160)}`. It cannot "
+                    "be undone; make sure the user asked for exactly this, and say so if it was a mistake."
+                )
         return reports
 
     return rule
@@ -243,6 +488,7 @@ BUILTIN_RULES: Mapping[str, Callable[[], RuleFunction]] = {
     "failure-guard": failure_guard,
     "budget-guard": budget_guard,
     "secret-guard": secret_guard,
+    "command-guard": command_guard,
 }
 """The built-in rule observers, by type, each with its default settings."""
 
