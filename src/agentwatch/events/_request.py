@@ -28,6 +28,8 @@ class RequestOpened(BasePayload):
     """The questions asked, for `question`."""
     options: list[str] | None = None
     """The options offered, for `choice`."""
+    multiple: bool = False
+    """For `choice`: several options may be chosen (the answer is a list of them)."""
     tool_call_id: str | None = None
     """The tool call that opened it."""
     waits_on: WaitsOn = "person"

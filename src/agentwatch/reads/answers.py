@@ -138,6 +138,10 @@ class PendingHitl(Answer):
     hitl_id: str
     kind: str
     questions: list[str] | None
+    options: list[str] | None
+    """For a `choice`: the options to choose from (answer with one of them; `agent_answer` refuses others)."""
+    multiple: bool | None
+    """For a `choice`: whether several options may be chosen (the answer is then a list); null otherwise."""
     deliver_at: Timestamp | None
 
 

@@ -64,9 +64,16 @@ async def _pending_hitl(store: Store, session: SessionRecord) -> PendingHitl | N
     return PendingHitl(
         hitl_id=request.id,
         kind=request.kind,
-        questions=list(request.questions) if request.kind == "question" and request.questions else None,
+        questions=list(request.questions) if request.kind in ("question", "choice") and request.questions else None,
+        options=list(request.options) if request.kind == "choice" and request.options else None,
+        multiple=_multiple(request.body) if request.kind == "choice" else None,
         deliver_at=_iso(request.deliver_at) if request.waits_on == "parent" else None,
     )
+
+
+def _multiple(body: dict[str, Any]) -> bool:
+    args = body.get("input")
+    return isinstance(args, dict) and args.get("multiple") is True
 
 
 async def _last_turn_usage(store: Store, session: SessionRecord) -> PartialUsage | None:

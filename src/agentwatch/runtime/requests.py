@@ -1,5 +1,8 @@
 """Human requests: answering the questions and approvals a turn paused on, and escalating held ones.
 
+A choice (a question with options) is answered with one of its options (a list of them when several may
+be chosen); any other answer is refused before anything is written.
+
 A request opened by a sub-agent's turn may first be held for its parent agent (`waits_on="parent"`) for
 `hold_for_parent_seconds`; `escalate` (or `escalate_due`, which the engine runs periodically) hands it over
 to a person. `answer` resolves a pending request; the paused turn continues (in this process, or in the
@@ -16,6 +19,7 @@ from agentwatch.errors import Conflict
 from agentwatch.events import NewEvent, RequestResolved, RuntimeNotice, TurnId
 from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.services import Runtime
+from agentwatch.runtime.tools.ask import check_choice
 from agentwatch.store import RequestClose, RequestRecord, Write
 
 __all__ = ["answer", "escalate", "escalate_due"]
@@ -27,6 +31,8 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
     request = await store.get_request(request_id)
     if request.status != "pending":
         raise Conflict(f"request {request_id!r} is already {request.status}; nothing to answer")
+    if request.options:  # a choice: the answer names one of its options (several, when it allows that)
+        answer = check_choice(request.options, _multiple(request), answer)
     channel = await runtime.driver(request.session_id)
     resolved = RequestResolved(request_id=request_id, answer=answer, by=by)
     turn_id = TurnId(request.turn_id) if request.turn_id else None
@@ -73,3 +79,8 @@ async def escalate_due(runtime: Runtime) -> int:
     for request in due:
         await escalate(runtime, request.id, reason="its parent did not answer in time")
     return len(due)
+
+
+def _multiple(request: RequestRecord) -> bool:
+    args = request.body.get("input")
+    return isinstance(args, dict) and args.get("multiple") is True

@@ -60,7 +60,20 @@ Severity = Literal["error", "warning"]
 """An `error` leaves the definition out of the roster; a `warning` keeps it."""
 
 GRANTS: Mapping[str, frozenset[str]] = MappingProxyType(
-    {"spawn": frozenset({"agent_task", "agent_create", "agent_enqueue", "agent_await", "agent_answer", "agent_delete"})}
+    {
+        "spawn": frozenset(
+            {
+                "agent_task",
+                "agent_create",
+                "agent_enqueue",
+                "agent_await",
+                "agent_answer",
+                "agent_escalate",
+                "agent_stop",
+                "agent_delete",
+            }
+        )
+    }
 )
 """Each capability a definition's `grant` can name, and the tools it allows."""
 

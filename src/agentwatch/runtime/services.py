@@ -145,6 +145,9 @@ class Runtime(Protocol):
     async def answer(self, request_id: str, answer: JsonValue, *, by: str = "a person") -> RequestRecord:
         """Resolve a pending request; the paused turn continues."""
 
+    async def escalate(self, request_id: str, *, reason: str = "escalated") -> RequestRecord:
+        """Hand a request held for the parent agent over to a person now."""
+
     async def live_children(self, session_id: str) -> list[SessionRecord]:
         """Sub-agents of a session that have not ended."""
 

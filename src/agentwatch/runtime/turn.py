@@ -47,6 +47,7 @@ from agentwatch.runtime.plan import Plan, next_plan
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.services import Runtime
+from agentwatch.runtime.tools.ask import choices_of
 from agentwatch.runtime.tools.base import Caller, Tool
 from agentwatch.store import (
     TERMINAL_STATUSES,
@@ -272,7 +273,8 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
             patch=SessionPatch(status="running", settings=settings),
         )
         return None
-    # continue after a restart
+    # continue after a restart: its tool calls in flight are reported interrupted, so requests they opened are moot
+    await _dismiss_interrupted(turn)
     limit = definition.resolved_sessions(turn.runtime.config.sessions).continue_after_restart
     continued = max(session.turn_attempts, 1) - 1
     if continued >= limit:
@@ -294,6 +296,18 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
         patch=SessionPatch(status="running", turn_attempts=attempt, settings=settings),
     )
     return note
+
+
+async def _dismiss_interrupted(turn: _Turn) -> None:
+    """Dismiss the requests still pending of a turn that was cut off (their tool calls were interrupted)."""
+    requests = await turn.runtime.store.list_requests(session_id=turn.session_id, status="pending", limit=1000)
+    pending = [r for r in requests if r.turn_id == turn.turn_id]
+    if pending:
+        reason = "its tool call was interrupted when the turn was cut off"
+        await turn.commit(
+            [RequestDismissed(request_id=r.id, reason=reason) for r in pending],
+            requests_close=[RequestClose(request_id=r.id, status="dismissed", by="agentwatch") for r in pending],
+        )
 
 
 async def _compaction_summary(turn: _Turn, history: Sequence[JsonValue]) -> str | None:
@@ -427,6 +441,7 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
     drafts, opened = [], []
     for call in result.pending:
         request_id = new_id("req")
+        choices = choices_of(call.input) if call.kind == "question" else None
         if call.kind == "question":
             question = call.question or str(call.input)
             summary, questions = question, [question]
@@ -434,9 +449,10 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
             summary, questions = f"approve {call.tool_name}({_brief(call.input)})", None
         draft = RequestDraft(
             id=request_id,
-            kind="question" if call.kind == "question" else "approval",
+            kind="approval" if call.kind != "question" else "choice" if choices else "question",
             summary=summary[:500],
             questions=questions,
+            options=choices[0] if choices else None,
             tool_call_id=call.tool_call_id,
             turn_id=turn.turn_id,
             waits_on="parent" if held else "person",
@@ -450,6 +466,8 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
                 kind=draft.kind,
                 summary=draft.summary,
                 questions=questions,
+                options=draft.options,
+                multiple=bool(choices and choices[1]),
                 tool_call_id=call.tool_call_id,
                 waits_on=draft.waits_on,
                 deliver_at=deliver_at,

@@ -1,14 +1,21 @@
-"""`ask_user`: an agent asks a person (or first its parent agent) a question; the answer is the tool's result."""
+"""`ask_user`: an agent asks a person (or first its parent agent) a question; the answer is the tool's result.
+
+With `options` the question is a choice (request kind `choice`): the request is stored with its options (and
+whether several may be chosen) before `request.opened` shows them, and an answer must name one of them (a
+list of them with `multiple`); anything else is refused (`check_choice`).
+"""
 
 from __future__ import annotations
 
-from pydantic import Field, RootModel
+from collections.abc import Mapping, Sequence
+
+from pydantic import Field, JsonValue, RootModel
 
 from agentwatch.errors import InvalidArgument
 from agentwatch.runtime.services import Runtime
-from agentwatch.tools import MAX_LIST_ITEMS, Args, BoundedJson, Caller, Text, Tool, typed_tool
+from agentwatch.tools import MAX_LIST_ITEMS, MAX_TEXT_CHARS, Args, BoundedJson, Caller, Text, Tool, typed_tool
 
-__all__ = ["AskArgs", "UserAnswer", "ask_user_tool"]
+__all__ = ["AskArgs", "Choices", "UserAnswer", "ask_user_tool", "check_choice", "choices_of"]
 
 
 class AskArgs(Args):
@@ -16,12 +23,50 @@ class AskArgs(Args):
 
     question: Text = Field(description="The question, complete enough to answer without context.")
     options: list[Text] | None = Field(
-        None, max_length=MAX_LIST_ITEMS, description="Answers to choose from, when there are a few."
+        None,
+        min_length=1,
+        max_length=MAX_LIST_ITEMS,
+        description="Answers to choose from, when there are a few (at most 50); the answer is one of them.",
     )
+    multiple: bool = Field(False, description="With options: several may be chosen (the answer is a list of them).")
 
 
 class UserAnswer(RootModel[BoundedJson]):
-    """The answer a person (or the parent agent) gave: text for a question."""
+    """The answer a person (or the parent agent) gave: text for a question, the option(s) chosen for a choice."""
+
+
+Choices = tuple[list[str], bool]
+"""The options of a choice and whether several may be chosen."""
+
+
+def choices_of(args: Mapping[str, JsonValue]) -> Choices | None:
+    """The options an `ask_user` call offers (as the model sent them: non-text, blank and repeated ones are
+    left out, at most 50, each at most 10,000 characters), or None for a plain question."""
+    raw = args.get("options")
+    if not isinstance(raw, list):
+        return None
+    options: list[str] = []
+    for item in raw:
+        if isinstance(item, str) and item.strip() and item not in options and len(item) <= MAX_TEXT_CHARS:
+            options.append(item)
+    if not options:
+        return None
+    return options[:MAX_LIST_ITEMS], args.get("multiple") is True
+
+
+def check_choice(options: Sequence[str], multiple: bool, answer: JsonValue) -> JsonValue:
+    """`answer` when it names one of `options` (a non-empty list of distinct ones with `multiple`); an
+    `InvalidArgument` that lists the options otherwise."""
+    listed = "; ".join(f"{n}. {o!r}" for n, o in enumerate(options, 1))
+    if multiple:
+        given = answer if isinstance(answer, list) else [answer]
+        chosen = [c for c in given if isinstance(c, str) and c in options]
+        if chosen and len(chosen) == len(given) == len(set(chosen)):
+            return list[JsonValue](chosen)
+        raise InvalidArgument(f"the answer must be a list of distinct options among: {listed}", fields=["answer"])
+    if isinstance(answer, str) and answer in options:
+        return answer
+    raise InvalidArgument(f"the answer must be one of the options: {listed}", fields=["answer"])
 
 
 async def _outside_a_turn(engine: Runtime, caller: Caller, args: AskArgs) -> UserAnswer:
@@ -33,7 +78,8 @@ def ask_user_tool() -> Tool:
     return typed_tool(
         "ask_user",
         "Ask the user a question and wait for the answer. Use it when you cannot go on without a decision "
-        "or a fact only they have.",
+        "or a fact only they have. Give `options` when the answer is one of a few (and `multiple` when "
+        "several may be chosen): the answer is then the option(s) chosen.",
         _outside_a_turn,
         args=AskArgs,
         answer=UserAnswer,

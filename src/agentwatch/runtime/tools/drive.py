@@ -1,4 +1,5 @@
-"""Spawn and drive tools: agent_create, agent_enqueue, agent_await, agent_task, agent_answer, agent_delete.
+"""Spawn and drive tools: agent_create, agent_enqueue, agent_await, agent_task, agent_answer, agent_escalate,
+agent_stop, agent_delete.
 
 An agent needs the `spawn` grant to call them (`roster.GRANTS` is the one table of what each grant allows).
 A session an agent creates records the agent as its parent (`parentId`), inherits its run (`runId`) and names
@@ -12,6 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
+from agentwatch.errors import Conflict
 from agentwatch.events import Origin
 from agentwatch.reads.answers import StatusSnapshot
 from agentwatch.reads.current import snapshot_answer
@@ -30,6 +32,10 @@ __all__ = [
     "Deleted",
     "EnqueueArgs",
     "Enqueued",
+    "EscalateArgs",
+    "Escalated",
+    "StopArgs",
+    "Stopped",
     "TaskArgs",
     "drive_tools",
 ]
@@ -81,6 +87,18 @@ class AnswerArgs(Args):
     )
 
 
+class EscalateArgs(Args):
+    """Arguments of `agent_escalate`."""
+
+    hitl_id: Id = Field(description="The request held for the parent agent (current.pendingHitl.hitlId).")
+
+
+class StopArgs(Args):
+    """Arguments of `agent_stop`."""
+
+    id: Id = Field(description="The agent's id (ses_...).")
+
+
 class DeleteArgs(Args):
     """Arguments of `agent_delete`."""
 
@@ -109,6 +127,24 @@ class AnswerResult(Answer):
     hitl_id: str
     agent_id: str
     status: str
+
+
+class Escalated(Answer):
+    """The `agent_escalate` answer: the request now waits on a person (`waitsOn`)."""
+
+    hitl_id: str
+    agent_id: str
+    status: str
+    waits_on: str
+
+
+class Stopped(Answer):
+    """The `agent_stop` answer: whether a turn was stopped (it ended `cancelled`), and by whom."""
+
+    id: str
+    stopped: bool
+    status: str
+    by: str
 
 
 class Deleted(Answer):
@@ -179,6 +215,27 @@ async def agent_answer(engine: Runtime, caller: Caller, args: AnswerArgs) -> Ans
     return AnswerResult(hitl_id=request.id, agent_id=request.session_id, status=request.status)
 
 
+async def agent_escalate(engine: Runtime, caller: Caller, args: EscalateArgs) -> Escalated:
+    request = await engine.store.get_request(args.hitl_id)
+    if request.status != "pending":
+        raise Conflict(f"request {args.hitl_id!r} is already {request.status}; nothing to escalate")
+    if request.waits_on != "parent":
+        raise Conflict(f"request {args.hitl_id!r} already waits on a person; answer it with agent_answer")
+    by = caller.session_id or "a person"
+    request = await engine.escalate(args.hitl_id, reason=f"escalated by {by}")
+    return Escalated(hitl_id=request.id, agent_id=request.session_id, status=request.status, waits_on=request.waits_on)
+
+
+async def agent_stop(engine: Runtime, caller: Caller, args: StopArgs) -> Stopped:
+    by = caller.session_id or "a person"
+    session = await engine.store.get_session(args.id)
+    if session.deleted_at is not None:
+        raise Conflict(f"session {args.id!r} was deleted; there is nothing to stop")
+    stopped = await engine.stop(args.id, by=by)
+    session = await engine.store.get_session(args.id)
+    return Stopped(id=session.id, stopped=stopped, status=session.status, by=by)
+
+
 async def agent_delete(engine: Runtime, caller: Caller, args: DeleteArgs) -> Deleted:
     session = await engine.delete(args.id, by=caller.session_id or "a person")
     return Deleted(
@@ -230,6 +287,20 @@ def drive_tools() -> list[Tool]:
             agent_answer,
             AnswerArgs,
             AnswerResult,
+        ),
+        _tool(
+            "agent_escalate",
+            "Hand a request held for the parent agent (waitsOn parent) over to a person now.",
+            agent_escalate,
+            EscalateArgs,
+            Escalated,
+        ),
+        _tool(
+            "agent_stop",
+            "Stop an agent's turn: it ends cancelled (its pending requests are dismissed); says who stopped it.",
+            agent_stop,
+            StopArgs,
+            Stopped,
         ),
         _tool(
             "agent_delete",
