@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
-__all__ = ["Truncated", "truncate", "truncation_marker"]
+__all__ = ["Truncated", "displayable", "truncate", "truncation_marker"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a str holds code points, so any surrogate in it is a lone one
 
 
 class Truncated(NamedTuple):
@@ -34,3 +37,12 @@ def truncate(text: str, max_chars: int) -> Truncated:
     if total <= max_chars:
         return Truncated(text, False, total)
     return Truncated(text[:max_chars] + truncation_marker(total), True, total)
+
+
+def displayable(text: str) -> str:
+    """`text` with each NUL character and lone surrogate shown as U+FFFD, for a preview kept in a plain text
+    column (a session's last text, its error): those characters cannot be stored there on every backend, while
+    the events and messages keep the exact text."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)

@@ -40,6 +40,7 @@ from agentwatch.events import (
     UserMessage,
     new_id,
 )
+from agentwatch.events.truncate import displayable
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
 from agentwatch.runtime.leases import check_held, ensure_held
 from agentwatch.runtime.models import ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
@@ -148,7 +149,7 @@ class _Sink:
                 )
                 fields["context_fill"] = _measured(payload)
             elif isinstance(payload, AssistantMessage) and payload.text:
-                fields["last_text"] = payload.text
+                fields["last_text"] = displayable(payload.text)
         write = turn.write(payloads, messages=messages, patch=SessionPatch(**fields) if fields else None, usage=usage)
         if wait:
             await emitter.commit(write, turn=True)
@@ -410,9 +411,14 @@ async def _finish(turn: _Turn, result: TurnResult) -> None:
 async def _end(
     turn: _Turn, status: SessionStatus, ended: TurnEnded, *, error: str | None = None, last_text: str | None = None
 ) -> None:
-    fields: dict[str, Any] = {"status": status, "current_turn_id": None, "turn_attempts": 0, "error": error}
+    fields: dict[str, Any] = {
+        "status": status,
+        "current_turn_id": None,
+        "turn_attempts": 0,
+        "error": displayable(error) if error else error,
+    }
     if last_text:
-        fields["last_text"] = last_text
+        fields["last_text"] = displayable(last_text)
     await turn.commit([ended], patch=SessionPatch(**fields))
     await _tell_parent(turn, status)
 
@@ -476,7 +482,7 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
     ended = TurnEnded(outcome="paused", reason=f"waiting on {len(drafts)} request(s)", usage=result.usage)
     await turn.commit(
         [*opened, ended],
-        patch=SessionPatch(status="awaiting_input", last_text=result.output)
+        patch=SessionPatch(status="awaiting_input", last_text=displayable(result.output))
         if result.output
         else SessionPatch(status="awaiting_input"),
         requests_open=drafts,
