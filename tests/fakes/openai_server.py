@@ -34,9 +34,14 @@ USAGE = {
 class FakeOpenAI:
     """The fake server; use it as a context manager (it binds a free port and serves on a thread)."""
 
-    def __init__(self, *, fail_status: int | None = None) -> None:
-        """`fail_status` makes every request fail with that HTTP status (an error body as OpenAI sends it)."""
+    def __init__(
+        self, *, fail_status: int | None = None, fail_times: int | None = None, retry_after: float | None = None
+    ) -> None:
+        """`fail_status` makes requests fail with that HTTP status (an error body as OpenAI sends it): every one,
+        or only the first `fail_times`; `retry_after` (seconds) adds a `retry-after-ms` header to those failures."""
         self.fail_status = fail_status
+        self.fail_times = fail_times
+        self.retry_after = retry_after
         self.requests: list[dict[str, Any]] = []
         """Each request: `path`, `body` (the JSON sent) and `authorization` (the header)."""
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -79,9 +84,12 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("content-length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
             fake.requests.append({"path": self.path, "body": body, "authorization": self.headers.get("authorization")})
-            if fake.fail_status is not None:
+            failing = fake.fail_times is None or len(fake.requests) <= fake.fail_times
+            if fake.fail_status is not None and failing:
                 error = {"error": {"message": "the fake is failing on purpose", "type": "server_error", "code": None}}
-                self._send_json(fake.fail_status, error)
+                wait = fake.retry_after
+                headers = {} if wait is None else {"retry-after-ms": str(round(wait * 1000))}
+                self._send_json(fake.fail_status, error, headers)
                 return
             if not self.path.endswith("/chat/completions"):
                 self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -92,9 +100,11 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             else:
                 self._complete(body, kind, text)
 
-        def _send_json(self, status: int, value: Any) -> None:
+        def _send_json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(value).encode()
             self.send_response(status)
+            for name, header in (headers or {}).items():
+                self.send_header(name, header)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()

@@ -116,7 +116,9 @@ class AgentDefinition(BaseModel):
     """One line saying what the agent is for, shown in listings."""
     model: str | None = Field(None, validate_default=True)
     """The model ref, `<provider>:<model>` (`openai:gpt-4o`, `anthropic:claude-sonnet-4-5`, `scripted:coder`, or
-    a provider named in the project config); required for `llm` agents."""
+    a provider named in the project config); required for `llm` agents. A list (`model: [openai:gpt-4o,
+    anthropic:claude-sonnet-4-5]`) is an ordered fallback chain, kept as its refs joined by `, `: when a model
+    still fails after its retries, the next one takes over (`model.reroute`)."""
     instructions: str = ""
     """The system prompt: the markdown body after the front matter."""
     tools: tuple[str, ...] = ()
@@ -192,8 +194,18 @@ class AgentDefinition(BaseModel):
             return None
         if kind == "rule":
             raise ValueError(_rule_takes_no("model"))
-        if not _MODEL_REF.match(value):
-            raise ValueError(f"{value!r} is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o'")
+        refs = [ref.strip() for ref in value.split(",")]
+        for ref in refs:
+            if not _MODEL_REF.match(ref):
+                raise ValueError(f"{ref!r} is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o'")
+        return ", ".join(refs)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_chain(cls, value: object) -> object:
+        # `model: [a, b]` is a fallback chain; the turn takes it as one string of refs (see runtime.models).
+        if isinstance(value, list | tuple) and all(isinstance(ref, str) for ref in value):
+            return ", ".join(ref.strip() for ref in value if ref.strip())
         return value
 
     @field_validator("grant", mode="after")

@@ -21,6 +21,7 @@ scripted model is first resolved), and a vendor's SDK when a model of that vendo
 
 from agentwatch.runtime.models._types import (
     PendingCall,
+    RetryPolicy,
     ToolAnswer,
     ToolContext,
     ToolRunner,
@@ -73,6 +74,7 @@ __all__ = [
     "ModelResolver",
     "PendingCall",
     "Reply",
+    "RetryPolicy",
     "ScriptContext",
     "ScriptItem",
     "ScriptStep",

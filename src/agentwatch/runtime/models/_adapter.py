@@ -40,7 +40,7 @@ from pydantic_ai import (
     ModelRequestNode,
     ToolDenied,
 )
-from pydantic_ai.exceptions import CallDeferred, ToolFailed
+from pydantic_ai.exceptions import CallDeferred, ToolFailed, UsageLimitExceeded
 from pydantic_ai.messages import (
     INTERRUPTED_TOOL_RETURN_CONTENT,
     AgentStreamEvent,
@@ -56,7 +56,6 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRun
 from pydantic_ai.tools import RunContext, Tool
 from pydantic_ai.usage import RequestUsage, UsageLimits
@@ -68,6 +67,7 @@ from agentwatch.events import (
     CompletionStarted,
     ContentDelta,
     Payload,
+    RuntimeNotice,
     ThinkingBlock,
     ToolCall,
     ToolResult,
@@ -83,7 +83,8 @@ from agentwatch.runtime.models._types import (
     TurnResult,
     TurnSink,
 )
-from agentwatch.runtime.models.refs import ModelResolver
+from agentwatch.runtime.models._visible import ModelTrail, error_text
+from agentwatch.runtime.models.refs import ModelResolver, split_chain
 
 __all__ = ["run_turn"]
 
@@ -103,9 +104,10 @@ async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | N
     both before anything is committed. Cancelling the task commits what was recovered and re-raises.
     """
     resolver = models if models is not None else ModelResolver()
-    model = resolver._model(turn.model)
+    chain = [(ref, resolver._model(ref)) for ref in split_chain(turn.model)]
     history = _history(turn, resolver)
-    return await _TurnRun(turn, sink, resolver.context_window(turn.model)).run(model, history)
+    run = _TurnRun(turn, sink, resolver.context_window(turn.model))
+    return await run.run(ModelTrail(chain, resolver.retry, run._tell), history)
 
 
 def _history(turn: TurnInput, resolver: ModelResolver) -> list[ModelMessage]:
@@ -150,9 +152,7 @@ def _usage(usage: RequestUsage) -> Usage:
     )
 
 
-def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+_error_text = error_text
 
 
 def _open_calls(messages: Sequence[ModelMessage]) -> list[ToolCallPart]:
@@ -199,11 +199,23 @@ class _TurnRun:
         self._pipelined = False  # a pipelined commit was made that no waiting commit has covered yet
         self._dumped: dict[int, JsonValue] = {}  # id(message) -> its JSON, when dumped before its commit
         self._emit = _guarded(sink)
+        self._trail: ModelTrail | None = None
+        self._phase = "model"  # what the run was doing: a model request, its tools, or its end
 
-    async def run(self, model: Model, history: list[ModelMessage]) -> TurnResult:
+    @property
+    def _model_ref(self) -> str:
+        """The ref of the model the run is on (of a chain: the one serving now)."""
+        return self._trail.current if self._trail is not None else self.turn.model
+
+    async def _tell(self, payload: Payload) -> None:
+        """Commit a fact about the model requests (a retry, a reroute) durably, before acting on it."""
+        await self._commit([payload], ())
+
+    async def run(self, trail: ModelTrail, history: list[ModelMessage]) -> TurnResult:
         self._stored = frozenset(map(id, history))
+        self._trail = trail
         agent: Agent[None, _Output] = Agent(
-            model,
+            trail.model,
             instructions=self.turn.instructions or None,
             tools=[self._tool(spec) for spec in self.turn.tools],
             output_type=[str, DeferredToolRequests],  # lets the run end on calls that wait for a person
@@ -219,8 +231,11 @@ class _TurnRun:
                 self._run = run
                 async for node in run:
                     if Agent.is_model_request_node(node):
+                        self._phase = "model"
                         await self._model_request(run, node)
+                        self._phase = "tools"  # advancing from the response runs its tool calls
                     elif Agent.is_end_node(node):
+                        self._phase = "end"
                         result = await self._end(run, node.data.output)
                         await self._settle()
                         return result
@@ -235,8 +250,28 @@ class _TurnRun:
                 await self._after_interruption("error")
             except Exception:
                 logger.exception("could not commit what a failed run recovered")
-            return TurnResult(outcome="failed", output=None, usage=self.usage, error=_error_text(exc))
+            error, notice = self._failure(exc)
+            if notice is not None:
+                try:
+                    await self._commit([notice], ())
+                except Exception:
+                    logger.exception("could not record the failure of the run")
+            return TurnResult(outcome="failed", output=None, usage=self.usage, error=error)
         raise RuntimeError("the model run ended without an end node")  # pragma: no cover
+
+    def _failure(self, exc: Exception) -> tuple[str, RuntimeNotice | None]:
+        """The turn's error text, and the `runtime.error` to record for a failure of the model(s) (naming each
+        model tried, its provider and URL) or of the tool layer; other failures (a store that failed, the request
+        limit, a scripted model's error) are the turn's failure alone."""
+        if self._trail is not None:
+            failed = self._trail.model_failure(exc)
+            if failed is not None:
+                return failed
+        text = _error_text(exc)
+        if self._phase == "tools" and not isinstance(exc, UsageLimitExceeded):
+            message = f"the tool layer failed: {text}"
+            return text, RuntimeNotice(type="runtime.error", message=message, source="tools")
+        return text, None
 
     # -- tools -------------------------------------------------------------------------------------------------
 
@@ -325,7 +360,7 @@ class _TurnRun:
         for message in messages:
             if isinstance(message, ModelRequest):
                 payloads += self._tool_results(message)
-        payloads.append(CompletionStarted(request_index=self.request_index, model=self.turn.model))
+        payloads.append(CompletionStarted(request_index=self.request_index, model=self._model_ref))
         await self._commit(payloads, messages, wait=False)
 
         async with node.stream(run.ctx) as stream:
@@ -384,7 +419,7 @@ class _TurnRun:
         payloads.append(
             CompletionFinished(
                 request_index=self.request_index,
-                model=self.turn.model,
+                model=self._model_ref,
                 usage=usage,
                 finish_reason=finish_reason,
                 response=self._dump_response(response),

@@ -15,6 +15,7 @@ from agentwatch.events import Payload, ToolProgress, Usage
 
 __all__ = [
     "PendingCall",
+    "RetryPolicy",
     "ToolAnswer",
     "ToolContext",
     "ToolRunner",
@@ -113,12 +114,44 @@ class TurnSink(Protocol):
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    """How a failed model request is tried again: on a rate limit (429), a server error (5xx), an overload, a
+    timeout or a connection that fails. Each retry is a durable `runtime.retry` on the session, committed before
+    its wait; the vendor SDK's own retries are turned off, so these are the only ones.
+
+    The wait before retry `n` (1 for the first) is `first_wait_seconds * 2 ** (n - 1)`, or what the provider
+    asked for (`Retry-After`) when longer, never more than `max_wait_seconds`.
+    """
+
+    attempts: int = 3
+    """Requests sent to one model before it counts as failed (1 = no retry)."""
+    first_wait_seconds: float = 1.0
+    """The wait before the first retry."""
+    max_wait_seconds: float = 20.0
+    """The longest wait before a retry."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1, not {self.attempts}")
+        if not (self.first_wait_seconds >= 0 and self.max_wait_seconds >= 0):
+            raise ValueError("retry waits must be zero or more seconds")
+
+    def wait(self, retry: int, asked: float | None = None) -> float:
+        """The seconds to wait before retry number `retry` (1 for the first), given what the provider asked."""
+        wait: float = self.first_wait_seconds * 2.0 ** (retry - 1)
+        if asked is not None:
+            wait = max(wait, asked)
+        return min(wait, self.max_wait_seconds)
+
+
+@dataclass(frozen=True)
 class TurnInput:
     """One run of a turn: the model, the conversation so far, and what to add to it."""
 
     model: str
     """The model ref (`openai:gpt-4o`, `openai-chat:llama3`, `anthropic:...`, `<provider>:<model>`,
-    `scripted:<name>`)."""
+    `scripted:<name>`), or an ordered fallback chain of refs separated by commas (`openai:gpt-4o, anthropic:...`):
+    when a model fails after its retries, the next one takes over (`model.reroute`)."""
     instructions: str
     """The system prompt, exactly."""
     history: Sequence[JsonValue]

@@ -9,6 +9,10 @@
 | `scripted:<name>`, or `<name>` alone | the `ScriptedModel` given to the resolver as `models={name: ...}` (or, for
 `scripted:<name>`, one registered with `register_scripted_model`) |
 
+A ref may be an ordered fallback chain, refs separated by commas (`openai:gpt-4o, anthropic:claude-sonnet-4-5`;
+a definition writes it `model: [openai:gpt-4o, anthropic:claude-sonnet-4-5]`): a turn starts on the first, and
+when a model still fails after its retries (`RetryPolicy`) the next one takes over.
+
 A model given as `models={ref: ...}` under a full ref (`"openai:gpt-4o"`) stands in for that ref: tests run a
 role written for a real provider on a script, as pydantic-ai's `FunctionModel` stands in for a provider.
 
@@ -29,15 +33,25 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Self
 
 from agentwatch.errors import InvalidArgument
+from agentwatch.runtime.models._types import RetryPolicy
 from agentwatch.runtime.models.scripted import ScriptedModel, registered_scripted_model
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
     from pydantic_ai.models import Model
+    from pydantic_ai.settings import ModelSettings
 
     from agentwatch.config import ProviderConfig
 
-__all__ = ["BUILTIN_PREFIXES", "KNOWN_CONTEXT_WINDOWS", "ModelResolver", "known_context_window", "split_ref"]
+__all__ = [
+    "BUILTIN_PREFIXES",
+    "KNOWN_CONTEXT_WINDOWS",
+    "ModelResolver",
+    "known_context_window",
+    "retry_policy_from_env",
+    "split_chain",
+    "split_ref",
+]
 
 BUILTIN_PREFIXES = ("openai", "openai-chat", "openai-responses", "anthropic", "scripted")
 """Prefixes that need no configuration; a `[providers.x]` section cannot take these names."""
@@ -62,6 +76,15 @@ KNOWN_CONTEXT_WINDOWS: Mapping[str, int] = {
 }
 """Context window sizes (tokens) of common models, by model name prefix (dated versions match their family)."""
 
+
+# The SDK's own retries would be invisible (a closed port took 7 s to say `Connection error.`): the models
+# adapter retries instead, recording each retry (`RetryPolicy`).
+def _no_sdk_retries() -> ModelSettings:
+    from pydantic_ai.settings import ModelSettings
+
+    return ModelSettings(max_retries=0)
+
+
 # OpenAI's client insists on a key; servers that need none (Ollama, llama.cpp, vLLM) ignore whatever is sent.
 _NO_KEY = "api-key-not-set"
 
@@ -75,6 +98,39 @@ def split_ref(ref: str) -> tuple[str, str]:
             "openai-chat:llama3.1 or scripted:demo"
         )
     return prefix, name
+
+
+def split_chain(ref: str) -> tuple[str, ...]:
+    """The refs of a fallback chain, in order: `"openai:a, openai:b"` → `("openai:a", "openai:b")`; a single ref
+    is a chain of one."""
+    return tuple(part.strip() for part in ref.split(",") if part.strip()) or (ref,)
+
+
+def retry_policy_from_env(env: Mapping[str, str]) -> RetryPolicy:
+    """The retry policy `AGENTWATCH_MODEL_ATTEMPTS`, `AGENTWATCH_MODEL_RETRY_WAIT` and
+    `AGENTWATCH_MODEL_RETRY_MAX_WAIT` (seconds) set, the defaults for those unset; InvalidArgument for a value
+    that is not a number in range."""
+    default = RetryPolicy()
+    fields = {
+        "attempts": ("AGENTWATCH_MODEL_ATTEMPTS", int, default.attempts),
+        "first_wait_seconds": ("AGENTWATCH_MODEL_RETRY_WAIT", float, default.first_wait_seconds),
+        "max_wait_seconds": ("AGENTWATCH_MODEL_RETRY_MAX_WAIT", float, default.max_wait_seconds),
+    }
+    values: dict[str, float] = {}
+    for field, (name, kind, fallback) in fields.items():
+        raw = env.get(name, "").strip()
+        try:
+            values[field] = kind(raw) if raw else fallback
+        except ValueError:
+            raise InvalidArgument(f"{name}={raw!r} is not a {'whole ' if kind is int else ''}number") from None
+    try:
+        return RetryPolicy(
+            attempts=int(values["attempts"]),
+            first_wait_seconds=values["first_wait_seconds"],
+            max_wait_seconds=values["max_wait_seconds"],
+        )
+    except ValueError as exc:
+        raise InvalidArgument(f"model retry settings: {exc}") from None
 
 
 def known_context_window(ref: str) -> int | None:
@@ -102,10 +158,12 @@ class ModelResolver:
         *,
         models: Mapping[str, ScriptedModel] | None = None,
         scripted: Mapping[str, ScriptedModel] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         """`providers` are the `[providers.x]` sections; `env` defaults to `os.environ`; `models` are model
         objects by name or ref (see the module docs), looked up before anything else; `scripted` is the older
-        name of `models`."""
+        name of `models`; `retry` is how failed requests are tried again (by default from the `AGENTWATCH_MODEL_*`
+        variables of `env`, see `retry_policy_from_env`)."""
         self.providers: Mapping[str, ProviderConfig] = dict(providers or {})
         """The named providers, `<name>:<model>` refs go to."""
         clash = sorted(set(self.providers) & set(BUILTIN_PREFIXES))
@@ -117,19 +175,23 @@ class ModelResolver:
         """Where keys and base URLs are read from."""
         self.models: Mapping[str, ScriptedModel] = {**(scripted or {}), **(models or {})}
         """The model objects given to this resolver, by name or by ref."""
+        self.retry: RetryPolicy = retry if retry is not None else retry_policy_from_env(self.env)
+        """How a failed model request is tried again."""
         self._cache: dict[str, Model] = {}
         # The conversations the models adapter parsed, kept between turns (see `TurnInput.conversation_id`).
         self._histories = _Histories()
 
     def check(self, ref: str) -> None:
-        """Raise InvalidArgument, saying what to do, when `ref` cannot be resolved."""
-        given = self._given(ref)
-        if given is None:
-            self._model(ref)
+        """Raise InvalidArgument, saying what to do, when `ref` (or a ref of its chain) cannot be resolved."""
+        for one in split_chain(ref):
+            if self._given(one) is None:
+                self._model(one)
 
     def context_window(self, ref: str) -> int | None:
-        """The context window of the ref's model when the built-in registry knows it."""
-        return known_context_window(ref)
+        """The context window of the ref's model when the built-in registry knows it (of a chain: the smallest
+        known, as any of its models may answer)."""
+        windows = [w for w in map(known_context_window, split_chain(ref)) if w is not None]
+        return min(windows) if windows else None
 
     def _given(self, ref: str) -> ScriptedModel | None:
         """The model object this resolver was given for `ref`: by the whole ref, or by the name of a
@@ -174,8 +236,8 @@ class ModelResolver:
 
             provider = OpenAIProvider(base_url=base_url, api_key=key or _NO_KEY)
             if prefix == "openai-chat":
-                return OpenAIChatModel(name, provider=provider)
-            return OpenAIResponsesModel(name, provider=provider)
+                return OpenAIChatModel(name, provider=provider, settings=_no_sdk_retries())
+            return OpenAIResponsesModel(name, provider=provider, settings=_no_sdk_retries())
         if prefix == "anthropic":
             key = self.env.get("ANTHROPIC_API_KEY") or None
             if key is None:
@@ -184,7 +246,9 @@ class ModelResolver:
             from pydantic_ai.providers.anthropic import AnthropicProvider
 
             return AnthropicModel(
-                name, provider=AnthropicProvider(api_key=key, base_url=self.env.get("ANTHROPIC_BASE_URL") or None)
+                name,
+                provider=AnthropicProvider(api_key=key, base_url=self.env.get("ANTHROPIC_BASE_URL") or None),
+                settings=_no_sdk_retries(),
             )
         config = self.providers.get(prefix)
         if config is None:
@@ -204,7 +268,11 @@ class ModelResolver:
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 
-        return OpenAIChatModel(name, provider=OpenAICompatibleProvider(prefix, base_url=config.base_url, api_key=key))
+        return OpenAIChatModel(
+            name,
+            provider=OpenAICompatibleProvider(prefix, base_url=config.base_url, api_key=key),
+            settings=_no_sdk_retries(),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP connections of the models resolved so far (they open new ones if used again)."""
