@@ -4,11 +4,12 @@ URL, fallback chains with `model.reroute`. Against the local fake OpenAI server 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentwatch.config import ProviderConfig
+from agentwatch.config import Config, ProviderConfig, load_config
 from agentwatch.errors import InvalidArgument
 from agentwatch.events import (
     CompletionFinished,
@@ -22,6 +23,7 @@ from agentwatch.runtime.models import CallTool, ModelResolver, RetryPolicy, Scri
 from agentwatch.runtime.models.refs import retry_policy_from_env, split_chain
 from agentwatch.runtime.roster import AgentDefinition
 from tests.fakes.openai_server import FakeOpenAI
+from tests.runtime.support import OpenEngine
 
 from .recording import RecordingSink, resolver, turn
 from .test_refs import weather_turn
@@ -239,3 +241,71 @@ def test_the_retry_policy_comes_from_the_environment(env: dict[str, str], expect
 def test_a_bad_retry_setting_is_refused_naming_it(env: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument, match=r"AGENTWATCH_MODEL|attempts"):
         retry_policy_from_env(env)
+
+
+WATCHED = ["runtime.retry", "model.reroute", "runtime.error"]
+
+
+def chain_definition(agents_dir: Path) -> None:
+    """A definition file whose model is a fallback chain, as a project writes it."""
+    agents_dir.mkdir(parents=True, exist_ok=True)
+    (agents_dir / "forecaster.md").write_text(
+        "---\nname: forecaster\nmodel: [first:big, second:small]\n---\nYou tell the weather.\n"
+    )
+
+
+def chain_config(tmp_path: Path, first: str, second: str) -> Config:
+    providers = {"first": ProviderConfig(base_url=first), "second": ProviderConfig(base_url=second)}
+    return load_config(tmp_path).model_copy(update={"providers": providers})
+
+
+@pytest.fixture
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTWATCH_MODEL_ATTEMPTS", "2")
+    monkeypatch.setenv("AGENTWATCH_MODEL_RETRY_WAIT", "0.01")
+
+
+@pytest.mark.usefixtures("fast_retries")
+async def test_an_agent_on_a_chain_shows_its_retry_and_reroute_in_its_tail(
+    open_engine: OpenEngine, tmp_path: Path
+) -> None:
+    chain_definition(tmp_path / "agents")
+    with FakeOpenAI(fail_status=429) as limited, FakeOpenAI() as working:
+        config = chain_config(tmp_path, limited.base_url, working.base_url)
+        async with open_engine(config=config) as engine:
+            snapshot = await engine.task("forecaster", "Weather in Paris?", timeout=30)
+            tail = await engine.call_tool("agent_tail", {"id": snapshot["agentId"], "types": WATCHED})
+            every = await engine.call_tool("agent_tail", {"id": snapshot["agentId"]})
+    assert snapshot["status"] == "completed"
+    assert [row["type"] for row in tail["events"]] == ["runtime.retry", "model.reroute"]
+    retry, reroute = tail["events"]
+    assert "429" in retry["detail"] and limited.base_url in retry["detail"]
+    assert reroute["title"] == "first:big → second:small" and limited.base_url in reroute["detail"]
+    # both are in the tail's default set too
+    assert {"runtime.retry", "model.reroute"} <= {row["type"] for row in every["events"]}
+
+
+@pytest.mark.usefixtures("fast_retries")
+async def test_an_agent_whose_models_all_fail_shows_the_error_naming_them_in_its_tail(
+    open_engine: OpenEngine, tmp_path: Path
+) -> None:
+    chain_definition(tmp_path / "agents")
+    down = f"http://127.0.0.1:{closed_port()}/v1"
+    with FakeOpenAI(fail_status=500) as broken:
+        config = chain_config(tmp_path, broken.base_url, down)
+        async with open_engine(config=config) as engine:
+            snapshot = await engine.task("forecaster", "Weather in Paris?", timeout=30)
+            tail = await engine.call_tool("agent_tail", {"id": snapshot["agentId"], "types": WATCHED})
+            ended = await engine.call_tool("agent_tail", {"id": snapshot["agentId"], "types": ["turn.ended"]})
+    assert snapshot["status"] == "failed"
+    assert [row["type"] for row in tail["events"]] == [
+        "runtime.retry",  # first:big, attempt 2
+        "model.reroute",
+        "runtime.retry",  # second:small, attempt 2
+        "runtime.error",
+    ]
+    error = tail["events"][-1]["detail"]
+    assert error.startswith("every model of the chain failed: first:big")
+    assert broken.base_url in error and down in error
+    (turn_ended,) = ended["events"]
+    assert turn_ended["status"] == "failed" and turn_ended["detail"] == error
