@@ -3,6 +3,7 @@ URL, fallback chains with `model.reroute`. Against the local fake OpenAI server 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from agentwatch.runtime.roster import AgentDefinition
 from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime.support import OpenEngine
 
-from .recording import RecordingSink, resolver, turn
+from .recording import RecordingSink, resolver, turn, wait_for
 from .test_refs import weather_turn
 
 FAST = RetryPolicy(attempts=3, first_wait_seconds=0.01, max_wait_seconds=0.05)
@@ -309,3 +310,21 @@ async def test_an_agent_whose_models_all_fail_shows_the_error_naming_them_in_its
     assert broken.base_url in error and down in error
     (turn_ended,) = ended["events"]
     assert turn_ended["status"] == "failed" and turn_ended["detail"] == error
+
+
+async def test_a_turn_cancelled_while_it_waits_to_retry_keeps_the_retry_and_sends_nothing_more() -> None:
+    policy = RetryPolicy(attempts=3, first_wait_seconds=60)
+    with FakeOpenAI(fail_status=500) as server:
+        sink = RecordingSink()
+        async with ModelResolver(env=openai_env(server.base_url), retry=policy) as models:
+            task = asyncio.create_task(run_turn(weather_turn("openai-chat:gpt-4o"), sink, models=models))
+            await wait_for(lambda: any(isinstance(p, RuntimeRetry) for p in sink.durable))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    assert len(server.requests) == 1
+    # the request is closed as any request a cancellation cuts off
+    assert [type(p).__name__ for p in visible(sink)] == ["CompletionStarted", "RuntimeRetry", "CompletionFinished"]
+    assert [p.finish_reason for p in sink.durable if isinstance(p, CompletionFinished)] == ["interrupted"]
+    (retry,) = [p for p in sink.durable if isinstance(p, RuntimeRetry)]
+    assert (retry.attempt, retry.delay_seconds) == (2, 20.0)  # the first wait, bounded by max_wait_seconds
