@@ -11,6 +11,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
@@ -19,7 +20,7 @@ from click.testing import CliRunner
 
 from agentwatch.cli import cli
 from agentwatch.runtime.models import ScriptedModel
-from agentwatch.store import SessionDraft, open_store
+from agentwatch.store import RequestDraft, SessionDraft, SessionPatch, Store, Write, open_store
 from tests.cli.test_cli import all_commands
 from tests.runtime.support import OpenEngine, Scripted, role
 
@@ -68,9 +69,25 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
             coder_id: str = session.id
         async with open_store(url) as store:
             await store.create_session(SessionDraft(name="nova", role="coder", scope="42:bot1"))
+            await _waiting(store, "asker", RequestDraft(kind="question", summary="Which DB?", questions=["Which DB?"]))
+            choice = RequestDraft(kind="choice", summary="Where?", questions=["Where?"], options=["dev", "staging"])
+            await _waiting(store, "picker", choice)
+            await _waiting(store, "deployer", RequestDraft(kind="approval", summary="approve deploy()"))
+            held = RequestDraft(
+                kind="question", summary="Which?", waits_on="parent", deliver_at=datetime.now(UTC) + timedelta(hours=1)
+            )
+            await _waiting(store, "scout", held, parent_id=coder_id)
         return coder_id
 
     return tmp_path, asyncio.run(prepare())
+
+
+async def _waiting(store: Store, name: str, request: RequestDraft, parent_id: str | None = None) -> None:
+    """A `coder` session named `name` whose turn is paused on `request` (for `answer`, `approve`, ...)."""
+    session = await store.create_session(SessionDraft(name=name, role="coder", parent_id=parent_id))
+    turn = request.model_copy(update={"turn_id": "trn_example"})
+    patch = SessionPatch(status="awaiting_input", current_turn_id="trn_example")
+    await store.write(Write(session.id, session=patch, requests_open=[turn]))
 
 
 @pytest.mark.parametrize(("name", "example"), EXAMPLES, ids=[example for _, example in EXAMPLES])

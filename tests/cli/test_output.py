@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -227,6 +228,12 @@ def test_run_without_a_terminal_leaves_a_question_pending_and_says_how_to_answer
     result = CliRunner().invoke(cli, argv, input="")  # stdin is not a terminal
     assert result.exit_code == 0, result.output
     assert "asker waits on you: Which colour?" in result.stderr
-    assert '"hitlId": "' in result.stderr and "stays pending" in result.stderr
+    assert "stays pending" in result.stderr
     listed = CliRunner().invoke(cli, ["ls", "--word", "needs_you", "--store", url, "--json"])
     assert [row["name"] for row in json.loads(listed.stdout)["agents"]] == ["asker"]
+    # The command it prints answers the request.
+    hint = re.search(r"`(agentwatch answer (req_\w+) TEXT)`", result.stderr)
+    assert hint is not None, result.stderr
+    answered = CliRunner().invoke(cli, ["answer", hint.group(2), "green", "--store", url, "--json"])
+    assert answered.exit_code == 0, answered.output
+    assert json.loads(answered.stdout)["status"] == "resolved"

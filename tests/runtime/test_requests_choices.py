@@ -10,6 +10,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
+
 from agentwatch.events import Event, RequestDismissed, RequestOpened, TurnEnded
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
@@ -20,7 +22,9 @@ from tests.runtime.support import OpenEngine, Scripted, role
 def _chooser(question: str, options: list[str], *, multiple: bool = False) -> ScriptedModel:
     def script(ctx: Any) -> Any:
         if not ctx.tool_results:
-            return CallTool("ask_user", {"question": question, "options": options, "multiple": multiple})
+            return CallTool(
+                "ask_user", {"question": question, "options": list[JsonValue](options), "multiple": multiple}
+            )
         return Reply(f"Chosen: {ctx.tool_results[0].output}")
 
     return ScriptedModel(function=script)

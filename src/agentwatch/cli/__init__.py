@@ -20,8 +20,13 @@ __all__ = ["COMMANDS", "ExitCode", "LazyGroup", "cli", "main"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "agents": ("agentwatch.cli.agents:agents", "The agent definitions in the agents directory."),
+    "answer": ("agentwatch.cli.act:answer", "Answer an agent's question (or pick an option with --choice)."),
+    "approve": ("agentwatch.cli.act:approve", "Approve a tool call an agent waits on."),
     "await": ("agentwatch.cli.reads:await_", "Wait until an agent settles; show its snapshot."),
     "db": ("agentwatch.cli.db:db", "The store: where it is and what it holds."),
+    "delete": ("agentwatch.cli.act:delete", "Delete an agent (stops its turn; readable by id until reaped)."),
+    "deny": ("agentwatch.cli.act:deny", "Deny a tool call an agent waits on."),
+    "escalate": ("agentwatch.cli.act:escalate", "Hand a question held for the parent agent to a person now."),
     "export": ("agentwatch.cli.reads:export", "Print an agent's whole record as one JSON document."),
     "get": ("agentwatch.cli.reads:get", "Show one agent: its record and what it is doing now."),
     "history": ("agentwatch.cli.reads:history", "Show an agent's transcript, a page at a time."),
@@ -29,7 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prompt": ("agentwatch.cli.reads:prompt", "Show the exact prompt a turn was dispatched with."),
     "mcp": ("agentwatch.cli.serve:mcp", "Serve the tools as an MCP server on stdin/stdout."),
     "run": ("agentwatch.cli.run:run", "Run an agent on a prompt and stream its turn."),
+    "send": ("agentwatch.cli.act:send", "Queue input for an agent's next turn."),
     "serve": ("agentwatch.cli.serve:serve", "Run the engine as a service: HTTP tools, live attach and MCP."),
+    "stop": ("agentwatch.cli.act:stop", "Stop an agent's turn (it ends cancelled)."),
     "summary": ("agentwatch.cli.reads:summary", "Counts per status and word, a window's activity and spend."),
     "tail": ("agentwatch.cli.reads:tail", "Show an agent's recent events; with -f, follow them live."),
 }
@@ -92,6 +99,7 @@ def cli() -> None:
     Examples:
       agentwatch run coder "Fix the failing test"   run one agent, streaming its turn
       agentwatch ls --word needs_you                agents waiting on you
+      agentwatch answer asker "Yes, go ahead"       answer the question an agent waits on
       agentwatch tail ses_... -f                    follow an agent live
       agentwatch agents check                       check the agent definitions
       agentwatch db info                            where the store is and what it holds

@@ -315,7 +315,10 @@ def flag_error(error: InvalidArgument, flags: Mapping[str, str], args: Mapping[s
     fields = error.details.get("fields")
     if isinstance(fields, list):
         named += [flags[f] for f in fields if isinstance(f, str) and f in flags]
-    details = {k: v for k, v in error.details.items() if k not in ("problems", "fields")}
+    given = error.details.get("flags")
+    if isinstance(given, list):
+        named += [f for f in given if isinstance(f, str)]
+    details = {k: v for k, v in error.details.items() if k not in ("problems", "fields", "flags")}
     if not named:
         return type(error)(message, **details)
     if not any(flag in message for flag in named):

@@ -48,6 +48,10 @@ async def _run(
                 answer: JsonValue
                 if request.kind == "approval":
                     answer = click.confirm(f"{request.summary}?", default=False)
+                elif request.options:
+                    listed = "\n".join(f"  {n}. {o}" for n, o in enumerate(request.options, 1))
+                    pick = click.prompt(f"{question}\n{listed}\nchoose", type=click.IntRange(1, len(request.options)))
+                    answer = request.options[pick - 1]
                 else:
                     answer = click.prompt(question)
                 await engine.answer(request.id, answer, by="cli")
@@ -61,9 +65,9 @@ def _say_pending(name: str, request_id: str, question: str) -> None:
 
     err_console.print(
         f"[bold yellow]{escape(name)} waits on you:[/] {escape(question)}\n"
-        f"It stays pending (request {request_id}): answer it with the agent_answer tool "
-        f'({{"hitlId": "{request_id}", "answer": ...}}) or `engine.answer()`; `agentwatch ls --word needs_you` '
-        "lists who waits.",
+        f"It stays pending (request {request_id}): answer it with `agentwatch answer {request_id} TEXT` (or "
+        f"`--choice N`, or `agentwatch approve`/`deny {request_id}` for an approval); `agentwatch ls --word "
+        "needs_you` lists who waits.",
         soft_wrap=True,
     )
 

@@ -1,0 +1,347 @@
+"""Acting commands: `answer`, `approve`, `deny`, `send`, `stop`, `escalate`, `delete`.
+
+Each is one call of a drive tool (`agent_answer`, `agent_enqueue`, `agent_stop`, `agent_escalate`,
+`agent_delete`) on the store, with the tool's JSON (`--json`) and its errors. Every command takes an agent's
+name or id; `answer`, `approve`, `deny` and `escalate` also take a request id (`req_...`), and given an agent
+they act on its one pending request (several are refused, with their ids).
+
+The command writes through an engine that runs no turn (`acting_engine`): an answer or an input is recorded
+and left for the engine that runs the session (`agentwatch serve`, or a `run` still going), which picks it
+up after its current turn; when no engine is running, the next one to start continues the session. `stop`
+and `delete` act at once on a session whose turn is paused or not running; a turn running in another engine
+is refused here (stop it through that engine's service).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from agentwatch.cli._common import (
+    existing_store,
+    flag_error,
+    json_option,
+    print_json,
+    resolve_config,
+    run_async,
+    store_option,
+)
+from agentwatch.errors import Conflict, InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from agentwatch.config import Config
+    from agentwatch.runtime.engine import Engine
+    from agentwatch.store import RequestRecord
+
+__all__ = ["acting_engine", "answer", "approve", "delete", "deny", "escalate", "send", "stop"]
+
+
+@contextlib.asynccontextmanager
+async def acting_engine(config: Config) -> AsyncIterator[Engine]:
+    """An engine on an existing store that writes (answers, inputs, stops) but never runs a turn: it starts
+    no turn loop, no sweep and no model layer, and takes no lease. Work it queues is left with an expired
+    lease when the session has no live owner, so whichever engine runs (or starts next) takes it over at once;
+    a live owner keeps its lease and picks the work up after its turn."""
+    from agentwatch.runtime.engine import Engine
+    from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases
+
+    class Visitor(Leases):
+        """Leases of an engine that runs no turn: it holds none, and leaves queued work to the sweep."""
+
+        def holds(self, session_id: str) -> bool:
+            return False
+
+        async def acquire(self, session_id: str) -> bool:
+            # Only a free or expired lease is written (a live owner's is left alone), expired at once.
+            await self.store.acquire_lease(session_id, self.owner, HAND_OVER_SECONDS)
+            return False
+
+    existing_store(config.store)
+    engine = await Engine._assemble(config, (), (), (), None)
+    engine.leases = Visitor(engine.store, ttl=HAND_OVER_SECONDS)
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
+def act(
+    store_url: str | None,
+    tool: str,
+    args: dict[str, Any],
+    flags: Mapping[str, str],
+    *,
+    agent: str | None = None,
+    request: str | None = None,
+    held: bool = False,
+    prepare: Any = None,
+) -> dict[str, Any]:
+    """Call the drive tool `tool` with `args` through an `acting_engine`; returns its dict.
+
+    `agent` names the argument that takes a session id (given as a name or an id); `request` the one that
+    takes a request id (given as `req_...`, or an agent whose one pending request it is; `held` looks for one
+    held for its parent). `prepare(engine, args)` runs before the call (checks that need the store).
+    """
+    from agentwatch.tools import Caller
+
+    async def main() -> dict[str, Any]:
+        async with acting_engine(resolve_config(store_url)) as engine:
+            if agent is not None:
+                args[agent] = await _session_id(engine, args[agent])
+            if request is not None:
+                args[request] = (await _request_of(engine, args[request], held=held)).id
+            if prepare is not None:
+                await prepare(engine, args)
+            result = await engine.tools[tool].handler(engine, Caller(), args)
+            assert isinstance(result, dict)
+            return result
+
+    try:
+        return run_async(main())
+    except InvalidArgument as exc:
+        raise flag_error(exc, flags, args) from None
+
+
+async def _session_id(engine: Engine, agent: str) -> str:
+    from agentwatch.cli._common import Reader, resolve_id
+
+    reader = Reader(engine.config, engine.store, engine.ring, engine.roster)
+    return await resolve_id(reader, agent, scope=None)
+
+
+async def _request_of(engine: Engine, given: str, *, held: bool = False) -> RequestRecord:
+    """The request `given` names: a request id, or an agent (name or id) with exactly one pending request."""
+    if given.startswith("req_"):
+        return await engine.store.get_request(given)
+    session_id = await _session_id(engine, given)
+    pending = await engine.store.list_requests(session_id=session_id, status="pending", limit=100)
+    if held:
+        pending = [r for r in pending if r.waits_on == "parent"]
+    what = "request held for its parent" if held else "pending request"
+    if not pending:
+        raise NotFound(f"agent {given!r} ({session_id}) has no {what}")
+    if len(pending) > 1:
+        ids = ", ".join(f"{r.id} ({r.summary[:60]})" for r in pending)
+        raise Conflict(f"agent {given!r} has {len(pending)} {what}s; name one by its id: {ids}")
+    return pending[0]
+
+
+async def _owned_elsewhere(engine: Engine, session_id: str) -> None:
+    """Refuse to stop a turn that another live engine is running: only that engine can stop it."""
+    session = await engine.store.get_session(session_id)
+    if session.status != "running":
+        return
+    lease = await engine.store.get_lease(session_id)
+    if lease is not None and not lease.expired:
+        raise Conflict(
+            f"{session.name} ({session_id}) is running a turn in another engine ({lease.owner}); stop it through "
+            "that engine's service (POST /api/tools/agent_stop), or wait until its turn ends"
+        )
+
+
+def _say(result: dict[str, Any], as_json: bool, text: str) -> None:
+    if as_json:
+        print_json(result)
+    else:
+        click.echo(text)
+
+
+_LEFT = "the agent continues in the engine that runs it, or when one starts (`agentwatch serve`)"
+
+
+# -- answer, approve, deny ------------------------------------------------------------------------------
+
+
+@click.command("answer", short_help="Answer an agent's question (or pick an option with --choice).")
+@click.argument("request_id", metavar="ID")
+@click.argument("text", required=False)
+@click.option(
+    "--choice",
+    "choices",
+    type=click.IntRange(min=1),
+    multiple=True,
+    metavar="N",
+    help="Pick option N of a choice (1 is the first); repeat it for a choice that takes several.",
+)
+@store_option
+@json_option
+def answer(request_id: str, text: str | None, choices: tuple[int, ...], store_url: str | None, as_json: bool) -> None:
+    """Answer the request ID with TEXT, or with option N of a choice (`--choice N`).
+
+    ID is a request id (req_..., `current.pendingHitl.hitlId`) or an agent's name or id whose one pending
+    request is answered. This is the `agent_answer` tool.
+
+    \b
+    Examples:
+      agentwatch answer asker "Use the staging database"
+      agentwatch answer picker --choice 2
+    """
+    if (text is None) == (not choices):
+        raise click.UsageError("give the answer as TEXT or as --choice N (one of them)")
+
+    async def pick(engine: Engine, args: dict[str, Any]) -> None:
+        if not choices:
+            return
+        request = await engine.store.get_request(args["hitlId"])
+        options = request.options or []
+        if not options:
+            raise InvalidArgument(f"request {request.id} offers no options; give the answer as text", fields=["choice"])
+        wrong = [n for n in choices if n > len(options)]
+        if wrong:
+            listed = "; ".join(f"{n}. {o}" for n, o in enumerate(options, 1))
+            raise InvalidArgument(
+                f"--choice {wrong[0]} is not an option of {request.id}; its options: {listed}", fields=["choice"]
+            )
+        given = request.body.get("input")
+        multiple = isinstance(given, dict) and given.get("multiple") is True
+        if len(choices) > 1 and not multiple:
+            raise InvalidArgument(f"request {request.id} takes one option; give --choice once", fields=["choice"])
+        picked = [options[n - 1] for n in choices]
+        args["answer"] = picked if multiple else picked[0]
+
+    args: dict[str, Any] = {"hitlId": request_id, "answer": text}
+    result = act(
+        store_url,
+        "agent_answer",
+        args,
+        {"hitlId": "ID", "answer": "TEXT", "choice": "--choice"},
+        request="hitlId",
+        prepare=pick,
+    )
+    _say(result, as_json, f"answered {result['hitlId']} of {result['agentId']}: {_LEFT}")
+
+
+def _approval(request_id: str, approved: bool, message: str | None, store_url: str | None, as_json: bool) -> None:
+    async def is_approval(engine: Engine, args: dict[str, Any]) -> None:
+        request = await engine.store.get_request(args["hitlId"])
+        if request.kind != "approval":
+            raise Conflict(
+                f"request {request.id} is a {request.kind}, not an approval; answer it with `agentwatch answer`"
+            )
+
+    verdict: dict[str, Any] = {"approved": approved}
+    if message:
+        verdict["message"] = message
+    args: dict[str, Any] = {"hitlId": request_id, "answer": verdict}
+    flags = {"hitlId": "ID", "answer": "--reason" if not approved else "--message"}
+    result = act(store_url, "agent_answer", args, flags, request="hitlId", prepare=is_approval)
+    word = "approved" if approved else "denied"
+    _say(result, as_json, f"{word} {result['hitlId']} of {result['agentId']}: {_LEFT}")
+
+
+@click.command("approve", short_help="Approve a tool call an agent waits on.")
+@click.argument("request_id", metavar="ID")
+@click.option("--message", help="A note for the agent with the approval.")
+@store_option
+@json_option
+def approve(request_id: str, message: str | None, store_url: str | None, as_json: bool) -> None:
+    """Approve the approval request ID (req_..., or an agent's name or id with one pending request).
+
+    This is the `agent_answer` tool with `{"approved": true}`.
+
+    \b
+    Example:
+      agentwatch approve deployer
+    """
+    _approval(request_id, True, message, store_url, as_json)
+
+
+@click.command("deny", short_help="Deny a tool call an agent waits on.")
+@click.argument("request_id", metavar="ID")
+@click.option("--reason", help="Why, for the agent (it sees it as the tool's refusal).")
+@store_option
+@json_option
+def deny(request_id: str, reason: str | None, store_url: str | None, as_json: bool) -> None:
+    """Deny the approval request ID (req_..., or an agent's name or id with one pending request).
+
+    This is the `agent_answer` tool with `{"approved": false, "message": REASON}`.
+
+    \b
+    Example:
+      agentwatch deny deployer --reason "Not on the production database"
+    """
+    _approval(request_id, False, reason, store_url, as_json)
+
+
+# -- send, stop, escalate, delete -----------------------------------------------------------------------
+
+
+@click.command("send", short_help="Queue input for an agent's next turn.")
+@click.argument("agent")
+@click.argument("text")
+@store_option
+@json_option
+def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
+    """Queue TEXT for AGENT's (a name or an id) next turn. This is the `agent_enqueue` tool.
+
+    \b
+    Example:
+      agentwatch send coder "Also update the changelog"
+    """
+    args: dict[str, Any] = {"agentId": agent, "prompt": text}
+    result = act(store_url, "agent_enqueue", args, {"agentId": "AGENT", "prompt": "TEXT"}, agent="agentId")
+    _say(result, as_json, f"queued for {result['agentId']} ({result['pendingInputs']} waiting): {_LEFT}")
+
+
+@click.command("stop", short_help="Stop an agent's turn (it ends cancelled).")
+@click.argument("agent")
+@store_option
+@json_option
+def stop(agent: str, store_url: str | None, as_json: bool) -> None:
+    """Stop AGENT's (a name or an id) turn: it ends `cancelled` and its pending requests are dismissed. This is
+    the `agent_stop` tool. Exits 1 when the turn runs in another engine (stop it through that one).
+
+    \b
+    Example:
+      agentwatch stop coder
+    """
+
+    async def here(engine: Engine, args: dict[str, Any]) -> None:
+        await _owned_elsewhere(engine, args["id"])
+
+    result = act(store_url, "agent_stop", {"id": agent}, {"id": "AGENT"}, agent="id", prepare=here)
+    if result["stopped"]:
+        text = f"stopped {result['id']} (by {result['by']}): {result['status']}"
+    else:
+        text = f"{result['id']} had no turn to stop ({result['status']})"
+    _say(result, as_json, text)
+
+
+@click.command("escalate", short_help="Hand a question held for the parent agent to a person now.")
+@click.argument("request_id", metavar="ID")
+@store_option
+@json_option
+def escalate(request_id: str, store_url: str | None, as_json: bool) -> None:
+    """Hand the request ID, held for its parent agent, over to a person now (ID: req_..., or a sub-agent's
+    name or id with one held request). This is the `agent_escalate` tool.
+
+    \b
+    Example:
+      agentwatch escalate scout
+    """
+    args: dict[str, Any] = {"hitlId": request_id}
+    result = act(store_url, "agent_escalate", args, {"hitlId": "ID"}, request="hitlId", held=True)
+    _say(result, as_json, f"{result['hitlId']} of {result['agentId']} now waits on a person")
+
+
+@click.command("delete", short_help="Delete an agent (stops its turn; readable by id until reaped).")
+@click.argument("agent")
+@store_option
+@json_option
+def delete(agent: str, store_url: str | None, as_json: bool) -> None:
+    """Soft-delete AGENT (a name or an id): its turn is stopped, and it stays readable by id until it is
+    reaped. This is the `agent_delete` tool. Exits 1 when its turn runs in another engine.
+
+    \b
+    Example:
+      agentwatch delete coder
+    """
+
+    async def here(engine: Engine, args: dict[str, Any]) -> None:
+        await _owned_elsewhere(engine, args["id"])
+
+    result = act(store_url, "agent_delete", {"id": agent}, {"id": "AGENT"}, agent="id", prepare=here)
+    _say(result, as_json, f"deleted {result['id']} (reaped after {result['reapAt']})")

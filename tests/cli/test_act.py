@@ -1,0 +1,230 @@
+"""The acting commands (`answer`, `approve`, `deny`, `send`, `stop`, `escalate`, `delete`): each is a drive tool's
+call on the store, with its JSON and exit codes; a write is left for the engine that owns the session, and the
+command itself never runs a turn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from agentwatch.cli import cli
+from agentwatch.events import RequestDismissed, UserMessage
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.store import RequestDraft, SessionDraft, SessionPatch, Store, Write, open_store
+from tests.runtime.support import OpenEngine, Scripted, role
+
+
+def invoke(*argv: str) -> Result:
+    return CliRunner().invoke(cli, list(argv))
+
+
+async def _waiting(store: Store, name: str, request: RequestDraft, parent_id: str | None = None) -> str:
+    """A session named `name` whose turn is paused on `request`; returns the request's id."""
+    session = await store.create_session(SessionDraft(name=name, role="coder", parent_id=parent_id))
+    patch = SessionPatch(status="awaiting_input", current_turn_id="trn_test")
+    draft = request.model_copy(update={"turn_id": "trn_test"})
+    await store.write(Write(session.id, session=patch, requests_open=[draft]))
+    (opened,) = await store.list_requests(session_id=session.id)
+    return opened.id
+
+
+@pytest.fixture
+def waiting(store_url: str) -> dict[str, str]:
+    """A store with agents paused on a question (asker), a choice (picker), an approval (deployer) and one held
+    for its parent (scout); returns request ids by agent name."""
+
+    async def prepare() -> dict[str, str]:
+        async with open_store(store_url) as store:
+            lead = await store.create_session(SessionDraft(name="lead", role="coder"))
+            held = datetime.now(UTC) + timedelta(hours=1)
+            return {
+                "asker": await _waiting(store, "asker", RequestDraft(kind="question", summary="Q?", questions=["Q?"])),
+                "picker": await _waiting(
+                    store,
+                    "picker",
+                    RequestDraft(kind="choice", summary="Where?", questions=["Where?"], options=["dev", "staging"]),
+                ),
+                "deployer": await _waiting(store, "deployer", RequestDraft(kind="approval", summary="approve x()")),
+                "scout": await _waiting(
+                    store,
+                    "scout",
+                    RequestDraft(kind="question", summary="Which?", waits_on="parent", deliver_at=held),
+                    parent_id=lead.id,
+                ),
+            }
+
+    return asyncio.run(prepare())
+
+
+def _json(result: Result) -> dict[str, Any]:
+    value = json.loads(result.stdout)
+    assert isinstance(value, dict)
+    return value
+
+
+async def _request(store_url: str, request_id: str) -> Any:
+    async with open_store(store_url) as store:
+        return await store.get_request(request_id)
+
+
+def test_answer_by_agent_name_and_by_choice(store_url: str, waiting: dict[str, str]) -> None:
+    result = invoke("answer", "asker", "Use the staging DB", "--store", store_url, "--json")
+    assert result.exit_code == 0, result.output
+    assert _json(result)["hitlId"] == waiting["asker"] and _json(result)["status"] == "resolved"
+    assert asyncio.run(_request(store_url, waiting["asker"])).answer == "Use the staging DB"
+
+    result = invoke("answer", waiting["picker"], "--choice", "2", "--store", store_url)
+    assert result.exit_code == 0, result.output
+    assert "answered" in result.stdout and "continues" in result.stdout
+    assert asyncio.run(_request(store_url, waiting["picker"])).answer == "staging"
+
+    again = invoke("answer", "asker", "twice", "--store", store_url, "--json")  # nothing pending any more
+    assert again.exit_code == 1 and _json(again)["error"]["code"] == "not_found"
+    again = invoke("answer", waiting["asker"], "twice", "--store", store_url, "--json")
+    assert again.exit_code == 1 and _json(again)["error"]["code"] == "conflict"
+
+
+def test_answer_refusals_name_the_flag(store_url: str, waiting: dict[str, str]) -> None:
+    out_of_range = invoke("answer", "picker", "--choice", "3", "--store", store_url, "--json")
+    assert out_of_range.exit_code == 2
+    error = _json(out_of_range)["error"]
+    assert error["details"]["flags"] == ["--choice"] and "1. dev; 2. staging" in error["message"]
+    not_an_option = invoke("answer", "picker", "production", "--store", store_url, "--json")
+    assert not_an_option.exit_code == 2 and _json(not_an_option)["error"]["details"]["flags"] == ["TEXT"]
+    twice = invoke("answer", "picker", "--choice", "1", "--choice", "2", "--store", store_url)
+    assert twice.exit_code == 2 and "takes one option" in twice.output
+    no_options = invoke("answer", "asker", "--choice", "1", "--store", store_url)
+    assert no_options.exit_code == 2 and "offers no options" in no_options.output
+    both = invoke("answer", "picker", "dev", "--choice", "1", "--store", store_url)
+    assert both.exit_code == 2
+    neither = invoke("answer", "picker", "--store", store_url)
+    assert neither.exit_code == 2
+    assert asyncio.run(_request(store_url, waiting["picker"])).status == "pending"  # nothing was written
+
+
+def test_approve_and_deny_answer_approvals_only(store_url: str, waiting: dict[str, str]) -> None:
+    wrong = invoke("approve", "asker", "--store", store_url, "--json")
+    assert wrong.exit_code == 1 and "not an approval" in _json(wrong)["error"]["message"]
+    result = invoke("deny", "deployer", "--reason", "not today", "--store", store_url, "--json")
+    assert result.exit_code == 0, result.output
+    request = asyncio.run(_request(store_url, waiting["deployer"]))
+    assert (request.status, request.answer) == ("resolved", {"approved": False, "message": "not today"})
+    again = invoke("approve", waiting["deployer"], "--store", store_url)
+    assert again.exit_code == 1
+
+
+def test_escalate_hands_a_held_request_to_a_person(store_url: str, waiting: dict[str, str]) -> None:
+    not_held = invoke("escalate", "asker", "--store", store_url, "--json")
+    assert not_held.exit_code == 1 and "held for its parent" in _json(not_held)["error"]["message"]
+    result = invoke("escalate", "scout", "--store", store_url, "--json")
+    assert result.exit_code == 0, result.output
+    assert _json(result) == {"hitlId": waiting["scout"], "agentId": _json(result)["agentId"], "status": "pending",
+                             "waitsOn": "person"}  # fmt: skip
+    assert asyncio.run(_request(store_url, waiting["scout"])).waits_on == "person"
+
+
+def test_stop_and_delete_a_paused_agent(store_url: str, waiting: dict[str, str]) -> None:
+    result = invoke("stop", "picker", "--store", store_url, "--json")
+    assert result.exit_code == 0, result.output
+    stopped = _json(result)
+    assert (stopped["stopped"], stopped["status"], stopped["by"]) == (True, "cancelled", "a person")
+    assert asyncio.run(_request(store_url, waiting["picker"])).status == "dismissed"
+    again = invoke("stop", "picker", "--store", store_url)
+    assert again.exit_code == 0 and "no turn to stop" in again.stdout
+
+    deleted = invoke("delete", "asker", "--store", store_url, "--json")
+    assert deleted.exit_code == 0, deleted.output
+    assert _json(deleted)["deletedAt"] is not None
+    assert asyncio.run(_request(store_url, waiting["asker"])).status == "dismissed"
+    gone = invoke("send", "asker", "more", "--store", store_url, "--json")  # deleted names no longer resolve
+    assert gone.exit_code == 1
+
+
+def test_acting_on_a_missing_store_creates_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'typo.db'}"
+    result = invoke("send", "coder", "hello", "--store", url)
+    assert result.exit_code == 1 and "no store at" in result.output
+    assert not (tmp_path / "typo.db").exists()
+
+
+async def _until(check: Any, seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not await check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_an_answer_is_left_for_the_engine_that_runs_the_session(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str
+) -> None:
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Where?", "options": ["dev", "staging"]})
+        return Reply(f"Deploying to {ctx.tool_results[0].output}")
+
+    model = scripted("cli-chooser", ScriptedModel(function=script))
+    async with open_engine(role("chooser", model, tools=("ask_user",)), extensions=[]) as engine:
+        snapshot = await engine.task("chooser", "deploy", name="chooser", timeout=10)
+        assert snapshot["pendingHitl"]["options"] == ["dev", "staging"]
+        result = await asyncio.to_thread(invoke, "answer", "chooser", "--choice", "2", "--store", store_url, "--json")
+        assert result.exit_code == 0, result.output
+
+        async def done() -> bool:
+            current = await engine.store.get_session(snapshot["agentId"])
+            return bool(current.status == "completed")
+
+        await _until(done)  # this engine (the owner) took the answer up and ran the turn
+        session = await engine.store.get_session(snapshot["agentId"])
+        assert session.last_text == "Deploying to staging"
+
+
+async def test_input_sent_while_another_engine_runs_a_turn_waits_for_it(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str
+) -> None:
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        """Takes until the test lets it go."""
+        await release.wait()
+        return "slow done"
+
+    def script(ctx: Any) -> Any:
+        if ctx.prompt == "first" and not ctx.tool_results:
+            return CallTool("slow", {})
+        return Reply(f"answered {ctx.prompt}")
+
+    model = scripted("cli-slow", ScriptedModel(function=script))
+    definition = role("worker", model, tools=("slow",))
+    async with open_engine(definition, tools=[slow], extensions=[]) as engine:
+        session = await engine.create("worker", name="worker", source="chat")
+        await engine.enqueue(session.id, "first")
+
+        async def in_tool() -> bool:
+            events = await engine.store.read_events(session.id, limit=100)
+            return any(e.type == "tool.call" for e in events)
+
+        await _until(in_tool)
+        sent = await asyncio.to_thread(invoke, "send", "worker", "second", "--store", store_url, "--json")
+        assert sent.exit_code == 0, sent.output
+        assert _json(sent) == {"agentId": session.id, "pendingInputs": 1}
+        refused = await asyncio.to_thread(invoke, "stop", "worker", "--store", store_url, "--json")
+        assert refused.exit_code == 1 and "another engine" in _json(refused)["error"]["message"]
+        assert (await engine.store.get_session(session.id)).status == "running"  # the refusal wrote nothing
+        release.set()
+
+        async def second_done() -> bool:
+            current = await engine.store.get_session(session.id)
+            return bool(current.status == "idle" and current.last_text == "answered second")
+
+        await _until(second_done)
+        events = await engine.store.read_events(session.id, limit=1000)
+        texts = [e.payload.text for e in events if isinstance(e.payload, UserMessage)]
+        assert texts == ["first", "second"]
+        assert not [e for e in events if isinstance(e.payload, RequestDismissed)]
