@@ -20,11 +20,12 @@ enabled = true
 
 [server]
 bind = "127.0.0.1:8765"
+deploy_hold_minutes = 60   # on SIGTERM, how long running turns may go on (0 = do not wait)
 ```
 
 Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
 `AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included),
-`AGENTWATCH_LEASE_SECONDS`.
+`AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`.
 """
 
 from __future__ import annotations
@@ -128,6 +129,9 @@ class ServerConfig(BaseModel):
     model_config = _STRICT
 
     bind: str = "127.0.0.1:8765"
+    deploy_hold_minutes: float = Field(60, ge=0)
+    """On SIGTERM, how long `agentwatch serve` lets running turns go on before they are cut off (they continue
+    on the next start, as after a crash); 0 = do not wait (`AGENTWATCH_DEPLOY_HOLD_MINUTES`)."""
 
 
 class Config(BaseModel):
@@ -186,6 +190,10 @@ def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) ->
         sessions = dict(raw.get("sessions", {}))
         sessions["lease_seconds"] = env["AGENTWATCH_LEASE_SECONDS"]
         raw["sessions"] = sessions
+    if "AGENTWATCH_DEPLOY_HOLD_MINUTES" in env:
+        server = dict(raw.get("server", {}))
+        server["deploy_hold_minutes"] = env["AGENTWATCH_DEPLOY_HOLD_MINUTES"]
+        raw["server"] = server
     if "AGENTWATCH_OBSERVER_AGENTS" in env:
         observers = dict(raw.get("observers", {}))
         observers["enabled"] = _env_flag("AGENTWATCH_OBSERVER_AGENTS", env["AGENTWATCH_OBSERVER_AGENTS"])

@@ -25,7 +25,10 @@ _EXTRA = "the service needs its extra: pip install 'agentwatch[service]'"
     "--deploy-hold-minutes",
     type=MINUTES,
     default=None,
-    help="On SIGTERM, how long running turns may go on before they are cut off (default 60; 0 = do not wait).",
+    help=(
+        "On SIGTERM, how long running turns may go on before they are cut off (default: [server] "
+        "deploy_hold_minutes or $AGENTWATCH_DEPLOY_HOLD_MINUTES, then 60; 0 = do not wait)."
+    ),
 )
 def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold_minutes: float | None) -> None:
     """Run the engine as a service: turns, observers and held requests keep running, and the tools are served

@@ -4,25 +4,29 @@ The driver is the session's `SessionChannel`: `commit` hands a write to the sess
 only writer and emission point of the session in this process: commit -> live ring -> observers), `kick`
 makes the turn loop look for work. The loop runs one turn at a time (`turn.run_plan`) while this engine owns
 the session (its lease) and there is work; `stop_turn` cancels the running turn (a stop), `close` cuts it
-off without recording anything (a shutdown: it is continued after the restart).
+off without recording anything (a shutdown: it is continued after the restart), `drain` lets the running turn
+end and starts no other (a deploy: the work left is handed over to another engine).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Coroutine
 from typing import Any
 
 from agentwatch.events import Event
 from agentwatch.runtime.emitter import SessionEmitter
-from agentwatch.runtime.leases import end_after_fault, owned_plan, release_after_stop
+from agentwatch.runtime.leases import HAND_OVER_SECONDS, end_after_fault, leases_of, owned_plan, release_after_stop
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.thread_observer import ReplaySnapshot, ThreadObserver
 from agentwatch.runtime.turn import run_plan
 from agentwatch.store import Write
 
 __all__ = ["SessionDriver"]
+
+log = logging.getLogger(__name__)
 
 
 class SessionDriver:
@@ -48,6 +52,8 @@ class SessionDriver:
         """True while the engine shuts down: a turn cut off now is continued after the restart."""
         self.cut_off = False
         """True while a turn is cut off because this engine lost the session's lease (see `cut_off_turn`)."""
+        self.draining = False
+        """True once the engine drains (see `drain`): no new turn starts here."""
 
     def add_observer(self, observer: ThreadObserver[Any]) -> None:
         """Attach one more observer instance; it receives events from the next one dispatched."""
@@ -87,6 +93,10 @@ class SessionDriver:
         """Make the driver look for work (new input, answered requests, a turn to continue)."""
         if self.closing:
             return
+        if self.draining:
+            if not self.turn_running:  # the work stays in the store, for another engine
+                self.spawn(self._hand_over())
+            return
         self._pending_kick = True
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.create_task(self._turn_loop(), name=f"agentwatch-turns-{self.session_id}")
@@ -94,9 +104,9 @@ class SessionDriver:
 
     async def _turn_loop(self) -> None:
         runtime = self.runtime
-        while self._pending_kick and not self.closing:
+        while self._pending_kick and not self._no_new_turns:
             self._pending_kick = False
-            while not self.closing:
+            while not self._no_new_turns:
                 try:  # leases: work is run only while this engine holds the session's lease
                     owned = await owned_plan(runtime, self.session_id)
                     if owned is None:
@@ -108,6 +118,33 @@ class SessionDriver:
                 if stopped:
                     await release_after_stop(runtime, self.session_id)
                     return
+        if self.draining and not self.closing:
+            await self._hand_over()
+
+    @property
+    def _no_new_turns(self) -> bool:
+        return self.closing or self.draining
+
+    def drain(self) -> None:
+        """Start no new turn: a running turn goes on to its end, then the loop ends instead of taking the next
+        work; work for the session is left in the store and its lease handed over (expired at once), so
+        another engine's sweep takes it. For `Engine.drain`."""
+        if self.draining:
+            return
+        self.draining = True
+        if not self.turn_running:
+            self.spawn(self._hand_over())
+
+    async def _hand_over(self) -> None:
+        """Let another engine take the session's lease at once (it expires now), when this engine holds it."""
+        leases = leases_of(self.runtime)
+        if leases is None or self.session_id not in leases.held:
+            return
+        leases.forget(self.session_id)
+        try:
+            await self.runtime.store.renew_leases(leases.owner, [self.session_id], HAND_OVER_SECONDS)
+        except Exception as exc:  # it expires on its own
+            log.warning("could not hand over the lease of %s (it expires on its own): %s", self.session_id, exc)
 
     def _is_cut_off(self) -> bool:
         return self.closing or self.cut_off

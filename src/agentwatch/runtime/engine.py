@@ -92,6 +92,7 @@ class Engine:
         self._stop_reasons: dict[str, str] = {}
         self._maintenance: asyncio.Task[None] | None = None
         self._closed = False
+        self._draining = False
         sessions = config.sessions
         self.leases = Leases(store, ttl=sessions.lease_seconds, renew_every=sessions.lease_renew_seconds)
         """The session leases this engine holds: it runs a session's turns only while it holds its lease."""
@@ -202,6 +203,34 @@ class Engine:
         self._maintenance = asyncio.create_task(self._maintain(), name="agentwatch-maintenance")
         self.leases.start(self, sweep=recover)  # renew held leases; take over expired ones
 
+    # -- draining (a deploy) ---------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Start no new turn here from now on; running turns go on to their end.
+
+        For a process about to stop (a deploy): the turn loop of every session driver, those running now and
+        every later one, ends after its running turn instead of taking the next work. Work left for this engine
+        (input queued, an answered request, a turn to continue) stays in the store and its lease is handed
+        over (expired at once), so another live engine's sweep takes it within a second, or the next engine
+        opened on the store does. A draining engine takes over no expired lease either. Reads, attach and
+        writes that start no turn keep working. Cannot be undone; `close` still cuts off what is running.
+        """
+        if self._draining:
+            return
+        self._draining = True
+        self.leases.sweeping = False
+        for driver in list(self._drivers.values()):
+            driver.drain()
+
+    @property
+    def draining(self) -> bool:
+        """Whether `drain` was called: no new turn starts in this engine."""
+        return self._draining
+
+    def running_turns(self) -> list[str]:
+        """The ids of the sessions with a turn in progress in this engine (its turn loop running), sorted."""
+        return sorted(sid for sid, driver in list(self._drivers.items()) if driver.turn_running)
+
     async def close(self) -> None:
         """Cut off running turns (they continue when an engine opens the store again) and close."""
         if self._closed:
@@ -242,6 +271,8 @@ class Engine:
                 session = await self.store.get_session(session_id)
                 observers = [factory(session_id) for factory in self._factories]
                 driver = SessionDriver(self, session_id, session.last_seq, observers)
+                if self._draining:
+                    driver.drain()
                 self._drivers[session_id] = driver
         return driver
 

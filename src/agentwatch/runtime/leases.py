@@ -95,6 +95,8 @@ class Leases:
         self._task: asyncio.Task[None] | None = None
         self.takeovers = 0
         """How many expired leases of other owners this engine took over."""
+        self.sweeping = True
+        """False stops taking over expired leases (a draining engine: the work goes to another one)."""
 
     # -- holding --------------------------------------------------------------------------------------
 
@@ -206,7 +208,7 @@ class Leases:
                     for session_id in await self.renew():
                         log.warning("lost the lease of %s; its turn is cut off here", session_id)
                         await _cut_off(runtime, session_id)
-                if sweep:
+                if sweep and self.sweeping:
                     await self.sweep(runtime)
             except Exception as exc:  # housekeeping must never take the engine down
                 log.warning("lease upkeep failed: %s", exc)

@@ -30,22 +30,15 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.service.access import ServiceSettings, is_loopback
 from agentwatch.service.app import ServiceState, create_app
 
-__all__ = ["DEFAULT_DEPLOY_HOLD_MINUTES", "Drain", "deploy_hold_minutes", "serve", "settings_from_env"]
+__all__ = ["Drain", "deploy_hold_minutes", "serve", "settings_from_env"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEPLOY_HOLD_MINUTES = 60.0
-"""How long a stopping service lets running turns go on (`deploy_hold_minutes`)."""
-
 
 def deploy_hold_minutes(config: Config, override: float | None = None) -> float:
-    """The hold: the option, else `AGENTWATCH_DEPLOY_HOLD_MINUTES`, else `[server] deploy_hold_minutes`, else 60."""
-    if override is not None:
-        value: Any = override
-    elif os.environ.get("AGENTWATCH_DEPLOY_HOLD_MINUTES"):
-        value = os.environ["AGENTWATCH_DEPLOY_HOLD_MINUTES"]
-    else:
-        value = getattr(config.server, "deploy_hold_minutes", DEFAULT_DEPLOY_HOLD_MINUTES)
+    """The hold: the option, else `[server] deploy_hold_minutes` (which `AGENTWATCH_DEPLOY_HOLD_MINUTES`
+    overrides), default 60."""
+    value: Any = override if override is not None else config.server.deploy_hold_minutes
     try:
         minutes = float(value)
     except ValueError:
@@ -65,31 +58,6 @@ def settings_from_env(host: str, *, announce: Callable[[str], None]) -> ServiceS
         token = secrets.token_urlsafe(24)
         announce(f"token (binding {host}, every request must carry it): {token}")
     return ServiceSettings(token=token, read_token=read_token, allowed_origins=origins)
-
-
-def running_turns(engine: Engine) -> int:
-    """Turns in progress in this engine."""
-    counter = getattr(engine, "running_turns", None)
-    if callable(counter):
-        return int(counter())
-    drivers: dict[str, Any] = getattr(engine, "_drivers", {})
-    return sum(1 for driver in list(drivers.values()) if driver.turn_running)
-
-
-def stop_new_turns(engine: Engine) -> None:
-    """No new turn starts in this engine; running ones go on.
-
-    Uses `engine.drain()` when the engine has it; otherwise marks every session driver as closing (its turn
-    loop ends after the running turn, and kicks are ignored), which a drain loop repeats for drivers made
-    later.
-    """
-    drain = getattr(engine, "drain", None)
-    if callable(drain):
-        drain()
-        return
-    drivers: dict[str, Any] = getattr(engine, "_drivers", {})
-    for driver in list(drivers.values()):
-        driver.closing = True
 
 
 class Drain:
@@ -119,24 +87,23 @@ class Drain:
             self._finish(force=True)
             return
         self.state.draining = True
-        stop_new_turns(self.engine)
+        self.engine.drain()
         self._task = asyncio.get_running_loop().create_task(self._hold())
 
     async def _hold(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.hold_seconds
-        running = running_turns(self.engine)
+        running = len(self.engine.running_turns())
         if running and self.hold_seconds > 0:
             self.announce(
                 f"draining: {running} turn(s) running; waiting up to {self.hold_seconds / 60:g} min "
                 "(signal again to stop now)"
             )
         while self.hold_seconds > 0 and loop.time() < deadline:
-            stop_new_turns(self.engine)
-            if running_turns(self.engine) == 0:
+            if not self.engine.running_turns():
                 break
             await asyncio.sleep(0.1)
-        left = running_turns(self.engine)
+        left = len(self.engine.running_turns())
         if left:
             self.announce(f"hold over: {left} turn(s) cut off; they continue on the next start")
         self._finish(force=False)
