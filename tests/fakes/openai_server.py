@@ -35,10 +35,18 @@ class FakeOpenAI:
     """The fake server; use it as a context manager (it binds a free port and serves on a thread)."""
 
     def __init__(
-        self, *, fail_status: int | None = None, fail_times: int | None = None, retry_after: float | None = None
+        self,
+        *,
+        fail_status: int | None = None,
+        fail_times: int | None = None,
+        retry_after: float | None = None,
+        stream_error: str | None = None,
     ) -> None:
         """`fail_status` makes requests fail with that HTTP status (an error body as OpenAI sends it): every one,
-        or only the first `fail_times`; `retry_after` (seconds) adds a `retry-after-ms` header to those failures."""
+        or only the first `fail_times`; `retry_after` (seconds) adds a `retry-after-ms` header to those failures.
+        `stream_error` (an error type, `server_error`) fails them instead after the stream opened: status 200, then
+        an error as the stream's first event."""
+        self.stream_error = stream_error
         self.fail_status = fail_status
         self.fail_times = fail_times
         self.retry_after = retry_after
@@ -85,6 +93,9 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(length) or b"{}")
             fake.requests.append({"path": self.path, "body": body, "authorization": self.headers.get("authorization")})
             failing = fake.fail_times is None or len(fake.requests) <= fake.fail_times
+            if fake.stream_error is not None and failing:
+                self._stream_error(fake.stream_error)
+                return
             if fake.fail_status is not None and failing:
                 error = {"error": {"message": "the fake is failing on purpose", "type": "server_error", "code": None}}
                 wait = fake.retry_after
@@ -109,6 +120,16 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.send_header("content-length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _stream_error(self, kind: str) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            error = {"error": {"message": "the fake failed in its stream", "type": kind, "code": kind}}
+            self.wfile.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+            self.wfile.flush()
+            self.close_connection = True
 
         def _complete(self, body: dict[str, Any], kind: str, text: str | None) -> None:
             if kind == "tool":

@@ -328,3 +328,25 @@ async def test_a_turn_cancelled_while_it_waits_to_retry_keeps_the_retry_and_send
     assert [p.finish_reason for p in sink.durable if isinstance(p, CompletionFinished)] == ["interrupted"]
     (retry,) = [p for p in sink.durable if isinstance(p, RuntimeRetry)]
     assert (retry.attempt, retry.delay_seconds) == (2, 20.0)  # the first wait, bounded by max_wait_seconds
+
+
+@pytest.mark.parametrize("kind", ["server_error", "rate_limit_exceeded"])
+async def test_an_error_sent_as_the_streams_first_event_is_retried(kind: str) -> None:
+    with FakeOpenAI(stream_error=kind, fail_times=1) as server:
+        sink = RecordingSink()
+        async with ModelResolver(env=openai_env(server.base_url), retry=FAST) as models:
+            result = await run_turn(weather_turn("openai-chat:gpt-4o"), sink, models=models)
+    assert result.output == ANSWER
+    (retry,) = [p for p in sink.durable if isinstance(p, RuntimeRetry)]
+    assert "the fake failed in its stream" in retry.message and retry.attempt == 2
+    assert len(server.requests) == 3
+
+
+async def test_a_refusal_sent_in_the_stream_is_not_retried() -> None:
+    with FakeOpenAI(stream_error="invalid_request_error") as server:
+        sink = RecordingSink()
+        async with ModelResolver(env=openai_env(server.base_url), retry=FAST) as models:
+            result = await run_turn(weather_turn("openai-chat:gpt-4o"), sink, models=models)
+    assert result.outcome == "failed" and result.error is not None
+    assert result.error.endswith(f"(openai-chat:gpt-4o via openai at {server.base_url}/, 1 attempt)")
+    assert len(server.requests) == 1 and not [p for p in sink.durable if isinstance(p, RuntimeRetry)]

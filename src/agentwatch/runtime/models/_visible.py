@@ -7,8 +7,9 @@ overload, a timeout, a connection that failed) as its `RetryPolicy` says, tellin
 one is tried and tells the turn that it takes over (`model.reroute`); a model that gave up is not tried again in
 the same run. The vendor SDK's own retries are off (see `refs`), so the retries told are all there are.
 
-Only errors raised while a request opens are retried: once a response has begun streaming, its parts are the
-conversation's and a failure ends the request.
+Only errors raised before a response's first event are retried (while the request opens, or as the stream's
+first event): once a response has begun streaming, its parts are the conversation's and a failure ends the
+request.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from pydantic import JsonValue
 from pydantic_ai import RunContext
+from pydantic_ai._fallback import request_stream_until_first_event
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelConnectionError,
@@ -226,8 +228,12 @@ class _VisibleModel(WrapperModel):
         while True:
             async with AsyncExitStack() as stack:
                 try:
+                    # Until its first event: a provider may accept the request, then report an overload or a
+                    # rate limit as the stream's first event, still in time to try again.
                     stream = await stack.enter_async_context(
-                        self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
+                        request_stream_until_first_event(
+                            self.wrapped, None, messages, model_settings, model_request_parameters, run_context
+                        )
                     )
                 except Exception as exc:
                     if not await self._failed(exc, attempt):
