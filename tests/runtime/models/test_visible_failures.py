@@ -20,7 +20,15 @@ from agentwatch.events import (
     RuntimeNotice,
     RuntimeRetry,
 )
-from agentwatch.runtime.models import CallTool, ModelResolver, RetryPolicy, ScriptedModel, run_turn
+from agentwatch.runtime.models import (
+    CallTool,
+    Fail,
+    ModelResolver,
+    RetryPolicy,
+    ScriptedModel,
+    TurnInput,
+    run_turn,
+)
 from agentwatch.runtime.models.refs import retry_policy_from_env, split_chain
 from agentwatch.runtime.roster import AgentDefinition
 from tests.fakes.openai_server import FakeOpenAI
@@ -350,3 +358,21 @@ async def test_a_refusal_sent_in_the_stream_is_not_retried() -> None:
     assert result.outcome == "failed" and result.error is not None
     assert result.error.endswith(f"(openai-chat:gpt-4o via openai at {server.base_url}/, 1 attempt)")
     assert len(server.requests) == 1 and not [p for p in sink.durable if isinstance(p, RuntimeRetry)]
+
+
+async def test_a_scripted_provider_error_is_retried_and_rerouted_like_a_real_one() -> None:
+    busy = ScriptedModel(steps=[Fail("too many requests", status=429)])
+    calm = ScriptedModel.replying("Hi.")
+    models = ModelResolver(env={}, models={"busy": busy, "calm": calm}, retry=RetryPolicy(2, first_wait_seconds=0))
+    sink = RecordingSink()
+    chain = TurnInput(model="scripted:busy, scripted:calm", instructions="Be brief.", history=[], prompt="hello")
+    result = await run_turn(chain, sink, models=models)
+    assert result.output == "Hi."
+    assert (len(busy.requests), len(calm.requests)) == (2, 1)
+    steps = [p for p in visible(sink) if not isinstance(p, CompletionStarted | CompletionFinished)]
+    assert [type(p).__name__ for p in steps] == ["RuntimeRetry", "ModelReroute"]
+    retry, reroute = steps
+    assert isinstance(retry, RuntimeRetry) and "status_code: 429" in retry.message
+    assert isinstance(reroute, ModelReroute)
+    assert (reroute.from_model, reroute.to_model) == ("scripted:busy", "scripted:calm")
+    assert "too many requests" in reroute.reason

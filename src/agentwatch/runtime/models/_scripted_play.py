@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -112,6 +113,8 @@ class ScriptPlayer(FunctionModel):
                 await self._pause()
                 index += 1
             elif isinstance(item, Fail):
+                if item.status is not None:
+                    raise ModelHTTPError(item.status, self.model_name, {"message": item.message})
                 raise ScriptedModelError(item.message)
             else:
                 await asyncio.Event().wait()  # Hang: only cancellation ends it

@@ -113,10 +113,14 @@ class CallTool:
 
 @dataclass(frozen=True)
 class Fail:
-    """The model request fails with `ScriptedModelError(message)`, as a provider error would."""
+    """The model request fails with `ScriptedModelError(message)`, as a provider error would; with `status`, as a
+    provider's HTTP error with that status does (a 429 or 5xx before anything streamed is retried, and a
+    fallback chain moves on when the model keeps failing)."""
 
     message: str = "the scripted model failed"
     """The error message."""
+    status: int | None = None
+    """The HTTP status the provider would have answered with; None for a failure of the script's own."""
 
 
 @dataclass(frozen=True)
