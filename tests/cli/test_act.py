@@ -228,3 +228,52 @@ async def test_input_sent_while_another_engine_runs_a_turn_waits_for_it(
         texts = [e.payload.text for e in events if isinstance(e.payload, UserMessage)]
         assert texts == ["first", "second"]
         assert not [e for e in events if isinstance(e.payload, RequestDismissed)]
+
+
+async def test_a_person_takes_an_agent_over_and_hands_it_back(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str
+) -> None:
+    model = scripted("cli-held", ScriptedModel(function=lambda ctx: Reply(f"got {ctx.prompt}")))
+    async with open_engine(role("helper", model), extensions=[]) as engine:
+        session = await engine.create("helper", name="helper", source="chat")
+        await engine.enqueue(session.id, "one")
+
+        async def idle() -> bool:
+            current = await engine.store.get_session(session.id)
+            return bool(current.status == "idle" and current.last_text == "got one")
+
+        await _until(idle)
+        taken = await asyncio.to_thread(invoke, "take-over", "helper", "--by", "ada", "--store", store_url, "--json")
+        assert taken.exit_code == 0, taken.output
+        assert _json(taken)["interception"]["by"] == "ada"
+        twice = await asyncio.to_thread(invoke, "take-over", "helper", "--store", store_url, "--json")
+        assert twice.exit_code == 1 and "already held by ada" in _json(twice)["error"]["message"]
+
+        sent = await asyncio.to_thread(invoke, "send", "helper", "two", "--store", store_url, "--json")
+        assert sent.exit_code == 0, sent.output
+        await engine.enqueue(session.id, "three")  # the owner's own input waits too
+        await asyncio.sleep(1.0)  # the owner's sweep and loop had time to run it, and did not
+        held = await engine.store.get_session(session.id)
+        assert (held.status, held.pending_inputs, held.last_text) == ("idle", 2, "got one")
+        listed = await asyncio.to_thread(invoke, "ls", "--intercepted", "--store", store_url, "--json")
+        assert [row["name"] for row in _json(listed)["agents"]] == ["helper"]
+        summary = await asyncio.to_thread(invoke, "summary", "--store", store_url, "--json")
+        assert _json(summary)["intercepted"] == 1
+
+        back = await asyncio.to_thread(invoke, "hand-back", "helper", "--store", store_url, "--json")
+        assert back.exit_code == 0, back.output
+        assert (_json(back)["interception"], _json(back)["pendingInputs"]) == (None, 2)
+
+        async def ran() -> bool:
+            current = await engine.store.get_session(session.id)
+            return bool(current.pending_inputs == 0 and current.status == "idle" and current.last_text != "got one")
+
+        await _until(ran)
+        events = await engine.store.read_events(session.id, limit=1000)
+        messages = [e.payload for e in events if isinstance(e.payload, UserMessage)]
+        assert [m.text for m in messages] == ["one", "two", "three"]
+        assert messages[1].origin is not None and (messages[1].origin.kind, messages[1].origin.ref) == ("person", "ada")
+        notes = [e.payload.message for e in events if e.type == "runtime.info" and "ada" in str(e.payload)]
+        assert len(notes) == 2  # taken over, handed back
+        again = await asyncio.to_thread(invoke, "hand-back", "helper", "--store", store_url)
+        assert again.exit_code == 1

@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from pydantic import JsonValue
 
 from agentwatch.cli import cli
 from agentwatch.runtime.models import ScriptedModel
@@ -77,6 +78,9 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
                 kind="question", summary="Which?", waits_on="parent", deliver_at=datetime.now(UTC) + timedelta(hours=1)
             )
             await _waiting(store, "scout", held, parent_id=coder_id)
+            taken = await store.create_session(SessionDraft(name="held", role="coder"))
+            interception: dict[str, JsonValue] = {"by": "ada", "since": datetime.now(UTC).isoformat()}
+            await store.write(Write(taken.id, session=SessionPatch(interception=interception)))
         return coder_id
 
     return tmp_path, asyncio.run(prepare())

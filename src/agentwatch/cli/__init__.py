@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "escalate": ("agentwatch.cli.act:escalate", "Hand a question held for the parent agent to a person now."),
     "export": ("agentwatch.cli.reads:export", "Print an agent's whole record as one JSON document."),
     "get": ("agentwatch.cli.reads:get", "Show one agent: its record and what it is doing now."),
+    "hand-back": ("agentwatch.cli.act:hand_back", "Hand back an agent you took over: its waiting inputs run."),
     "history": ("agentwatch.cli.reads:history", "Show an agent's transcript, a page at a time."),
     "ls": ("agentwatch.cli.reads:ls", "List agents: the boss, then live ones, then the rest."),
     "prompt": ("agentwatch.cli.reads:prompt", "Show the exact prompt a turn was dispatched with."),
@@ -38,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("agentwatch.cli.serve:serve", "Run the engine as a service: HTTP tools, live attach and MCP."),
     "stop": ("agentwatch.cli.act:stop", "Stop an agent's turn (it ends cancelled)."),
     "summary": ("agentwatch.cli.reads:summary", "Counts per status and word, a window's activity and spend."),
+    "take-over": ("agentwatch.cli.act:take_over", "Take an agent over: its inputs wait until you hand it back."),
     "tail": ("agentwatch.cli.reads:tail", "Show an agent's recent events; with -f, follow them live."),
 }
 """Command name → (`module:attribute`, the short help `--help` lists): the command's own `short_help`,

@@ -1,9 +1,10 @@
-"""Acting commands: `answer`, `approve`, `deny`, `send`, `stop`, `escalate`, `delete`.
+"""Acting commands: `answer`, `approve`, `deny`, `send`, `stop`, `escalate`, `take-over`, `hand-back`, `delete`.
 
 Each is one call of a drive tool (`agent_answer`, `agent_enqueue`, `agent_stop`, `agent_escalate`,
-`agent_delete`) on the store, with the tool's JSON (`--json`) and its errors. Every command takes an agent's
-name or id; `answer`, `approve`, `deny` and `escalate` also take a request id (`req_...`), and given an agent
-they act on its one pending request (several are refused, with their ids).
+`agent_take_over`, `agent_hand_back`, `agent_delete`) on the store, with the tool's JSON (`--json`) and its
+errors. Every command takes an agent's name or id; `answer`, `approve`, `deny` and `escalate` also take a
+request id (`req_...`), and given an agent they act on its one pending request (several are refused, with
+their ids).
 
 The command writes through an engine that runs no turn (`acting_engine`): an answer or an input is recorded
 and left for the engine that runs the session (`agentwatch serve`, or a `run` still going), which picks it
@@ -36,7 +37,18 @@ if TYPE_CHECKING:
     from agentwatch.runtime.engine import Engine
     from agentwatch.store import RequestRecord
 
-__all__ = ["acting_engine", "answer", "approve", "delete", "deny", "escalate", "send", "stop"]
+__all__ = [
+    "acting_engine",
+    "answer",
+    "approve",
+    "delete",
+    "deny",
+    "escalate",
+    "hand_back",
+    "send",
+    "stop",
+    "take_over",
+]
 
 
 @contextlib.asynccontextmanager
@@ -345,3 +357,40 @@ def delete(agent: str, store_url: str | None, as_json: bool) -> None:
 
     result = act(store_url, "agent_delete", {"id": agent}, {"id": "AGENT"}, agent="id", prepare=here)
     _say(result, as_json, f"deleted {result['id']} (reaped after {result['reapAt']})")
+
+
+@click.command("take-over", short_help="Take an agent over: its inputs wait until you hand it back.")
+@click.argument("agent")
+@click.option("--by", help="Who takes it over (your name); 'a person' when absent.")
+@store_option
+@json_option
+def take_over(agent: str, by: str | None, store_url: str | None, as_json: bool) -> None:
+    """Take AGENT (a name or an id) over: its queued and new inputs wait, and what you `send` it is recorded as
+    yours, until `hand-back`. A turn already running goes on to its end. This is the `agent_take_over` tool.
+
+    \b
+    Example:
+      agentwatch take-over coder --by ada
+    """
+    args: dict[str, Any] = {"id": agent}
+    if by:
+        args["by"] = by
+    result = act(store_url, "agent_take_over", args, {"id": "AGENT", "by": "--by"}, agent="id")
+    held = result["interception"] or {}
+    _say(result, as_json, f"{result['id']} is held by {held.get('by')}; `agentwatch hand-back` lets it run again")
+
+
+@click.command("hand-back", short_help="Hand back an agent you took over: its waiting inputs run.")
+@click.argument("agent")
+@store_option
+@json_option
+def hand_back(agent: str, store_url: str | None, as_json: bool) -> None:
+    """Hand AGENT (a name or an id) back after `take-over`: the inputs that waited run. This is the
+    `agent_hand_back` tool.
+
+    \b
+    Example:
+      agentwatch hand-back held
+    """
+    result = act(store_url, "agent_hand_back", {"id": agent}, {"id": "AGENT"}, agent="id")
+    _say(result, as_json, f"{result['id']} is handed back ({result['pendingInputs']} input(s) waiting): {_LEFT}")

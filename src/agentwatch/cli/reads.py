@@ -62,6 +62,7 @@ def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any
     help="Order after the boss and live agents.",
 )
 @click.option("--all", "deleted", is_flag=True, help="Include soft-deleted agents.")
+@click.option("--intercepted", is_flag=True, help="Only agents a person took over (`take-over`).")
 @click.option("--counts", is_flag=True, help="Add per-word counts.")
 @click.option("--limit", default=20, show_default=True, help="Rows per page (1..100).")
 @click.option("--cursor", help="The cursor a previous page printed.")
@@ -93,6 +94,7 @@ _LS_FLAGS = {
     "parentId": "--parent",
     "q": "-q",
     "deleted": "--all",
+    "intercepted": "--intercepted",
 }
 
 

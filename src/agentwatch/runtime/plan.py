@@ -43,5 +43,7 @@ async def next_plan(runtime: Runtime, session: SessionRecord) -> Plan | None:
         if any(r.status == "pending" for r in mine):
             return None
         return Plan("answer", requests=mine)
+    if session.interception is not None:
+        return None  # a person holds the session: its inputs wait until it is handed back
     inputs = await store.list_inputs(session.id)
     return Plan("input", inputs=inputs) if inputs else None

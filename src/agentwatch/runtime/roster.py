@@ -70,6 +70,8 @@ GRANTS: Mapping[str, frozenset[str]] = MappingProxyType(
                 "agent_answer",
                 "agent_escalate",
                 "agent_stop",
+                "agent_take_over",
+                "agent_hand_back",
                 "agent_delete",
             }
         )

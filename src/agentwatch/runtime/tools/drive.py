@@ -1,5 +1,5 @@
 """Spawn and drive tools: agent_create, agent_enqueue, agent_await, agent_task, agent_answer, agent_escalate,
-agent_stop, agent_delete.
+agent_stop, agent_take_over, agent_hand_back, agent_delete.
 
 An agent needs the `spawn` grant to call them (`roster.GRANTS` is the one table of what each grant allows).
 A session an agent creates records the agent as its parent (`parentId`), inherits its run (`runId`) and names
@@ -9,17 +9,19 @@ it as its origin.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from agentwatch.errors import Conflict
-from agentwatch.events import Origin
+from agentwatch.events import NewEvent, Origin, RuntimeNotice
 from agentwatch.reads.answers import StatusSnapshot
 from agentwatch.reads.current import snapshot_answer
+from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.roster import capability_for
 from agentwatch.runtime.services import Runtime
-from agentwatch.store import SessionRecord
+from agentwatch.store import SessionPatch, SessionRecord, Write
 from agentwatch.tools import Answer, Args, BoundedJson, Caller, Id, Name, Prompt, Tool, typed_tool
 
 __all__ = [
@@ -34,8 +36,11 @@ __all__ = [
     "Enqueued",
     "EscalateArgs",
     "Escalated",
+    "HandBackArgs",
+    "Held",
     "StopArgs",
     "Stopped",
+    "TakeOverArgs",
     "TaskArgs",
     "drive_tools",
 ]
@@ -99,6 +104,19 @@ class StopArgs(Args):
     id: Id = Field(description="The agent's id (ses_...).")
 
 
+class TakeOverArgs(Args):
+    """Arguments of `agent_take_over`."""
+
+    id: Id = Field(description="The agent's id (ses_...).")
+    by: Name | None = Field(None, description="Who takes it over (a person's name); 'a person' when absent.")
+
+
+class HandBackArgs(Args):
+    """Arguments of `agent_hand_back`."""
+
+    id: Id = Field(description="The agent's id (ses_...).")
+
+
 class DeleteArgs(Args):
     """Arguments of `agent_delete`."""
 
@@ -147,6 +165,15 @@ class Stopped(Answer):
     by: str
 
 
+class Held(Answer):
+    """The `agent_take_over` and `agent_hand_back` answer: who holds the session now (null: nobody), and the
+    inputs waiting for it."""
+
+    id: str
+    interception: dict[str, JsonValue] | None
+    pending_inputs: int
+
+
 class Deleted(Answer):
     """The `agent_delete` answer."""
 
@@ -193,7 +220,12 @@ async def agent_create(engine: Runtime, caller: Caller, args: CreateArgs) -> Cre
 
 
 async def agent_enqueue(engine: Runtime, caller: Caller, args: EnqueueArgs) -> Enqueued:
-    pending = await engine.enqueue(args.agent_id, args.prompt, origin=_origin(caller))
+    origin = _origin(caller)
+    if origin is None:  # a person's message to a session they hold is recorded as theirs
+        held = (await engine.store.get_session(args.agent_id)).interception
+        if held is not None:
+            origin = Origin(kind="person", ref=str(held.get("by")))
+    pending = await engine.enqueue(args.agent_id, args.prompt, origin=origin)
     return Enqueued(agent_id=args.agent_id, pending_inputs=pending)
 
 
@@ -234,6 +266,45 @@ async def agent_stop(engine: Runtime, caller: Caller, args: StopArgs) -> Stopped
     stopped = await engine.stop(args.id, by=by)
     session = await engine.store.get_session(args.id)
     return Stopped(id=session.id, stopped=stopped, status=session.status, by=by)
+
+
+async def agent_take_over(engine: Runtime, caller: Caller, args: TakeOverArgs) -> Held:
+    session = await engine.store.get_session(args.id)
+    if session.deleted_at is not None:
+        raise Conflict(f"session {args.id!r} was deleted; there is nothing to take over")
+    if session.interception is not None:
+        raise Conflict(f"session {args.id!r} is already held by {session.interception.get('by')}")
+    by = args.by or caller.session_id or "a person"
+    interception: dict[str, JsonValue] = {"by": by, "since": datetime.now(UTC).isoformat()}
+    notice = RuntimeNotice(
+        type="runtime.info",
+        message=f"{by} took this session over: its inputs wait until it is handed back",
+        source="interception",
+        detail=interception,
+    )
+    channel = await engine.driver(args.id)
+    await channel.commit(Write(args.id, events=[NewEvent(notice)], session=SessionPatch(interception=interception)))
+    session = await engine.store.get_session(args.id)
+    return Held(id=session.id, interception=session.interception, pending_inputs=session.pending_inputs)
+
+
+async def agent_hand_back(engine: Runtime, caller: Caller, args: HandBackArgs) -> Held:
+    session = await engine.store.get_session(args.id)
+    if session.interception is None:
+        raise Conflict(f"session {args.id!r} is not held by anyone; nothing to hand back")
+    by = session.interception.get("by")
+    notice = RuntimeNotice(
+        type="runtime.info",
+        message=f"{by} handed this session back: its inputs run again",
+        source="interception",
+        detail={"by": by},
+    )
+    channel = await engine.driver(args.id)
+    async with claimed(engine, args.id):  # leases: the inputs that waited get an owner to run them
+        await channel.commit(Write(args.id, events=[NewEvent(notice)], session=SessionPatch(interception=None)))
+    channel.kick()
+    session = await engine.store.get_session(args.id)
+    return Held(id=session.id, interception=session.interception, pending_inputs=session.pending_inputs)
 
 
 async def agent_delete(engine: Runtime, caller: Caller, args: DeleteArgs) -> Deleted:
@@ -301,6 +372,21 @@ def drive_tools() -> list[Tool]:
             agent_stop,
             StopArgs,
             Stopped,
+        ),
+        _tool(
+            "agent_take_over",
+            "A person takes an agent over: its queued and new inputs wait (the person's messages are recorded as "
+            "theirs) until agent_hand_back.",
+            agent_take_over,
+            TakeOverArgs,
+            Held,
+        ),
+        _tool(
+            "agent_hand_back",
+            "Hand an agent a person took over back: its waiting inputs run.",
+            agent_hand_back,
+            HandBackArgs,
+            Held,
         ),
         _tool(
             "agent_delete",
