@@ -99,7 +99,10 @@ async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | N
     """Run one turn (or the continuation of one) on its model, committing every durable step through `sink`.
 
     Returns how the run ended: `completed` with the final text, `paused` with the calls that wait on a person,
-    or `failed` with the error (a provider error, a model that raised, the request limit). Raises
+    or `failed` with the error (a provider error, a model that raised, the request limit). A provider error worth
+    retrying is retried first as the resolver's `RetryPolicy` says, each retry committed as `runtime.retry`; a
+    chain of refs moves on to its next model with a `model.reroute`; a run its model(s) or its tool layer
+    failed commits a `runtime.error` (for the models: each one tried, its provider and URL, as the error says). Raises
     `InvalidArgument` for a model ref that does not resolve and `Invalid` for a history that does not load,
     both before anything is committed. Cancelling the task commits what was recovered and re-raises.
     """
