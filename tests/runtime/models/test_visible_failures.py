@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentwatch.config import Config, ProviderConfig, load_config
 from agentwatch.errors import InvalidArgument
@@ -376,3 +378,20 @@ async def test_a_scripted_provider_error_is_retried_and_rerouted_like_a_real_one
     assert isinstance(reroute, ModelReroute)
     assert (reroute.from_model, reroute.to_model) == ("scripted:busy", "scripted:calm")
     assert "too many requests" in reroute.reason
+
+
+@given(
+    first=st.floats(0, 30),
+    bound=st.floats(0, 120),
+    retry=st.integers(1, 40),
+    asked=st.none() | st.floats(0, 1e6),
+)
+def test_a_wait_is_never_longer_than_the_bound_and_never_shorter_than_asked_within_it(
+    first: float, bound: float, retry: int, asked: float | None
+) -> None:
+    policy = RetryPolicy(first_wait_seconds=first, max_wait_seconds=bound)
+    wait = policy.wait(retry, asked)
+    assert 0 <= wait <= bound
+    assert wait >= min(bound, first * 2 ** (retry - 1))
+    assert asked is None or wait >= min(bound, asked)
+    assert wait <= policy.wait(retry + 1, asked)  # waits never shrink from one retry to the next
