@@ -115,5 +115,7 @@ async def test_attaching_at_any_moment_sees_every_event_exactly_once(
 
 async def test_the_check_catches_the_naive_order(open_engine: OpenEngine, scripted: Scripted) -> None:
     model_ref = scripted("naive-stream", streaming_script())
-    found = await run_with_attaches(open_engine, model_ref, [0.005, 0.01, 0.015, 0.02, 0.03], naive=True)
+    # Attach every 2 ms for longer than the turn streams, so some attaches land mid-stream however slow the
+    # machine is; attaches after the turn ended are harmless to the check.
+    found = await run_with_attaches(open_engine, model_ref, [0.002] * 400, naive=True)
     assert found, "the naive attach order lost nothing: the exactly-once check would not catch a real gap"
