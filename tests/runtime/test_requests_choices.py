@@ -10,11 +10,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import JsonValue
 
+from agentwatch.errors import InvalidArgument
 from agentwatch.events import Event, RequestDismissed, RequestOpened, TurnEnded
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.tools.ask import check_choice
 from agentwatch.store import SessionPatch, Write
 from tests.runtime.support import OpenEngine, Scripted, role
 
@@ -179,3 +184,28 @@ async def test_agent_escalate_hands_a_held_request_to_a_person(open_engine: Open
         assert (kid.pending_requests, kid.held_requests) == (1, 0)
         again = await engine.call_tool("agent_escalate", {"hitlId": hitl_id})
         assert again["error"]["code"] == "conflict" and "already waits on a person" in again["error"]["message"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    options=st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=5, unique=True),
+    answer=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda inner: st.lists(inner, max_size=4),
+        max_leaves=6,
+    ),
+    multiple=st.booleans(),
+)
+def test_a_choice_accepts_exactly_its_options(options: list[str], answer: JsonValue, multiple: bool) -> None:
+    chosen = answer if isinstance(answer, list) else [answer]
+    if multiple:
+        valid = bool(chosen) and all(isinstance(a, str) and a in options for a in chosen)
+        valid = valid and len({str(a) for a in chosen}) == len(chosen)
+    else:
+        valid = isinstance(answer, str) and answer in options
+    if valid:
+        assert check_choice(options, multiple, answer) == (chosen if multiple else answer)
+        return
+    with pytest.raises(InvalidArgument) as refused:
+        check_choice(options, multiple, answer)
+    assert all(repr(o) in refused.value.message for o in options)  # the refusal lists every option
