@@ -111,14 +111,22 @@ async def test_the_report_conditions_table(open_engine: OpenEngine, scripted: Sc
         as_observer = Caller(session_id=observer.id)
         blank = await call("ObserverReport", {"report": "  "}, caller=as_observer)
         assert blank["error"]["code"] == "invalid_argument"
-        # the observed task has ended
+        # the observed task has ended (completed): it still takes input, so the report waits for its next turn
         await eventually(lambda: _quiet(engine, observer.id))
         ended = await call("ObserverReport", {"report": "late"}, caller=as_observer)
-        assert ended["error"]["code"] == "not_delivered"
-        assert "not armed" in ended["error"]["message"] or "is not running" in ended["error"]["message"]
+        observed_name = (await engine.store.get_session(observed_id)).name
+        assert ended["message"] == (
+            f"Report queued for {observed_name!r}; its turn is over (completed), so it reads it at the next turn "
+            "it is given."
+        )
         pairing = hub.pairing(observed_id)
-        assert pairing is not None
-        await eventually(lambda: _state_is(engine, observed_id, "retired"))
+        assert pairing is not None and pairing.state == "armed"
+        # deleted: refused, and the pairing retires
+        await engine.delete(observed_id)
+        deleted = await call("ObserverReport", {"report": "later"}, caller=as_observer)
+        assert deleted["error"]["code"] == "not_delivered"
+        assert "is not running (deleted)" in deleted["error"]["message"]
+        assert await _state_is(engine, observed_id, "retired")
         retired = await call("ObserverReport", {"report": "late"}, caller=as_observer)
         assert "pairing is retired (not armed)" in retired["error"]["message"]
         # running observed agent: delivered

@@ -166,7 +166,7 @@ class ObserverAgents:
         pairing.add(Digest(items, render_digest(pairing.observed_name, items)))
         if pairing.state == "retired":  # the observed agent runs again: arm again (it reattaches)
             pairing.state = None
-            self.spawn(self._arm(pairing))
+            pairing.arming = self.spawn(self._arm(pairing))
         elif pairing.state == "armed":
             self._deliver(pairing)
 

@@ -5,7 +5,7 @@ pairing: the observer type and definition, the observer's session, a buffer of d
 
 ```
             ┌──────── deny (arm or any batch) ──> denied
- (first  ──>│ gate ── allow ──> armed ── observed agent ended ──> retired ── it runs again ──> armed
+ (first  ──>│ gate ── allow ──> armed ── observed agent stopped or deleted ──> retired ── it runs again ──> armed
  activity)  │                     └──── a person stops the observer ──> stopped (tombstone)
             └──── tombstone found ──> blocked
 ```
@@ -52,7 +52,7 @@ from agentwatch.events import (
 from agentwatch.reads.observer import describe_observer
 from agentwatch.runtime.policy import ToolRequest, Verdict
 from agentwatch.runtime.roster import AgentDefinition
-from agentwatch.store import TERMINAL_STATUSES, ObserverRef, SessionDraft, SessionRecord, Write
+from agentwatch.store import ObserverRef, SessionDraft, SessionRecord, Write
 from agentwatch.watchers.digest import Digest
 
 if TYPE_CHECKING:
@@ -104,6 +104,8 @@ class Pairing:
     dropped: int = 0
     """Digests dropped from a full buffer since the last batch."""
     delivering: asyncio.Task[None] | None = None
+    arming: asyncio.Task[None] | None = None
+    """The (re-)arming under way, which a report racing it waits for."""
     memory: dict[str, Any] = field(default_factory=dict)
     """Kept between batches for a rule observer."""
 
@@ -355,8 +357,11 @@ def stopped_by_person(session: SessionRecord) -> bool:
 
 
 def observed_alive(session: SessionRecord) -> bool:
-    """Whether an observed session can still take a report: not deleted and not ended."""
-    return session.deleted_at is None and session.status not in TERMINAL_STATUSES
+    """Whether an observed session can still take a report: it exists, was not deleted and was not stopped.
+
+    A task whose turn ended (`completed`, `failed`, `interrupted`) still takes input, so it keeps its pairing
+    armed and its reports wait for its next turn."""
+    return session.deleted_at is None and session.status != "cancelled"
 
 
 def _verdict_reason(verdict: Verdict) -> str:

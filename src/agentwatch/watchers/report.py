@@ -7,12 +7,17 @@ tools and `ask_user`, plus this one). A call delivers nothing, and says why, whe
 |---|---|
 | the caller is not an observer session | `not_delivered`: only an observer can report |
 | its pairing is missing, denied, retired, stopped or blocked | `not_delivered`: the pairing is not armed |
-| the observed agent ended or was deleted | `not_delivered`: it is not running |
+| the observed agent is missing, deleted or stopped (`cancelled`) | `not_delivered`: not running; pairing retires |
 | the observed agent's latest turn was started by reports alone | `not_delivered`: loop guard (below) |
 
-Otherwise the report is queued in the observed agent's inbox as a meta input from `observer:<type>` (it is
-read at its next turn; an idle chat or boss session starts that turn at once) and an `observer.report`
-event is recorded on the observed session. Reports are never part of the next digest.
+Otherwise the report is queued in the observed agent's inbox as a meta input from `observer:<type>` and an
+`observer.report` event is recorded on the observed session. Reports are never part of the next digest. Every
+kind of session takes reports: a running one reads it at its next turn; an idle chat, boss or observer session
+starts that turn at once; a task whose turn ended (`completed`, `failed`, `interrupted`: made by `engine.task`,
+`agent_task`, `agent_create` or the API) keeps its pairing armed and reads the report at the next turn it is
+given; the report starts none by itself, and the answer says so. When the observed agent was spawned by another
+agent that is still working (running or waiting on a request), the report also reaches that parent as a meta
+input from `observer:<type>@<child session id>`, worded as news about its sub-agent.
 
 **Loop guard.** A report can start a turn of the observed agent, whose digest goes back to the observer,
 which could report again, and so on. So a report is refused while the observed agent's current (or last)
@@ -25,6 +30,7 @@ refuses them all the same), and no agent can `agent_enqueue` to an observer sess
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,11 +41,11 @@ from agentwatch.events import NewEvent, ObserverReported, Origin
 from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
 from agentwatch.runtime.tools import Args, Caller, Tool, parse_args
-from agentwatch.store import InputDraft, SessionRecord, Store, Write
+from agentwatch.store import TERMINAL_STATUSES, InputDraft, SessionRecord, Store, Write
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, observer_source
 
 if TYPE_CHECKING:
-    from agentwatch.runtime.services import Runtime
+    from agentwatch.runtime.services import Runtime, SessionChannel
 
 __all__ = [
     "MESSAGING_TOOLS",
@@ -109,9 +115,12 @@ def report_text(observer_type: str, report: str) -> str:
 async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, *, report_turn: bool) -> str:
     """Queue `report` for the observed agent's next turn and record it; raises `ReportNotDelivered`.
 
-    `report_turn` says whether the observed agent's latest turn was started by reports alone.
+    `report_turn` says whether the observed agent's latest turn was started by reports alone. A pairing being
+    (re-)armed is waited for, so a report that races the arming is not refused.
     """
     engine = registry.engine
+    if pairing.state is None and pairing.arming is not None:
+        await asyncio.wait({pairing.arming}, timeout=ARMING_WAIT)
     if pairing.state != "armed":
         state = pairing.state or "not armed yet"
         raise ReportNotDelivered(f"your observer pairing is {state} (not armed), so the report was not delivered")
@@ -121,6 +130,8 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
         observed = None
     if observed is None or not observed_alive(observed):
         status = "gone" if observed is None else ("deleted" if observed.deleted_at else observed.status)
+        if observed is not None:
+            await registry.set_state(pairing, "retired", f"the observed agent was {status}")
         raise ReportNotDelivered(
             f"the observed agent {pairing.observed_name!r} is not running ({status}); the report was not delivered"
         )
@@ -137,10 +148,75 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
         text=report_text(pairing.observer_type, report), origin=Origin(kind="observer", ref=source), meta=True
     )
     driver = await engine.driver(observed.id)
-    async with claimed(engine, observed.id):  # never left without an owner to read it (see runtime.leases)
+    starts_turn = starts_turns(observed)
+    if starts_turn:
+        async with claimed(engine, observed.id):  # never left without an owner to read it (see runtime.leases)
+            await driver.commit(Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
+        driver.kick()
+    else:
+        # A task that finished its turn takes the report at its next turn, which the report does not start: let
+        # the turn loop that ended the turn finish first, so it does not take the report as new work.
+        await _loop_finished(driver)
         await driver.commit(Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
-    driver.kick()
-    return f"Report queued for {pairing.target}; it reads it at its next turn."
+    parent = await _working_parent(engine.store, observed)
+    if parent is not None:
+        about = InputDraft(
+            text=parent_report_text(pairing.observer_type, observed, report),
+            origin=Origin(kind="observer", ref=f"{source}@{observed.id}"),
+            meta=True,
+        )
+        parent_driver = await engine.driver(parent.id)
+        async with claimed(engine, parent.id):
+            await parent_driver.commit(Write(parent.id, inputs_add=[about], touch=False))
+        parent_driver.kick()
+    also = f" (and to its parent {parent.name!r}, which is still working)" if parent is not None else ""
+    if starts_turn or observed.status not in TERMINAL_STATUSES:
+        return f"Report queued for {pairing.target}{also}; it reads it at its next turn."
+    return (
+        f"Report queued for {pairing.target}{also}; its turn is over ({observed.status}), so it reads it at the "
+        "next turn it is given."
+    )
+
+
+ARMING_WAIT = 10.0
+"""Seconds a report waits for its pairing to finish (re-)arming."""
+LOOP_WAIT = 5.0
+"""Seconds a report to a finished task waits for the turn loop that ended its turn to let go."""
+
+
+def starts_turns(session: SessionRecord) -> bool:
+    """Whether a report starts a turn of `session` by itself: chats, the boss and observers live on between
+    turns (an idle one starts a turn at once); a task whose turn ended takes reports at its next turn only."""
+    lives_on = session.source == "chat" or session.boss or session.is_observer
+    return lives_on or session.status in ("running", "awaiting_input")
+
+
+def parent_report_text(observer_type: str, child: SessionRecord, report: str) -> str:
+    """The input a still-working parent reads about its child's report."""
+    return (
+        f"[agentwatch] A report from the observer {observer_type!r} about your sub-agent {child.name!r} "
+        f"(id {child.id}); the sub-agent got it too:\n\n{report}"
+    )
+
+
+async def _loop_finished(driver: SessionChannel) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LOOP_WAIT
+    while getattr(driver, "turn_running", False) and loop.time() < deadline:  # noqa: ASYNC110 (the driver has no event for it)
+        await asyncio.sleep(0.01)
+
+
+async def _working_parent(store: Store, child: SessionRecord) -> SessionRecord | None:
+    """The agent that spawned `child`, when it is still working (running or waiting on a request)."""
+    if child.parent_id is None or child.origin is None or child.origin.kind != "session":
+        return None
+    try:
+        parent = await store.get_session(child.parent_id)
+    except NotFound:
+        return None
+    if parent.deleted_at is not None or parent.is_observer or parent.status not in ("running", "awaiting_input"):
+        return None
+    return parent
 
 
 async def _other_input_waits(store: Store, observed: SessionRecord) -> bool:

@@ -1,0 +1,177 @@
+"""A report reaches the observed agent whatever its kind: chat, task (`engine.task`), API-made and spawned
+sessions; a finished task keeps its pairing armed and reads the report at its next turn, which the report does
+not start; a parent still working hears about its child's report."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agentwatch.events import Origin, UserMessage
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.tools import function_tool
+from agentwatch.watchers import observer_agents
+from tests.watchers.support import OpenEngine, Scripted, events, eventually, observers_of, reports, role, states
+
+REPORT = "You skipped the tests."
+
+
+def reporting(text: str) -> ScriptedModel:
+    """An observer that reports `text` once per digest."""
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ObserverReport", {"report": text})
+        return Reply(ctx.tool_results[0].output)
+
+    return ScriptedModel(function=script)
+
+
+async def _turns(engine: Engine, session_id: str) -> int:
+    return len(await events(engine, session_id, "turn.ended"))
+
+
+async def _user_messages(engine: Engine, session_id: str) -> list[UserMessage]:
+    found = [e.payload for e in await events(engine, session_id, "message.user")]
+    return [m for m in found if isinstance(m, UserMessage)]
+
+
+@pytest.mark.parametrize("kind", ["task", "api", "chat"])
+async def test_a_report_after_the_turn_reaches_every_kind_of_session(
+    open_engine: OpenEngine, scripted: Scripted, kind: str
+) -> None:
+    model = scripted("coder", ScriptedModel(function=lambda ctx: Reply("done")))
+    watcher = scripted("reviewer", reporting(REPORT))
+    coder = role("coder", model, observer="reviewer", grant=("spawn",))
+    async with open_engine(coder, role("reviewer", watcher)) as engine:
+        if kind == "task":
+            session_id = str((await engine.task("coder", "write the parser", timeout=10))["agentId"])
+        else:
+            session = await engine.create("coder", source="chat" if kind == "chat" else "api")
+            await engine.enqueue(session.id, "write the parser")
+            session_id = session.id
+        assert await eventually(lambda: reports(engine, session_id)) == [REPORT]
+        (observer,) = await observers_of(engine, session_id)
+        results = [e.payload for e in await eventually(lambda: events(engine, observer.id, "tool.result"))]
+        assert [getattr(r, "status", None) for r in results] == ["ok"]
+        pairing = observer_agents(engine).pairing(session_id)
+        assert pairing is not None and pairing.state == "armed"
+        if kind == "chat":  # an idle chat takes the report at once, in a turn of its own
+            await eventually(lambda: _count_is(engine, session_id, 2))
+        else:  # a finished task takes it at its next turn, which the report does not start
+            await asyncio.sleep(0.3)
+            session = await engine.store.get_session(session_id)
+            assert (session.status, await _turns(engine, session_id), session.pending_inputs) == ("completed", 1, 1)
+            output = str(results[0].output)  # type: ignore[union-attr]
+            assert "its turn is over (completed), so it reads it at the next turn it is given" in output
+            await engine.enqueue(session_id, "now fix the tests")
+            await eventually(lambda: _count_is(engine, session_id, 2))
+        second = [m for m in await _user_messages(engine, session_id) if m.meta]
+        assert len(second) >= 1 and second[0].text.endswith(REPORT)
+        assert second[0].origin == Origin(kind="observer", ref="observer:reviewer")
+        assert [s for s, _ in await states(engine, session_id)] == ["armed"]
+
+
+async def _count_is(engine: Engine, session_id: str, count: int) -> bool:
+    return await _turns(engine, session_id) >= count
+
+
+async def test_a_spawned_agents_report_also_reaches_its_working_parent(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    reported = asyncio.Event()
+    child_ids: list[str] = []
+
+    async def hold() -> str:
+        """Wait a little."""
+        await asyncio.wait_for(reported.wait(), 10)
+        return "held"
+
+    def lead_script(ctx: Any) -> Any:
+        if ctx.request_index == 0:
+            return CallTool("agent_task", {"role": "coder", "prompt": "write it", "timeoutMs": 10_000})
+        if ctx.request_index == 1:
+            return CallTool("hold", {})
+        return Reply("lead done")
+
+    lead_model = scripted("lead", ScriptedModel(function=lead_script))
+    lead = role("lead", lead_model, tools=("agent_task", "hold"), grant=("spawn",))
+    coder_model = scripted("coder", ScriptedModel(function=lambda ctx: Reply("done")))
+    coder = role("coder", coder_model, observer="reviewer", grant=("spawn",))
+    watcher = role("reviewer", scripted("reviewer", reporting(REPORT)))
+    async with open_engine(lead, coder, watcher, tools=[function_tool(hold)]) as engine:
+        parent = await engine.create("lead", source="api")
+        await engine.enqueue(parent.id, "get it written")
+
+        async def child_reported() -> bool:
+            children = [s for s in (await _children(engine, parent.id)) if not s.is_observer]
+            if children and await reports(engine, children[0].id):
+                child_ids.append(children[0].id)
+                return True
+            return False
+
+        await eventually(child_reported)
+        reported.set()
+        await eventually(lambda: _count_is(engine, parent.id, 2))
+        child_id = child_ids[0]
+        about = [m for m in await _user_messages(engine, parent.id) if m.meta]
+        assert len(about) == 1
+        assert about[0].origin == Origin(kind="observer", ref=f"observer:reviewer@{child_id}")
+        assert "about your sub-agent" in about[0].text and child_id in about[0].text
+        assert about[0].text.endswith(REPORT)
+        child = await engine.store.get_session(child_id)
+        assert (child.status, child.pending_inputs) == ("completed", 1)
+
+
+async def _children(engine: Engine, parent_id: str) -> list[Any]:
+    from agentwatch.store import SessionFilter
+
+    page = await engine.store.list_sessions(SessionFilter(parent_id=parent_id), limit=100)
+    return list(page.items)
+
+
+async def test_a_stopped_observed_agent_refuses_reports_and_retires_its_pairing(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        """Take a long time."""
+        started.set()
+        await asyncio.sleep(30)
+        return "never"
+
+    def script(ctx: Any) -> Any:
+        return CallTool("slow", {}) if not ctx.tool_results else Reply("done")
+
+    quiet = scripted("quiet", ScriptedModel(function=lambda ctx: Reply("nothing")))
+    coder_model = scripted("coder", ScriptedModel(function=script))
+    coder = role("coder", coder_model, tools=("slow",), observer="quiet", grant=("spawn",))
+    async with open_engine(coder, role("quiet", quiet), tools=[function_tool(slow)]) as engine:
+        session = await engine.create("coder", source="api")
+        await engine.enqueue(session.id, "go")
+        await asyncio.wait_for(started.wait(), 10)
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: _armed(engine, session.id))
+        await engine.stop(session.id)
+        await engine.wait(session.id, 5)
+        refused = await engine.call_tool("ObserverReport", {"report": "x"}, caller=_caller(observer.id))
+        assert refused["error"]["code"] == "not_delivered"
+        assert "is not running (cancelled)" in refused["error"]["message"]
+        again = await engine.call_tool("ObserverReport", {"report": "x"}, caller=_caller(observer.id))
+        assert "pairing is retired (not armed)" in again["error"]["message"]
+        assert await reports(engine, session.id) == []
+
+
+async def _armed(engine: Engine, session_id: str) -> bool:
+    pairing = observer_agents(engine).pairing(session_id)
+    return pairing is not None and pairing.state == "armed"
+
+
+def _caller(session_id: str) -> Any:
+    from agentwatch.runtime.tools import Caller
+
+    return Caller(session_id=session_id)
