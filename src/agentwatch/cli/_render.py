@@ -12,10 +12,12 @@ from agentwatch.events import (
     AssistantMessage,
     ContentDelta,
     Event,
+    ModelReroute,
     ObserverReported,
     RequestOpened,
     RequestResolved,
     RuntimeNotice,
+    RuntimeRetry,
     SubtaskEnded,
     SubtaskStarted,
     ToolCall,
@@ -110,6 +112,10 @@ class LivePrinter:
             case RuntimeNotice(type=kind, message=message):
                 style = {"runtime.error": "red", "runtime.warning": "yellow"}.get(kind, "dim")
                 return f"[{style}]{kind}: {self._short(message)}[/]"
+            case RuntimeRetry(message=message, attempt=attempt, delay_seconds=delay):
+                return f"[yellow]↻ retry {attempt} in {delay:.1f}s:[/] {self._short(message)}"
+            case ModelReroute(from_model=old, to_model=new, reason=reason):
+                return f"[yellow]⇄ {escape(old)} → {escape(new)}:[/] {self._short(reason)}"
             case TurnEnded(outcome=outcome, reason=reason, error=error, usage=usage):
                 style = _OUTCOME_STYLE.get(outcome, "white")
                 why = f" — {escape(reason or error or '')}" if reason or error else ""

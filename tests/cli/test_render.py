@@ -1,0 +1,33 @@
+"""What `agentwatch run` prints while a turn streams: each kind of event a person should see has a line."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from agentwatch.cli._render import LivePrinter
+from agentwatch.events import Event, EventId, ModelReroute, Payload, RuntimeRetry, SessionId, TurnId
+
+
+def printed(*payloads: Payload) -> list[str]:
+    out = io.StringIO()
+    printer = LivePrinter(Console(file=out, width=200, color_system=None), names={"ses_1": "coder"})
+    for seq, payload in enumerate(payloads, start=1):
+        at = datetime(2026, 12, 1, tzinfo=UTC)
+        printer.on_event(
+            "ses_1", Event.trusted(EventId(f"evt_{seq}"), SessionId("ses_1"), seq, 0, at, TurnId("trn_1"), payload)
+        )
+    return out.getvalue().splitlines()
+
+
+def test_a_retry_and_a_reroute_are_shown_as_they_happen() -> None:
+    lines = printed(
+        RuntimeRetry(message="429 Too Many Requests from openai", attempt=2, delay_seconds=1.5),
+        ModelReroute(from_model="openai:gpt-4o", to_model="anthropic:claude-haiku-4-5", reason="still failing"),
+    )
+    assert lines == [
+        "coder ↻ retry 2 in 1.5s: 429 Too Many Requests from openai",
+        "coder ⇄ openai:gpt-4o → anthropic:claude-haiku-4-5: still failing",
+    ]
