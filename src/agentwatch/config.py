@@ -17,6 +17,9 @@ deleted_ttl = "7d"
 
 [observers]
 enabled = true
+allowed_types = ["reviewer", "loop-guard"]  # observer types that may be armed (default: any)
+deny = ["agent_task(auditor)"]             # or "agent_task": no observer at all
+delivery_timeout_seconds = 300             # one batch, the observer's turn included
 
 [server]
 bind = "127.0.0.1:8765"
@@ -123,6 +126,13 @@ class ObserverConfig(BaseModel):
 
     enabled: bool = True
     """Observer agents on or off (`AGENTWATCH_OBSERVER_AGENTS` overrides)."""
+    allowed_types: tuple[str, ...] | None = None
+    """The observer types that may be armed (None: any); asked at arm time and before every batch."""
+    deny: tuple[str, ...] = ()
+    """Deny rules asked at arm time and before every batch: `agent_task` (no observer at all, as no background
+    spawn) or `agent_task(<type>)` (that observer type)."""
+    delivery_timeout_seconds: float = Field(300, gt=0)
+    """How long one batch may take to reach an observer (its turn included) before it is given up on."""
 
 
 class ServerConfig(BaseModel):

@@ -40,7 +40,12 @@ def setup(slow_seconds: float) -> tuple[list[AgentDefinition], list[Tool]]:
 
     definitions = [
         AgentDefinition(
-            name="coder", model="scripted:pairing-coder", tools=("slow_tool",), observer="watcher", instructions="Code."
+            name="coder",
+            model="scripted:pairing-coder",
+            tools=("slow_tool",),
+            observer="watcher",
+            instructions="Code.",
+            grant=("spawn",),
         ),
         AgentDefinition(name="watcher", model="scripted:pairing-watcher", instructions="Watch."),
     ]

@@ -18,7 +18,7 @@ QUIET = ScriptedModel(function=lambda ctx: Reply("nothing to report"))
 def definitions(scripted: Scripted, tag: str) -> tuple[Any, Any]:
     model = scripted(f"coder-{tag}", ScriptedModel(function=lambda ctx: Reply(f"answer to {ctx.prompt}")))
     watcher = scripted(f"watcher-{tag}", QUIET)
-    return role("coder", model, observer="watcher"), role("watcher", watcher)
+    return role("coder", model, observer="watcher", grant=("spawn",)), role("watcher", watcher)
 
 
 async def turn(engine: Engine, session_id: str, prompt: str) -> None:

@@ -6,7 +6,6 @@ import pytest
 
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.policy import Decision, Policy, ToolRequest, Verdict
-from agentwatch.store import SessionPatch
 from agentwatch.watchers import describe
 from tests.watchers.support import OpenEngine, Scripted, eventually, observers_of, role, states, warnings
 
@@ -34,26 +33,25 @@ async def test_an_observer_type_missing_from_the_roster_is_warned_once_and_the_a
         assert await describe(engine.store, await engine.store.get_session(sid)) is None
 
 
-async def test_observers_are_not_chained(open_engine: OpenEngine, scripted: Scripted) -> None:
+async def test_observers_are_not_chained_as_the_seeds_resolve_it(open_engine: OpenEngine, scripted: Scripted) -> None:
     model = replying(scripted, "m2")
     async with open_engine(
-        role("coder", model, observer="watcher"), role("watcher", model, observer="auditor"), role("auditor", model)
+        role("coder", model, observer="watcher", grant=("spawn",)),
+        role("watcher", model, observer="auditor", grant=("spawn",)),
+        role("auditor", model),
     ) as engine:
         sid = await two_turns(engine, "coder")
-        assert await eventually(lambda: warnings(engine, sid)) == [
-            "its observer 'watcher' has an observer of its own ('auditor'); observers are not chained, "
-            "so 'coder' runs unobserved"
-        ]
-        # a session running as an observer ignores the observer its own role declares
-        watcher = await engine.create("watcher", source="chat")
-        await engine.store.update_session(watcher.id, SessionPatch(is_observer=True))
-        await engine.enqueue(watcher.id, "digest")
-        await engine.wait(watcher.id, 10)
+        # the observed agent is observed even though its observer type declares an observer of its own ...
+        (watcher,) = await eventually(lambda: observers_of(engine, sid))
+        assert watcher.role == "watcher"
+        assert [state for state, _ in await eventually(lambda: states(engine, sid))] == ["armed"]
+        # ... and the observer session ignores that declaration, with a warning
         assert await eventually(lambda: warnings(engine, watcher.id)) == [
             "the observer 'auditor' declared for 'watcher' is ignored: this session runs as an observer itself, "
             "and observers are not chained"
         ]
         assert await observers_of(engine, watcher.id) == []
+        assert await warnings(engine, sid) == []
 
 
 @pytest.mark.parametrize("variable", ["AGENTWATCH_OBSERVER_AGENTS", "AGENTWATCH_BACKGROUND_TASKS"])
@@ -62,7 +60,9 @@ async def test_the_switches_turn_observer_agents_off(
 ) -> None:
     monkeypatch.setenv(variable, "0")
     model = replying(scripted, "m3")
-    async with open_engine(role("coder", model, observer="watcher"), role("watcher", model)) as engine:
+    async with open_engine(
+        role("coder", model, observer="watcher", grant=("spawn",)), role("watcher", model)
+    ) as engine:
         assert engine.config.observer_agents_enabled is False
         sid = await two_turns(engine, "coder")
         assert await observers_of(engine, sid) == []
@@ -72,7 +72,9 @@ async def test_the_switches_turn_observer_agents_off(
 
 async def test_observer_agents_are_on_by_default(open_engine: OpenEngine, scripted: Scripted) -> None:
     model = replying(scripted, "m4")
-    async with open_engine(role("coder", model, observer="watcher"), role("watcher", model)) as engine:
+    async with open_engine(
+        role("coder", model, observer="watcher", grant=("spawn",)), role("watcher", model)
+    ) as engine:
         assert engine.config.observer_agents_enabled is True
         sid = await two_turns(engine, "coder")
         (observer,) = await eventually(lambda: observers_of(engine, sid))
@@ -93,7 +95,9 @@ async def test_anything_but_allow_at_arm_time_leaves_the_pairing_denied(
 
     model = replying(scripted, f"m5-{decision}")
     async with open_engine(
-        role("coder", model, observer="watcher"), role("watcher", model), policies=[Policy("gate", gate)]
+        role("coder", model, observer="watcher", grant=("spawn",)),
+        role("watcher", model),
+        policies=[Policy("gate", gate)],
     ) as engine:
         sid = await two_turns(engine, "coder")
         assert await eventually(lambda: states(engine, sid)) == [("denied", f"{decision} by policy 'gate': not today")]
@@ -121,9 +125,101 @@ async def test_a_policy_that_raises_at_arm_time_leaves_the_pairing_denied(
 
     model = replying(scripted, "m6")
     async with open_engine(
-        role("coder", model, observer="watcher"), role("watcher", model), policies=[Policy("broken", broken)]
+        role("coder", model, observer="watcher", grant=("spawn",)),
+        role("watcher", model),
+        policies=[Policy("broken", broken)],
     ) as engine:
         sid = await two_turns(engine, "coder")
         assert await eventually(lambda: states(engine, sid)) == [
             ("denied", "the policy check failed: RuntimeError: policy server unreachable")
         ]
+
+
+async def test_without_the_spawn_grant_a_model_observer_is_not_armed(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    seen: list[ToolRequest] = []
+
+    def spy(request: ToolRequest) -> Verdict | None:
+        if request.purpose == "observer_arm":
+            seen.append(request)
+        return None
+
+    model = replying(scripted, "m7")
+    async with open_engine(
+        role("coder", model, observer="watcher"), role("watcher", model), policies=[Policy("spy", spy)]
+    ) as engine:
+        sid = await two_turns(engine, "coder")
+        reason = (
+            "deny by policy 'grant': role 'coder' has no 'spawn' grant, which 'agent_task' needs; add `grant: [spawn]` "
+            "to its definition"
+        )
+        assert await eventually(lambda: states(engine, sid)) == [("denied", reason)]
+        assert await eventually(lambda: warnings(engine, sid)) == [f"the observer 'watcher' is not armed: {reason}"]
+        assert await observers_of(engine, sid) == []
+        assert seen[0].grant == frozenset()  # the observed agent's real grant: nothing added
+
+
+async def test_a_rule_observer_needs_no_spawn_grant(open_engine: OpenEngine, scripted: Scripted) -> None:
+    async with open_engine(role("coder", replying(scripted, "m8"), observer="loop-guard")) as engine:
+        sid = await two_turns(engine, "coder")
+        assert await eventually(lambda: states(engine, sid)) == [("armed", "rule observer")]
+
+
+@pytest.mark.parametrize(
+    ("observers", "reason"),
+    [
+        ({"deny": ("agent_task",)}, "agent_task is denied by [observers] deny, so no observer is armed"),
+        ({"deny": ("agent_task(watcher)",)}, "agent_task(watcher) is denied by [observers] deny"),
+        ({"allowed_types": ("reviewer",)}, "'watcher' is not in [observers] allowed_types (reviewer)"),
+    ],
+)
+async def test_the_projects_deny_rules_and_allowed_types_keep_an_observer_unarmed(
+    open_engine: OpenEngine, scripted: Scripted, observers: dict[str, object], reason: str
+) -> None:
+    model = replying(scripted, "m9-" + str(len(reason)))
+    async with open_engine(
+        role("coder", model, observer="watcher", grant=("spawn",)), role("watcher", model)
+    ) as engine:
+        engine.config = engine.config.model_copy(
+            update={"observers": engine.config.observers.model_copy(update=observers)}
+        )
+        sid = await two_turns(engine, "coder")
+        expected = f"deny by policy 'observers config': {reason}"
+        assert await eventually(lambda: states(engine, sid)) == [("denied", expected)]
+        assert await warnings(engine, sid) == [f"the observer 'watcher' is not armed: {expected}"]
+        assert await observers_of(engine, sid) == []
+
+
+async def test_a_config_change_stops_delivery_before_the_next_batch(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = replying(scripted, "m10")
+    async with open_engine(
+        role("coder", model, observer="watcher", grant=("spawn",)), role("watcher", model)
+    ) as engine:
+        session = await engine.create("coder", source="chat")
+        await engine.enqueue(session.id, "one")
+        await engine.wait(session.id, 10)
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: _observer_turns(engine, observer.id, 1))
+        engine.config = engine.config.model_copy(
+            update={"observers": engine.config.observers.model_copy(update={"deny": ("agent_task(watcher)",)})}
+        )
+        await engine.enqueue(session.id, "two")
+        await engine.wait(session.id, 10)
+        found = await eventually(lambda: _denied(engine, session.id))
+        assert found == "deny: agent_task(watcher) is denied by [observers] deny"
+        await engine.wait(observer.id, 5)
+        assert await _observer_turns(engine, observer.id, 2) is False
+
+
+async def _observer_turns(engine: object, session_id: str, count: int) -> bool:
+    from tests.watchers.support import events
+
+    return len(await events(engine, session_id, "turn.ended")) >= count  # type: ignore[arg-type]
+
+
+async def _denied(engine: object, session_id: str) -> str | None:
+    found = await states(engine, session_id)  # type: ignore[arg-type]
+    return next((reason for state, reason in found if state == "denied"), None)

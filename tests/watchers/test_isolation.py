@@ -44,7 +44,7 @@ async def test_the_observed_turn_is_identical_to_an_unobserved_one(
     policies = [Policy("no-observers", deny_observers)] if case == "denied" else []
     async with open_engine(
         role("plain", model, tools=("lookup",)),
-        role("watched", model, tools=("lookup",), observer="watcher"),
+        role("watched", model, tools=("lookup",), observer="watcher", grant=("spawn",)),
         role("watcher", watcher_ref),
         tools=[function_tool(lookup)],
         policies=policies,

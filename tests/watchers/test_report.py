@@ -36,7 +36,9 @@ async def test_a_report_reaches_the_observed_agents_next_turn_and_its_history(
 
     model = scripted("coder", ScriptedModel(function=coder))
     watcher = scripted("reviewer", reporting("You skipped the tests."))
-    async with open_engine(role("coder", model, observer="reviewer"), role("reviewer", watcher)) as engine:
+    async with open_engine(
+        role("coder", model, observer="reviewer", grant=("spawn",)), role("reviewer", watcher)
+    ) as engine:
         session = await engine.create("coder", source="chat")
         await engine.enqueue(session.id, "write the parser")
         await eventually(lambda: _turns(engine, session.id, 2))
@@ -69,7 +71,7 @@ async def _turns(engine: Any, session_id: str, count: int) -> bool:
 async def test_reports_cannot_feed_each_other_forever(open_engine: OpenEngine, scripted: Scripted) -> None:
     model = scripted("chatty", ScriptedModel(function=lambda ctx: Reply("noted")))
     watcher = scripted("nagger", reporting("Again!"))
-    async with open_engine(role("chat", model, observer="nagger"), role("nagger", watcher)) as engine:
+    async with open_engine(role("chat", model, observer="nagger", grant=("spawn",)), role("nagger", watcher)) as engine:
         session = await engine.create("chat", source="chat")
         await engine.enqueue(session.id, "hi")
         (observer,) = await eventually(lambda: observers_of(engine, session.id))
@@ -95,7 +97,7 @@ async def _reports_count(engine: Any, session_id: str, count: int) -> bool:
 async def test_the_report_conditions_table(open_engine: OpenEngine, scripted: Scripted) -> None:
     model = scripted("task", ScriptedModel(function=lambda ctx: Reply("done")))
     quiet = scripted("quiet", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
-    async with open_engine(role("task", model, observer="quiet"), role("quiet", quiet)) as engine:
+    async with open_engine(role("task", model, observer="quiet", grant=("spawn",)), role("quiet", quiet)) as engine:
         call = engine.call_tool
         hub = observer_agents(engine)
         # from outside any agent

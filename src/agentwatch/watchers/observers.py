@@ -12,8 +12,9 @@ as a `runtime.warning` on the session):
 2. the session itself runs as an observer → the declaration is ignored with a warning (no chaining);
 3. the switch is off (`observers.enabled = false`, `AGENTWATCH_OBSERVER_AGENTS=0` or
    `AGENTWATCH_BACKGROUND_TASKS=0`) → unobserved; the tap is not even installed;
-4. the named type is missing from the roster, has an observer of its own, or is a rule type with no
-   registered function → unobserved, with a warning;
+4. the named type is missing from the roster, or is a rule type with no registered function → unobserved,
+   with a warning (an observer type that declares an observer of its own is fine: that declaration is
+   ignored by step 2 when the observer runs);
 5. otherwise the pairing is armed (see `pairing`), but only by the engine that owns the session (holds its
    lease): another engine that sees one of its events leaves it alone and looks again at its next event.
 """
@@ -215,7 +216,9 @@ class ObserverAgents:
             return None
         if not self.engine.config.observer_agents_enabled:
             return None
-        target = roster.observer_of(session.role)
+        # No chaining, as the seeds resolve it: only a session that runs as an observer ignores its own
+        # declaration (above); the observer type declaring an observer of its own does not unobserve this one.
+        target = roster.get(definition.observer) if definition.observer in roster else None
         if target is None:
             await self._warn_once(session, "unavailable", _unavailable(definition, roster.definitions))
             return None
@@ -335,15 +338,10 @@ class ActivityTap:
 
 
 def _unavailable(definition: AgentDefinition, known: Any) -> str:
-    observer = definition.observer
-    unobserved = f"{definition.name!r} runs unobserved"
-    if observer in known:
-        chained = known[observer].observer
-        return (
-            f"its observer {observer!r} has an observer of its own ({chained!r}); observers are not chained, "
-            f"so {unobserved}"
-        )
-    return f"its observer {observer!r} is not an agent type in the roster, so {unobserved}"
+    return (
+        f"its observer {definition.observer!r} is not an agent type in the roster, so {definition.name!r} runs "
+        "unobserved"
+    )
 
 
 class _WithExtensions(Protocol):

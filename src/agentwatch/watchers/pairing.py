@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
+from agentwatch.config import ObserverConfig
 from agentwatch.errors import Conflict, NotFound
 from agentwatch.events import (
     NewEvent,
@@ -192,12 +193,22 @@ class PairingRegistry:
     # -- the gate -------------------------------------------------------------------------------------
 
     async def gate(self, pairing: Pairing, purpose: str) -> Verdict:
-        """Ask the policy chain about the spawn request that stands for this observer (may raise)."""
+        """Ask what a background `agent_task` by the observed agent, with its real grant, would be told
+        (may raise): the project's deny rules and allowed observer types first, then the policy chain.
+
+        A model observer needs the observed agent's `spawn` grant (the policy chain's grant check denies it
+        otherwise). A rule observer spawns no agent and no model reads the activity, so it needs none; the
+        project's rules and the policy chain still decide on it."""
         engine = self.engine
+        configured = configured_verdict(engine.config.observers, pairing.observer_type)
+        if configured is not None:
+            return configured
         observed = await engine.store.get_session(pairing.observed_session_id)
         grant: frozenset[str] = frozenset()
         if observed.role in engine.roster:
             grant = frozenset(engine.roster.get(observed.role).grant)
+        if pairing.definition.kind == "rule":
+            grant |= {"spawn"}
         request = ToolRequest(
             "agent_task",
             {
@@ -208,8 +219,7 @@ class PairingRegistry:
             },
             session_id=observed.id,
             role=observed.role,
-            # The `observer:` declaration is what entitles the agent to this one spawn.
-            grant=grant | {"spawn"},
+            grant=grant,
             purpose="observer_arm" if purpose == "observer_arm" else "observer_delivery",
         )
         return await engine.policy.decide(request)
@@ -230,7 +240,9 @@ class PairingRegistry:
             await self.set_state(pairing, "denied", f"the policy check failed: {type(exc).__name__}: {exc}")
             return
         if verdict.decision != "allow":
-            await self.set_state(pairing, "denied", _verdict_reason(verdict))
+            reason = _verdict_reason(verdict)
+            await self.set_state(pairing, "denied", reason)
+            await self.warn(pairing, f"the observer {pairing.observer_type!r} is not armed: {reason}")
             return
         if pairing.definition.kind == "rule":
             await store.set_observer_ref(
@@ -348,6 +360,20 @@ class PairingRegistry:
                 stopped_at=now,
             )
         )
+
+
+def configured_verdict(config: ObserverConfig, observer_type: str) -> Verdict | None:
+    """The verdict of `[observers]` in `agentwatch.toml` on arming or feeding an observer type (None: no rule
+    applies)."""
+    policy = "observers config"
+    if "agent_task" in config.deny:
+        return Verdict("deny", "agent_task is denied by [observers] deny, so no observer is armed", policy)
+    if f"agent_task({observer_type})" in config.deny:
+        return Verdict("deny", f"agent_task({observer_type}) is denied by [observers] deny", policy)
+    if config.allowed_types is not None and observer_type not in config.allowed_types:
+        allowed = ", ".join(config.allowed_types) or "none"
+        return Verdict("deny", f"{observer_type!r} is not in [observers] allowed_types ({allowed})", policy)
+    return None
 
 
 def stopped_by_person(session: SessionRecord) -> bool:
