@@ -18,7 +18,7 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.service.access import Guard, ServiceSettings
 from agentwatch.service.api import call_tool_endpoint, callable_tools, json_error, list_tools_endpoint
 from agentwatch.service.attach import events_sse, events_websocket
-from agentwatch.service.broadcast import Broadcaster
+from agentwatch.service.broadcast import Broadcaster, shared_ring
 from agentwatch.service.mcp import mcp_http_app, mcp_server
 from agentwatch.service.openapi import openapi_document
 
@@ -48,7 +48,8 @@ def create_app(
     """
     settings = settings or ServiceSettings()
     if state is None:
-        state = ServiceState(engine, settings, Broadcaster(backlog=settings.client_backlog))
+        broadcaster = Broadcaster(backlog=settings.client_backlog, ring=shared_ring(engine.ring))
+        state = ServiceState(engine, settings, broadcaster)
         engine.start_with_observer(state.broadcaster.observer)
     mcp_app, manager = mcp_http_app(mcp_server(state), max_body_bytes=settings.max_body_bytes)
 
@@ -65,6 +66,7 @@ def create_app(
                 yield
             finally:
                 state.stopping.set()
+                await state.broadcaster.close()
 
     app = Starlette(
         routes=[

@@ -17,7 +17,12 @@ stops, or 1008 when the client sent something other than `{"type": "ping"}`.
 
 A client that falls behind (its queue in the broadcaster fills up) is cut loose by the broadcaster without
 slowing the session; its stream then catches up from the store from the last event it was given and
-attaches again, still with no gap. A client that stops reading altogether is disconnected once a send has
+attaches again, still with no gap.
+
+With a live ring shared by several service processes (Redis), the session may run in another process: the
+stream then also catches up to the ring's newest event right after attaching, and fills from the ring (or
+the store) any event missing before the next one it is given, so it is the same exactly-once stream on
+every process. A client that stops reading altogether is disconnected once a send has
 waited `send_timeout` seconds.
 """
 
@@ -131,10 +136,25 @@ class Attachment:
                             yield _event_frame(event)
                             cursor = event.cursor
                         cursor = max(cursor, position)
+                    shared = broadcaster.ring
+                    if shared is not None:  # events of a turn running in another process
+                        head = await shared.head(self.session_id)
+                        if head is not None and head > cursor:
+                            async for event in _between(self.state, self.session_id, cursor, head):
+                                if event.cursor > cursor:
+                                    yield _event_frame(event)
+                                    cursor = event.cursor
                     while True:
                         event = await client.next()
                         if event.cursor <= cursor:
                             continue
+                        if shared is not None and _missing_before(cursor, event):
+                            async for missed in _between(self.state, self.session_id, cursor, event.cursor):
+                                if missed.cursor > cursor:
+                                    yield _event_frame(missed)
+                                    cursor = missed.cursor
+                            if event.cursor <= cursor:
+                                continue
                         yield _event_frame(event)
                         cursor = event.cursor
                 except Lagged:
@@ -170,6 +190,11 @@ async def _between(
         if len(page) < _PAGE:
             return
         after_seq = page[-1].seq
+
+
+def _missing_before(cursor: StreamCursor, event: Event) -> bool:
+    """Whether a durable event lies between `cursor` and `event` (which then came first from another way)."""
+    return event.seq > cursor.seq + (1 if event.sub == 0 else 0)
 
 
 def _parse_after(text: str | None, session_id: str) -> StreamCursor | None:

@@ -10,19 +10,28 @@ per-session instances, so it outlives any one driver.
 - `on_event` (inline at the emission point) appends the event to each client's bounded queue and never
   waits. A client whose queue is full is cut loose: it is removed and remembers the cursor of the last
   event it was given, so its connection can resume from the store with no gap (`Lagged`).
+- With a live ring shared by several processes (Redis), a session's turns may run in another service
+  process, whose events never pass through this process's drivers. Then the broadcaster also relays the
+  ring: one ring subscription per session with clients attached here, its events pushed to the same
+  queues. A client is given each event once (by cursor), whichever way it came first; the attach stream
+  (`agentwatch.service.attach`) fills any hole from the ring or the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from typing import Any, Protocol
 
 from agentwatch.events import Event, StreamCursor
-from agentwatch.live import Lagged
+from agentwatch.live import Lagged, LiveRing
+from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.thread_observer import ReplaySnapshot
 
-__all__ = ["DEFAULT_CLIENT_BACKLOG", "Broadcaster", "LiveClient", "SessionBroadcast"]
+__all__ = ["DEFAULT_CLIENT_BACKLOG", "Broadcaster", "LiveClient", "SessionBroadcast", "shared_ring"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CLIENT_BACKLOG = 1000
 """Events a client may have waiting before it is cut loose (and resumes from the store)."""
@@ -62,9 +71,12 @@ class LiveClient:
         """The attach was given up before the driver got to it: never register it."""
 
     def offer(self, event: Event) -> bool:
-        """Queue an event without waiting; False (and the client cut loose) when its queue is full."""
+        """Queue an event without waiting; False (and the client cut loose) when its queue is full. An event
+        at or before the last one queued (the same event relayed from the ring) is skipped."""
         if self.lagged is not None:
             return False
+        if self._last is not None and event.cursor <= self._last:
+            return True
         if len(self._queue) >= self.backlog:
             self.lagged = self._last or StreamCursor(self.session_id, 0)
             self._wakeup.set()
@@ -73,6 +85,12 @@ class LiveClient:
         self._last = event.cursor
         self._wakeup.set()
         return True
+
+    def cut_loose(self) -> None:
+        """Make the client resume from the store after what it was given (as when its queue fills)."""
+        if self.lagged is None:
+            self.lagged = self._last or StreamCursor(self.session_id, 0)
+            self._wakeup.set()
 
     def attached(self, snapshot: ReplaySnapshot) -> None:
         self.snapshot = snapshot
@@ -98,12 +116,24 @@ class LiveClient:
         return len(self._queue)
 
 
-class Broadcaster:
-    """The registry of attached clients of every session, and the factory of per-session observers."""
+def shared_ring(ring: LiveRing) -> LiveRing | None:
+    """`ring` when other processes publish to it too (Redis), else None (the memory ring of this process)."""
+    return None if isinstance(ring, MemoryRing) else ring
 
-    def __init__(self, *, backlog: int = DEFAULT_CLIENT_BACKLOG) -> None:
+
+class Broadcaster:
+    """The registry of attached clients of every session, and the factory of per-session observers.
+
+    `ring`: the live ring when other processes share it (see `shared_ring`); its events are relayed to the
+    clients of this process too.
+    """
+
+    def __init__(self, *, backlog: int = DEFAULT_CLIENT_BACKLOG, ring: LiveRing | None = None) -> None:
         self.backlog = backlog
+        self.ring = ring
+        """The shared live ring relayed to clients, or None."""
         self._clients: dict[str, dict[LiveClient, None]] = {}
+        self._relays: dict[str, asyncio.Task[None]] = {}
 
     def observer(self, thread_id: str) -> SessionBroadcast:
         """The observer factory: pass `broadcaster.observer` to `engine.start_with_observer`."""
@@ -121,6 +151,11 @@ class Broadcaster:
             raise
         if client.snapshot is None:  # the observer was not installed in this engine's drivers
             raise RuntimeError("the broadcaster's observer is not installed; call engine.start_with_observer")
+        try:
+            await self._relay_started(session_id)
+        except BaseException:
+            self.detach(client)
+            raise
         return client
 
     def detach(self, client: LiveClient) -> None:
@@ -130,6 +165,59 @@ class Broadcaster:
             clients.pop(client, None)
             if not clients:
                 del self._clients[client.session_id]
+                relay = self._relays.pop(client.session_id, None)
+                if relay is not None:
+                    relay.cancel()
+
+    async def _relay_started(self, session_id: str) -> None:
+        """With a shared ring: make sure the session's ring is relayed, its position fixed before this
+        returns (every event published later reaches the session's clients)."""
+        if self.ring is None or session_id in self._relays:
+            return
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        relay = asyncio.create_task(self._relay(self.ring, session_id, started), name=f"agentwatch-relay-{session_id}")
+        self._relays[session_id] = relay
+        try:
+            await asyncio.shield(started)
+        except BaseException:
+            if self._relays.get(session_id) is relay:
+                del self._relays[session_id]
+            relay.cancel()
+            raise
+
+    async def _relay(self, ring: LiveRing, session_id: str, started: asyncio.Future[None]) -> None:
+        try:
+            subscription = await ring.subscribe(session_id, backlog=self.backlog)
+        except BaseException as exc:
+            if not started.done():
+                started.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        started.set_result(None)
+        try:
+            async for event in subscription:
+                self._push(session_id, event)
+        except Exception as exc:  # Lagged, or the ring failed: the clients resume from the store
+            if not isinstance(exc, Lagged):
+                log.warning("relaying the live ring of %s failed: %s", session_id, exc)
+            if self._relays.get(session_id) is asyncio.current_task():
+                del self._relays[session_id]
+            for client in list(self._clients.get(session_id, ())):
+                client.cut_loose()
+                self.detach(client)
+        finally:
+            await subscription.close()
+            if self._relays.get(session_id) is asyncio.current_task():
+                del self._relays[session_id]
+
+    async def close(self) -> None:
+        """Stop relaying the shared ring (the clients' streams end with the service)."""
+        relays = list(self._relays.values())
+        self._relays.clear()
+        for relay in relays:
+            relay.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
 
     def client_count(self, session_id: str | None = None) -> int:
         """Clients attached to one session, or to all of them."""
