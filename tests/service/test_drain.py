@@ -82,7 +82,9 @@ async def test_sigterm_lets_the_running_turn_finish_and_refuses_new_work(tmp_pat
             health = (await http.get("/api/health")).json()
             refused = await http.post("/api/tools/agent_task", json={"role": "slow", "prompt": "more"})
             row = (await http.post("/api/tools/agent_get", json={"id": agent_id})).json()
+            listed = (await http.post("/api/tools/agent_list", json={"word": ["working"]})).json()
         assert health == {"status": "draining"}
+        assert [agent["id"] for agent in listed["agents"]] == [agent_id]
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "unavailable"
         assert row["status"] == "running" and row["word"] == "working"
         await stopped(process, within=30)
