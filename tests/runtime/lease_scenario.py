@@ -56,6 +56,7 @@ def setup(runs: Path) -> tuple[list[AgentDefinition], list[Any]]:
         model="scripted:lease-worker",
         instructions="You work.",
         tools=("slow_tool",),
+        grant=("spawn",),  # a model observer is armed only for an agent that may spawn one
         observer="watcher",
     )
     watcher = AgentDefinition(name="watcher", model="scripted:lease-watcher", instructions="You watch.")
