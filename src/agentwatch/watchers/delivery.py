@@ -12,14 +12,20 @@ batch. For every batch:
 | the observer session is gone (reaped: its context is lost) | a fresh observer, with a recovery note, gets the batch |
 | a person stopped or deleted the observer | tombstone; pairing `stopped` for good |
 | the observer session is not marked as an observer | batch refused, `runtime.warning` |
+| the batch takes over `[observers] delivery_timeout_seconds` | batch dropped, observer hung (below) |
 
-Nothing is requeued. A model observer's first batch comes after a framing prompt (who it watches, that it
+A hung observer (a batch past the timeout) is recorded in a `runtime.warning`, let go of (its turn is stopped)
+and replaced by a fresh observer at the next batch, so it never holds its pairing. Nothing is requeued.
+
+A model observer's first batch comes after a framing prompt (who it watches, that it
 takes no part, where reports go); later batches are queued to the same session, whose turns run through the
 ordinary turn loop. The loop waits for the observer's turn before the next batch, so batches stay whole.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import TYPE_CHECKING, Protocol
 
 from agentwatch.errors import NotFound
@@ -41,6 +47,8 @@ __all__ = [
     "framing_prompt",
     "run_deliveries",
 ]
+
+log = logging.getLogger(__name__)
 
 WAIT_SLICE = 30.0
 """Seconds per wait on an observer's turn (the wait goes on until it settles or the engine closes)."""
@@ -150,8 +158,12 @@ async def run_deliveries(registry: PairingRegistry, pairing: Pairing, courier: C
         if verdict.decision != "allow":
             await registry.set_state(pairing, "denied", f"{verdict.decision}: {verdict.reason or 'by policy'}")
             return
+        timeout = registry.engine.config.observers.delivery_timeout_seconds
         try:
-            await _deliver_once_more_if_lost(registry, pairing, batch, courier)
+            async with asyncio.timeout(timeout):
+                await _deliver_once_more_if_lost(registry, pairing, batch, courier)
+        except TimeoutError:
+            await _give_up_on_hung(registry, pairing, timeout, count)
         except ObserverStopped as exc:
             await registry.stop(pairing, str(exc))
             return
@@ -171,6 +183,27 @@ async def _deliver_once_more_if_lost(
         await registry.warn(pairing, f"the observer's context was lost ({exc}); a fresh observer took over", lost=lost)
         batch.recovery = True
         await courier.deliver(pairing, batch)
+
+
+async def _give_up_on_hung(registry: PairingRegistry, pairing: Pairing, timeout: float, count: str) -> None:
+    """A batch took longer than the delivery timeout: record the observer as hung and let go of it, so that the
+    next batch goes to a fresh observer (with a recovery note) instead of queueing behind the hung turn."""
+    hung = pairing.observer_session_id
+    if hung is None:  # a rule observer: nothing to let go of
+        await registry.warn(pairing, f"the observer did not deal with a batch within {timeout:g} s; {count}")
+        return
+    registry.by_observer.pop(hung, None)  # detached first: stopping it below is not a person's stop
+    pairing.observer_session_id = None
+    await registry.warn(
+        pairing,
+        f"the observer did not deal with a batch within {timeout:g} s and is recorded as hung: its turn is "
+        f"stopped and a fresh observer takes the next batch; {count}",
+        hung=hung,
+    )
+    try:
+        await registry.engine.stop(hung, by="agentwatch (the observer hung)")
+    except Exception as exc:  # the fresh observer takes over all the same
+        log.warning("could not stop the hung observer %s: %s", hung, exc)
 
 
 async def _retire_if_ended(registry: PairingRegistry, pairing: Pairing) -> None:

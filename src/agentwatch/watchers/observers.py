@@ -296,6 +296,7 @@ class ActivityTap:
         self.status: Literal["new", "resolving", "observed", "unobserved"] = "new"
         self._pairing: Pairing | None = None
         self._pending: list[tuple[ActivityItem, ...]] = []
+        self._dropped = 0  # segments dropped from `_pending` (the next batch says how many)
 
     def on_event(self, thread_id: str, event: Event) -> None:
         """Record the event; never awaits, never raises for the observed session's sake."""
@@ -314,7 +315,9 @@ class ActivityTap:
         if self._pairing is not None:
             self.hub.submit(self._pairing, items)
         else:
-            self._pending = [*self._pending, items][-MAX_BUFFERED:]
+            pending = [*self._pending, items]
+            self._dropped += max(0, len(pending) - MAX_BUFFERED)
+            self._pending = pending[-MAX_BUFFERED:]
 
     def on_subscribe(self, thread_id: str, request: object, snapshot: ReplaySnapshot) -> None:
         """Taps serve no clients."""
@@ -332,6 +335,8 @@ class ActivityTap:
         if pairing.definition.kind == "rule":
             self.recorder.max_results = 1  # a rule costs nothing: let it see every tool result at once
         self._pairing = pairing
+        pairing.dropped += self._dropped
+        self._dropped = 0
         pending, self._pending = self._pending, []
         for items in pending:
             self.hub.submit(pairing, items)
