@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench import engine, live, reads, start, store
+from bench import engine, live, reads, service, start, store
 from bench._harness import Context, Result, Sizes, Skip
 
 __all__ = ["BENCHMARKS", "Benchmark", "Report", "render", "run_suite", "select", "write_json"]
@@ -56,6 +56,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("engine.long_chat", engine.long_chat, "turn 100 (1,000 with --long) / turn 10 of one chat vs bare"),
     Benchmark("engine.memory", engine.idle_memory, "heap per idle session (driver alive) vs its bare record"),
     Benchmark("engine.concurrent", engine.concurrent_turns, "1,000 short turns at once: wall time, longest stall"),
+    Benchmark(
+        "service",
+        service.service_figures,
+        "agent_list over HTTP vs in process; an event to 100 WebSocket clients; attach to 1,000 events",
+    ),
     Benchmark("start", start.cold_start, "cold `from agentwatch import Engine` and `agentwatch --help`"),
 )
 
