@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench import engine, live, reads, service, start, store
+from bench import engine, live, observers, reads, service, start, store
 from bench._harness import Context, Result, Sizes, Skip
 
 __all__ = ["BENCHMARKS", "Benchmark", "Report", "render", "run_suite", "select", "write_json"]
@@ -62,6 +62,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "agent_list over HTTP vs in process; an event to 100 WebSocket clients; attach to 1,000 events",
     ),
     Benchmark("start", start.cold_start, "cold `from agentwatch import Engine` and `agentwatch --help`"),
+    Benchmark(
+        "observers",
+        observers.efficacy,
+        "built-in rule observers over 65 scripted trajectories: recall, false reports, delivery; turn time",
+    ),
 )
 
 RETIRED = frozenset({"engine.turn.sqlite.p50"})
