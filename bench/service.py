@@ -1,14 +1,14 @@
 """Service figures: `agent_list` over HTTP, events to 100 WebSocket clients, and attach to a long session.
 
 The service is the real app of `create_app` on uvicorn on a loopback port, with its engine on a SQLite file
-and the memory live ring; the clients (httpx, websockets) run in the same process and event loop, so every
-figure includes the client's own work too.
+and the memory live ring.
 
-- `service.agent_list.p50`: `POST /api/tools/agent_list` on a keep-alive connection, against the same
+- `service.agent_list.p50`: `POST /api/tools/agent_list` on a keep-alive connection (a minimal HTTP/1.1
+  client, so httpx's own overhead is left out), against the same
   `engine.call_tool("agent_list", {})` in process.
 - `service.publish_ws.p99`: an event emitted to a session (the live ring and the broadcaster, as the
-  session's emitter does) until each of 100 attached WebSocket clients has received it, in lock step,
-  against an in-process ring subscriber of the same events.
+  session's emitter does) until each of 100 attached WebSocket clients (in a process of their own) has
+  received it, in lock step, against an in-process ring subscriber of the same events.
 - `service.attach_1000.p50`: a WebSocket connect that receives the snapshot of a session with 1,000 events,
   against reading those 1,000 events from the store in process.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -83,27 +84,61 @@ async def service_figures(ctx: Context) -> list[Result]:
     return results
 
 
+class _Connection:
+    """A minimal HTTP/1.1 keep-alive client on one loopback connection, so the figure is the service's time
+    rather than a client library's."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        self.reader, self.writer, self.host = reader, writer, host
+
+    @classmethod
+    async def open(cls, base: str) -> _Connection:
+        host, _, port = base.removeprefix("http://").partition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer, f"{host}:{port}")
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
+        return status, await self.reader.readexactly(length)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
 async def _agent_list(ctx: Context, engine: Engine, base: str) -> list[Result]:
-    import httpx
-
     list_samples = max(20, min(300, ctx.sizes.live_samples // 5))
-
     ctx.say(f"service: agent_list over HTTP and in process, {list_samples} calls each")
     http_ms: list[float] = []
     local_ms: list[float] = []
-    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+    connection = await _Connection.open(base)
+    try:
         for index in range(list_samples + _WARM_UP):
             start = time.perf_counter()
-            answer = await http.post("/api/tools/agent_list", json={})
+            status, body = await connection.post("/api/tools/agent_list", b"{}")
             middle = time.perf_counter()
             local = await engine.call_tool("agent_list", {})
             end = time.perf_counter()
-            if answer.status_code != 200 or "error" in local:
-                raise RuntimeError(f"agent_list failed: {answer.text[:200]} / {local}")
+            if status != 200 or "error" in local:
+                raise RuntimeError(f"agent_list failed: {body[:200]!r} / {local}")
             if index >= _WARM_UP:
                 http_ms.append((middle - start) * 1000)
                 local_ms.append((end - middle) * 1000)
-    note = f"{list_samples} calls, {_LIST_SESSIONS} sessions, keep-alive httpx; baseline: engine.call_tool"
+    finally:
+        await connection.close()
+    note = (
+        f"{list_samples} calls, {_LIST_SESSIONS} sessions, one keep-alive connection (a minimal client); "
+        "baseline: engine.call_tool"
+    )
     return [
         Result(
             "service.agent_list.p50",
@@ -117,77 +152,79 @@ async def _agent_list(ctx: Context, engine: Engine, base: str) -> list[Result]:
     ]
 
 
-async def _publish(ctx: Context, engine: Engine, state: Any, base: str) -> list[Result]:
-    from websockets.asyncio.client import connect
+_CLIENTS_PROCESS: Final = """
+import asyncio, json, sys, time
+from websockets.asyncio.client import connect
 
-    publish_samples = max(20, min(200, ctx.sizes.live_samples // 10))
-
-    ctx.say(f"service: {publish_samples} events to {_CLIENTS} WebSocket clients in lock step")
-    session = await engine.create("bench")
-    url = base.replace("http://", "ws://") + f"/api/agents/{session.id}/events"
-    arrivals: dict[int, list[float]] = {}
-    everyone: dict[int, asyncio.Event] = {}
-    expected = _CLIENTS + 1  # the clients and the in-process subscriber
-
-    def arrived(seq: int, at: float, subscriber: bool) -> None:
-        times = arrivals.setdefault(seq, [])
-        if subscriber:
-            times.insert(0, at)
-        else:
-            times.append(at)
-        if len(times) == expected:
-            everyone[seq].set()
-
-    async def client(ready: asyncio.Event, count: list[int]) -> None:
+async def main(url, count):
+    arrivals = {}
+    async def client(ready):
         async with connect(url, max_size=2**24) as connection:
             json.loads(await connection.recv())  # the snapshot
-            count[0] += 1
-            if count[0] == _CLIENTS:
-                ready.set()
+            ready.append(1)
+            if len(ready) == count:
+                print("ready", flush=True)
             async for message in connection:
                 at = time.perf_counter()
-                arrived(int(json.loads(message)["event"]["seq"]), at, False)
+                seq = json.loads(message)["event"]["seq"]
+                times = arrivals.setdefault(seq, [])
+                times.append(at)
+                if len(times) == count:
+                    print(seq, *arrivals.pop(seq), flush=True)
+    ready = []
+    await asyncio.gather(*(client(ready) for _ in range(count)))
 
-    ready = asyncio.Event()
-    count = [0]
-    clients = [asyncio.create_task(client(ready, count)) for _ in range(_CLIENTS)]
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+"""The WebSocket clients, in a process of their own: prints `ready` once all are attached, then per event
+its seq and each client's arrival time (`time.perf_counter`, the same monotonic clock in every process)."""
+
+
+async def _publish(ctx: Context, engine: Engine, state: Any, base: str) -> list[Result]:
+    publish_samples = max(20, min(200, ctx.sizes.live_samples // 10))
+    ctx.say(f"service: {publish_samples} events to {_CLIENTS} WebSocket clients (another process) in lock step")
+    session = await engine.create("bench")
+    url = base.replace("http://", "ws://") + f"/api/agents/{session.id}/events"
+    clients = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _CLIENTS_PROCESS,
+        url,
+        str(_CLIENTS),
+        stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    assert clients.stdout is not None
     subscription = await engine.ring.subscribe(session.id)
-
-    async def subscriber() -> None:
-        async for event in subscription:
-            arrived(event.seq, time.perf_counter(), True)
-
-    listening = asyncio.create_task(subscriber())
     observer = state.broadcaster.observer(session.id)
     now = datetime.now(UTC)
     ws_ms: list[float] = []
     sub_ms: list[float] = []
     try:
-        await asyncio.wait_for(ready.wait(), 60)
+        line = await asyncio.wait_for(clients.stdout.readline(), 60)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"the WebSocket clients did not attach: {line!r}")
         for seq in range(1, publish_samples + _WARM_UP + 1):
-            event = Event(
-                id=EventId(new_id("evt")),
-                session_id=SessionId(session.id),
-                seq=seq,
-                at=now,
-                payload=sample_payload(seq),
-            )
-            everyone[seq] = asyncio.Event()
+            payload = sample_payload(seq)
+            event = Event(id=EventId(new_id("evt")), session_id=SessionId(session.id), seq=seq, at=now, payload=payload)
             start = time.perf_counter()
             await engine.ring.publish(event)  # what the session's emitter does with each event
             observer.on_event(session.id, event)
-            await asyncio.wait_for(everyone[seq].wait(), _WAIT_S)
+            received = await asyncio.wait_for(anext(aiter(subscription)), _WAIT_S)
+            subscribed = time.perf_counter()
+            fields = (await asyncio.wait_for(clients.stdout.readline(), _WAIT_S)).split()
+            if received.seq != seq or int(fields[0]) != seq:
+                raise RuntimeError(f"event {seq} arrived out of step")
             if seq > _WARM_UP:
-                times = arrivals.pop(seq)
-                sub_ms.append((times[0] - start) * 1000)
-                ws_ms.extend((at - start) * 1000 for at in times[1:])
+                sub_ms.append((subscribed - start) * 1000)
+                ws_ms.extend((float(at) - start) * 1000 for at in fields[1:])
     finally:
-        for task in [*clients, listening]:
-            task.cancel()
-        await asyncio.gather(*clients, listening, return_exceptions=True)
         await subscription.close()
+        if clients.returncode is None:
+            clients.kill()
+        await clients.wait()
     note = (
-        f"{publish_samples} events x {_CLIENTS} clients in lock step, clients in the same process; "
+        f"{publish_samples} events x {_CLIENTS} clients (in another process) in lock step; "
         "baseline: an in-process ring subscriber"
     )
     return [
