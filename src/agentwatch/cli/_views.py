@@ -145,11 +145,25 @@ def render_get(record: dict[str, Any]) -> None:
         asks = "; ".join(hitl["questions"] or []) or hitl["kind"]
         rows.append(("asks", f"[yellow]{escape(asks)}[/] [dim]({hitl['hitlId']})[/]"))
     if observer := record.get("observer"):
-        rows.append(("observer", escape(_short(json.dumps(observer), 200))))
+        rows.extend(_observer_rows(observer))
     if record["deletedAt"]:
         rows.append(("deleted", f"{record['deletedAt']} (reaped {record['reapAt']})"))
     cells = [[key, str(value)] for key, value in rows]
     print_table(None, cells, columns=[{"style": "dim", "no_wrap": True}, {}], box=None, pad_edge=False)
+
+
+def _observer_rows(observer: dict[str, Any]) -> list[tuple[str, str]]:
+    """The observer line (type, pairing state, why) and one line per latest report with its delivery state."""
+    state = str(observer["state"])
+    color = "green" if state == "armed" else "red" if state in ("denied", "blocked") else "yellow"
+    kind = escape(str(observer["observerType"] or "?"))
+    reason = f" [dim]({escape(_short(observer['reason'], 120))})[/]" if observer.get("reason") else ""
+    rows = [("observer", f"{kind} [{color}]{state}[/]{reason}")]
+    for report in observer.get("reports") or []:
+        delivery = str(report.get("delivery", "?"))
+        tag = "[yellow]queued[/]" if delivery == "queued" else f"[dim]{escape(delivery)}[/]"
+        rows.append(("report", f"{tag} {escape(_short(report['report'], 200))}"))
+    return rows
 
 
 def tail_line(row: dict[str, Any]) -> str:

@@ -210,6 +210,8 @@ class ObserverReportEntry(Answer):
     observer_session_id: str | None
     """None for a rule observer, which reports without a session of its own."""
     report: str
+    delivery: Literal["queued", "read"]
+    """`queued` while the report waits in the agent's inbox for its next turn; `read` once a turn took it."""
 
 
 class ObserverEntry(Answer):

@@ -22,10 +22,12 @@ async def describe_observer(store: Store, session: SessionRecord, *, reports: in
     ```python
     {"observerType": "reviewer", "observerSessionId": "ses_...", "state": "armed",
      "reason": "observer started", "since": "2025-...", "stopped": False,
-     "reports": [{"at": "...", "observerType": "reviewer", "observerSessionId": "ses_...", "report": "..."}]}
+     "reports": [{"at": "...", "observerType": "reviewer", "observerSessionId": "ses_...", "report": "...",
+                  "delivery": "queued"}]}
     ```
 
-    `reports` holds the newest `reports` reports, oldest first.
+    `reports` holds the newest `reports` reports, oldest first; each one's `delivery` is `queued` while it waits
+    in the agent's inbox (a finished task reads it at the next turn it is given) and `read` once a turn took it.
     """
     entry = await observer_entry(store, session, reports=reports)
     return dump(entry) if entry is not None else None
@@ -43,16 +45,23 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
     if ref is not None and ref.stopped and state not in ("stopped", "blocked"):
         state = "stopped"
     found = await store.read_events_backward(session.id, types=["observer.report"], limit=reports) if reports else []
-    listed = [
-        ObserverReportEntry(
+    waiting = [i.text for i in await store.list_inputs(session.id) if i.origin and i.origin.kind == "observer"]
+    listed: list[ObserverReportEntry] = []
+    for event in found:  # newest first: the newest reports are the ones still waiting in the inbox
+        if not isinstance(event.payload, ObserverReported):
+            continue
+        text = event.payload.report
+        queued = next((i for i, waits in enumerate(waiting) if waits.endswith(text)), None)
+        if queued is not None:
+            del waiting[queued]
+        entry = ObserverReportEntry(
             at=event.at.isoformat(),
             observer_type=event.payload.observer_type,
             observer_session_id=event.payload.observer_session_id,
-            report=event.payload.report,
+            report=text,
+            delivery="queued" if queued is not None else "read",
         )
-        for event in reversed(found)
-        if isinstance(event.payload, ObserverReported)
-    ]
+        listed.insert(0, entry)
     observer_type = ref.observer_type if ref is not None else changed.observer_type if changed else None
     observer_session = (ref.observer_session_id if ref is not None else None) or (
         changed.observer_session_id if changed else None

@@ -111,11 +111,11 @@ PROJECTION: dict[str, Projection] = {
     "conversation.cleared": Projection("conversation.cleared", None, False),
     "auth.required": Projection("auth.required", None, False),
     "external.event": Projection("external.event", None, False),
-    "observer.report": Projection("observer.report", None, False),
+    "observer.report": Projection("observer.report", None, True),
     "observer.state": Projection("observer.state", None, False),
 }
 """Every log type and how the tail names it. The default set: turns, items, tool progress, sub-tasks, HITL,
-model reroutes and runtime warnings, errors and retries; never the per-token `content.delta`."""
+model reroutes, runtime warnings, errors and retries, and observer reports; never the per-token `content.delta`."""
 
 assert set(PROJECTION) == set(PAYLOAD_TYPES), "every event type needs a row in the tail projection"
 
@@ -208,7 +208,7 @@ def _facts(payload: Payload) -> _Facts:
         case ConversationCleared():
             return "cleared", None, payload.archived_conversation_id, None
         case ObserverReported():
-            return f"report from {payload.observer_type}", None, payload.report, None
+            return f"report from {payload.observer_type}", None, payload.report, "queued"
         case ObserverStateChanged():
             return f"observer {payload.observer_type} {payload.state}", None, payload.reason, payload.state
         case _:
