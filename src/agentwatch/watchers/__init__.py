@@ -11,12 +11,15 @@ observer_message: Watch for tests that are skipped instead of fixed.
 ---
 ```
 
-When a `coder` session runs, the engine arms a pairing (through the same policy chain as any spawn), starts
+When a `coder` session runs, the engine arms a pairing (asking what a background `agent_task` by the coder,
+with its own grant, would be told: a model observer needs the coder's `spawn` grant; see `pairing`), starts
 a `reviewer` session in the background (source `observer`, parent the coder, marked `is_observer`), and after
 each turn (and within long ones) hands it a digest of what the coder did, framed as data. The reviewer says
-nothing, or calls `ObserverReport`; the report reaches the coder at its next turn as a meta input, and is
-recorded as an `observer.report` event on the coder's session. Nothing of this ever waits, pauses or rolls
-back the coder: it runs in background tasks, and its failures are recorded as warnings and dropped.
+nothing, or calls `ObserverReport`; the report reaches the coder at its next turn as a meta input (a task
+whose turn ended keeps it until it is given one; a parent still working hears of it too), and is recorded as
+an `observer.report` event on the coder's session. Nothing of this ever waits, pauses or rolls back the
+coder: it runs in background tasks, each batch bounded in time, and its failures are recorded as warnings
+and dropped.
 
 **The switch.** Observer agents are on by default: they cost nothing until a definition declares one, and
 declaring one is the opt-in. `[observers] enabled = false` in `agentwatch.toml`, `AGENTWATCH_OBSERVER_AGENTS=0`
