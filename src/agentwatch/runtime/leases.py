@@ -14,10 +14,13 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
   recovers turns sweeps the store for expired leases about once a second, so an orphaned turn continues
   within the lease plus about a second, and records a `runtime.info` note (source `leases`) naming the
   previous owner. The restart note and `continue_after_restart` apply as after a restart;
-- an engine that loses a lease it thought it held (its renewals failed or came too late) cuts that turn off
-  without recording anything (a turn's writes check the lease first): the new owner continues it. A tool
-  call starts only once the lease is confirmed (in the store, when the local view has lapsed), so a tool
-  never runs in two engines at once;
+- a lease is lost only when the store says so: a renewal (or a confirmation) finds the row held by
+  another owner, who took it over after it expired. A renewal that fails or comes back late loses nothing:
+  under load it waits behind other writes, the store renews an expired lease nobody took over, and a busy
+  engine never fails its own turns. An engine that lost a lease cuts that turn off without recording
+  anything (a turn's writes check the lease first): the new owner continues it. A tool call starts only
+  once the lease is confirmed (in the store, when the local view has lapsed; confirmations asked at once
+  share one store call), so a tool never runs in two engines at once;
 - work queued for a session (input, an answer, a report, a digest) takes the lease first when it is free,
   so work whose engine dies before running it is found by the sweep like an orphaned turn;
 - a turn loop that fails on a store fault ends the turn `failed` with the store's error once that can be
@@ -91,7 +94,14 @@ class Leases:
         # A lease counts as held locally until a margin before the store's expiry, measured from when the
         # acquire or renewal was sent, so a tool never starts after another engine may have taken over.
         self._margin = min(1.0, ttl / 5)
-        self._held: dict[str, float] = {}  # session id -> local (monotonic) deadline
+        self._held: dict[str, float] = {}  # session id -> local (monotonic) deadline of a sure hold
+        self._taken: dict[
+            str, int
+        ] = {}  # session id -> which take of the lease (an answer about an older one is stale)
+        self._takes = 0
+        self._asking: dict[str, asyncio.Future[bool | BaseException]] = {}  # store renewals under way, per session
+        self._asked: list[str] = []  # confirmations waiting for the next batch
+        self._batch: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.takeovers = 0
         """How many expired leases of other owners this engine took over."""
@@ -101,31 +111,81 @@ class Leases:
     # -- holding --------------------------------------------------------------------------------------
 
     def holds(self, session_id: str) -> bool:
-        """Whether this engine holds the session's lease (with a margin before its expiry)."""
+        """Whether this engine is sure it holds the session's lease: taken or renewed in the store recently
+        enough (with a margin before its expiry). False does not mean lost: a renewal may be under way."""
         deadline = self._held.get(session_id)
         return deadline is not None and time.monotonic() < deadline
 
     def may_write(self, session_id: str) -> bool:
-        """Whether a turn of the session may still write here: the lease was not found lost, and it cannot
-        have expired in the store yet (a renewal late because the loop was busy is not a loss)."""
-        deadline = self._held.get(session_id)
-        return deadline is not None and time.monotonic() < deadline + self._margin
+        """Whether a turn of the session may still write here: this engine took the lease and the store has
+        not said another owner holds it since. A lease past its local deadline is not lost: under load its
+        renewal may still sit behind other writes, and the store renews an expired lease nobody took over."""
+        return session_id in self._held
 
     async def confirm(self, session_id: str) -> bool:
         """Make sure of the lease in the store (extending it) when the local view is not sure any more;
-        False when another owner has it now."""
+        False when another owner has it now. Confirmations asked at once share one store call, and join a
+        renewal already under way."""
         if self.holds(session_id):
             return True
         if session_id not in self._held:
             return False  # found lost (or let go): never taken back behind the new owner's back
+        answer = self._asking.get(session_id)
+        if answer is None:
+            answer = self._asking[session_id] = asyncio.get_running_loop().create_future()
+            self._asked.append(session_id)
+            if self._batch is None or self._batch.done():
+                self._batch = asyncio.create_task(self._confirm_asked(), name="agentwatch-lease-confirm")
+        outcome = await asyncio.shield(answer)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome and session_id in self._held
+
+    async def _confirm_asked(self) -> None:
+        while self._asked:  # those asked while a store call is under way go in the next one
+            await asyncio.sleep(0)  # every confirmation asked in this round of the loop goes in one store call
+            ids, self._asked = self._asked, []
+            with contextlib.suppress(Exception):  # the askers get the error
+                await self._renew_in_store(ids, answering=set(ids))
+
+    async def _renew_in_store(self, ids: list[str], *, answering: set[str]) -> list[str]:
+        """Renew `ids` in the store (a renewal, not an acquire: it succeeds only while the lease row is still
+        this engine's, expired or not, so a lease another engine took over is never taken back in the
+        middle of a turn). Kept ones get a new local deadline; the others are lost and dropped. Answers the
+        confirmations of `answering`. Returns the lost ids; raises the store's error (nothing is dropped)."""
         sent = time.monotonic()
-        # A renewal, not an acquire: it succeeds only while the lease row is still this engine's, so a lease
-        # another engine took over (and maybe let go since) is never taken back in the middle of a turn.
-        if session_id in await self.store.renew_leases(self.owner, [session_id], self.ttl):
-            self._held[session_id] = sent + self.ttl - self._margin
-            return True
-        self._held.pop(session_id, None)
-        return False
+        takes = {session_id: self._taken.get(session_id) for session_id in ids}
+        try:
+            kept = set(await self.store.renew_leases(self.owner, ids, self.ttl))
+        except Exception as exc:
+            self._answer(answering, exc)
+            raise
+        lost: list[str] = []
+        for session_id in ids:
+            if session_id not in self._held or self._taken.get(session_id) != takes[session_id]:
+                continue  # let go (or taken again) meanwhile: this answer is about an older hold
+            if session_id in kept:
+                self._held[session_id] = max(self._held[session_id], sent + self.ttl - self._margin)
+            else:
+                self._drop(session_id)  # the store says another owner holds it (or nobody): lost
+                lost.append(session_id)
+        self._answer(answering, kept)
+        return lost
+
+    def _answer(self, ids: set[str], outcome: set[str] | BaseException) -> None:
+        for session_id in ids:
+            answer = self._asking.pop(session_id, None)
+            if answer is not None and not answer.done():
+                answer.set_result(outcome if isinstance(outcome, BaseException) else session_id in outcome)
+
+    def _hold(self, session_id: str, sent: float) -> None:
+        self._takes += 1
+        self._taken[session_id] = self._takes
+        self._held[session_id] = sent + self.ttl - self._margin
+
+    def _drop(self, session_id: str) -> float | None:
+        self._taken.pop(session_id, None)
+        return self._held.pop(session_id, None)
 
     @property
     def held(self) -> list[str]:
@@ -137,12 +197,12 @@ class Leases:
         sent = time.monotonic()
         if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
             return False
-        self._held[session_id] = sent + self.ttl - self._margin
+        self._hold(session_id, sent)
         return True
 
     async def release(self, session_id: str) -> None:
         """Let the lease go (best effort: a lease that cannot be released expires on its own)."""
-        if self._held.pop(session_id, None) is None:
+        if self._drop(session_id) is None:
             return
         try:
             await self.store.release_lease(session_id, self.owner)
@@ -151,32 +211,24 @@ class Leases:
 
     def forget(self, session_id: str) -> None:
         """Stop renewing the lease without a store call: it expires, and the restart rule takes over."""
-        self._held.pop(session_id, None)
+        self._drop(session_id)
 
     async def renew(self) -> list[str]:
-        """Renew every held lease; returns the ids this engine no longer holds (taken over, or overdue)."""
+        """Renew every held lease; returns the ids this engine no longer holds: those the store says another
+        owner took over. A renewal that fails or comes back late loses nothing (the store renews an expired
+        lease nobody took over; the next renewal tries again)."""
         ids = list(self._held)
-        lost: list[str] = []
-        if ids:
-            sent = time.monotonic()
-            try:
-                kept = set(await self.store.renew_leases(self.owner, ids, self.ttl))
-            except Exception as exc:
-                log.warning("renewing %d lease(s) failed: %s", len(ids), exc)
-                kept = set()
-            else:
-                for session_id in ids:
-                    if session_id not in self._held:
-                        continue  # released meanwhile
-                    if session_id in kept:
-                        self._held[session_id] = sent + self.ttl - self._margin
-                    else:
-                        lost.append(session_id)
-        now = time.monotonic()
-        lost += [sid for sid, deadline in self._held.items() if deadline <= now and sid not in lost]
-        for session_id in lost:
-            self._held.pop(session_id, None)
-        return lost
+        if not ids:
+            return []
+        answering = {session_id for session_id in ids if session_id not in self._asking}
+        loop = asyncio.get_running_loop()
+        for session_id in answering:  # confirmations asked meanwhile join this renewal
+            self._asking[session_id] = loop.create_future()
+        try:
+            return await self._renew_in_store(ids, answering=answering)
+        except Exception as exc:
+            log.warning("renewing %d lease(s) failed (tried again in %.1f s): %s", len(ids), self.renew_every, exc)
+            return []
 
     # -- the background task --------------------------------------------------------------------------
 
@@ -190,7 +242,13 @@ class Leases:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self._batch is not None:
+            self._batch.cancel()
+            await asyncio.gather(self._batch, return_exceptions=True)
+            self._batch = None
         ids, self._held = list(self._held), {}
+        self._taken.clear()
+        self._answer(set(self._asking), set())  # nothing is confirmed any more
         if ids:
             try:
                 await self.store.renew_leases(self.owner, ids, HAND_OVER_SECONDS)
@@ -216,7 +274,13 @@ class Leases:
     async def sweep(self, runtime: Runtime) -> int:
         """Take over sessions whose owner's lease expired and let their turn loops look for work (all at once);
         returns how many were taken."""
-        expired = [lease for lease in await self.store.expired_leases(limit=100) if not self.holds(lease.session_id)]
+        # A lease of this engine's own that expired in the store is not an orphan: its renewal is late (under
+        # load it waits behind other writes) and renews it, since nobody took it over.
+        expired = [
+            lease
+            for lease in await self.store.expired_leases(limit=100)
+            if not (lease.owner == self.owner and lease.session_id in self._held)
+        ]
         taken = await asyncio.gather(*(self._take_over(runtime, lease) for lease in expired))
         return sum(taken)
 
@@ -225,7 +289,7 @@ class Leases:
         sent = time.monotonic()
         if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
             return False  # another engine was faster
-        self._held[session_id] = sent + self.ttl - self._margin
+        self._hold(session_id, sent)
         try:
             channel = await runtime.driver(session_id)
             channel.kick()
