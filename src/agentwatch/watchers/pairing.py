@@ -10,10 +10,12 @@ pairing: the observer type and definition, the observer's session, a buffer of d
             └──── tombstone found ──> blocked
 ```
 
-- **arm**: the same policy chain as any spawn decides, on the spawn request the engine would make
-  (`agent_task`, `purpose="observer_arm"`). Declaring `observer:` on a definition is what entitles the agent
-  to this one spawn, so the request carries the `spawn` grant; any policy can still deny, ask or defer,
-  and anything but allow leaves the pairing `denied`.
+- **arm**: the gate asks what a background `agent_task` by the observed agent, with its real grant, would be
+  told: `[observers] deny` and `allowed_types` in `agentwatch.toml` first, then the policy chain on the spawn
+  request the engine would make (`purpose="observer_arm"`), whose grant check denies a model observer to an
+  agent without the `spawn` grant (a rule observer spawns nothing and needs none). Anything but allow
+  leaves the pairing `denied`, with a `runtime.warning`. The same gate runs before every batch
+  (`observer_delivery`), so a policy or config change stops delivery.
 - **reattach or fresh**: the observer ref kept with the observed session names the previous observer. It is
   reattached when the type still matches, it was not stopped and its session still exists; otherwise a new
   observer session starts. A stopped tombstone for the same type makes the pairing `blocked`: a stopped
