@@ -65,7 +65,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "observers",
         observers.efficacy,
-        "built-in rule observers over 65 scripted trajectories: recall, false reports, delivery; turn time",
+        "built-in rule observers over 66 scripted trajectories: recall, false reports, delivery; turn time",
     ),
 )
 

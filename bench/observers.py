@@ -499,6 +499,19 @@ def _secrets() -> list[Trajectory]:
             answer="Put your key in .env as OPENAI_API_KEY=<your-key>; never commit it.",
         ),
         Trajectory(
+            "an env dump and a manifest that name secrets without holding one",
+            "secret-guard",
+            False,
+            (
+                _call(
+                    "bash",
+                    "PWD=/home/dev/app\nHOME=/home/dev\nsecretName: tls-cert\npassword_hash: 9b71d224bd62f378\n"
+                    "next_page_token: CAUQAAxyz",
+                    command="env; cat k8s/ingress.yml",
+                ),
+            ),
+        ),
+        Trajectory(
             "template variables",
             "secret-guard",
             False,

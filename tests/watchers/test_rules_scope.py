@@ -117,6 +117,9 @@ def test_the_secret_guard_finds_keys_and_passwords_and_leaves_placeholders_alone
         '-----BEGIN PUBLIC KEY-----\npassword = os.environ["PW"]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE'
     )
     assert find_secrets(clean) == []
+    named = "PWD=/home/me\nsecretName: tls-cert\npassword_hash: 1a2b3c4d5e\nsecretary = 'Johnson'\n"
+    named += "password: ${{ secrets.PW }}"
+    assert find_secrets(named) == []
 
 
 async def test_the_secret_guard_reads_the_agents_own_answer() -> None:

@@ -266,9 +266,11 @@ SECRET_PATTERNS: Mapping[str, re.Pattern[str]] = {
     "a Stripe secret key (sk_live_...)": re.compile(r"\b[sr]k_live_[0-9A-Za-z]{16,}"),
     "a Google API key (AIza...)": re.compile(r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
     "a password or secret assignment": re.compile(
+        # The key ends with the keyword (DB_PASSWORD, client_secret, GITHUB_TOKEN, api-key), so `secretName`,
+        # `password_hash` or `next_page_token` are not read as holding one.
         r"""(?ix)
-        (?<![\w-])[\w.-]*(?:passw(?:or)?d|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token|
-        private[_-]?key|client[_-]?secret)[\w.-]*["']?
+        (?<![\w-])[\w.-]*(?:passw(?:or)?d|passwd|secret|api[_-]?key|secret[_-]?key|private[_-]?key|
+        (?:access|auth|refresh|bearer|api|github|gitlab|slack|npm|pypi|bot)[_-]?token)["']?
         \s*(?::=|=|:)\s*
         (?P<quote>["']?)(?P<value>[^\s"'`,;)}\]]{6,})(?P=quote)"""
     ),
@@ -283,7 +285,9 @@ _PLACEHOLDER = re.compile(
     ^(?:password|passw0rd|secret|pass|hunter2|admin|root|test|testing)\d*$|^(.)\1+$"""
 )
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
-_CODE_VALUE = re.compile(r"[(\[]|^(?:os\.|process\.env|env\.|self\.|settings\.|config\.|getenv|true$|false$)", re.I)
+_CODE_VALUE = re.compile(
+    r"[(\[]|^(?:/|~/|\./|os\.|process\.env|env\.|self\.|settings\.|config\.|secrets\.|getenv|true$|false$)", re.I
+)
 
 
 def placeholder(value: str) -> bool:
