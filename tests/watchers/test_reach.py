@@ -175,3 +175,72 @@ def _caller(session_id: str) -> Any:
     from agentwatch.runtime.tools import Caller
 
     return Caller(session_id=session_id)
+
+
+def _end_guard(ctx: Any) -> str | None:
+    """A rule observer that speaks after the turn, as budget-guard does."""
+    ended = [item for item in ctx.items if item.kind == "turn_ended"]
+    return "Your turn is over; here is what you missed." if ended else None
+
+
+@pytest.mark.parametrize("kind", ["task", "spawned", "api", "chat"])
+async def test_a_rule_observers_after_turn_report_reaches_every_kind_of_session(
+    open_engine: OpenEngine, scripted: Scripted, kind: str
+) -> None:
+    from agentwatch.runtime.roster import AgentDefinition
+    from agentwatch.watchers import ObserverAgents, RuleBook
+
+    def lead_script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("agent_task", {"role": "coder", "prompt": "write it", "timeoutMs": 10_000})
+        return Reply("lead done")
+
+    coder = role("coder", scripted(f"rule-coder-{kind}", ScriptedModel(function=lambda ctx: Reply("done"))))
+    coder = coder.model_copy(update={"observer": "end-guard"})
+    lead = role("lead", scripted(f"rule-lead-{kind}", ScriptedModel(function=lead_script)), tools=("agent_task",))
+    lead = lead.model_copy(update={"grant": ("spawn",)})
+    hub = ObserverAgents(rules=RuleBook({"end-guard": _end_guard}))
+    async with open_engine(coder, lead, AgentDefinition(name="end-guard", kind="rule"), extensions=[hub]) as engine:
+        if kind == "task":
+            session_id = str((await engine.task("coder", "write it", timeout=10))["agentId"])
+        elif kind == "spawned":
+            parent = str((await engine.task("lead", "get it written", timeout=10))["agentId"])
+            (child,) = await _children(engine, parent)
+            session_id = child.id
+        else:
+            session = await engine.create("coder", source="chat" if kind == "chat" else "api")
+            await engine.enqueue(session.id, "write it")
+            session_id = session.id
+        assert await eventually(lambda: reports(engine, session_id)) == ["Your turn is over; here is what you missed."]
+        pairing = hub.pairing(session_id)
+        assert pairing is not None and pairing.state == "armed"
+        if kind == "chat":
+            await eventually(lambda: _count_is(engine, session_id, 2))
+        else:
+            await asyncio.sleep(0.2)
+            session = await engine.store.get_session(session_id)
+            assert (session.status, await _turns(engine, session_id), session.pending_inputs) == ("completed", 1, 1)
+
+
+async def test_a_report_that_races_a_re_arm_waits_for_it(open_engine: OpenEngine, scripted: Scripted) -> None:
+    quiet = scripted("race-quiet", ScriptedModel(function=lambda ctx: Reply("nothing")))
+    coder_model = scripted("race-coder", ScriptedModel(function=lambda ctx: Reply("done")))
+    async with open_engine(
+        role("coder", coder_model, observer="quiet", grant=("spawn",)), role("quiet", quiet)
+    ) as engine:
+        session = await engine.create("coder", source="api")
+        await engine.enqueue(session.id, "go")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: _armed(engine, session.id))
+        pairing = observer_agents(engine).pairing(session.id)
+        assert pairing is not None
+
+        async def re_arm() -> None:  # as `ObserverAgents.submit` re-arms a retired pairing
+            await asyncio.sleep(0.3)
+            pairing.state = "armed"
+
+        pairing.state = None
+        pairing.arming = asyncio.create_task(re_arm())
+        answer = await engine.call_tool("ObserverReport", {"report": "mid-arm"}, caller=_caller(observer.id))
+        assert answer.get("delivered") is True, answer
+        assert await reports(engine, session.id) == ["mid-arm"]
