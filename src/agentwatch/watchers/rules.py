@@ -4,15 +4,20 @@ A rule observer is declared like any observer (`observer: loop-guard`). It recei
 digests (the structured items and the rendered text) through the same gate, and its reports take the same
 `ObserverReport` path to the observed agent. It has no session of its own.
 
-Four come built in and are registered in every engine (the roster gets a `kind: rule` definition for each
-unless the project defines that name itself):
+Five come built in and are registered in every engine (the roster gets a `kind: rule` definition for each
+unless the project defines that name itself). They read whole texts (`full_input`, `full_content`,
+`full_text`), not the digest's 2,000-character cut, and see each tool call as soon as it is made:
 
 | type | reports when |
 |---|---|
-| `loop-guard` | the same tool is called with the same input 3 times in one turn |
-| `failure-guard` | 3 tool calls in a row fail |
+| `loop-guard` | one turn calls a tool with the same input (canonical JSON) 3 times and gets the same result |
+| `failure-guard` | 3 tool calls in a row fail: an `error` result or a non-zero exit code a shell tool reports |
 | `budget-guard` | a turn uses more than 100,000 tokens or costs more than 1 USD |
-| `secret-guard` | a tool input or output holds something like an API key or a private key |
+| `secret-guard` | a tool input or output, or the agent's answer, holds a key, token, private key or password |
+| `command-guard` | a tool input holds a destructive shell or SQL command (it advises: the tool still runs) |
+
+`secret-guard` asks detect-secrets' detectors and its own patterns, and leaves placeholders, UUIDs, hashes
+and public keys out (`find_secrets`); `command-guard`'s list is in `destructive_commands`.
 
 Register your own (or retune a built-in) globally with the decorator, or on one engine:
 
