@@ -227,27 +227,26 @@ class ObserverEntry(Answer):
 
 
 class AgentRecord(SessionRow):
-    """The `agent_get` answer: the list row plus model, grant, prompt, output, fill, mailbox and `current`."""
+    """The `agent_get` answer: the list row plus model, grant, prompt, output, fill, mailbox and `current`.
 
+    Fields other agent-watching products carry that have no meaning here yet (a CLI harness, a planner, a
+    repository or working directory, per-session grants, schedules, watches) are left out rather than sent
+    always empty; docs/fields.md lists them and why.
+    """
+
+    session_count: int | None = omitted("Only on grouped `agent_list` rows; never on a record.")
+    recent: list[RecentEntry] | None = omitted("Only on grouped `agent_list` rows; never on a record.")
     scope: str | None
     usage_with_subagents: SubagentUsage
-    harness: str | None
     role_model_ref: str | None
     model_override: str | None
     capabilities: list[str]
-    extra_capabilities: JsonValue
-    capability_ceiling: JsonValue
-    repo: JsonValue
-    run_in: JsonValue
     system_prompt: str | None
-    planner_method: str | None
     text_output: str | None
     error: str | None
     context_fill: dict[str, JsonValue] = Field(description="How full the context is (stored form).")
     reap_at: Timestamp | None
     mailbox: list[MailboxEntry]
-    scheduled: list[JsonValue]
-    watching: list[JsonValue]
     observer: ObserverEntry | None
     current: CurrentSnapshot
 

@@ -120,7 +120,6 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
         role_model, capabilities = definition.model, sorted(definition.grant)
     except NotFound:
         role_model, capabilities = None, []
-    settings = session.settings
     inbox = await view.store.list_inputs(session.id)
     return AgentRecord(
         **row,
@@ -128,23 +127,15 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
         recent=None,
         scope=session.scope,
         usage_with_subagents=await usage_with_subagents(view, session),
-        harness=None,  # every model runs through the API adapter; no CLI harness exists yet
         role_model_ref=role_model,
         model_override=session.model_override,
         capabilities=list(capabilities),
-        extra_capabilities=settings.get("extra_capabilities") or [],
-        capability_ceiling=settings.get("capability_ceiling"),
-        repo=settings.get("repo"),
-        run_in=settings.get("run_in"),
         system_prompt=await _system_prompt(view, session),
-        planner_method=None,
         text_output=session.last_text,
         error=session.error,
         context_fill=session.context_fill or {"state": "none"},
         reap_at=iso(session.reap_at),
         mailbox=[MailboxEntry(id=i.id, text=i.text, created_at=iso(i.created_at), meta=i.meta) for i in inbox],
-        scheduled=[],
-        watching=[],
         observer=await observer_info(view, session),
         current=await current(view.store, session),
     )
