@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from agentwatch.cli import cli
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.policy import Decision, Policy, ToolRequest, Verdict
 from agentwatch.watchers import describe
@@ -223,3 +227,20 @@ async def _observer_turns(engine: object, session_id: str, count: int) -> bool:
 async def _denied(engine: object, session_id: str) -> str | None:
     found = await states(engine, session_id)  # type: ignore[arg-type]
     return next((reason for state, reason in found if state == "denied"), None)
+
+
+def test_agents_check_warns_about_a_model_observer_without_the_spawn_grant(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "coder.md").write_text("---\nmodel: openai-chat:m\nobserver: reviewer\n---\nCode.")
+    (agents / "lead.md").write_text("---\nmodel: openai-chat:m\ngrant: [spawn]\nobserver: reviewer\n---\nLead.")
+    (agents / "guarded.md").write_text("---\nmodel: openai-chat:m\nobserver: loop-guard\n---\nWork.")
+    (agents / "reviewer.md").write_text("---\nmodel: openai-chat:m\n---\nReview.")
+    done = CliRunner().invoke(cli, ["agents", "check", "--dir", str(agents)])
+    assert done.exit_code == 0, done.output
+    flat = " ".join(done.output.split())
+    assert (
+        "coder.md: warning: observer: 'reviewer' is a model observer, armed only for an agent that may spawn one; "
+        "add `grant: [spawn]` or 'coder' runs unobserved"
+    ) in flat
+    assert "lead.md" not in flat and "guarded.md" not in flat

@@ -63,6 +63,21 @@ def check(agents_dir: Path | None, tools: tuple[str, ...]) -> None:
                         agent=definition.name,
                     )
                 )
+    for definition in roster:  # the observer gate asks what a background agent_task by the agent would be told
+        observer = definition.observer
+        if observer is None or observer not in roster or "spawn" in definition.grant:
+            continue
+        if roster.get(observer).kind != "rule":
+            problems.append(
+                DefinitionProblem(
+                    definition.source_path,
+                    "observer",
+                    f"{observer!r} is a model observer, armed only for an agent that may spawn one; add "
+                    f"`grant: [spawn]` or {definition.name!r} runs unobserved",
+                    severity="warning",
+                    agent=definition.name,
+                )
+            )
     for problem in problems:
         style = "red" if problem.severity == "error" else "yellow"
         err_console.print(f"[{style}]{escape(str(problem))}[/]", soft_wrap=True)
