@@ -14,7 +14,12 @@ What happens:
    built-in rule observer `loop-guard`, which catches the repeat and reports it; the report reaches the
    fetcher's next turn, which fixes the input.
 3. `planner` plans a change and asks you (ask_user) which database to use; the turn pauses on the request
-   (status word `needs_you`) and continues with your answer. Without a terminal, the demo answers for you.
+   (status word `needs_you`) and continues with your answer. Without a terminal, the question is left
+   pending, for you to see with `agentwatch ls` and answer with `agentwatch answer`.
+
+It ends with the commands to look at what it left (the demo's store is `.agentwatch/demo.db`, so each takes
+`--store`): `agentwatch ls`, `agentwatch tail -f NAME`, `agentwatch answer` for a question left pending, and
+`agentwatch serve`.
 """
 
 from __future__ import annotations
@@ -199,11 +204,12 @@ def real_model() -> str | None:
 # -- the demo ---------------------------------------------------------------------------------------------
 
 
-def answer_for(question: str) -> str:
+def answer_for(question: str) -> str | None:
+    """Your answer, asked on the terminal; None without one (the question is left pending)."""
     if sys.stdin.isatty():
         return console.input(f"[bold yellow]? {question}[/] ")
-    console.print("[dim](no terminal, answering for you)[/] [yellow]PostgreSQL[/]")
-    return "PostgreSQL"
+    console.print("[dim](no terminal: the question is left pending for you to answer below)[/]")
+    return None
 
 
 async def main() -> None:
@@ -250,14 +256,36 @@ async def main() -> None:
         printer.names[planner.id] = "planner"
         await engine.enqueue(planner.id, "Plan adding persistent storage to the service.")
         session, _ = await engine.wait(planner.id, 120)
-        while session.status == "awaiting_input":
-            for request in await engine.store.list_requests(session_id=planner.id):
-                await engine.answer(request.id, answer_for((request.questions or [request.summary])[0]), by="you")
-            session, _ = await engine.wait(planner.id, 120)
+        left_pending = False
+        while session.status == "awaiting_input" and not left_pending:
+            for request in await engine.store.list_requests(session_id=planner.id, status="pending"):
+                answer = answer_for((request.questions or [request.summary])[0])
+                if answer is None:
+                    left_pending = True
+                    break
+                await engine.answer(request.id, answer, by="you")
+            else:
+                session, _ = await engine.wait(planner.id, 120)
 
         await asyncio.sleep(0.1)  # let the last events reach the printer
         await show_agents(engine)
-    console.print(f"\nInspect it yourself: [cyan]agentwatch db info --store {STORE}[/]")
+    next_steps("planner" if left_pending else "coder", answer_planner=left_pending)
+
+
+def next_steps(name: str, *, answer_planner: bool) -> None:
+    """The commands to look at what the demo left, exactly as they run from here."""
+    store = f"--store {STORE}"
+    steps = [
+        (f"agentwatch ls {store}", "every agent and the word it says"),
+        (f"agentwatch tail -f {name} {store}", f"follow {name} live (Ctrl-C to stop)"),
+    ]
+    if answer_planner:
+        steps.append((f'agentwatch answer planner "PostgreSQL" {store}', "answer the planner's question"))
+    steps.append((f"agentwatch serve {store}", "the same agents over HTTP, live attach and MCP"))
+    console.print(Rule("what to do next"))
+    width = max(len(command) for command, _ in steps)
+    for command, what in steps:
+        console.print(f"  [cyan]{command.ljust(width)}[/]  [dim]{what}[/]", soft_wrap=True, highlight=False)
 
 
 async def settle_with_reports(engine: Engine, session_id: str) -> None:

@@ -1,0 +1,72 @@
+"""The demo (`make run`): offline, it leaves the planner's question pending and ends with the commands to look
+at it, each working as printed from where the demo ran."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "examples" / "demo" / "run.py"
+
+
+def _run(command: str, cwd: Path, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    argv = shlex.split(command)
+    assert argv[0] == "agentwatch"
+    return subprocess.run(
+        [sys.executable, "-m", "agentwatch", *argv[1:]],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_the_demo_ends_with_the_commands_to_see_what_it_left(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTWATCH_"))}
+    demo = subprocess.run(
+        [sys.executable, str(DEMO)],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = demo.stdout.rstrip().splitlines()
+    start = next(i for i, line in enumerate(lines) if "what to do next" in line)
+    commands = [re.split(r"\s{2,}", line.strip())[0] for line in lines[start + 1 :]]
+    store = "--store sqlite:///.agentwatch/demo.db"
+    assert commands == [
+        f"agentwatch ls {store}",
+        f"agentwatch tail -f planner {store}",
+        f'agentwatch answer planner "PostgreSQL" {store}',
+        f"agentwatch serve {store}",
+    ]
+
+    listed = _run(commands[0], tmp_path, env)
+    assert listed.returncode == 0, listed.stderr
+    rows = {row.split("\t")[0]: row.split("\t") for row in listed.stdout.splitlines()[1:]}
+    assert rows.keys() == {"coder", "fetcher", "planner"} | {n for n in rows if n.startswith("tester-")}
+    assert rows["planner"][3] == "needs_you" and rows["coder"][3] == "done"
+
+    try:
+        followed = _run(commands[1], tmp_path, env, timeout=5).stdout
+    except subprocess.TimeoutExpired as stopped:  # -f follows until stopped
+        out = stopped.stdout
+        followed = out.decode() if isinstance(out, bytes) else out or ""
+    assert "hitl.requested Should the new service keep its data in SQLite or PostgreSQL?" in followed
+
+    answered = _run(commands[2], tmp_path, env)
+    assert answered.returncode == 0 and answered.stdout.startswith("answered req_"), answered.stderr
+    after = _run(commands[0], tmp_path, env)
+    planner = next(row.split("\t") for row in after.stdout.splitlines() if row.startswith("planner\t"))
+    assert planner[3] != "needs_you"
