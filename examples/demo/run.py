@@ -269,7 +269,7 @@ async def main() -> None:
 
         await asyncio.sleep(0.1)  # let the last events reach the printer
         await show_agents(engine)
-    next_steps("planner" if left_pending else "coder", answer_planner=left_pending)
+    next_steps("planner", answer_planner=left_pending)
 
 
 def next_steps(name: str, *, answer_planner: bool) -> None:
