@@ -8,7 +8,7 @@ and the memory live ring.
   `engine.call_tool("agent_list", {})` in process.
 - `service.publish_ws.p99`: an event emitted to a session (the live ring and the broadcaster, as the
   session's emitter does) until each of 100 attached WebSocket clients (in a process of their own) has
-  received it, in lock step, against an in-process ring subscriber of the same events.
+  received it, in lock step, against the same publish to an in-process ring subscriber (no client attached).
 - `service.attach_1000.p50`: a WebSocket connect that receives the snapshot of a session with 1,000 events,
   against reading those 1,000 events from the store in process.
 """
@@ -185,6 +185,29 @@ async def _publish(ctx: Context, engine: Engine, state: Any, base: str) -> list[
     ctx.say(f"service: {publish_samples} events to {_CLIENTS} WebSocket clients (another process) in lock step")
     session = await engine.create("bench")
     url = base.replace("http://", "ws://") + f"/api/agents/{session.id}/events"
+    now = datetime.now(UTC)
+
+    def event(seq: int) -> Event:
+        return Event(
+            id=EventId(new_id("evt")), session_id=SessionId(session.id), seq=seq, at=now, payload=sample_payload(seq)
+        )
+
+    # The baseline first: the same publish to an in-process ring subscriber, with no client attached.
+    rounds = publish_samples + _WARM_UP
+    sub_ms: list[float] = []
+    subscription = await engine.ring.subscribe(session.id)
+    try:
+        for seq in range(1, rounds + 1):
+            published = event(seq)
+            start = time.perf_counter()
+            await engine.ring.publish(published)
+            received = await asyncio.wait_for(anext(aiter(subscription)), _WAIT_S)
+            if received.seq != seq:
+                raise RuntimeError(f"event {seq} arrived out of step")
+            if seq > _WARM_UP:
+                sub_ms.append((time.perf_counter() - start) * 1000)
+    finally:
+        await subscription.close()
     clients = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -195,37 +218,29 @@ async def _publish(ctx: Context, engine: Engine, state: Any, base: str) -> list[
         stdin=asyncio.subprocess.DEVNULL,
     )
     assert clients.stdout is not None
-    subscription = await engine.ring.subscribe(session.id)
     observer = state.broadcaster.observer(session.id)
-    now = datetime.now(UTC)
     ws_ms: list[float] = []
-    sub_ms: list[float] = []
     try:
         line = await asyncio.wait_for(clients.stdout.readline(), 60)
         if line.strip() != b"ready":
             raise RuntimeError(f"the WebSocket clients did not attach: {line!r}")
-        for seq in range(1, publish_samples + _WARM_UP + 1):
-            payload = sample_payload(seq)
-            event = Event(id=EventId(new_id("evt")), session_id=SessionId(session.id), seq=seq, at=now, payload=payload)
+        for seq in range(rounds + 1, 2 * rounds + 1):
+            published = event(seq)
             start = time.perf_counter()
-            await engine.ring.publish(event)  # what the session's emitter does with each event
-            observer.on_event(session.id, event)
-            received = await asyncio.wait_for(anext(aiter(subscription)), _WAIT_S)
-            subscribed = time.perf_counter()
+            await engine.ring.publish(published)  # what the session's emitter does with each event
+            observer.on_event(session.id, published)
             fields = (await asyncio.wait_for(clients.stdout.readline(), _WAIT_S)).split()
-            if received.seq != seq or int(fields[0]) != seq:
+            if int(fields[0]) != seq:
                 raise RuntimeError(f"event {seq} arrived out of step")
-            if seq > _WARM_UP:
-                sub_ms.append((subscribed - start) * 1000)
+            if seq > rounds + _WARM_UP:
                 ws_ms.extend((float(at) - start) * 1000 for at in fields[1:])
     finally:
-        await subscription.close()
         if clients.returncode is None:
             clients.kill()
         await clients.wait()
     note = (
         f"{publish_samples} events x {_CLIENTS} clients (in another process) in lock step; "
-        "baseline: an in-process ring subscriber"
+        "baseline: the same publish to an in-process ring subscriber, no client attached"
     )
     return [
         Result(
