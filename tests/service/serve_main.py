@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agentwatch.config import load_config
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, register_scripted_model
@@ -23,7 +25,7 @@ def slow_model() -> ScriptedModel:
     return ScriptedModel([CallTool("pause", {}), Reply("finished")])
 
 
-def pause_tool(seconds: float) -> object:
+def pause_tool(seconds: float) -> Callable[..., Any]:
     async def pause() -> str:
         """Wait a while."""
         await asyncio.sleep(seconds)

@@ -104,7 +104,7 @@ async def test_fuzzed_requests_get_structured_errors_and_refusals_write_nothing(
         httpx.AsyncClient(base_url=base, timeout=30) as http,
     ):
         names = sorted(engine.tools)
-        properties = {n: sorted(t.parameters.get("properties", {})) for n, t in engine.tools.items()}  # type: ignore[arg-type]
+        properties = {n: sorted(t.parameters.get("properties", {})) for n, t in engine.tools.items()}
         for _ in range(20):  # one engine per example, several requests: an engine takes a second to open
             request = data.draw(requests(names, properties))
             before = await _fingerprint(engine)
