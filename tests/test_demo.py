@@ -1,5 +1,5 @@
 """The demo (`make run`): offline, it leaves the planner's question pending and ends with the commands to look
-at it, each working as printed from where the demo ran."""
+at it, each working as printed from where the demo ran (`serve` is not run here: it serves until stopped)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ DEMO = ROOT / "examples" / "demo" / "run.py"
 
 
 def _run(command: str, cwd: Path, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    argv = shlex.split(command)
-    assert argv[0] == "agentwatch"
+    """`command` run exactly as printed, from `cwd`."""
     return subprocess.run(
-        [sys.executable, "-m", "agentwatch", *argv[1:]],
+        shlex.split(command),
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -44,12 +43,17 @@ def test_the_demo_ends_with_the_commands_to_see_what_it_left(tmp_path: Path) -> 
     lines = demo.stdout.rstrip().splitlines()
     start = next(i for i, line in enumerate(lines) if "what to do next" in line)
     commands = [re.split(r"\s{2,}", line.strip())[0] for line in lines[start + 1 :]]
+    # The bare name when the shell finds this install's agentwatch, else its path (the temp directory is not
+    # below the install, so the path is absolute).
+    agentwatch = commands[0].split()[0]
+    assert agentwatch in ("agentwatch", str(Path(sys.executable).parent / "agentwatch"))
     store = "--store sqlite:///.agentwatch/demo.db"
     assert commands == [
-        f"agentwatch ls {store}",
-        f"agentwatch tail -f planner {store}",
-        f'agentwatch answer planner "PostgreSQL" {store}',
-        f"agentwatch serve {store}",
+        f"{agentwatch} ls {store}",
+        f"{agentwatch} tail -f planner {store}",
+        f'{agentwatch} answer planner "PostgreSQL" {store}',
+        f"{sys.executable} {DEMO} --resume",
+        f"{agentwatch} serve {store}",
     ]
 
     listed = _run(commands[0], tmp_path, env)
@@ -70,3 +74,11 @@ def test_the_demo_ends_with_the_commands_to_see_what_it_left(tmp_path: Path) -> 
     after = _run(commands[0], tmp_path, env)
     planner = next(row.split("\t") for row in after.stdout.splitlines() if row.startswith("planner\t"))
     assert planner[3] != "needs_you"
+
+    resumed = subprocess.run(
+        shlex.split(commands[3]), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "Plan: 1) add a PostgreSQL store" in resumed.stdout
+    final = _run(commands[0], tmp_path, env)
+    planner = next(row.split("\t") for row in final.stdout.splitlines() if row.startswith("planner\t"))
+    assert (planner[3], planner[4]) == ("done", "completed")

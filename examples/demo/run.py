@@ -19,7 +19,8 @@ What happens:
 
 It ends with the commands to look at what it left (the demo's store is `.agentwatch/demo.db`, so each takes
 `--store`): `agentwatch ls`, `agentwatch tail -f NAME`, `agentwatch answer` for a question left pending, and
-`agentwatch serve`.
+`agentwatch serve`. An answered question goes on when the demo's engine runs again: `run.py --resume` (its
+agents run on scripts and tools that only this file registers, so `agentwatch serve` cannot run them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -212,6 +214,43 @@ def answer_for(question: str) -> str | None:
     return None
 
 
+def demo_definitions(model: str | None) -> list[Any]:
+    """The demo's agent definitions, on `model` when one is configured (else on their scripts)."""
+    roster = load_roster(HERE / "agents")
+    definitions = [d.model_copy(update={"model": model}) if model else d for d in roster]
+    if model:  # with a real model, an LLM observer watches the coder too
+        definitions = [d.model_copy(update={"observer": "reviewer"}) if d.name == "coder" else d for d in definitions]
+    else:
+        register_scripts()
+    return definitions
+
+
+async def resume() -> None:
+    """`run.py --resume`: the demo's engine again, on the store it left, so an answered question goes on."""
+    model = real_model()
+    async with Engine.open(
+        STORE,
+        agents_dir=HERE / "none",
+        root=Path("."),
+        definitions=demo_definitions(model),
+        tools=[read_file, write_file, run_tests, fetch_report],
+    ) as engine:
+        printer = LivePrinter(console)
+        engine.start_with_observer(lambda _thread_id: printer)
+        from agentwatch.store import SessionFilter
+
+        page = await engine.store.list_sessions(SessionFilter(), sort="name", limit=100)
+        for session in page.items:
+            printer.names[session.id] = session.name
+        for session in page.items:
+            if session.pending_requests:
+                console.print(f"[yellow]{session.name} still waits on you[/]: answer it with `agentwatch answer`")
+            elif session.status in ("running", "awaiting_input", "queued") or session.pending_inputs:
+                await engine.wait(session.id, 120)
+        await asyncio.sleep(0.1)  # let the last events reach the printer
+        await show_agents(engine)
+
+
 async def main() -> None:
     STATE.mkdir(exist_ok=True)
     for leftover in STATE.glob("demo.db*"):
@@ -220,12 +259,7 @@ async def main() -> None:
     shutil.copytree(HERE / "project", WORKSPACE)
 
     model = real_model()
-    roster = load_roster(HERE / "agents")
-    definitions = [d.model_copy(update={"model": model}) if model else d for d in roster]
-    if model:  # with a real model, an LLM observer watches the coder too
-        definitions = [d.model_copy(update={"observer": "reviewer"}) if d.name == "coder" else d for d in definitions]
-    if model is None:
-        register_scripts()
+    definitions = demo_definitions(model)
     console.print(Rule("[bold]agentwatch demo"))
     console.print(f"store [cyan]{STORE}[/]   models [cyan]{model or 'scripted (offline)'}[/]\n")
 
@@ -272,16 +306,34 @@ async def main() -> None:
     next_steps("planner", answer_planner=left_pending)
 
 
+def _here(path: str | Path) -> str:
+    """`path` as typed from the current directory: relative below it, else absolute."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def _agentwatch() -> str:
+    """The `agentwatch` command as typed from here: its bare name when the shell finds this one, else its path
+    next to this Python (`.venv/bin/agentwatch` after `make run`)."""
+    installed = Path(sys.executable).parent / "agentwatch"
+    found = shutil.which("agentwatch")
+    if not installed.exists() or (found is not None and Path(found).resolve() == installed.resolve()):
+        return "agentwatch"
+    return _here(installed)
+
+
 def next_steps(name: str, *, answer_planner: bool) -> None:
     """The commands to look at what the demo left, exactly as they run from here."""
-    store = f"--store {STORE}"
+    agentwatch, store = _agentwatch(), f"--store {STORE}"
     steps = [
-        (f"agentwatch ls {store}", "every agent and the word it says"),
-        (f"agentwatch tail -f {name} {store}", f"follow {name} live (Ctrl-C to stop)"),
+        (f"{agentwatch} ls {store}", "every agent and the word it says"),
+        (f"{agentwatch} tail -f {name} {store}", f"follow {name} live (Ctrl-C to stop)"),
     ]
     if answer_planner:
-        steps.append((f'agentwatch answer planner "PostgreSQL" {store}', "answer the planner's question"))
-    steps.append((f"agentwatch serve {store}", "the same agents over HTTP, live attach and MCP"))
+        steps.append((f'{agentwatch} answer planner "PostgreSQL" {store}', "answer the planner's question"))
+        resume = shlex.join([_here(sys.executable), _here(HERE / "run.py"), "--resume"])
+        steps.append((resume, "then the demo's engine again: the planner goes on"))
+    steps.append((f"{agentwatch} serve {store}", "the same agents over HTTP, live attach and MCP"))
     console.print(Rule("what to do next"))
     width = max(len(command) for command, _ in steps)
     for command, what in steps:
@@ -327,4 +379,4 @@ async def show_agents(engine: Engine) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(resume() if sys.argv[1:] == ["--resume"] else main())
