@@ -95,9 +95,8 @@ class Leases:
         # acquire or renewal was sent, so a tool never starts after another engine may have taken over.
         self._margin = min(1.0, ttl / 5)
         self._held: dict[str, float] = {}  # session id -> local (monotonic) deadline of a sure hold
-        self._taken: dict[
-            str, int
-        ] = {}  # session id -> which take of the lease (an answer about an older one is stale)
+        # Which take of a session's lease is held (a renewal's answer about an earlier take is stale).
+        self._taken: dict[str, int] = {}
         self._takes = 0
         self._asking: dict[str, asyncio.Future[bool | BaseException]] = {}  # store renewals under way, per session
         self._asked: list[str] = []  # confirmations waiting for the next batch
