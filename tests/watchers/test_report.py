@@ -3,6 +3,8 @@ and the one-way rule."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 from agentwatch.events import Origin, ToolResult, UserMessage
@@ -75,19 +77,32 @@ async def test_reports_cannot_feed_each_other_forever(open_engine: OpenEngine, s
         session = await engine.create("chat", source="chat")
         await engine.enqueue(session.id, "hi")
         (observer,) = await eventually(lambda: observers_of(engine, session.id))
-        # turn 1 (the person) -> report -> turn 2 (the report alone) -> digest -> report refused
-        refusals = await eventually(lambda: _refusals(engine, observer.id))
-        assert "reports from feeding each other" in refusals[0]
+        # turn 1 (the person) -> report -> turn 2 (the report alone) -> digest -> report queued, starting no turn
+        held = await eventually(lambda: _held(engine, observer.id))
+        assert held == [
+            f"Report queued for {session.name!r}; its last turn was started by observer reports alone, so this one "
+            "starts none: it reads it at the next turn it is given."
+        ]
+        await asyncio.sleep(0.3)
         await engine.wait(session.id, 5)
         assert len(await events(engine, session.id, "turn.ended")) == 2
-        assert await reports(engine, session.id) == ["Again!"]
-        await engine.enqueue(session.id, "and now?")  # other input: reports are welcome again
-        await eventually(lambda: _reports_count(engine, session.id, 2))
+        assert await reports(engine, session.id) == ["Again!", "Again!"]
+        assert (await engine.store.get_session(session.id)).pending_inputs == 1
+        await engine.enqueue(session.id, "and now?")  # other input: the held report is read with it
+        await eventually(lambda: _turns(engine, session.id, 3))
+        third = [e.payload for e in await events(engine, session.id, "message.user")][-2:]
+        assert [m.text.endswith("Again!") for m in third if isinstance(m, UserMessage)] == [True, False]
+        await eventually(lambda: _reports_count(engine, session.id, 3))
 
 
-async def _refusals(engine: Any, session_id: str) -> list[str]:
+async def _held(engine: Any, session_id: str) -> list[str]:
     results = [e.payload for e in await events(engine, session_id, "tool.result")]
-    return [r.output for r in results if isinstance(r, ToolResult) and r.status == "error"]
+    outputs = [str(r.output) for r in results if isinstance(r, ToolResult) and r.status == "ok"]
+    found = []
+    for output in outputs:
+        if "starts none" in output:
+            found.append(json.loads(output)["message"])
+    return found
 
 
 async def _reports_count(engine: Any, session_id: str, count: int) -> bool:

@@ -8,7 +8,7 @@ tools and `ask_user`, plus this one). A call delivers nothing, and says why, whe
 | the caller is not an observer session | `not_delivered`: only an observer can report |
 | its pairing is missing, denied, retired, stopped or blocked | `not_delivered`: the pairing is not armed |
 | the observed agent is missing, deleted or stopped (`cancelled`) | `not_delivered`: not running; pairing retires |
-| the observed agent's latest turn was started by reports alone | `not_delivered`: loop guard (below) |
+| the observed agent's report-only turn is still running | `not_delivered`: loop guard (below) |
 
 Otherwise the report is queued in the observed agent's inbox as a meta input from `observer:<type>` and an
 `observer.report` event is recorded on the observed session. Reports are never part of the next digest. Every
@@ -20,9 +20,10 @@ agent that is still working (running or waiting on a request), the report also r
 input from `observer:<type>@<child session id>`, worded as news about its sub-agent.
 
 **Loop guard.** A report can start a turn of the observed agent, whose digest goes back to the observer,
-which could report again, and so on. So a report is refused while the observed agent's current (or last)
-turn was started by observer reports alone and nothing else waits in its inbox: at most one turn in a row
-is ever caused by reports.
+which could report again, and so on. So while the observed agent's last turn was started by observer reports
+alone and nothing else waits in its inbox, a report is queued without starting a turn (it is read at the
+next turn the agent is given), and refused only if that turn is somehow still running after a few seconds:
+at most one turn in a row is ever caused by reports, and no report made is lost.
 
 **One way.** An observer cannot message, spawn or answer anyone (those tools are withheld, and the policy
 refuses them all the same), and no agent can `agent_enqueue` to an observer session.
@@ -135,11 +136,16 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
         raise ReportNotDelivered(
             f"the observed agent {pairing.observed_name!r} is not running ({status}); the report was not delivered"
         )
-    if report_turn and not await _other_input_waits(engine.store, observed):
-        raise ReportNotDelivered(
-            f"{pairing.observed_name!r} is busy with a turn that observer reports alone started; to keep reports "
-            "from feeding each other, a new one is accepted once it has other input. The report was not delivered"
-        )
+    driver = await engine.driver(observed.id)
+    held = report_turn and not await _other_input_waits(engine.store, observed)
+    if held:  # loop guard: queued without starting a turn, once the turn that reports alone started is over
+        await _loop_finished(driver)
+        if getattr(driver, "turn_running", False):
+            raise ReportNotDelivered(
+                f"{pairing.observed_name!r} is busy with a turn that observer reports alone started; to keep "
+                "reports from feeding each other, a new one is accepted once it has other input. The report was "
+                "not delivered"
+            )
     source = observer_source(pairing.observer_type)
     reported = ObserverReported(
         observer_type=pairing.observer_type, observer_session_id=pairing.observer_session_id, report=report
@@ -147,8 +153,7 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
     draft = InputDraft(
         text=report_text(pairing.observer_type, report), origin=Origin(kind="observer", ref=source), meta=True
     )
-    driver = await engine.driver(observed.id)
-    starts_turn = starts_turns(observed)
+    starts_turn = starts_turns(observed) and not held
     if starts_turn:
         async with claimed(engine, observed.id):  # never left without an owner to read it (see runtime.leases)
             await driver.commit(Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
@@ -170,6 +175,11 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
             await parent_driver.commit(Write(parent.id, inputs_add=[about], touch=False))
         parent_driver.kick()
     also = f" (and to its parent {parent.name!r}, which is still working)" if parent is not None else ""
+    if held:
+        return (
+            f"Report queued for {pairing.target}{also}; its last turn was started by observer reports alone, so "
+            "this one starts none: it reads it at the next turn it is given."
+        )
     if starts_turn or observed.status not in TERMINAL_STATUSES:
         return f"Report queued for {pairing.target}{also}; it reads it at its next turn."
     return (
