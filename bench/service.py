@@ -49,7 +49,15 @@ async def _served(engine: Engine) -> AsyncIterator[tuple[str, Any]]:
 
     app = create_app(engine)
     server = _Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_level="warning", ws_max_size=2**24)
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            lifespan="on",
+            log_level="warning",
+            ws_max_size=2**24,
+            ws_per_message_deflate=False,
+        )
     )
     task = asyncio.create_task(server.serve())
     while not server.started:

@@ -30,6 +30,7 @@ async def served(app: Starlette, *, ws_max_size: int = 65_536) -> AsyncIterator[
             lifespan="on",
             log_level="warning",
             ws_max_size=ws_max_size,
+            ws_per_message_deflate=False,  # as `serve` does
             timeout_graceful_shutdown=2,
         )
     )
