@@ -56,7 +56,7 @@ from agentwatch.reads.observer import describe_observer
 from agentwatch.runtime.policy import ToolRequest, Verdict
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.store import ObserverRef, SessionDraft, SessionRecord, Write
-from agentwatch.watchers.digest import Digest
+from agentwatch.watchers.digest import Digest, safe_name
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
@@ -120,7 +120,7 @@ class Pairing:
     @property
     def target(self) -> str:
         """Where reports go, in words."""
-        return "the main conversation" if self.main else repr(self.observed_name)
+        return "the main conversation" if self.main else safe_name(self.observed_name)
 
     def add(self, digest: Digest) -> None:
         """Buffer a digest, dropping the oldest when the buffer is full."""
