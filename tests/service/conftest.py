@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -10,28 +10,10 @@ from typing import Any
 import pytest
 
 from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.models import ScriptedModel, register_scripted_model, unregister_scripted_model
 from agentwatch.runtime.roster import AgentDefinition
+from tests.runtime.conftest import scripted, store_url  # the same fixtures as the runtime tests
 
-
-@pytest.fixture
-def scripted() -> Iterator[Callable[[str, ScriptedModel], str]]:
-    """Register scripted models by name for one test; returns the model ref (`scripted:<name>`)."""
-    names: list[str] = []
-
-    def register(name: str, model: ScriptedModel) -> str:
-        register_scripted_model(name, model)
-        names.append(name)
-        return f"scripted:{name}"
-
-    yield register
-    for name in names:
-        unregister_scripted_model(name)
-
-
-@pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'agentwatch.db'}"
+__all__ = ["open_engine", "scripted", "store_url"]
 
 
 @pytest.fixture
