@@ -191,13 +191,15 @@ class Leases:
         """The ids of the sessions whose lease this engine holds or renews."""
         return list(self._held)
 
-    async def acquire(self, session_id: str) -> bool:
-        """Take the session's lease; False when another live owner holds it."""
+    async def acquire(self, session_id: str) -> LeaseRecord | bool:
+        """Take the session's lease; False when another live owner holds it. When it took over another owner's
+        expired lease, returns that lease (a turn it continues says whose it was), else True."""
+        previous = await self.store.get_lease(session_id)
         sent = time.monotonic()
         if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
             return False
         self._hold(session_id, sent)
-        return True
+        return previous if previous is not None and previous.owner != self.owner and previous.expired else True
 
     async def release(self, session_id: str) -> None:
         """Let the lease go (best effort: a lease that cannot be released expires on its own)."""
@@ -292,26 +294,31 @@ class Leases:
         try:
             channel = await runtime.driver(session_id)
             channel.kick()
-            if lease.owner == self.owner:
-                return True
-            self.takeovers += 1
-            session = await self.store.get_session(session_id)
-            if session.status not in ("running", "awaiting_input"):
-                return True
-            late = (datetime.now(UTC) - lease.expires_at).total_seconds()
-            notice = RuntimeNotice(
-                type="runtime.info",
-                message=(
-                    f"the engine that ran this session stopped renewing its lease {late:.1f} s ago (it died or "
-                    "hung); this engine continues its turn"
-                ),
-                source="leases",
-                detail={"previous_owner": lease.owner, "owner": self.owner, "lease_expired_at": _iso(lease)},
-            )
-            await channel.commit(Write(session_id, events=[NewEvent(notice)], touch=False))
+            if lease.owner != self.owner:
+                await self.note_takeover(runtime, lease)
         except AgentwatchError:  # reaped meanwhile: nothing to continue
             await self.release(session_id)
         return True
+
+    async def note_takeover(self, runtime: Runtime, lease: LeaseRecord) -> None:
+        """Record on a session whose turn this engine continues that it took the lease over from `lease`'s owner
+        (whichever path took it: the sweep, or a turn loop that found the session's lease expired)."""
+        self.takeovers += 1
+        session = await self.store.get_session(lease.session_id)
+        if session.status not in ("running", "awaiting_input"):
+            return
+        late = (datetime.now(UTC) - lease.expires_at).total_seconds()
+        notice = RuntimeNotice(
+            type="runtime.info",
+            message=(
+                f"the engine that ran this session stopped renewing its lease {late:.1f} s ago (it died or "
+                "hung); this engine continues its turn"
+            ),
+            source="leases",
+            detail={"previous_owner": lease.owner, "owner": self.owner, "lease_expired_at": _iso(lease)},
+        )
+        channel = await runtime.driver(lease.session_id)
+        await channel.commit(Write(lease.session_id, events=[NewEvent(notice)], touch=False))
 
 
 def _iso(lease: LeaseRecord) -> str:
@@ -334,8 +341,12 @@ async def owned_plan(runtime: Runtime, session_id: str) -> tuple[SessionRecord, 
     """
     leases = leases_of(runtime)
     for _ in range(3):
-        if leases is not None and not leases.holds(session_id) and not await leases.acquire(session_id):
-            return None
+        if leases is not None and not leases.holds(session_id):
+            taken = await leases.acquire(session_id)
+            if taken is False:
+                return None
+            if isinstance(taken, LeaseRecord):
+                await leases.note_takeover(runtime, taken)
         session = await runtime.store.get_session(session_id)
         plan = await next_plan(runtime, session)
         if plan is not None:
@@ -357,6 +368,8 @@ async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[None]:
     each turn and after it lets the lease go). A lease taken here for work that was not queued is let go."""
     leases = leases_of(runtime)
     taken = leases is not None and not leases.holds(session_id) and await leases.acquire(session_id)
+    if isinstance(taken, LeaseRecord) and leases is not None:
+        await leases.note_takeover(runtime, taken)
     try:
         yield
     except BaseException:
