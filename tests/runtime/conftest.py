@@ -13,6 +13,7 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import ScriptedModel, register_scripted_model, unregister_scripted_model
 from agentwatch.runtime.roster import AgentDefinition
 from tests.runtime.support import OpenEngine, Scripted
+from tests.store.databases import postgres_schema
 
 
 @pytest.fixture
@@ -48,3 +49,13 @@ def open_engine(tmp_path: Path, store_url: str) -> OpenEngine:
             yield engine
 
     return opener
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new store: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'aw.db'}"
+        return
+    with postgres_schema(request.getfixturevalue("postgres_url")) as schema_url:
+        yield schema_url

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from agentwatch.runtime.models import ScriptedModel
+from agentwatch.config import Config, load_config
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import AgentDefinition
 
 Scripted = Callable[[str, ScriptedModel], str]
@@ -17,3 +22,33 @@ OpenEngine = Callable[..., Any]
 def role(name: str, model: str, *, tools: tuple[str, ...] = (), **fields: Any) -> AgentDefinition:
     """A role built in Python, as a project would."""
     return AgentDefinition(name=name, model=model, instructions=f"You are {name}.", tools=tools, **fields)
+
+
+LEASE = 1.0
+"""The lease (seconds) of the lease tests: short, so expiry comes quickly."""
+
+
+def lease_config(tmp_path: Path, lease: float = LEASE) -> Config:
+    config = load_config(tmp_path, env={})
+    return config.model_copy(update={"sessions": config.sessions.model_copy(update={"lease_seconds": lease})})
+
+
+def one_call_per_prompt(ctx: Any) -> Any:
+    """Call `slow_tool` once (with a label no other call has) after each real prompt, then answer."""
+    since_prompt = 0
+    for entry in ctx.transcript:
+        if entry.kind == "prompt" and not entry.text.startswith("[agentwatch]"):
+            since_prompt = 0
+        elif entry.kind == "tool_result":
+            since_prompt += 1
+    if since_prompt == 0:
+        return CallTool("slow_tool", {"label": uuid.uuid4().hex})
+    return Reply("done")
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        await asyncio.sleep(0.01)

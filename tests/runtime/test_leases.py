@@ -7,54 +7,21 @@ processes killed at random moments are in `test_leases_processes.py`.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentwatch.config import Config, load_config
+from agentwatch.config import load_config
 from agentwatch.events import NewEvent, RuntimeNotice, ToolResult, TurnEnded, TurnId, TurnStarted, UserMessage
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, new_owner
-from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.models import ScriptedModel
 from agentwatch.store import SessionDraft, SessionPatch, Write
-from tests.runtime.support import Scripted, role
-from tests.store.databases import postgres_schema
-
-LEASE = 1.0
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A new store: a SQLite file, or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'aw.db'}"
-        return
-    with postgres_schema(request.getfixturevalue("postgres_url")) as schema_url:
-        yield schema_url
-
-
-def lease_config(tmp_path: Path, lease: float = LEASE) -> Config:
-    config = load_config(tmp_path, env={})
-    return config.model_copy(update={"sessions": config.sessions.model_copy(update={"lease_seconds": lease})})
-
-
-def one_call_per_prompt(ctx: Any) -> Any:
-    """Call `slow_tool` once (with a label no other call has) after each real prompt, then answer."""
-    since_prompt = 0
-    for entry in ctx.transcript:
-        if entry.kind == "prompt" and not entry.text.startswith("[agentwatch]"):
-            since_prompt = 0
-        elif entry.kind == "tool_result":
-            since_prompt += 1
-    if since_prompt == 0:
-        return CallTool("slow_tool", {"label": uuid.uuid4().hex})
-    return Reply("done")
-
+from tests.runtime.support import LEASE, Scripted, lease_config, one_call_per_prompt, role, until
 
 Runs = list[tuple[str, str, str]]
 """(engine, event, label) for every start and end of a tool run."""
@@ -68,14 +35,6 @@ def slow_tool(runs: Runs, engine: str, seconds: float) -> Callable[..., Any]:
         return f"{engine} did {label}"
 
     return slow_tool
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        await asyncio.sleep(0.01)
 
 
 def started(runs: Runs) -> list[str]:

@@ -3,16 +3,12 @@ and what the model and the tool said is kept."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from agentwatch.events import AssistantMessage, ToolResult
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from tests.runtime.support import role
-from tests.store.databases import postgres_schema
 
 ODD = "before\x00after \ud800 end"
 
@@ -22,19 +18,10 @@ def echo_odd() -> str:
     return ODD
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'odd.db'}"
-        return
-    with postgres_schema(request.getfixturevalue("postgres_url")) as url:
-        yield url
-
-
-async def test_odd_text_from_the_model_and_a_tool_completes_the_turn_alike(any_store: str, tmp_path: Path) -> None:
+async def test_odd_text_from_the_model_and_a_tool_completes_the_turn_alike(url: str, tmp_path: Path) -> None:
     model = ScriptedModel([CallTool("echo_odd"), Reply(ODD)])
     async with Engine.open(
-        any_store,
+        url,
         root=tmp_path,
         agents_dir=tmp_path / "agents",
         definitions=[role("odd", "scripted:odd", tools=("echo_odd",))],
