@@ -156,7 +156,7 @@ async def _rotate(count: int, sides: Sequence[Callable[[], Awaitable[None]]]) ->
 # -- one turn -----------------------------------------------------------------------------------------------
 
 
-class _WriteCounter:
+class WriteCounter:
     """Counts `store.write` calls (wrapping the store instance's method) and, on SQLite, the writer's COMMITs."""
 
     def __init__(self, side: EngineSide) -> None:
@@ -178,6 +178,10 @@ class _WriteCounter:
     def _trace(self, statement: str) -> None:
         if statement.startswith("COMMIT"):
             self.commits += 1
+
+    def reset(self) -> None:
+        self.writes = 0
+        self.commits = 0
 
 
 def _checkpointed_size(path: Path) -> int:
@@ -259,7 +263,7 @@ async def turn_overhead(ctx: Context) -> list[Result]:
         if made != TOOL_CALLS:
             raise RuntimeError(f"the engine's turn made {made} tool call(s); the script has {TOOL_CALLS}")
 
-        counter = _WriteCounter(on_full)
+        counter = WriteCounter(on_full)
         database = ctx.workdir / "engine-turn-full" / "agentwatch.db"
         size_before = await asyncio.to_thread(_checkpointed_size, database)
         await _rotate(

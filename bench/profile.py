@@ -19,7 +19,6 @@ import os
 import pstats
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -33,40 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench._turns import BareChat, EngineSide, bare_agent, engine_side, ten_tool_turn
+from bench._turns import BareChat, bare_agent, engine_side, ten_tool_turn
+from bench.engine import WriteCounter
 
 _MARK_START = b"agentwatch-bench-profile-start"
 _MARK_END = b"agentwatch-bench-profile-end"
 
 
 # -- counting -----------------------------------------------------------------------------------------------
-
-
-class _StoreCounter:
-    """Counts `store.write` calls (wrapping the instance's method) and the COMMITs of the SQLite writer."""
-
-    def __init__(self, side: EngineSide) -> None:
-        self.writes = 0
-        self.commits = 0
-        store = side.engine.store
-        original = store.write
-
-        async def counted(write: Any) -> Any:
-            self.writes += 1
-            return await original(write)
-
-        store.write = counted  # type: ignore[method-assign]
-        connection = getattr(store, "_writer_connection", None)
-        if isinstance(connection, sqlite3.Connection):
-            connection.set_trace_callback(self._trace)
-
-    def _trace(self, statement: str) -> None:
-        if statement.startswith("COMMIT"):
-            self.commits += 1
-
-    def reset(self) -> None:
-        self.writes = 0
-        self.commits = 0
 
 
 @dataclass
@@ -193,7 +166,7 @@ async def _profile(turns: int, synchronous: str, out: list[str]) -> dict[str, fl
     agent = bare_agent(script)
     with tempfile.TemporaryDirectory(prefix="agentwatch-profile-") as workdir:
         async with engine_side(Path(workdir) / "engine", script, synchronous=synchronous) as side:
-            counter = _StoreCounter(side)
+            counter = WriteCounter(side)
             sessions = [await side.new_session() for _ in range(turns * 4 + 10)]
             fresh = iter(sessions)
 
