@@ -11,7 +11,15 @@ import pytest
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
 from agentwatch.events import new_id
-from agentwatch.store import ObserverRef, SessionDraft, SessionFilter, SessionPatch, Store, connect_store
+from agentwatch.store import (
+    LeaseRecord,
+    ObserverRef,
+    SessionDraft,
+    SessionFilter,
+    SessionPatch,
+    Store,
+    connect_store,
+)
 
 SHORT = 0.3
 """A ttl that lapses within a test; waits use twice it."""
@@ -266,3 +274,19 @@ async def test_racing_observer_creations_leave_one_observer_session(store_url: s
     finally:
         for opened in stores:
             await opened.close()
+
+
+async def test_taking_a_lease_says_whose_expired_lease_it_took_over(store: Store) -> None:
+    session_id = await _session(store)
+    assert await store.take_lease(session_id, "engine-a", SHORT) is True  # free
+    assert await store.take_lease(session_id, "engine-a", SHORT) is True  # already its own
+    assert await store.take_lease(session_id, "engine-b", 60) is False  # live, another owner's
+    await asyncio.sleep(2 * SHORT)
+    # The lease is read and taken in one transaction: the caller learns whose expired lease it took over.
+    previous = await store.take_lease(session_id, "engine-b", 60)
+    assert isinstance(previous, LeaseRecord)
+    assert (previous.owner, previous.expired) == ("engine-a", True)
+    lease = await store.get_lease(session_id)
+    assert lease is not None and lease.owner == "engine-b" and not lease.expired
+    await store.release_lease(session_id, "engine-b")
+    assert await store.take_lease(session_id, "engine-a", 60) is True  # released: free, nobody's takeover

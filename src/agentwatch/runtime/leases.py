@@ -194,12 +194,11 @@ class Leases:
     async def acquire(self, session_id: str) -> LeaseRecord | bool:
         """Take the session's lease; False when another live owner holds it. When it took over another owner's
         expired lease, returns that lease (a turn it continues says whose it was), else True."""
-        previous = await self.store.get_lease(session_id)
         sent = time.monotonic()
-        if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
-            return False
-        self._hold(session_id, sent)
-        return previous if previous is not None and previous.owner != self.owner and previous.expired else True
+        taken = await self.store.take_lease(session_id, self.owner, self.ttl)
+        if taken is not False:
+            self._hold(session_id, sent)
+        return taken
 
     async def release(self, session_id: str) -> None:
         """Let the lease go (best effort: a lease that cannot be released expires on its own)."""
@@ -287,15 +286,17 @@ class Leases:
 
     async def _take_over(self, runtime: Runtime, lease: LeaseRecord) -> bool:
         session_id = lease.session_id
-        sent = time.monotonic()
-        if not await self.store.acquire_lease(session_id, self.owner, self.ttl):
+        try:
+            taken = await self.acquire(session_id)
+        except NotFound:
+            return False  # reaped since it was listed
+        if taken is False:
             return False  # another engine was faster
-        self._hold(session_id, sent)
         try:
             channel = await runtime.driver(session_id)
             channel.kick()
-            if lease.owner != self.owner:
-                await self.note_takeover(runtime, lease)
+            if isinstance(taken, LeaseRecord):
+                await self.note_takeover(runtime, taken)
         except AgentwatchError:  # reaped meanwhile: nothing to continue
             await self.release(session_id)
         return True

@@ -77,12 +77,24 @@ class LeaseMethods(ABC):
         """Take `session_id`'s lease for `ttl` seconds if it is free, expired or already `owner`'s (then it is
         extended); True when `owner` holds it after the call. Atomic: of owners racing, exactly one wins.
         Raises `NotFound` for an unknown session."""
+        return await self.take_lease(session_id, owner, ttl) is not False
+
+    async def take_lease(self, session_id: str, owner: str, ttl: float) -> LeaseRecord | bool:
+        """`acquire_lease`, saying from whom: False when another owner's live lease stands; the other owner's
+        lease (marked expired) when this call took it over; True when it was free or already `owner`'s. The
+        lease is read and taken in one transaction, so a takeover is never mistaken for a free lease."""
         _check_owner(owner)
         seconds = _check_ttl(ttl)
 
-        async def acquire(tx: Tx) -> bool:
+        async def take(tx: Tx) -> LeaseRecord | bool:
             if not await tx.fetch("SELECT 1 FROM sessions WHERE id = ?", [session_id]):
                 raise NotFound(f"no session with id {session_id!r} (it may have been reaped)")
+            now, now_params = self._clock()
+            lock = " FOR UPDATE" if self._dialect.name == "postgres" else ""  # SQLite's writer is one at a time
+            before = await tx.fetch(
+                f"SELECT {_COLUMNS}, expires_at <= {now} FROM leases WHERE session_id = ?{lock}",
+                [*now_params, session_id],
+            )
             expiry, expiry_params = self._expiry(seconds)
             now, now_params = self._clock()
             rows = await tx.fetch(
@@ -91,9 +103,14 @@ class LeaseMethods(ABC):
                 f"WHERE leases.owner = excluded.owner OR leases.expires_at <= {now} RETURNING owner",
                 [session_id, owner, *expiry_params, *now_params],
             )
-            return bool(rows)
+            if not rows:
+                return False
+            previous = _record(before[0]) if before else None
+            if previous is None or previous.owner == owner:
+                return True
+            return previous.model_copy(update={"expired": True})  # it expired by the time it was taken
 
-        return await self._write(acquire)
+        return await self._write(take)
 
     async def renew_leases(self, owner: str, session_ids: Sequence[str], ttl: float) -> list[str]:
         """Extend, to now + `ttl`, the leases among `session_ids` that `owner` still holds (an expired one too,

@@ -230,6 +230,11 @@ class Store(RunStore, Protocol):
         held by `owner` (then it is extended to now + `ttl`); True when `owner` holds it after the call.
         Atomic: of owners racing for one lease, exactly one wins. `NotFound` for an unknown session."""
 
+    async def take_lease(self, session_id: str, owner: str, ttl: float) -> LeaseRecord | bool:
+        """`acquire_lease`, saying from whom, in the same transaction: False when another owner's live lease
+        stands; the other owner's expired lease when this call took it over; True when the lease was free or
+        already `owner`'s."""
+
     async def renew_leases(self, owner: str, session_ids: Sequence[str], ttl: float) -> list[str]:
         """Extend to now + `ttl` the leases among `session_ids` still held by `owner` (an expired one too, as
         long as nobody took it over since); returns the ids held, in the order given. A lease taken over by
