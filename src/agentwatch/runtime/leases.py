@@ -326,10 +326,9 @@ def _iso(lease: LeaseRecord) -> str:
     return lease.expires_at.isoformat()
 
 
-def leases_of(runtime: object) -> Leases | None:
+def leases_of(runtime: Runtime) -> Leases | None:
     """The leases of an engine; None for a runtime without any (every session counts as its own)."""
-    leases = getattr(runtime, "leases", None)
-    return leases if isinstance(leases, Leases) else None
+    return runtime.leases
 
 
 async def owned_plan(runtime: Runtime, session_id: str) -> tuple[SessionRecord, Plan] | None:

@@ -22,6 +22,7 @@ from agentwatch.store import RequestRecord, SessionRecord, Store, Write
 
 if TYPE_CHECKING:
     from agentwatch.events import Event
+    from agentwatch.runtime.leases import Leases
     from agentwatch.runtime.models import ModelResolver
     from agentwatch.runtime.policy import PolicyChain
     from agentwatch.runtime.roster import AgentDefinition, Roster
@@ -67,6 +68,10 @@ class Runtime(Protocol):
 
     @property
     def config(self) -> Config: ...
+
+    @property
+    def leases(self) -> Leases | None:
+        """The session leases this engine holds (None: every session counts as its own)."""
 
     @property
     def store(self) -> Store: ...

@@ -42,7 +42,7 @@ from agentwatch.events import (
 )
 from agentwatch.events.truncate import displayable
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
-from agentwatch.runtime.leases import check_held, ensure_held
+from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held
 from agentwatch.runtime.models import ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
 from agentwatch.runtime.plan import Plan, next_plan
 from agentwatch.runtime.policy import ToolRequest
@@ -231,6 +231,8 @@ async def run_plan(
                 raise  # a shutdown or a lost lease, not a stop: the turn stays running and is continued
             await _end_stopped(turn, runtime.stop_reason(session.id))
             return True
+        except LeaseLost:
+            raise  # cut off: the engine holding the lease now continues the turn, and nothing more is written here
         except Exception as exc:  # a fault outside the model: the turn fails, the engine goes on
             result = TurnResult(outcome="failed", output=None, usage=turn.usage, error=f"{type(exc).__name__}: {exc}")
         await _finish(turn, result)
