@@ -359,7 +359,9 @@ def test_an_agent_cannot_observe_itself(write_agent: WriteAgent) -> None:
     ]
 
 
-def test_observers_are_never_chained(write_agent: WriteAgent) -> None:
+def test_observers_are_never_chained_and_the_observed_agent_is_observed_all_the_same(
+    write_agent: WriteAgent,
+) -> None:
     write_agent("coder.md", "---\nmodel: a:b\nobserver: critic\n---\n")
     write_agent("critic.md", "---\nmodel: a:b\nobserver: loop-guard\n---\n")
     write_agent("loop-guard.md", LOOP_GUARD)
@@ -367,11 +369,14 @@ def test_observers_are_never_chained(write_agent: WriteAgent) -> None:
     roster = load_roster(AGENTS)
 
     assert messages(roster) == [
-        "agents/coder.md: warning: observer: 'critic' has an observer of its own ('loop-guard') and observers are "
-        "not chained, so 'coder' runs unobserved; remove one of the two observer keys"
+        "agents/coder.md: warning: observer: 'critic' has an observer of its own ('loop-guard'), which a 'critic' "
+        "session observing 'coder' ignores (observers are not chained): 'coder' is observed by 'critic', and "
+        "'loop-guard' watches only 'critic' sessions that observe nothing"
     ]
-    assert roster.observer_of("coder") is None
-    assert roster.observer_of("critic") == roster.get("loop-guard")
+    assert roster.observer_of("coder") == roster.get("critic")
+    assert roster.observer_of("critic") == roster.get("loop-guard")  # a critic session that observes nothing
+    assert roster.observer_of("critic", is_observer=True) is None  # a critic session observing coder
+    assert roster.observer_of("coder", is_observer=True) is None
 
 
 def test_an_observer_message_without_an_observer_is_a_warning(write_agent: WriteAgent) -> None:

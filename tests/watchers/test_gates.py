@@ -244,3 +244,19 @@ def test_agents_check_warns_about_a_model_observer_without_the_spawn_grant(tmp_p
         "add `grant: [spawn]` or 'coder' runs unobserved"
     ) in flat
     assert "lead.md" not in flat and "guarded.md" not in flat
+
+
+def test_agents_check_says_an_observer_types_own_observer_does_not_unobserve_the_agent(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "coder.md").write_text("---\nmodel: openai-chat:m\ngrant: [spawn]\nobserver: critic\n---\nCode.")
+    (agents / "critic.md").write_text("---\nmodel: openai-chat:m\nobserver: loop-guard\n---\nCritique.")
+    done = CliRunner().invoke(cli, ["agents", "check", "--dir", str(agents)])
+    assert done.exit_code == 0, done.output
+    flat = " ".join(done.output.split())
+    assert (
+        "coder.md: warning: observer: 'critic' has an observer of its own ('loop-guard'), which a 'critic' session "
+        "observing 'coder' ignores (observers are not chained): 'coder' is observed by 'critic', and 'loop-guard' "
+        "watches only 'critic' sessions that observe nothing"
+    ) in flat
+    assert "runs unobserved" not in flat

@@ -355,17 +355,20 @@ class Roster:
             raise (Conflict if any(problem.field == "name" for problem in errors) else InvalidArgument)(detail)
         self._keep(definition, problems)
 
-    def observer_of(self, name: str) -> AgentDefinition | None:
-        """The definition of the observer to spawn for agent type `name`, or None when it runs unobserved.
+    def observer_of(self, name: str, *, is_observer: bool = False) -> AgentDefinition | None:
+        """The definition of the observer to spawn for a session of agent type `name`, or None when the session
+        runs unobserved: `name` declares no observer, or names a type the roster lacks (`problems` holds a
+        warning), or the session runs as an observer itself (`is_observer`).
 
-        None also when its `observer` names a type the roster lacks or one with an observer of its own (observers
-        are never chained); `problems` holds a warning for each of those.
+        Observers are not chained, as the seeds resolve it: a session that is itself an observer ignores its own
+        declaration (the observer subsystem records a warning on it), and nothing else does. So an observer
+        type that declares an observer of its own is still returned: the agent it watches is observed all the
+        same, and that declaration only takes effect in sessions of the type that observe nothing.
         """
         observer = self.get(name).observer
-        if observer is None or observer not in self._definitions:
+        if is_observer or observer is None:
             return None
-        target = self._definitions[observer]
-        return None if target.observer is not None else target
+        return self._definitions.get(observer)
 
     @property
     def problems(self) -> list[DefinitionProblem]:
@@ -450,8 +453,9 @@ class Roster:
                 if chained is None:
                     continue
                 message = (
-                    f"{observer!r} has an observer of its own ({chained!r}) and observers are not chained, so "
-                    f"{unobserved}; remove one of the two observer keys"
+                    f"{observer!r} has an observer of its own ({chained!r}), which a {observer!r} session observing "
+                    f"{definition.name!r} ignores (observers are not chained): {definition.name!r} is observed by "
+                    f"{observer!r}, and {chained!r} watches only {observer!r} sessions that observe nothing"
                 )
             elif observer in self._left_out:
                 message = (

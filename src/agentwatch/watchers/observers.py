@@ -218,9 +218,9 @@ class ObserverAgents:
             return None
         # No chaining, as the seeds resolve it: only a session that runs as an observer ignores its own
         # declaration (above); the observer type declaring an observer of its own does not unobserve this one.
-        target = roster.get(definition.observer) if definition.observer in roster else None
+        target = roster.observer_of(session.role, is_observer=session.is_observer)
         if target is None:
-            await self._warn_once(session, "unavailable", _unavailable(definition, roster.definitions))
+            await self._warn_once(session, "unavailable", _unavailable(definition))
             return None
         if target.kind == "rule" and target.name not in self.rules:
             await self._warn_once(
@@ -342,7 +342,7 @@ class ActivityTap:
             self.hub.submit(pairing, items)
 
 
-def _unavailable(definition: AgentDefinition, known: Any) -> str:
+def _unavailable(definition: AgentDefinition) -> str:
     return (
         f"its observer {definition.observer!r} is not an agent type in the roster, so {definition.name!r} runs "
         "unobserved"
