@@ -165,15 +165,6 @@ def test_long_turns_flush_after_enough_tool_results_never_between_a_call_and_its
     assert [[i.kind for i in s] for s in big] == [["assistant_text"], ["turn_ended"]]
 
 
-def test_the_recorder_knows_a_turn_started_by_reports_alone() -> None:
-    recorder = ActivityRecorder()
-    report = Origin(kind="observer", ref="observer:r")
-    record_all(recorder, [TurnStarted(), UserMessage(text="r", origin=report, meta=True)])
-    assert recorder.report_turn is True
-    record_all(recorder, [TurnStarted(), UserMessage(text="r", origin=report), UserMessage(text="person")])
-    assert recorder.report_turn is False
-
-
 # -- no observed content can forge the envelope or its tags -------------------------------------------
 
 NAME = "coder"

@@ -11,7 +11,7 @@ from agentwatch.events import Origin, ToolResult, UserMessage
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.policy import ToolRequest
-from agentwatch.runtime.tools import Caller
+from agentwatch.runtime.tools import Caller, function_tool
 from agentwatch.watchers import describe, observer_agents
 from tests.watchers.support import OpenEngine, Scripted, events, eventually, observers_of, reports, role, states
 
@@ -44,7 +44,9 @@ async def test_a_report_reaches_the_observed_agents_next_turn_and_its_history(
         session = await engine.create("coder", source="chat")
         await engine.enqueue(session.id, "write the parser")
         await eventually(lambda: _turns(engine, session.id, 2))
-        assert await reports(engine, session.id) == ["You skipped the tests."]
+        # turn 2 (the report alone) gets a digest too, and its report is held by the loop guard
+        await eventually(lambda: _reports_count(engine, session.id, 2))
+        assert await reports(engine, session.id) == ["You skipped the tests."] * 2
         (observer,) = await observers_of(engine, session.id)
         messages = [e.payload for e in await events(engine, session.id, "message.user")]
         report = messages[1]
@@ -58,7 +60,10 @@ async def test_a_report_reaches_the_observed_agents_next_turn_and_its_history(
             observer.id,
             "armed",
         )
-        assert [r["report"] for r in described["reports"]] == ["You skipped the tests."]  # type: ignore[index, union-attr]
+        assert [(r["report"], r["delivery"]) for r in described["reports"]] == [  # type: ignore[index, union-attr]
+            ("You skipped the tests.", "read"),
+            ("You skipped the tests.", "queued"),
+        ]
         assert (observer.source, observer.parent_id, observer.origin) == (
             "observer",
             session.id,
@@ -216,3 +221,112 @@ async def test_messages_run_one_way(open_engine: OpenEngine, scripted: Scripted)
         definition = engine.roster.get("silent")
         assert engine.tools_for(observer, definition) == ("ObserverReport",)
         assert engine.tools_for(session, engine.roster.get("lead")) == ("agent_enqueue", "agent_task")
+
+
+async def test_a_report_during_a_turn_that_reports_alone_started_is_answered_at_once_and_kept(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> str:
+        """Wait until the test lets go."""
+        holding.set()
+        await asyncio.wait_for(release.wait(), 10)
+        return "let go"
+
+    def coder(ctx: Any) -> Any:
+        if (ctx.prompt or "").endswith("first") and not ctx.tool_results:
+            return CallTool("hold", {})  # the turn the first report alone started, kept running
+        return Reply("ok")
+
+    quiet = scripted("guard-quiet", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
+    model = scripted("guard-coder", ScriptedModel(function=coder))
+    async with open_engine(
+        role("coder", model, tools=("hold",), observer="quiet", grant=("spawn",)),
+        role("quiet", quiet),
+        tools=[function_tool(hold)],
+    ) as engine:
+        session = await engine.create("coder", source="chat")
+        await engine.enqueue(session.id, "go")
+        await engine.wait(session.id, 10)
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: _quiet(engine, observer.id))
+        as_observer = Caller(session_id=observer.id)
+        first = await engine.call_tool("ObserverReport", {"report": "first"}, caller=as_observer)
+        assert first["message"] == f"Report queued for {session.name!r}; it reads it at its next turn."
+        await asyncio.wait_for(holding.wait(), 10)  # turn 2, started by the report alone, is running
+        second = await engine.call_tool("ObserverReport", {"report": "second"}, caller=as_observer)
+        # answered while that turn still runs (it waits on `release`, which is not set yet): nothing waited
+        assert not release.is_set() and (await engine.store.get_session(session.id)).status == "running"
+        assert second == {
+            "delivered": True,
+            "observedId": session.id,
+            "message": f"Report queued for {session.name!r}; its last turn was started by observer reports alone, "
+            "so this one starts none: it reads it at the next turn it is given.",
+        }
+        assert await reports(engine, session.id) == ["first", "second"]  # recorded at once
+        release.set()
+        await eventually(lambda: _turns(engine, session.id, 2))
+        await asyncio.sleep(0.3)  # a third turn would have started by now
+        after = await engine.store.get_session(session.id)
+        assert (after.status, len(await events(engine, session.id, "turn.ended")), after.pending_inputs) == (
+            "idle",
+            2,
+            1,
+        )
+        await engine.enqueue(session.id, "and now?")  # other input: the kept report is read with it
+        await eventually(lambda: _turns(engine, session.id, 3))
+        third = [e.payload for e in await events(engine, session.id, "message.user")][-2:]
+        assert [(m.text.endswith("second"), m.meta) for m in third if isinstance(m, UserMessage)] == [
+            (True, True),
+            (False, False),
+        ]
+        assert (await engine.store.get_session(session.id)).pending_inputs == 0
+
+
+async def test_a_report_to_a_working_task_is_read_in_the_turn_that_follows(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    holding, release = asyncio.Event(), asyncio.Event()
+    prompts: list[str | None] = []
+
+    async def hold() -> str:
+        """Wait until the test lets go."""
+        holding.set()
+        await asyncio.wait_for(release.wait(), 10)
+        return "let go"
+
+    def coder(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            prompts.append(ctx.prompt)
+        if ctx.prompt == "go" and not ctx.tool_results:
+            return CallTool("hold", {})
+        return Reply("done")
+
+    quiet = scripted("task-quiet", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
+    model = scripted("task-coder", ScriptedModel(function=coder))
+    async with open_engine(
+        role("coder", model, tools=("hold",), observer="quiet", grant=("spawn",)),
+        role("quiet", quiet),
+        tools=[function_tool(hold)],
+    ) as engine:
+        session = await engine.create("coder", source="api")
+        await engine.enqueue(session.id, "go")
+        await asyncio.wait_for(holding.wait(), 10)
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: _armed(engine, session.id))
+        answer = await engine.call_tool(
+            "ObserverReport", {"report": "mind the tests"}, caller=Caller(session_id=observer.id)
+        )
+        assert answer["message"] == f"Report queued for {session.name!r}; it reads it at its next turn."
+        release.set()
+        await eventually(lambda: _turns(engine, session.id, 2))
+        await engine.wait(session.id, 5)
+        assert len(prompts) == 2 and (prompts[1] or "").endswith("mind the tests")
+        after = await engine.store.get_session(session.id)
+        assert (after.status, after.pending_inputs) == ("completed", 0)
+
+
+async def _armed(engine: Engine, session_id: str) -> bool:
+    pairing = observer_agents(engine).pairing(session_id)
+    return pairing is not None and pairing.state == "armed"

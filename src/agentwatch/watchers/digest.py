@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from agentwatch.events import AssistantMessage, Event, ToolCall, ToolResult, TurnEnded, TurnStarted, UserMessage
+from agentwatch.events import AssistantMessage, Event, ToolCall, ToolResult, TurnEnded, UserMessage
 
 __all__ = [
     "FIELD_LIMIT",
@@ -497,12 +497,9 @@ class ActivityRecorder:
         """Tool results that close a segment within a turn."""
         self.max_chars = max_chars
         """Characters of activity that close a segment within a turn."""
-        self.report_turn = False
-        """True while the current (or last) turn was started by observer reports alone."""
         self._items: list[ActivityItem] = []
         self._results = 0
         self._chars = 0
-        self._inputs_seen = False
 
     def record(self, event: Event) -> tuple[ActivityItem, ...] | None:
         """Take in one event; returns a closed segment, or None."""
@@ -510,15 +507,8 @@ class ActivityRecorder:
         item: ActivityItem | None = None
         close = False
         match payload:
-            case TurnStarted() if payload.trigger == "input":
-                self.report_turn = False
-                self._inputs_seen = False
-            case UserMessage():
-                from_observer = payload.origin is not None and payload.origin.kind == "observer"
-                self.report_turn = from_observer and (self.report_turn or not self._inputs_seen)
-                self._inputs_seen = True
-                if not from_observer:
-                    item = UserMessageItem(clip(payload.text), whole=_whole(payload.text))
+            case UserMessage() if payload.origin is None or payload.origin.kind != "observer":
+                item = UserMessageItem(clip(payload.text), whole=_whole(payload.text))  # reports are left out
             case AssistantMessage() if payload.text.strip():
                 item = AssistantTextItem(clip(payload.text), whole=_whole(payload.text))
             case ToolCall():

@@ -148,11 +148,6 @@ class ObserverAgents:
             return None
         return pairing
 
-    def report_turn(self, pairing: Pairing) -> bool:
-        """Whether the observed agent's current (or last) turn was started by observer reports alone."""
-        tap = self._taps.get(pairing.observed_session_id)
-        return tap is not None and tap.recorder.report_turn
-
     # -- taps and digests -----------------------------------------------------------------------------
 
     def _tap(self, session_id: str) -> ActivityTap:

@@ -8,22 +8,25 @@ tools and `ask_user`, plus this one). A call delivers nothing, and says why, whe
 | the caller is not an observer session | `not_delivered`: only an observer can report |
 | its pairing is missing, denied, retired, stopped or blocked | `not_delivered`: the pairing is not armed |
 | the observed agent is missing, deleted or stopped (`cancelled`) | `not_delivered`: not running; pairing retires |
-| the observed agent's report-only turn is still running | `not_delivered`: loop guard (below) |
 
-Otherwise the report is queued in the observed agent's inbox as a meta input from `observer:<type>` and an
-`observer.report` event is recorded on the observed session. Reports are never part of the next digest. Every
-kind of session takes reports: a running one reads it at its next turn; an idle chat, boss or observer session
-starts that turn at once; a task whose turn ended (`completed`, `failed`, `interrupted`: made by `engine.task`,
-`agent_task`, `agent_create` or the API) keeps its pairing armed and reads the report at the next turn it is
-given; the report starts none by itself, and the answer says so. When the observed agent was spawned by another
-agent that is still working (running or waiting on a request), the report also reaches that parent as a meta
-input from `observer:<type>@<child session id>`, worded as news about its sub-agent.
+Otherwise the report is always recorded (an `observer.report` event on the observed session) and queued in its
+inbox as a meta input from `observer:<type>`, and the call returns at once: it never waits on the observed
+agent. Reports are never part of the next digest. Whether a queued report starts a turn by itself is decided
+where turns are planned (`agentwatch.runtime.plan`), and the answer says what the decision will be:
 
-**Loop guard.** A report can start a turn of the observed agent, whose digest goes back to the observer,
-which could report again, and so on. So while the observed agent's last turn was started by observer reports
-alone and nothing else waits in its inbox, a report is queued without starting a turn (it is read at the
-next turn the agent is given), and refused only if that turn is somehow still running after a few seconds:
-at most one turn in a row is ever caused by reports, and no report made is lost.
+- a working session (its turn running, or waiting on a request) reads it in the turn that follows;
+- an idle chat, boss or observer session starts that turn at once;
+- a task whose turn is over (`completed`, `failed`, `interrupted`: made by `engine.task`, `agent_task`,
+  `agent_create` or the API) keeps its pairing armed and reads the report at the next turn it is given: the
+  report starts none by itself;
+- **loop guard**: a report can start a turn of the observed agent, whose digest goes back to the observer,
+  which could report again, and so on. So while the observed agent's latest turn was started by observer
+  reports alone, a report starts no turn (it is read at the next turn the agent is given, with that turn's
+  other input): at most one turn in a row is ever caused by reports, and no report made is lost.
+
+When the observed agent was spawned by another agent that is still working (running or waiting on a request),
+the report also reaches that parent as a meta input from `observer:<type>@<child session id>`, worded as news
+about its sub-agent (read in the parent's turn that follows, under the same rules).
 
 **One way.** An observer cannot message, spawn or answer anyone (those tools are withheld, and the policy
 refuses them all the same), and no agent can `agent_enqueue` to an observer session.
@@ -40,13 +43,14 @@ from pydantic import Field, JsonValue, field_validator
 from agentwatch.errors import AgentwatchError, NotFound
 from agentwatch.events import NewEvent, ObserverReported, Origin
 from agentwatch.runtime.leases import claimed
+from agentwatch.runtime.plan import new_report_held
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
 from agentwatch.runtime.tools import Args, Caller, Tool, parse_args
-from agentwatch.store import TERMINAL_STATUSES, InputDraft, SessionRecord, Store, Write
+from agentwatch.store import InputDraft, SessionRecord, Store, Write
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, observer_source
 
 if TYPE_CHECKING:
-    from agentwatch.runtime.services import Runtime, SessionChannel
+    from agentwatch.runtime.services import Runtime
 
 __all__ = [
     "MESSAGING_TOOLS",
@@ -101,9 +105,6 @@ class ReportHub(Protocol):
     async def pairing_of_observer(self, observer: SessionRecord) -> Pairing | None:
         """The pairing an observer session serves, if any."""
 
-    def report_turn(self, pairing: Pairing) -> bool:
-        """Whether the observed agent's latest turn was started by observer reports alone."""
-
 
 def report_text(observer_type: str, report: str) -> str:
     """The input the observed agent reads."""
@@ -113,10 +114,11 @@ def report_text(observer_type: str, report: str) -> str:
     )
 
 
-async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, *, report_turn: bool) -> str:
-    """Queue `report` for the observed agent's next turn and record it; raises `ReportNotDelivered`.
+async def send_report(registry: PairingRegistry, pairing: Pairing, report: str) -> str:
+    """Record `report` on the observed agent and queue it for its next turn; raises `ReportNotDelivered`.
 
-    `report_turn` says whether the observed agent's latest turn was started by reports alone. A pairing being
+    Never waits on the observed agent: whether the report starts a turn by itself is decided where the turn
+    is planned (`agentwatch.runtime.plan`), and the answer says what that decision will be. A pairing being
     (re-)armed is waited for, so a report that races the arming is not refused.
     """
     engine = registry.engine
@@ -136,16 +138,7 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
         raise ReportNotDelivered(
             f"the observed agent {pairing.observed_name!r} is not running ({status}); the report was not delivered"
         )
-    driver = await engine.driver(observed.id)
-    held = report_turn and not await _other_input_waits(engine.store, observed)
-    if held:  # loop guard: queued without starting a turn, once the turn that reports alone started is over
-        await _loop_finished(driver)
-        if getattr(driver, "turn_running", False):
-            raise ReportNotDelivered(
-                f"{pairing.observed_name!r} is busy with a turn that observer reports alone started; to keep "
-                "reports from feeding each other, a new one is accepted once it has other input. The report was "
-                "not delivered"
-            )
+    held = await new_report_held(engine.store, observed)  # read before the report is in the inbox
     source = observer_source(pairing.observer_type)
     reported = ObserverReported(
         observer_type=pairing.observer_type, observer_session_id=pairing.observer_session_id, report=report
@@ -153,16 +146,7 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
     draft = InputDraft(
         text=report_text(pairing.observer_type, report), origin=Origin(kind="observer", ref=source), meta=True
     )
-    starts_turn = starts_turns(observed) and not held
-    if starts_turn:
-        async with claimed(engine, observed.id):  # never left without an owner to read it (see runtime.leases)
-            await driver.commit(Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
-        driver.kick()
-    else:
-        # A task that finished its turn takes the report at its next turn, which the report does not start: let
-        # the turn loop that ended the turn finish first, so it does not take the report as new work.
-        await _loop_finished(driver)
-        await driver.commit(Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
+    await _queue(engine, observed.id, Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
     parent = await _working_parent(engine.store, observed)
     if parent is not None:
         about = InputDraft(
@@ -170,35 +154,32 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str, 
             origin=Origin(kind="observer", ref=f"{source}@{observed.id}"),
             meta=True,
         )
-        parent_driver = await engine.driver(parent.id)
-        async with claimed(engine, parent.id):
-            await parent_driver.commit(Write(parent.id, inputs_add=[about], touch=False))
-        parent_driver.kick()
+        await _queue(engine, parent.id, Write(parent.id, inputs_add=[about], touch=False))
     also = f" (and to its parent {parent.name!r}, which is still working)" if parent is not None else ""
-    if held:
+    if held == "loop":
         return (
             f"Report queued for {pairing.target}{also}; its last turn was started by observer reports alone, so "
             "this one starts none: it reads it at the next turn it is given."
         )
-    if starts_turn or observed.status not in TERMINAL_STATUSES:
-        return f"Report queued for {pairing.target}{also}; it reads it at its next turn."
-    return (
-        f"Report queued for {pairing.target}{also}; its turn is over ({observed.status}), so it reads it at the "
-        "next turn it is given."
-    )
+    if held == "turn_over":
+        return (
+            f"Report queued for {pairing.target}{also}; its turn is over ({observed.status}), so it reads it at "
+            "the next turn it is given."
+        )
+    return f"Report queued for {pairing.target}{also}; it reads it at its next turn."
 
 
 ARMING_WAIT = 10.0
 """Seconds a report waits for its pairing to finish (re-)arming."""
-LOOP_WAIT = 5.0
-"""Seconds a report to a finished task waits for the turn loop that ended its turn to let go."""
 
 
-def starts_turns(session: SessionRecord) -> bool:
-    """Whether a report starts a turn of `session` by itself: chats, the boss and observers live on between
-    turns (an idle one starts a turn at once); a task whose turn ended takes reports at its next turn only."""
-    lives_on = session.source == "chat" or session.boss or session.is_observer
-    return lives_on or session.status in ("running", "awaiting_input")
+async def _queue(engine: Runtime, session_id: str, write: Write) -> None:
+    """Commit `write` (which queues input) and let the session's turn loop plan: the plan, not the sender,
+    decides whether the input starts a turn now."""
+    driver = await engine.driver(session_id)
+    async with claimed(engine, session_id):  # never left without an owner to read it (see runtime.leases)
+        await driver.commit(write)
+    driver.kick()
 
 
 def parent_report_text(observer_type: str, child: SessionRecord, report: str) -> str:
@@ -207,13 +188,6 @@ def parent_report_text(observer_type: str, child: SessionRecord, report: str) ->
         f"[agentwatch] A report from the observer {observer_type!r} about your sub-agent {child.name!r} "
         f"(id {child.id}); the sub-agent got it too:\n\n{report}"
     )
-
-
-async def _loop_finished(driver: SessionChannel) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + LOOP_WAIT
-    while getattr(driver, "turn_running", False) and loop.time() < deadline:  # noqa: ASYNC110 (the driver has no event for it)
-        await asyncio.sleep(0.01)
 
 
 async def _working_parent(store: Store, child: SessionRecord) -> SessionRecord | None:
@@ -227,11 +201,6 @@ async def _working_parent(store: Store, child: SessionRecord) -> SessionRecord |
     if parent.deleted_at is not None or parent.is_observer or parent.status not in ("running", "awaiting_input"):
         return None
     return parent
-
-
-async def _other_input_waits(store: Store, observed: SessionRecord) -> bool:
-    inputs = await store.list_inputs(observed.id)
-    return any(i.origin is None or i.origin.kind != "observer" for i in inputs)
 
 
 def observer_report_tool(hub: ReportHub) -> Tool:
@@ -251,7 +220,7 @@ def observer_report_tool(hub: ReportHub) -> Tool:
             raise ReportNotDelivered(
                 "your observer pairing is not armed (never set up, or over); the report was not delivered"
             )
-        message = await send_report(hub.registry, pairing, args.report, report_turn=hub.report_turn(pairing))
+        message = await send_report(hub.registry, pairing, args.report)
         return {"delivered": True, "observedId": pairing.observed_session_id, "message": message}
 
     schema = ReportArgs.model_json_schema(by_alias=True)

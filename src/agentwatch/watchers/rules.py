@@ -563,7 +563,7 @@ class RuleCourier:
         context = RuleContext(pairing.observed_session_id, pairing.observed_name, items, batch.text, pairing.memory)
         for report in await run_rule(function, context):
             try:
-                await send_report(self.hub.registry, pairing, report, report_turn=self.hub.report_turn(pairing))
+                await send_report(self.hub.registry, pairing, report)
             except ReportNotDelivered as exc:
                 note = RuntimeNotice(
                     type="runtime.info",
