@@ -45,18 +45,20 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from agentwatch.errors import AgentwatchError
 from agentwatch.events import Event, StreamCursor
 from agentwatch.live import Lagged
-from agentwatch.service._wire import error, event_json, snapshot_json, status_for
+from agentwatch.service._wire import error, event_text, snapshot_text, status_for
 from agentwatch.service.broadcast import LiveClient
 
 if TYPE_CHECKING:
+    from agentwatch.runtime.thread_observer import ReplaySnapshot
     from agentwatch.service.app import ServiceState
 
 __all__ = ["Attachment", "Frame", "events_sse", "events_websocket"]
 
 log = logging.getLogger(__name__)
 
-# Sends are bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for can swallow
+# SSE sends are bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for can swallow
 # a cancellation that lands as the send completes, and the stream would go on for a client that left.
+# WebSocket sends are watched by `_Sending` instead.
 _RING_LIMIT = 10_000
 _PAGE = 500
 _KEEPALIVE_SECONDS = 15.0
@@ -70,6 +72,7 @@ class Frame:
     cursor: str | None
     """The position a reconnect resumes after (the SSE id); None for an error."""
     body: dict[str, JsonValue]
+    """The frame's fields but `kind` (empty when `text` is given)."""
     text: str = field(default="", compare=False)
     """The frame as JSON, encoded once however many clients it is sent to."""
 
@@ -89,12 +92,15 @@ def _event_frame(event: Event) -> Frame:
     attached client)."""
     frame = _frames.get(event.id)
     if frame is None:
-        plain = Frame("event", event.cursor.encode(), {"event": event_json(event)})
-        frame = Frame(plain.kind, plain.cursor, plain.body, plain.json())
+        frame = Frame("event", event.cursor.encode(), {}, f'{{"kind":"event","event":{event_text(event)}}}')
         _frames[event.id] = frame
         if len(_frames) > _FRAME_CACHE:
             _frames.popitem(last=False)
     return frame
+
+
+def _snapshot_frame(snapshot: ReplaySnapshot) -> Frame:
+    return Frame("snapshot", snapshot.position.encode(), {}, snapshot_text(snapshot))
 
 
 class Attachment:
@@ -118,47 +124,54 @@ class Attachment:
 
     async def frames(self) -> AsyncGenerator[Frame, None]:
         engine, broadcaster = self.state.engine, self.state.broadcaster
+        session_id = self.session_id
         cursor = self.after
         client = self._client
         try:
             while True:
                 if client is None:
-                    client = self._client = await broadcaster.attach(engine, self.session_id)
+                    client = self._client = await broadcaster.attach(engine, session_id)
+                snapshot = client.snapshot
+                assert snapshot is not None
+                position = snapshot.position
+                if cursor is None:
+                    yield _snapshot_frame(snapshot)
+                    cursor = position
+                else:
+                    async for event in _between(self.state, session_id, cursor, position):
+                        yield _event_frame(event)
+                        cursor = event.cursor
+                    cursor = max(cursor, position)
+                shared = broadcaster.ring
+                if shared is not None:  # events of a turn running in another process
+                    head = await shared.head(session_id)
+                    if head is not None and head > cursor:
+                        async for event in _between(self.state, session_id, cursor, head):
+                            if event.cursor > cursor:
+                                yield _event_frame(event)
+                                cursor = event.cursor
+                # Live: (seq, sub) tuples rather than cursors, as this runs per client per event.
+                last = (cursor.seq, cursor.sub)
                 try:
-                    snapshot = client.snapshot
-                    assert snapshot is not None
-                    position = snapshot.position
-                    if cursor is None:
-                        yield Frame("snapshot", position.encode(), snapshot_json(snapshot))
-                        cursor = position
-                    else:
-                        async for event in _between(self.state, self.session_id, cursor, position):
-                            yield _event_frame(event)
-                            cursor = event.cursor
-                        cursor = max(cursor, position)
-                    shared = broadcaster.ring
-                    if shared is not None:  # events of a turn running in another process
-                        head = await shared.head(self.session_id)
-                        if head is not None and head > cursor:
-                            async for event in _between(self.state, self.session_id, cursor, head):
-                                if event.cursor > cursor:
-                                    yield _event_frame(event)
-                                    cursor = event.cursor
                     while True:
                         event = await client.next()
-                        if event.cursor <= cursor:
+                        at = (event.seq, event.sub)
+                        if at <= last:
                             continue
-                        if shared is not None and _missing_before(cursor, event):
-                            async for missed in _between(self.state, self.session_id, cursor, event.cursor):
+                        if shared is not None and _missing_before(last, event):
+                            cursor = StreamCursor(session_id, *last)
+                            async for missed in _between(self.state, session_id, cursor, event.cursor):
                                 if missed.cursor > cursor:
                                     yield _event_frame(missed)
                                     cursor = missed.cursor
-                            if event.cursor <= cursor:
+                            last = (cursor.seq, cursor.sub)
+                            if at <= last:
                                 continue
                         yield _event_frame(event)
-                        cursor = event.cursor
+                        last = at
                 except Lagged:
                     # The broadcaster cut this client loose: catch up from the store, then attach again.
+                    cursor = StreamCursor(session_id, *last)
                     broadcaster.detach(client)
                     client = None
         finally:
@@ -192,9 +205,10 @@ async def _between(
         after_seq = page[-1].seq
 
 
-def _missing_before(cursor: StreamCursor, event: Event) -> bool:
-    """Whether a durable event lies between `cursor` and `event` (which then came first from another way)."""
-    return event.seq > cursor.seq + (1 if event.sub == 0 else 0)
+def _missing_before(last: tuple[int, int], event: Event) -> bool:
+    """Whether a durable event lies between position `last` and `event` (which then came first from another
+    way)."""
+    return event.seq > last[0] + (1 if event.sub == 0 else 0)
 
 
 def _parse_after(text: str | None, session_id: str) -> StreamCursor | None:
@@ -223,19 +237,25 @@ async def events_websocket(websocket: WebSocket) -> None:
         await _ws_refuse(websocket, exc.to_dict())
         return
     frames = attachment.frames()
-    pump = asyncio.create_task(_ws_pump(websocket, frames, state.settings.send_timeout))
+    sending = _Sending()
+    pump = asyncio.create_task(_ws_pump(websocket, frames, sending))
+    stalled = asyncio.create_task(sending.stalled(state.settings.send_timeout))
     listen = asyncio.create_task(_ws_listen(websocket, state.settings.max_message_bytes))
     stopping = asyncio.create_task(state.stopping.wait())
+    tasks = (pump, stalled, listen, stopping)
     try:
-        done, _ = await asyncio.wait({pump, listen, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (pump, listen, stopping):
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(pump, listen, stopping, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await frames.aclose()
         attachment.close()
     if stopping in done:
         await _ws_close(websocket, 1001, "the service is stopping; reconnect with your last cursor")
+        return
+    if stalled in done:
+        await _ws_close(websocket, 1008, "the client did not read; reconnect with your last cursor")
         return
     if listen in done and not listen.cancelled() and listen.exception() is None:
         refusal = listen.result()
@@ -246,17 +266,37 @@ async def events_websocket(websocket: WebSocket) -> None:
         failure = pump.exception()
         if isinstance(failure, AgentwatchError):
             await _ws_refuse(websocket, failure.to_dict())
-        elif failure is not None and not isinstance(failure, WebSocketDisconnect | TimeoutError | OSError):
+        elif failure is not None and not isinstance(failure, WebSocketDisconnect | OSError):
             log.warning("attach stream of %s failed: %r", session_id, failure)
             await _ws_refuse(websocket, error("internal", "the attach stream failed; reconnect with your cursor"))
-        elif isinstance(failure, TimeoutError):
-            await _ws_close(websocket, 1008, "the client did not read; reconnect with your last cursor")
 
 
-async def _ws_pump(websocket: WebSocket, frames: AsyncIterator[Frame], send_timeout: float) -> None:
+class _Sending:
+    """When the send in progress began: a watch over a socket's sends, instead of a timer for each send
+    (the fan-out of an event to a hundred clients would arm and cancel a hundred timers)."""
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    async def stalled(self, timeout: float) -> None:
+        """Returns once one send has waited more than `timeout` seconds (checked every quarter of it)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(timeout / 4)
+            since = self.since
+            if since is not None and loop.time() - since > timeout:
+                return
+
+
+async def _ws_pump(websocket: WebSocket, frames: AsyncIterator[Frame], sending: _Sending) -> None:
+    clock = asyncio.get_running_loop().time
+    send = websocket.send
     async for frame in frames:
-        async with asyncio.timeout(send_timeout):
-            await websocket.send_text(frame.json())
+        sending.since = clock()
+        await send({"type": "websocket.send", "text": frame.json()})
+        sending.since = None
 
 
 async def _ws_listen(websocket: WebSocket, max_bytes: int) -> dict[str, JsonValue] | None:

@@ -47,7 +47,7 @@ class LiveClient:
     __slots__ = (
         "_last",
         "_queue",
-        "_wakeup",
+        "_waiter",
         "abandoned",
         "backlog",
         "broadcaster",
@@ -65,8 +65,9 @@ class LiveClient:
         self.lagged: StreamCursor | None = None
         """Set when the client was cut loose: the cursor of the last event it was given."""
         self._queue: deque[Event] = deque()
-        self._wakeup = asyncio.Event()
-        self._last: StreamCursor | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        # (seq, sub) of the last event queued (or of the snapshot): tuples, as this runs per client per event.
+        self._last = (0, 0)
         self.abandoned = False
         """The attach was given up before the driver got to it: never register it."""
 
@@ -75,40 +76,48 @@ class LiveClient:
         at or before the last one queued (the same event relayed from the ring) is skipped."""
         if self.lagged is not None:
             return False
-        if self._last is not None and event.cursor <= self._last:
+        position = (event.seq, event.sub)
+        if position <= self._last:
             return True
         if len(self._queue) >= self.backlog:
-            self.lagged = self._last or StreamCursor(self.session_id, 0)
-            self._wakeup.set()
+            self.cut_loose()
             return False
         self._queue.append(event)
-        self._last = event.cursor
-        self._wakeup.set()
+        self._last = position
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
         return True
 
     def cut_loose(self) -> None:
         """Make the client resume from the store after what it was given (as when its queue fills)."""
         if self.lagged is None:
-            self.lagged = self._last or StreamCursor(self.session_id, 0)
-            self._wakeup.set()
+            self.lagged = StreamCursor(self.session_id, *self._last)
+            waiter = self._waiter
+            if waiter is not None:
+                self._waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def attached(self, snapshot: ReplaySnapshot) -> None:
         self.snapshot = snapshot
-        self._last = snapshot.position
+        self._last = (snapshot.position.seq, snapshot.position.sub)
 
     async def next(self) -> Event:
         """The next queued event; raises `Lagged` once the queue is drained after the client was cut loose."""
-        while not self._queue:
+        queue = self._queue
+        while not queue:
             if self.lagged is not None:
                 raise Lagged(self.session_id, self.lagged)
-            self._wakeup.clear()
-            await self._wakeup.wait()
-        return self._queue.popleft()
-
-    def drain_ready(self, limit: int) -> list[Event]:
-        """Up to `limit` events already queued, without waiting (to batch sends)."""
-        count = min(limit, len(self._queue))
-        return [self._queue.popleft() for _ in range(count)]
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+        return queue.popleft()
 
     @property
     def queued(self) -> int:
