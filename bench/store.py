@@ -403,7 +403,7 @@ async def _growth_sqlite(ctx: Context) -> Result:
             for write in writes:
                 await store.write(Write(session_id, write.events, messages=write.messages))
                 payload += sum(len(PAYLOAD_ADAPTER.dump_json(new.payload)) for new in write.events)
-                payload += sum(len(json.dumps(message)) for message in write.messages)
+                payload += sum(len(json.dumps(message, separators=(",", ":"))) for message in write.messages)
 
         for n in range(turns):
             await asyncio.gather(*(run(session_id, _ten_tool_turn(n, rnd)) for session_id in ids))
@@ -418,7 +418,7 @@ async def _growth_sqlite(ctx: Context) -> Result:
         better="lower",
         target=Target("ratio", "<=", 1.5),
         note=f"database file growth (main file, WAL checkpointed at close) over {sessions_n} sessions x {turns} "
-        "10-tool turns run at once; baseline: the payload it stores (event payload JSON + messages JSON)",
+        "10-tool turns run at once; baseline: the payload it stores (event payload JSON + compact messages JSON)",
     )
 
 

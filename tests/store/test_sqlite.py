@@ -56,6 +56,58 @@ async def test_writer_runs_in_wal_mode_with_the_chosen_synchronous_level(
         assert await store._write(lambda tx: tx.fetch("PRAGMA foreign_keys")) == [(1,)]
 
 
+async def test_a_new_file_gets_8_kib_pages_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/new.db") as store:
+        assert isinstance(store, SqliteStore)
+        assert await store._write(lambda tx: tx.fetch("PRAGMA page_size")) == [(8192,)]
+    old = tmp_path / "old.db"
+    async with open_store(f"sqlite:///{old}") as store:
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        await store.append(session.id, [NewEvent(UserMessage(text="kept"))])
+    connection = sqlite3.connect(old, isolation_level=None)  # rebuilt with SQLite's 4 KiB pages
+    connection.execute("PRAGMA journal_mode = DELETE")
+    connection.execute("PRAGMA page_size = 4096")
+    connection.execute("VACUUM")
+    assert connection.execute("PRAGMA page_size").fetchone() == (4096,)
+    connection.close()
+    async with open_store(f"sqlite:///{old}") as store:
+        assert isinstance(store, SqliteStore)
+        assert await store._write(lambda tx: tx.fetch("PRAGMA page_size")) == [(4096,)]
+        assert [event.payload for event in await store.read_events(session.id)] == [UserMessage(text="kept")]
+        await store.append(session.id, [NewEvent(UserMessage(text="more"))])
+        assert (await store.get_session(session.id)).last_seq == 2
+
+
+async def test_a_write_alone_in_its_transaction_needs_no_savepoint_and_a_failed_one_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        statements: list[str] = []
+        store._writer_connection.set_trace_callback(statements.append)
+        try:
+            await store.write(Write(session.id, [NewEvent(UserMessage(text="1"))], session=SessionPatch(last_text="1")))
+            with pytest.raises(Conflict):
+                await store.write(
+                    Write(session.id, [NewEvent(UserMessage(text="2"))], expect_status=["failed"], messages=[{"a": 1}])
+                )
+        finally:
+            store._writer_connection.set_trace_callback(None)
+        assert not [s for s in statements if s.startswith(("SAVEPOINT", "RELEASE"))]
+        assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")] == [
+            "BEGIN IMMEDIATE",
+            "COMMIT",
+            "BEGIN IMMEDIATE",
+            "ROLLBACK",
+        ]
+        [event] = await store.read_events(session.id)
+        assert event.payload == UserMessage(text="1")
+        after = await store.get_session(session.id)
+        assert (after.last_seq, after.last_text) == (1, "1")
+        assert await store.read_messages(after.conversation_id) == []
+
+
 async def test_writes_after_close_are_refused(tmp_path: Path) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         pass

@@ -19,7 +19,6 @@ contiguous whatever the number of writers, and the row is written with absolute 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,7 +26,17 @@ from typing import Any, Final
 
 from agentwatch.errors import Conflict, NotFound
 from agentwatch.events import Event, Usage, new_id
-from agentwatch.store._sql import EVENT_INSERT, SESSION_JSON, Dialect, Tx, event_row, in_list, stored_events, to_params
+from agentwatch.store._sql import (
+    EVENT_INSERT,
+    SESSION_JSON,
+    Dialect,
+    Tx,
+    event_row,
+    in_list,
+    json_text,
+    stored_events,
+    to_params,
+)
 from agentwatch.store._sqlbase import no_session, unexpected_status
 from agentwatch.store.records import Write
 
@@ -129,7 +138,7 @@ class Appends:
                 session.cost += cost  # one addition per write, whatever the number of entries
         if write.messages:
             bodies = self._messages.setdefault(session.conversation_id, [])
-            bodies.extend(json.dumps(message) for message in write.messages)
+            bodies.extend(json_text(message) for message in write.messages)  # compact, once
         if not write.events:
             return []
         first_seq = session.last_seq + 1
@@ -168,7 +177,9 @@ class Appends:
             await tx.execute_many(EVENT_INSERT, self._events)
 
     async def _flush_messages(self, tx: Tx) -> None:
-        """Append each conversation's messages after its last one, in the order added."""
+        """Append each conversation's messages after its last one, in the order added. (One query for the
+        last indexes first: an insert that finds its own index reads the table it writes, which SQLite
+        answers through a temporary copy, measured slower.)"""
         conversation_ids = list(self._messages)
         last: dict[str, int] = {}
         for start in range(0, len(conversation_ids), _IN_LIST_MAX):
