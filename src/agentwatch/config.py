@@ -24,6 +24,12 @@ delivery_timeout_seconds = 300             # one batch, the observer's turn incl
 [server]
 bind = "127.0.0.1:8765"
 deploy_hold_minutes = 60   # on SIGTERM, how long running turns may go on (0 = do not wait)
+
+[providers.local]           # refs local:<model> go to this OpenAI-compatible server
+base_url = "http://127.0.0.1:11434/v1"
+
+[models]                    # short names a definition's `model:` may use (over the built-in sonnet/opus/haiku)
+aliases = { sonnet = "anthropic:claude-sonnet-4-5", fast = "local:llama3.1", inherit = "openai:gpt-4o" }
 ```
 
 Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
@@ -41,7 +47,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from agentwatch.errors import InvalidArgument
 
@@ -49,6 +55,7 @@ __all__ = [
     "CONFIG_FILE",
     "DEFAULT_STORE_URL",
     "Config",
+    "ModelsConfig",
     "ProviderConfig",
     "RetentionConfig",
     "SessionDefaults",
@@ -121,6 +128,36 @@ class ProviderConfig(BaseModel):
     """The environment variable that holds its key (none for local servers)."""
 
 
+_ALIAS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ONE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*:[^\s,]+$")
+
+
+class ModelsConfig(BaseModel):
+    """Model settings of the project: `[models]`."""
+
+    model_config = _STRICT
+
+    aliases: dict[str, str] = {}
+    """Short names a definition's `model:` may use instead of a ref, each mapped to one `<provider>:<model>` ref
+    (`sonnet = "anthropic:claude-sonnet-4-5"`). They extend and override the built-in table
+    (`agentwatch.runtime.models.refs.MODEL_ALIASES`); Claude Code's `model: inherit` means the ref `inherit` maps to."""
+
+    @field_validator("aliases", mode="after")
+    @classmethod
+    def _check_aliases(cls, aliases: dict[str, str]) -> dict[str, str]:
+        for name, ref in aliases.items():
+            if not _ALIAS_NAME.match(name):
+                raise ValueError(
+                    f"alias {name!r} is not a short name; use letters, digits, '.', '-' and '_' (no ':' or spaces)"
+                )
+            if not _ONE_REF.match(ref.strip()):
+                raise ValueError(
+                    f"alias {name!r} maps to {ref!r}, which is not one model ref; write it as <provider>:<model>, "
+                    "e.g. 'anthropic:claude-sonnet-4-5'"
+                )
+        return {name: ref.strip() for name, ref in aliases.items()}
+
+
 class ObserverConfig(BaseModel):
     model_config = _STRICT
 
@@ -160,6 +197,7 @@ class Config(BaseModel):
     observers: ObserverConfig = ObserverConfig()
     server: ServerConfig = ServerConfig()
     providers: dict[str, ProviderConfig] = {}
+    models: ModelsConfig = ModelsConfig()
 
     @property
     def observer_agents_enabled(self) -> bool:
@@ -211,5 +249,8 @@ def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) ->
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
+        )
         raise InvalidArgument(f"{str(path)!r} has problems: {problems}") from None

@@ -9,6 +9,11 @@
 | `scripted:<name>`, or `<name>` alone | the `ScriptedModel` given to the resolver as `models={name: ...}` (or, for
 `scripted:<name>`, one registered with `register_scripted_model`) |
 
+A bare short name is a **model alias**: `sonnet`, `opus` and `haiku` are built in (`MODEL_ALIASES`, the names
+Claude Code's subagent files use), and `[models] aliases` of `agentwatch.toml` adds or overrides others
+(`fast = "local:llama3.1"`, `inherit = "openai:gpt-4o"` for Claude Code's `model: inherit`). An alias maps to one
+ref; the roster writes the ref in place of the alias when it loads a definition.
+
 A ref may be an ordered fallback chain, refs separated by commas (`openai:gpt-4o, anthropic:claude-sonnet-4-5`;
 a definition writes it `model: [openai:gpt-4o, anthropic:claude-sonnet-4-5]`): a turn starts on the first, and
 when a model still fails after its retries (`RetryPolicy`) the next one takes over.
@@ -29,7 +34,8 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Self
 
 from agentwatch.errors import InvalidArgument
@@ -41,13 +47,15 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
     from pydantic_ai.settings import ModelSettings
 
-    from agentwatch.config import ProviderConfig
+    from agentwatch.config import Config, ProviderConfig
 
 __all__ = [
     "BUILTIN_PREFIXES",
     "KNOWN_CONTEXT_WINDOWS",
+    "MODEL_ALIASES",
     "ModelResolver",
     "known_context_window",
+    "not_a_model_ref",
     "retry_policy_from_env",
     "split_chain",
     "split_ref",
@@ -55,6 +63,15 @@ __all__ = [
 
 BUILTIN_PREFIXES = ("openai", "openai-chat", "openai-responses", "anthropic", "scripted")
 """Prefixes that need no configuration; a `[providers.x]` section cannot take these names."""
+
+MODEL_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "sonnet": "anthropic:claude-sonnet-4-5",
+        "opus": "anthropic:claude-opus-4-5",
+        "haiku": "anthropic:claude-haiku-4-5",
+    }
+)
+"""The built-in model aliases (Claude Code's `model: sonnet | opus | haiku`); `[models] aliases` extends them."""
 
 KNOWN_CONTEXT_WINDOWS: Mapping[str, int] = {
     "gpt-3.5-turbo": 16_385,
@@ -98,6 +115,20 @@ def split_ref(ref: str) -> tuple[str, str]:
             "openai-chat:llama3.1 or scripted:demo"
         )
     return prefix, name
+
+
+def not_a_model_ref(ref: str, aliases: Collection[str]) -> str:
+    """What to do about `ref`, which is neither `<provider>:<model>` nor one of `aliases`."""
+    if ref == "inherit":
+        return (
+            "'inherit' (Claude Code's \"the main conversation's model\") means nothing here until agentwatch.toml "
+            'says which model it is: add inherit = "<provider>:<model>" to [models] aliases'
+        )
+    return (
+        f"{ref!r} is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o', or use a model alias "
+        f'({", ".join(sorted(aliases))}; add one as {ref} = "<provider>:<model>" to [models] aliases in '
+        "agentwatch.toml)"
+    )
 
 
 def split_chain(ref: str) -> tuple[str, ...]:
@@ -148,6 +179,7 @@ class ModelResolver:
     resolver = ModelResolver(config.providers)            # reads os.environ
     resolver.check("openai:gpt-4o")                       # InvalidArgument when OPENAI_API_KEY is unset
     ModelResolver(models={"coder": ScriptedModel([...])}).check("scripted:coder")   # a test double, handed in
+    ModelResolver(aliases={"fast": "local:llama3.1"}).expand("fast")                  # 'local:llama3.1'
     ```
     """
 
@@ -159,11 +191,12 @@ class ModelResolver:
         models: Mapping[str, ScriptedModel] | None = None,
         scripted: Mapping[str, ScriptedModel] | None = None,
         retry: RetryPolicy | None = None,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         """`providers` are the `[providers.x]` sections; `env` defaults to `os.environ`; `models` are model
         objects by name or ref (see the module docs), looked up before anything else; `scripted` is the older
         name of `models`; `retry` is how failed requests are tried again (by default from the `AGENTWATCH_MODEL_*`
-        variables of `env`, see `retry_policy_from_env`)."""
+        variables of `env`, see `retry_policy_from_env`); `aliases` are `[models] aliases`, over `MODEL_ALIASES`."""
         self.providers: Mapping[str, ProviderConfig] = dict(providers or {})
         """The named providers, `<name>:<model>` refs go to."""
         clash = sorted(set(self.providers) & set(BUILTIN_PREFIXES))
@@ -177,15 +210,89 @@ class ModelResolver:
         """The model objects given to this resolver, by name or by ref."""
         self.retry: RetryPolicy = retry if retry is not None else retry_policy_from_env(self.env)
         """How a failed model request is tried again."""
+        self.aliases: Mapping[str, str] = {**MODEL_ALIASES, **(aliases or {})}
+        """Model aliases by short name: the built-in ones and the project's."""
         self._cache: dict[str, Model] = {}
         # The conversations the models adapter parsed, kept between turns (see `TurnInput.conversation_id`).
         self._histories = _Histories()
+
+    @classmethod
+    def from_config(
+        cls, config: Config, env: Mapping[str, str] | None = None, *, models: Mapping[str, ScriptedModel] | None = None
+    ) -> ModelResolver:
+        """The resolver of a project: its `[providers.x]` sections and `[models] aliases`."""
+        return cls(config.providers, env, models=models, aliases=config.models.aliases)
 
     def check(self, ref: str) -> None:
         """Raise InvalidArgument, saying what to do, when `ref` (or a ref of its chain) cannot be resolved."""
         for one in split_chain(ref):
             if self._given(one) is None:
                 self._model(one)
+
+    def expand(self, ref: str) -> str:
+        """`ref` with each alias of its chain replaced by the ref it stands for (a model given to this resolver
+        under the alias's own name stays as it is)."""
+        return ", ".join(self._expand_one(one) for one in split_chain(ref))
+
+    def _expand_one(self, ref: str) -> str:
+        if ":" in ref or ref in self.models:
+            return ref
+        return self.aliases.get(ref, ref)
+
+    def unresolved(self, ref: str) -> str | None:
+        """Why `ref` (or a ref of its chain) cannot be resolved in any environment, saying what to do: not a ref,
+        an unknown alias or provider, a scripted model neither given nor registered. None when it can be (a key
+        it needs may still be missing: `missing_variables`). Builds no model and imports no model layer."""
+        for one in split_chain(ref):
+            reason = self._unresolved_one(one)
+            if reason is not None:
+                return reason
+        return None
+
+    def _unresolved_one(self, ref: str) -> str | None:
+        if self._given(ref) is not None:
+            return None
+        expanded = self._expand_one(ref)
+        if ":" not in expanded:
+            return not_a_model_ref(ref, self.aliases)
+        if self._given(expanded) is not None:
+            return None
+        try:
+            prefix, name = split_ref(expanded)
+        except InvalidArgument as exc:
+            return exc.message
+        if prefix == "scripted":
+            return None if registered_scripted_model(name) is not None else _no_scripted(expanded, name)
+        if prefix in BUILTIN_PREFIXES or prefix in self.providers:
+            return None
+        return _no_provider(expanded, prefix, self.providers)
+
+    def missing_variables(self, ref: str) -> tuple[str, ...]:
+        """The environment variables a model of `ref`'s chain needs that are not set in this resolver's
+        environment (`OPENAI_API_KEY` unless `OPENAI_BASE_URL` is set, `ANTHROPIC_API_KEY`, a provider's
+        `api_key_env`); empty for refs that need none or cannot be resolved anyway."""
+        missing: list[str] = []
+        for one in split_chain(ref):
+            if self._given(one) is not None or self._unresolved_one(one) is not None:
+                continue
+            expanded = self._expand_one(one)
+            if self._given(expanded) is not None:
+                continue
+            variable = self._missing_variable(*split_ref(expanded))
+            if variable is not None and variable not in missing:
+                missing.append(variable)
+        return tuple(missing)
+
+    def _missing_variable(self, prefix: str, name: str) -> str | None:
+        if prefix in ("openai", "openai-responses", "openai-chat"):
+            unset = not self.env.get("OPENAI_API_KEY") and not self.env.get("OPENAI_BASE_URL")
+            return "OPENAI_API_KEY" if unset else None
+        if prefix == "anthropic":
+            return None if self.env.get("ANTHROPIC_API_KEY") else "ANTHROPIC_API_KEY"
+        config = self.providers.get(prefix)
+        if config is not None and config.api_key_env is not None and not self.env.get(config.api_key_env):
+            return config.api_key_env
+        return None
 
     def context_window(self, ref: str) -> int | None:
         """The context window of the ref's model when the built-in registry knows it (of a chain: the smallest
@@ -206,15 +313,16 @@ class ModelResolver:
         given = self._given(ref)
         if given is not None:
             return given.model()
+        expanded = self._expand_one(ref)
+        if expanded != ref:
+            return self._model(expanded)
+        if ":" not in ref:
+            raise InvalidArgument(self._unresolved_one(ref) or f"model ref {ref!r} does not resolve")
         prefix, name = split_ref(ref)
         if prefix == "scripted":
             scripted = registered_scripted_model(name)
             if scripted is None:
-                raise InvalidArgument(
-                    f"no scripted model {name!r} (model ref {ref!r}) was given or registered; pass it as "
-                    f"Engine.open(models={{{name!r}: ScriptedModel(...)}}) (or call "
-                    f"register_scripted_model({name!r}, ScriptedModel(...)) first)"
-                )
+                raise InvalidArgument(_no_scripted(ref, name))
             return scripted.model()
         cached = self._cache.get(ref)
         if cached is None:
@@ -252,11 +360,7 @@ class ModelResolver:
             )
         config = self.providers.get(prefix)
         if config is None:
-            known = ", ".join(BUILTIN_PREFIXES + tuple(sorted(self.providers)))
-            raise InvalidArgument(
-                f"model ref {ref!r}: no provider {prefix!r} (known: {known}); add a [providers.{prefix}] section "
-                "with base_url (and api_key_env) to agentwatch.toml"
-            )
+            raise InvalidArgument(_no_provider(ref, prefix, self.providers))
         key = None
         if config.api_key_env is not None:
             key = self.env.get(config.api_key_env) or None
@@ -291,6 +395,22 @@ class ModelResolver:
 
     def __repr__(self) -> str:
         return f"ModelResolver(providers={sorted(self.providers)!r})"
+
+
+def _no_scripted(ref: str, name: str) -> str:
+    return (
+        f"no scripted model {name!r} (model ref {ref!r}) was given or registered; pass it as "
+        f"Engine.open(models={{{name!r}: ScriptedModel(...)}}) (or call "
+        f"register_scripted_model({name!r}, ScriptedModel(...)) first)"
+    )
+
+
+def _no_provider(ref: str, prefix: str, providers: Mapping[str, ProviderConfig]) -> str:
+    known = ", ".join(BUILTIN_PREFIXES + tuple(sorted(providers)))
+    return (
+        f"model ref {ref!r}: no provider {prefix!r} (known: {known}); add a [providers.{prefix}] section "
+        "with base_url (and api_key_env) to agentwatch.toml"
+    )
 
 
 class _Histories:
