@@ -161,7 +161,7 @@ def test_unknown_keys_name_the_nearest_valid_key(write_agent: WriteAgent) -> Non
         "agents/coder.md: observerMessage: unknown key (did you mean 'observer_message'?)",
         "agents/coder.md: modle: unknown key (did you mean 'model'?)",
         "agents/coder.md: flavour: unknown key; the keys are name, kind, description, model, tools, observer, "
-        "observer_message, sessions, approval_tools, grant, feature",
+        "observer_message, sessions, approval_tools, grant, feature, mcp_servers",
     ]
 
 

@@ -10,7 +10,7 @@ from agentwatch.events._base import BasePayload
 
 __all__ = ["RequestDismissed", "RequestKind", "RequestOpened", "RequestResolved", "WaitsOn"]
 
-RequestKind = Literal["question", "grant", "approval", "choice"]
+RequestKind = Literal["question", "grant", "approval", "choice", "oauth"]
 WaitsOn = Literal["person", "parent"]
 
 
@@ -21,7 +21,8 @@ class RequestOpened(BasePayload):
     request_id: str
     """The request, for `agent_answer`."""
     kind: RequestKind
-    """`question`, `grant`, `approval` (of a tool call) or `choice` (among options)."""
+    """`question`, `grant`, `approval` (of a tool call), `choice` (among options) or `oauth` (a tool server
+    needs authorization before the call can run)."""
     summary: str
     """One line saying what is asked."""
     questions: list[str] | None = None

@@ -64,7 +64,7 @@ async def _pending_hitl(store: Store, session: SessionRecord) -> PendingHitl | N
     return PendingHitl(
         hitl_id=request.id,
         kind=request.kind,
-        questions=list(request.questions) if request.kind in ("question", "choice") and request.questions else None,
+        questions=list(request.questions) if request.questions else None,  # what a question or oauth asks
         options=list(request.options) if request.kind == "choice" and request.options else None,
         multiple=_multiple(request.body) if request.kind == "choice" else None,
         deliver_at=_iso(request.deliver_at) if request.waits_on == "parent" else None,

@@ -41,6 +41,7 @@ from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.tools import builtin_tools
 from agentwatch.runtime.tools.base import Caller, Tool, function_tool
+from agentwatch.runtime.toolservers import close_tool_servers
 from agentwatch.runtime.turn import end_stopped_turn
 from agentwatch.store import (
     TERMINAL_STATUSES,
@@ -245,6 +246,7 @@ class Engine:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
         await asyncio.gather(*(d.close() for d in self._drivers.values()), return_exceptions=True)
+        await close_tool_servers(self)  # the sessions' MCP servers (stdio servers' processes end)
         await self.leases.close()  # hand the cut-off turns over to another live engine at once
         await self.ring.close()
         await self.store.close()

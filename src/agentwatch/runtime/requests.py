@@ -20,6 +20,7 @@ from agentwatch.events import NewEvent, RequestResolved, RuntimeNotice, TurnId
 from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.tools.ask import check_choice
+from agentwatch.runtime.toolservers import shown_answer
 from agentwatch.store import RequestClose, RequestRecord, Write
 
 __all__ = ["answer", "escalate", "escalate_due"]
@@ -34,7 +35,8 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
     if request.options:  # a choice: the answer names one of its options (several, when it allows that)
         answer = check_choice(request.options, _multiple(request), answer)
     channel = await runtime.driver(request.session_id)
-    resolved = RequestResolved(request_id=request_id, answer=answer, by=by)
+    # An oauth answer's token is kept in the request (the call needs it, even after a restart), never in an event.
+    resolved = RequestResolved(request_id=request_id, answer=shown_answer(request.kind, answer), by=by)
     turn_id = TurnId(request.turn_id) if request.turn_id else None
     async with claimed(runtime, request.session_id):  # leases: the paused turn is never left without an owner
         await channel.commit(

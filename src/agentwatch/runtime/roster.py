@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from agentwatch.config import SessionDefaults
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.runtime.toolservers import ToolServer, servers_by_name
 
 __all__ = [
     "GRANTS",
@@ -137,6 +138,8 @@ class AgentDefinition(BaseModel):
     """Capabilities beyond the grant-free tools (`spawn` allows `agent_task`, `agent_create`, ...)."""
     feature: str | None = None
     """The feature that ships this role, for grouping and filtering sessions."""
+    mcp_servers: tuple[ToolServer, ...] = ()
+    """MCP servers whose tools the agent may call, as `<server>__<tool>` (see `agentwatch.runtime.toolservers`)."""
     source_path: Path | None = Field(None, exclude=True)
     """The file the definition was loaded from; None when built in Python. Not part of equality."""
 
@@ -170,6 +173,17 @@ class AgentDefinition(BaseModel):
     @classmethod
     def _null_sessions(cls, value: object) -> object:
         return RoleSessions() if value is None else value
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _null_servers(cls, value: object) -> object:
+        return () if value is None else value
+
+    @field_validator("mcp_servers", mode="after")
+    @classmethod
+    def _distinct_servers(cls, value: tuple[ToolServer, ...]) -> tuple[ToolServer, ...]:
+        servers_by_name(value)  # two servers of one name would give their tools the same names
+        return value
 
     @field_validator("tools", "approval_tools", mode="after")
     @classmethod

@@ -24,6 +24,7 @@ from pydantic import JsonValue
 from agentwatch.errors import AgentwatchError
 from agentwatch.events import (
     AssistantMessage,
+    AuthRequired,
     CompactionApplied,
     CompletionFinished,
     Event,
@@ -43,13 +44,14 @@ from agentwatch.events import (
 from agentwatch.events.truncate import displayable
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
 from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held
-from agentwatch.runtime.models import ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
+from agentwatch.runtime.models import PendingCall, ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
 from agentwatch.runtime.plan import Plan, next_plan
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.tools.ask import choices_of
 from agentwatch.runtime.tools.base import Caller, Tool
+from agentwatch.runtime.toolservers import read_oauth_answer, tool_servers
 from agentwatch.store import (
     TERMINAL_STATUSES,
     RequestClose,
@@ -221,7 +223,7 @@ async def run_plan(
                 instructions=definition.instructions,
                 history=history,
                 prompt=prompt if isinstance(prompt, str) else None,
-                tools=_tool_specs(turn),
+                tools=[*_tool_specs(turn), *await _server_tool_specs(turn, plan)],
                 answers=_answers(plan.requests),
                 conversation_id=session.conversation_id,
             )
@@ -351,12 +353,41 @@ def _tool_specs(turn: _Turn) -> list[ToolSpec]:
     return specs
 
 
+async def _server_tool_specs(turn: _Turn, plan: Plan) -> list[ToolSpec]:
+    """The tools of the role's MCP servers (each connected on first use), every call decided like any tool's."""
+    servers = turn.definition.mcp_servers
+    if not servers:
+        return []
+    listed = await tool_servers(turn.runtime).tools_for(turn.session, servers, plan.requests, turn.commit)
+    approval = set(turn.definition.approval_tools)
+    return [
+        ToolSpec(
+            name=tool.name,
+            description=tool.description,
+            parameters=tool.parameters,
+            run=_gated(turn, tool.name, lambda context, args, call=tool.call: call(args)),
+            requires_approval=tool.name in approval,
+        )
+        for tool in listed
+    ]
+
+
 def _runner(turn: _Turn, tool: Tool) -> Any:
+    async def call(context: ToolContext, args: dict[str, Any]) -> JsonValue:
+        caller = Caller(turn.session_id, turn.turn_id, context.tool_call_id, turn.session.scope)
+        return await tool.handler(turn.runtime, caller, args)
+
+    return _gated(turn, tool.name, call)
+
+
+def _gated(turn: _Turn, name: str, call: Any) -> Any:
+    """`call`, run only once this engine holds the session and the policy chain allows the call."""
+
     async def run(context: ToolContext, args: dict[str, Any]) -> JsonValue:
         await ensure_held(turn.runtime, turn.session_id)  # leases: never run a tool another engine may own
         verdict = await turn.runtime.policy.decide(
             ToolRequest(
-                tool.name,
+                name,
                 args,
                 session_id=turn.session_id,
                 role=turn.session.role,
@@ -364,9 +395,9 @@ def _runner(turn: _Turn, tool: Tool) -> Any:
             )
         )
         if verdict.decision != "allow":
-            raise ToolRefused(f"{tool.name} was not allowed ({verdict.decision}): {verdict.reason or 'by policy'}")
-        caller = Caller(turn.session_id, turn.turn_id, context.tool_call_id, turn.session.scope)
-        return await tool.handler(turn.runtime, caller, args)
+            raise ToolRefused(f"{name} was not allowed ({verdict.decision}): {verdict.reason or 'by policy'}")
+        result: JsonValue = await call(context, args)
+        return result
 
     return run
 
@@ -381,6 +412,9 @@ def _answers(requests: Sequence[RequestRecord]) -> list[ToolAnswer]:
         elif request.kind == "approval":
             approved, message = _approval(request.answer)
             answers.append(ToolAnswer(request.tool_call_id, approved=approved, message=message))
+        elif request.kind == "oauth":  # approved: the call runs again (with the token, when one was given)
+            declined = None if read_oauth_answer(request.answer).approved else "Authorization was declined."
+            answers.append(ToolAnswer(request.tool_call_id, approved=declined is None, message=declined))
         else:
             answers.append(ToolAnswer(request.tool_call_id, value=request.answer))
     return answers
@@ -446,18 +480,22 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
     hold = turn.runtime.config.sessions.hold_for_parent_seconds
     held = session.parent_id is not None and hold > 0
     deliver_at = datetime.now(UTC) + timedelta(seconds=hold) if held else None
-    drafts, opened = [], []
+    drafts: list[RequestDraft] = []
+    opened: list[Payload] = []
     for call in result.pending:
         request_id = new_id("req")
         choices = choices_of(call.input) if call.kind == "question" else None
+        signal: Payload | None = None
         if call.kind == "question":
             question = call.question or str(call.input)
             summary, questions = question, [question]
+        elif call.kind == "oauth":
+            summary, questions, signal = _authorization(call)
         else:
             summary, questions = f"approve {call.tool_name}({_brief(call.input)})", None
         draft = RequestDraft(
             id=request_id,
-            kind="approval" if call.kind != "question" else "choice" if choices else "question",
+            kind="choice" if choices else call.kind,
             summary=summary[:500],
             questions=questions,
             options=choices[0] if choices else None,
@@ -465,7 +503,7 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
             turn_id=turn.turn_id,
             waits_on="parent" if held else "person",
             deliver_at=deliver_at,
-            body={"tool_name": call.tool_name, "input": call.input},
+            body={"tool_name": call.tool_name, "input": call.input, **(call.detail or {})},
         )
         drafts.append(draft)
         opened.append(
@@ -481,6 +519,8 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
                 deliver_at=deliver_at,
             )
         )
+        if signal is not None:
+            opened.append(signal)
     ended = TurnEnded(outcome="paused", reason=f"waiting on {len(drafts)} request(s)", usage=result.usage)
     await turn.commit(
         [*opened, ended],
@@ -539,6 +579,20 @@ async def _fail_early(
             inputs_take=[i.id for i in plan.inputs],
         )
     )
+
+
+def _authorization(call: PendingCall) -> tuple[str, list[str], AuthRequired]:
+    """What an `oauth` request asks, and the `auth.required` that follows its `request.opened`."""
+    detail = call.detail or {}
+    server, where = str(detail.get("server")), detail.get("resource_metadata") or detail.get("url")
+    url = where if isinstance(where, str) else None
+    signal = AuthRequired(provider=f"mcp:{server}", url=url, message=f"{call.tool_name} needs authorization")
+    question = (
+        f"Tool server {server!r} needs authorization for {call.tool_name}"
+        + (f" (see {url})" if url else "")
+        + '. Answer {"token": "..."} to send that bearer token, "done" once authorized otherwise, or "no" to give up.'
+    )
+    return f"authorize tool server {server!r} for {call.tool_name}", [question], signal
 
 
 def _brief(value: dict[str, JsonValue]) -> str:

@@ -10,7 +10,7 @@ import agentwatch.runtime.models as models
 
 SRC = Path(agentwatch.__file__).parent
 ADAPTER = SRC / "runtime" / "models"
-MAY_IMPORT_MODEL_LAYER = {"_adapter.py", "_scripted_play.py", "_visible.py", "refs.py", "scripted.py"}
+MAY_IMPORT_MODEL_LAYER = {"_adapter.py", "_mcp.py", "_scripted_play.py", "_visible.py", "refs.py", "scripted.py"}
 
 
 def test_all_lists_every_public_name() -> None:

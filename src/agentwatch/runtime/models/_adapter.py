@@ -79,6 +79,7 @@ from agentwatch.runtime.models._types import (
     PendingCall,
     ToolContext,
     ToolSpec,
+    ToolWaits,
     TurnInput,
     TurnResult,
     TurnSink,
@@ -93,6 +94,13 @@ logger = logging.getLogger(__name__)
 pydantic_ai.BANNER_ENABLED = False
 
 _Output = str | DeferredToolRequests
+
+_WAITS = "agentwatch_waits"
+"""The key of a deferred call's metadata that says it waits on a person (`ToolWaits`), and for what."""
+
+
+def _detail(metadata: dict[str, Any]) -> dict[str, JsonValue]:
+    return {key: value for key, value in metadata.items() if key != _WAITS}
 
 
 async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | None = None) -> TurnResult:
@@ -292,6 +300,9 @@ class _TurnRun:
                 context = ToolContext(ctx.tool_call_id or "", spec.name, emit)
                 try:
                     return await spec.run(context, dict(args))
+                except ToolWaits as exc:
+                    # The call waits on a person (a sign-in): the run pauses on it, and an approval runs it again.
+                    raise CallDeferred({_WAITS: exc.kind, "summary": exc.summary, **exc.detail}) from exc
                 except Exception as exc:
                     # pydantic-ai would end the run on a plain exception; the model should see it instead.
                     raise ToolFailed(_error_text(exc)) from exc
@@ -451,6 +462,8 @@ class _TurnRun:
     def _pending(self, run: AgentRun[None, _Output], requests: DeferredToolRequests) -> tuple[PendingCall, ...]:
         kinds = {call.tool_call_id: "approval" for call in requests.approvals}
         kinds.update({call.tool_call_id: "question" for call in requests.calls})
+        waits = {key: value for key, value in requests.metadata.items() if value.get(_WAITS) == "oauth"}
+        kinds.update(dict.fromkeys(waits, "oauth"))
         response = next(m for m in reversed(run.all_messages()) if isinstance(m, ModelResponse))
         pending = []
         for call in response.tool_calls:  # in the order the model made them
@@ -464,8 +477,9 @@ class _TurnRun:
                     tool_call_id=call.tool_call_id,
                     tool_name=call.tool_name,
                     input=args,
-                    kind="approval" if kind == "approval" else "question",
+                    kind="approval" if kind == "approval" else "oauth" if kind == "oauth" else "question",
                     question=question if kind == "question" and isinstance(question, str) else None,
+                    detail=_detail(waits[call.tool_call_id]) if kind == "oauth" else None,
                 )
             )
         return tuple(pending)

@@ -20,6 +20,7 @@ __all__ = [
     "ToolContext",
     "ToolRunner",
     "ToolSpec",
+    "ToolWaits",
     "TurnInput",
     "TurnResult",
     "TurnSink",
@@ -48,6 +49,21 @@ class ToolContext:
 
 ToolRunner = Callable[[ToolContext, dict[str, Any]], Awaitable[JsonValue]]
 """Runs one call of a tool: gets the context and the arguments the model sent, returns text or JSON."""
+
+
+class ToolWaits(Exception):
+    """Raised by a tool's `run` when the call cannot go on until a person acts (a tool server that needs
+    authorization): the turn pauses with a pending call of this `kind`, and an approving answer runs the call
+    again."""
+
+    def __init__(self, kind: Literal["oauth"], summary: str, detail: dict[str, JsonValue]) -> None:
+        super().__init__(summary)
+        self.kind: Literal["oauth"] = kind
+        """What the call waits for: `oauth`, a sign-in."""
+        self.summary = summary
+        """One line saying what is needed."""
+        self.detail = detail
+        """Structured facts for the request (for `oauth`: `server`, `url`, `challenge`, `resource_metadata`)."""
 
 
 @dataclass(frozen=True)
@@ -180,10 +196,13 @@ class PendingCall:
     """The tool the model called."""
     input: dict[str, JsonValue]
     """The arguments the model sent."""
-    kind: Literal["approval", "question"]
-    """`approval` for a `requires_approval` tool, `question` for an `asks_user` tool."""
+    kind: Literal["approval", "question", "oauth"]
+    """`approval` for a `requires_approval` tool, `question` for an `asks_user` tool, `oauth` for a call whose
+    tool raised `ToolWaits` (a tool server that needs authorization)."""
     question: str | None = None
     """For a question: the `question` argument when the model sent one as text."""
+    detail: dict[str, JsonValue] | None = None
+    """For `oauth`: the `ToolWaits` summary and detail (`summary`, `server`, `url`, `challenge`, ...)."""
 
 
 @dataclass(frozen=True)
