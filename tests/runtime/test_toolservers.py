@@ -199,6 +199,8 @@ async def test_a_server_that_cannot_start_is_a_runtime_error_naming_it(
         (error,) = payloads(await events(engine, snapshot["agentId"]), RuntimeNotice)
         assert error.type == "runtime.error" and error.source == "mcp:broken"
         assert "tool server 'broken'" in error.message and server.where in error.message
+        if server.args[-1:] == ("--fail",):  # what it wrote on stderr says why
+            assert "this server refuses to start" in error.message
         tail = await engine.call_tool("agent_tail", {"id": snapshot["agentId"]})
         assert "runtime.error" in [row["type"] for row in tail["events"]]
 

@@ -53,6 +53,7 @@ __all__ = [
     "OAuthAnswer",
     "ServerTool",
     "ToolServer",
+    "ToolServerFailed",
     "ToolServers",
     "close_tool_servers",
     "read_oauth_answer",
@@ -124,6 +125,10 @@ class ToolServer(BaseModel):
     def where(self) -> str:
         """The URL, or the command line, for messages."""
         return self.url if self.url is not None else " ".join([self.command or "", *self.args])
+
+
+class ToolServerFailed(Exception):
+    """A tool server could not be started or reached; the message says why (and what it wrote, for stdio)."""
 
 
 @dataclass(frozen=True)
@@ -288,6 +293,8 @@ def _failure(server: ToolServer, exc: Exception) -> list[Payload]:
             )
         )
         reason = "it needs authorization; give a token in its `headers` (Authorization: Bearer ...)"
+    elif isinstance(exc, ToolServerFailed):
+        reason = str(exc)
     else:
         reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
     payloads.append(

@@ -4,6 +4,8 @@
 mean; this module only speaks the protocol. It imports pydantic-ai's MCP support (about a second, and the
 `fastmcp` client), so it is imported the first time a definition with `mcp_servers` runs a turn.
 
+- A stdio server's stderr goes to a temporary file, not to the terminal; when the server fails to start, the
+  end of what it wrote there is part of the error.
 - Every message the server sends on its own (log messages, resource updates, progress, list changes) goes
   to `on_notice(method, params)`; FastMCP's default log handler, which would print, is replaced.
 - Over HTTP, an `httpx` auth hook sends the bearer token once one is given (`authorize`) and keeps the
@@ -14,14 +16,16 @@ mean; this module only speaks the protocol. It imports pydantic-ai's MCP support
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import httpx2
 from pydantic import JsonValue
 from pydantic_ai.mcp import MCPToolset
 
 from agentwatch.runtime.models._types import ToolWaits
+from agentwatch.runtime.toolservers import ToolServerFailed
 
 if TYPE_CHECKING:
     from agentwatch.runtime.toolservers import ToolServer
@@ -73,6 +77,7 @@ class ToolServerClient:
         self.server = server
         self._on_notice = on_notice
         self._bearer: _Bearer | None = None
+        self._stderr: IO[str] | None = None
         self._toolset = self._build()
         self._open = False
 
@@ -89,12 +94,15 @@ class ToolServerClient:
             return MCPToolset(server.url, auth=self._bearer, headers=dict(server.headers) or None, **common)
         from fastmcp.client.transports import StdioTransport
 
+        # Open as long as the connection (closed by `close`), so not in a `with`.
+        self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         transport = StdioTransport(
             command=server.command or "",
             args=list(server.args),
             env=dict(server.env) or None,
             cwd=server.cwd,
             keep_alive=False,
+            log_file=cast(Any, self._stderr),
         )
         return MCPToolset(transport, **common)
 
@@ -104,7 +112,10 @@ class ToolServerClient:
             await self._toolset.__aenter__()
         except Exception as exc:
             self._raise_if_unauthorized(exc)
-            raise
+            wrote = self._stderr_tail()
+            self._close_stderr()
+            said = f"; it wrote: {wrote}" if wrote else ""
+            raise ToolServerFailed(f"{type(exc).__name__}: {exc}{said}") from exc
         self._open = True
 
     async def tools(self) -> list[tuple[str, str, dict[str, JsonValue]]]:
@@ -136,7 +147,26 @@ class ToolServerClient:
         """Close the session (a stdio server's process ends); idempotent."""
         if self._open:
             self._open = False
-            await self._toolset.__aexit__(None, None, None)
+            try:
+                await self._toolset.__aexit__(None, None, None)
+            finally:
+                self._close_stderr()
+
+    def _stderr_tail(self, limit: int = 500) -> str:
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.seek(0)
+            text = self._stderr.read()
+        except (OSError, ValueError):
+            return ""
+        text = " ".join(text.split())
+        return text if len(text) <= limit else "…" + text[-limit:]
+
+    def _close_stderr(self) -> None:
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     def _raise_if_unauthorized(self, exc: BaseException) -> None:
         bearer = self._bearer
