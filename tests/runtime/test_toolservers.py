@@ -244,6 +244,22 @@ def test_a_definition_lists_servers_in_either_spelling_and_bad_ones_are_refused(
         AgentDefinition.model_validate({"name": "a", "model": "scripted:a", "mcp_servers": twice})
 
 
+def test_a_definition_with_servers_reads_back_from_its_markdown(tmp_path: Path) -> None:
+    from agentwatch.runtime.roster import load_roster
+
+    servers = (
+        ToolServer(name="fs", command="npx", args=("-y", "server"), env={"A": "1"}, cwd="."),
+        ToolServer(name="web", url="http://127.0.0.1:1/mcp", headers={"X-Team": "core"}),
+    )
+    definition = role("keeper", "scripted:keeper", mcp_servers=servers)
+    (tmp_path / "keeper.md").write_text(definition.to_markdown())
+    roster = load_roster(tmp_path)
+    assert roster.get("keeper") == definition
+    (tmp_path / "both.md").write_text("---\nmodel: a:b\nmcp_servers: [{name: x, command: a, url: 'http://h'}]\n---\n")
+    (problem,) = [p for p in load_roster(tmp_path).problems if p.path == tmp_path / "both.md"]
+    assert (problem.field, "has both `command` and `url`" in problem.message) == ("mcp_servers[0]", True)
+
+
 def test_oauth_answers() -> None:
     assert read_oauth_answer({"token": "t"}) == read_oauth_answer("Bearer t")
     assert read_oauth_answer({"token": "t"}).token == "t"

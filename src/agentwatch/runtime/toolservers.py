@@ -109,8 +109,10 @@ class ToolServer(BaseModel):
 
     @model_validator(mode="after")
     def _one_transport(self) -> ToolServer:
-        if (self.command is None) == (self.url is None):
-            raise ValueError(f"tool server {self.name!r} needs either `command` (stdio) or `url` (HTTP), not both")
+        if self.command is not None and self.url is not None:
+            raise ValueError(f"tool server {self.name!r} has both `command` and `url`; keep the one it is reached by")
+        if self.command is None and self.url is None:
+            raise ValueError(f"tool server {self.name!r} needs `command` (a stdio server) or `url` (an HTTP server)")
         if self.url is not None and (self.args or self.env or self.cwd):
             raise ValueError(f"tool server {self.name!r} has a url: `args`, `env` and `cwd` are for a command")
         if self.command is not None and self.headers:
