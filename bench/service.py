@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -26,9 +28,12 @@ from typing import Any, Final
 
 from agentwatch.events import Event, EventId, NewEvent, SessionId, new_id
 from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import ScriptContext, ScriptedModel, ScriptStep
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.store import Write
 from bench._harness import Context, Result, Target, percentile, sample_payload
+from bench._turns import INSTRUCTIONS, PROMPT, TurnWatcher, lookup, one_tool_turn
+from bench.engine import _HeapGrowth
 
 __all__ = ["service_figures"]
 
@@ -37,17 +42,32 @@ _CLIENTS: Final = 100
 _ATTACH_EVENTS: Final = 1000
 _WARM_UP: Final = 10
 _WAIT_S: Final = 10.0
+_LOAD_SESSIONS: Final = 200
+_LOAD_WATCHERS: Final = 10
+_LOAD_TURN_WAIT_S: Final = 120.0
 _REPOSITORY: Final = Path(__file__).resolve().parent.parent
 
 
 @contextlib.asynccontextmanager
 async def _served(engine: Engine) -> AsyncIterator[tuple[str, Any]]:
-    import uvicorn
-
+    """The service's app over `engine`, served; yields its base URL and its `ServiceState`."""
     from agentwatch.service import create_app
-    from agentwatch.service.server import _Server, bound_port
 
     app = create_app(engine)
+    async with _uvicorn(app) as base:
+        try:
+            yield base, app.state.service
+        finally:
+            app.state.service.stopping.set()  # open attach streams end, so uvicorn can stop
+
+
+@contextlib.asynccontextmanager
+async def _uvicorn(app: Any) -> AsyncIterator[str]:
+    """`app` on uvicorn on a loopback port, configured as `agentwatch serve` does; yields the base URL."""
+    import uvicorn
+
+    from agentwatch.service.server import _Server, bound_port
+
     server = _Server(
         uvicorn.Config(
             app,
@@ -57,6 +77,7 @@ async def _served(engine: Engine) -> AsyncIterator[tuple[str, Any]]:
             log_level="warning",
             ws_max_size=2**24,
             ws_per_message_deflate=False,
+            backlog=4096,
         )
     )
     task = asyncio.create_task(server.serve())
@@ -66,9 +87,8 @@ async def _served(engine: Engine) -> AsyncIterator[tuple[str, Any]]:
             raise RuntimeError("uvicorn did not start")
         await asyncio.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{bound_port(server)}", app.state.service
+        yield f"http://127.0.0.1:{bound_port(server)}"
     finally:
-        app.state.service.stopping.set()
         server.should_exit = True
         await asyncio.wait_for(task, 15)
 
@@ -81,7 +101,12 @@ async def service_figures(ctx: Context) -> list[Result]:
     """The three service figures on one served engine."""
     root: Path = ctx.workdir
     async with Engine.open(
-        f"sqlite:///{root / 'service.db'}", root=root, agents_dir=root / "none", definitions=[_role()], extensions=[]
+        f"sqlite:///{root / 'service.db'}",
+        root=root,
+        agents_dir=root / "none",
+        definitions=[_role()],
+        models={"bench-service": ScriptedModel.replying("ok")},  # never asked: no turn runs
+        extensions=[],
     ) as engine:
         for _ in range(_LIST_SESSIONS):
             await engine.create("bench")
@@ -89,6 +114,7 @@ async def service_figures(ctx: Context) -> list[Result]:
             results = await _agent_list(ctx, engine, base)
             results += await _publish(ctx, engine, state, base)
             results += await _attach(ctx, engine, base)
+    results += await _load(ctx)
     return results
 
 
@@ -325,5 +351,151 @@ async def _attach(ctx: Context, engine: Engine, base: str) -> list[Result]:
             "lower",
             None,
             cpu_note,
+        ),
+    ]
+
+
+# -- many sessions, many watchers ---------------------------------------------------------------------------
+
+
+def _load_step(context: ScriptContext) -> ScriptStep:
+    """The load's turn, again at every turn: a sentence and a tool call, then a streamed answer."""
+    first, answer = one_tool_turn()
+    return answer if context.tool_results else first
+
+
+class _Turns:
+    """Every session of the load runs turn after turn until told to stop."""
+
+    def __init__(self, engine: Engine, watcher: TurnWatcher, session_ids: list[str]) -> None:
+        self.engine, self.watcher, self.session_ids = engine, watcher, session_ids
+
+    async def run(self, seconds: float) -> tuple[int, float, float]:
+        """Turns for `seconds` on every session (each finishing the turn it is in): events, wall s, CPU s."""
+        stop = asyncio.Event()
+
+        async def session_turns(session_id: str) -> None:
+            while not stop.is_set():
+                ended = self.watcher.expect_end(session_id)
+                await self.engine.enqueue(session_id, PROMPT)
+                await asyncio.wait_for(ended, _LOAD_TURN_WAIT_S)
+
+        events, cpu, start = self.watcher.events, time.process_time(), time.perf_counter()
+        tasks = [asyncio.create_task(session_turns(session_id)) for session_id in self.session_ids]
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+        return self.watcher.events - events, time.perf_counter() - start, time.process_time() - cpu
+
+
+async def _bare_socket(websocket: Any) -> None:
+    """The baseline of a watcher's memory: a WebSocket accepted, sent one frame, and held open."""
+    await websocket.accept()
+    await websocket.send_text('{"kind":"snapshot"}')
+    while (await websocket.receive())["type"] != "websocket.disconnect":
+        pass
+
+
+async def _attached(urls: list[str], each: int) -> tuple[asyncio.subprocess.Process, _HeapGrowth]:
+    """`each` watchers on every URL (in another process), and this process's memory growth until all of
+    them have their snapshot."""
+    with _HeapGrowth() as growth:
+        watchers = await _watchers("count", each, urls)
+        assert watchers.stdout is not None
+        line = await asyncio.wait_for(watchers.stdout.readline(), 300)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"the watchers did not attach: {line!r}")
+    return watchers, growth
+
+
+async def _stopped(watchers: asyncio.subprocess.Process) -> None:
+    if watchers.returncode is None:
+        watchers.kill()
+    await watchers.wait()
+
+
+async def _load(ctx: Context) -> list[Result]:
+    from starlette.applications import Starlette
+    from starlette.routing import WebSocketRoute
+
+    sessions = _LOAD_SESSIONS if ctx.sizes.concurrent_sessions >= 100 else ctx.sizes.concurrent_sessions
+    seconds = max(1.0, min(10.0, ctx.sizes.live_samples / 200))
+    clients = sessions * _LOAD_WATCHERS
+    ctx.say(f"service: {sessions} sessions in turns, {seconds:g} s without and with {_LOAD_WATCHERS} watchers each")
+    root = ctx.workdir / "load"
+    definition = AgentDefinition(name="notes", model="scripted:load", instructions=INSTRUCTIONS, tools=("lookup",))
+    watcher = TurnWatcher()
+    async with Engine.open(
+        f"sqlite:///{root / 'load.db'}?synchronous=full",
+        root=root,
+        agents_dir=root / "none",
+        definitions=[definition],
+        tools=[lookup],
+        models={"load": ScriptedModel(function=_load_step)},
+        extensions=[],
+    ) as engine:
+        engine.start_with_observer(lambda thread_id: watcher)
+        session_ids = [(await engine.create(definition.name)).id for _ in range(sessions)]
+        turns = _Turns(engine, watcher, session_ids)
+        await turns.run(min(2.0, seconds))  # warm-up: every session has a history, the caches are full
+        before = await turns.run(seconds)
+
+        # What one held WebSocket costs this process, bare (the baseline of the memory per watcher).
+        bare = Starlette(routes=[WebSocketRoute("/bare", _bare_socket)])
+        async with _uvicorn(bare) as bare_base:
+            bare_url = bare_base.replace("http://", "ws://") + "/bare"
+            watchers, bare_growth = await _attached([bare_url], clients)
+            await _stopped(watchers)
+
+        async with _served(engine) as (base, state):
+            urls = [base.replace("http://", "ws://") + f"/api/agents/{sid}/events" for sid in session_ids]
+            watchers, growth = await _attached(urls, _LOAD_WATCHERS)
+            assert watchers.stdin is not None
+            assert watchers.stdout is not None
+            try:
+                emitted = watcher.events
+                during = await turns.run(seconds)
+                await asyncio.sleep(0.5)  # the last frames on their way
+                emitted = watcher.events - emitted
+                watchers.stdin.write(b"report\n")
+                report = json.loads(await asyncio.wait_for(watchers.stdout.readline(), 60))
+                attached = state.broadcaster.client_count()
+            finally:
+                await _stopped(watchers)
+        after = await turns.run(seconds)
+
+    rate = during[0] / during[1]
+    base_rate = (before[0] + after[0]) / (before[1] + after[1])
+    cpu_per_event = during[2] / during[0] * 1e6
+    base_cpu = (before[2] + after[2]) / (before[0] + after[0]) * 1e6
+    watchers_cpu = report["cpu_s"]
+    note = (
+        f"{sessions} sessions, each in one scripted turn after another (a sentence and a tool call, then a "
+        f"streamed answer) on SQLite at synchronous=FULL, for {seconds:g} s with {_LOAD_WATCHERS} WebSocket "
+        f"watchers each ({clients}, raw sockets on one selector loop in another process sharing the machine's "
+        f"{os.cpu_count()} CPUs); baseline: the same without watchers, before and after (averaged). Watchers got "
+        f"{report['frames']} of {emitted * _LOAD_WATCHERS} event frames (fewest per watcher {report['least']}, "
+        f"most {report['most']}), {report['problems']} out of order or skipping an event, {report['closed']} "
+        f"closed, {attached} still attached at the end; the service's CPU {cpu_per_event:.0f} us per event "
+        f"(baseline {base_cpu:.0f}), the watchers' process {watchers_cpu:.1f} s CPU in all"
+    )
+    memory_note = (
+        f"this process's Python heap growth (tracemalloc, after a full collection) per watcher while {clients} "
+        f"attached to {sessions} sessions and had their snapshots (RSS growth {growth.rss / clients / 1024:.1f} "
+        f"KiB per watcher); baseline: the same for a bare Starlette WebSocket on uvicorn that sends one frame "
+        f"(RSS {bare_growth.rss / clients / 1024:.1f} KiB)"
+    )
+    return [
+        Result("service.load.events_per_s", "events/s", rate, base_rate, "higher", None, note),
+        Result(
+            "service.load.memory_per_watcher",
+            "bytes",
+            growth.heap / clients,
+            bare_growth.heap / clients,
+            "lower",
+            None,
+            memory_note,
         ),
     ]

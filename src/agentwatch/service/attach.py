@@ -131,7 +131,7 @@ class Attachment:
             while True:
                 if client is None:
                     client = self._client = await broadcaster.attach(engine, session_id)
-                snapshot = client.snapshot
+                snapshot, client.snapshot = client.snapshot, None
                 assert snapshot is not None
                 position = snapshot.position
                 if cursor is None:
@@ -142,6 +142,7 @@ class Attachment:
                         yield _event_frame(event)
                         cursor = event.cursor
                     cursor = max(cursor, position)
+                del snapshot  # sent: an attached client holds its queue, not its session's history
                 shared = broadcaster.ring
                 if shared is not None:  # events of a turn running in another process
                     head = await shared.head(session_id)
@@ -297,6 +298,7 @@ async def _ws_pump(websocket: WebSocket, frames: AsyncIterator[Frame], sending: 
         sending.since = clock()
         await send({"type": "websocket.send", "text": frame.json()})
         sending.since = None
+        del frame  # not kept while the next is awaited (the last may be a snapshot of many events)
 
 
 async def _ws_listen(websocket: WebSocket, max_bytes: int) -> dict[str, JsonValue] | None:
