@@ -121,27 +121,6 @@ def test_an_unknown_store_scheme_says_what_to_use(tmp_path: Path) -> None:
     assert "sqlite:///" in done.stderr
 
 
-def test_agents_check_lists_every_problem_and_fails_only_on_errors(tmp_path: Path) -> None:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    (agents / "good.md").write_text("---\nmodel: openai-chat:m\ntools: [ask_user, grep]\nobserver: loop-guard\n---\nHi")
-    runner = CliRunner()
-    ok = runner.invoke(cli, ["agents", "check", "--dir", str(agents)])
-    assert ok.exit_code == 0, ok.output
-    assert "'grep' is not a built-in tool" in ok.output  # a warning: projects register tools in Python
-    assert "loop-guard" not in ok.output  # the built-in rule observers are known
-    declared = runner.invoke(cli, ["agents", "check", "--dir", str(agents), "--tool", "grep"])
-    assert "grep" not in declared.output
-    (agents / "bad.md").write_text(
-        "---\nmodel: openai-chat:m\nobserverMessage: x\nsessions: {stuck_after_seconds: -1}\n---\n"
-    )
-    bad = runner.invoke(cli, ["agents", "check", "--dir", str(agents)])
-    assert bad.exit_code == 1
-    assert "bad.md: observerMessage: unknown key (did you mean 'observer_message'?)" in bad.output
-    assert "bad.md: sessions.stuck_after_seconds:" in bad.output
-    assert "1 error" not in bad.output and "2 error(s)" in bad.output
-
-
 def test_tail_follow_resumes_after_a_reconnect_with_no_gap_or_repeat(tmp_path: Path) -> None:
     from agentwatch.events import NewEvent, UserMessage
     from agentwatch.store import SessionDraft, open_store

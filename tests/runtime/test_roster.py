@@ -148,27 +148,27 @@ def test_blank_observer_fields_mean_none(write_agent: WriteAgent) -> None:
 def test_unknown_keys_name_the_nearest_valid_key(write_agent: WriteAgent) -> None:
     write_agent(
         "coder.md",
-        "---\nmodel: a:b\nobserverMessage: hi\nmodle: x\nflavour: sweet\n"
-        "sessions: {stuckAfterSeconds: 5}\ninstructions: be nice\n---\n",
+        "---\nmodel: a:b\nobserverMesage: hi\nmodle: x\nflavour: sweet\n"
+        "sessions: {stuckAfterSecs: 5}\ninstructions: be nice\n---\n",
     )
 
     roster = load_roster(AGENTS)
 
+    keys = ", ".join(key for key in AgentDefinition.model_fields if key not in ("instructions", "source_path"))
     assert "coder" not in roster
     assert messages(roster) == [
         "agents/coder.md: instructions: is not a front-matter key; it is the body after the front matter",
-        "agents/coder.md: sessions.stuckAfterSeconds: unknown key (did you mean 'stuck_after_seconds'?)",
-        "agents/coder.md: observerMessage: unknown key (did you mean 'observer_message'?)",
+        "agents/coder.md: sessions.stuckAfterSecs: unknown key (did you mean 'stuck_after_seconds'?)",
+        "agents/coder.md: observerMesage: unknown key (did you mean 'observer_message'?)",
         "agents/coder.md: modle: unknown key (did you mean 'model'?)",
-        "agents/coder.md: flavour: unknown key; the keys are name, kind, description, model, tools, observer, "
-        "observer_message, sessions, approval_tools, grant, feature, mcp_servers",
+        f"agents/coder.md: flavour: unknown key; the keys are {keys}",
     ]
 
 
 def test_wrong_types_name_the_field_and_the_value(write_agent: WriteAgent) -> None:
     write_agent(
         "t.md",
-        "---\nmodel: a:b\ntools: read_file\napproval_tools: [1]\ndescription: [x]\n"
+        "---\nmodel: a:b\ntools: {read_file: 1}\napproval_tools: [1]\ndescription: [x]\n"
         "sessions: {stuck_after_seconds: -1, continue_after_restart: true}\nkind: robot\n---\n",
     )
     write_agent("s.md", "---\nmodel: a:b\nsessions: 5\n---\n")
@@ -180,7 +180,7 @@ def test_wrong_types_name_the_field_and_the_value(write_agent: WriteAgent) -> No
         "agents/s.md: sessions: should be keys and values, like {stuck_after_seconds: 900} (got 5)",
         "agents/t.md: kind: should be 'llm' or 'rule' (got 'robot')",
         "agents/t.md: description: should be a valid string (got ['x'])",
-        "agents/t.md: tools: should be a list, like [a, b] (got 'read_file')",
+        "agents/t.md: tools: should be a list, like [a, b] (got {'read_file': 1})",
         "agents/t.md: sessions.stuck_after_seconds: should be greater than 0 (got -1)",
         "agents/t.md: sessions.continue_after_restart: should be a valid integer (got True)",
         "agents/t.md: approval_tools[0]: should be a valid string (got 1)",
@@ -225,7 +225,9 @@ def test_an_llm_agent_needs_a_model_ref(write_agent: WriteAgent) -> None:
 
     assert messages(load_roster(AGENTS)) == [
         "agents/a.md: model: missing; name the model this agent runs on, e.g. model: openai:gpt-4o",
-        "agents/b.md: model: 'gpt-4o' is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o'",
+        "agents/b.md: model: 'gpt-4o' is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o', or "
+        'use a model alias (haiku, opus, sonnet; add one as gpt-4o = "<provider>:<model>" to [models] aliases in '
+        "agentwatch.toml)",
         "agents/c.md: model: missing; name the model this agent runs on, e.g. model: openai:gpt-4o",
     ]
 
@@ -248,6 +250,8 @@ def test_unknown_tools_name_the_nearest_known_tool(write_agent: WriteAgent) -> N
         "agents/coder.md: tools: unknown tool 'zzz'; register a tool of that name or remove it from tools",
         "agents/coder.md: approval_tools: unknown tool 'rm_rf'; register a tool of that name or remove it from "
         "approval_tools",
+        "agents/coder.md: warning: approval_tools: 'rm_rf' is not in tools, so the agent cannot call it and nothing "
+        "waits for approval; add it to tools or remove it here",
     ]
 
 
@@ -339,7 +343,9 @@ def test_an_observer_left_out_for_errors_says_so(write_agent: WriteAgent) -> Non
     assert messages(roster) == [
         "agents/coder.md: warning: observer: 'critic' was left out because its definition has errors; 'coder' runs "
         "unobserved until they are fixed",
-        "agents/critic.md: model: 'nonsense' is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o'",
+        "agents/critic.md: model: 'nonsense' is not a model ref; write it as <provider>:<model>, e.g. "
+        "'openai:gpt-4o', or use a model alias (haiku, opus, sonnet; add one as nonsense = \"<provider>:<model>\" to "
+        "[models] aliases in agentwatch.toml)",
     ]
     with pytest.raises(NotFound) as caught:
         roster.get("critic")
@@ -505,7 +511,7 @@ def test_python_built_definitions_fail_fast_on_bad_fields() -> None:
     with pytest.raises(ValidationError, match="'coder' cannot observe itself"):
         AgentDefinition(name="coder", model="a:b", observer="coder")
     with pytest.raises(ValidationError, match="extra_forbidden"):
-        AgentDefinition.model_validate({"name": "coder", "model": "a:b", "observerMessage": "x"})
+        AgentDefinition.model_validate({"name": "coder", "model": "a:b", "flavour": "x"})
 
 
 def test_definitions_are_equal_whatever_file_they_came_from() -> None:

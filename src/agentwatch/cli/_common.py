@@ -200,12 +200,13 @@ def existing_store(url: str) -> None:
 async def open_reader(config: Config) -> AsyncIterator[Reader]:
     """Open an existing store (and the live ring when it is shared, i.e. Redis) for reading."""
     from agentwatch.live import connect_live
+    from agentwatch.runtime.models.refs import ModelResolver
     from agentwatch.runtime.roster import load_roster
     from agentwatch.store import connect_store
 
     existing_store(config.store)
     agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
-    roster = load_roster(agents_dir)
+    roster = load_roster(agents_dir, models=ModelResolver.from_config(config))  # the project's model aliases
     store = await connect_store(config.store)
     try:
         ring = await connect_live(config.live)

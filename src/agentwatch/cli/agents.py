@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from agentwatch.cli._common import resolve_config
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.models.refs import ModelResolver
+    from agentwatch.runtime.roster import DefinitionProblem, Roster
 
 __all__ = ["agents"]
 
@@ -17,53 +23,88 @@ def agents() -> None:
     """The agent definitions in the agents directory."""
 
 
-def _agents_dir(agents_dir: Path | None) -> Path:
-    config = resolve_config()
-    return agents_dir or (config.root / config.agents_dir)
+def _names(values: tuple[str, ...]) -> set[str]:
+    """Repeated options, each maybe a comma-separated list."""
+    return {name.strip() for value in values for name in value.split(",") if name.strip()}
 
 
 @agents.command("check")
 @click.option("--dir", "agents_dir", type=click.Path(path_type=Path), help="The agents directory (default: agents/).")
-@click.option("--tool", "tools", multiple=True, help="A tool your project registers in Python (repeatable).")
-def check(agents_dir: Path | None, tools: tuple[str, ...]) -> None:
-    """List every problem in the agent definitions; exit 1 when one is an error.
+@click.option(
+    "--tool", "tools", multiple=True, help="A tool your project registers in Python (repeatable, or a, b, c)."
+)
+@click.option(
+    "--scripted",
+    "scripted",
+    multiple=True,
+    help="A scripted model your project hands the engine in Python, by name (repeatable, or a, b, c).",
+)
+def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, ...]) -> None:
+    """Run every check that loading and `run` do; list each problem (file, key, what to do); exit 1 on an error.
 
-    Tools a project registers in Python are not known here: a tool that is neither built in nor given with
-    --tool is a warning (the engine checks it for real when it opens).
+    What this accepts, `agentwatch run` runs: tools are checked against the built-in ones and those given with
+    --tool, model refs and aliases against agentwatch.toml ([providers], [models] aliases), scripted models
+    against those given with --scripted, and observers, grants and session settings as the engine checks them.
+    A key a model needs that is not set here (OPENAI_API_KEY, ...) is a warning: set it where the agents run.
 
     \b
-    Example:
-      agentwatch agents check --dir examples/demo/agents --tool read_file --tool write_file
+    Examples:
+      agentwatch agents check
+      agentwatch agents check --dir agents --tool read_file,write_file --scripted coder
     """
     # Imported here, so that `agents --help` stays light.
     from rich.markup import escape
 
     from agentwatch.cli._common import console, err_console
-    from agentwatch.runtime.roster import DefinitionProblem, check_agents, load_roster
+    from agentwatch.runtime.models.refs import ModelResolver
+    from agentwatch.runtime.models.scripted import ScriptedModel
+    from agentwatch.runtime.roster import DefinitionProblem, load_roster
     from agentwatch.runtime.tools import builtin_tools
     from agentwatch.watchers.rules import default_rules, rule_definition
 
-    directory = _agents_dir(agents_dir)
-    known = {t.name for t in builtin_tools()} | set(tools)
-    roster = load_roster(directory)
+    config = resolve_config()
+    directory = agents_dir or (config.root / config.agents_dir)
+    known = {t.name for t in builtin_tools()} | _names(tools)
+    # A declared scripted model stands in as an empty script: only its name matters to a check.
+    resolver = ModelResolver.from_config(config, models={name: ScriptedModel([]) for name in _names(scripted)})
+    roster = load_roster(directory, known_tools=known, models=resolver, check_models=True)
     for name in default_rules():  # the rule observers every engine carries
         if name not in roster:
             roster.add(rule_definition(name))
-    problems = [*check_agents(directory)[: 0 if directory.is_dir() else 1], *roster.problems]
+    problems = list(roster.problems)
+    if not directory.exists():
+        problems.insert(
+            0,
+            DefinitionProblem(
+                directory, None, "no such directory; create it and add one <name>.md file per agent", "warning"
+            ),
+        )
+    for index, problem in enumerate(problems):
+        if problem.field in ("tools", "approval_tools") and problem.message.startswith("unknown tool"):
+            declare = "; a tool your project registers in Python is declared here with --tool NAME"
+            problems[index] = dataclasses.replace(problem, message=problem.message + declare)
+    problems.extend(_observer_gate_problems(roster))
+    notes = _missing_variables(roster, resolver)
+    for problem in problems:
+        style = "red" if problem.severity == "error" else "yellow"
+        err_console.print(f"[{style}]{escape(str(problem))}[/]", soft_wrap=True)
+    for note in notes:
+        err_console.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
+    errors = sum(1 for p in problems if p.severity == "error")
+    if errors:
+        err_console.print(f"[bold red]{errors} error(s)[/] in {escape(str(directory))}")
+        sys.exit(1)
+    files = sum(1 for definition in roster if definition.source_path is not None)
+    console.print(f"[green]ok[/]: {files} agent definition(s) in {escape(str(directory))}")
+
+
+def _observer_gate_problems(roster: Roster) -> list[DefinitionProblem]:
+    """The observer gate asks what a background agent_task by the agent would be told: a model observer is
+    armed only for an agent with the spawn grant."""
+    from agentwatch.runtime.roster import DefinitionProblem
+
+    problems = []
     for definition in roster:
-        for name in definition.tools:
-            if name not in known:
-                problems.append(
-                    DefinitionProblem(
-                        definition.source_path,
-                        "tools",
-                        f"{name!r} is not a built-in tool; if your project registers it in Python, declare it "
-                        f"with --tool {name}",
-                        severity="warning",
-                        agent=definition.name,
-                    )
-                )
-    for definition in roster:  # the observer gate asks what a background agent_task by the agent would be told
         observer = definition.observer
         if observer is None or observer not in roster or "spawn" in definition.grant:
             continue
@@ -78,15 +119,24 @@ def check(agents_dir: Path | None, tools: tuple[str, ...]) -> None:
                     agent=definition.name,
                 )
             )
-    for problem in problems:
-        style = "red" if problem.severity == "error" else "yellow"
-        err_console.print(f"[{style}]{escape(str(problem))}[/]", soft_wrap=True)
-    errors = sum(1 for p in problems if p.severity == "error")
-    if errors:
-        err_console.print(f"[bold red]{errors} error(s)[/] in {directory}")
-        sys.exit(1)
-    files = sum(1 for definition in roster if definition.source_path is not None)
-    console.print(f"[green]ok[/]: {files} agent definition(s) in {directory}")
+    return problems
+
+
+def _missing_variables(roster: Roster, resolver: ModelResolver) -> list[str]:
+    """One warning per environment variable a model needs that is not set here, naming the agents it stops."""
+    needed: dict[str, list[str]] = {}
+    for definition in roster:
+        if definition.model is not None:
+            for variable in resolver.missing_variables(definition.model):
+                needed.setdefault(variable, []).append(definition.name)
+    notes = []
+    for variable, names in needed.items():
+        also = " (or OPENAI_BASE_URL, for an OpenAI-compatible server)" if variable == "OPENAI_API_KEY" else ""
+        notes.append(
+            f"warning: {variable} is not set here; {', '.join(repr(n) for n in names)} cannot run until it is: "
+            f"set it{also} where `agentwatch run` or `serve` runs"
+        )
+    return notes
 
 
 @agents.command("list")
@@ -101,9 +151,11 @@ def list_agents(agents_dir: Path | None) -> None:
     from rich.markup import escape
 
     from agentwatch.cli._table import print_table
+    from agentwatch.runtime.models.refs import ModelResolver
     from agentwatch.runtime.roster import load_roster
 
-    roster = load_roster(_agents_dir(agents_dir))
+    config = resolve_config()
+    roster = load_roster(agents_dir or (config.root / config.agents_dir), models=ModelResolver.from_config(config))
     rows = [
         [
             escape(definition.name),

@@ -170,7 +170,8 @@ class Engine:
             tool = item if isinstance(item, Tool) else function_tool(item)
             registry[tool.name] = tool
         agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
-        roster = load_roster(agents_dir, known_tools=registry, extra=definitions)
+        resolver = ModelResolver.from_config(config, models=models)  # its aliases apply to the roster too
+        roster = load_roster(agents_dir, known_tools=registry, extra=definitions, models=resolver)
         chain = PolicyChain([GrantPolicy({t.name: t.grant for t in registry.values() if t.grant}), *policies])
         store = await connect_store(config.store)
         try:
@@ -178,7 +179,6 @@ class Engine:
         except BaseException:
             await store.close()
             raise
-        resolver = ModelResolver(providers=config.providers, models=models)
         return cls(config=config, store=store, ring=ring, roster=roster, tools=registry, policy=chain, models=resolver)
 
     async def _start(self, *, recover: bool) -> None:

@@ -22,6 +22,14 @@ or an `AgentDefinition(...)` built in Python. `load_roster` reads every `*.md` f
 file never stops the others. Each problem names its file and field: an **error** leaves that definition out of
 the roster, a **warning** keeps it (an `observer` naming a type the roster lacks is a warning: the agent runs
 unobserved).
+
+Other spellings are read too: the seeds' camelCase keys (`observerMessage`, `approvalTools`,
+`sessions: {stuckAfterSeconds, continueAfterRestart}`), and Claude Code's subagent files: `tools: Read, Grep`
+(a comma-separated string is a list), `model: sonnet` (a model alias, mapped through `[models] aliases` of
+`agentwatch.toml` over the built-in table, and written as the ref it stands for), and keys with no meaning here
+(`color`, `permissionMode`, ...), which are a warning and ignored. Claude Code's own tool names (`Read`, `Bash`,
+...) are a warning when the engine has no tool of that name: the agent runs without them, nothing is granted in
+their place.
 """
 
 from __future__ import annotations
@@ -32,14 +40,18 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from agentwatch.config import SessionDefaults
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
-from agentwatch.runtime.toolservers import ToolServer, servers_by_name
+from agentwatch.runtime.models.refs import MODEL_ALIASES, not_a_model_ref, split_chain
+from agentwatch.runtime.toolservers import SEPARATOR, ToolServer, servers_by_name
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.models.refs import ModelResolver
 
 __all__ = [
     "GRANTS",
@@ -91,6 +103,61 @@ _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _MODEL_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*:\S+$")
 _FENCE = "---"
 
+CLAUDE_CODE_TOOLS: Mapping[str, str] = MappingProxyType(
+    {
+        **dict.fromkeys(
+            [
+                "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "Bash", "BashOutput", "KillShell",
+                "KillBash", "WebFetch", "WebSearch", "NotebookRead", "NotebookEdit", "TodoWrite", "Skill",
+                "SlashCommand", "ExitPlanMode",
+            ],
+            "",
+        ),
+        "Task": "agent_task (with grant: [spawn]) runs a sub-agent",
+        "Agent": "agent_task (with grant: [spawn]) runs a sub-agent",
+    }
+)  # fmt: skip
+"""Claude Code's built-in tool names, each with the agentwatch tool that does its job ("" for none)."""
+
+_IGNORED_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "color": "a presentation key",
+        "icon": "a presentation key",
+        "emoji": "a presentation key",
+        "permission_mode": "a Claude Code key (approval_tools names the calls that wait for a person)",
+        "disallowed_tools": "a Claude Code key (an agent may call only the tools its tools list names)",
+        "skills": "a Claude Code key",
+        "hooks": "a Claude Code key (policies given to Engine.open decide each tool call)",
+    }
+)
+"""Front-matter keys of other formats that mean nothing here (by their snake_case spelling): a warning each."""
+
+
+def _snake(word: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", word).replace("-", "_").lower()
+
+
+def _our_key(key: str, fields: Collection[str]) -> str:
+    """The field `key` names: itself, or the field its camelCase (or kebab-case) spelling stands for."""
+    if key in fields:
+        return key
+    snake = _snake(key)
+    return snake if snake in fields else key
+
+
+def _respelled(value: object, fields: Collection[str]) -> object:
+    """Front matter (or a dict given in Python) with each key spelled as our field; ValueError for a key given
+    twice in two spellings."""
+    if not isinstance(value, dict):
+        return value
+    respelled: dict[object, object] = {}
+    for key, item in value.items():
+        ours = _our_key(key, fields) if isinstance(key, str) else key
+        if ours in respelled:
+            raise ValueError(f"{key!r} repeats {ours!r}, spelled another way; keep one")
+        respelled[ours] = item
+    return respelled
+
 
 class RoleSessions(BaseModel):
     """A role's own session settings; None leaves the project (or engine) default in force."""
@@ -101,6 +168,11 @@ class RoleSessions(BaseModel):
     """A running session of this role with no activity for longer than this is `stuck`."""
     continue_after_restart: int | None = Field(None, ge=0, strict=True)
     """How many times a turn cut off by a restart is continued before it ends `interrupted` (0 = never)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_spellings(cls, value: object) -> object:
+        return _respelled(value, cls.model_fields)
 
 
 class AgentDefinition(BaseModel):
@@ -119,7 +191,8 @@ class AgentDefinition(BaseModel):
     """One line saying what the agent is for, shown in listings."""
     model: str | None = Field(None, validate_default=True)
     """The model ref, `<provider>:<model>` (`openai:gpt-4o`, `anthropic:claude-sonnet-4-5`, `scripted:coder`, or
-    a provider named in the project config); required for `llm` agents. A list (`model: [openai:gpt-4o,
+    a provider named in the project config), or a model alias (`sonnet`; see `[models] aliases`), which the roster
+    replaces with its ref; required for `llm` agents. A list (`model: [openai:gpt-4o,
     anthropic:claude-sonnet-4-5]`) is an ordered fallback chain, kept as its refs joined by `, `: when a model
     still fails after its retries, the next one takes over (`model.reroute`)."""
     instructions: str = ""
@@ -142,6 +215,12 @@ class AgentDefinition(BaseModel):
     """MCP servers whose tools the agent may call, as `<server>__<tool>` (see `agentwatch.runtime.toolservers`)."""
     source_path: Path | None = Field(None, exclude=True)
     """The file the definition was loaded from; None when built in Python. Not part of equality."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_spellings(cls, value: object) -> object:
+        # The seeds and other tools write our keys in camelCase (`observerMessage`); they name the same fields.
+        return _respelled(value, cls.model_fields)
 
     @field_validator("name", "observer", mode="after")
     @classmethod
@@ -166,7 +245,10 @@ class AgentDefinition(BaseModel):
     @field_validator("tools", "approval_tools", "grant", mode="before")
     @classmethod
     def _null_is_empty(cls, value: object) -> object:
-        # A bare `tools:` key parses as null; read it as an empty list rather than a type error.
+        # A bare `tools:` key parses as null; read it as an empty list rather than a type error. Claude Code
+        # writes lists as one comma-separated string (`tools: Read, Grep`).
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
         return () if value is None else value
 
     @field_validator("sessions", mode="before")
@@ -211,9 +293,11 @@ class AgentDefinition(BaseModel):
         if kind == "rule":
             raise ValueError(_rule_takes_no("model"))
         refs = [ref.strip() for ref in value.split(",")]
+        # An alias (`sonnet`) stays as written here; the roster writes the ref it stands for in its place.
+        aliases: Mapping[str, str] = (info.context or {}).get("model_aliases", MODEL_ALIASES)
         for ref in refs:
-            if not _MODEL_REF.match(ref):
-                raise ValueError(f"{ref!r} is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o'")
+            if not _MODEL_REF.match(ref) and ref not in aliases:
+                raise ValueError(not_a_model_ref(ref, aliases))
         return ", ".join(refs)
 
     @field_validator("model", mode="before")
@@ -311,10 +395,23 @@ class Roster:
     """
 
     def __init__(
-        self, definitions: Iterable[AgentDefinition] = (), *, known_tools: Collection[str] | None = None
+        self,
+        definitions: Iterable[AgentDefinition] = (),
+        *,
+        known_tools: Collection[str] | None = None,
+        models: ModelResolver | None = None,
+        check_models: bool = False,
     ) -> None:
+        """`known_tools` are the tools the engine has; `models` is its resolver, whose aliases replace a
+        definition's alias with its ref. With `check_models`, a model ref the resolver cannot resolve is an error
+        (`agentwatch agents check`, where no model will be added later); an engine leaves that to the turn, which
+        fails saying why (a scripted model may still be registered in its process)."""
         self.known_tools: frozenset[str] | None = None if known_tools is None else frozenset(known_tools)
         """The tool names definitions are checked against; None skips the check."""
+        self.models: ModelResolver | None = models
+        """The model resolver whose aliases apply to definitions (and, with `check_models`, that checks refs)."""
+        self.check_models: bool = check_models
+        """Whether a model ref that does not resolve is an error."""
         self._definitions: dict[str, AgentDefinition] = {}
         self._static_problems: list[DefinitionProblem] = []
         # Definitions left out because of errors, so a lookup (or an observer naming one) can say why.
@@ -360,8 +457,9 @@ class Roster:
         """Add a definition built in Python, checked like a file: its tools, its name, its observer.
 
         Raises `Conflict` when the name is taken and `InvalidArgument` for an unknown tool; warnings go to
-        `problems`.
+        `problems`. A model alias is replaced with its ref.
         """
+        definition = self._with_refs(definition)
         problems = self._check(definition)
         errors = [problem for problem in problems if problem.severity == "error"]
         if errors:
@@ -412,9 +510,11 @@ class Roster:
     def __repr__(self) -> str:
         return f"Roster({self.names()!r}, errors={len(self.errors)}, warnings={len(self.warnings)})"
 
-    def _admit(self, definition: AgentDefinition) -> None:
-        """Check a parsed definition against the roster; keep it unless there is an error."""
-        problems = self._check(definition)
+    def _admit(self, definition: AgentDefinition, warnings: Iterable[DefinitionProblem] = ()) -> None:
+        """Check a parsed definition against the roster (with the `warnings` its parsing found); keep it unless
+        there is an error."""
+        definition = self._with_refs(definition)
+        problems = [*warnings, *self._check(definition)]
         if any(problem.severity == "error" for problem in problems):
             self._static_problems.extend(problems)
             if definition.name not in self._definitions:
@@ -427,8 +527,19 @@ class Roster:
         self._left_out.pop(definition.name, None)
         self._static_problems.extend(warnings)
 
+    def _with_refs(self, definition: AgentDefinition) -> AgentDefinition:
+        """`definition` with each model alias of its `model` replaced by the ref it stands for."""
+        if definition.model is None:
+            return definition
+        if self.models is not None:
+            model = self.models.expand(definition.model)
+        else:
+            model = ", ".join(MODEL_ALIASES.get(ref, ref) for ref in split_chain(definition.model))
+        return definition if model == definition.model else definition.model_copy(update={"model": model})
+
     def _check(self, definition: AgentDefinition) -> list[DefinitionProblem]:
-        """What is wrong with `definition` in this roster: a name taken, unknown tools, a tool not granted."""
+        """What is wrong with `definition` in this roster: a name taken, unknown tools, a tool not granted, a
+        model that does not resolve."""
         problems: list[DefinitionProblem] = []
 
         def problem(field: str | None, message: str, severity: Severity = "error") -> None:
@@ -438,10 +549,28 @@ class Roster:
         if taken is not None:
             by = f"{str(taken.source_path)!r}" if taken.source_path is not None else "a definition built in Python"
             problem("name", f"{definition.name!r} is already defined by {by}; rename one of them")
+        # A tool server's tools (`<server>__<tool>`) are known only once it answers; its name is what can be checked.
+        served = tuple(f"{server.name}{SEPARATOR}" for server in definition.mcp_servers)
         if self.known_tools is not None:
             for field in ("tools", "approval_tools"):
-                for message in _unknown_tools(getattr(definition, field), field, self.known_tools):
+                listed = [tool for tool in getattr(definition, field) if not tool.startswith(served)]
+                for message in _unknown_tools(listed, field, self.known_tools):
                     problem(field, message)
+                foreign = [tool for tool in listed if tool in CLAUDE_CODE_TOOLS and tool not in self.known_tools]
+                if foreign:
+                    problem(field, _claude_code_tools(foreign), "warning")
+        for tool in definition.approval_tools:
+            if tool not in definition.tools and not tool.startswith(served):
+                problem(
+                    "approval_tools",
+                    f"{tool!r} is not in tools, so the agent cannot call it and nothing waits for approval; add it "
+                    "to tools or remove it here",
+                    "warning",
+                )
+        if self.check_models and self.models is not None and definition.model is not None:
+            reason = self.models.unresolved(definition.model)
+            if reason is not None:
+                problem("model", f"{reason}; until then each of its turns fails")
         granted = definition.allowed_tools()
         for capability, allowed in GRANTS.items():
             for tool in definition.tools:
@@ -483,14 +612,22 @@ class Roster:
 
 
 def load_roster(
-    agents_dir: Path, *, known_tools: Collection[str] | None = None, extra: Iterable[AgentDefinition] = ()
+    agents_dir: Path,
+    *,
+    known_tools: Collection[str] | None = None,
+    extra: Iterable[AgentDefinition] = (),
+    models: ModelResolver | None = None,
+    check_models: bool = False,
 ) -> Roster:
     """Load every `*.md` definition in `agents_dir` (sorted by file name), then the `extra` Python-built ones.
 
     Never raises for a bad definition: it is left out and its problems are in `Roster.problems`. When two
     definitions share a name the one loaded first is kept. A missing directory gives an empty roster.
+    `known_tools`, `models` and `check_models` are as `Roster` takes them: `Engine.open` passes its tools and
+    its resolver, `agentwatch agents check` the same ones as `agentwatch run` would have, with `check_models`.
     """
-    roster = Roster(known_tools=known_tools)
+    roster = Roster(known_tools=known_tools, models=models, check_models=check_models)
+    aliases = models.aliases if models is not None else MODEL_ALIASES
     if agents_dir.exists() and not agents_dir.is_dir():
         roster._static_problems.append(
             DefinitionProblem(agents_dir, None, "is not a directory; point agents_dir at the folder of *.md files")
@@ -500,19 +637,22 @@ def load_roster(
             # Editors leave hidden swap and backup copies next to the real file.
             if path.name.startswith(".") or not path.is_file():
                 continue
-            definition, problems = _parse_file(path, roster.known_tools)
+            definition, problems = _parse_file(path, roster.known_tools, aliases)
             if definition is None:
                 roster._static_problems.extend(problems)
                 roster._left_out.setdefault(_name_for_left_out(path, problems), path)
             else:
-                roster._admit(definition)
+                roster._admit(definition, problems)
     for definition in extra:
         roster._admit(definition)
     return roster
 
 
-def check_agents(agents_dir: Path, known_tools: Collection[str] | None = None) -> list[DefinitionProblem]:
-    """Every problem of the definitions in `agents_dir`: what `agentwatch agents check` prints.
+def check_agents(
+    agents_dir: Path, known_tools: Collection[str] | None = None, *, models: ModelResolver | None = None
+) -> list[DefinitionProblem]:
+    """Every problem of the definitions in `agents_dir`, checked against `known_tools` and `models` as
+    `agentwatch agents check` checks them (a model ref that does not resolve is an error).
 
     The command exits non-zero when any of them is an error.
     """
@@ -522,13 +662,14 @@ def check_agents(agents_dir: Path, known_tools: Collection[str] | None = None) -
                 agents_dir, None, "no such directory; create it and add one <name>.md file per agent", "warning"
             )
         ]
-    return load_roster(agents_dir, known_tools=known_tools).problems
+    return load_roster(agents_dir, known_tools=known_tools, models=models, check_models=True).problems
 
 
 def _parse_file(
-    path: Path, known_tools: Collection[str] | None
+    path: Path, known_tools: Collection[str] | None, aliases: Mapping[str, str] = MODEL_ALIASES
 ) -> tuple[AgentDefinition | None, list[DefinitionProblem]]:
-    """Read one markdown definition: the definition, or None and every problem that keeps it out.
+    """Read one markdown definition: the definition and its warnings, or None and every problem that keeps it
+    out. A `model` may be one of `aliases`.
 
     Tools are checked against `known_tools` here only when the definition fails validation, so that one run of
     `agentwatch agents check` reports them along with the other errors; `Roster` checks valid ones.
@@ -566,40 +707,73 @@ def _parse_file(
 
     problems: list[DefinitionProblem] = []
     fields: dict[str, Any] = {}
-    for key, value in front.items():
-        if key in ("instructions", "source_path"):
-            what = "the body after the front matter" if key == "instructions" else "set by the loader"
-            problems.append(DefinitionProblem(path, str(key), f"is not a front-matter key; it is {what}"))
+    written: dict[str, str] = {}  # our key -> the key as the file spells it (`observerMessage`)
+    ignored: list[str] = []
+    for raw_key, value in front.items():
+        key = str(raw_key)
+        ours = _our_key(key, AgentDefinition.model_fields)
+        if ours in ("instructions", "source_path"):
+            what = "the body after the front matter" if ours == "instructions" else "set by the loader"
+            problems.append(DefinitionProblem(path, key, f"is not a front-matter key; it is {what}"))
+        elif ours in fields:
+            problems.append(DefinitionProblem(path, key, f"repeats {written[ours]!r}, spelled another way; keep one"))
+        elif ours not in AgentDefinition.model_fields and _snake(key) in _IGNORED_KEYS:
+            ignored.append(key)
         else:
-            fields[str(key)] = value
+            fields[ours] = value
+            written[ours] = key
     name = fields.get("name")
     if name is None or (isinstance(name, str) and not name.strip()):
         fields["name"] = path.stem
     agent = fields["name"] if isinstance(fields["name"], str) else None
+    problems.extend(
+        DefinitionProblem(
+            path, key, f"is {_IGNORED_KEYS[_snake(key)]} agentwatch does not use; ignored", "warning", agent
+        )
+        for key in ignored
+    )
+    sessions = fields.get("sessions")
+    if isinstance(sessions, dict):
+        written.update({f"sessions.{_our_key(str(k), RoleSessions.model_fields)}": f"{k}" for k in sessions})
+    context = {"model_aliases": aliases}
     try:
-        definition = AgentDefinition.model_validate({**fields, "instructions": body, "source_path": path})
+        definition = AgentDefinition.model_validate(
+            {**fields, "instructions": body, "source_path": path}, context=context
+        )
     except ValidationError as exc:
-        problems.extend(_problems_from(exc, path, agent))
+        problems.extend(_problems_from(exc, path, agent, written))
         if known_tools is not None:
             for field in ("tools", "approval_tools"):
                 listed = fields.get(field)
+                if isinstance(listed, str):
+                    listed = listed.split(",")
                 if isinstance(listed, list):
-                    names = [tool for tool in listed if isinstance(tool, str)]
+                    names = [tool.strip() for tool in listed if isinstance(tool, str) and tool.strip()]
                     problems.extend(
-                        DefinitionProblem(path, field, message, "error", agent)
+                        DefinitionProblem(path, written.get(field, field), message, "error", agent)
                         for message in _unknown_tools(names, field, known_tools)
                     )
         return None, problems
-    if problems:
+    if any(problem.severity == "error" for problem in problems):
         return None, problems
-    return definition, []
+    return definition, problems
 
 
-def _problems_from(exc: ValidationError, path: Path | None, agent: str | None) -> list[DefinitionProblem]:
+def _problems_from(
+    exc: ValidationError, path: Path | None, agent: str | None, written: Mapping[str, str] | None = None
+) -> list[DefinitionProblem]:
+    """A problem per validation error, its field spelled as the file spells it (`written`: our key, or
+    `sessions.<key>`, to the file's spelling)."""
+    written = written or {}
     problems = []
     for error in exc.errors(include_url=False):
         loc = error["loc"]
-        field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".") or None
+        spelled: list[str | int] = list(loc)
+        if spelled and isinstance(spelled[0], str):
+            spelled[0] = written.get(spelled[0], spelled[0])
+            if loc[0] == "sessions" and len(loc) > 1:
+                spelled[1] = written.get(f"sessions.{loc[1]}", loc[1])
+        field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in spelled).lstrip(".") or None
         if error["type"] == "extra_forbidden":
             parent: type[BaseModel] = RoleSessions if loc[:-1] == ("sessions",) else AgentDefinition
             valid = [key for key in parent.model_fields if key not in ("instructions", "source_path")]
@@ -622,12 +796,24 @@ def _problems_from(exc: ValidationError, path: Path | None, agent: str | None) -
 
 
 def _unknown_tools(tools: Iterable[str], field: str, known_tools: Collection[str]) -> list[str]:
+    """An error for each tool the engine lacks; Claude Code's are left to `_claude_code_tools`, a warning."""
     messages = []
     for tool in tools:
-        if tool not in known_tools:
+        if tool not in known_tools and tool not in CLAUDE_CODE_TOOLS:
             hint = _did_you_mean(tool, known_tools) or f"; register a tool of that name or remove it from {field}"
             messages.append(f"unknown tool {tool!r}{hint}")
     return messages
+
+
+def _claude_code_tools(tools: list[str]) -> str:
+    instead = [f"for {tool!r}, {CLAUDE_CODE_TOOLS[tool]}" for tool in tools if CLAUDE_CODE_TOOLS[tool]]
+    also = f" ({'; '.join(instead)})" if instead else ""
+    return (
+        f"{_quoted(tools)} {'is a Claude Code tool' if len(tools) == 1 else 'are Claude Code tools'} agentwatch "
+        f"does not have: the agent runs without {'it' if len(tools) == 1 else 'them'} and nothing is granted in "
+        f"their place; register a Python tool that does the job (Engine.open(tools=[...])) and list its name"
+        f"{also}"
+    )
 
 
 def _name_for_left_out(path: Path, problems: list[DefinitionProblem]) -> str:
@@ -639,10 +825,6 @@ def _name_for_left_out(path: Path, problems: list[DefinitionProblem]) -> str:
 
 def _rule_takes_no(field: str) -> str:
     return f"a rule observer runs a registered Python function and takes no {field}; remove it or set kind: llm"
-
-
-def _snake(word: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", word).replace("-", "_").lower()
 
 
 def _did_you_mean(word: str, candidates: Iterable[str]) -> str:

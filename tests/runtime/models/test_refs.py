@@ -44,7 +44,7 @@ def weather_turn(model: str) -> TurnInput:
 @pytest.mark.parametrize(
     ("ref", "env", "message"),
     [
-        ("gpt-4o", {}, "is not <provider>:<model>"),
+        ("gpt-4o", {}, "is not a model ref; write it as <provider>:<model>"),
         ("openai:gpt-4o", {}, "needs OPENAI_API_KEY"),
         ("openai-chat:", {}, "is not <provider>:<model>"),
         ("anthropic:claude-sonnet-4-5", {}, "needs ANTHROPIC_API_KEY"),
