@@ -167,6 +167,20 @@ async def test_an_http_server_that_needs_authorization_opens_an_oauth_request_an
         assert (await engine.store.get_request(hitl["hitlId"])).answer == {"token": VAULT_TOKEN}
 
 
+async def test_an_oauth_request_is_answered_in_another_engine_after_a_restart(
+    open_engine: OpenEngine, scripted: Scripted, http_url: str
+) -> None:
+    ref = scripted("patient", calls(("vault__vault", {})))
+    definition = role("patient", ref, mcp_servers=(ToolServer(name="vault", url=http_url),))
+    async with open_engine(definition) as first:
+        snapshot = await first.task("patient", "read the secret", timeout=60)
+        hitl_id = snapshot["pendingHitl"]["hitlId"]
+    async with open_engine(definition) as second:  # the token reaches a connection the first engine never had
+        await second.answer(hitl_id, f"Bearer {VAULT_TOKEN}")
+        session, _ = await second.wait(snapshot["agentId"], 60)
+        assert (session.status, session.last_text) == ("completed", "the secret is 42")
+
+
 async def test_declining_authorization_reports_the_call_declined(
     open_engine: OpenEngine, scripted: Scripted, http_url: str
 ) -> None:
