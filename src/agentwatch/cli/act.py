@@ -6,18 +6,21 @@ errors. Every command takes an agent's name or id; `answer`, `approve`, `deny` a
 request id (`req_...`), and given an agent they act on its one pending request (several are refused, with
 their ids).
 
-The command writes through an engine that runs no turn (`acting_engine`): an answer or an input is recorded
-and left for the engine that runs the session (`agentwatch serve`, or a `run` still going), which picks it
-up after its current turn; when no engine is running, the next one to start continues the session. `stop`
-and `delete` act at once on a session whose turn is paused or not running; a turn running in another engine
-is refused here (stop it through that engine's service).
+With a running service (`--server`, `AGENTWATCH_SERVER`, or a local `agentwatch serve` on the same store)
+the tool is called through it (`POST /api/tools/{name}`), and the service's engine acts at once: it stops
+its own running turns too. Otherwise the command writes through an engine that runs no turn
+(`acting_engine`): an answer or an input is recorded and left for the engine that runs the session (a `run`
+still going), which picks it up after its current turn; when no engine is running, the next one to start
+continues the session. There `stop` and `delete` act at once on a session whose turn is paused or not
+running; a turn running in another engine is refused (stop it through that engine's service). The output
+and exit codes are the same either way: one code path renders the tool's answer.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
@@ -30,6 +33,7 @@ from agentwatch.cli._common import (
     run_async,
     store_option,
 )
+from agentwatch.cli.remote import Service, find_service, server_option
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
@@ -80,6 +84,111 @@ async def acting_engine(config: Config) -> AsyncIterator[Engine]:
         await engine.close()
 
 
+class Link(Protocol):
+    """Where an acting command acts: on the store through an `acting_engine`, or through a service."""
+
+    async def session_id(self, agent: str) -> str:
+        """The session id an agent's name or id names (`agent_get`'s resolution)."""
+        ...
+
+    async def pending(self, session_id: str) -> list[RequestRecord]:
+        """The session's pending requests, oldest first."""
+        ...
+
+    async def request(self, request_id: str) -> RequestRecord:
+        """One request by id."""
+        ...
+
+    async def may_stop(self, session_id: str) -> None:
+        """Refuse to stop a turn only another engine can stop."""
+        ...
+
+    async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Call the drive tool; its answer, or its error raised."""
+        ...
+
+
+class _OnStore:
+    """Acting on the store, through an engine that runs no turn."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def session_id(self, agent: str) -> str:
+        from agentwatch.cli._common import Reader, resolve_id
+
+        engine = self.engine
+        return await resolve_id(Reader(engine.config, engine.store, engine.ring, engine.roster), agent, scope=None)
+
+    async def pending(self, session_id: str) -> list[RequestRecord]:
+        return await self.engine.store.list_requests(session_id=session_id, status="pending", limit=100)
+
+    async def request(self, request_id: str) -> RequestRecord:
+        return await self.engine.store.get_request(request_id)
+
+    async def may_stop(self, session_id: str) -> None:
+        await _owned_elsewhere(self.engine, session_id)
+
+    async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        from agentwatch.tools import Caller
+
+        result = await self.engine.tools[tool].handler(self.engine, Caller(), args)
+        assert isinstance(result, dict)
+        return result
+
+
+class _ThroughService:
+    """Acting through a running service: every lookup is a tool call too, so no store is needed here."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def session_id(self, agent: str) -> str:
+        return self.service.resolve(agent)
+
+    async def pending(self, session_id: str) -> list[RequestRecord]:
+        from agentwatch.store import RequestRecord
+
+        export = self.service.answer("agent_export", {"id": session_id})
+        found = [RequestRecord.model_validate(r) for r in export["requests"] if r.get("status") == "pending"]
+        return sorted(found, key=lambda r: r.created_at)
+
+    async def request(self, request_id: str) -> RequestRecord:
+        # No tool reads a request by id: it is among the pending requests of a session waiting on one.
+        cursor: str | None = None
+        while True:
+            args: dict[str, Any] = {"status": ["awaiting_input"], "limit": 100}
+            if cursor:
+                args["cursor"] = cursor
+            page = self.service.answer("agent_list", args)
+            for row in page["agents"]:
+                for request in await self.pending(row["id"]):
+                    if request.id == request_id:
+                        return request
+            cursor = page.get("nextCursor")
+            if not cursor:
+                raise NotFound(f"no pending request {request_id!r}: it was answered, dismissed, or never opened")
+
+    async def may_stop(self, session_id: str) -> None:
+        return None  # the service's engine stops its own turns, and says when it cannot
+
+    async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        return self.service.answer(tool, args)
+
+
+@contextlib.asynccontextmanager
+async def _link(store_url: str | None) -> AsyncIterator[Link]:
+    service = find_service(store_url)
+    if service is not None:
+        yield _ThroughService(service)
+        return
+    async with acting_engine(resolve_config(store_url)) as engine:
+        yield _OnStore(engine)
+
+
+Prepare = Callable[[Link, dict[str, Any]], Awaitable[None]]
+
+
 def act(
     store_url: str | None,
     tool: str,
@@ -89,27 +198,24 @@ def act(
     agent: str | None = None,
     request: str | None = None,
     held: bool = False,
-    prepare: Any = None,
+    prepare: Prepare | None = None,
 ) -> dict[str, Any]:
-    """Call the drive tool `tool` with `args` through an `acting_engine`; returns its dict.
+    """Call the drive tool `tool` with `args` through the service, or on the store; returns its dict.
 
     `agent` names the argument that takes a session id (given as a name or an id); `request` the one that
     takes a request id (given as `req_...`, or an agent whose one pending request it is; `held` looks for one
-    held for its parent). `prepare(engine, args)` runs before the call (checks that need the store).
+    held for its parent). `prepare(link, args)` runs before the call (checks that need the requests).
     """
-    from agentwatch.tools import Caller
 
     async def main() -> dict[str, Any]:
-        async with acting_engine(resolve_config(store_url)) as engine:
+        async with _link(store_url) as link:
             if agent is not None:
-                args[agent] = await _session_id(engine, args[agent])
+                args[agent] = await link.session_id(args[agent])
             if request is not None:
-                args[request] = (await _request_of(engine, args[request], held=held)).id
+                args[request] = (await _request_of(link, args[request], held=held)).id
             if prepare is not None:
-                await prepare(engine, args)
-            result = await engine.tools[tool].handler(engine, Caller(), args)
-            assert isinstance(result, dict)
-            return result
+                await prepare(link, args)
+            return await link.call(tool, args)
 
     try:
         return run_async(main())
@@ -117,19 +223,12 @@ def act(
         raise flag_error(exc, flags, args) from None
 
 
-async def _session_id(engine: Engine, agent: str) -> str:
-    from agentwatch.cli._common import Reader, resolve_id
-
-    reader = Reader(engine.config, engine.store, engine.ring, engine.roster)
-    return await resolve_id(reader, agent, scope=None)
-
-
-async def _request_of(engine: Engine, given: str, *, held: bool = False) -> RequestRecord:
+async def _request_of(link: Link, given: str, *, held: bool = False) -> RequestRecord:
     """The request `given` names: a request id, or an agent (name or id) with exactly one pending request."""
     if given.startswith("req_"):
-        return await engine.store.get_request(given)
-    session_id = await _session_id(engine, given)
-    pending = await engine.store.list_requests(session_id=session_id, status="pending", limit=100)
+        return await link.request(given)
+    session_id = await link.session_id(given)
+    pending = await link.pending(session_id)
     if held:
         pending = [r for r in pending if r.waits_on == "parent"]
     what = "request held for its parent" if held else "pending request"
@@ -150,7 +249,7 @@ async def _owned_elsewhere(engine: Engine, session_id: str) -> None:
     if lease is not None and not lease.expired:
         raise Conflict(
             f"{session.name} ({session_id}) is running a turn in another engine ({lease.owner}); stop it through "
-            "that engine's service (POST /api/tools/agent_stop), or wait until its turn ends"
+            "that engine's service (`--server URL`, or POST /api/tools/agent_stop), or wait until its turn ends"
         )
 
 
@@ -179,6 +278,7 @@ _LEFT = "the agent continues in the engine that runs it, or when one starts (`ag
     help="Pick option N of a choice (1 is the first); repeat it for a choice that takes several.",
 )
 @store_option
+@server_option
 @json_option
 def answer(request_id: str, text: str | None, choices: tuple[int, ...], store_url: str | None, as_json: bool) -> None:
     """Answer the request ID with TEXT, or with option N of a choice (`--choice N`).
@@ -194,10 +294,10 @@ def answer(request_id: str, text: str | None, choices: tuple[int, ...], store_ur
     if (text is None) == (not choices):
         raise click.UsageError("give the answer as TEXT or as --choice N (one of them)")
 
-    async def pick(engine: Engine, args: dict[str, Any]) -> None:
+    async def pick(link: Link, args: dict[str, Any]) -> None:
         if not choices:
             return
-        request = await engine.store.get_request(args["hitlId"])
+        request = await link.request(args["hitlId"])
         options = request.options or []
         if not options:
             raise InvalidArgument(f"request {request.id} offers no options; give the answer as text", fields=["choice"])
@@ -227,8 +327,8 @@ def answer(request_id: str, text: str | None, choices: tuple[int, ...], store_ur
 
 
 def _approval(request_id: str, approved: bool, message: str | None, store_url: str | None, as_json: bool) -> None:
-    async def is_approval(engine: Engine, args: dict[str, Any]) -> None:
-        request = await engine.store.get_request(args["hitlId"])
+    async def is_approval(link: Link, args: dict[str, Any]) -> None:
+        request = await link.request(args["hitlId"])
         if request.kind != "approval":
             raise Conflict(
                 f"request {request.id} is a {request.kind}, not an approval; answer it with `agentwatch answer`"
@@ -248,6 +348,7 @@ def _approval(request_id: str, approved: bool, message: str | None, store_url: s
 @click.argument("request_id", metavar="ID")
 @click.option("--message", help="A note for the agent with the approval.")
 @store_option
+@server_option
 @json_option
 def approve(request_id: str, message: str | None, store_url: str | None, as_json: bool) -> None:
     """Approve the approval request ID (req_..., or an agent's name or id with one pending request).
@@ -265,6 +366,7 @@ def approve(request_id: str, message: str | None, store_url: str | None, as_json
 @click.argument("request_id", metavar="ID")
 @click.option("--reason", help="Why, for the agent (it sees it as the tool's refusal).")
 @store_option
+@server_option
 @json_option
 def deny(request_id: str, reason: str | None, store_url: str | None, as_json: bool) -> None:
     """Deny the approval request ID (req_..., or an agent's name or id with one pending request).
@@ -285,6 +387,7 @@ def deny(request_id: str, reason: str | None, store_url: str | None, as_json: bo
 @click.argument("agent")
 @click.argument("text")
 @store_option
+@server_option
 @json_option
 def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
     """Queue TEXT for AGENT's (a name or an id) next turn. This is the `agent_enqueue` tool.
@@ -301,6 +404,7 @@ def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
 @click.command("stop", short_help="Stop an agent's turn (it ends cancelled).")
 @click.argument("agent")
 @store_option
+@server_option
 @json_option
 def stop(agent: str, store_url: str | None, as_json: bool) -> None:
     """Stop AGENT's (a name or an id) turn: it ends `cancelled` and its pending requests are dismissed. This is
@@ -311,8 +415,8 @@ def stop(agent: str, store_url: str | None, as_json: bool) -> None:
       agentwatch stop coder
     """
 
-    async def here(engine: Engine, args: dict[str, Any]) -> None:
-        await _owned_elsewhere(engine, args["id"])
+    async def here(link: Link, args: dict[str, Any]) -> None:
+        await link.may_stop(args["id"])
 
     result = act(store_url, "agent_stop", {"id": agent}, {"id": "AGENT"}, agent="id", prepare=here)
     if result["stopped"]:
@@ -325,6 +429,7 @@ def stop(agent: str, store_url: str | None, as_json: bool) -> None:
 @click.command("escalate", short_help="Hand a question held for the parent agent to a person now.")
 @click.argument("request_id", metavar="ID")
 @store_option
+@server_option
 @json_option
 def escalate(request_id: str, store_url: str | None, as_json: bool) -> None:
     """Hand the request ID, held for its parent agent, over to a person now (ID: req_..., or a sub-agent's
@@ -342,6 +447,7 @@ def escalate(request_id: str, store_url: str | None, as_json: bool) -> None:
 @click.command("delete", short_help="Delete an agent (stops its turn; readable by id until reaped).")
 @click.argument("agent")
 @store_option
+@server_option
 @json_option
 def delete(agent: str, store_url: str | None, as_json: bool) -> None:
     """Soft-delete AGENT (a name or an id): its turn is stopped, and it stays readable by id until it is
@@ -352,8 +458,8 @@ def delete(agent: str, store_url: str | None, as_json: bool) -> None:
       agentwatch delete coder
     """
 
-    async def here(engine: Engine, args: dict[str, Any]) -> None:
-        await _owned_elsewhere(engine, args["id"])
+    async def here(link: Link, args: dict[str, Any]) -> None:
+        await link.may_stop(args["id"])
 
     result = act(store_url, "agent_delete", {"id": agent}, {"id": "AGENT"}, agent="id", prepare=here)
     _say(result, as_json, f"deleted {result['id']} (reaped after {result['reapAt']})")
@@ -363,6 +469,7 @@ def delete(agent: str, store_url: str | None, as_json: bool) -> None:
 @click.argument("agent")
 @click.option("--by", help="Who takes it over (your name); 'a person' when absent.")
 @store_option
+@server_option
 @json_option
 def take_over(agent: str, by: str | None, store_url: str | None, as_json: bool) -> None:
     """Take AGENT (a name or an id) over: its queued and new inputs wait, and what you `send` it is recorded as
@@ -383,6 +490,7 @@ def take_over(agent: str, by: str | None, store_url: str | None, as_json: bool) 
 @click.command("hand-back", short_help="Hand back an agent you took over: its waiting inputs run.")
 @click.argument("agent")
 @store_option
+@server_option
 @json_option
 def hand_back(agent: str, store_url: str | None, as_json: bool) -> None:
     """Hand AGENT (a name or an id) back after `take-over`: the inputs that waited run. This is the

@@ -1,13 +1,14 @@
 """The read commands: `ls`, `summary`, `get`, `history`, `tail`, `prompt`, `export`, `await`.
 
 Each calls the read tool of the same name (`agent_list`, `agent_summary`, ...) exactly as an agent would;
-`--json` prints that tool's dict and nothing else. They open the store for reading only: no turn is
-continued and no background work runs, so they are safe beside a running engine.
+`--json` prints that tool's dict and nothing else. With a running service (`--server`, `AGENTWATCH_SERVER`,
+or a local `agentwatch serve` on the same store) the tool is called through it, and `tail -f` attaches to
+its live stream; otherwise they open the store for reading only: no turn is continued and no background
+work runs, so they are safe beside a running engine. The output is the same either way.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,6 @@ import click
 from agentwatch.cli._common import (
     SECONDS,
     ExitCode,
-    call_tool,
     json_option,
     open_reader,
     print_json,
@@ -25,6 +25,8 @@ from agentwatch.cli._common import (
     run_async,
     store_option,
 )
+from agentwatch.cli.remote import find_service, server_option
+from agentwatch.cli.remote import read as call_tool
 
 __all__ = ["READ_COMMANDS"]
 
@@ -67,6 +69,7 @@ def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any
 @click.option("--limit", default=20, show_default=True, help="Rows per page (1..100).")
 @click.option("--cursor", help="The cursor a previous page printed.")
 @store_option
+@server_option
 @json_option
 def ls(store_url: str | None, as_json: bool, **options: Any) -> None:
     """List agents: the boss, then live ones, then the rest, newest activity first.
@@ -106,6 +109,7 @@ _LS_FLAGS = {
 @click.option("--words", is_flag=True, help="Add lineages by the word they say now.")
 @click.option("--by-role", is_flag=True, help="Each role's sessions and newest activity.")
 @store_option
+@server_option
 @json_option
 def summary(store_url: str | None, as_json: bool, window: str, words: bool, by_role: bool) -> None:
     """Counts without the rows: per status, working, lineages, a window's activity and spend.
@@ -130,6 +134,7 @@ def summary(store_url: str | None, as_json: bool, window: str, words: bool, by_r
 @click.argument("agent")
 @click.option("--chat", "scope", help="The chat you are asking from (its agent of that name wins).")
 @store_option
+@server_option
 @json_option
 def get(agent: str, scope: str | None, store_url: str | None, as_json: bool) -> None:
     """Show one agent by id (ses_...) or name: its record and what it is doing now.
@@ -154,6 +159,7 @@ def get(agent: str, scope: str | None, store_url: str | None, as_json: bool) -> 
 @click.option("--cursor", help="The cursor a previous page printed (reads further back).")
 @click.option("--conversation", help="An archived conversation id to read.")
 @store_option
+@server_option
 @json_option
 def history(
     agent_id: str, limit: int, cursor: str | None, conversation: str | None, store_url: str | None, as_json: bool
@@ -183,6 +189,7 @@ def history(
 @click.option("--max-chars", default=500, show_default=True, help="Cap on each detail (1..4000).")
 @click.option("--max-events", default=50, show_default=True, help="Events per read (1..200).")
 @store_option
+@server_option
 @json_option
 def tail(
     agent_id: str,
@@ -196,8 +203,9 @@ def tail(
 ) -> None:
     """Show an agent's recent events as compact rows; with -f, follow it live.
 
-    Following resumes from its cursor after a reconnect, with no gap and no repeat; stop it with Ctrl-C.
-    With -f, --json prints one row per line (the tool's rows), so `--after` can take the last row's id.
+    Following resumes from its cursor after a reconnect, with no gap and no repeat; stop it with Ctrl-C (exit
+    130). With a service running, -f attaches to its live stream; without one it follows the store. With -f,
+    --json prints one row per line (the tool's rows), so `--after` can take the last row's id.
 
     \b
     Examples:
@@ -218,7 +226,7 @@ def tail(
     }
     from agentwatch.cli._views import follow_session, print_row, render_tail
     from agentwatch.events import StreamCursor
-    from agentwatch.reads.tail import resolve_types
+    from agentwatch.reads.tail import project, resolve_types
 
     answer = call_tool(store_url, "agent_tail", args, flags, agent="id")
     if not follow_:
@@ -227,16 +235,23 @@ def tail(
     # Following prints one row per line: JSON lines of the tool's rows with --json, else the human rows.
     for row in answer["events"]:
         print_row(row, as_json)
+    session_id = StreamCursor.decode(answer["cursor"]).session_id  # AGENT may be a name
+    wanted = resolve_types(list(types) or None)
+    # Ctrl-C ends the follow as interrupted (exit 130), whichever way it follows.
+    service = find_service(store_url)
+    if service is not None:
+        from agentwatch.cli.remote import stream_events
+
+        for event in stream_events(service, session_id, answer["cursor"]):
+            if event.type in wanted:
+                print_row(project(event, max_chars=max_chars), as_json)
+        return
 
     async def main() -> None:
         async with open_reader(resolve_config(store_url)) as reader:
-            session_id = StreamCursor.decode(answer["cursor"]).session_id  # AGENT may be a name
-            await follow_session(
-                reader, session_id, answer["cursor"], resolve_types(list(types) or None), max_chars, as_json
-            )
+            await follow_session(reader, session_id, answer["cursor"], wanted, max_chars, as_json)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        run_async(main())
+    run_async(main())
 
 
 # -- prompt, export, await --------------------------------------------------------------------------------
@@ -247,6 +262,7 @@ def tail(
 @click.option("--event", "event_id", help="The user message event of the turn to show (default: the newest turn).")
 @click.option("--against", type=click.Choice(["previous", "definition"]), help="Add a diff with this.")
 @store_option
+@server_option
 @json_option
 def prompt(agent_id: str, event_id: str | None, against: str | None, store_url: str | None, as_json: bool) -> None:
     """Show the exact system prompt and user text a turn was dispatched with.
@@ -269,6 +285,7 @@ def prompt(agent_id: str, event_id: str | None, against: str | None, store_url: 
 @click.command("export", short_help="Print an agent's whole record as one JSON document.")
 @click.argument("agent_id", metavar="AGENT")
 @store_option
+@server_option
 @click.option("--json", "as_json", is_flag=True, help="The record is JSON already; with it an error is JSON too.")
 def export(agent_id: str, store_url: str | None, as_json: bool) -> None:
     """Print an agent's whole record (history, conversations, requests, usage) as one JSON document.
@@ -284,6 +301,7 @@ def export(agent_id: str, store_url: str | None, as_json: bool) -> None:
 @click.argument("agent_id", metavar="AGENT")
 @click.option("--timeout", type=SECONDS, default=60.0, show_default=True, help="Seconds to wait (up to a week).")
 @store_option
+@server_option
 @json_option
 def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) -> None:
     """Wait until an agent settles (done, failed, stopped, idle, or waiting on you); show its snapshot.
@@ -297,12 +315,19 @@ def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) 
 
     from agentwatch.cli._views import render_await, wait_until_settled
 
-    async def main() -> dict[str, Any]:
-        async with open_reader(resolve_config(store_url)) as reader:
-            session_id = await resolve_id(reader, agent_id, scope=None)
-            return await wait_until_settled(reader, session_id, timeout, spinner=not as_json)
+    service = find_service(store_url)
+    if service is not None:
+        from agentwatch.cli.remote import await_settled
 
-    snapshot = run_async(main())
+        snapshot = await_settled(service, service.resolve(agent_id), timeout, spinner=not as_json)
+    else:
+
+        async def main() -> dict[str, Any]:
+            async with open_reader(resolve_config(store_url)) as reader:
+                session_id = await resolve_id(reader, agent_id, scope=None)
+                return await wait_until_settled(reader, session_id, timeout, spinner=not as_json)
+
+        snapshot = run_async(main())
 
     _emit(snapshot, as_json, render_await)
     if snapshot["timedOut"]:

@@ -1,19 +1,33 @@
-"""`agentwatch run`: run one agent from the agents directory on a prompt, streaming its turn."""
+"""`agentwatch run`: run one agent from the agents directory on a prompt, streaming its turn.
+
+With a running service (`--server`, `AGENTWATCH_SERVER`, or a local `agentwatch serve` on the same store) the
+session is handed to it: created and given the prompt through its tools, followed over its attach stream,
+and left running there (its observers too) when this command exits. Alone, the turn runs in this process,
+which then waits until the session's observers have settled (every digest delivered and read) before it
+exits, so that an observer is never left with work queued. Either way it says which it did.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from agentwatch.cli._common import SECONDS, ExitCode, print_json, resolve_config, run_async, store_option
+from agentwatch.cli.remote import Service, find_service, server_option
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
     from agentwatch.config import Config
+    from agentwatch.runtime.engine import Engine
+    from agentwatch.store import RequestRecord
 
 __all__ = ["run"]
 
@@ -21,12 +35,14 @@ __all__ = ["run"]
 async def _run(
     config: Config, role: str, prompt: str, name: str | None, timeout: float, as_json: bool
 ) -> dict[str, JsonValue]:
+    """Run the turn here, then wait for the session's observers (within the same `timeout`)."""
     # The engine (and through it the model layer) loads only when an agent runs, not for `run --help`.
     from agentwatch.cli._common import console
     from agentwatch.cli._render import LivePrinter
     from agentwatch.events import Origin
     from agentwatch.runtime.engine import Engine
 
+    deadline = asyncio.get_running_loop().time() + timeout
     async with Engine.open(config=config) as engine:
         printer = LivePrinter(console)
         if not as_json:
@@ -39,23 +55,181 @@ async def _run(
             if timed_out or session.status != "awaiting_input" or as_json:
                 break
             requests = await engine.store.list_requests(session_id=session.id)
-            if not sys.stdin.isatty():  # nobody can type an answer here: leave the requests pending
-                for request in requests:
-                    _say_pending(session.name, request.id, (request.questions or [request.summary])[0])
+            answers = _ask(session.name, requests)
+            if answers is None:
                 break
-            for request in requests:
-                question = (request.questions or [request.summary])[0]
-                answer: JsonValue
-                if request.kind == "approval":
-                    answer = click.confirm(f"{request.summary}?", default=False)
-                elif request.options:
-                    listed = "\n".join(f"  {n}. {o}" for n, o in enumerate(request.options, 1))
-                    pick = click.prompt(f"{question}\n{listed}\nchoose", type=click.IntRange(1, len(request.options)))
-                    answer = request.options[pick - 1]
-                else:
-                    answer = click.prompt(question)
-                await engine.answer(request.id, answer, by="cli")
-        return await engine.snapshot(session, timed_out=timed_out)
+            for request_id, answer in answers:
+                await engine.answer(request_id, answer, by="cli")
+        snapshot = await engine.snapshot(session, timed_out=timed_out)
+        observer, settled = await _settle_observers(engine, session.id, deadline, spinner=True)
+        _say_alone(session.name, observer, settled)
+        return snapshot
+
+
+def _ask(name: str, requests: list[RequestRecord]) -> list[tuple[str, JsonValue]] | None:
+    """Ask the person at the terminal each request; None (the requests left pending, and how to answer them
+    said) when standard input is not a terminal."""
+    if not sys.stdin.isatty():  # nobody can type an answer here: leave the requests pending
+        for request in requests:
+            _say_pending(name, request.id, (request.questions or [request.summary])[0])
+        return None
+    answers: list[tuple[str, JsonValue]] = []
+    for request in requests:
+        question = (request.questions or [request.summary])[0]
+        answer: JsonValue
+        if request.kind == "approval":
+            answer = click.confirm(f"{request.summary}?", default=False)
+        elif request.options:
+            listed = "\n".join(f"  {n}. {o}" for n, o in enumerate(request.options, 1))
+            pick = click.prompt(f"{question}\n{listed}\nchoose", type=click.IntRange(1, len(request.options)))
+            answer = request.options[pick - 1]
+        else:
+            answer = click.prompt(question)
+        answers.append((request.id, answer))
+    return answers
+
+
+async def _settle_observers(
+    engine: Engine, session_id: str, deadline: float, *, spinner: bool
+) -> tuple[str | None, bool]:
+    """Wait until the session's observer has been given every digest and has read them (its turns settled,
+    and the session settled again after any report it was given); returns the observer's type (None when the
+    session has no observer) and whether it settled before `deadline`."""
+    from agentwatch.cli._common import err_console
+    from agentwatch.errors import UserError
+    from agentwatch.watchers.observers import observer_agents
+
+    try:
+        hub = observer_agents(engine)
+    except UserError:
+        return None, True  # observer agents are not installed in this engine
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    status = err_console.status("") if spinner and err_console.is_terminal else None
+    quiet = 0
+    with status or contextlib.nullcontext():
+        while True:
+            left = deadline - loop.time()
+            try:
+                async with asyncio.timeout(max(left, 0.01)):
+                    pairing = await hub.pairing_for(session_id)
+            except TimeoutError:
+                return None, False
+            if pairing is None:
+                return None, True
+            await asyncio.sleep(0.05)  # the session's tap hands its waiting digests over once the pairing resolves
+            busy = pairing.state is None or bool(pairing.buffer)
+            busy = busy or any(task is not None and not task.done() for task in (pairing.delivering, pairing.arming))
+            for watched in (session_id, pairing.observer_session_id):
+                if watched is not None and not busy:
+                    _, busy = await engine.wait(watched, 0)  # timed out at once: not settled
+            quiet = 0 if busy else quiet + 1
+            if quiet >= 3:
+                return pairing.observer_type, True
+            if loop.time() >= deadline:
+                return pairing.observer_type, False
+            if status is not None:
+                from rich.markup import escape
+
+                waited = int(loop.time() - started)
+                status.update(f"waiting for observer {escape(pairing.observer_type)} to settle · {waited}s")
+            await asyncio.sleep(0.1)
+
+
+def _say_alone(name: str, observer: str | None, settled: bool) -> None:
+    from rich.markup import escape
+
+    from agentwatch.cli._common import err_console
+
+    if observer is None:
+        text = f"no service running: ran {escape(name)} here (no observer to wait for)"
+    elif settled:
+        text = f"no service running: ran {escape(name)} here and waited until its observer {escape(observer)} settled"
+    else:
+        text = (
+            f"no service running: ran {escape(name)} here; its observer {escape(observer)} had not settled when "
+            "--timeout passed (what it had not read is lost; `agentwatch serve` keeps observers running)"
+        )
+    err_console.print(f"[dim]{text}[/]", soft_wrap=True)
+
+
+def _hand_over(service: Service, role: str, prompt: str, name: str | None, timeout: float, as_json: bool) -> Any:
+    """Create the session through the service with `prompt`, print its events from the attach stream, answer
+    its requests at a terminal, and return its snapshot once it settles (or `timeout` passes)."""
+    from rich.markup import escape
+
+    from agentwatch.cli._common import console, err_console
+    from agentwatch.cli._render import LivePrinter
+    from agentwatch.cli.act import _ThroughService
+    from agentwatch.cli.remote import await_settled
+
+    args: dict[str, Any] = {"role": role, "prompt": prompt}
+    if name:
+        args["name"] = name
+    created = service.answer("agent_create", args)
+    session_id, session_name = str(created["agentId"]), str(created["name"])
+    err_console.print(
+        f"[dim]handed {escape(session_name)} ({session_id}) to the service at {escape(service.url)}: it runs there, "
+        "observers included, and goes on if this command stops[/]",
+        soft_wrap=True,
+    )
+    printed = _Follower(service, session_id, session_name, LivePrinter(console)) if not as_json else None
+    started = time.monotonic()
+    try:
+        while True:
+            left = max(0.0, timeout - (time.monotonic() - started))
+            snapshot = await_settled(service, session_id, left, spinner=as_json)
+            if printed is not None:
+                printed.caught_up(str(snapshot["current"]["cursor"]))
+            if snapshot.get("timedOut") or snapshot.get("status") != "awaiting_input" or as_json:
+                return snapshot
+            link = _ThroughService(service)
+            answers = _ask(session_name, run_async(link.pending(session_id)))
+            if answers is None:
+                return snapshot
+            for request_id, answer in answers:
+                service.answer("agent_answer", {"hitlId": request_id, "answer": answer})
+    finally:
+        if printed is not None:
+            printed.stop()
+
+
+class _Follower:
+    """Prints a session's events from the service's attach stream, in a thread of its own."""
+
+    def __init__(self, service: Service, session_id: str, name: str, printer: Any) -> None:
+        self.service = service
+        self.session_id = session_id
+        self.printer = printer
+        printer.names[session_id] = name
+        self.cursor = ""
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="agentwatch-follow", daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        from agentwatch.cli.remote import stream_events
+
+        with contextlib.suppress(Exception):  # the stream ends with the process; the snapshot says how it ended
+            for event in stream_events(self.service, self.session_id, None):
+                if self._stopped.is_set():
+                    return
+                self.printer.on_event(self.session_id, event)
+                self.cursor = event.cursor.encode()
+
+    def caught_up(self, cursor: str, wait: float = 3.0) -> None:
+        """Wait (a little) until the events up to `cursor` are printed."""
+        from agentwatch.events import StreamCursor
+
+        wanted = StreamCursor.decode(cursor)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and self._thread.is_alive():
+            if self.cursor and StreamCursor.decode(self.cursor) >= wanted:
+                return
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._stopped.set()
 
 
 def _say_pending(name: str, request_id: str, question: str) -> None:
@@ -81,6 +255,7 @@ def _say_pending(name: str, request_id: str, question: str) -> None:
 )
 @click.option("--agents-dir", type=click.Path(path_type=Path), help="The agents directory (default: agents/).")
 @store_option
+@server_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the final status snapshot, as JSON.")
 def run(
     agent: str,
@@ -93,6 +268,11 @@ def run(
 ) -> None:
     """Run AGENT (a role in the agents directory) on PROMPT and stream its turn.
 
+    With a service running (--server, AGENTWATCH_SERVER, or `agentwatch serve` on this store), the session is
+    handed to it (its role from the service's agents directory) and followed from here; it goes on there if
+    this command stops. Alone, the turn runs here, and the command waits until the session's observers have
+    settled before it exits. It says which it did.
+
     When the agent asks a question or needs an approval, you are asked here; when standard input is not a
     terminal, the request is left pending and how to answer it is printed. Exits 1 when the turn failed,
     3 when the timeout passed first.
@@ -104,7 +284,11 @@ def run(
     config = resolve_config(store_url)
     if agents_dir is not None:
         config = config.model_copy(update={"agents_dir": agents_dir})
-    snapshot = run_async(_run(config, agent, prompt, name, timeout, as_json))
+    service = find_service(store_url)
+    if service is not None:
+        snapshot = _hand_over(service, agent, prompt, name, timeout, as_json)
+    else:
+        snapshot = run_async(_run(config, agent, prompt, name, timeout, as_json))
     if as_json:
         print_json(snapshot)
     else:

@@ -3,6 +3,9 @@
 The engine keeps running everything that must keep running (turns, observers, held requests reaching a
 person at their time, retention); uvicorn serves the app of `create_app`.
 
+While it serves, a discovery file (beside a SQLite store's file, else `.agentwatch/service.json`) tells the CLI
+on this machine where it is; it is removed when the service stops.
+
 Stopping (SIGTERM, or Ctrl-C) drains, as a deploy expects: no new turn starts and tools that start work are
 refused (503 `unavailable`), reads and attach streams keep answering, and running turns go on for up to
 `deploy_hold_minutes` counted from the signal (0 = do not wait). Then the service stops; a turn still
@@ -20,10 +23,12 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from agentwatch.cli.remote import remove_discovery, write_discovery
 from agentwatch.config import Config
 from agentwatch.errors import InvalidArgument
 from agentwatch.runtime.engine import Engine
@@ -168,6 +173,7 @@ async def serve(
             )
         )
         drain = Drain(engine, state, server, hold, say)
+        found: Path | None = None
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, drain.signal)
@@ -179,10 +185,25 @@ async def serve(
             if server.started:
                 shown = f"[{host}]" if ":" in host else host
                 say(f"agentwatch serving on http://{shown}:{bound_port(server)} (store {_safe(config.store)})")
+                found = _announce(config, host, bound_port(server), token_needed=not settings.open)
             await serving
         finally:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+            if found is not None:
+                remove_discovery(found)
+
+
+def _announce(config: Config, host: str, port: int, *, token_needed: bool) -> Path | None:
+    """Write the discovery file through which the CLI finds this service (removed when it stops); a file
+    that cannot be written leaves the CLI on the store, which is no reason to stop serving."""
+    reach = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    shown = f"[{reach}]" if ":" in reach else reach
+    try:
+        return write_discovery(config, f"http://{shown}:{port}", token_needed=token_needed)
+    except OSError as exc:
+        log.warning("the discovery file for the CLI could not be written: %s", exc)
+        return None
 
 
 def _safe(url: str) -> str:

@@ -1,0 +1,262 @@
+"""The CLI and a running service: read and acting commands go through it with the same answers, output and
+exit codes as on the store; a local service is found through its discovery file (a stale one is ignored);
+`tail -f` attaches to its live stream; `run` hands a session over to it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+from starlette.types import Receive, Scope, Send
+
+from agentwatch.cli import cli
+from agentwatch.cli._common import resolve_config
+from agentwatch.cli.remote import discovery_file, write_discovery
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.service import create_app
+from tests.runtime.support import OpenEngine, Scripted, role
+from tests.service.support import served
+
+
+def invoke(*argv: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(argv), env={"AGENTWATCH_SERVER": "", **(env or {})})
+
+
+async def run_cli(*argv: str, env: dict[str, str] | None = None) -> Result:
+    """The CLI in a thread, so that the service in this test's loop can answer it."""
+    return await asyncio.to_thread(invoke, *argv, env=env)
+
+
+def answer_of(result: Result) -> dict[str, Any]:
+    value = json.loads(result.stdout)
+    assert isinstance(value, dict)
+    return value
+
+
+class Counting:
+    """The service app, counting the requests that reach it (by path)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.app = create_app(engine)
+        self.state = self.app.state
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            self.paths.append(scope["path"])
+        await self.app(scope, receive, send)
+
+    def tools(self) -> list[str]:
+        return [p.rsplit("/", 1)[1] for p in self.paths if p.startswith("/api/tools/")]
+
+
+@asynccontextmanager
+async def service(engine: Engine) -> AsyncIterator[tuple[str, Counting]]:
+    app = Counting(engine)
+    async with served(app) as url:  # type: ignore[arg-type]
+        yield url, app
+
+
+async def until(check: Any, seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not await check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def timeless(value: Any) -> Any:
+    """`value` without the times an answer stamps when it is made (`at`, `from`, `to`, `exportedAt`)."""
+    if isinstance(value, dict):
+        return {k: timeless(v) for k, v in value.items() if k not in ("at", "from", "to", "exportedAt")}
+    if isinstance(value, list):
+        return [timeless(v) for v in value]
+    return value
+
+
+def nowhere(tmp_path: Path) -> str:
+    """A store the CLI cannot read: a command that answers with it went through the service."""
+    return f"sqlite:///{tmp_path / 'missing' / 'nothing.db'}"
+
+
+async def test_read_commands_answer_the_same_through_the_service(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path
+) -> None:
+    model = scripted("remote-helper", ScriptedModel(function=lambda ctx: Reply(f"got {ctx.prompt}")))
+    agents = tmp_path / "agents"  # the service and the CLI read the same role file
+    agents.mkdir()
+    (agents / "helper.md").write_text(role("helper", model).to_markdown())
+    env = {"AGENTWATCH_AGENTS_DIR": str(agents)}
+    async with open_engine(extensions=[]) as engine:
+        session = await engine.create("helper", name="helper", source="chat")
+        await engine.enqueue(session.id, "one")
+        await engine.wait(session.id, 10)
+        async with service(engine) as (url, app):
+            for argv in (
+                ["ls"],
+                ["summary"],
+                ["get", "helper"],
+                ["history", "helper"],
+                ["tail", "helper"],
+                ["prompt", "helper"],
+                ["export", "helper"],
+                ["await", "helper", "--timeout", "0"],
+                ["get", "nobody"],  # the same refusal
+                ["tail", "helper", "--max-chars", "0"],  # the same usage error, named as the flag
+            ):
+                local = await run_cli(*argv, "--store", store_url, "--json", env=env)
+                remote = await run_cli(*argv, "--server", url, "--store", nowhere(tmp_path), "--json", env=env)
+                assert (remote.exit_code, timeless(answer_of(remote))) == (local.exit_code, timeless(answer_of(local)))
+            human_local = await run_cli("tail", "helper", "--store", store_url, env=env)
+            human_remote = await run_cli("tail", "helper", "--store", nowhere(tmp_path), env={"AGENTWATCH_SERVER": url})
+            assert human_remote.exit_code == 0 and human_remote.stdout == human_local.stdout
+            assert "agent_list" in app.tools() and "agent_tail" in app.tools()
+            refused = await run_cli("tail", "helper", "--max-chars", "0", "--server", url, "--store", nowhere(tmp_path))
+            assert refused.exit_code == 2 and "--max-chars" in refused.output
+        gone = await run_cli("ls", "--server", url, "--store", store_url, "--json")  # the service stopped
+        assert gone.exit_code == 1 and answer_of(gone)["error"]["code"] == "service_unreachable"
+        assert "--server none" in answer_of(gone)["error"]["message"]
+        direct = await run_cli("ls", "--server", "none", "--store", store_url, "--json", env={"AGENTWATCH_SERVER": url})
+        assert direct.exit_code == 0 and [row["name"] for row in answer_of(direct)["agents"]] == ["helper"]
+
+
+async def test_acting_commands_go_through_the_service_which_stops_its_own_turns(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path
+) -> None:
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        """Takes until the test lets it go."""
+        await release.wait()
+        return "slow done"
+
+    def script(ctx: Any) -> Any:
+        if ctx.prompt == "first" and not ctx.tool_results:
+            return CallTool("slow", {})
+        if ctx.prompt == "choose" and not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Where?", "options": ["dev", "staging"]})
+        if ctx.prompt == "choose":
+            return Reply(f"deploying to {ctx.tool_results[0].output}")
+        return Reply(f"answered {ctx.prompt}")
+
+    model = scripted("remote-worker-inproc", ScriptedModel(function=script))
+    definition = role("worker", model, tools=("slow", "ask_user"))
+    async with open_engine(definition, tools=[slow], extensions=[]) as engine:
+        session = await engine.create("worker", name="worker", source="chat")
+        async with service(engine) as (url, app):
+            away = ["--server", url, "--store", nowhere(tmp_path), "--json"]
+            sent = await run_cli("send", "worker", "first", *away)
+            assert sent.exit_code == 0, sent.output
+            assert answer_of(sent) == {"agentId": session.id, "pendingInputs": answer_of(sent)["pendingInputs"]}
+
+            async def in_tool() -> bool:
+                events = await engine.store.read_events(session.id, limit=100)
+                return any(e.type == "tool.call" for e in events)
+
+            await until(in_tool)
+            # On the store, a turn another engine runs cannot be stopped; the service runs it, and stops it.
+            refused = await run_cli("stop", "worker", "--store", store_url, "--json")
+            assert refused.exit_code == 1 and "another engine" in answer_of(refused)["error"]["message"]
+            stopped = await run_cli("stop", "worker", *away)
+            assert stopped.exit_code == 0, stopped.output
+            assert (answer_of(stopped)["stopped"], answer_of(stopped)["status"]) == (True, "cancelled")
+            release.set()
+
+            chooser = await engine.create("worker", name="chooser", source="chat")
+            chosen = await run_cli("send", "chooser", "choose", *away)
+            assert chosen.exit_code == 0, chosen.output
+
+            async def asking() -> bool:
+                return bool((await engine.store.get_session(chooser.id)).status == "awaiting_input")
+
+            await until(asking)
+            (request,) = await engine.store.list_requests(session_id=chooser.id, status="pending")
+            wrong = await run_cli("answer", request.id, "--choice", "3", *away)  # found by its id alone
+            assert wrong.exit_code == 2 and answer_of(wrong)["error"]["details"]["flags"] == ["--choice"]
+            picked = await run_cli("answer", "chooser", "--choice", "2", "--server", url, "--store", nowhere(tmp_path))
+            assert picked.exit_code == 0, picked.output
+            assert picked.stdout.startswith(f"answered {request.id} of {chooser.id}")
+
+            async def deployed() -> bool:
+                current = await engine.store.get_session(chooser.id)
+                return bool(current.status != "awaiting_input" and current.last_text == "deploying to staging")
+
+            await until(deployed)
+            assert {"agent_enqueue", "agent_stop", "agent_answer", "agent_export"} <= set(app.tools())
+
+
+async def test_a_local_service_is_found_through_its_discovery_file(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path
+) -> None:
+    model = scripted("remote-found", ScriptedModel.replying("hello"))
+    async with open_engine(role("helper", model), extensions=[]) as engine:
+        await engine.create("helper", name="helper", source="chat")
+        async with service(engine) as (url, app):
+            config = resolve_config(store_url)
+            path = write_discovery(config, url, token_needed=False)
+            assert path == discovery_file(config) and path.parent == tmp_path
+
+            listed = await run_cli("ls", "--store", store_url, "--json")
+            assert listed.exit_code == 0 and app.tools() == ["agent_list"]  # through the service
+
+            write_discovery(config, url, token_needed=True)
+            needs_token = await run_cli("ls", "--store", store_url, "--json")
+            assert needs_token.exit_code == 1 and "AGENTWATCH_TOKEN" in answer_of(needs_token)["error"]["message"]
+
+            # A file whose process is dead, or whose port refuses connections, is ignored: the store answers.
+            record = json.loads(path.read_text())
+            dead = await asyncio.create_subprocess_exec("true")
+            await dead.wait()
+            path.write_text(json.dumps(record | {"token": False, "pid": dead.pid}))
+            stale = await run_cli("ls", "--store", store_url, "--json")
+            assert stale.exit_code == 0 and answer_of(stale) == answer_of(listed)
+            path.write_text(json.dumps(record | {"token": False, "url": "http://127.0.0.1:9"}))
+            refused = await run_cli("ls", "--store", store_url, "--json")
+            assert refused.exit_code == 0 and answer_of(refused) == answer_of(listed)
+            # A file for another store is not this store's service.
+            path.write_text(json.dumps(record | {"token": False, "store": "sqlite:////elsewhere.db"}))
+            other = await run_cli("ls", "--store", store_url, "--json")
+            assert other.exit_code == 0
+            assert app.tools() == ["agent_list"]  # none of these reached the service
+
+
+def test_run_alone_waits_until_the_observer_has_read_the_turn(
+    scripted: Scripted, store_url: str, tmp_path: Path
+) -> None:
+    writer = scripted("remote-writer", ScriptedModel(function=lambda ctx: Reply("draft written")))
+    reviewer = scripted("remote-reviewer", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "writer.md").write_text(role("writer", writer, observer="reviewer", grant=("spawn",)).to_markdown())
+    (agents / "reviewer.md").write_text(role("reviewer", reviewer).to_markdown())
+
+    result = invoke("run", "writer", "write it", "--name", "writer", "--store", store_url, "--agents-dir", str(agents))
+    assert result.exit_code == 0, result.output
+    assert "no service running" in result.stderr and "waited until its observer reviewer settled" in result.stderr
+
+    async def observer_read() -> tuple[str, list[str]]:
+        async with Engine.open(store=store_url, root=tmp_path, agents_dir=agents, extensions=[]) as engine:
+            rows = (await engine.call_tool("agent_list", {}))["agents"]
+            (observer,) = [row for row in rows if row["role"] == "reviewer"]
+            events = await engine.store.read_events(observer["id"], limit=1000)
+            return observer["status"], [e.type for e in events]
+
+    status, types = asyncio.run(observer_read())
+    assert status == "idle" and types.count("turn.ended") >= 1 and "message.user" in types
+
+
+def test_run_alone_without_an_observer_says_so(scripted: Scripted, store_url: str, tmp_path: Path) -> None:
+    model = scripted("remote-plain", ScriptedModel.replying("done"))
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "plain.md").write_text(role("plain", model).to_markdown())
+    result = invoke("run", "plain", "go", "--store", store_url, "--agents-dir", str(agents), "--json")
+    assert result.exit_code == 0, result.output
+    assert answer_of(result)["status"] == "completed"
+    assert "no service running" in result.stderr and "no observer to wait for" in result.stderr
