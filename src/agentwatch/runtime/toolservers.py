@@ -22,9 +22,11 @@ mcp_servers:
   Answer it with `{"token": "..."}` (or `"Bearer ..."`) to send that bearer token from then on, with any
   other answer (`"done"`) once authorized some other way, or with `{"approved": false}` to give up: the call
   is then run again, or reported declined. The token is kept in the request, never shown in an event.
-- **Notifications.** What a server sends on its own (log messages, resource updates, progress) becomes a
-  durable `external.event` on the session (`source: mcp:<server>`, `name`: the method), readable with
-  `agent_tail {types: [external.event]}`.
+- **Notifications.** Every notification the client receives from a server (log messages, progress, resource
+  updates) becomes a durable `external.event` on the session (`source: mcp:<server>`, `name`: the method),
+  readable with `agent_tail {types: [external.event]}`. A server speaking the modern, sessionless protocol
+  sends them only while a call runs (it has no channel between calls); one on a session that keeps a stream
+  open may send them at any time.
 
 The MCP client itself is pydantic-ai's (`agentwatch.runtime.models._mcp`), loaded with the first server.
 """
