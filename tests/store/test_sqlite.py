@@ -108,6 +108,27 @@ async def test_a_write_alone_in_its_transaction_needs_no_savepoint_and_a_failed_
         assert await store.read_messages(after.conversation_id) == []
 
 
+async def test_a_write_that_does_not_touch_its_session_leaves_the_activity_time_out_of_its_update(
+    tmp_path: Path,
+) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        statements: list[str] = []
+        store._writer_connection.set_trace_callback(statements.append)
+        try:
+            await store.write(Write(session.id, [NewEvent(UserMessage(text="quiet"))], touch=False))
+            quiet = await store.get_session(session.id)
+            await store.write(Write(session.id, [NewEvent(UserMessage(text="loud"))]))
+        finally:
+            store._writer_connection.set_trace_callback(None)
+        loud = await store.get_session(session.id)
+        assert (quiet.last_seq, quiet.last_active_at) == (1, session.last_active_at)
+        assert loud.last_seq == 2 and loud.last_active_at > session.last_active_at
+        updates = [s for s in statements if s.startswith("UPDATE sessions")]
+        assert ["last_active_at" in s for s in updates] == [False, True]
+
+
 async def test_writes_after_close_are_refused(tmp_path: Path) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         pass

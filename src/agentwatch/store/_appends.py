@@ -45,21 +45,30 @@ __all__ = ["Appends", "Counters", "apply_appends", "read_counters"]
 _IN_LIST_MAX: Final = 500
 """Ids per `IN (...)` list (well under SQLite's limit on parameters)."""
 _COUNTERS: Final = "SELECT id, last_seq, conversation_id, role, status, tokens, cost_usd FROM sessions"
-_SESSION_UPDATE: Final = (
-    "UPDATE sessions SET last_seq = ?, updated_at = ?, last_active_at = COALESCE(?, last_active_at), "
-    "tokens = ?, cost_usd = ? WHERE id = ?"
-)
+
+
 _PG_SESSION_UPDATE: Final = (
     "UPDATE sessions SET last_seq = v.last_seq, updated_at = v.at, "
     "last_active_at = COALESCE(v.touched, sessions.last_active_at), tokens = v.tokens, cost_usd = v.cost "
-    "FROM unnest(?::bigint[], ?::timestamptz[], ?::timestamptz[], ?::bigint[], ?::float8[], ?::text[]) "
-    "AS v (last_seq, at, touched, tokens, cost, id) WHERE sessions.id = v.id"
+    "FROM unnest(?::bigint[], ?::timestamptz[], ?::bigint[], ?::float8[], ?::timestamptz[], ?::text[]) "
+    "AS v (last_seq, at, tokens, cost, touched, id) WHERE sessions.id = v.id"
 )
 _USAGE_COLUMNS: Final = ("id", "session_id", "turn_id", "run_id", "role", "model", "at", *Usage.model_fields)
 _USAGE_INSERT: Final = (
     f"INSERT INTO usage_ledger ({', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * len(_USAGE_COLUMNS))})"
 )
 _MESSAGE_INSERT: Final = "INSERT INTO messages (conversation_id, idx, body) VALUES (?, ?, ?)"
+
+
+def _session_update(touched: bool, assignments: str = "") -> str:
+    """The update of a session's row: its counters (parameters: last_seq, updated_at, tokens, cost_usd), its
+    activity time when `touched` (one more), other `assignments` (their values next), then the id."""
+    return (
+        "UPDATE sessions SET last_seq = ?, updated_at = ?, tokens = ?, cost_usd = ?"
+        + (", last_active_at = ?" if touched else "")
+        + assignments
+        + " WHERE id = ?"
+    )
 
 
 @dataclass(slots=True)
@@ -149,26 +158,33 @@ class Appends:
 
     async def flush(self, tx: Tx) -> None:
         """Write everything added: each session's row once, then the ledger, messages and events."""
-        plain: list[tuple[Any, ...]] = []
+        plain: dict[bool, list[tuple[Any, ...]]] = {True: [], False: []}
         for session in self._sessions.values():
             if not session.written:
                 continue
-            touched = self._at if session.touched else None
+            counters = (session.last_seq, self._at, session.tokens, session.cost)
+            touched = (self._at,) if session.touched else ()
             if not session.changes:
-                plain.append((session.last_seq, self._at, touched, session.tokens, session.cost, session.id))
+                plain[session.touched].append((*counters, *touched, session.id))
                 continue
             params = to_params(self._dialect, session.changes, SESSION_JSON)
             assignments = "".join(f", {column} = ?" for column in params)
             await tx.execute(
-                _SESSION_UPDATE.replace(" WHERE id = ?", assignments + " WHERE id = ?"),
-                [session.last_seq, self._at, touched, session.tokens, session.cost, *params.values(), session.id],
+                _session_update(session.touched, assignments), [*counters, *touched, *params.values(), session.id]
             )
-        if len(plain) > 1 and self._dialect.name == "postgres":
+        if self._dialect.name == "postgres" and len(plain[True]) + len(plain[False]) > 1:
             # One statement with one array per column, whatever the number of rows: the server plans it once
-            # and the driver parses one fixed text.
-            await tx.execute(_PG_SESSION_UPDATE, [list(column) for column in zip(*plain, strict=True)])
-        elif plain:
-            await tx.execute_many(_SESSION_UPDATE, plain)
+            # and the driver parses one fixed text. (PostgreSQL leaves the indexes alone when the indexed
+            # values stay the same, so the untouched rows can share the statement.)
+            rows = [(*row[:4], row[4], row[5]) for row in plain[True]]
+            rows += [(*row[:4], None, row[4]) for row in plain[False]]
+            await tx.execute(_PG_SESSION_UPDATE, [list(column) for column in zip(*rows, strict=True)])
+        else:
+            # SQLite updates every index of a column the statement sets, changed or not: a row whose activity
+            # time stays gets a statement that leaves it (and the two listing indexes holding it) alone.
+            for moved, rows in plain.items():
+                if rows:
+                    await tx.execute_many(_session_update(moved), rows)
         if self._usage:
             await tx.execute_many(_USAGE_INSERT, self._usage)
         if self._messages:

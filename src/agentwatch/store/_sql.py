@@ -112,11 +112,15 @@ def json_text(value: Any) -> str:
 
 
 def payload_json(payload: Any) -> str:
-    """An event payload as JSON text (see `json_text` for NUL and lone surrogates)."""
-    try:
+    """An event payload as JSON text (see `json_text` for NUL and lone surrogates). A payload is an instance
+    of its own model, whose serializer gives the union's text without the union's dispatch (a third of the
+    cost, measured)."""
+    if not isinstance(payload, BaseModel):
         return PAYLOAD_ADAPTER.dump_json(payload).decode()
+    try:
+        return payload.__pydantic_serializer__.to_json(payload).decode()
     except PydanticSerializationError:  # a lone surrogate: escaped ASCII JSON, which json.loads reads back
-        return json.dumps(PAYLOAD_ADAPTER.dump_python(payload, mode="json"), separators=(",", ":"))
+        return json.dumps(payload.model_dump(mode="json"), separators=(",", ":"))
 
 
 def has_surrogate(text: str) -> bool:
