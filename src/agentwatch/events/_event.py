@@ -146,9 +146,11 @@ class Event(BaseModel):
         at: datetime,
         turn_id: TurnId | None,
         payload: Payload,
+        conversation_id: ConversationId | None = None,
     ) -> Event:
         """An event built without validation, for a hot path whose fields are valid by construction (an
-        ephemeral event the session driver numbers: an `evt_` id, an aware UTC time, a payload instance).
+        ephemeral event the session driver numbers: an `evt_` id, an aware UTC time, a payload instance; or a
+        durable event the store reads back as it wrote it).
 
         Equal to `Event(...)` given the same fields (a third of the cost); anything that may be wrong must
         go through `Event(...)`.
@@ -164,7 +166,7 @@ class Event(BaseModel):
                 "sub": sub,
                 "at": at,
                 "turn_id": turn_id,
-                "conversation_id": None,
+                "conversation_id": conversation_id,
                 "payload": payload,
             },
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -10,7 +12,7 @@ from agentwatch.reads.answers import OldestRequest, RecentEntry, SessionRow, Ses
 from agentwatch.reads.words import status_word
 from agentwatch.store import SessionRecord
 
-__all__ = ["REQUEST_SCAN", "oldest_request", "recent_entry", "row_fields", "session_row"]
+__all__ = ["REQUEST_SCAN", "oldest_request", "oldest_requests", "recent_entry", "row_fields", "session_rows"]
 
 REQUEST_SCAN = 1000
 """Pending requests read to find the oldest one that waits on a person."""
@@ -25,9 +27,22 @@ async def oldest_request(view: EngineView, session: SessionRecord) -> OldestRequ
     return OldestRequest(id=request.id, summary=request.summary) if request is not None else None
 
 
-async def row_fields(view: EngineView, session: SessionRecord, *, now: datetime) -> dict[str, Any]:
-    """The fields of a `SessionRow` (for the answers that extend it)."""
-    origin = session.origin.model_dump(mode="json") if session.origin is not None else None
+async def oldest_requests(view: EngineView, sessions: Sequence[SessionRecord]) -> dict[str, OldestRequest | None]:
+    """`oldest_request` of each session that has a pending request, by id, read concurrently (a session with
+    none is left out: it needs no read)."""
+    waiting = [session for session in sessions if session.pending_requests > 0]
+    if not waiting:
+        return {}
+    found = await asyncio.gather(*(oldest_request(view, session) for session in waiting))
+    return {session.id: request for session, request in zip(waiting, found, strict=True)}
+
+
+def row_fields(
+    session: SessionRecord, *, now: datetime, oldest: OldestRequest | None, stuck_after: float
+) -> dict[str, Any]:
+    """The fields of a `SessionRow` (for the answers that extend it), given the session's `oldest_request`
+    and its role's stuck threshold."""
+    origin, deleted_at = session.origin, session.deleted_at
     return {
         "id": session.id,
         "name": session.name,
@@ -35,28 +50,36 @@ async def row_fields(view: EngineView, session: SessionRecord, *, now: datetime)
         "role": session.role,
         "feature": session.feature,
         "status": session.status,
-        "word": status_word(session, now=now, stuck_after=view.stuck_after(session.role)),
+        "word": status_word(session, now=now, stuck_after=stuck_after),
         "source": session.source,
         "model_ref": session.model_override or session.model_ref,
         "group_key": session.group_key,
         "boss": session.boss,
-        "created_at": iso(session.created_at),
-        "last_active_at": iso(session.last_active_at),
-        "deleted_at": iso(session.deleted_at),
+        "created_at": session.created_at.isoformat(),
+        "last_active_at": session.last_active_at.isoformat(),
+        "deleted_at": deleted_at.isoformat() if deleted_at is not None else None,
         "usage": SessionUsage.trusted(cost_usd=session.cost_usd, tokens=session.tokens),
         "pending_inputs": session.pending_inputs,
         "pending_requests": session.pending_requests,
-        "oldest_request": await oldest_request(view, session),
+        "oldest_request": oldest,
         "interception": session.interception,
         "parent_id": session.parent_id,
         "run_id": session.run_id,
-        "origin": origin,
+        "origin": origin.model_dump(mode="json") if origin is not None else None,
     }
 
 
-async def session_row(view: EngineView, session: SessionRecord, *, now: datetime) -> SessionRow:
-    """One `agent_list` row. `sessionCount` and `recent` are None here; grouped listings fill them in."""
-    return SessionRow.trusted(**await row_fields(view, session, now=now), session_count=None, recent=None)
+async def session_rows(view: EngineView, sessions: Sequence[SessionRecord], *, now: datetime) -> list[SessionRow]:
+    """`agent_list` rows of `sessions`, in order. `sessionCount` and `recent` are None here; grouped listings
+    fill them in. Only the sessions with a pending request cost a read (their `oldestRequest`)."""
+    oldest = await oldest_requests(view, sessions) if any(session.pending_requests for session in sessions) else {}
+    stuck_after = {role: view.stuck_after(role) for role in {session.role for session in sessions}}
+    return [
+        SessionRow.trusted(
+            **row_fields(session, now=now, oldest=oldest.get(session.id), stuck_after=stuck_after[session.role])
+        )
+        for session in sessions
+    ]
 
 
 def recent_entry(view: EngineView, session: SessionRecord, *, now: datetime) -> RecentEntry:

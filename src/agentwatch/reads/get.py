@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from agentwatch.errors import Ambiguous, NotFound
 from agentwatch.events import TurnStarted
-from agentwatch.reads._rows import row_fields
+from agentwatch.reads._rows import oldest_request, row_fields
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import AgentRecord, MailboxEntry, ObserverEntry, SubagentUsage
 from agentwatch.reads.current import current
@@ -114,7 +114,8 @@ async def usage_with_subagents(view: EngineView, session: SessionRecord) -> Suba
 async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
     """The whole record: the list row plus model, grant, prompt, output, context fill, mailbox and `current`."""
     now = datetime.now(UTC)
-    row = await row_fields(view, session, now=now)
+    oldest = await oldest_request(view, session)
+    row = row_fields(session, now=now, oldest=oldest, stuck_after=view.stuck_after(session.role))
     try:
         definition = view.roster.get(session.role)
         role_model, capabilities = definition.model, sorted(definition.grant)

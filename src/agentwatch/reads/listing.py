@@ -19,7 +19,7 @@ from agentwatch.events import PageCursor, query_digest
 from agentwatch.reads._args import EARLIEST as _EARLIEST
 from agentwatch.reads._args import LATEST as _LATEST
 from agentwatch.reads._args import Moment, Window, field_named
-from agentwatch.reads._rows import recent_entry, session_row
+from agentwatch.reads._rows import recent_entry, session_rows
 from agentwatch.reads._view import EngineView, iso, stuck_thresholds
 from agentwatch.reads.answers import CountsAnswer, ListAnswer, SessionRow
 from agentwatch.reads.words import WORDS, Word, word_filter
@@ -100,11 +100,11 @@ def _digest(args: ListArgs) -> str:
     return query_digest(args.model_dump(mode="json", exclude={"cursor", "limit", "counts"}))
 
 
-def _open_cursor(args: ListArgs) -> tuple[str | None, datetime]:
+def _open_cursor(args: ListArgs, digest: str) -> tuple[str | None, datetime]:
     if args.cursor is None:
         return None, datetime.now(UTC)
     with field_named("cursor"):
-        cursor = PageCursor.decode(args.cursor, query=_digest(args))
+        cursor = PageCursor.decode(args.cursor, query=digest)
         match cursor.key:
             case (str(store_cursor), str(moment)):
                 _check_store_cursor(store_cursor)
@@ -138,17 +138,20 @@ def _check_store_cursor(text: str) -> None:
 
 async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:
     """The `agent_list` answer: `agents` (rows), `nextCursor`, and `counts` when asked on the first page."""
-    store_cursor, now = _open_cursor(args)
+    digest = _digest(args)
+    store_cursor, now = _open_cursor(args, digest)
     where = listing_filter(view, args, now=now)
     page = await view.store.list_sessions(where, sort=args.sort, limit=args.limit, cursor=store_cursor)
-    rows = await asyncio.gather(*(_row(view, args, session, now) for session in page.items))
+    rows = await session_rows(view, page.items, now=now)
+    if args.group != "none":
+        await asyncio.gather(
+            *(_fill_group(view, args, head, row, now) for head, row in zip(page.items, rows, strict=True))
+        )
     next_cursor = (
-        PageCursor(_digest(args), (page.next_cursor, now.isoformat())).encode()
-        if page.next_cursor is not None
-        else None
+        PageCursor(digest, (page.next_cursor, now.isoformat())).encode() if page.next_cursor is not None else None
     )
     counts = await _counts(view, args, now) if args.counts and args.cursor is None else None
-    return ListAnswer.trusted(agents=list(rows), next_cursor=next_cursor, counts=counts)
+    return ListAnswer.trusted(agents=rows, next_cursor=next_cursor, counts=counts)
 
 
 async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:
@@ -156,16 +159,13 @@ async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:
     return dump(await list_answer(view, args))
 
 
-async def _row(view: EngineView, args: ListArgs, session: SessionRecord, now: datetime) -> SessionRow:
-    row = await session_row(view, session, now=now)
-    if args.group == "none":
-        return row
-    members = _members(args, session)
+async def _fill_group(view: EngineView, args: ListArgs, head: SessionRecord, row: SessionRow, now: datetime) -> None:
+    """A grouped row's `sessionCount` and `recent`: the sessions of the head's lineage or run."""
+    members = _members(args, head)
     count = sum((await view.store.count_sessions(members)).values())
     recent = await view.store.list_sessions(members, limit=RECENT_LIMIT)
     row.session_count = count
     row.recent = [recent_entry(view, member, now=now) for member in recent.items]
-    return row
 
 
 def _members(args: ListArgs, head: SessionRecord) -> SessionFilter:

@@ -54,7 +54,7 @@ from agentwatch.events import (
     truncate,
 )
 from agentwatch.reads._args import field_named
-from agentwatch.reads._view import EngineView, iso
+from agentwatch.reads._view import EngineView
 from agentwatch.reads.answers import TailAnswer, TailRow
 from agentwatch.tools import MAX_LIST_ITEMS, MAX_SEQ, Args, Caller, Cursor, Id, Name, dump
 
@@ -217,35 +217,28 @@ def _facts(payload: Payload) -> _Facts:
 
 def tail_row(event: Event, *, max_chars: int) -> TailRow:
     """One event as a tail row, its detail capped at `max_chars` with the truncation marker."""
-    row = PROJECTION[event.type]
-    title, tool_name, detail, status = _facts(event.payload)
-    cut = truncate(detail, max_chars) if detail is not None else None
+    payload = event.payload
+    row = PROJECTION[payload.type]
+    title, tool_name, detail, status = _facts(payload)
+    truncated = False
+    if detail is not None and len(detail) > max_chars:
+        detail, truncated = truncate(detail, max_chars).text, True
     return TailRow.trusted(
         id=event.id,
-        at=iso(event.at),
+        at=event.at.isoformat(),
         type=row.tail_type,
         item_type=row.item_type,
         title=title,
         tool_name=tool_name,
-        detail=cut.text if cut is not None else None,
+        detail=detail,
         status=status,
-        truncated=cut.truncated if cut is not None else False,
+        truncated=truncated,
     )
 
 
 def project(event: Event, *, max_chars: int) -> dict[str, Any]:
     """`tail_row` as the JSON object a tail answer holds (for the CLI's follow mode)."""
     return dump(tail_row(event, max_chars=max_chars))
-
-
-async def _start(view: EngineView, session_id: str, after_id: str) -> StreamCursor:
-    if after_id.startswith("evt_"):
-        return (await view.store.get_event(session_id, after_id)).cursor
-    with field_named("afterId"):
-        cursor = StreamCursor.decode(after_id, session_id=session_id)
-        if cursor.seq > MAX_SEQ or cursor.sub > MAX_SEQ:
-            raise InvalidCursor("the cursor names a position past any stream; pass back a cursor unchanged")
-    return cursor
 
 
 async def _ephemeral(
@@ -261,35 +254,40 @@ async def _ephemeral(
 
 async def tail_answer(view: EngineView, args: TailArgs) -> TailAnswer:
     """The `agent_tail` answer: `events`, `cursor`, `hasMore`."""
-    session = await view.store.get_session(args.id)
     types = resolve_types(args.types)
     durable = [name for name in types if is_durable_type(name)]
-    # The session row is read first: events up to its last_seq are what the head cursor promises.
-    head = StreamCursor(session.id, session.last_seq)
     limit = args.max_events
     if args.after_id is None:
-        stored = (
-            await view.store.read_events_backward(session.id, before_seq=head.seq + 1, limit=limit, types=durable)
-            if durable and head.seq > 0
-            else []
-        )
+        # The session row and the newest events up to its last_seq, in one read: the head cursor promises them.
+        session, stored = await view.store.read_session_events(args.id, limit=limit, types=durable)
+        head = StreamCursor(session.id, session.last_seq)
         live = await _ephemeral(view, session.id, types, None, up_to_seq=head.seq)
-        events = sorted([*stored, *live], key=lambda e: (e.seq, e.sub))[-limit:]
+        events = sorted([*stored, *live], key=_position)[-limit:]
         # With durable types only this is exactly the head, agent_get's current.cursor.
         end = max([head, *(e.cursor for e in events)])
         return _answer(events, end, has_more=False, max_chars=args.max_chars)
-    after = await _start(view, session.id, args.after_id)
-    stored = (
-        await view.store.read_events(session.id, after_seq=after.seq, limit=limit + 1, types=durable) if durable else []
-    )
+    if args.after_id.startswith("evt_"):
+        after = (await view.store.get_event(args.id, args.after_id)).cursor
+    else:
+        with field_named("afterId"):
+            after = StreamCursor.decode(args.after_id, session_id=args.id)
+            if after.seq > MAX_SEQ or after.sub > MAX_SEQ:
+                raise InvalidCursor("the cursor names a position past any stream; pass back a cursor unchanged")
+    # The session row first, then the events after the cursor, in one read.
+    session, stored = await view.store.read_session_events(args.id, after_seq=after.seq, limit=limit + 1, types=durable)
+    head = StreamCursor(session.id, session.last_seq)
     live = await _ephemeral(view, session.id, types, after)
-    merged = sorted([*stored, *live], key=lambda e: (e.seq, e.sub))
+    merged = sorted([*stored, *live], key=_position) if live else stored
     events = merged[:limit]
     has_more = len(merged) > limit
     # When everything up to the head was seen, the cursor moves to the head even past events left out by
     # `types`, so the next call does not scan them again.
     end = events[-1].cursor if has_more else max([after, head, *(e.cursor for e in events)])
     return _answer(events, end, has_more=has_more, max_chars=args.max_chars)
+
+
+def _position(event: Event) -> tuple[int, int]:
+    return event.seq, event.sub
 
 
 def _answer(events: list[Event], cursor: StreamCursor, *, has_more: bool, max_chars: int) -> TailAnswer:

@@ -13,7 +13,9 @@ from pydantic import JsonValue
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
 from agentwatch.events import Event, NewEvent, new_id
 from agentwatch.store._appends import Appends, apply_appends, read_counters
+from agentwatch.store._sessions import GET_SESSION, session_from_row, stored_time
 from agentwatch.store._sql import (
+    SESSION_COLUMNS,
     Row,
     Tx,
     check_limit,
@@ -31,6 +33,7 @@ from agentwatch.store._sqlbase import (
     SqlBase,
     appends_only,
     check_durable,
+    decode_payload,
     no_session,
     select,
     unexpected_status,
@@ -43,11 +46,21 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["EventMethods"]
+__all__ = ["EventMethods", "event_from_row"]
 
 _SEQ_MAX = 2**63 - 1
+_LAST_SEQ = SESSION_COLUMNS.index("last_seq")
 
 T = TypeVar("T")
+
+
+def event_from_row(row: Row) -> Event:
+    """An event from a row selected as `EVENT_READ`. The store wrote the envelope, so it is read back as it
+    is (its time decoded); the payload is validated by its own type's model (the row's `type` names it)."""
+    event_id, session_id, seq, at, turn_id, conversation_id, payload, type_name = row
+    return Event.trusted(
+        event_id, session_id, seq, 0, stored_time(at), turn_id, decode_payload(type_name, payload), conversation_id
+    )
 
 
 class EventMethods(SqlBase):
@@ -220,6 +233,35 @@ class EventMethods(SqlBase):
         """Events with seq < `before_seq` (or the newest), newest first, at most `limit` (1..10000)."""
         return await self._events(session_id, before_seq, limit, types, conversation_id, turn_id, backward=True)
 
+    async def read_session_events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        limit: int = 100,
+        types: Sequence[str] | None = None,
+    ) -> tuple[SessionRecord, list[Event]]:
+        """The session, then its events in the same read: with `after_seq`, those after it, oldest first;
+        without, the newest `limit` up to the session's `last_seq`, newest first. Raises `NotFound` for an
+        unknown session."""
+        _check_read(after_seq, limit, types)
+
+        async def read(tx: Tx) -> tuple[Row, list[Row]]:
+            # The row first: every event up to its last_seq is in what follows (a tail's head cursor).
+            sessions = await tx.fetch(GET_SESSION, [session_id])
+            if not sessions:
+                raise NotFound(no_session(session_id))
+            session = sessions[0]
+            if after_seq is None:
+                head = session[_LAST_SEQ]
+                sql, params = _events_query(session_id, head + 1, limit, types, None, None, backward=True)
+            else:
+                sql, params = _events_query(session_id, after_seq, limit, types, None, None, backward=False)
+            return session, await tx.fetch(sql, params)
+
+        session, rows = await self._read(read)
+        return session_from_row(session), [event_from_row(row) for row in rows]
+
     async def _events(
         self,
         session_id: str,
@@ -231,43 +273,16 @@ class EventMethods(SqlBase):
         *,
         backward: bool,
     ) -> list[Event]:
-        check_limit(limit, EVENT_LIMIT)
-        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
-            raise InvalidArgument(f"a seq must be a whole number from 0, not {seq!r}")
-        if isinstance(types, str):
-            raise InvalidArgument(f"types must be a list of event types, not the string {types!r}")
-        conditions: list[str] = ["session_id = ?"]
-        params: list[Any] = [session_id]
-        if seq is not None:
-            conditions.append("seq < ?" if backward else "seq > ?")
-            params.append(seq)
-        if types is not None:
-            condition, more = in_list("type", list(types))
-            conditions.append(condition)
-            params.extend(more)
-        if conversation_id is not None:
-            # A conversation's events are a contiguous range of its session's seqs: the range bounds the
-            # scan of the session's (session_id, seq) index, the id picks the rows.
-            conditions.append(
-                "conversation_id = ? AND seq >= (SELECT first_seq FROM conversations WHERE id = ?) "
-                f"AND seq <= COALESCE((SELECT end_seq FROM conversations WHERE id = ?), {_SEQ_MAX})"
-            )
-            params.extend([conversation_id] * 3)
-        if turn_id is not None:
-            conditions.append("turn_id = ?")
-            params.append(turn_id)
-        sql = (
-            f"SELECT {EVENT_READ} FROM events WHERE {' AND '.join(conditions)} "
-            f"ORDER BY seq {'DESC' if backward else 'ASC'} LIMIT ?"
-        )
+        _check_read(seq, limit, types)
+        sql, params = _events_query(session_id, seq, limit, types, conversation_id, turn_id, backward=backward)
 
         async def read(tx: Tx) -> list[Row]:
-            rows = await tx.fetch(sql, [*params, limit])
+            rows = await tx.fetch(sql, params)
             if not rows:
                 await self._require_session(tx, session_id)  # an unknown session is an error, not an empty log
             return rows
 
-        return [self._event(row) for row in await self._read(read)]
+        return [event_from_row(row) for row in await self._read(read)]
 
     async def get_event(self, session_id: str, event_id: str) -> Event:
         """One event by id. Raises `NotFound`."""
@@ -275,7 +290,7 @@ class EventMethods(SqlBase):
         rows = await self._read(lambda tx: tx.fetch(sql, [event_id, session_id]))
         if not rows:
             raise NotFound(f"session {session_id!r} has no event {event_id!r}")
-        return self._event(rows[0])
+        return event_from_row(rows[0])
 
     # -- conversations, inbox, requests, ledger -------------------------------------------------------
 
@@ -296,3 +311,49 @@ class EventMethods(SqlBase):
         sql = "SELECT body FROM messages WHERE conversation_id = ? ORDER BY idx"
         rows = await self._read(lambda tx: tx.fetch(sql, [conversation_id]))
         return [json.loads(row[0]) for row in rows]
+
+
+def _check_read(seq: int | None, limit: int, types: Sequence[str] | None) -> None:
+    check_limit(limit, EVENT_LIMIT)
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
+        raise InvalidArgument(f"a seq must be a whole number from 0, not {seq!r}")
+    if isinstance(types, str):
+        raise InvalidArgument(f"types must be a list of event types, not the string {types!r}")
+
+
+def _events_query(
+    session_id: str,
+    seq: int | None,
+    limit: int,
+    types: Sequence[str] | None,
+    conversation_id: str | None,
+    turn_id: str | None,
+    *,
+    backward: bool,
+) -> tuple[str, list[Any]]:
+    """The SELECT of a session's events after `seq` (or before it, `backward`), and its parameters."""
+    conditions: list[str] = ["session_id = ?"]
+    params: list[Any] = [session_id]
+    if seq is not None:
+        conditions.append("seq < ?" if backward else "seq > ?")
+        params.append(seq)
+    if types is not None:
+        condition, more = in_list("type", list(types))
+        conditions.append(condition)
+        params.extend(more)
+    if conversation_id is not None:
+        # A conversation's events are a contiguous range of its session's seqs: the range bounds the
+        # scan of the session's (session_id, seq) index, the id picks the rows.
+        conditions.append(
+            "conversation_id = ? AND seq >= (SELECT first_seq FROM conversations WHERE id = ?) "
+            f"AND seq <= COALESCE((SELECT end_seq FROM conversations WHERE id = ?), {_SEQ_MAX})"
+        )
+        params.extend([conversation_id] * 3)
+    if turn_id is not None:
+        conditions.append("turn_id = ?")
+        params.append(turn_id)
+    sql = (
+        f"SELECT {EVENT_READ} FROM events WHERE {' AND '.join(conditions)} "
+        f"ORDER BY seq {'DESC' if backward else 'ASC'} LIMIT ?"
+    )
+    return sql, [*params, limit]

@@ -3,15 +3,20 @@ observer refs kept with them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+from pydantic import AwareDatetime, BaseModel
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
 from agentwatch.events import new_id
 from agentwatch.store._sql import (
     SESSION_COLUMNS,
     SESSION_JSON,
+    Row,
     Tx,
     check_limit,
     from_row,
@@ -44,9 +49,74 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["SessionMethods"]
+__all__ = ["GET_SESSION", "SessionMethods", "session_from_row", "stored_time"]
 
 T = TypeVar("T")
+
+
+# -- rows to records --------------------------------------------------------------------------------------
+#
+# A session row was written by the store from a validated draft or patch, so reading it back needs its
+# column codecs (time text, JSON text, SQLite's 0/1 booleans), not pydantic's validation of all 35 fields
+# again: a listing page reads 21 rows and a tail starts with one, and validation was half their cost. Each
+# field's codec is chosen from its annotation once, at import; a field of a kind not listed here is a
+# mistake caught at import, and a test holds the records equal to `model_validate` on both backends.
+
+
+def stored_time(value: Any) -> datetime:
+    """A stored moment as an aware UTC datetime: SQLite keeps ISO 8601 text with its +00:00 offset,
+    PostgreSQL gives an aware datetime."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value.astimezone(UTC)
+
+
+def _json(value: Any) -> Any:
+    return {} if value == "{}" else json.loads(value)  # most settings are empty
+
+
+def _codec(annotation: Any) -> Callable[[Any], Any] | None:
+    """How a stored value becomes the field's value (None: as it is), from the field's annotation."""
+    kinds = set(get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,))
+    kinds.discard(type(None))
+    if kinds <= {str, int} or all(get_origin(kind) is Literal for kind in kinds):
+        return None
+    if kinds == {bool}:
+        return bool
+    if kinds == {float}:
+        return float
+    if kinds == {AwareDatetime}:
+        return stored_time
+    if all(get_origin(kind) is dict for kind in kinds):
+        return _json
+    if len(kinds) == 1 and isinstance(model := kinds.pop(), type) and issubclass(model, BaseModel):
+        return lambda value: model.model_validate(json.loads(value) if isinstance(value, str) else value)
+    raise TypeError(f"no stored-row codec for a field annotated {annotation!r}")
+
+
+_SESSION_CODECS: list[tuple[int, Callable[[Any], Any]]] = [
+    (index, codec)
+    for index, codec in enumerate(_codec(SessionRecord.model_fields[column].annotation) for column in SESSION_COLUMNS)
+    if codec is not None
+]
+_SESSION_FIELDS = set(SESSION_COLUMNS)
+GET_SESSION = f"{select(SESSION_COLUMNS, 'sessions')} WHERE id = ?"
+
+
+def session_from_row(row: Row) -> SessionRecord:
+    """A session from a row selected as `SESSION_COLUMNS`, decoded by its columns' codecs (no validation).
+
+    A NULL stays None: every field whose default is not None has a NOT NULL column on both backends.
+    """
+    values = list(row)
+    for index, codec in _SESSION_CODECS:
+        value = values[index]
+        if value is not None:
+            values[index] = codec(value)
+    record = object.__new__(SessionRecord)
+    object.__setattr__(record, "__dict__", dict(zip(SESSION_COLUMNS, values, strict=True)))
+    object.__setattr__(record, "__pydantic_fields_set__", _SESSION_FIELDS)  # shared: all names, never fewer
+    object.__setattr__(record, "__pydantic_extra__", None)
+    object.__setattr__(record, "__pydantic_private__", None)
+    return record
 
 
 class SessionMethods(SqlBase):
@@ -121,7 +191,10 @@ class SessionMethods(SqlBase):
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """One session by id, soft-deleted ones included. Raises `NotFound` (also once reaped)."""
-        return await self._read(lambda tx: self._session(tx, session_id))
+        rows = await self._read(lambda tx: tx.fetch(GET_SESSION, [session_id]))
+        if not rows:
+            raise NotFound(no_session(session_id))
+        return session_from_row(rows[0])
 
     async def update_session(self, session_id: str, patch: SessionPatch) -> SessionRecord:
         """Write the fields set on `patch`; same as `write(Write(session_id, session=patch))`."""
@@ -141,7 +214,7 @@ class SessionMethods(SqlBase):
         """A page of sessions: the boss first, then live ones, then by `sort`, then by id."""
         sql, params, cursor_after = keyset_page(self._dialect, where, sort, limit, cursor)
         rows = await self._read(lambda tx: tx.fetch(sql, params))
-        items = [from_row(SessionRecord, SESSION_COLUMNS, row, SESSION_JSON) for row in rows[:limit]]
+        items = [session_from_row(row) for row in rows[:limit]]
         next_cursor = cursor_after(items[-1]) if len(rows) > limit else None
         return Page(items, next_cursor)
 

@@ -190,6 +190,18 @@ class Store(RunStore, Protocol):
     ) -> list[Event]:
         """Events with seq < `before_seq` (or the newest), newest first, at most `limit` (1..10000)."""
 
+    async def read_session_events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        limit: int = 100,
+        types: Sequence[str] | None = None,
+    ) -> tuple[SessionRecord, list[Event]]:
+        """The session, then its events in the same read (one snapshot on SQLite): with `after_seq`, those
+        after it, oldest first; without, the newest `limit` up to the session's `last_seq`, newest first.
+        Raises `NotFound` for an unknown session."""
+
     async def get_event(self, session_id: str, event_id: str) -> Event:
         """One event by id. Raises `NotFound`."""
 

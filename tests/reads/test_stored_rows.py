@@ -1,0 +1,181 @@
+"""The read paths decode stored rows without validating them again: what they give equals validation's.
+
+`session_from_row` (listings, `get_session`) and the events read back (`read_events`, `read_events_backward`,
+`get_event`) skip pydantic's validation of values the store itself wrote. These tests hold every field of
+what they give (value and type) equal to what validating the same row gives, on both backends, for rows
+that set every field a session or event can have.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agentwatch.errors import InvalidArgument, NotFound
+from agentwatch.events import (
+    Event,
+    NewEvent,
+    Origin,
+    Payload,
+    RequestOpened,
+    ToolCall,
+    ToolResult,
+    TurnId,
+    TurnStarted,
+    Usage,
+    UserMessage,
+)
+from agentwatch.store import (
+    RequestDraft,
+    SessionDraft,
+    SessionFilter,
+    SessionPatch,
+    SessionRecord,
+    Store,
+    UsageEntry,
+    Write,
+)
+from agentwatch.store._sessions import session_from_row
+from agentwatch.store._sql import SESSION_COLUMNS, SESSION_JSON, from_row
+
+
+def _same(decoded: Any, validated: Any) -> None:
+    """Equal field by field, each value of the same type (1 == True and 0.0 == 0 would hide a codec)."""
+    assert type(decoded) is type(validated)
+    for name in type(validated).model_fields:
+        ours, theirs = getattr(decoded, name), getattr(validated, name)
+        assert ours == theirs, name
+        assert type(ours) is type(theirs), name
+    assert decoded == validated
+    assert decoded.model_dump(mode="json") == validated.model_dump(mode="json")
+
+
+async def _full_session(store: Store) -> SessionRecord:
+    """A session with every field the store can set away from its default (NUL and a lone surrogate in JSON)."""
+    parent = await store.create_session(SessionDraft(name="lead", role="chat"))
+    session = await store.create_session(
+        SessionDraft(
+            name="coder-1",
+            role="coder",
+            display_name="Coder ü",
+            feature="engine",
+            scope="42:bot1",
+            status="running",
+            source="chat",
+            model_ref="openai:gpt-5",
+            group_key="hb:digest",
+            boss=True,
+            parent_id=parent.id,
+            origin=Origin(kind="chat", ref="42:bot1"),
+            is_observer=True,
+            settings={"grant": ["spawn"], "deep": {"n": 1.5, "none": None, "text": "nul\x00 and \ud800"}},
+        )
+    )
+    await store.write(
+        Write(
+            session.id,
+            events=[NewEvent(TurnStarted(trigger="input", attempt=1), turn_id=TurnId("trn_1"))],
+            session=SessionPatch(
+                model_override="anthropic:claude",
+                current_turn_id="trn_1",
+                turn_attempts=2,
+                last_text="the last words, ünïcode",
+                error="it broke",
+                context_fill={"state": "measured", "tokens": 1200, "window": 200000, "share": 0.006},
+                interception={"by": "person:ana", "at": "2026-12-01T10:00:00+00:00"},
+            ),
+            inputs_add=[],
+            requests_open=[RequestDraft(kind="question", summary="which file?", questions=["which?"])],
+            usage=[UsageEntry(usage=Usage(input_tokens=1000, output_tokens=234, requests=1, cost_usd=0.0125))],
+        )
+    )
+    # deleted_at and reap_at, with a whole second (isoformat leaves the microseconds out).
+    await store.soft_delete(session.id, reap_at=datetime(2027, 1, 1, 12, 0, 0, tzinfo=UTC))
+    return await store.get_session(session.id)
+
+
+async def _rows(store: Store, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    return await store._read(lambda tx: tx.fetch(sql, params))  # type: ignore[attr-defined,no-any-return]
+
+
+async def test_session_rows_decode_as_validation_does(store: Store) -> None:
+    full = await _full_session(store)
+    plain = await store.create_session(SessionDraft(name="plain", role="chat"))
+    assert full.deleted_at is not None and full.tokens == 1234 and full.pending_requests == 1
+    select = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?"
+    for session in (full, plain):
+        [row] = await _rows(store, select, [session.id])
+        validated = from_row(SessionRecord, SESSION_COLUMNS, row, SESSION_JSON)
+        _same(session_from_row(row), validated)
+        _same(await store.get_session(session.id), validated)
+    listed = await store.list_sessions(SessionFilter(deleted=True), limit=10)
+    assert {record.id for record in listed.items} == {full.id, plain.id, full.parent_id}
+    for record in listed.items:
+        [row] = await _rows(store, select, [record.id])
+        _same(record, from_row(SessionRecord, SESSION_COLUMNS, row, SESSION_JSON))
+
+
+async def test_decoded_sessions_do_not_share_their_settings(store: Store) -> None:
+    first = await store.create_session(SessionDraft(name="a", role="chat"))
+    second = await store.create_session(SessionDraft(name="b", role="chat"))
+    page = await store.list_sessions(SessionFilter(), limit=10)
+    one, other = page.items
+    assert one.settings == other.settings == {} and one.settings is not other.settings
+    assert {first.id, second.id} == {one.id, other.id}
+
+
+async def test_event_rows_decode_as_validation_does(store: Store) -> None:
+    session = await store.create_session(SessionDraft(name="tail", role="chat"))
+    payloads: list[Payload] = [
+        UserMessage(text="hello \x00 there \ud800"),
+        ToolCall(tool_call_id="call_1", tool_name="read_file", input={"path": "a.txt", "n": [1, 2.5, None]}),
+        ToolResult(tool_call_id="call_1", tool_name="read_file", output="contents", status="ok"),
+        RequestOpened(request_id="req_1", kind="question", summary="which?", questions=["which?"]),
+    ]
+    await store.append(session.id, [NewEvent(payload, turn_id=TurnId("trn_1")) for payload in payloads])
+    await store.append(session.id, [NewEvent(UserMessage(text="no turn"))])
+    select = "SELECT id, session_id, seq, at, turn_id, conversation_id, payload FROM events WHERE session_id = ?"
+    rows = {row[0]: row for row in await _rows(store, select + " ORDER BY seq", [session.id])}
+    forward = await store.read_events(session.id, limit=10)
+    backward = await store.read_events_backward(session.id, limit=10)
+    assert [event.id for event in forward] == list(rows) == [event.id for event in reversed(backward)]
+    for event in [*forward, *backward]:
+        event_id, session_id, seq, at, turn_id, conversation_id, payload = rows[event.id]
+        validated = Event.model_validate(
+            {
+                "id": event_id,
+                "session_id": session_id,
+                "seq": seq,
+                "at": at,
+                "turn_id": turn_id,
+                "conversation_id": conversation_id,
+                "payload": json.loads(payload),
+            }
+        )
+        _same(event, validated)
+        _same(await store.get_event(session.id, event.id), validated)
+        assert event.at.tzinfo is not None and event.at.utcoffset() == timedelta(0)
+
+
+async def test_session_and_events_in_one_read(store: Store) -> None:
+    session = await store.create_session(SessionDraft(name="both", role="chat"))
+    payloads = [
+        UserMessage(text=f"message {n}") if n % 2 else TurnStarted(trigger="input", attempt=1) for n in range(7)
+    ]
+    await store.append(session.id, [NewEvent(payload) for payload in payloads])
+    record, newest = await store.read_session_events(session.id, limit=3)
+    assert record == await store.get_session(session.id) and record.last_seq == 7
+    assert newest == await store.read_events_backward(session.id, limit=3)
+    assert [event.seq for event in newest] == [7, 6, 5]
+    record, after = await store.read_session_events(session.id, after_seq=2, limit=10, types=["message.user"])
+    assert after == await store.read_events(session.id, after_seq=2, limit=10, types=["message.user"])
+    assert [event.seq for event in after] == [4, 6]
+    _, none = await store.read_session_events(session.id, after_seq=7, limit=10)
+    assert none == []
+    with pytest.raises(NotFound, match="ses_nobody"):
+        await store.read_session_events("ses_nobody", limit=10)
+    with pytest.raises(InvalidArgument):
+        await store.read_session_events(session.id, after_seq=-1, limit=10)
