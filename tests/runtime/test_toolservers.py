@@ -236,7 +236,7 @@ async def test_the_policy_decides_server_tools_under_their_prefixed_name(
 
 def test_a_definition_lists_servers_in_either_spelling_and_bad_ones_are_refused() -> None:
     listed = {"name": "files", "command": "npx", "args": ["-y", "server"], "env": {"A": "1"}}
-    for key in ("mcp_servers",):
+    for key in ("mcp_servers", "mcpServers"):
         definition = AgentDefinition.model_validate({"name": "a", "model": "scripted:a", key: [listed]})
         assert definition.mcp_servers == (
             ToolServer(name="files", command="npx", args=("-y", "server"), env={"A": "1"}),
