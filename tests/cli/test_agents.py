@@ -141,6 +141,31 @@ def test_a_bad_config_is_an_error_from_check_too(project: Path) -> None:
     assert "models.aliases: alias 'fast' maps to 'llama', which is not one model ref" in _flat(done)
 
 
+def test_check_says_which_observers_the_projects_config_leaves_unarmed(project: Path) -> None:
+    agents = project / "agents"
+    (agents / "coder.md").write_text("---\nmodel: sonnet\ngrant: [spawn]\nobserver: reviewer\n---\n")
+    (agents / "fetcher.md").write_text("---\nmodel: sonnet\nobserver: loop-guard\n---\n")
+    (agents / "reviewer.md").write_text("---\nmodel: sonnet\n---\n")
+    (project / "agentwatch.toml").write_text('[observers]\nallowed_types = ["loop-guard"]\n')
+    env = {"ANTHROPIC_API_KEY": "k"}
+
+    allowed = CliRunner().invoke(cli, ["agents", "check"], env=env)
+    (project / "agentwatch.toml").write_text('[observers]\ndeny = ["agent_task(loop-guard)"]\n')
+    denied = CliRunner().invoke(cli, ["agents", "check"], env=env)
+    off = CliRunner().invoke(cli, ["agents", "check"], env={**env, "AGENTWATCH_OBSERVER_AGENTS": "0"})
+
+    assert (allowed.exit_code, denied.exit_code, off.exit_code) == (0, 0, 0)
+    assert _flat(allowed).split(" ok:")[0] == (
+        "agents/coder.md: warning: observer: 'reviewer' is not in [observers] allowed_types (loop-guard) in "
+        "agentwatch.toml, so 'coder' runs unobserved"
+    )
+    assert _flat(denied).split(" ok:")[0] == (
+        "agents/fetcher.md: warning: observer: agent_task(loop-guard) is denied by [observers] deny in "
+        "agentwatch.toml, so 'fetcher' runs unobserved"
+    )
+    assert _flat(off).count("observer agents are off") == 2
+
+
 def test_run_applies_the_projects_aliases(project: Path) -> None:
     (project / "agentwatch.toml").write_text('[models]\naliases = { quick = "scripted:alias-run" }\n')
     (project / "agents" / "greeter.md").write_text("---\nmodel: quick\n---\nYou greet.\n")

@@ -12,6 +12,7 @@ import click
 from agentwatch.cli._common import resolve_config
 
 if TYPE_CHECKING:
+    from agentwatch.config import Config
     from agentwatch.runtime.models.refs import ModelResolver
     from agentwatch.runtime.roster import DefinitionProblem, Roster
 
@@ -83,7 +84,7 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
         if problem.field in ("tools", "approval_tools") and problem.message.startswith("unknown tool"):
             declare = "; a tool your project registers in Python is declared here with --tool NAME"
             problems[index] = dataclasses.replace(problem, message=problem.message + declare)
-    problems.extend(_observer_gate_problems(roster))
+    problems.extend(_observer_gate_problems(roster, config))
     notes = _missing_variables(roster, resolver)
     for problem in problems:
         style = "red" if problem.severity == "error" else "yellow"
@@ -98,27 +99,35 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
     console.print(f"[green]ok[/]: {files} agent definition(s) in {escape(str(directory))}")
 
 
-def _observer_gate_problems(roster: Roster) -> list[DefinitionProblem]:
-    """The observer gate asks what a background agent_task by the agent would be told: a model observer is
-    armed only for an agent with the spawn grant."""
+def _observer_gate_problems(roster: Roster, config: Config) -> list[DefinitionProblem]:
+    """What the observer gate will say when it arms each declared observer: `[observers]` of agentwatch.toml
+    first, then what a background agent_task by the agent would be told (a model observer is armed only for an
+    agent with the spawn grant)."""
     from agentwatch.runtime.roster import DefinitionProblem
+    from agentwatch.watchers.pairing import configured_verdict
 
     problems = []
     for definition in roster:
         observer = definition.observer
-        if observer is None or observer not in roster or "spawn" in definition.grant:
+        if observer is None or observer not in roster:
             continue
-        if roster.get(observer).kind != "rule":
-            problems.append(
-                DefinitionProblem(
-                    definition.source_path,
-                    "observer",
-                    f"{observer!r} is a model observer, armed only for an agent that may spawn one; add "
-                    f"`grant: [spawn]` or {definition.name!r} runs unobserved",
-                    severity="warning",
-                    agent=definition.name,
-                )
+        unobserved = f"{definition.name!r} runs unobserved"
+        verdict = configured_verdict(config.observers, observer)
+        if not config.observer_agents_enabled:
+            message = (
+                "observer agents are off ([observers] enabled = false, AGENTWATCH_OBSERVER_AGENTS=0 or "
+                f"AGENTWATCH_BACKGROUND_TASKS=0), so {unobserved}"
             )
+        elif verdict is not None and verdict.decision == "deny":
+            message = f"{verdict.reason} in agentwatch.toml, so {unobserved}"
+        elif roster.get(observer).kind != "rule" and "spawn" not in definition.grant:
+            message = (
+                f"{observer!r} is a model observer, armed only for an agent that may spawn one; add "
+                f"`grant: [spawn]` or {unobserved}"
+            )
+        else:
+            continue
+        problems.append(DefinitionProblem(definition.source_path, "observer", message, "warning", definition.name))
     return problems
 
 
