@@ -1,6 +1,7 @@
 """A real MCP tool server for tests, written with the official SDK (2.x names).
 
-Tools: `add(a, b)`, `announce(text)` (sends a log notification, then answers) and `vault()`, which over
+Tools: `add(a, b)`, `announce(text)` (sends a log notification, then answers), `crash()` (the process exits)
+and `vault()`, which over
 HTTP needs `Authorization: Bearer <VAULT_TOKEN>`: without it the HTTP app answers 401 with a
 `WWW-Authenticate` challenge, as a server protected by OAuth does.
 
@@ -10,6 +11,7 @@ Run on stdio with `python tests/fakes/mcp_tool_server.py`; serve over streamable
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
@@ -40,6 +42,11 @@ def build_server() -> MCPServer:
         """Tell the client something through a log notification, then answer."""
         await ctx.log("info", f"announcing {text}", logger_name="announcer")
         return f"announced {text}"
+
+    @server.tool()
+    def crash() -> str:
+        """Exit at once, as a server that dies would."""
+        os._exit(3)
 
     @server.tool()
     def vault() -> str:

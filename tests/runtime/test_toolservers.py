@@ -89,7 +89,7 @@ async def test_an_agent_calls_a_stdio_servers_tool_and_the_result_is_a_normal_to
             "ok",
         )
         # The model saw every tool of the server under the server's name, beside none of ours.
-        assert sorted(offered) == ["fake__add", "fake__announce", "fake__vault"]
+        assert sorted(offered) == ["fake__add", "fake__announce", "fake__crash", "fake__vault"]
         assert payloads(found, RuntimeNotice) == []
 
 
@@ -111,6 +111,27 @@ async def test_a_session_keeps_its_server_across_turns_and_the_engine_closes_it(
         assert list(pool._clients.values()) == [client]  # the same connection, not a second process
         assert len(payloads(await events(engine, session.id), ToolResult)) == 2
     assert pool._clients == {} and pool._closed
+
+
+async def test_a_server_that_dies_fails_its_call_and_is_started_again_for_the_next_turn(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def script(ctx: Any) -> Any:
+        if ctx.tool_results:
+            return Reply(ctx.tool_results[0].output)
+        return CallTool("fake__crash", {}) if ctx.prompt == "crash" else CallTool("fake__add", {"a": 4, "b": 5})
+
+    ref = scripted("fragile", ScriptedModel(function=script))
+    async with open_engine(role("fragile", ref, mcp_servers=(STDIO,))) as engine:
+        session = await engine.create("fragile", source="chat")
+        await engine.enqueue(session.id, "crash")
+        crashed, _ = await engine.wait(session.id, 60)
+        (result,) = payloads(await events(engine, session.id), ToolResult)
+        assert result.status == "error" and "closed the connection" in result.output
+        assert crashed.status == "idle"  # the model saw the failure; the turn went on
+        await engine.enqueue(session.id, "add")
+        after, _ = await engine.wait(session.id, 60)
+        assert after.last_text == "9"
 
 
 async def test_a_server_notification_becomes_a_durable_external_event(

@@ -224,11 +224,11 @@ class ToolServers:
         key = (session_id, server.name)
         async with self._locks.setdefault(key, asyncio.Lock()):
             client = self._clients.get(key)
-            if client is not None and client.server == server:
+            if client is not None and client.server == server and not client.lost:
                 return client
             if self._closed:
                 raise RuntimeError("the engine is closing")
-            if client is not None:  # the definition changed: connect anew
+            if client is not None:  # the definition changed, or the server went away: connect anew
                 del self._clients[key]
                 await _close(client)
             client = _new_client(server, self._notice(session_id, server.name))

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import IO, TYPE_CHECKING, Any, cast
 
 import httpx2
+from mcp.types import CONNECTION_CLOSED
 from pydantic import JsonValue
 from pydantic_ai.mcp import MCPToolset
 
@@ -80,6 +81,8 @@ class ToolServerClient:
         self._stderr: IO[str] | None = None
         self._toolset = self._build()
         self._open = False
+        self.lost = False
+        """The connection closed under a call (a stdio server that exited): connect anew before using it."""
 
     def _build(self) -> MCPToolset[None]:
         server = self.server
@@ -135,6 +138,11 @@ class ToolServerClient:
             result = await self._toolset.direct_call_tool(name, args)
         except Exception as exc:
             self._raise_if_unauthorized(exc)
+            if getattr(exc, "code", None) == CONNECTION_CLOSED:
+                self.lost = True
+                raise ToolServerFailed(
+                    f"tool server {self.server.name!r} closed the connection; it is restarted for the next turn"
+                ) from exc
             raise
         return cast(JsonValue, _jsonable(result))
 
