@@ -263,3 +263,14 @@ def test_a_tool_servers_tools_may_need_approval_and_claude_codes_spelling_lists_
         "it and nothing waits for approval; add it to tools or remove it here",
     ]
     assert shape.startswith(f"{agents / 'c.md'}: mcp_servers[0]: tool server 'files' needs")  # its shape, named
+
+
+def test_a_problem_found_after_loading_names_the_key_as_the_file_spells_it(tmp_path: Path) -> None:
+    agents = _project(tmp_path, {"coder.md": "---\nmodel: sonnet\ntools: [ask_user]\napprovalTools: [rm_rf]\n---\n"})
+
+    assert _messages(load_roster(agents, known_tools=["ask_user"]).problems) == [
+        f"{agents / 'coder.md'}: approvalTools: unknown tool 'rm_rf'; register a tool of that name or remove it from "
+        "approval_tools",
+        f"{agents / 'coder.md'}: warning: approvalTools: 'rm_rf' is not in tools, so the agent cannot call it and "
+        "nothing waits for approval; add it to tools or remove it here",
+    ]

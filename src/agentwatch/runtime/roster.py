@@ -37,7 +37,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -510,11 +510,18 @@ class Roster:
     def __repr__(self) -> str:
         return f"Roster({self.names()!r}, errors={len(self.errors)}, warnings={len(self.warnings)})"
 
-    def _admit(self, definition: AgentDefinition, warnings: Iterable[DefinitionProblem] = ()) -> None:
-        """Check a parsed definition against the roster (with the `warnings` its parsing found); keep it unless
-        there is an error."""
+    def _admit(
+        self,
+        definition: AgentDefinition,
+        warnings: Iterable[DefinitionProblem] = (),
+        written: Mapping[str, str] | None = None,
+    ) -> None:
+        """Check a parsed definition against the roster (with the `warnings` its parsing found, each key named as
+        its file spells it, `written`); keep it unless there is an error."""
         definition = self._with_refs(definition)
-        problems = [*warnings, *self._check(definition)]
+        spelled = written or {}
+        checked = [replace(p, field=spelled.get(p.field, p.field)) if p.field else p for p in self._check(definition)]
+        problems = [*warnings, *checked]
         if any(problem.severity == "error" for problem in problems):
             self._static_problems.extend(problems)
             if definition.name not in self._definitions:
@@ -637,12 +644,12 @@ def load_roster(
             # Editors leave hidden swap and backup copies next to the real file.
             if path.name.startswith(".") or not path.is_file():
                 continue
-            definition, problems = _parse_file(path, roster.known_tools, aliases)
+            definition, problems, written = _parse_file(path, roster.known_tools, aliases)
             if definition is None:
                 roster._static_problems.extend(problems)
                 roster._left_out.setdefault(_name_for_left_out(path, problems), path)
             else:
-                roster._admit(definition, problems)
+                roster._admit(definition, problems, written)
     for definition in extra:
         roster._admit(definition)
     return roster
@@ -667,16 +674,16 @@ def check_agents(
 
 def _parse_file(
     path: Path, known_tools: Collection[str] | None, aliases: Mapping[str, str] = MODEL_ALIASES
-) -> tuple[AgentDefinition | None, list[DefinitionProblem]]:
+) -> tuple[AgentDefinition | None, list[DefinitionProblem], Mapping[str, str]]:
     """Read one markdown definition: the definition and its warnings, or None and every problem that keeps it
-    out. A `model` may be one of `aliases`.
+    out; and how the file spells each key it gives (our key to its spelling). A `model` may be one of `aliases`.
 
     Tools are checked against `known_tools` here only when the definition fails validation, so that one run of
     `agentwatch agents check` reports them along with the other errors; `Roster` checks valid ones.
     """
 
-    def fail(field: str | None, message: str) -> tuple[None, list[DefinitionProblem]]:
-        return None, [DefinitionProblem(path, field, message, "error", None)]
+    def fail(field: str | None, message: str) -> tuple[None, list[DefinitionProblem], Mapping[str, str]]:
+        return None, [DefinitionProblem(path, field, message, "error", None)], {}
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -753,10 +760,10 @@ def _parse_file(
                         DefinitionProblem(path, written.get(field, field), message, "error", agent)
                         for message in _unknown_tools(names, field, known_tools)
                     )
-        return None, problems
+        return None, problems, written
     if any(problem.severity == "error" for problem in problems):
-        return None, problems
-    return definition, problems
+        return None, problems, written
+    return definition, problems, written
 
 
 def _problems_from(
