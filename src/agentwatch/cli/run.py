@@ -180,7 +180,7 @@ def _hand_over(service: Service, role: str, prompt: str, name: str | None, timeo
             left = max(0.0, timeout - (time.monotonic() - started))
             snapshot = await_settled(service, session_id, left, spinner=as_json)
             if printed is not None:
-                printed.caught_up(str(snapshot["current"]["cursor"]))
+                printed.caught_up(str(snapshot["cursor"]))
             if snapshot.get("timedOut") or snapshot.get("status") != "awaiting_input" or as_json:
                 return snapshot
             link = _ThroughService(service)

@@ -1,0 +1,197 @@
+"""The CLI beside a real `agentwatch serve` process: found through the discovery file it writes (and removes
+when it stops), `tail -f` attached to its live stream with no store at hand, Ctrl-C exiting 130, and `run`
+handing a session over to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentwatch.cli._common import resolve_config
+from agentwatch.cli.remote import discovery_file
+
+ROOT = Path(__file__).resolve().parents[2]
+PAUSE = 1.5
+"""Seconds the worker's turn waits in its tool: a follower sees the call well before the turn ends."""
+
+
+def cli(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "agentwatch.cli", *argv]
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTWATCH_SERVER", "AGENTWATCH_TOKEN")}
+    path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env | {"PYTHONPATH": path, "AGENTWATCH_DEBUG": ""}
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    """A real service on a SQLite store in `tmp_path`; yields (store URL, service URL, discovery file)."""
+    store = f"sqlite:///{tmp_path / 'agentwatch.db'}"
+    found = discovery_file(resolve_config(store))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.cli.remote_main", store, str(tmp_path), str(PAUSE)],
+        cwd=ROOT,
+        env=environment(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not found.exists():
+            assert process.poll() is None, f"serve exited: {process.stderr.read() if process.stderr else ''}"
+            assert time.monotonic() < deadline, "serve did not announce itself"
+            time.sleep(0.05)
+        record = json.loads(found.read_text())
+        assert record["pid"] == process.pid and record["token"] is False
+        yield store, record["url"], found
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        assert not found.exists()  # removed when it stopped
+    finally:
+        stopped(process)
+
+
+def stopped(process: subprocess.Popen[str]) -> None:
+    """Kill the process if it still runs, and close its pipes."""
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def call(url: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{url}/api/tools/{tool}", json.dumps(args).encode(), {"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.loads(response.read())
+    assert isinstance(answer, dict)
+    return answer
+
+
+class Lines:
+    """A subprocess's standard output, read line by line in a thread, each line with the time it came."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.lines: list[tuple[float, str]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line))
+
+    def join(self) -> None:
+        self._thread.join(10)
+
+    def rows(self) -> list[tuple[float, dict[str, Any]]]:
+        return [(at, json.loads(line)) for at, line in self.lines if line.startswith("{")]
+
+    def wait_for(self, check: Any, seconds: float = 30.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not check(self.rows()):
+            assert self.process.poll() is None, f"exited {self.process.returncode}: {self.lines}"
+            assert time.monotonic() < deadline, f"timed out: {self.lines}"
+            time.sleep(0.05)
+
+
+def test_tail_follow_attaches_to_the_service_live_and_ctrl_c_exits_130(
+    service: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    store, url, _ = service
+    created = call(url, "agent_create", {"role": "worker", "name": "worker"})
+    # No store at hand: every row it prints came through the service's attach stream.
+    nowhere = f"sqlite:///{tmp_path / 'missing' / 'nothing.db'}"
+    follower = subprocess.Popen(
+        cli("tail", "worker", "-f", "--json", "--server", url, "--store", nowhere),
+        cwd=tmp_path,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = Lines(follower)
+    try:
+        sent = subprocess.run(cli("send", "worker", "go", "--store", store), cwd=tmp_path, env=environment(),
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.startswith(f"queued for {created['agentId']}")
+
+        def turn_ended(rows: list[tuple[float, dict[str, Any]]]) -> bool:
+            return any(row["type"].startswith("turn.") and row["status"] == "completed" for _, row in rows)
+
+        lines.wait_for(turn_ended)
+        rows = lines.rows()
+        called = next(at for at, row in rows if row["type"] == "item.started" and "pause" in str(row["title"]))
+        ended = next(at for at, row in rows if row["type"].startswith("turn.") and row["status"] == "completed")
+        assert ended - called > PAUSE / 2  # the call was printed while the tool still ran: live, not after
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(30) == 130
+        lines.join()
+    finally:
+        stopped(follower)
+
+
+def test_run_hands_the_session_to_the_service(service: tuple[str, str, Path], tmp_path: Path) -> None:
+    store, url, found = service
+    done = subprocess.run(cli("run", "worker", "the report", "--name", "reporter", "--store", store), cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "handed reporter" in done.stderr and f"service at {url}" in done.stderr
+    assert "worked on the report" in done.stdout  # the turn, printed from the attach stream
+    record = call(url, "agent_get", {"name": "reporter"})
+    assert record["status"] == "completed" and record["current"]["lastAssistantText"] == "worked on the report"
+
+
+def test_tail_follow_on_the_store_exits_130_on_ctrl_c(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'agentwatch.db'}"
+    seeded = subprocess.run(
+        [sys.executable, "-c", SEED, store], cwd=ROOT, env=environment(), capture_output=True, text=True, check=False
+    )
+    assert seeded.returncode == 0, seeded.stderr
+    follower = subprocess.Popen(
+        cli("tail", "quiet", "-f", "--store", store),
+        cwd=tmp_path,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(2.0)  # well into following the store
+        assert follower.poll() is None
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(30) == 130
+        assert "Traceback" not in (follower.stderr.read() if follower.stderr else "")
+        assert follower.stdout is not None and follower.stdout.read() == ""
+    finally:
+        stopped(follower)
+
+
+SEED = """
+import asyncio, sys
+from agentwatch.store import SessionDraft, open_store
+
+async def main() -> None:
+    async with open_store(sys.argv[1]) as store:
+        await store.create_session(SessionDraft(name="quiet", role="coder"))
+
+asyncio.run(main())
+"""
