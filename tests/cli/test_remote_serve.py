@@ -150,7 +150,7 @@ def test_tail_follow_attaches_to_the_service_live_and_ctrl_c_exits_130(
 
 
 def test_run_hands_the_session_to_the_service(service: tuple[str, str, Path], tmp_path: Path) -> None:
-    store, url, found = service
+    store, url, _ = service
     done = subprocess.run(cli("run", "worker", "the report", "--name", "reporter", "--store", store), cwd=tmp_path,
                           env=environment(), capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
