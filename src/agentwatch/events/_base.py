@@ -12,7 +12,7 @@ __all__ = ["BasePayload", "Origin", "OriginKind", "Usage"]
 class BasePayload(BaseModel):
     """The typed fact an event carries; subclasses set `type` and say whether they are durable."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     durable: ClassVar[bool] = True
     """Durable payloads are committed to the store before anyone sees them; ephemeral ones (deltas,
@@ -25,7 +25,7 @@ OriginKind = Literal["person", "chat", "session", "run", "heartbeat", "hook", "c
 class Origin(BaseModel):
     """Where something came from: who started a session, or who sent a message."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: OriginKind
     """What sort of source it is."""
@@ -36,7 +36,7 @@ class Origin(BaseModel):
 class Usage(BaseModel):
     """Tokens and cost of one model request, or a sum of them."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     input_tokens: int = 0
     """Prompt tokens, cached ones included."""

@@ -74,7 +74,7 @@ Payload = Annotated[
 ]
 """Every fact an event can carry, told apart by `type`."""
 
-PAYLOAD_ADAPTER: TypeAdapter[Payload] = TypeAdapter(Payload)
+PAYLOAD_ADAPTER: TypeAdapter[Payload] = TypeAdapter(Payload, config=ConfigDict(defer_build=True))
 
 
 def _payload_types() -> dict[str, type[Any]]:
@@ -102,7 +102,7 @@ class Event(BaseModel):
     has a distinct, ordered position (`seq`, `sub`).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: EventId
     """Globally unique, sortable (`evt_...`)."""

@@ -58,7 +58,7 @@ SessionSort = Literal["newest", "oldest", "name", "status"]
 ConversationEndReason = Literal["clear", "compact"]
 RequestStatus = Literal["pending", "resolved", "dismissed"]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class SessionRecord(BaseModel):

@@ -6,7 +6,8 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any, Generic, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError, create_model
 
@@ -37,15 +38,57 @@ here because this module sits below the runtime; each family of tools states the
 (the runtime's `Runtime`, the reads' `EngineView`)."""
 
 
-@dataclass(frozen=True, slots=True)
+Schema = dict[str, JsonValue]
+"""A JSON schema."""
+S = TypeVar("S")
+
+
+class _SchemaField(Generic[S]):
+    """A `Tool` field that holds a JSON schema, or a function that makes it when the field is first read.
+
+    A typed tool's schemas come from its models, and making them costs milliseconds a tool: most processes
+    (a CLI command, an engine whose agents call a few tools) never read most of them.
+    """
+
+    def __init__(self, *, required: bool) -> None:
+        self.required = required
+        self.key = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = f"_{name}"
+
+    @overload
+    def __get__(self, tool: None, owner: type) -> S: ...
+    @overload
+    def __get__(self, tool: Tool, owner: type | None = None) -> S: ...
+    def __get__(self, tool: Tool | None, owner: type | None = None) -> S:
+        if tool is None:  # the dataclass asks for the field's default
+            if self.required:
+                raise AttributeError(self.key[1:])
+            return cast(S, None)
+        value = tool.__dict__[self.key]
+        if callable(value):
+            value = value()
+            tool.__dict__[self.key] = value
+        return cast(S, value)
+
+    def __set__(self, tool: Tool, value: S | Callable[[], S]) -> None:
+        tool.__dict__[self.key] = value
+
+
+@dataclass(frozen=True)
 class Tool:
-    """A tool as agents, Python and every surface see it."""
+    """A tool as agents, Python and every surface see it.
+
+    `parameters` and `output_schema` may be given as functions that make the schema: each runs once, when
+    the schema is first read (`typed_tool` does this).
+    """
 
     name: str
     description: str
-    parameters: dict[str, JsonValue]
+    parameters: _SchemaField[Schema] = _SchemaField(required=True)
     """JSON schema of the arguments object."""
-    handler: ToolHandler
+    handler: ToolHandler  # type: ignore[misc]  # `parameters` has no default: its field raises when asked for one
     grant: str | None = None
     """The capability a calling agent's role needs (`spawn`); None for grant-free tools."""
     requires_approval: bool = False
@@ -56,7 +99,7 @@ class Tool:
     """The model its arguments are validated by (None for a tool built from a bare schema)."""
     answer_model: type[BaseModel] | None = None
     """The model of its answer, before it is dumped to JSON (None when the answer is not modelled)."""
-    output_schema: dict[str, JsonValue] | None = None
+    output_schema: _SchemaField[Schema | None] = _SchemaField(required=False)
     """JSON schema of the answer (None when unknown)."""
 
 
@@ -135,14 +178,14 @@ def typed_tool(
     return Tool(
         name,
         description,
-        _schema(args, "validation"),
+        partial(_schema, args, "validation"),
         handler,
         grant=grant,
         requires_approval=requires_approval,
         asks_user=asks_user,
         args_model=args,
         answer_model=answer,
-        output_schema=_schema(answer, "serialization"),
+        output_schema=partial(_schema, answer, "serialization"),
     )
 
 

@@ -21,7 +21,7 @@ __all__ = ["Answer", "Args", "Wire", "dump", "omitted"]
 class Wire(BaseModel):
     """Base of every tool argument and answer model: snake_case in Python, camelCase on the wire."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, defer_build=True)
 
 
 class Args(Wire):
