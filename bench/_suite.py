@@ -45,6 +45,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("reads.list", reads.list_tool, "agent_list: a page of 100k sessions with two filters, first and later"),
     Benchmark("reads.tail", reads.tail_tool, "agent_tail: 50 events after a random cursor in a 1M-event store"),
     Benchmark("reads.summary", reads.summary_tool, "agent_summary over 100k sessions, default and words: true"),
+    Benchmark("reads.postgres", reads.postgres_tools, "agent_list and agent_tail on PostgreSQL beside psycopg"),
     Benchmark("live.memory", live.memory_latency, "publish to subscriber, memory ring"),
     Benchmark("live.redis", live.redis_latency, "publish to subscriber, Redis ring on loopback"),
     Benchmark(

@@ -16,21 +16,31 @@ import math
 import random
 import sqlite3
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote, urlsplit
 
 from agentwatch.cli._common import Reader, open_reader
 from agentwatch.config import Config
 from agentwatch.events import StreamCursor
 from agentwatch.reads.tools import read_tools
-from agentwatch.store import SCHEMA_VERSION, Store
+from agentwatch.store import SCHEMA_VERSION, Store, connect_store
 from agentwatch.tools import Caller, Tool
-from bench._harness import Context, Result, Target, percentile
-from bench.store import _SESSION_COLUMNS, _build_sessions, _build_tail, _cached_database, _hand_key, _utc_text
+from bench._harness import Context, Result, Skip, Target, percentile
+from bench.store import (
+    _SESSION_COLUMNS,
+    _build_sessions,
+    _build_tail,
+    _cached_database,
+    _hand_key,
+    _unreachable,
+    _utc_text,
+)
 
-__all__ = ["list_tool", "summary_tool", "tail_tool"]
+__all__ = ["list_tool", "postgres_tools", "summary_tool", "tail_tool"]
 
 _CALLER: Final = Caller()
 _PAGE_SIZE: Final = 20
@@ -59,9 +69,11 @@ async def _call(tool: Tool, view: Reader, args: dict[str, Any]) -> dict[str, Any
 
 
 @contextlib.asynccontextmanager
-async def _view(ctx: Context, path: Path) -> AsyncIterator[Reader]:
-    # The CLI's reader: the store, a memory live ring, and the roster of an empty agents directory.
-    config = Config(root=ctx.workdir, store=f"sqlite:///{path}", agents_dir=ctx.workdir / "no-agents")
+async def _view(ctx: Context, store: Path | str) -> AsyncIterator[Reader]:
+    # The CLI's reader: the store (a SQLite file, or a URL), a memory live ring, and the roster of an empty
+    # agents directory.
+    url = f"sqlite:///{store}" if isinstance(store, Path) else store
+    config = Config(root=ctx.workdir, store=url, agents_dir=ctx.workdir / "no-agents")
     async with open_reader(config) as view:
         yield view
 
@@ -118,76 +130,94 @@ _HAND_AFTER: Final = (
     f"AND (boss, live, last_active_at, id) < (?, ?, ?, ?) {_HAND_ORDER}"
 )
 
+Rows = list[tuple[Any, ...]]
+HandList = Callable[[tuple[Any, ...] | None], Rows]
+"""The hand-written listing: the rows of the page after a sort key (the first page for None), one past it."""
+HandTail = Callable[[str, int], Rows]
+"""The hand-written tail: the next events of a session after a seq."""
 
-def _hand_list_dicts(connection: sqlite3.Connection, after: tuple[Any, ...] | None) -> list[dict[str, Any]]:
+
+def _hand_list(connection: sqlite3.Connection) -> HandList:
+    def page(after: tuple[Any, ...] | None) -> Rows:
+        # One row past the page, as the store reads, to know whether another page follows.
+        params = (*_LIST_STATUSES, _LIST_ROLE)
+        if after is None:
+            return connection.execute(_HAND_FIRST, (*params, _PAGE_SIZE + 1)).fetchall()
+        return connection.execute(_HAND_AFTER, (*params, *after, _PAGE_SIZE + 1)).fetchall()
+
+    return page
+
+
+def _list_dicts(hand: HandList, after: tuple[Any, ...] | None) -> list[dict[str, Any]]:
     """The timed baseline: the page's rows by hand, each as a dict of its columns."""
-    return [dict(zip(_SESSION_COLUMNS, row, strict=True)) for row in _hand_list(connection, after)]
+    return [dict(zip(_SESSION_COLUMNS, row, strict=True)) for row in hand(after)]
 
 
-def _hand_list(connection: sqlite3.Connection, after: tuple[Any, ...] | None) -> list[tuple[Any, ...]]:
-    # One row past the page, as the store reads, to know whether another page follows.
-    params = (*_LIST_STATUSES, _LIST_ROLE)
-    if after is None:
-        return connection.execute(_HAND_FIRST, (*params, _PAGE_SIZE + 1)).fetchall()
-    return connection.execute(_HAND_AFTER, (*params, *after, _PAGE_SIZE + 1)).fetchall()
-
-
-async def list_tool(ctx: Context) -> list[Result]:
-    """`agent_list {status: [3 of 7], role}` over the sessions database: the first page and a later one."""
+async def _list_figures(
+    ctx: Context, view: Reader, hand: HandList, name: str, note: str, targets: tuple[Target | None, Target | None]
+) -> list[Result]:
+    """The first page and a later one of `agent_list`, each call beside the same page by hand."""
     sizes = ctx.sizes
-    path = await _sessions_database(ctx)
     tool = _tool("agent_list")
-    raw = _raw(path)
-    try:
-        async with _view(ctx, path) as view:
-            # Walk to the later page once each way (tool cursors, hand keys), checking every page on the way.
-            cursor: str | None = None
-            key: tuple[Any, ...] | None = None
-            later = 1
-            for number in range(1, sizes.list_later_page):
-                answer = await _call(tool, view, {**_LIST_ARGS, "cursor": cursor})
-                hand = _hand_list(raw, key)[:_PAGE_SIZE]
-                if [row["id"] for row in answer["agents"]] != [row[0] for row in hand]:
-                    raise RuntimeError(f"agent_list and the hand-written query disagree on page {number}")
-                if answer["nextCursor"] is None:
-                    break
-                cursor, key, later = answer["nextCursor"], _hand_key(hand[-1]), number + 1
-            ctx.say(f"agent_list: {sizes.list_samples} calls of pages 1 and {later} each way")
+    # Walk to the later page once each way (tool cursors, hand keys), checking every page on the way.
+    cursor: str | None = None
+    key: tuple[Any, ...] | None = None
+    later = 1
+    for number in range(1, sizes.list_later_page):
+        answer = await _call(tool, view, {**_LIST_ARGS, "cursor": cursor})
+        rows = hand(key)[:_PAGE_SIZE]
+        if [row["id"] for row in answer["agents"]] != [row[0] for row in rows]:
+            raise RuntimeError(f"agent_list and the hand-written query disagree on page {number}")
+        if answer["nextCursor"] is None:
+            break
+        cursor, key, later = answer["nextCursor"], _hand_key(rows[-1]), number + 1
+    ctx.say(f"agent_list: {sizes.list_samples} calls of pages 1 and {later} each way")
 
-            timings: dict[str, list[float]] = {"tool-first": [], "hand-first": [], "tool-later": [], "hand-later": []}
-            for index in range(sizes.list_samples + _WARM_UP):
-                keep = index >= _WARM_UP
-                # Alternate which goes first, so neither always finds the pages the other just read in cache.
-                for turn in (index % 2, 1 - index % 2):
-                    if turn == 0:
-                        first, _ = await _timed(tool.handler(view, _CALLER, dict(_LIST_ARGS)))
-                        later_ms, _ = await _timed(tool.handler(view, _CALLER, {**_LIST_ARGS, "cursor": cursor}))
-                        side = "tool"
-                    else:
-                        first = _timed_sync(_hand_list_dicts, raw, None)
-                        later_ms = _timed_sync(_hand_list_dicts, raw, key)
-                        side = "hand"
-                    if keep:
-                        timings[f"{side}-first"].append(first)
-                        timings[f"{side}-later"].append(later_ms)
-    finally:
-        raw.close()
+    timings: dict[str, list[float]] = {"tool-first": [], "hand-first": [], "tool-later": [], "hand-later": []}
+    for index in range(sizes.list_samples + _WARM_UP):
+        keep = index >= _WARM_UP
+        # Alternate which goes first, so neither always finds the pages the other just read in cache.
+        for turn in (index % 2, 1 - index % 2):
+            if turn == 0:
+                first, _ = await _timed(tool.handler(view, _CALLER, dict(_LIST_ARGS)))
+                later_ms, _ = await _timed(tool.handler(view, _CALLER, {**_LIST_ARGS, "cursor": cursor}))
+                side = "tool"
+            else:
+                first = _timed_sync(_list_dicts, hand, None)
+                later_ms = _timed_sync(_list_dicts, hand, key)
+                side = "hand"
+            if keep:
+                timings[f"{side}-first"].append(first)
+                timings[f"{side}-later"].append(later_ms)
     note = (
         f"{sizes.list_sessions:,} sessions, status in 3 of 7 and role 1 of 10, {_PAGE_SIZE} per page, "
-        f"{sizes.list_samples} calls; baseline: the keyset query by hand with sqlite3, each row made a dict of "
-        "its columns; "
-        "the p99 target (20 ms) bounds the p50 too"
+        f"{sizes.list_samples} calls; baseline: the keyset query by hand with {note}, each row made a dict of its "
+        "columns"
     )
     results: list[Result] = []
     for page, label in (("first", "first_page"), ("later", f"page_{later}")):
         results += _pair(
-            f"reads.list.{label}",
-            (timings[f"tool-{page}"], timings[f"hand-{page}"]),
-            note,
-            _WITHIN_2X,
-            Target("value", "<=", 20.0),
+            f"{name}.{label}", (timings[f"tool-{page}"], timings[f"hand-{page}"]), note, targets[0], targets[1]
         )
     return results
+
+
+async def list_tool(ctx: Context) -> list[Result]:
+    """`agent_list {status: [3 of 7], role}` over the sessions database: the first page and a later one."""
+    path = await _sessions_database(ctx)
+    raw = _raw(path)
+    try:
+        async with _view(ctx, path) as view:
+            return await _list_figures(
+                ctx,
+                view,
+                _hand_list(raw),
+                "reads.list",
+                "sqlite3; the p99 target (20 ms) bounds the p50 too",
+                (_WITHIN_2X, Target("value", "<=", 20.0)),
+            )
+    finally:
+        raw.close()
 
 
 # -- agent_tail -------------------------------------------------------------------------------------------
@@ -201,72 +231,198 @@ _HAND_TAIL: Final = (
 _TAIL_COLUMNS: Final = ("id", "session_id", "seq", "at", "turn_id", "conversation_id", "payload")
 
 
-def _hand_tail(connection: sqlite3.Connection, session_id: str, after_seq: int) -> list[tuple[Any, ...]]:
-    return connection.execute(_HAND_TAIL, (session_id, after_seq, _TAIL_EVENTS)).fetchall()
+def _hand_tail(connection: sqlite3.Connection) -> HandTail:
+    def tail(session_id: str, after_seq: int) -> Rows:
+        return connection.execute(_HAND_TAIL, (session_id, after_seq, _TAIL_EVENTS)).fetchall()
+
+    return tail
 
 
-def _hand_tail_dicts(connection: sqlite3.Connection, session_id: str, after_seq: int) -> list[dict[str, Any]]:
+def _tail_dicts(hand: HandTail, session_id: str, after_seq: int) -> list[dict[str, Any]]:
     """The timed baseline: the events by hand, each a dict of its columns with its payload JSON decoded."""
     rows = []
-    for row in _hand_tail(connection, session_id, after_seq):
+    for row in hand(session_id, after_seq):
         event = dict(zip(_TAIL_COLUMNS, row, strict=True))
         event["payload"] = json.loads(event["payload"])
         rows.append(event)
     return rows
 
 
+async def _tail_figures(
+    ctx: Context, view: Reader, hand: HandTail, sessions: list[str], per_session: int, name: str, note: str
+) -> list[Result]:
+    """`agent_tail` after a cursor at a random seq of a random session, each call beside the same read by hand."""
+    sizes = ctx.sizes
+    tool = _tool("agent_tail")
+    rng = random.Random(42)
+    # Room for 50 events and one more after the cursor, so every answer is full and says hasMore.
+    picks = [
+        (session, StreamCursor(session, seq).encode(), seq)
+        for session, seq in (
+            (rng.choice(sessions), rng.randint(0, max(per_session - _TAIL_EVENTS - 1, 0)))
+            for _ in range(sizes.tail_samples + _WARM_UP)
+        )
+    ]
+    for session, after_id, seq in picks[:_WARM_UP]:
+        answer = await _call(tool, view, {"id": session, "afterId": after_id, "maxEvents": 50})
+        rows = hand(session, seq)
+        if [event["id"] for event in answer["events"]] != [row[0] for row in rows] or len(rows) != 50:
+            raise RuntimeError(f"agent_tail and the hand-written query disagree after seq {seq}")
+    ctx.say(f"agent_tail: {sizes.tail_samples} calls of {_TAIL_EVENTS} events each way")
+    tool_ms: list[float] = []
+    hand_ms: list[float] = []
+    for index, (session, after_id, seq) in enumerate(picks):
+        for turn in (index % 2, 1 - index % 2):
+            if turn == 0:
+                args = {"id": session, "afterId": after_id, "maxEvents": _TAIL_EVENTS}
+                elapsed, _ = await _timed(tool.handler(view, _CALLER, args))
+                samples = tool_ms
+            else:
+                elapsed = _timed_sync(_tail_dicts, hand, session, seq)
+                samples = hand_ms
+            if index >= _WARM_UP:
+                samples.append(elapsed)
+    note = (
+        f"{note}, afterId a cursor at a random seq, {len(tool_ms)} calls; baseline: SELECT of the next "
+        f"{_TAIL_EVENTS} events by hand, each row made a dict of its columns with its payload JSON decoded"
+    )
+    return _pair(name, (tool_ms, hand_ms), note, _WITHIN_2X if name == "reads.tail" else None)
+
+
 async def tail_tool(ctx: Context) -> list[Result]:
     """`agent_tail {id, afterId: <cursor at a random seq>, maxEvents: 50}` in the events database."""
     sizes = ctx.sizes
     per_session = sizes.tail_events // sizes.tail_sessions
+    path = await _tail_database(ctx)
+    raw = _raw(path)
+    try:
+        sessions = [row[0] for row in raw.execute("SELECT id FROM sessions WHERE last_seq > 0 ORDER BY id")]
+        async with _view(ctx, path) as view:
+            note = f"{sizes.tail_events:,} events over {sizes.tail_sessions} sessions, sqlite3"
+            return await _tail_figures(ctx, view, _hand_tail(raw), sessions, per_session, "reads.tail", note)
+    finally:
+        raw.close()
+
+
+async def _tail_database(ctx: Context) -> Path:
+    sizes = ctx.sizes
+    per_session = sizes.tail_events // sizes.tail_sessions
     # The same cached database as `store.tail.sqlite` (same name, same builder).
-    path = await _cached_database(
+    return await _cached_database(
         ctx,
         f"tail-v{SCHEMA_VERSION}-{sizes.tail_events}-{sizes.tail_sessions}.db",
         f"the {sizes.tail_events:,}-event database",
         lambda scratch: _build_tail(scratch, sizes.tail_sessions, per_session),
     )
-    tool = _tool("agent_tail")
-    raw = _raw(path)
+
+
+# -- both on PostgreSQL -----------------------------------------------------------------------------------
+
+_PG_TAIL_EVENTS: Final = 1000
+"""Events of each tail session copied into the PostgreSQL store (all of them would be a million rows to copy
+into a fresh schema, most of the run)."""
+
+
+async def postgres_tools(ctx: Context) -> list[Result]:
+    """`agent_list` and `agent_tail` on a PostgreSQL store holding the same rows, beside psycopg by hand."""
+    if ctx.postgres_url is None:
+        raise Skip("no PostgreSQL URL given")
+    reason = _unreachable(ctx.postgres_url, 5432)
+    if reason is not None:
+        raise Skip(reason)
     try:
-        sessions = [row[0] for row in raw.execute("SELECT id FROM sessions WHERE last_seq > 0 ORDER BY id")]
-        rng = random.Random(42)
-        # Room for 50 events and one more after the cursor, so every answer is full and says hasMore.
-        picks = [
-            (session, StreamCursor(session, seq).encode(), seq)
-            for session, seq in (
-                (rng.choice(sessions), rng.randint(0, max(per_session - _TAIL_EVENTS - 1, 0)))
-                for _ in range(sizes.tail_samples + _WARM_UP)
-            )
-        ]
-        async with _view(ctx, path) as view:
-            for session, after_id, seq in picks[:_WARM_UP]:
-                answer = await _call(tool, view, {"id": session, "afterId": after_id, "maxEvents": 50})
-                hand = _hand_tail(raw, session, seq)
-                if [event["id"] for event in answer["events"]] != [row[0] for row in hand] or len(hand) != 50:
-                    raise RuntimeError(f"agent_tail and the hand-written query disagree after seq {seq}")
-            ctx.say(f"agent_tail: {sizes.tail_samples} calls of {_TAIL_EVENTS} events each way")
-            tool_ms: list[float] = []
-            hand_ms: list[float] = []
-            for index, (session, after_id, seq) in enumerate(picks):
-                for turn in (index % 2, 1 - index % 2):
-                    if turn == 0:
-                        args = {"id": session, "afterId": after_id, "maxEvents": _TAIL_EVENTS}
-                        elapsed, _ = await _timed(tool.handler(view, _CALLER, args))
-                        samples = tool_ms
-                    else:
-                        elapsed = _timed_sync(_hand_tail_dicts, raw, session, seq)
-                        samples = hand_ms
-                    if index >= _WARM_UP:
-                        samples.append(elapsed)
+        import psycopg
+        from psycopg import sql
+    except ImportError:
+        raise Skip("psycopg is not installed (pip install 'agentwatch[postgres]')") from None
+    sizes = ctx.sizes
+    per_session = min(sizes.tail_events // sizes.tail_sessions, _PG_TAIL_EVENTS)
+    sessions_path, tail_path = await _sessions_database(ctx), await _tail_database(ctx)
+    base_url = ctx.postgres_url
+    schema = f"aw_bench_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(base_url, autocommit=True, connect_timeout=5) as admin:
+            admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    except psycopg.OperationalError as error:
+        raise Skip(f"cannot use PostgreSQL at {urlsplit(base_url).netloc} ({str(error).strip()})") from None
+    url = f"{base_url}{'&' if '?' in base_url else '?'}options={quote(f'-csearch_path={schema}')}"
+    try:
+        await (await connect_store(url)).close()  # the store makes its schema
+        ctx.say(f"copying the sessions and {per_session:,} events of each tail session into PostgreSQL")
+        await asyncio.to_thread(_copy_to_postgres, url, sessions_path, tail_path, per_session)
+        with psycopg.connect(url, autocommit=True) as raw:
+            tail_sessions = [row[0] for row in raw.execute("SELECT id FROM sessions WHERE last_seq > 0 ORDER BY id")]
+            async with _view(ctx, url) as view:
+                results = await _list_figures(
+                    ctx,
+                    view,
+                    _pg_hand_list(raw),
+                    "reads.postgres.list",
+                    "psycopg (the store's pool beside one plain connection)",
+                    (None, None),
+                )
+                note = f"{per_session * sizes.tail_sessions:,} events over {sizes.tail_sessions} sessions, psycopg"
+                results += await _tail_figures(
+                    ctx, view, _pg_hand_tail(raw), tail_sessions, per_session, "reads.postgres.tail", note
+                )
+                return results
     finally:
-        raw.close()
-    note = (
-        f"{sizes.tail_events:,} events over {sizes.tail_sessions} sessions, afterId a cursor at a random seq, "
-        f"{len(tool_ms)} calls; baseline: SELECT of the next {_TAIL_EVENTS} events with sqlite3, each row made a dict "
-        "of its columns with its payload JSON decoded"
-    )
-    return _pair("reads.tail", (tool_ms, hand_ms), note, _WITHIN_2X)
+        with psycopg.connect(base_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _pg(query: str) -> str:
+    return query.replace("?", "%s")
+
+
+def _pg_hand_list(connection: Any) -> HandList:
+    def page(after: tuple[Any, ...] | None) -> Rows:
+        params = (*_LIST_STATUSES, _LIST_ROLE)
+        if after is None:
+            return connection.execute(_pg(_HAND_FIRST), (*params, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
+        boss, live, moment, session_id = after
+        key = (bool(boss), bool(live), moment, session_id)  # booleans, not SQLite's 0/1
+        return connection.execute(_pg(_HAND_AFTER), (*params, *key, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
+
+    return page
+
+
+def _pg_hand_tail(connection: Any) -> HandTail:
+    def tail(session_id: str, after_seq: int) -> Rows:
+        return connection.execute(_pg(_HAND_TAIL), (session_id, after_seq, _TAIL_EVENTS)).fetchall()  # type: ignore[no-any-return]
+
+    return tail
+
+
+def _copy_to_postgres(url: str, sessions_path: Path, tail_path: Path, per_session: int) -> None:
+    """The rows of both cached SQLite databases into the PostgreSQL store's tables (the tail sessions' first
+    `per_session` events only), as they are stored there."""
+    import psycopg
+
+    tables = {"sessions": ("boss", "is_observer"), "conversations": ()}
+    with psycopg.connect(url) as target:
+        for path in (sessions_path, tail_path):
+            source = _raw(path)
+            try:
+                for table, booleans in tables.items():
+                    columns = [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
+                    flags = [columns.index(column) for column in booleans]
+                    with target.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                        for row in source.execute(f"SELECT {', '.join(columns)} FROM {table}"):
+                            values = list(row)
+                            for index in flags:
+                                values[index] = bool(values[index])
+                            copy.write_row(values)
+                events = "session_id, seq, id, type, turn_id, conversation_id, at, payload"
+                with target.cursor().copy(f"COPY events ({events}) FROM STDIN") as copy:
+                    for row in source.execute(f"SELECT {events} FROM events WHERE seq <= ?", (per_session,)):
+                        copy.write_row(row)
+            finally:
+                source.close()
+        target.execute("UPDATE sessions SET last_seq = %s WHERE last_seq > %s", (per_session, per_session))
+        target.commit()
+        target.autocommit = True
+        target.execute("ANALYZE")
 
 
 # -- agent_summary ----------------------------------------------------------------------------------------
