@@ -134,11 +134,27 @@ def test_a_missing_key_is_one_warning_naming_the_agents_it_stops(project: Path) 
 
 def test_a_bad_config_is_an_error_from_check_too(project: Path) -> None:
     (project / "agentwatch.toml").write_text('[models]\naliases = { fast = "llama" }\n')
+    bad_alias = _check()
+    (project / "agentwatch.toml").write_text('[providers.openai]\nbase_url = "http://127.0.0.1:9/v1"\n')
+    clash = _check()
 
-    done = _check()
+    assert (bad_alias.exit_code, clash.exit_code) == (1, 1)
+    assert "models.aliases: alias 'fast' maps to 'llama', which is not one model ref" in _flat(bad_alias)
+    assert "provider name 'openai' is a built-in model prefix; rename the [providers.openai] section" in _flat(clash)
 
-    assert done.exit_code == 1
-    assert "models.aliases: alias 'fast' maps to 'llama', which is not one model ref" in _flat(done)
+
+def test_a_named_providers_key_is_a_warning_when_it_is_not_set(project: Path) -> None:
+    (project / "agentwatch.toml").write_text(
+        '[providers.corp]\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "CORP_KEY"\n'
+    )
+    (project / "agents" / "a.md").write_text("---\nmodel: corp:m\n---\n")
+
+    unset = _check()
+    keyed = CliRunner().invoke(cli, ["agents", "check"], env={"CORP_KEY": "k"})
+
+    assert (unset.exit_code, keyed.exit_code) == (0, 0)
+    assert "warning: CORP_KEY is not set here; 'a' cannot run until it is" in _flat(unset)
+    assert "warning" not in keyed.output
 
 
 def test_check_says_which_observers_the_projects_config_leaves_unarmed(project: Path) -> None:
