@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from pydantic import JsonValue
+
 from agentwatch.errors import Conflict, NotFound
-from agentwatch.events import Event, Usage, new_id
+from agentwatch.events import CompletionFinished, Event, Usage, new_id
 from agentwatch.store._sql import (
     EVENT_INSERT,
     SESSION_JSON,
@@ -57,7 +59,7 @@ _USAGE_COLUMNS: Final = ("id", "session_id", "turn_id", "run_id", "role", "model
 _USAGE_INSERT: Final = (
     f"INSERT INTO usage_ledger ({', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * len(_USAGE_COLUMNS))})"
 )
-_MESSAGE_INSERT: Final = "INSERT INTO messages (conversation_id, idx, body) VALUES (?, ?, ?)"
+_MESSAGE_INSERT: Final = "INSERT INTO message_rows (conversation_id, idx, body, event_seq) VALUES (?, ?, ?, ?)"
 
 
 def _session_update(touched: bool, assignments: str = "") -> str:
@@ -115,7 +117,7 @@ class Appends:
         self._at = dialect.time_param(now)
         self._events: list[tuple[Any, ...]] = []
         self._usage: list[tuple[Any, ...]] = []
-        self._messages: dict[str, list[str]] = {}
+        self._messages: dict[str, list[tuple[str | None, int | None]]] = {}
         self._sessions: dict[str, Counters] = {}
 
     def add(self, session: Counters, write: Write) -> list[Event]:
@@ -145,15 +147,15 @@ class Appends:
                 cost += usage.cost_usd or 0.0
             if cost:
                 session.cost += cost  # one addition per write, whatever the number of entries
+        events: list[Event] = []
+        if write.events:
+            first_seq = session.last_seq + 1
+            session.last_seq += len(write.events)
+            events = stored_events(write, session.conversation_id, first_seq, self._now)
+            self._events.extend(event_row(self._dialect, event, self._at) for event in events)
         if write.messages:
-            bodies = self._messages.setdefault(session.conversation_id, [])
-            bodies.extend(json_text(message) for message in write.messages)  # compact, once
-        if not write.events:
-            return []
-        first_seq = session.last_seq + 1
-        session.last_seq += len(write.events)
-        events = stored_events(write, session.conversation_id, first_seq, self._now)
-        self._events.extend(event_row(self._dialect, event, self._at) for event in events)
+            rows = self._messages.setdefault(session.conversation_id, [])
+            rows.extend(_message_rows(write.messages, events))
         return events
 
     async def flush(self, tx: Tx) -> None:
@@ -200,17 +202,36 @@ class Appends:
         last: dict[str, int] = {}
         for start in range(0, len(conversation_ids), _IN_LIST_MAX):
             condition, params = in_list("conversation_id", conversation_ids[start : start + _IN_LIST_MAX])
-            sql = f"SELECT conversation_id, MAX(idx) FROM messages WHERE {condition} GROUP BY conversation_id"
+            sql = f"SELECT conversation_id, MAX(idx) FROM message_rows WHERE {condition} GROUP BY conversation_id"
             last.update((row[0], int(row[1])) for row in await tx.fetch(sql, params))
         json_param = self._dialect.json_param
         await tx.execute_many(
             _MESSAGE_INSERT,
             [
-                (conversation_id, last.get(conversation_id, -1) + 1 + index, json_param(body))
-                for conversation_id, bodies in self._messages.items()
-                for index, body in enumerate(bodies)
+                (conversation_id, last.get(conversation_id, -1) + 1 + index, body and json_param(body), event_seq)
+                for conversation_id, rows in self._messages.items()
+                for index, (body, event_seq) in enumerate(rows)
             ],
         )
+
+
+def _message_rows(messages: Sequence[JsonValue], events: Sequence[Event]) -> list[tuple[str | None, int | None]]:
+    """The rows of a write's model messages: (body, None), or (None, seq) for a message that is the `response`
+    of a completion.finished event of the same write, whose stored payload then holds it (read back through
+    the `messages` view). A message with a non-finite number keeps its body: the payload's JSON writes such a
+    number as null."""
+    responses = [
+        (event.seq, event.payload.response) for event in events if isinstance(event.payload, CompletionFinished)
+    ]
+    rows: list[tuple[str | None, int | None]] = []
+    for message in messages:
+        body = json_text(message)  # compact, once
+        seq = next((seq for seq, response in responses if response == message), None) if responses else None
+        if seq is not None and "NaN" not in body and "Infinity" not in body:
+            rows.append((None, seq))
+        else:
+            rows.append((body, None))
+    return rows
 
 
 async def apply_appends(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: datetime) -> list[Any]:
