@@ -140,7 +140,8 @@ class ModelsConfig(BaseModel):
     aliases: dict[str, str] = {}
     """Short names a definition's `model:` may use instead of a ref, each mapped to one `<provider>:<model>` ref
     (`sonnet = "anthropic:claude-sonnet-4-5"`). They extend and override the built-in table
-    (`agentwatch.runtime.models.refs.MODEL_ALIASES`); Claude Code's `model: inherit` means the ref `inherit` maps to."""
+    (`agentwatch.runtime.models.refs.MODEL_ALIASES`); Claude Code's `model: inherit` means the ref `inherit` maps to,
+    and so does a definition without `model` when `inherit` is mapped."""
 
     @field_validator("aliases", mode="after")
     @classmethod

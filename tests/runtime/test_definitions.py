@@ -179,12 +179,17 @@ def test_an_unknown_alias_and_an_unmapped_inherit_say_what_to_add(tmp_path: Path
     ]
 
 
-def test_inherit_is_the_model_the_project_names(tmp_path: Path) -> None:
-    agents = _project(tmp_path, {"a.md": "---\nmodel: inherit\n---\n"}, '[models]\naliases = {inherit = "openai:o3"}\n')
+def test_inherit_is_the_model_the_project_names_and_the_model_of_a_file_without_one(tmp_path: Path) -> None:
+    agents = _project(
+        tmp_path,
+        {"a.md": "---\nmodel: inherit\n---\n", "b.md": "---\ndescription: no model\n---\n"},
+        '[models]\naliases = {inherit = "openai:o3"}\n',
+    )
 
     roster = load_roster(agents, models=ModelResolver.from_config(load_config(tmp_path, env={})))
 
-    assert roster.get("a").model == "openai:o3"
+    assert (roster.get("a").model, roster.get("b").model) == ("openai:o3", "openai:o3")
+    assert roster.problems == []
 
 
 @pytest.mark.parametrize(

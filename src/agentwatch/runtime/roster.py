@@ -286,15 +286,17 @@ class AgentDefinition(BaseModel):
     @classmethod
     def _check_model(cls, value: str | None, info: ValidationInfo) -> str | None:
         kind = info.data.get("kind")
+        # An alias (`sonnet`) stays as written here; the roster writes the ref it stands for in its place.
+        aliases: Mapping[str, str] = (info.context or {}).get("model_aliases", MODEL_ALIASES)
         if value is None:
+            if kind == "llm" and "inherit" in aliases:
+                return "inherit"  # as Claude Code reads a subagent file without `model`: the project's model
             if kind == "llm":
                 raise ValueError("missing; name the model this agent runs on, e.g. model: openai:gpt-4o")
             return None
         if kind == "rule":
             raise ValueError(_rule_takes_no("model"))
         refs = [ref.strip() for ref in value.split(",")]
-        # An alias (`sonnet`) stays as written here; the roster writes the ref it stands for in its place.
-        aliases: Mapping[str, str] = (info.context or {}).get("model_aliases", MODEL_ALIASES)
         for ref in refs:
             if not _MODEL_REF.match(ref) and ref not in aliases:
                 raise ValueError(not_a_model_ref(ref, aliases))
