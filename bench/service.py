@@ -371,7 +371,8 @@ class _Turns:
         self.engine, self.watcher, self.session_ids = engine, watcher, session_ids
 
     async def run(self, seconds: float) -> tuple[int, float, float]:
-        """Turns for `seconds` on every session (each finishing the turn it is in): events, wall s, CPU s."""
+        """Turns on every session for `seconds`: the events emitted, the wall and the CPU seconds of that
+        window. Then each session finishes the turn it is in (not counted), so the next run starts idle."""
         stop = asyncio.Event()
 
         async def session_turns(session_id: str) -> None:
@@ -384,10 +385,11 @@ class _Turns:
         tasks = [asyncio.create_task(session_turns(session_id)) for session_id in self.session_ids]
         try:
             await asyncio.sleep(seconds)
+            window = (self.watcher.events - events, time.perf_counter() - start, time.process_time() - cpu)
         finally:
             stop.set()
             await asyncio.gather(*tasks)
-        return self.watcher.events - events, time.perf_counter() - start, time.process_time() - cpu
+        return window
 
 
 async def _bare_socket(websocket: Any) -> None:

@@ -36,6 +36,22 @@ class ServiceState:
     """Set when the service stops: open attach streams end so the process can exit."""
     draining: bool = False
     """True once a stop was asked for: no tool that starts work is accepted."""
+    _stopped: asyncio.Future[None] | None = field(default=None, repr=False)
+    _stopped_watch: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def stopped(self) -> asyncio.Future[None]:
+        """A future resolved once `stopping` is set: every open stream waits on this one future, rather than
+        each on a task of its own."""
+        if self._stopped is None:
+            future = self._stopped = asyncio.get_running_loop().create_future()
+
+            async def watch() -> None:
+                await self.stopping.wait()
+                if not future.done():
+                    future.set_result(None)
+
+            self._stopped_watch = asyncio.create_task(watch(), name="agentwatch-service-stopping")
+        return self._stopped
 
 
 def create_app(

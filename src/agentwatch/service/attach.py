@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from asyncio import FIRST_COMPLETED
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -240,22 +241,29 @@ async def events_websocket(websocket: WebSocket) -> None:
     frames = attachment.frames()
     sending = _Sending()
     pump = asyncio.create_task(_ws_pump(websocket, frames, sending))
-    stalled = asyncio.create_task(sending.stalled(state.settings.send_timeout))
     listen = asyncio.create_task(_ws_listen(websocket, state.settings.max_message_bytes))
-    stopping = asyncio.create_task(state.stopping.wait())
-    tasks = (pump, stalled, listen, stopping)
+    stopped = state.stopped()
+    timeout = state.settings.send_timeout
+    stalled = False
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        # Two tasks per socket, and this one wakes every quarter of the send timeout to look at the send.
+        while True:
+            done, _ = await asyncio.wait((pump, listen, stopped), timeout=timeout / 4, return_when=FIRST_COMPLETED)
+            if done:
+                break
+            if sending.stalled(timeout):
+                stalled = True
+                break
     finally:
-        for task in tasks:
+        for task in (pump, listen):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(pump, listen, return_exceptions=True)
         await frames.aclose()
         attachment.close()
-    if stopping in done:
+    if stopped in done:
         await _ws_close(websocket, 1001, "the service is stopping; reconnect with your last cursor")
         return
-    if stalled in done:
+    if stalled:
         await _ws_close(websocket, 1008, "the client did not read; reconnect with your last cursor")
         return
     if listen in done and not listen.cancelled() and listen.exception() is None:
@@ -281,14 +289,10 @@ class _Sending:
     def __init__(self) -> None:
         self.since: float | None = None
 
-    async def stalled(self, timeout: float) -> None:
-        """Returns once one send has waited more than `timeout` seconds (checked every quarter of it)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(timeout / 4)
-            since = self.since
-            if since is not None and loop.time() - since > timeout:
-                return
+    def stalled(self, timeout: float) -> bool:
+        """Whether the send in progress has waited more than `timeout` seconds."""
+        since = self.since
+        return since is not None and asyncio.get_running_loop().time() - since > timeout
 
 
 async def _ws_pump(websocket: WebSocket, frames: AsyncIterator[Frame], sending: _Sending) -> None:
@@ -375,17 +379,16 @@ class _SSEResponse:
         )
         pump = asyncio.create_task(self._pump(send, frames))
         gone = asyncio.create_task(_disconnected(receive))
-        stopping = asyncio.create_task(state.stopping.wait())
         try:
-            await asyncio.wait({pump, gone, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((pump, gone, state.stopped()), return_when=FIRST_COMPLETED)
             if pump.done() and not pump.cancelled() and pump.exception() is not None:
                 failure = pump.exception()
                 if not isinstance(failure, TimeoutError | OSError):
                     log.warning("attach stream of %s failed: %r", self.session_id, failure, exc_info=failure)
         finally:
-            for task in (pump, gone, stopping):
+            for task in (pump, gone):
                 task.cancel()
-            await asyncio.gather(pump, gone, stopping, return_exceptions=True)
+            await asyncio.gather(pump, gone, return_exceptions=True)
             await frames.aclose()
             attachment.close()
         with contextlib.suppress(Exception):
