@@ -32,7 +32,7 @@ from agentwatch.errors import NotFound
 from agentwatch.events import Origin
 from agentwatch.runtime.leases import claimed
 from agentwatch.store import InputDraft, SessionRecord, Write
-from agentwatch.watchers.digest import Batch, envelope_tag, render_batch, safe_name
+from agentwatch.watchers.digest import Batch, TurnEndedItem, envelope_tag, render_batch, safe_name
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, stopped_by_person
 
 if TYPE_CHECKING:
@@ -141,14 +141,23 @@ def _stopped_reason(session: SessionRecord) -> str:
 
 async def run_deliveries(registry: PairingRegistry, pairing: Pairing, courier: Courier) -> None:
     """Send the pairing's buffer batch by batch until it is empty or the pairing is no longer armed; retire
-    the pairing when the observed agent ended and everything was delivered."""
+    the pairing when the observed agent ended and everything was delivered.
+
+    Whether the observed agent ended is read only after a batch that holds the end of one of its turns (a stop
+    or a delete ends the running turn too), not after every batch."""
+    turn_ended = False
     while pairing.state == "armed":
         if not pairing.buffer:
-            await _retire_if_ended(registry, pairing)
+            if turn_ended:
+                turn_ended = False
+                await _retire_if_ended(registry, pairing)
             if not pairing.buffer:
                 return  # no await between this check and the end of the task: a new digest starts a new one
             continue
         digests, dropped = pairing.take_batch()
+        turn_ended = turn_ended or any(
+            isinstance(digest.items[-1], TurnEndedItem) for digest in digests if digest.items
+        )
         batch = Batch(digests, render_batch(digests, pairing.observer_message, dropped=dropped))
         count = f"{len(digests)} digest(s) dropped"
         try:

@@ -225,7 +225,9 @@ class ObserverAgents:
                 f"unobserved; register one with register_rule_observer({target.name!r}, ...)",
             )
             return None
-        pairing = Pairing(session.id, session.name, session.boss, target, definition.observer_message)
+        pairing = Pairing(
+            session.id, session.name, session.boss, target, definition.observer_message, observed_role=session.role
+        )
         self.registry.pairings[session.id] = pairing
         await self._arm(pairing)
         return pairing

@@ -18,8 +18,9 @@ pairing: the observer type and definition, the observer's session, a buffer of d
   (`observer_delivery`), so a policy or config change stops delivery.
 - **reattach or fresh**: the observer ref kept with the observed session names the previous observer. It is
   reattached when the type still matches, it was not stopped and its session still exists; otherwise a new
-  observer session starts. A stopped tombstone for the same type makes the pairing `blocked`: a stopped
-  observer is never silently brought back.
+  observer session starts. A rule observer has no session: its `armed` state names it (a ref is written for
+  it only to replace one naming another observer, or as its tombstone). A stopped tombstone for the same
+  type makes the pairing `blocked`: a stopped observer is never silently brought back.
 - **marker**: a new observer session is created marked `is_observer`, together with the ref that names it,
   in one store transaction (so no crash leaves an observer without its ref, and the store refuses a second
   live observer for one pairing: the loser of a race reattaches to the winner's). The mark is read back
@@ -111,6 +112,9 @@ class Pairing:
     """The (re-)arming under way, which a report racing it waits for."""
     memory: dict[str, Any] = field(default_factory=dict)
     """Kept between batches for a rule observer."""
+    observed_role: str | None = None
+    """The observed session's role (a session never changes role), so the gate before each batch need not read
+    the session; None reads it."""
 
     @property
     def observer_type(self) -> str:
@@ -205,10 +209,12 @@ class PairingRegistry:
         configured = configured_verdict(engine.config.observers, pairing.observer_type)
         if configured is not None:
             return configured
-        observed = await engine.store.get_session(pairing.observed_session_id)
+        if pairing.observed_role is None:
+            pairing.observed_role = (await engine.store.get_session(pairing.observed_session_id)).role
+        role = pairing.observed_role
         grant: frozenset[str] = frozenset()
-        if observed.role in engine.roster:
-            grant = frozenset(engine.roster.get(observed.role).grant)
+        if role in engine.roster:  # read at each ask: a changed definition changes the answer
+            grant = frozenset(engine.roster.get(role).grant)
         if pairing.definition.kind == "rule":
             grant |= {"spawn"}
         request = ToolRequest(
@@ -219,8 +225,8 @@ class PairingRegistry:
                 "background": True,
                 "observes": pairing.observed_session_id,
             },
-            session_id=observed.id,
-            role=observed.role,
+            session_id=pairing.observed_session_id,
+            role=role,
             grant=grant,
             purpose="observer_arm" if purpose == "observer_arm" else "observer_delivery",
         )
@@ -247,9 +253,12 @@ class PairingRegistry:
             await self.warn(pairing, f"the observer {pairing.observer_type!r} is not armed: {reason}")
             return
         if pairing.definition.kind == "rule":
-            await store.set_observer_ref(
-                ObserverRef(observed_session_id=pairing.observed_session_id, observer_type=pairing.observer_type)
-            )
+            if ref is not None and (ref.observer_type, ref.observer_session_id) != (pairing.observer_type, None):
+                # Another observer was paired before: the ref must no longer name it. (With no ref at all, the
+                # `armed` state recorded next names the rule, and one store write is saved.)
+                await store.set_observer_ref(
+                    ObserverRef(observed_session_id=pairing.observed_session_id, observer_type=pairing.observer_type)
+                )
             await self.set_state(pairing, "armed", "rule observer")
             return
         previous = await self._reattachable(ref, pairing)
