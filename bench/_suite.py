@@ -62,7 +62,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         service.service_figures,
         "agent_list over HTTP vs in process; an event to 100 WebSocket clients; attach to 1,000 events",
     ),
-    Benchmark("start", start.cold_start, "cold `from agentwatch import Engine` and `agentwatch --help`"),
+    Benchmark("start", start.cold_start, "cold import, `--help` and every command that runs no model; GC pause"),
     Benchmark(
         "observers",
         observers.efficacy,

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -89,3 +92,95 @@ def test_commands_that_run_no_model_never_load_a_model_sdk(argv: list[str], tmp_
     assert "Traceback" not in done.stderr
     assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: the agent is not found, which is fine here
     assert not MODEL_SDKS & top_levels(modules)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["answer", "asker", "yes"],
+        ["approve", "deployer"],
+        ["deny", "deployer"],
+        ["send", "idler", "more"],
+        ["stop", "picker"],
+        ["escalate", "scout"],
+        ["delete", "idler"],
+        ["take-over", "idler"],
+        ["hand-back", "held"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_acting_commands_load_no_model_layer(argv: list[str], tmp_path: Path) -> None:
+    from bench.start import prepare_store
+
+    store = f"sqlite:///{tmp_path / 'act.db'}"
+    asyncio.run(prepare_store(store))
+    done, modules = imported([*argv, "--store", store], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not MODEL_SDKS & top_levels(modules)
+    assert "agentwatch.runtime.models._adapter" not in modules
+
+
+ENGINE_THAT_RUNS_NO_TURN = """
+import asyncio, json, sys
+
+from agentwatch import Engine
+
+
+async def main():
+    async with Engine.open(sys.argv[1], runs_turns=False) as engine:
+        answer = await engine.call_tool("agent_enqueue", {"agentId": sys.argv[2], "prompt": "queued while away"})
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        if others:  # a turn loop the input kicked ends at once: this engine holds no lease to run a turn with
+            await asyncio.wait(others, timeout=10)
+        tasks = [t.get_name() for t in others if not t.done()]
+        held = engine.leases.held
+        status = (await engine.store.get_session(sys.argv[2])).status
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic_ai", "openai", "anthropic"))
+    print(json.dumps({"answer": answer, "tasks": tasks, "held": held, "status": status, "loaded": loaded}))
+
+
+asyncio.run(main())
+"""
+
+
+async def test_an_engine_that_runs_no_turn_leaves_its_work_to_the_next_engine(
+    open_engine: Any, tmp_path: Path, store_url: str
+) -> None:
+    from agentwatch.runtime.models import Reply, ScriptedModel
+    from tests.runtime.support import role
+
+    definition = role("visited", "scripted:visited")
+    models = {"visited": ScriptedModel(function=lambda ctx: Reply(f"got {ctx.prompt}"))}
+    async with open_engine(definition, extensions=[], models=models) as engine:
+        session = await engine.create("visited")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", ENGINE_THAT_RUNS_NO_TURN, store_url, session.id],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen["answer"]["pendingInputs"] == 1, seen
+    assert (seen["tasks"], seen["held"], seen["status"], seen["loaded"]) == ([], [], "idle", [])
+    async with open_engine(definition, extensions=[], models=models) as engine:  # the next engine runs it
+        deadline = time.monotonic() + 15
+        while (await engine.call_tool("agent_get", {"id": session.id}))["current"]["lastAssistantText"] != (
+            "got queued while away"
+        ):
+            assert time.monotonic() < deadline, "the queued input was not run by the next engine"
+            await asyncio.sleep(0.02)
+
+
+def test_an_engine_that_runs_no_turn_takes_no_extensions() -> None:
+    from agentwatch import Engine
+    from agentwatch.errors import UserError
+
+    async def main() -> None:
+        async with Engine.open("sqlite://:memory:", runs_turns=False, extensions=[object()]):  # type: ignore[list-item]
+            pass
+
+    with pytest.raises(UserError, match="runs_turns=False"):
+        asyncio.run(main())

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
-from agentwatch.errors import Conflict, InvalidArgument
+from agentwatch.errors import Conflict, InvalidArgument, UserError
 from agentwatch.events import NewEvent, Origin, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import is_settled, status_snapshot
@@ -33,7 +33,7 @@ from agentwatch.retention import reap_due
 from agentwatch.runtime import compaction, requests
 from agentwatch.runtime.driver import SessionDriver
 from agentwatch.runtime.extensions import Extension, default_extensions
-from agentwatch.runtime.leases import Leases, claimed
+from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases, claimed
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
@@ -125,6 +125,7 @@ class Engine:
         recover: bool = True,
         extensions: Iterable[Extension] | None = None,
         models: Mapping[str, ScriptedModel] | None = None,
+        runs_turns: bool = True,
     ) -> AsyncIterator[Engine]:
         """Open the store and live ring, load the roster, continue cut-off turns; close everything after.
 
@@ -135,7 +136,16 @@ class Engine:
 
         Opening loads the model layer (pydantic-ai, in a worker thread) and then calls `gc.freeze()`, so the
         process's long-lived start-up objects are no longer scanned by full garbage collections during turns.
+
+        `runs_turns=False` opens an engine that writes (answers, inputs, stops, take-overs: the drive tools) but
+        never runs a turn, for a short-lived process such as an acting CLI command: it installs no extension,
+        loads no model layer, continues no cut-off turn, runs no maintenance and holds no lease. Work it
+        queues is left for the engine that runs the session, which picks it up after its current turn; when
+        the session has no live owner, its lease is written expired, so a running engine's sweep (or the next
+        engine to open the store) takes it over at once.
         """
+        if not runs_turns and extensions:
+            raise UserError("an engine opened with runs_turns=False runs no turn: it takes no extensions")
         config = config or load_config(root)
         updates: dict[str, Any] = {}
         if store is not None:
@@ -147,11 +157,14 @@ class Engine:
         config = config.model_copy(update=updates)
         engine = await cls._assemble(config, tools, definitions, policies, models)
         try:
-            for extension in default_extensions() if extensions is None else extensions:
-                engine.add_extension(extension)
-            for problem in engine.roster.problems:
-                log.warning("%s", problem)
-            await engine._start(recover=recover)
+            if runs_turns:
+                for extension in default_extensions() if extensions is None else extensions:
+                    engine.add_extension(extension)
+                for problem in engine.roster.problems:
+                    log.warning("%s", problem)
+                await engine._start(recover=recover)
+            else:
+                engine.leases = _HandOver(engine.store, ttl=HAND_OVER_SECONDS)
             yield engine
         finally:
             await engine.close()
@@ -480,6 +493,19 @@ def run_task(role: str, prompt: str, *, timeout: float = 600.0, **open_args: Any
             return await engine.task(role, prompt, timeout=timeout)
 
     return asyncio.run(main())
+
+
+class _HandOver(Leases):
+    """The leases of an engine that runs no turn (`runs_turns=False`): it never holds one. Taking a lease
+    writes it only when it is free or expired (a live owner's is left alone), expired at once, so queued work
+    goes to whichever engine runs or starts next."""
+
+    def holds(self, session_id: str) -> bool:
+        return False
+
+    async def acquire(self, session_id: str) -> bool:
+        await self.store.acquire_lease(session_id, self.owner, HAND_OVER_SECONDS)
+        return False
 
 
 def _freeze_start_up() -> None:
