@@ -60,7 +60,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "service",
         service.service_figures,
-        "agent_list over HTTP vs in process; an event to 100 WebSocket clients; attach to 1,000 events",
+        "agent_list over HTTP; an event to 100 WebSocket clients; attach to 1,000 events; 200 sessions x 10 watchers",
     ),
     Benchmark("start", start.cold_start, "cold import, `--help` and every command that runs no model; GC pause"),
     Benchmark(

@@ -1,16 +1,20 @@
-"""Service figures: `agent_list` over HTTP, events to 100 WebSocket clients, and attach to a long session.
+"""Service figures: `agent_list` over HTTP, events to 100 WebSocket clients, attach to a long session, and
+200 sessions in turns with 10 watchers each.
 
 The service is the real app of `create_app` on uvicorn on a loopback port, with its engine on a SQLite file
-and the memory live ring.
+and the memory live ring. The WebSocket clients run in a process of their own (`bench._watchers`, raw
+sockets on one selector loop), so they neither share the server's CPU time nor weigh on its figures.
 
 - `service.agent_list.p50`: `POST /api/tools/agent_list` on a keep-alive connection (a minimal HTTP/1.1
-  client, so httpx's own overhead is left out), against the same
-  `engine.call_tool("agent_list", {})` in process.
-- `service.publish_ws.p99`: an event emitted to a session (the live ring and the broadcaster, as the
-  session's emitter does) until each of 100 attached WebSocket clients (in a process of their own) has
-  received it, in lock step, against the same publish to an in-process ring subscriber (no client attached).
-- `service.attach_1000.p50`: a WebSocket connect that receives the snapshot of a session with 1,000 events,
-  against reading those 1,000 events from the store in process.
+  client, so httpx's own overhead is left out), against the same `engine.call_tool("agent_list", {})` in
+  process.
+- `service.publish_ws.p99`, `.p50`, `.cpu_per_event`: an event emitted to a session (the live ring and the
+  broadcaster, as the session's emitter does) until each of 100 attached WebSocket clients has received it,
+  in lock step, against the same publish to an in-process ring subscriber of a session nobody watches.
+- `service.attach_1000.p50`, `.cpu_p50`: a WebSocket connect until the whole snapshot of a session with
+  1,000 events has arrived, against reading those 1,000 events from the store in process.
+- `service.load.events_per_s`, `.memory_per_watcher`: 200 sessions in scripted turns with 10 watchers each,
+  against the same turns unwatched; the heap each watcher costs, against a bare WebSocket's.
 """
 
 from __future__ import annotations
