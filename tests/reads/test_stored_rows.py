@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentwatch.errors import InvalidArgument, NotFound
 from agentwatch.events import (
@@ -27,6 +29,7 @@ from agentwatch.events import (
     TurnStarted,
     Usage,
     UserMessage,
+    new_id,
 )
 from agentwatch.store import (
     RequestDraft,
@@ -179,3 +182,45 @@ async def test_session_and_events_in_one_read(store: Store) -> None:
         await store.read_session_events("ses_nobody", limit=10)
     with pytest.raises(InvalidArgument):
         await store.read_session_events(session.id, after_seq=-1, limit=10)
+
+
+_SHARED_STORE = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=40)
+# Text a plain column can keep (no NUL, no lone surrogate: the store refuses those outside JSON).
+texts = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=4)
+
+
+@settings(_SHARED_STORE)
+@given(
+    display_name=st.none() | texts,
+    status=st.sampled_from(["idle", "running", "awaiting_input", "completed", "failed", "cancelled", "interrupted"]),
+    boss=st.booleans(),
+    origin=st.none() | st.builds(Origin, kind=st.sampled_from(["person", "chat", "run"]), ref=st.none() | texts),
+    settings_=json_objects,
+    context_fill=st.none() | json_objects,
+    last_text=st.none() | texts,
+)
+async def test_any_stored_session_decodes_as_validation_does(
+    store: Store,
+    display_name: str | None,
+    status: Any,
+    boss: bool,
+    origin: Origin | None,
+    settings_: dict[str, Any],
+    context_fill: dict[str, Any] | None,
+    last_text: str | None,
+) -> None:
+    draft = SessionDraft(
+        name=new_id("ses"), role="chat", display_name=display_name, boss=boss, origin=origin, settings=settings_
+    )
+    created = await store.create_session(draft)
+    patch = SessionPatch(status=status, context_fill=context_fill, last_text=last_text)
+    session = await store.update_session(created.id, patch)
+    [row] = await _rows(store, f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", [session.id])
+    _same(session_from_row(row), from_row(SessionRecord, SESSION_COLUMNS, row, SESSION_JSON))
+    _same(await store.get_session(session.id), session)
