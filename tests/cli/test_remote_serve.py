@@ -4,8 +4,10 @@ handing a session over to it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from agentwatch.cli._common import resolve_config
 from agentwatch.cli.remote import discovery_file
 
 ROOT = Path(__file__).resolve().parents[2]
-PAUSE = 1.5
+PAUSE = 2.0
 """Seconds the worker's turn waits in its tool: a follower sees the call well before the turn ends."""
 
 
@@ -195,3 +197,32 @@ async def main() -> None:
 
 asyncio.run(main())
 """
+
+
+def test_await_through_the_service_shows_a_spinner_on_a_terminal_only(
+    service: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    import pty
+
+    store, url, _ = service
+    created = call(url, "agent_create", {"role": "worker", "name": "waiter", "prompt": "go"})
+    call(url, "agent_enqueue", {"agentId": created["agentId"], "prompt": "more"})  # two turns: a long wait
+    terminal, attached = pty.openpty()
+    env = environment() | {"TERM": "xterm", "COLUMNS": "120"}
+    process = subprocess.Popen(cli("await", "waiter", "--store", store), cwd=tmp_path, env=env, stdin=attached,
+                               stdout=attached, stderr=attached)  # fmt: skip
+    os.close(attached)
+    shown = b""
+    with contextlib.suppress(OSError):  # EIO once the process has gone and closed the terminal
+        while chunk := os.read(terminal, 4096):
+            shown += chunk
+    os.close(terminal)
+    assert process.wait(30) == 0
+    text = shown.decode(errors="replace")
+    assert re.search(r"waiting for waiter \((running|idle)\) · [1-9]s", text) and "worked on more" in text
+
+    call(url, "agent_enqueue", {"agentId": created["agentId"], "prompt": "again"})
+    piped = subprocess.run(cli("await", "waiter", "--store", store), cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=60, check=False)  # fmt: skip
+    assert piped.returncode == 0 and "worked on again" in piped.stdout
+    assert "waiting for" not in piped.stdout + piped.stderr

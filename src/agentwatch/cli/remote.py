@@ -446,7 +446,7 @@ def await_settled(service: Service, session_id: str, timeout: float, *, spinner:
     from agentwatch.cli._common import console
 
     started = time.monotonic()
-    status = console.status("") if spinner and console.is_terminal else None
+    status = console.status(f"waiting for {session_id}") if spinner and console.is_terminal else None
     with status or contextlib.nullcontext():
         while True:
             left = max(0.0, started + timeout - time.monotonic())

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from agentwatch.config import Config
     from agentwatch.runtime.engine import Engine
-    from agentwatch.store import RequestRecord
+    from agentwatch.store import RequestRecord, SessionRecord
 
 __all__ = ["run"]
 
@@ -51,7 +51,7 @@ async def _run(
         printer.names[session.id] = session.name
         await engine.enqueue(session.id, prompt, origin=Origin(kind="person"))
         while True:
-            session, timed_out = await engine.wait(session.id, timeout)
+            session, timed_out = await _wait(engine, session.id, timeout, spinner=as_json)
             if timed_out or session.status != "awaiting_input" or as_json:
                 break
             requests = await engine.store.list_requests(session_id=session.id)
@@ -64,6 +64,26 @@ async def _run(
         observer, settled = await _settle_observers(engine, session.id, deadline, spinner=True)
         _say_alone(session.name, observer, settled)
         return snapshot
+
+
+async def _wait(engine: Engine, session_id: str, timeout: float, *, spinner: bool) -> tuple[SessionRecord, bool]:
+    """`engine.wait`; with `spinner` on a terminal (where no events are printed), a line on stderr says what
+    the session is doing and for how long it has been waited on."""
+    from agentwatch.cli._common import err_console
+
+    if not (spinner and err_console.is_terminal):
+        return await engine.wait(session_id, timeout)
+    from rich.markup import escape
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with err_console.status("") as status:
+        while True:
+            left = timeout - (loop.time() - started)
+            session, timed_out = await engine.wait(session_id, max(0.0, min(1.0, left)))
+            if not timed_out or left <= 1.0:
+                return session, timed_out
+            status.update(f"{escape(session.name)} {session.status} · {int(loop.time() - started)}s")
 
 
 def _ask(name: str, requests: list[RequestRecord]) -> list[tuple[str, JsonValue]] | None:
