@@ -73,7 +73,7 @@ class EventMethods(SqlBase):
         check_durable(write)
         if appends_only(write):
             return await self._write_appends(write)
-        _, events = await self._write_session(write.session_id, lambda tx: self._apply(tx, write))
+        _, events = await self._write_session(write.session_id, lambda tx: self._apply(tx, write, want_session=False))
         return events
 
     async def _write_appends(self, write: Write) -> list[Event]:
@@ -85,8 +85,11 @@ class EventMethods(SqlBase):
         """Append durable events; same as `write(Write(session_id, events))`."""
         return await self.write(Write(session_id, events))
 
-    async def _apply(self, tx: Tx, write: Write) -> tuple[SessionRecord | None, list[Event]]:
-        """Apply `write`; the session as it ends up comes back only when the write patches it."""
+    async def _apply(
+        self, tx: Tx, write: Write, *, want_session: bool = True
+    ) -> tuple[SessionRecord | None, list[Event]]:
+        """Apply `write`; the session as it ends up comes back only when the write patches it and
+        `want_session` (`write` does not: reading the row back would be work for nothing)."""
         check_durable(write)
         now = utc_now()
         if appends_only(write):
@@ -161,7 +164,7 @@ class EventMethods(SqlBase):
         appends = Appends(self._dialect, now)
         events = appends.add(session, write)  # the same rows as any append, and the row update with them
         await appends.flush(tx)
-        if write.session is None:
+        if write.session is None or not want_session:
             return None, events
         return await self._session(tx, session_id), events
 

@@ -115,8 +115,11 @@ class SqlBase(ABC):
         return await self._write(fn)
 
     @abstractmethod
-    async def _apply(self, tx: Tx, write: Write) -> tuple[SessionRecord | None, list[Event]]:
-        """Apply `write` in `tx` (see `EventMethods`); the session as it ends up when the write patches it."""
+    async def _apply(
+        self, tx: Tx, write: Write, *, want_session: bool = True
+    ) -> tuple[SessionRecord | None, list[Event]]:
+        """Apply `write` in `tx` (see `EventMethods`); the session as it ends up when the write patches it
+        (and `want_session`)."""
 
     @abstractmethod
     async def close(self) -> None:
