@@ -20,7 +20,7 @@ from agentwatch.cli._common import resolve_config
 from agentwatch.cli.remote import discovery_file, write_discovery
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.service import create_app
+from agentwatch.service import ServiceSettings, create_app
 from tests.runtime.support import OpenEngine, Scripted, role
 from tests.service.support import served
 
@@ -43,8 +43,8 @@ def answer_of(result: Result) -> dict[str, Any]:
 class Counting:
     """The service app, counting the requests that reach it (by path)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.app = create_app(engine)
+    def __init__(self, engine: Engine, settings: ServiceSettings | None = None) -> None:
+        self.app = create_app(engine, settings)
         self.state = self.app.state
         self.paths: list[str] = []
 
@@ -58,8 +58,8 @@ class Counting:
 
 
 @asynccontextmanager
-async def service(engine: Engine) -> AsyncIterator[tuple[str, Counting]]:
-    app = Counting(engine)
+async def service(engine: Engine, settings: ServiceSettings | None = None) -> AsyncIterator[tuple[str, Counting]]:
+    app = Counting(engine, settings)
     async with served(app) as url:  # type: ignore[arg-type]
         yield url, app
 
@@ -260,3 +260,49 @@ def test_run_alone_without_an_observer_says_so(scripted: Scripted, store_url: st
     assert result.exit_code == 0, result.output
     assert answer_of(result)["status"] == "completed"
     assert "no service running" in result.stderr and "no observer to wait for" in result.stderr
+
+
+async def test_a_service_with_a_token_takes_it_from_agentwatch_token(
+    open_engine: OpenEngine, scripted: Scripted, tmp_path: Path
+) -> None:
+    model = scripted("remote-guarded", ScriptedModel.replying("hello"))
+    async with open_engine(role("helper", model), extensions=[]) as engine:
+        await engine.create("helper", name="helper", source="chat")
+        async with service(engine, ServiceSettings(token="s3cret", read_token="r3ad")) as (url, _):
+            away = ["--server", url, "--store", nowhere(tmp_path), "--json"]
+            refused = await run_cli("ls", *away)
+            assert refused.exit_code == 1 and answer_of(refused)["error"]["code"] == "unauthenticated"
+            wrong = await run_cli("ls", *away, env={"AGENTWATCH_TOKEN": "guess"})
+            assert wrong.exit_code == 1 and answer_of(wrong)["error"]["code"] == "unauthenticated"
+            listed = await run_cli("ls", *away, env={"AGENTWATCH_TOKEN": "s3cret"})
+            assert listed.exit_code == 0 and [row["name"] for row in answer_of(listed)["agents"]] == ["helper"]
+            reader = await run_cli("send", "helper", "hi", *away, env={"AGENTWATCH_TOKEN": "r3ad"})
+            assert reader.exit_code == 1 and answer_of(reader)["error"]["code"] == "forbidden"
+            assert "read-only token" in answer_of(reader)["error"]["message"]
+
+
+async def test_run_hands_a_session_over_and_leaves_its_question_pending_without_a_terminal(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path
+) -> None:
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Where to?", "options": ["dev", "staging"]})
+        return Reply(f"deploying to {ctx.tool_results[0].output}")
+
+    model = scripted("remote-asker", ScriptedModel(function=script))
+    definition = role("asker", model, tools=("ask_user",))
+    async with open_engine(definition, extensions=[]) as engine, service(engine) as (url, app):
+        ran = await run_cli("run", "asker", "deploy", "--name", "asker", "--server", url, "--store", nowhere(tmp_path))
+        assert ran.exit_code == 0, ran.output
+        assert "handed asker" in ran.stderr and "asker waits on you: Where to?" in ran.stderr
+        assert "needs_you" in ran.stdout  # the final line: it waits, in the service
+        assert "agent_create" in app.tools() and "agent_await" in app.tools()
+        (request,) = await engine.store.list_requests(status="pending")
+        answered = await run_cli("answer", request.id, "--choice", "2", "--server", url, "--store", store_url)
+        assert answered.exit_code == 0, answered.output
+
+        async def deployed() -> bool:
+            current = await engine.store.get_session(request.session_id)
+            return bool(current.last_text == "deploying to staging")
+
+        await until(deployed)  # the service ran the rest of the turn
