@@ -23,7 +23,7 @@ With a live ring shared by several service processes (Redis), the session may ru
 stream then also catches up to the ring's newest event right after attaching, and fills from the ring (or
 the store) any event missing before the next one it is given, so it is the same exactly-once stream on
 every process. A client that stops reading altogether is disconnected once a send has
-waited `send_timeout` seconds.
+waited `send_timeout` seconds (its handler looks every quarter of that).
 """
 
 from __future__ import annotations
