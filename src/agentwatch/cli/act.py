@@ -62,26 +62,10 @@ async def acting_engine(config: Config) -> AsyncIterator[Engine]:
     lease when the session has no live owner, so whichever engine runs (or starts next) takes it over at once;
     a live owner keeps its lease and picks the work up after its turn."""
     from agentwatch.runtime.engine import Engine
-    from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases
-
-    class Visitor(Leases):
-        """Leases of an engine that runs no turn: it holds none, and leaves queued work to the sweep."""
-
-        def holds(self, session_id: str) -> bool:
-            return False
-
-        async def acquire(self, session_id: str) -> bool:
-            # Only a free or expired lease is written (a live owner's is left alone), expired at once.
-            await self.store.acquire_lease(session_id, self.owner, HAND_OVER_SECONDS)
-            return False
 
     existing_store(config.store)
-    engine = await Engine._assemble(config, (), (), (), None)
-    engine.leases = Visitor(engine.store, ttl=HAND_OVER_SECONDS)
-    try:
+    async with Engine.open(config=config, runs_turns=False) as engine:
         yield engine
-    finally:
-        await engine.close()
 
 
 class Link(Protocol):
