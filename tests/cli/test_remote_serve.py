@@ -38,30 +38,42 @@ def environment() -> dict[str, str]:
     return env | {"PYTHONPATH": path, "AGENTWATCH_DEBUG": ""}
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
-    """A real service on a SQLite store in `tmp_path`; yields (store URL, service URL, discovery file)."""
-    store = f"sqlite:///{tmp_path / 'agentwatch.db'}"
+def start(store: str, root: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start a real service on `store`; returns it and its URL once it has announced itself."""
     found = discovery_file(resolve_config(store))
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.cli.remote_main", store, str(tmp_path), str(PAUSE)],
+        [sys.executable, "-m", "tests.cli.remote_main", store, str(root), str(PAUSE)],
         cwd=ROOT,
         env=environment(),
         stderr=subprocess.PIPE,
         text=True,
     )
+    deadline = time.monotonic() + 60
+    while (record := json.loads(found.read_text()) if found.exists() else {}).get("pid") != process.pid:
+        if process.poll() is not None or time.monotonic() > deadline:
+            stopped(process)
+            raise AssertionError(f"serve did not announce itself: {process.stderr.read() if process.stderr else ''}")
+        time.sleep(0.05)
+    assert record["token"] is False
+    return process, str(record["url"])
+
+
+def stop(process: subprocess.Popen[str], found: Path) -> None:
+    """SIGTERM: the service drains (no hold), stops, and removes its discovery file."""
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == 0
+    assert not found.exists()
+    stopped(process)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    """A real service on a SQLite store in `tmp_path`; yields (store URL, service URL, discovery file)."""
+    store = f"sqlite:///{tmp_path / 'agentwatch.db'}"
+    process, url = start(store, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while not found.exists():
-            assert process.poll() is None, f"serve exited: {process.stderr.read() if process.stderr else ''}"
-            assert time.monotonic() < deadline, "serve did not announce itself"
-            time.sleep(0.05)
-        record = json.loads(found.read_text())
-        assert record["pid"] == process.pid and record["token"] is False
-        yield store, record["url"], found
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0
-        assert not found.exists()  # removed when it stopped
+        yield store, url, discovery_file(resolve_config(store))
+        stop(process, discovery_file(resolve_config(store)))
     finally:
         stopped(process)
 
@@ -226,3 +238,45 @@ def test_await_through_the_service_shows_a_spinner_on_a_terminal_only(
                            text=True, timeout=60, check=False)  # fmt: skip
     assert piped.returncode == 0 and "worked on again" in piped.stdout
     assert "waiting for" not in piped.stdout + piped.stderr
+
+
+def test_tail_follow_resumes_across_a_restart_of_the_service(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'agentwatch.db'}"
+    found = discovery_file(resolve_config(store))
+    first, url = start(store, tmp_path)
+    follower: subprocess.Popen[str] | None = None
+    second: subprocess.Popen[str] | None = None
+    try:
+        created = call(url, "agent_create", {"role": "worker", "name": "worker", "prompt": "one"})
+        follower = subprocess.Popen(
+            cli("tail", "worker", "-f", "--json", "--store", store),
+            cwd=tmp_path,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines = Lines(follower)
+
+        def turns(count: int) -> Any:
+            def ended(rows: list[tuple[float, dict[str, Any]]]) -> bool:
+                done: int = sum(row["type"] == "turn.ended" and row["status"] == "completed" for _, row in rows)
+                return done >= count
+
+            return ended
+
+        lines.wait_for(turns(1))
+        stop(first, found)
+        second, url = start(store, tmp_path)  # another port: the follower finds it through the new file
+        call(url, "agent_enqueue", {"agentId": created["agentId"], "prompt": "two"})
+        lines.wait_for(turns(2), seconds=60)
+        followed = [row["id"] for _, row in lines.rows()]
+        stored = [row["id"] for row in call(url, "agent_tail", {"id": created["agentId"], "maxEvents": 200})["events"]]
+        assert followed == stored  # every event once, in order: no gap and no repeat across the restart
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(30) == 130
+        lines.join()
+    finally:
+        for process in (follower, first, second):
+            if process is not None:
+                stopped(process)

@@ -323,16 +323,18 @@ class Service:
 
     def events(self, session_id: str, after: str | None) -> Iterator[dict[str, Any]]:
         """The session's attach stream over SSE: `{"kind": "snapshot" | "event", ...}` frames, live (no
-        polling). A stream the service ends (a restart) is resumed from the last cursor, with no gap."""
+        polling). A stream the service ends (a restart) is resumed from the last cursor, with no gap and no
+        repeat, for a while: from the same URL, or from the one a restarted local service announces."""
         import time
 
         cursor = after
         connected = False
         failures = 0
+        service = self
         while True:
             failure: OSError | None = None
             try:
-                for frame in self._sse(session_id, cursor):
+                for frame in service._sse(session_id, cursor):
                     connected, failures = True, 0
                     if frame.get("kind") == "open":
                         continue
@@ -343,9 +345,19 @@ class Service:
             except OSError as exc:
                 failure = exc
             failures += 1
-            if not connected or failures > 10:
-                raise self._unreachable(failure, resume=cursor)
+            if not connected or failures > 20:
+                raise service._unreachable(failure, resume=cursor)
             time.sleep(min(2.0, 0.2 * failures))
+            service = service._rediscovered()
+
+    def _rediscovered(self) -> Service:
+        """The same service, at the URL its discovery file names now (a restart may change the port)."""
+        if self.found in ("--server", SERVER_ENV):
+            return self
+        record = _read_record(Path(self.found))
+        if record is None or not _alive(record.get("pid")) or not isinstance(record.get("url"), str):
+            return self
+        return Service(record["url"], self.token, self.found)
 
     def _sse(self, session_id: str, after: str | None) -> Iterator[dict[str, Any]]:
         query = urlencode({"after": after}) if after else ""
