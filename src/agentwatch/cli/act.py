@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from agentwatch.store import RequestRecord
 
 __all__ = [
+    "Link",
+    "OnStore",
+    "ThroughService",
     "acting_engine",
     "answer",
     "approve",
@@ -92,7 +95,7 @@ class Link(Protocol):
         ...
 
 
-class _OnStore:
+class OnStore:
     """Acting on the store, through an engine that runs no turn."""
 
     def __init__(self, engine: Engine) -> None:
@@ -121,7 +124,7 @@ class _OnStore:
         return result
 
 
-class _ThroughService:
+class ThroughService:
     """Acting through a running service: every lookup is a tool call too, so no store is needed here."""
 
     def __init__(self, service: Service) -> None:
@@ -164,10 +167,10 @@ class _ThroughService:
 async def _link(store_url: str | None) -> AsyncIterator[Link]:
     service = find_service(store_url)
     if service is not None:
-        yield _ThroughService(service)
+        yield ThroughService(service)
         return
     async with acting_engine(resolve_config(store_url)) as engine:
-        yield _OnStore(engine)
+        yield OnStore(engine)
 
 
 Prepare = Callable[[Link, dict[str, Any]], Awaitable[None]]

@@ -180,7 +180,7 @@ def _hand_over(service: Service, role: str, prompt: str, name: str | None, timeo
 
     from agentwatch.cli._common import console, err_console
     from agentwatch.cli._render import LivePrinter
-    from agentwatch.cli.act import _ThroughService
+    from agentwatch.cli.act import ThroughService
     from agentwatch.cli.remote import await_settled
 
     args: dict[str, Any] = {"role": role, "prompt": prompt}
@@ -203,7 +203,7 @@ def _hand_over(service: Service, role: str, prompt: str, name: str | None, timeo
                 printed.caught_up(str(snapshot["cursor"]))
             if snapshot.get("timedOut") or snapshot.get("status") != "awaiting_input" or as_json:
                 return snapshot
-            link = _ThroughService(service)
+            link = ThroughService(service)
             answers = _ask(session_name, run_async(link.pending(session_id)))
             if answers is None:
                 return snapshot
