@@ -32,7 +32,9 @@ _EXTRA = "the service needs its extra: pip install 'agentwatch[service]'"
 )
 def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold_minutes: float | None) -> None:
     """Run the engine as a service: turns, observers and held requests keep running, and the tools are served
-    over HTTP, WebSocket/SSE attach and MCP.
+    over HTTP, WebSocket/SSE attach and MCP. While it runs, the other commands on this machine find it (through
+    a file beside the store that it removes when it stops) and go through it: `run` hands sessions to it and
+    `tail -f` attaches to its live stream.
 
     \b
     Binding an address other than 127.0.0.1 needs a token: AGENTWATCH_TOKEN (or one is generated and
