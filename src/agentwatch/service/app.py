@@ -17,7 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 from agentwatch.runtime.engine import Engine
 from agentwatch.service.access import Guard, ServiceSettings
 from agentwatch.service.api import call_tool_endpoint, callable_tools, json_error, list_tools_endpoint
-from agentwatch.service.attach import events_sse, events_websocket
+from agentwatch.service.attach import SendWatch, events_sse, events_websocket
 from agentwatch.service.broadcast import Broadcaster, shared_ring
 from agentwatch.service.mcp import mcp_http_app, mcp_server
 from agentwatch.service.openapi import openapi_document
@@ -36,6 +36,8 @@ class ServiceState:
     """Set when the service stops: open attach streams end so the process can exit."""
     draining: bool = False
     """True once a stop was asked for: no tool that starts work is accepted."""
+    sends: SendWatch = field(default_factory=SendWatch)
+    """The sends in progress on the service's WebSockets, watched for a client that stopped reading."""
     _stopped: asyncio.Future[None] | None = field(default=None, repr=False)
     _stopped_watch: asyncio.Task[None] | None = field(default=None, repr=False)
 

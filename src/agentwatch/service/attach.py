@@ -23,7 +23,7 @@ With a live ring shared by several service processes (Redis), the session may ru
 stream then also catches up to the ring's newest event right after attaching, and fills from the ring (or
 the store) any event missing before the next one it is given, so it is the same exactly-once stream on
 every process. A client that stops reading altogether is disconnected once a send has
-waited `send_timeout` seconds (its handler looks every quarter of that).
+waited `send_timeout` seconds (one watch per service looks every quarter of that).
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ if TYPE_CHECKING:
     from agentwatch.runtime.thread_observer import ReplaySnapshot
     from agentwatch.service.app import ServiceState
 
-__all__ = ["Attachment", "Frame", "events_sse", "events_websocket"]
+__all__ = ["Attachment", "Frame", "SendWatch", "events_sse", "events_websocket"]
 
 log = logging.getLogger(__name__)
 
 # SSE sends are bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for can swallow
 # a cancellation that lands as the send completes, and the stream would go on for a client that left.
-# WebSocket sends are watched by `_Sending` instead.
+# WebSocket sends are watched by the service's `SendWatch` instead.
 _RING_LIMIT = 10_000
 _PAGE = 500
 _KEEPALIVE_SECONDS = 15.0
@@ -240,21 +240,15 @@ async def events_websocket(websocket: WebSocket) -> None:
         return
     frames = attachment.frames()
     sending = _Sending()
+    state.sends.watch(sending, state.settings.send_timeout)
     pump = asyncio.create_task(_ws_pump(websocket, frames, sending))
     listen = asyncio.create_task(_ws_listen(websocket, state.settings.max_message_bytes))
     stopped = state.stopped()
-    timeout = state.settings.send_timeout
-    stalled = False
     try:
-        # Two tasks per socket, and this one wakes every quarter of the send timeout to look at the send.
-        while True:
-            done, _ = await asyncio.wait((pump, listen, stopped), timeout=timeout / 4, return_when=FIRST_COMPLETED)
-            if done:
-                break
-            if sending.stalled(timeout):
-                stalled = True
-                break
+        # Two tasks per socket; the service's stop and a stalled send are futures shared or set by one watch.
+        done, _ = await asyncio.wait((pump, listen, stopped, sending.stalled), return_when=FIRST_COMPLETED)
     finally:
+        state.sends.forget(sending)
         for task in (pump, listen):
             task.cancel()
         await asyncio.gather(pump, listen, return_exceptions=True)
@@ -263,7 +257,7 @@ async def events_websocket(websocket: WebSocket) -> None:
     if stopped in done:
         await _ws_close(websocket, 1001, "the service is stopping; reconnect with your last cursor")
         return
-    if stalled:
+    if sending.stalled in done:
         await _ws_close(websocket, 1008, "the client did not read; reconnect with your last cursor")
         return
     if listen in done and not listen.cancelled() and listen.exception() is None:
@@ -281,18 +275,45 @@ async def events_websocket(websocket: WebSocket) -> None:
 
 
 class _Sending:
-    """When the send in progress began: a watch over a socket's sends, instead of a timer for each send
-    (the fan-out of an event to a hundred clients would arm and cancel a hundred timers)."""
+    """When a socket's send in progress began, and a future set once one has waited too long."""
 
-    __slots__ = ("since",)
+    __slots__ = ("since", "stalled")
 
     def __init__(self) -> None:
         self.since: float | None = None
+        self.stalled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def stalled(self, timeout: float) -> bool:
-        """Whether the send in progress has waited more than `timeout` seconds."""
-        since = self.since
-        return since is not None and asyncio.get_running_loop().time() - since > timeout
+
+class SendWatch:
+    """The sends in progress on every WebSocket of one service, looked at by one task every quarter of the
+    send timeout: rather than each send arming a timer (the fan-out of an event to a hundred clients would
+    arm and cancel a hundred), or each idle socket waking to look at its own."""
+
+    def __init__(self) -> None:
+        self._sends: dict[_Sending, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def watch(self, sending: _Sending, timeout: float) -> None:
+        """Set `sending.stalled` once a send of it has waited more than `timeout` seconds."""
+        self._sends[sending] = timeout
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="agentwatch-send-watch")
+
+    def forget(self, sending: _Sending) -> None:
+        self._sends.pop(sending, None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._sends:  # ends with the last socket, so no task outlives the sockets
+                await asyncio.sleep(min(self._sends.values()) / 4)
+                now = loop.time()
+                for sending, timeout in list(self._sends.items()):
+                    since = sending.since
+                    if since is not None and now - since > timeout and not sending.stalled.done():
+                        sending.stalled.set_result(None)
+        finally:
+            self._task = None
 
 
 async def _ws_pump(websocket: WebSocket, frames: AsyncIterator[Frame], sending: _Sending) -> None:
