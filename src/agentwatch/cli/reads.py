@@ -132,7 +132,12 @@ def summary(store_url: str | None, as_json: bool, window: str, words: bool, by_r
 
 @click.command("get", short_help="Show one agent: its record and what it is doing now.")
 @click.argument("agent")
-@click.option("--chat", "scope", help="The chat you are asking from (its agent of that name wins).")
+@click.option(
+    "--chat",
+    "scope",
+    help="The chat you are asking from (its agent of that name wins). Read from the store, even with a service "
+    "running: its HTTP tools have no calling chat.",
+)
 @store_option
 @server_option
 @json_option
