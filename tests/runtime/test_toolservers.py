@@ -4,6 +4,7 @@ server's notifications become `external.event`s; a server that cannot start is a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
 from agentwatch.runtime.roster import AgentDefinition
-from agentwatch.runtime.toolservers import ToolServer, read_oauth_answer, shown_answer
+from agentwatch.runtime.toolservers import ToolServer, read_oauth_answer, shown_answer, tool_servers
 from tests.fakes.mcp_tool_server import VAULT_TOKEN, serve_http
 from tests.runtime.support import OpenEngine, Scripted, role
 
@@ -91,13 +92,14 @@ async def test_an_agent_calls_a_stdio_servers_tool_and_the_result_is_a_normal_to
         # The model saw every tool of the server under the server's name, beside none of ours.
         assert sorted(offered) == ["fake__add", "fake__announce", "fake__crash", "fake__vault"]
         assert payloads(found, RuntimeNotice) == []
+        pool = tool_servers(engine)
+        assert pool._clients == {}  # the task ended: its server was let go
+        await asyncio.gather(*pool._closing)
 
 
 async def test_a_session_keeps_its_server_across_turns_and_the_engine_closes_it(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    from agentwatch.runtime.toolservers import tool_servers
-
     ref = scripted("chat", calls(("fake__add", {"a": 1, "b": 1})))
     async with open_engine(role("chat", ref, mcp_servers=(STDIO,))) as engine:
         session = await engine.create("chat", source="chat")

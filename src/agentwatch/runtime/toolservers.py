@@ -15,7 +15,8 @@ mcp_servers:
   the policy chain under its prefixed name, like any tool (a policy can deny `files__write_file`, and
   `approval_tools: [files__write_file]` makes a person approve each call).
 - **Lifetime.** A session's connection to a server opens on the first turn that needs it, stays open across
-  the session's turns, and closes with the engine (a stdio server's process ends then). A server that cannot
+  the session's turns, and closes when the session ends (completed, failed, stopped) or the engine closes (a
+  stdio server's process ends then). A server that cannot
   be started or reached is a `runtime.error` naming it; the turn goes on without its tools.
 - **Authorization.** An HTTP server that answers a call with 401 opens a request of kind `oauth` (stored,
   then `request.opened` and `auth.required` with the server's challenge); the call waits as `ask_user` does.
@@ -188,6 +189,7 @@ class ToolServers:
         self._clients: dict[tuple[str, str], ToolServerClient] = {}
         self._tokens: dict[tuple[str, str], str] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}  # one per connection: a slow server delays no other
+        self._closing: set[asyncio.Future[None]] = set()  # connections being closed after their session ended
         self._closed = False
 
     async def tools_for(
@@ -253,11 +255,19 @@ class ToolServers:
 
         return record
 
+    def release(self, session_id: str) -> None:
+        """Start closing the connections of one session (it ended); its next turn, if any, connects anew. The
+        closing is the pool's own task (`close` waits for it): a turn cut off meanwhile cannot leave it halfway."""
+        for key in [key for key in self._clients if key[0] == session_id]:
+            closing = asyncio.ensure_future(_close(self._clients.pop(key)))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
         """Close every connection (stdio servers' processes end); idempotent."""
         self._closed = True
         clients, self._clients = list(self._clients.values()), {}
-        await asyncio.gather(*(_close(client) for client in clients))
+        await asyncio.gather(*(_close(client) for client in clients), *self._closing)
 
 
 def _new_client(server: ToolServer, on_notice: Callable[[str, JsonValue], Awaitable[None]]) -> ToolServerClient:

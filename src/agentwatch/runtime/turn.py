@@ -457,6 +457,13 @@ async def _end(
         fields["last_text"] = displayable(last_text)
     await turn.commit([ended], patch=SessionPatch(**fields))
     await _tell_parent(turn, status)
+    _release_servers(turn, status)
+
+
+def _release_servers(turn: _Turn, status: SessionStatus) -> None:
+    """A session that ended lets its tool servers go (a stdio server's process ends); a later turn reconnects."""
+    if status in TERMINAL_STATUSES and turn.definition.mcp_servers:
+        tool_servers(turn.runtime).release(turn.session_id)
 
 
 async def _tell_parent(turn: _Turn, status: SessionStatus) -> None:
@@ -534,6 +541,7 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
 async def _end_stopped(turn: _Turn, by: str) -> None:
     await end_stopped_turn(turn.runtime, turn.emitter, turn.session_id, turn.turn_id, by, usage=turn.usage)
     await _tell_parent(turn, "cancelled")
+    _release_servers(turn, "cancelled")
 
 
 async def end_stopped_turn(
