@@ -184,3 +184,10 @@ def test_an_engine_that_runs_no_turn_takes_no_extensions() -> None:
 
     with pytest.raises(UserError, match="runs_turns=False"):
         asyncio.run(main())
+
+
+def test_only_commands_that_end_by_themselves_run_without_the_garbage_collector() -> None:
+    from agentwatch.cli import SHORT_COMMANDS
+
+    assert set(COMMANDS) >= SHORT_COMMANDS
+    assert not SHORT_COMMANDS & {"run", "serve", "mcp", "tail", "await"}  # these may run for hours

@@ -9,6 +9,8 @@ returns, and an error as `{"error": {...}}`. Run `agentwatch COMMAND --help` for
 
 from __future__ import annotations
 
+import gc
+import sys
 from typing import Any
 
 import click
@@ -16,7 +18,7 @@ import click
 from agentwatch import __version__
 from agentwatch.cli._common import ExitCode, harden, run_cli
 
-__all__ = ["COMMANDS", "ExitCode", "LazyGroup", "cli", "main"]
+__all__ = ["COMMANDS", "SHORT_COMMANDS", "ExitCode", "LazyGroup", "cli", "main"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "agents": ("agentwatch.cli.agents:agents", "The agent definitions in the agents directory."),
@@ -108,6 +110,17 @@ def cli() -> None:
     """
 
 
+SHORT_COMMANDS = frozenset(
+    {"agents", "answer", "approve", "db", "delete", "deny", "escalate", "export", "get", "hand-back", "history"}
+    | {"ls", "prompt", "send", "stop", "summary", "take-over"}
+)
+"""Commands that end as soon as they have done one thing. The `agentwatch` process runs them with the cyclic
+garbage collector off: it would pause a few times while the command imports what it needs, with nothing to
+collect after. The others may wait, follow or serve for hours (`run`, `serve`, `mcp`, `tail -f`, `await`)."""
+
+
 def main() -> None:
-    """Entry point of the `agentwatch` script."""
+    """Entry point of the `agentwatch` script (and of `python -m agentwatch`)."""
+    if next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None) in SHORT_COMMANDS:
+        gc.disable()
     cli.main()

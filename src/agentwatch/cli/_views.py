@@ -19,8 +19,6 @@ from agentwatch.cli._common import Reader, console
 from agentwatch.cli._table import Cell, print_note, print_table
 from agentwatch.cli._time import ago
 from agentwatch.events import StreamCursor
-from agentwatch.reads.current import is_settled, status_snapshot
-from agentwatch.reads.follow import follow
 from agentwatch.reads.tail import project
 
 __all__ = [
@@ -191,6 +189,8 @@ def render_history(answer: dict[str, Any]) -> None:
 async def follow_session(
     reader: Reader, agent_id: str, after: str | None, types: list[str], max_chars: int, as_json: bool
 ) -> None:
+    from agentwatch.reads.follow import follow
+
     session = await reader.store.get_session(agent_id)
     cursor = StreamCursor.decode(after, session_id=agent_id) if after else StreamCursor(agent_id, session.last_seq)
     # The ring carries another process's events only when it is shared (Redis); otherwise poll the store.
@@ -237,6 +237,8 @@ async def wait_until_settled(
 
     With `spinner` on a terminal, a line shows what it waits for and for how long (gone once it returns).
     """
+    from agentwatch.reads.current import is_settled, status_snapshot
+
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = started + timeout
