@@ -57,11 +57,13 @@ def build_server() -> MCPServer:
 
 
 class _AuthGuard:
-    """ASGI middleware: a `tools/call` of `vault` without the bearer token gets 401 and a challenge."""
+    """ASGI middleware: a `tools/call` of `vault` (with `everything`, any request) without the bearer token gets 401
+    and a challenge."""
 
-    def __init__(self, app: Any, port: int) -> None:
+    def __init__(self, app: Any, port: int, *, everything: bool = False) -> None:
         self.app = app
         self.port = port
+        self.everything = everything
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -75,7 +77,8 @@ class _AuthGuard:
             more = message.get("more_body", False)
         body = b"".join(chunks)
         headers = dict(scope["headers"])
-        if _calls_vault(body) and headers.get(b"authorization") != f"Bearer {VAULT_TOKEN}".encode():
+        guarded = self.everything or _calls_vault(body)
+        if guarded and headers.get(b"authorization") != f"Bearer {VAULT_TOKEN}".encode():
             challenge = (
                 f'Bearer error="invalid_token", '
                 f'resource_metadata="http://127.0.0.1:{self.port}/.well-known/oauth-protected-resource/mcp"'
@@ -123,12 +126,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_http() -> Iterator[str]:
-    """Serve the tools over streamable HTTP (uvicorn, a free port, a thread); yields the URL."""
+def serve_http(*, guard_everything: bool = False) -> Iterator[str]:
+    """Serve the tools over streamable HTTP (uvicorn, a free port, a thread); yields the URL. With
+    `guard_everything`, every request needs the token (even the handshake), not only a call of `vault`."""
     import uvicorn
 
     port = free_port()
-    app = _AuthGuard(build_server().streamable_http_app(host="127.0.0.1"), port)
+    app = _AuthGuard(build_server().streamable_http_app(host="127.0.0.1"), port, everything=guard_everything)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

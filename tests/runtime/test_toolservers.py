@@ -242,6 +242,27 @@ async def test_a_server_that_cannot_start_is_a_runtime_error_naming_it(
         assert "runtime.error" in [row["type"] for row in tail["events"]]
 
 
+async def test_a_server_that_wants_authorization_before_anything_is_shown_and_a_token_in_headers_works(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    with serve_http(guard_everything=True) as url:
+        locked = ToolServer(name="locked", url=url)
+        ref = scripted("locked-out", calls())
+        async with open_engine(role("locked-out", ref, mcp_servers=(locked,))) as engine:
+            snapshot = await engine.task("locked-out", "go", timeout=60)
+            assert snapshot["status"] == "completed"  # without the server's tools
+            found = await events(engine, snapshot["agentId"])
+            (auth,) = payloads(found, AuthRequired)
+            (error,) = payloads(found, RuntimeNotice)
+            assert auth.provider == "mcp:locked" and auth.url is not None and "oauth-protected-resource" in auth.url
+            assert error.source == "mcp:locked" and "needs authorization" in error.message
+        keyed = ToolServer(name="locked", url=url, headers={"Authorization": f"Bearer {VAULT_TOKEN}"})
+        ref = scripted("keyed", calls(("locked__vault", {})))
+        async with open_engine(role("keyed", ref, mcp_servers=(keyed,))) as engine:
+            snapshot = await engine.task("keyed", "go", timeout=60)
+            assert snapshot["lastAssistantText"] == "the secret is 42"
+
+
 async def test_the_policy_decides_server_tools_under_their_prefixed_name(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
