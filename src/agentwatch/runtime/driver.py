@@ -18,6 +18,7 @@ from typing import Any
 
 from agentwatch.events import Event
 from agentwatch.runtime.emitter import SessionEmitter
+from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
 from agentwatch.runtime.leases import HAND_OVER_SECONDS, end_after_fault, leases_of, owned_plan, release_after_stop
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.thread_observer import ReplaySnapshot, ThreadObserver
@@ -101,6 +102,7 @@ class SessionDriver:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.create_task(self._turn_loop(), name=f"agentwatch-turns-{self.session_id}")
             self._loop_task.add_done_callback(self._loop_ended)
+            turn_loop_started()  # full collections wait while turns run
 
     async def _turn_loop(self) -> None:
         runtime = self.runtime
@@ -150,6 +152,7 @@ class SessionDriver:
         return self.closing or self.cut_off
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        turn_loop_ended()
         self.cut_off = False
         self._notify_changed()  # `Engine.wait` also waits for the turn loop
 

@@ -1,0 +1,100 @@
+"""Full garbage collections wait while turns run (young ones go on), and the one that waited runs once the
+process has had no turn for a moment; the application's own thresholds are put back."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentwatch.runtime import full_collections
+from agentwatch.runtime.full_collections import DEFERRED_THRESHOLD, turn_loop_ended, turn_loop_started
+from agentwatch.runtime.models import Hang, Reply, ScriptedModel
+from tests.runtime.support import OpenEngine, role, until
+
+
+@pytest.fixture
+def thresholds() -> Iterator[tuple[int, int, int]]:
+    """The process's thresholds, put back after the test whatever it did."""
+    saved = gc.get_threshold()
+    yield saved
+    gc.set_threshold(*saved)
+
+
+@pytest.fixture
+def full_runs() -> Iterator[list[int]]:
+    """Counts the full collections that start while the test runs."""
+    started: list[int] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            started.append(1)
+
+    gc.callbacks.append(note)
+    yield started
+    gc.callbacks.remove(note)
+
+
+async def test_full_collections_wait_while_a_turn_runs(open_engine: OpenEngine, thresholds: tuple[int, ...]) -> None:
+    model = ScriptedModel([[Reply("Working on it"), Hang()]])
+    async with open_engine(role("hanger", "scripted:hang"), models={"hang": model}) as engine:
+        session = await engine.create("hanger")
+        await engine.enqueue(session.id, "go")
+        await until(lambda: engine.running_turns() == [session.id])
+        assert gc.get_threshold() == (thresholds[0], thresholds[1], DEFERRED_THRESHOLD)
+        await engine.stop(session.id)
+        await until(lambda: not engine.running_turns())
+        assert gc.get_threshold() == thresholds
+
+
+async def test_the_collection_that_waited_runs_once_no_turn_runs(
+    monkeypatch: pytest.MonkeyPatch, thresholds: tuple[int, ...], full_runs: list[int]
+) -> None:
+    monkeypatch.setattr(full_collections, "IDLE_SECONDS", 0.05)
+    gc.set_threshold(700, 10, 2)
+    gc.collect()
+    full_runs.clear()
+    turn_loop_started()
+    turn_loop_started()  # two sessions' turns at once
+    assert gc.get_threshold() == (700, 10, DEFERRED_THRESHOLD)
+    for _ in range(3):
+        gc.collect(1)  # three young collections: a full one would have been due after two
+    assert full_runs == []
+    turn_loop_ended()
+    assert gc.get_threshold() == (700, 10, DEFERRED_THRESHOLD)  # one turn still runs
+    turn_loop_ended()
+    assert gc.get_threshold() == (700, 10, 2)
+    assert full_runs == []  # not inside the turn's last step: a moment later
+    await asyncio.sleep(0.2)
+    assert full_runs == [1]
+    assert gc.get_count()[2] == 0
+
+
+async def test_a_new_turn_keeps_the_waiting_collection_waiting(
+    monkeypatch: pytest.MonkeyPatch, thresholds: tuple[int, ...], full_runs: list[int]
+) -> None:
+    monkeypatch.setattr(full_collections, "IDLE_SECONDS", 0.05)
+    gc.set_threshold(700, 10, 2)
+    gc.collect()
+    full_runs.clear()
+    turn_loop_started()
+    for _ in range(3):
+        gc.collect(1)
+    turn_loop_ended()
+    turn_loop_started()  # the next turn starts before the moment passed
+    await asyncio.sleep(0.2)
+    assert full_runs == []
+    turn_loop_ended()
+    await asyncio.sleep(0.2)
+    assert full_runs == [1]
+
+
+async def test_an_application_without_the_collector_is_left_alone(thresholds: tuple[int, ...]) -> None:
+    gc.set_threshold(0, 10, 10)  # threshold 0: automatic collection off
+    turn_loop_started()
+    assert gc.get_threshold() == (0, 10, 10)
+    turn_loop_ended()
+    assert gc.get_threshold() == (0, 10, 10)
