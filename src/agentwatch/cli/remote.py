@@ -144,8 +144,17 @@ def _alive(pid: object) -> bool:
 
 
 def find_service(store_url: str | None) -> Service | None:
-    """The service this command should talk to, or None to use the store directly."""
+    """The service this command should talk to, or None to use the store directly (looked up once per
+    command: `tail -f` asks twice)."""
     meta = _meta()
+    key = f"{_META}.found.{store_url}"
+    if key not in meta:
+        meta[key] = _find_service(store_url, meta)
+    found: Service | None = meta[key]
+    return found
+
+
+def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None:
     given = meta.get(_META) or os.environ.get(SERVER_ENV) or None
     token = os.environ.get(TOKEN_ENV) or None
     if given is not None:
