@@ -39,7 +39,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1536k,mode=0700", "tmpfs", str(mount)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", "size=2560k,mode=0700", "tmpfs", str(mount)], capture_output=True, text=True
     )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small file system here: {done.stderr.strip() or done.returncode}")
