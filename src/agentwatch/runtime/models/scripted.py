@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -63,6 +63,10 @@ from agentwatch.events import ToolStatus
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
+
+_REQUESTS_KEPT = 100
+"""Requests a scripted model remembers for `ScriptedModel.requests` (each holds its conversation's messages, so
+a model serving many sessions for a long time must not keep them all)."""
 
 __all__ = [
     "CallTool",
@@ -227,7 +231,7 @@ class ScriptedModel:
         """Seconds between streamed chunks (0 streams as fast as the consumer reads)."""
         self.name = name
         """The model name the responses carry."""
-        self._requests: list[ScriptContext] = []
+        self._requests: deque[ScriptContext] = deque(maxlen=_REQUESTS_KEPT)
         self._model: Model | None = None
         # What each recent conversation's messages add up to, kept by the model layer's player between requests
         # (keyed by the identity of the conversation's first message; see `_scripted_play`).
@@ -250,7 +254,7 @@ class ScriptedModel:
 
     @property
     def requests(self) -> tuple[ScriptContext, ...]:
-        """Every request this model answered, oldest first (for assertions in tests)."""
+        """The requests this model answered, oldest first (for assertions in tests): the last 100 of them."""
         return tuple(self._requests)
 
     async def _step(self, context: ScriptContext) -> tuple[ScriptItem, ...]:
