@@ -52,4 +52,25 @@ def test_importing_agentwatch_does_not_load_the_model_layer() -> None:
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        _ = agentwatch.Nope  # type: ignore[attr-defined]
+        _ = agentwatch.Nope
+
+
+def test_importing_the_engine_loads_no_model_layer_nor_vendor_sdk() -> None:
+    code = (
+        "import sys; from agentwatch import Engine; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic_ai', 'openai', 'anthropic') "
+        "or m == 'agentwatch.runtime.models._adapter'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_importing_the_engine_builds_no_tool_schema() -> None:
+    code = (
+        "import sys; from agentwatch.runtime.tools import builtin_tools; "
+        "tools = builtin_tools(); print(sum(callable(t.__dict__['_parameters']) for t in tools), len(tools)); "
+        "print(len(tools[0].parameters['properties']) > 0, callable(tools[0].__dict__['_parameters']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == out[1]  # every schema waits until it is read ...
+    assert out[2:] == ["True", "False"]  # ... and is made (once) when it is
