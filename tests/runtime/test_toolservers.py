@@ -242,24 +242,42 @@ async def test_a_server_that_cannot_start_is_a_runtime_error_naming_it(
         assert "runtime.error" in [row["type"] for row in tail["events"]]
 
 
-async def test_a_server_that_wants_authorization_before_anything_is_shown_and_a_token_in_headers_works(
+async def test_a_server_that_wants_authorization_before_its_handshake_opens_one_request_for_the_next_turns(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
+    def script(ctx: Any) -> Any:
+        if ctx.tool_results:
+            return Reply(ctx.tool_results[0].output)
+        return CallTool("locked__vault", {}) if "locked__vault" in ctx.tools else Reply("no vault here")
+
+    ref = scripted("locked-out", ScriptedModel(function=script))
     with serve_http(guard_everything=True) as url:
-        locked = ToolServer(name="locked", url=url)
-        ref = scripted("locked-out", calls())
-        async with open_engine(role("locked-out", ref, mcp_servers=(locked,))) as engine:
-            snapshot = await engine.task("locked-out", "go", timeout=60)
-            assert snapshot["status"] == "completed"  # without the server's tools
-            found = await events(engine, snapshot["agentId"])
+        async with open_engine(role("locked-out", ref, mcp_servers=(ToolServer(name="locked", url=url),))) as engine:
+            session = await engine.create("locked-out", source="chat")
+            for prompt in ("first", "again"):  # the turns go on without the server; one request waits for both
+                await engine.enqueue(session.id, prompt)
+                done, _ = await engine.wait(session.id, 60)
+                assert (done.status, done.last_text) == ("idle", "no vault here")
+            found = await events(engine, session.id)
+            (opened,) = payloads(found, RequestOpened)
             (auth,) = payloads(found, AuthRequired)
-            (error,) = payloads(found, RuntimeNotice)
+            assert (opened.kind, opened.tool_call_id) == ("oauth", None)
             assert auth.provider == "mcp:locked" and auth.url is not None and "oauth-protected-resource" in auth.url
-            assert error.source == "mcp:locked" and "needs authorization" in error.message
+            assert payloads(found, RuntimeNotice) == []
+            got = await engine.call_tool("agent_get", {"id": session.id})
+            assert got["current"]["pendingHitl"]["kind"] == "oauth"  # the word stays idle: no turn waits on it
+
+            answered = await engine.call_tool(
+                "agent_answer", {"hitlId": opened.request_id, "answer": {"token": VAULT_TOKEN}}
+            )
+            assert answered["status"] == "resolved"
+            await engine.enqueue(session.id, "now read it")
+            done, _ = await engine.wait(session.id, 60)
+            assert (done.status, done.last_text) == ("idle", "the secret is 42")
+
         keyed = ToolServer(name="locked", url=url, headers={"Authorization": f"Bearer {VAULT_TOKEN}"})
-        ref = scripted("keyed", calls(("locked__vault", {})))
-        async with open_engine(role("keyed", ref, mcp_servers=(keyed,))) as engine:
-            snapshot = await engine.task("keyed", "go", timeout=60)
+        async with open_engine(role("locked-out", ref, mcp_servers=(keyed,))) as engine:
+            snapshot = await engine.task("locked-out", "go", timeout=60)  # a token in its headers lets it in
             assert snapshot["lastAssistantText"] == "the secret is 42"
 
 

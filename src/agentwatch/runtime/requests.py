@@ -34,6 +34,8 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
         raise Conflict(f"request {request_id!r} is already {request.status}; nothing to answer")
     if request.options:  # a choice: the answer names one of its options (several, when it allows that)
         answer = check_choice(request.options, _multiple(request), answer)
+    # A paused turn waits on it; a tool server's sign-in tied to no call is for the session's next turns.
+    for_a_turn = request.tool_call_id is not None or request.kind != "oauth"
     channel = await runtime.driver(request.session_id)
     # An oauth answer's token is kept in the request (the call needs it, even after a restart), never in an event.
     resolved = RequestResolved(request_id=request_id, answer=shown_answer(request.kind, answer), by=by)
@@ -44,7 +46,7 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
                 request.session_id,
                 events=[NewEvent(resolved, turn_id)],
                 requests_close=[RequestClose(request_id=request_id, status="resolved", answer=answer, by=by)],
-                expect_status=["awaiting_input"],
+                expect_status=["awaiting_input"] if for_a_turn else None,
             )
         )
     channel.kick()

@@ -23,6 +23,8 @@ mcp_servers:
   Answer it with `{"token": "..."}` (or `"Bearer ..."`) to send that bearer token from then on, with any
   other answer (`"done"`) once authorized some other way, or with `{"approved": false}` to give up: the call
   is then run again, or reported declined. The token is kept in the request, never shown in an event.
+  A server that answers 401 before it even lists its tools opens the same request, tied to no call: the turn
+  goes on without that server, and the session's turns after the answer connect with the token.
 - **Notifications.** Every notification the client receives from a server (log messages, progress, resource
   updates) becomes a durable `external.event` on the session (`source: mcp:<server>`, `name`: the method),
   readable with `agent_tail {types: [external.event]}`. A server speaking the modern, sessionless protocol
@@ -44,8 +46,8 @@ from weakref import WeakKeyDictionary
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
-from agentwatch.events import AuthRequired, ExternalEvent, NewEvent, Payload, RuntimeNotice
-from agentwatch.store import RequestRecord, SessionRecord, Write
+from agentwatch.events import AuthRequired, ExternalEvent, NewEvent, Payload, RequestOpened, RuntimeNotice, new_id
+from agentwatch.store import RequestDraft, SessionRecord, Write
 
 if TYPE_CHECKING:
     from agentwatch.runtime.models._mcp import ToolServerClient
@@ -193,30 +195,30 @@ class ToolServers:
         self._closed = False
 
     async def tools_for(
-        self,
-        session: SessionRecord,
-        servers: Sequence[ToolServer],
-        answered: Sequence[RequestRecord],
-        report: Callable[[Sequence[Payload]], Awaitable[None]],
+        self, session: SessionRecord, servers: Sequence[ToolServer], report: Report
     ) -> list[ServerTool]:
-        """The tools of `servers` for a turn of `session`, connecting to each on first use. `answered` are the
-        requests the turn continues after (an `oauth` answer's token is used from now on); a server that fails
-        is `report`ed (`runtime.error`, and `auth.required` when it wants authorization) and left out."""
-        for request in answered:
+        """The tools of `servers` for a turn of `session`, connecting to each on first use, with the token of
+        the session's latest answered `oauth` request for it. A server that fails is `report`ed (a
+        `runtime.error`; an `oauth` request and `auth.required` when it wants authorization) and left out."""
+        requests = await self._runtime.store.list_requests(session_id=session.id, status=None, limit=1000)
+        waiting = set()
+        for request in (r for r in requests if r.kind == "oauth"):
             named = request.body.get("server")
-            token = read_oauth_answer(request.answer).token if request.kind == "oauth" else None
-            if isinstance(named, str) and token is not None:
+            token = read_oauth_answer(request.answer).token if request.status == "resolved" else None
+            if isinstance(named, str) and token is not None and self._tokens.get((session.id, named)) != token:
                 self._tokens[(session.id, named)] = token
                 known = self._clients.get((session.id, named))
                 if known is not None:
                     known.authorize(token)
+            if request.status == "pending" and request.tool_call_id is None:
+                waiting.add(named)
         tools: list[ServerTool] = []
         for server in servers:
             try:
                 client = await self._client(session.id, server)
                 listed = await client.tools()
             except Exception as exc:
-                await report(_failure(server, exc))
+                await _report_failure(report, server, exc, asked=server.name in waiting)
                 continue
             prefix = f"{server.name}{SEPARATOR}"
             tools += [ServerTool(prefix + name, text, schema, _caller(client, name)) for name, text, schema in listed]
@@ -293,34 +295,53 @@ async def _close(client: ToolServerClient) -> None:
         log.warning("closing tool server %r failed: %s", client.server.name, exc)
 
 
-def _failure(server: ToolServer, exc: Exception) -> list[Payload]:
+Report = Callable[..., Awaitable[None]]
+"""Commits payloads durably in the turn (`report(payloads, requests_open=[...])`)."""
+
+
+async def _report_failure(report: Report, server: ToolServer, exc: Exception, *, asked: bool) -> None:
+    """A server that wants a sign-in opens an `oauth` request (unless one already waits); any other failure is
+    a `runtime.error`."""
     from agentwatch.runtime.models import ToolWaits
 
-    payloads: list[Payload] = []
     if isinstance(exc, ToolWaits):
-        where = exc.detail.get("resource_metadata") or server.url
-        payloads.append(
-            AuthRequired(
-                provider=f"mcp:{server.name}",
-                url=where if isinstance(where, str) else None,
-                message=f"tool server {server.name!r} needs authorization before it can be used",
-            )
-        )
-        reason = "it needs authorization; give a token in its `headers` (Authorization: Bearer ...)"
-    elif isinstance(exc, ToolServerFailed):
-        reason = str(exc)
-    else:
-        reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    payloads.append(
-        RuntimeNotice(
-            type="runtime.error",
-            message=f"tool server {server.name!r} ({server.where}) could not be used: {reason}; "
-            "this turn goes on without its tools",
-            source=f"mcp:{server.name}",
-            detail={"server": server.name, "where": server.where},
-        )
+        if not asked:
+            payloads, draft = _sign_in(server, exc.detail)
+            await report(payloads, requests_open=[draft])
+        return
+    reason = str(exc) if isinstance(exc, ToolServerFailed) else f"{type(exc).__name__}: {exc}".rstrip(": ")
+    notice = RuntimeNotice(
+        type="runtime.error",
+        message=f"tool server {server.name!r} ({server.where}) could not be used: {reason}; "
+        "this turn goes on without its tools",
+        source=f"mcp:{server.name}",
+        detail={"server": server.name, "where": server.where},
     )
-    return payloads
+    await report([notice])
+
+
+def _sign_in(server: ToolServer, detail: dict[str, JsonValue]) -> tuple[list[Payload], RequestDraft]:
+    """The `oauth` request (tied to no call) for a server that wants a sign-in before anything else."""
+    where = detail.get("resource_metadata") or server.url
+    url = where if isinstance(where, str) else None
+    question = (
+        f"Tool server {server.name!r} needs authorization before its tools can be used"
+        + (f" (see {url})" if url else "")
+        + '. Answer {"token": "..."} to send that bearer token from the next turn on, or "done" once authorized '
+        "otherwise."
+    )
+    draft = RequestDraft(
+        id=new_id("req"),
+        kind="oauth",
+        summary=f"authorize tool server {server.name!r}",
+        questions=[question],
+        body=dict(detail),
+    )
+    opened = RequestOpened(request_id=draft.id, kind="oauth", summary=draft.summary, questions=[question])
+    signal = AuthRequired(
+        provider=f"mcp:{server.name}", url=url, message=f"tool server {server.name!r} needs authorization"
+    )
+    return [opened, signal], draft
 
 
 _POOLS: WeakKeyDictionary[Any, ToolServers] = WeakKeyDictionary()

@@ -223,7 +223,7 @@ async def run_plan(
                 instructions=definition.instructions,
                 history=history,
                 prompt=prompt if isinstance(prompt, str) else None,
-                tools=[*_tool_specs(turn), *await _server_tool_specs(turn, plan)],
+                tools=[*_tool_specs(turn), *await _server_tool_specs(turn)],
                 answers=_answers(plan.requests),
                 conversation_id=session.conversation_id,
             )
@@ -353,12 +353,12 @@ def _tool_specs(turn: _Turn) -> list[ToolSpec]:
     return specs
 
 
-async def _server_tool_specs(turn: _Turn, plan: Plan) -> list[ToolSpec]:
+async def _server_tool_specs(turn: _Turn) -> list[ToolSpec]:
     """The tools of the role's MCP servers (each connected on first use), every call decided like any tool's."""
     servers = turn.definition.mcp_servers
     if not servers:
         return []
-    listed = await tool_servers(turn.runtime).tools_for(turn.session, servers, plan.requests, turn.commit)
+    listed = await tool_servers(turn.runtime).tools_for(turn.session, servers, turn.commit)
     approval = set(turn.definition.approval_tools)
     return [
         ToolSpec(
