@@ -193,6 +193,7 @@ def _base_url(given: str) -> str:
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises for a port that is not a number from 0 to 65535
+        (parts.hostname or "").encode("idna")  # raises (a UnicodeError) for a name no resolver takes
         fine = url.isascii() and url.isprintable() and " " not in url and not (parts.query or parts.fragment)
     except ValueError:
         fine = False
