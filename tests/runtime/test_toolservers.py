@@ -204,6 +204,22 @@ async def test_an_oauth_request_is_answered_in_another_engine_after_a_restart(
         assert (session.status, session.last_text) == ("completed", "the secret is 42")
 
 
+async def test_an_answer_the_server_still_refuses_opens_another_request(
+    open_engine: OpenEngine, scripted: Scripted, http_url: str
+) -> None:
+    ref = scripted("again", calls(("vault__vault", {})))
+    async with open_engine(role("again", ref, mcp_servers=(ToolServer(name="vault", url=http_url),))) as engine:
+        snapshot = await engine.task("again", "read the secret", timeout=60)
+        first = snapshot["pendingHitl"]["hitlId"]
+        await engine.answer(first, "done")  # but nothing was authorized: the call is refused again
+        session, _ = await engine.wait(snapshot["agentId"], 60)
+        again = (await engine.call_tool("agent_get", {"id": session.id}))["current"]["pendingHitl"]
+        assert (session.status, again["kind"]) == ("awaiting_input", "oauth") and again["hitlId"] != first
+        await engine.answer(again["hitlId"], {"token": VAULT_TOKEN})
+        session, _ = await engine.wait(snapshot["agentId"], 60)
+        assert (session.status, session.last_text) == ("completed", "the secret is 42")
+
+
 async def test_declining_authorization_reports_the_call_declined(
     open_engine: OpenEngine, scripted: Scripted, http_url: str
 ) -> None:
