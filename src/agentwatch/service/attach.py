@@ -300,6 +300,7 @@ class SendWatch:
             self._task = asyncio.create_task(self._run(), name="agentwatch-send-watch")
 
     def forget(self, sending: _Sending) -> None:
+        """Stop watching `sending` (its socket is done); idempotent."""
         self._sends.pop(sending, None)
 
     async def _run(self) -> None:
