@@ -281,7 +281,10 @@ async def test_a_server_that_wants_authorization_before_its_handshake_opens_one_
             assert auth.provider == "mcp:locked" and auth.url is not None and "oauth-protected-resource" in auth.url
             assert payloads(found, RuntimeNotice) == []
             got = await engine.call_tool("agent_get", {"id": session.id})
-            assert got["current"]["pendingHitl"]["kind"] == "oauth"  # the word stays idle: no turn waits on it
+            assert got["current"]["pendingHitl"]["kind"] == "oauth"
+            assert (got["status"], got["word"]) == ("idle", "needs_you")  # no turn waits, but a person is asked
+            listed = await engine.call_tool("agent_list", {"word": ["needs_you"]})
+            assert [row["id"] for row in listed["agents"]] == [session.id]
 
             answered = await engine.call_tool(
                 "agent_answer", {"hitlId": opened.request_id, "answer": {"token": VAULT_TOKEN}}

@@ -16,7 +16,8 @@ WORDS: tuple[Word, ...] = ("idle", "working", "needs_you", "stuck", "failed", "d
 
 def word_of(status: str, *, waits_on_person: bool, quiet: bool) -> Word:
     """The word for a session in this state: `needs_you` while a request it opened waits on a person (never
-    `stuck`); `stuck` when running and quiet for longer than its threshold; otherwise by status."""
+    `stuck`; an idle session too, as while a tool server's sign-in waits between turns); `stuck` when running
+    and quiet for longer than its threshold; otherwise by status."""
     match status:
         case "running":
             return "needs_you" if waits_on_person else "stuck" if quiet else "working"
@@ -24,7 +25,7 @@ def word_of(status: str, *, waits_on_person: bool, quiet: bool) -> Word:
             # Waiting on a person is needs_you; a request held for its parent agent is still the agents' work.
             return "needs_you" if waits_on_person else "working"
         case "idle":
-            return "idle"
+            return "needs_you" if waits_on_person else "idle"
         case "failed" | "interrupted":
             return "failed"
         case _:
@@ -62,8 +63,8 @@ async def count_words(
 
 _CLAUSES: dict[str, SessionClause] = {
     # Each clause states exactly when `status_word` says the word; keep the two in step.
-    "idle": SessionClause(status=["idle"]),
-    "needs_you": SessionClause(status=["running", "awaiting_input"], waits_on_person=True),
+    "idle": SessionClause(status=["idle"], waits_on_person=False),
+    "needs_you": SessionClause(status=["running", "awaiting_input", "idle"], waits_on_person=True),
     "stuck": SessionClause(status=["running"], waits_on_person=False, quiet=True),
     "failed": SessionClause(status=["failed", "interrupted"]),
     "done": SessionClause(status=["completed", "cancelled"]),
