@@ -109,7 +109,7 @@ def _string(value: str | None) -> str:
     return "null" if value is None else _text(value)
 
 
-def _encode(event: Event) -> str:
+def _encode(event: Event, cursor: str | None) -> str:
     """`event_json(event)` as JSON text, its payload serialised by pydantic in one call."""
     payload = event.payload.model_dump_json()
     if not payload.isascii():  # pydantic writes UTF-8; keep every frame ASCII
@@ -117,7 +117,7 @@ def _encode(event: Event) -> str:
     return (
         f'{{"id":{_string(event.id)},"agentId":{_string(event.session_id)},"seq":{event.seq},"sub":{event.sub},'
         f'"at":"{event.at.isoformat()}","type":{_string(event.type)},"turnId":{_string(event.turn_id)},'
-        f'"conversationId":{_string(event.conversation_id)},"cursor":"{event.cursor.encode()}",'
+        f'"conversationId":{_string(event.conversation_id)},"cursor":"{cursor or event.cursor.encode()}",'
         f'"payload":{payload}}}'
     )
 
@@ -134,14 +134,15 @@ class EventTexts:
         """Characters held now."""
         self._texts: OrderedDict[str, str] = OrderedDict()
 
-    def get(self, event: Event) -> str:
-        """The event's JSON text (as `event_json`), made at most once while it is kept."""
+    def get(self, event: Event, cursor: str | None = None) -> str:
+        """The event's JSON text (as `event_json`), made at most once while it is kept; `cursor`: the
+        event's encoded cursor, when the caller has it already."""
         texts = self._texts
         text = texts.get(event.id)
         if text is not None:
             texts.move_to_end(event.id)
             return text
-        text = texts[event.id] = _encode(event)
+        text = texts[event.id] = _encode(event, cursor)
         self.chars += len(text)
         while self.chars > self.max_chars and len(texts) > 1:
             self.chars -= len(texts.popitem(last=False)[1])
@@ -152,9 +153,10 @@ EVENT_TEXTS: Final = EventTexts(32 * 1024 * 1024)
 """The texts of this process's service (32 M characters: some 50,000 events of a typical size)."""
 
 
-def event_text(event: Event) -> str:
-    """`event_json(event)` as JSON text, shared by every client and snapshot that sends it."""
-    return EVENT_TEXTS.get(event)
+def event_text(event: Event, cursor: str | None = None) -> str:
+    """`event_json(event)` as JSON text, shared by every client and snapshot that sends it (`cursor`: the
+    event's encoded cursor, when the caller has it already)."""
+    return EVENT_TEXTS.get(event, cursor)
 
 
 def snapshot_text(snapshot: ReplaySnapshot) -> str:

@@ -93,7 +93,8 @@ def _event_frame(event: Event) -> Frame:
     attached client)."""
     frame = _frames.get(event.id)
     if frame is None:
-        frame = Frame("event", event.cursor.encode(), {}, f'{{"kind":"event","event":{event_text(event)}}}')
+        cursor = event.cursor.encode()
+        frame = Frame("event", cursor, {}, f'{{"kind":"event","event":{event_text(event, cursor)}}}')
         _frames[event.id] = frame
         if len(_frames) > _FRAME_CACHE:
             _frames.popitem(last=False)
