@@ -262,8 +262,9 @@ async def cold_start(ctx: Context) -> list[Result]:
     baselines = [*{id(case[1]): case[1] for case in cases}.values(), bare]
     everything = [case[0] for case in cases] + baselines
     ctx.say(f"start: {len(everything)} commands, {count} round(s) of fresh processes, ours and baselines alternating")
-    for case in everything:  # unmeasured: the bytecode caches are written, and each command is seen to succeed
-        await asyncio.to_thread(bench.run, case, _Runs())
+    if ctx.sizes is FULL or ctx.sizes is QUICK:  # unmeasured: the bytecode caches are written
+        for case in everything:
+            await asyncio.to_thread(bench.run, case, _Runs())
     # A round runs every command once, with a baseline after each (taking turns), so every baseline runs
     # several times spread over the round; every other round runs in reverse order.
     order: list[_Case] = []
