@@ -312,8 +312,8 @@ class Leases:
         notice = RuntimeNotice(
             type="runtime.info",
             message=(
-                f"the engine that ran this session stopped renewing its lease {late:.1f} s ago (it died or "
-                "hung); this engine continues its turn"
+                f"this engine continues the session's turn: the lease's previous holder let it lapse {late:.1f} s "
+                "ago (it handed the session over, closed, or died or hung)"
             ),
             source="leases",
             detail={"previous_owner": lease.owner, "owner": self.owner, "lease_expired_at": _iso(lease)},
