@@ -19,7 +19,8 @@ from agentwatch.errors import (
     SchemaTooNew,
     StoreUnavailable,
 )
-from agentwatch.store import SCHEMA_VERSION, SessionDraft, SessionFilter, connect_store, open_store
+from agentwatch.events import NewEvent, TurnId, UserMessage
+from agentwatch.store import SCHEMA_VERSION, SessionDraft, SessionFilter, Store, Write, connect_store, open_store
 
 from .databases import sqlite_url
 
@@ -208,3 +209,21 @@ async def test_two_processes_opening_a_fresh_database_migrate_once(store_url: st
     assert outputs == [f"{SCHEMA_VERSION}\n".encode()] * 3
     async with open_store(store_url) as store:
         assert (await store.info()).schema_version == SCHEMA_VERSION
+
+
+async def test_an_event_that_is_not_a_payload_model_or_has_a_turn_id_that_is_not_text_is_refused(
+    store: Store,
+) -> None:
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+    bad: list[NewEvent] = [
+        NewEvent({"type": "message.user", "text": "hi"}),  # type: ignore[arg-type]
+        NewEvent(UserMessage(text="hi"), turn_id=7),  # type: ignore[arg-type]
+    ]
+    for new in bad:
+        with pytest.raises(InvalidArgument, match=r"payload must be an instance|turn_id must be text") as refused:
+            await store.write(Write(session.id, [NewEvent(UserMessage(text="first")), new]))
+        assert refused.value.code == "invalid_argument"
+    assert await store.read_events(session.id) == []
+    [stored] = await store.append(session.id, [NewEvent(UserMessage(text="ok"), turn_id=TurnId("trn_1"))])
+    assert await store.read_events(session.id) == [stored]
+    assert (stored.seq, stored.sub, stored.turn_id, stored.conversation_id) == (1, 0, "trn_1", session.conversation_id)

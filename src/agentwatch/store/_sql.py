@@ -18,7 +18,16 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
-from agentwatch.events import PAYLOAD_ADAPTER, Event, PageCursor, new_id, query_digest
+from agentwatch.events import (
+    PAYLOAD_ADAPTER,
+    ConversationId,
+    Event,
+    EventId,
+    PageCursor,
+    SessionId,
+    new_id,
+    query_digest,
+)
 from agentwatch.store.records import (
     TERMINAL_STATUSES,
     SessionClause,
@@ -395,19 +404,14 @@ EVENT_INSERT = (
 
 
 def stored_events(write: Write, conversation_id: str, first_seq: int, now: datetime) -> list[Event]:
-    """The write's new events as they are stored: an id each, seqs counting up from `first_seq`, the time and
-    the conversation. Validating the envelope is cheap (the payload, already a model, is taken as it is) and
-    measured cheaper than `Event.model_construct`."""
+    """The write's new events as they are stored: an id each, seqs counting up from `first_seq`, the time
+    (aware UTC) and the conversation. Built without validating them again (`Event.trusted`): every field is
+    valid by construction, the payloads and turn ids having been checked with the write (`check_durable`)."""
+    trusted = Event.trusted
+    session_id = SessionId(write.session_id)
+    conversation = ConversationId(conversation_id)
     return [
-        Event(
-            id=new_id("evt"),
-            session_id=write.session_id,
-            seq=first_seq + offset,
-            at=now,
-            turn_id=new.turn_id,
-            conversation_id=conversation_id,
-            payload=new.payload,
-        )
+        trusted(EventId(new_id("evt")), session_id, first_seq + offset, 0, now, new.turn_id, new.payload, conversation)
         for offset, new in enumerate(write.events)
     ]
 

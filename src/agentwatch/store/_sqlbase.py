@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from agentwatch.errors import NotFound, UserError
+from agentwatch.errors import InvalidArgument, NotFound, UserError
 from agentwatch.events import PAYLOAD_ADAPTER, PAYLOAD_TYPES, Event, Usage
 from agentwatch.store._sql import (
     SESSION_COLUMNS,
@@ -234,9 +234,18 @@ def check_durable(write: Write) -> None:
     column of some backend cannot keep (see `check_text`; payloads and messages are JSON, which escapes it)."""
     check_text(write.session_id, "session_id")
     for new in write.events:
-        if not new.payload.durable:
-            raise UserError(f"{new.payload.type!r} events are ephemeral: they go to the live ring, never to the store")
+        payload = new.payload
+        model = PAYLOAD_TYPES.get(getattr(payload, "type", ""))
+        if model is None or not isinstance(payload, model):
+            # Checked here, so the store can build the stored event without validating it again.
+            raise InvalidArgument(
+                f"an event payload must be an instance of its event type's model, not {type(payload).__name__}"
+            )
+        if not payload.durable:
+            raise UserError(f"{payload.type!r} events are ephemeral: they go to the live ring, never to the store")
         if new.turn_id is not None:
+            if not isinstance(new.turn_id, str):
+                raise InvalidArgument(f"an event's turn_id must be text, not {type(new.turn_id).__name__}")
             check_text(new.turn_id, "turn_id")
     for entry in write.usage:
         for name in ("turn_id", "run_id", "role", "model"):
