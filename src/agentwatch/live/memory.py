@@ -34,7 +34,7 @@ class MemoryRing:
     """The live ring of one process: `ring_size` recent events per session, ephemeral ones included.
 
     `publish()` never waits: each subscriber has a bounded backlog and one that overflows is cut loose
-    with `Lagged`. Sessions stay in memory while the ring lives.
+    with `Lagged`. A session's retained events stay in memory until `forget` drops them (its position stays).
     """
 
     def __init__(self, *, ring_size: int = DEFAULT_RING_SIZE) -> None:
@@ -93,7 +93,9 @@ class MemoryRing:
         else:
             subscription = BufferedSubscription(session_id, after, backlog=backlog, on_close=self._unregister)
             events = session.events
-            if events and _missing_after(after, events[0]):
+            # With nothing retained (forgotten), every durable event up to the last position is gone.
+            missing = _missing_after(after, events[0]) if events else after.seq < session.last[0]
+            if missing:
                 subscription.lag()
                 return subscription
             for event in _retained_after(events, after):
@@ -117,6 +119,14 @@ class MemoryRing:
         if session is None or not session.events:
             return None
         return session.events[-1].cursor
+
+    def forget(self, session_id: str) -> None:
+        """Drop the session's retained events when nobody is subscribed to it (its driver went idle): the ring
+        keeps only its position, so a later `subscribe(after=cursor)` older than that position gets `Lagged`
+        (read the store) instead of missing what was dropped."""
+        session = self._sessions.get(session_id)
+        if session is not None and not session.subscribers and session.events:
+            session.events = deque(maxlen=self.ring_size)
 
     async def close(self) -> None:
         """Close every subscription; later reads of them stop, and later publishes are refused."""

@@ -6,6 +6,11 @@ makes the turn loop look for work. The loop runs one turn at a time (`turn.run_p
 the session (its lease) and there is work; `stop_turn` cancels the running turn (a stop), `close` cuts it
 off without recording anything (a shutdown: it is continued after the restart), `drain` lets the running turn
 end and starts no other (a deploy: the work left is handed over to another engine).
+
+A driver is made on demand and let go once idle (`evict_idle`: no turn, nothing written or handed out, nobody
+waiting on it): after `DRIVER_IDLE_SECONDS`, or at once beyond `DRIVERS_KEPT` drivers. Its session keeps
+nothing in memory then, and the next use makes a new driver from the store. A caller still holding the old
+one is sent on to the new one.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
-from typing import Any
+import time
+from collections.abc import Coroutine, MutableMapping
+from typing import Any, Final
 
 from agentwatch.events import Event
+from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
 from agentwatch.runtime.leases import HAND_OVER_SECONDS, end_after_fault, leases_of, owned_plan, release_after_stop
@@ -25,9 +32,14 @@ from agentwatch.runtime.thread_observer import ReplaySnapshot, ThreadObserver
 from agentwatch.runtime.turn import run_plan
 from agentwatch.store import Write
 
-__all__ = ["SessionDriver"]
+__all__ = ["DRIVERS_KEPT", "DRIVER_IDLE_SECONDS", "SessionDriver", "evict_idle"]
 
 log = logging.getLogger(__name__)
+
+DRIVER_IDLE_SECONDS: Final = 300.0
+"""How long a driver stays idle before it is let go."""
+DRIVERS_KEPT: Final = 1_000
+"""Drivers an engine keeps; beyond them, the idle ones used least recently are let go when a new one is made."""
 
 
 class SessionDriver:
@@ -49,6 +61,11 @@ class SessionDriver:
         self._background: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._pending_kick = False
+        self._waiting = 0  # callers in `wait_changed`
+        self.used_at = time.monotonic()
+        """When the driver was last used (made, written through, kicked, attached to, waited on, a turn ended)."""
+        self.evicted = False
+        """True once the engine let the driver go (see `evict_idle`): a later call goes to the session's new one."""
         self.closing = False
         """True while the engine shuts down: a turn cut off now is continued after the restart."""
         self.cut_off = False
@@ -66,10 +83,16 @@ class SessionDriver:
         The commit runs to its end even when the caller is cancelled (a stop): a write that reached the store
         must also reach the watchers, or they would miss events the log has.
         """
+        if self.evicted:
+            return await (await self._successor()).commit(write)
+        self.used_at = time.monotonic()
         return await self.emitter.commit(write)
 
     async def subscribe(self, request: Any) -> ReplaySnapshot:
         """Attach a client: each observer's on_subscribe gets a snapshot; resolves once they ran."""
+        if self.evicted:
+            return await (await self._successor()).subscribe(request)
+        self.used_at = time.monotonic()
         return await self.emitter.subscribe(request)
 
     # -- changes, waiting -----------------------------------------------------------------------------
@@ -81,19 +104,29 @@ class SessionDriver:
     async def wait_changed(self, timeout: float) -> bool:
         """Wait until a write in this process may have settled the session or unsettled it (its status or its
         inbox changed), or its turn loop ended (or `timeout` seconds); False on timeout."""
+        if self.evicted:
+            return await (await self._successor()).wait_changed(timeout)
         changed = self._changed
+        self._waiting += 1
         try:
             await asyncio.wait_for(changed.wait(), timeout)
         except TimeoutError:
             return False
+        finally:
+            self._waiting -= 1
+            self.used_at = time.monotonic()
         return True
 
     # -- the turn loop --------------------------------------------------------------------------------
 
     def kick(self) -> None:
         """Make the driver look for work (new input, answered requests, a turn to continue)."""
+        if self.evicted:
+            self.spawn(self._kick_successor())
+            return
         if self.closing:
             return
+        self.used_at = time.monotonic()
         if self.draining:
             if not self.turn_running:  # the work stays in the store, for another engine
                 self.spawn(self._hand_over())
@@ -153,6 +186,7 @@ class SessionDriver:
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         turn_loop_ended()
+        self.used_at = time.monotonic()
         self.cut_off = False
         self._notify_changed()  # `Engine.wait` also waits for the turn loop
 
@@ -196,3 +230,49 @@ class SessionDriver:
         while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self.emitter.close()
+
+    # -- letting an idle driver go --------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing runs, waits or is queued here: no turn loop, side job, waiter, write or dispatch."""
+        return (
+            not (self.turn_running or self._background or self._waiting or self._pending_kick or self.closing)
+            and self.emitter.idle
+        )
+
+    def _evict(self) -> None:
+        """Let the driver go (it is idle): later calls go to the session's next driver; the in-memory ring drops
+        the session's retained events (nobody is attached; its position stays)."""
+        self.evicted = True
+        ring = self.runtime.ring
+        if isinstance(ring, MemoryRing):
+            ring.forget(self.session_id)
+
+    async def _successor(self) -> SessionDriver:
+        successor = await self.runtime.driver(self.session_id)
+        assert isinstance(successor, SessionDriver)  # the engine's channels are its drivers
+        return successor
+
+    async def _kick_successor(self) -> None:
+        (await self._successor()).kick()
+
+
+def evict_idle(
+    drivers: MutableMapping[str, SessionDriver], *, idle_for: float | None = None, keep: int | None = None
+) -> int:
+    """Let idle drivers go: those unused for `idle_for` seconds, and, beyond `keep` drivers, the idle ones used
+    least recently (down to 90 % of `keep`, so that one pass serves many new drivers). Removed from `drivers`
+    in one step (nothing awaits), so a lookup finds either the driver or nothing, and makes a new one; returns
+    how many went."""
+    over = len(drivers) - keep * 9 // 10 if keep is not None and len(drivers) > keep else 0
+    if not over and idle_for is None:
+        return 0
+    now = time.monotonic()
+    idle = sorted((d for d in drivers.values() if d.idle), key=lambda d: d.used_at)
+    stale = sum(1 for d in idle if idle_for is not None and now - d.used_at >= idle_for)
+    going = idle[: max(over, stale)]
+    for driver in going:
+        del drivers[driver.session_id]
+        driver._evict()
+    return len(going)

@@ -498,6 +498,11 @@ class SessionEmitter:
         if self._writes:
             self._start_writer()
 
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is submitted, written, deferred, queued for dispatch or being handed out."""
+        return not (self._writes or self._writer or self._timer or self._queue or self._dispatcher or self._busy)
+
     async def drain(self) -> None:
         """Wait until every submitted write is over (a write may submit one more: an observer's warning)."""
         self.flush()

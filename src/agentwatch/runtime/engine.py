@@ -31,7 +31,7 @@ from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import is_settled, status_snapshot
 from agentwatch.retention import reap_due
 from agentwatch.runtime import compaction, requests
-from agentwatch.runtime.driver import SessionDriver
+from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, SessionDriver, evict_idle
 from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases, claimed
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
@@ -270,6 +270,7 @@ class Engine:
             try:
                 await self.escalate_due()
                 await reap_due(self.store, self.config.retention)
+                evict_idle(self._drivers, idle_for=DRIVER_IDLE_SECONDS)
             except Exception as exc:  # housekeeping must never take the engine down
                 log.warning("maintenance failed: %s", exc)
 
@@ -288,6 +289,7 @@ class Engine:
                 driver = SessionDriver(self, session_id, session.last_seq, observers)
                 if self._draining:
                     driver.drain()
+                evict_idle(self._drivers, keep=DRIVERS_KEPT - 1)  # room for this one
                 self._drivers[session_id] = driver
         return driver
 
