@@ -10,13 +10,15 @@ note what it returns); it reached the agent when it was recorded as an `observer
 session or its parent (a delivery still running 5 s after the sessions settled counts as not reached).
 
 Figures per rule and overall: recall (planted trajectories reported), false-report rate (clean ones
-reported) and delivery rate (reports made that reached the agent), as percentages; and one turn observed by
-`secret-guard` against the same turn unobserved (median of paired runs, alternating).
+reported) and delivery rate (reports made that reached the agent), as percentages; and what observing costs
+a turn: the same 10-tool turn observed by `secret-guard` and unobserved, round by round, as the median of the
+per-round ratios, wall and CPU, beside the same ratio for two unobserved turns (the control).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import statistics
 import time
@@ -871,16 +873,35 @@ TIMED = Trajectory(
 )
 
 
-async def turn_times(workdir: Path, pairs: int) -> tuple[list[float], list[float]]:
-    """Milliseconds of the same 10-tool turn observed by `secret-guard` and unobserved, alternating (in a
-    chat session, from enqueue to settled, the rule's deliveries included where they overlap)."""
+OBSERVED, UNOBSERVED = "actor-secret-guard", "actor-plain"
+Side = Literal["observed", "unobserved", "control"]
+SIDES: tuple[Side, ...] = ("observed", "unobserved", "control")
+_ROLES: dict[Side, str] = {"observed": OBSERVED, "unobserved": UNOBSERVED, "control": UNOBSERVED}
+
+
+@dataclass(slots=True)
+class Clocks:
+    """Wall and CPU milliseconds of each timed turn of one side, round by round."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    cpu_settled: list[float] = field(default_factory=list)
+    """CPU until the observer's work on the turn was done too (after the turn, nothing waits for it)."""
+
+
+async def turn_times(workdir: Path, rounds: int) -> dict[Side, Clocks]:
+    """The same 10-tool turn on a fresh api session, round by round: observed by `secret-guard`, unobserved,
+    and unobserved again (the control: the spread two identical sides show). The rounds go through the six
+    orders of the three in turn, so each side takes each place, and follows each other side, as often (a turn
+    right after another one runs measurably faster or slower than after a pause). Timed from `enqueue` to the
+    turn settled (its events durable, the observed agent free), wall and process CPU (every thread, the
+    store's writer too)."""
     from agentwatch.runtime.engine import Engine
 
     stage = _Stage()
-    observed: list[float] = []
-    unobserved: list[float] = []
+    clocks: dict[Side, Clocks] = {side: Clocks() for side in SIDES}
     async with Engine.open(
-        f"sqlite:///{workdir / 'observers-timing.db'}",
+        f"sqlite:///{workdir / 'observers-timing.db'}",  # the store's default: WAL, synchronous=FULL
         agents_dir=workdir / "agents",
         root=workdir,
         definitions=_definitions(),
@@ -888,24 +909,32 @@ async def turn_times(workdir: Path, pairs: int) -> tuple[list[float], list[float
         models=_models(stage),
     ) as engine:
 
-        async def once(role: str) -> float:
+        async def once(side: Side, record: bool) -> None:
             stage.play(TIMED)
-            session = await engine.create(role, source="api")
-            start = time.perf_counter()
+            session = await engine.create(_ROLES[side], source="api")
+            cpu, start = time.process_time(), time.perf_counter()
             await engine.enqueue(session.id, PROMPT)
             await engine.wait(session.id, 60.0)
-            elapsed = (time.perf_counter() - start) * 1000
+            wall, turn_cpu = time.perf_counter() - start, time.process_time() - cpu
             await _settle(engine, [session.id])
-            return elapsed
+            if record:
+                clocks[side].wall.append(wall * 1000)
+                clocks[side].cpu.append(turn_cpu * 1000)
+                clocks[side].cpu_settled.append((time.process_time() - cpu) * 1000)
 
         for _ in range(2):  # warm-up, the secret detectors' first import included
-            await once("actor-secret-guard")
-            await once("actor-plain")
-        for n in range(pairs):
-            order = ("actor-secret-guard", "actor-plain") if n % 2 == 0 else ("actor-plain", "actor-secret-guard")
-            for role in order:
-                (observed if role == "actor-secret-guard" else unobserved).append(await once(role))
-    return observed, unobserved
+            for side in SIDES:
+                await once(side, record=False)
+        orders = list(itertools.permutations(SIDES))
+        for n in range(rounds):
+            for side in orders[n % len(orders)]:
+                await once(side, record=True)
+    return clocks
+
+
+def paired_ratio(side: Sequence[float], reference: Sequence[float]) -> float:
+    """The median over rounds of `side / reference` (each ratio taken within one round)."""
+    return statistics.median(a / b for a, b in zip(side, reference, strict=True))
 
 
 # -- the benchmark -----------------------------------------------------------------------------------------
@@ -955,20 +984,42 @@ async def efficacy(ctx: Context) -> list[Result]:
                 f"(delivered/made): {by_kind}",
             ),
         ]
-    # FULL has 2,000 live samples, QUICK 500, TINY 10: 40, 10 and 2 pairs of turns.
-    pairs = max(2, ctx.sizes.live_samples // 50)
-    ctx.say(f"observers: {pairs} pairs of 10-tool turns, observed by secret-guard and not")
-    observed, unobserved = await turn_times(ctx.workdir / "observers", pairs)
-    results.append(
+    # FULL has 2,000 live samples, QUICK 500, TINY 10: 48, 12 and 6 rounds of three turns (whole cycles of the
+    # six orders).
+    rounds = max(6, ctx.sizes.live_samples // 40 // 6 * 6)
+    ctx.say(f"observers: {rounds} rounds of 10-tool turns: observed by secret-guard, unobserved, unobserved again")
+    clocks = await turn_times(ctx.workdir / "observers", rounds)
+    observed, unobserved, control = (clocks[side] for side in SIDES)
+    medians = ", ".join(
+        f"{side} {statistics.median(clocks[side].wall):.1f} ms wall / {statistics.median(clocks[side].cpu):.1f} ms CPU"
+        for side in SIDES
+    )
+    how = (
+        f"median over {rounds} rounds of (observed turn / unobserved turn in the same round); baseline: the same "
+        "median for a second unobserved turn (the control: what observing would show if it cost nothing); a "
+        "10-tool turn on a fresh api session, enqueue to settled, SQLite WAL synchronous=FULL, the rounds going "
+        f"through the six orders of the three sides, after a warm-up; medians: {medians}"
+    )
+    settled = paired_ratio(observed.cpu_settled, unobserved.cpu_settled)
+    results += [
         Result(
             "observers.turn_observed_over_unobserved",
-            "ms",
-            statistics.median(observed),
-            statistics.median(unobserved),
+            "x",
+            paired_ratio(observed.wall, unobserved.wall),
+            paired_ratio(control.wall, unobserved.wall),
             "lower",
-            Target("ratio", "<=", 1.05),
-            f"median wall time of a 10-tool turn (enqueue to settled, SQLite, api session) observed by secret-guard "
-            f"vs the same turn unobserved, {pairs} pairs alternating after a warm-up",
-        )
-    )
+            Target("value", "<=", 1.05),
+            f"wall; {how}",
+        ),
+        Result(
+            "observers.turn_observed_over_unobserved.cpu",
+            "x",
+            paired_ratio(observed.cpu, unobserved.cpu),
+            paired_ratio(control.cpu, unobserved.cpu),
+            "lower",
+            Target("value", "<=", 1.05),
+            f"process CPU, every thread; {how}; with the observer's work after the turn counted too (until its "
+            f"deliveries settled): {settled:.3f}x",
+        ),
+    ]
     return results
