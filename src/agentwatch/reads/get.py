@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
+from pydantic.alias_generators import to_camel
 
 from agentwatch.errors import Ambiguous, NotFound
 from agentwatch.events import TurnStarted
@@ -134,12 +135,17 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
         system_prompt=await _system_prompt(view, session),
         text_output=session.last_text,
         error=session.error,
-        context_fill=session.context_fill or {"state": "none"},
+        context_fill=_wire_fill(session.context_fill),
         reap_at=iso(session.reap_at),
         mailbox=[MailboxEntry(id=i.id, text=i.text, created_at=iso(i.created_at), meta=i.meta) for i in inbox],
         observer=await observer_info(view, session),
         current=await current(view.store, session),
     )
+
+
+def _wire_fill(stored: dict[str, JsonValue] | None) -> dict[str, JsonValue]:
+    """The stored context fill (snake_case keys; camelCase in rows of earlier versions) in the wire's spelling."""
+    return {to_camel(key): value for key, value in stored.items()} if stored else {"state": "none"}
 
 
 async def agent_get(engine: EngineView, caller: Caller, args: GetArgs) -> AgentRecord:

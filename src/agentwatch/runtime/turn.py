@@ -42,6 +42,7 @@ from agentwatch.events import (
     new_id,
 )
 from agentwatch.events.truncate import displayable
+from agentwatch.runtime.compaction import ContextFill
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
 from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held
 from agentwatch.runtime.models import PendingCall, ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
@@ -163,14 +164,14 @@ class _Sink:
 
 
 def _measured(payload: CompletionFinished) -> dict[str, JsonValue]:
-    return {
-        "state": "measured",
-        "tokens": payload.context_tokens if payload.context_tokens is not None else payload.usage.input_tokens,
-        "model": payload.model,
-        "window": payload.context_window,
-        "windowSource": payload.window_source,
-        "at": datetime.now(UTC).isoformat(),
-    }
+    return ContextFill(
+        state="measured",
+        tokens=payload.context_tokens if payload.context_tokens is not None else payload.usage.input_tokens,
+        model=payload.model,
+        window=payload.context_window,
+        window_source=payload.window_source,
+        at=datetime.now(UTC).isoformat(),
+    ).stored()
 
 
 def restart_note(alive: Sequence[SessionRecord]) -> str:
@@ -321,8 +322,8 @@ async def _compaction_summary(turn: _Turn, history: Sequence[JsonValue]) -> str 
     # Compacting marks the session's context fill `compacted`, and only a model response of a later turn
     # marks it otherwise, after that turn stored its first message: an empty history with any other mark
     # (or none) is a conversation that was never compacted, and there is no summary to look for.
-    fill = turn.session.context_fill or {}
-    if history or fill.get("state") != "compacted":
+    fill = ContextFill.read(turn.session.context_fill)
+    if history or fill is None or fill.state != "compacted":
         return None
     events = await store.read_events(
         turn.session_id, types=["compaction.applied"], conversation_id=turn.session.conversation_id, limit=1
