@@ -619,6 +619,32 @@ class _StallMeter:
             await self._task
 
 
+class _Collections:
+    """Garbage collections while it is entered: how many were full ones, and the longest of any generation."""
+
+    def __init__(self) -> None:
+        self.full = 0
+        self.longest_ms = 0.0
+        self.longest_generation = 0
+        self._started = 0.0
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = (time.perf_counter() - self._started) * 1000
+        self.full += info["generation"] == 2
+        if took > self.longest_ms:
+            self.longest_ms, self.longest_generation = took, info["generation"]
+
+    def __enter__(self) -> _Collections:
+        gc.callbacks.append(self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._note)
+
+
 @dataclass(slots=True)
 class _Run:
     """Wall time and worst stall of one concurrent run, in milliseconds."""
@@ -627,6 +653,19 @@ class _Run:
     stall_ms: float
     unfinished: int = 0
     """Turns that had not ended (or failed) when the run was given up on."""
+    collections: _Collections | None = None
+    """The garbage collections during the run."""
+
+
+def _collections_said(runs: Sequence[_Run]) -> str:
+    seen = [run.collections for run in runs if run.collections is not None]
+    if not seen:
+        return "not counted"
+    longest = max(seen, key=lambda c: c.longest_ms)
+    return (
+        f"{sum(c.full for c in seen)} full, the longest of any generation {longest.longest_ms:.0f} ms "
+        f"(generation {longest.longest_generation})"
+    )
 
 
 async def concurrent_turns(ctx: Context) -> list[Result]:
@@ -649,16 +688,17 @@ async def concurrent_turns(ctx: Context) -> list[Result]:
                 session_ids.extend(session.id for session in created)
             for session_id in session_ids:
                 await engine.driver(session_id)
-            async with _StallMeter() as meter:
-                began = time.perf_counter()
-                turns = [asyncio.ensure_future(side.turn(session_id)) for session_id in session_ids]
-                done, pending = await asyncio.wait(turns, timeout=_CONCURRENT_WAIT_S)
-                wall = time.perf_counter() - began
+            with _Collections() as collections:
+                async with _StallMeter() as meter:
+                    began = time.perf_counter()
+                    turns = [asyncio.ensure_future(side.turn(session_id)) for session_id in session_ids]
+                    done, pending = await asyncio.wait(turns, timeout=_CONCURRENT_WAIT_S)
+                    wall = time.perf_counter() - began
             for turn in pending:
                 turn.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             failed = [turn.exception() for turn in done if turn.exception() is not None]
-            engine_runs.append(_Run(wall * 1000, meter.worst * 1000, len(pending) + len(failed)))
+            engine_runs.append(_Run(wall * 1000, meter.worst * 1000, len(pending) + len(failed), collections))
             if pending or failed:
                 first = f"; the first failure: {failed[0]!r}" if failed else ""
                 ctx.say(
@@ -667,13 +707,14 @@ async def concurrent_turns(ctx: Context) -> list[Result]:
                 )
 
         async def bare_side_run() -> None:
-            async with _StallMeter() as meter:
-                began = time.perf_counter()
-                runs = await asyncio.gather(*(bare_run(agent) for _ in range(count)))
-                wall = time.perf_counter() - began
+            with _Collections() as collections:
+                async with _StallMeter() as meter:
+                    began = time.perf_counter()
+                    runs = await asyncio.gather(*(bare_run(agent) for _ in range(count)))
+                    wall = time.perf_counter() - began
             if any(tool_returns(messages) != 1 for messages in runs):
                 raise RuntimeError("a bare run did not play the whole script")
-            bare_runs.append(_Run(wall * 1000, meter.worst * 1000))
+            bare_runs.append(_Run(wall * 1000, meter.worst * 1000, collections=collections))
 
         for _ in range(_engine_sizes(ctx).warm_up_turns):
             await side.turn(await side.new_session())
@@ -696,7 +737,9 @@ async def concurrent_turns(ctx: Context) -> list[Result]:
     stall_note = (
         f"the longest an event-loop ticker sleeping {_STALL_TICK_S * 1000:g} ms woke up late, worst of the "
         f"rounds; {how}; default store (synchronous=FULL); baseline: the same ticker beside as many bare "
-        f"pydantic-ai runs at once"
+        f"pydantic-ai runs at once; garbage collections: {_collections_said(engine_runs)} during the engine's "
+        f"runs (full ones wait while turns run, see agentwatch.runtime.full_collections), "
+        f"{_collections_said(bare_runs)} during the bare ones"
     )
     unfinished = sum(run.unfinished for run in engine_runs)
     if unfinished:
