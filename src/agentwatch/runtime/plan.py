@@ -26,12 +26,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from agentwatch.events import TurnStarted, UserMessage
-from agentwatch.store import InputRecord, RequestRecord, SessionRecord, Store
+from agentwatch.store import InputRecord, RequestRecord, SessionRecord, SessionStatus, Store
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
 
 __all__ = [
+    "WORKING",
     "Plan",
     "ReportsHeld",
     "is_report",
@@ -42,6 +43,8 @@ __all__ = [
     "reports_held",
 ]
 
+WORKING: tuple[SessionStatus, ...] = ("running", "awaiting_input")
+"""The statuses of a session at work: its turn running, or waiting on a request."""
 ReportsHeld = Literal["loop", "turn_over"]
 """Why reports alone start no turn: `loop`, the last turn was started by reports alone; `turn_over`, a task whose
 turn was over when they came."""
@@ -100,7 +103,7 @@ async def reports_held(store: Store, session: SessionRecord, *, arrived: datetim
     """
     if await last_turn_by_reports(store, session):
         return "loop"
-    if lives_on(session) or session.status in ("running", "awaiting_input"):
+    if lives_on(session) or session.status in WORKING:
         return None
     if arrived is not None:
         ended = await store.read_events_backward(session.id, limit=1, types=["turn.ended"])

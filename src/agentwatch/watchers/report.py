@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field, JsonValue, field_validator
 
-from agentwatch.errors import AgentwatchError, NotFound
+from agentwatch.errors import AgentwatchError, Conflict, NotFound
 from agentwatch.events import NewEvent, ObserverReported, Origin
 from agentwatch.runtime.leases import claimed
-from agentwatch.runtime.plan import new_report_held
+from agentwatch.runtime.plan import WORKING, lives_on, new_report_held
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
 from agentwatch.runtime.tools import Args, Caller, Tool, parse_args
 from agentwatch.store import InputDraft, SessionRecord, Store, Write
@@ -146,7 +147,16 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str) 
     draft = InputDraft(
         text=report_text(pairing.observer_type, report), origin=Origin(kind="observer", ref=source), meta=True
     )
-    await _queue(engine, observed.id, Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False))
+    write = Write(observed.id, inputs_add=[draft], events=[NewEvent(reported)], touch=False)
+    try:
+        # Told "it reads it at its next turn" because it is working: queued only while it still is, so the
+        # plan (which sees the report came before the turn ended) starts the turn that follows, as promised.
+        working = held is None and not lives_on(observed) and observed.status in WORKING
+        await _queue(engine, observed.id, replace(write, expect_status=WORKING) if working else write)
+    except Conflict:  # its turn ended meanwhile: the report waits for the next turn it is given
+        observed = await engine.store.get_session(observed.id)
+        held = await new_report_held(engine.store, observed)
+        await _queue(engine, observed.id, write)
     parent = await _working_parent(engine.store, observed)
     if parent is not None:
         about = InputDraft(
@@ -154,7 +164,10 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str) 
             origin=Origin(kind="observer", ref=f"{source}@{observed.id}"),
             meta=True,
         )
-        await _queue(engine, parent.id, Write(parent.id, inputs_add=[about], touch=False))
+        try:  # only for a parent still working, which reads it in the turn that follows
+            await _queue(engine, parent.id, Write(parent.id, inputs_add=[about], touch=False, expect_status=WORKING))
+        except Conflict:
+            parent = None  # its work ended meanwhile
     also = f" (and to its parent {parent.name!r}, which is still working)" if parent is not None else ""
     if held == "loop":
         return (
@@ -198,7 +211,7 @@ async def _working_parent(store: Store, child: SessionRecord) -> SessionRecord |
         parent = await store.get_session(child.parent_id)
     except NotFound:
         return None
-    if parent.deleted_at is not None or parent.is_observer or parent.status not in ("running", "awaiting_input"):
+    if parent.deleted_at is not None or parent.is_observer or parent.status not in WORKING:
         return None
     return parent
 
