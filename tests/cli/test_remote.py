@@ -306,3 +306,35 @@ async def test_run_hands_a_session_over_and_leaves_its_question_pending_without_
             return bool(current.last_text == "deploying to staging")
 
         await until(deployed)  # the service ran the rest of the turn
+
+
+async def test_run_shows_a_spinner_with_the_time_waited_while_a_turn_is_quiet(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """`run` without --json: between the printed events, a spinner line on the same terminal says what the
+    session is doing and for how long; without a terminal nothing is added."""
+    import io
+
+    from rich.console import Console
+
+    from agentwatch.cli.run import _wait
+
+    async def nap() -> str:
+        await asyncio.sleep(2.5)
+        return "rested"
+
+    model = scripted(
+        "spinner-nap", ScriptedModel(function=lambda ctx: Reply("up") if ctx.tool_results else CallTool("nap", {}))
+    )
+    async with open_engine(role("napper", model, tools=("nap",)), tools=[nap]) as engine:
+        for terminal in (True, False):
+            shown = io.StringIO()
+            screen = Console(file=shown, force_terminal=terminal, width=100)
+            session = await engine.create("napper", name=f"napper-{terminal}")
+            await engine.enqueue(session.id, "sleep")
+            done, timed_out = await _wait(engine, session.id, 30, on=screen)
+            assert (done.status, timed_out) == ("completed", False)
+            if terminal:
+                assert f"napper-{terminal} running · 2s" in shown.getvalue()
+            else:
+                assert shown.getvalue() == ""

@@ -24,6 +24,7 @@ from agentwatch.cli.remote import Service, find_service, server_option
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
+    from rich.console import Console
 
     from agentwatch.config import Config
     from agentwatch.runtime.engine import Engine
@@ -37,7 +38,7 @@ async def _run(
 ) -> dict[str, JsonValue]:
     """Run the turn here, then wait for the session's observers (within the same `timeout`)."""
     # The engine (and through it the model layer) loads only when an agent runs, not for `run --help`.
-    from agentwatch.cli._common import console
+    from agentwatch.cli._common import console, err_console
     from agentwatch.cli._render import LivePrinter
     from agentwatch.events import Origin
     from agentwatch.runtime.engine import Engine
@@ -51,7 +52,8 @@ async def _run(
         printer.names[session.id] = session.name
         await engine.enqueue(session.id, prompt, origin=Origin(kind="person"))
         while True:
-            session, timed_out = await _wait(engine, session.id, timeout, spinner=as_json)
+            # The spinner shares the events' console (rich keeps it below the lines printed), or stderr with --json.
+            session, timed_out = await _wait(engine, session.id, timeout, on=err_console if as_json else console)
             if timed_out or session.status != "awaiting_input" or as_json:
                 break
             requests = await engine.store.list_requests(session_id=session.id)
@@ -66,18 +68,16 @@ async def _run(
         return snapshot
 
 
-async def _wait(engine: Engine, session_id: str, timeout: float, *, spinner: bool) -> tuple[SessionRecord, bool]:
-    """`engine.wait`; with `spinner` on a terminal (where no events are printed), a line on stderr says what
-    the session is doing and for how long it has been waited on."""
-    from agentwatch.cli._common import err_console
-
-    if not (spinner and err_console.is_terminal):
+async def _wait(engine: Engine, session_id: str, timeout: float, *, on: Console) -> tuple[SessionRecord, bool]:
+    """`engine.wait`; when `on` is a terminal, a spinner line there says what the session is doing and for how
+    long it has been waited on (gone once it returns)."""
+    if not on.is_terminal:
         return await engine.wait(session_id, timeout)
     from rich.markup import escape
 
     loop = asyncio.get_running_loop()
     started = loop.time()
-    with err_console.status("") as status:
+    with on.status("") as status:
         while True:
             left = timeout - (loop.time() - started)
             session, timed_out = await engine.wait(session_id, max(0.0, min(1.0, left)))
