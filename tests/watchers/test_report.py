@@ -60,7 +60,7 @@ async def test_a_report_reaches_the_observed_agents_next_turn_and_its_history(
             observer.id,
             "armed",
         )
-        assert [(r["report"], r["delivery"]) for r in described["reports"]] == [  # type: ignore[index, union-attr]
+        assert [(r["report"], r["delivery"]) for r in described["reports"]] == [
             ("You skipped the tests.", "read"),
             ("You skipped the tests.", "queued"),
         ]
@@ -330,3 +330,33 @@ async def test_a_report_to_a_working_task_is_read_in_the_turn_that_follows(
 async def _armed(engine: Engine, session_id: str) -> bool:
     pairing = observer_agents(engine).pairing(session_id)
     return pairing is not None and pairing.state == "armed"
+
+
+async def test_a_kept_report_survives_a_restart_and_starts_no_turn_there(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    prompts: list[str | None] = []
+
+    def coder(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            prompts.append(ctx.prompt)
+        return Reply("done")
+
+    quiet = scripted("kept-quiet", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
+    model = scripted("kept-coder", ScriptedModel(function=coder))
+    definitions = (role("coder", model, observer="quiet", grant=("spawn",)), role("quiet", quiet))
+    async with open_engine(*definitions) as engine:
+        snapshot = await engine.task("coder", "go", timeout=10)
+        observed_id = str(snapshot["agentId"])
+        (observer,) = await eventually(lambda: observers_of(engine, observed_id))
+        await eventually(lambda: _quiet(engine, observer.id))
+        kept = await engine.call_tool("ObserverReport", {"report": "kept"}, caller=Caller(session_id=observer.id))
+        assert "its turn is over (completed)" in kept["message"]
+    async with open_engine(*definitions) as engine:
+        await asyncio.sleep(0.3)  # a turn the restart started would be running by now
+        session = await engine.store.get_session(observed_id)
+        assert (session.status, session.pending_inputs, len(prompts)) == ("completed", 1, 1)
+        await engine.enqueue(observed_id, "next")
+        await eventually(lambda: _turns(engine, observed_id, 2))
+        assert (prompts[1] or "").endswith("next") and "kept" in (prompts[1] or "")
+        assert (await engine.store.get_session(observed_id)).pending_inputs == 0
