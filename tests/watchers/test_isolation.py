@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
 from agentwatch.runtime.tools import function_tool
@@ -77,5 +78,5 @@ async def test_the_observed_turn_is_identical_to_an_unobserved_one(
             assert (await engine.store.get_session(sid)).status == "completed"
 
 
-async def _running(engine: Any, session_id: str) -> bool:
+async def _running(engine: Engine, session_id: str) -> bool:
     return (await engine.store.get_session(session_id)).status == "running"
