@@ -137,7 +137,7 @@ async def test_users_register_their_own_rule_observers(open_engine: OpenEngine, 
     async with open_engine(role("writer", model, observer="todo-guard")) as engine:
         observer_agents(engine).register_rule("todo-guard", todo_guard)
         assert engine.roster.get("todo-guard").kind == "rule"
-        session = await engine.create("writer", source="chat")
+        session = await engine.create("writer", source="api")  # a task: its report starts no second turn
         await engine.enqueue(session.id, "write")
         assert await eventually(lambda: reports(engine, session.id)) == ["You left a TODO in your answer."]
 
@@ -161,7 +161,7 @@ async def test_the_decorator_registers_for_every_later_engine_and_a_rule_type_ne
             role("quiet", model, observer="hush"),
             AgentDefinition(name="hush", kind="rule"),
         ) as engine:
-            session = await engine.create("shouter", source="chat")
+            session = await engine.create("shouter", source="api")  # a task: its report starts no second turn
             await engine.enqueue(session.id, "greet")
             assert await eventually(lambda: reports(engine, session.id)) == ["Please do not shout."]
             quiet = await engine.create("quiet", source="chat")
