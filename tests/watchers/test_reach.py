@@ -5,6 +5,7 @@ not start; a parent still working hears about its child's report."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -233,6 +234,11 @@ async def test_a_rule_observers_after_turn_report_reaches_every_kind_of_session(
             await asyncio.sleep(0.2)
             session = await engine.store.get_session(session_id)
             assert (session.status, await _turns(engine, session_id), session.pending_inputs) == ("completed", 1, 1)
+            # The kept report starts no turn, so it keeps no wait going either.
+            started = time.monotonic()
+            waited = await engine.call_tool("agent_await", {"agentId": session_id, "timeoutMs": 5_000})
+            assert (waited["status"], waited["timedOut"]) == ("completed", False)
+            assert time.monotonic() - started < 2.5
 
 
 async def test_a_report_that_races_a_re_arm_waits_for_it(open_engine: OpenEngine, scripted: Scripted) -> None:

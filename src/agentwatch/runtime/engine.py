@@ -28,13 +28,14 @@ from agentwatch.config import Config, load_config
 from agentwatch.errors import Conflict, InvalidArgument, UserError
 from agentwatch.events import NewEvent, Origin, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
-from agentwatch.reads.current import is_settled, status_snapshot
+from agentwatch.reads.current import status_snapshot
 from agentwatch.retention import reap_due
 from agentwatch.runtime import compaction, requests
 from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, SessionDriver, evict_idle
 from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases, claimed
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
+from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
@@ -361,14 +362,16 @@ class Engine:
         return (await self.store.get_session(session_id)).pending_inputs
 
     async def wait(self, session_id: str, timeout: float) -> tuple[SessionRecord, bool]:
-        """Wait until the session settles (done, failed, stopped, waiting on a request, or idle with an empty
-        inbox) or `timeout` seconds pass. Returns the session and whether the wait timed out."""
+        """Wait until the session settles (done, failed, stopped, waiting on a request, or idle with nothing in
+        its inbox that a turn would take now: see `runtime.plan.settled`) or `timeout` seconds pass. Returns the
+        session and whether the wait timed out."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         driver = await self.driver(session_id)
         while True:
             session = await self.store.get_session(session_id)
-            if is_settled(session) and not (driver.turn_running and session.status not in TERMINAL_STATUSES):
+            busy = driver.turn_running and session.status not in TERMINAL_STATUSES
+            if not busy and await settled(self.store, session):
                 return session, False
             remaining = deadline - loop.time()
             if remaining <= 0:

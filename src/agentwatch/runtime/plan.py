@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from agentwatch.events import TurnStarted, UserMessage
+from agentwatch.reads.current import is_settled
 from agentwatch.store import InputRecord, RequestRecord, SessionRecord, SessionStatus, Store
 
 if TYPE_CHECKING:
@@ -40,7 +41,9 @@ __all__ = [
     "lives_on",
     "new_report_held",
     "next_plan",
+    "plan_from",
     "reports_held",
+    "settled",
 ]
 
 WORKING: tuple[SessionStatus, ...] = ("running", "awaiting_input")
@@ -63,7 +66,20 @@ class Plan:
 
 async def next_plan(runtime: Runtime, session: SessionRecord) -> Plan | None:
     """The work waiting for `session`, or None."""
-    store = runtime.store
+    return await plan_from(runtime.store, session)
+
+
+async def settled(store: Store, session: SessionRecord) -> bool:
+    """Whether a wait on `session` is over: no turn runs and none would start now. Inputs no turn takes yet
+    (observer reports kept for the next turn the session is given, inputs waiting while a person holds the
+    session) do not keep a wait going, as they do not keep the session from settling."""
+    if is_settled(session):
+        return True
+    return session.status != "running" and await plan_from(store, session) is None
+
+
+async def plan_from(store: Store, session: SessionRecord) -> Plan | None:
+    """`next_plan`, read from `store`."""
     if session.deleted_at is not None:
         return None
     if session.status == "running":
