@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -222,6 +221,8 @@ def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) ->
     path = root / CONFIG_FILE
     raw: dict[str, Any] = {}
     if path.is_file():
+        import tomllib  # only a project with a config file pays for the parser
+
         try:
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:

@@ -240,10 +240,10 @@ async def resolve_id(reader: Reader, agent: str, *, scope: str | None) -> str:
     with the candidates' ids)."""
     if agent.startswith("ses_"):
         return agent
-    from agentwatch.reads.tools import read_tools
+    from agentwatch.reads.tools import read_tool
     from agentwatch.tools import Caller
 
-    agent_get = next(t.handler for t in read_tools() if t.name == "agent_get")
+    agent_get = read_tool("agent_get").handler
     try:
         record = await agent_get(reader, Caller(scope=scope), {"name": agent})
     except InvalidArgument as exc:
@@ -267,10 +267,10 @@ def call_tool(
     is reported as the flag the person typed (`--max-chars`, not `maxChars`), as a usage error. `agent`
     names the argument that takes an agent's id, which the command also accepts as a name.
     """
-    from agentwatch.reads.tools import read_tools
+    from agentwatch.reads.tools import read_tool
     from agentwatch.tools import Caller
 
-    handler = next(t.handler for t in read_tools() if t.name == tool)
+    handler = read_tool(tool).handler
 
     async def main() -> dict[str, Any]:
         async with open_reader(resolve_config(store_url)) as reader:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from agentwatch.cli._common import console, err_console
@@ -42,6 +41,8 @@ def print_table(
             console.file.write("\t".join(line) + "\n")
         console.file.flush()
         return
+    from rich.table import Table
+
     width = len(headers) if headers else max((len(row) for row in rows), default=0)
     table = Table(show_header=headers is not None, **table_options)
     for index in range(width):

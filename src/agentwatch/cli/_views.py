@@ -8,18 +8,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import JsonValue
 from rich.markup import escape
 from rich.text import Text
 
 from agentwatch.cli._common import Reader, console
 from agentwatch.cli._table import Cell, print_note, print_table
 from agentwatch.cli._time import ago
-from agentwatch.events import StreamCursor
-from agentwatch.reads.tail import project
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 __all__ = [
     "follow_session",
@@ -189,7 +189,9 @@ def render_history(answer: dict[str, Any]) -> None:
 async def follow_session(
     reader: Reader, agent_id: str, after: str | None, types: list[str], max_chars: int, as_json: bool
 ) -> None:
+    from agentwatch.events import StreamCursor
     from agentwatch.reads.follow import follow
+    from agentwatch.reads.tail import project
 
     session = await reader.store.get_session(agent_id)
     cursor = StreamCursor.decode(after, session_id=agent_id) if after else StreamCursor(agent_id, session.last_seq)

@@ -8,7 +8,6 @@ so this module needs no runtime). A role that no longer resolves is refused (`in
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 from collections.abc import Callable
 from typing import Literal
@@ -39,6 +38,8 @@ class PromptArgs(Args):
 
 def prompt_hunks(before: str, after: str, *, from_name: str, to_name: str) -> list[str]:
     """Unified-diff hunks (each starting `@@`) from `before` to `after`; [] when they are equal."""
+    import difflib
+
     lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), from_name, to_name, lineterm=""))
     hunks: list[str] = []
     for line in lines[2:]:  # the two file header lines

@@ -34,7 +34,6 @@ their place.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -42,7 +41,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from agentwatch.config import SessionDefaults
@@ -343,6 +341,8 @@ class AgentDefinition(BaseModel):
         for key, value in self.model_dump(mode="json", exclude_defaults=True, exclude={"instructions"}).items():
             if key != "name":
                 front[key] = value
+        import yaml
+
         header = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=1_000_000)
         body = f"{self.instructions}\n" if self.instructions else ""
         return f"{_FENCE}\n{header}{_FENCE}\n{body}"
@@ -700,6 +700,8 @@ def _parse_file(
     if closing is None:
         return fail(None, "front matter is not closed; add a '---' line after the YAML keys")
     header, body = "".join(lines[1:closing]), "".join(lines[closing + 1 :])
+    import yaml  # loaded with the first definition file, not with the module
+
     try:
         front = yaml.safe_load(header)
     except yaml.MarkedYAMLError as exc:
@@ -842,11 +844,15 @@ def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
     # Seeds and other tools spell keys in camelCase (`observerMessage`); map those straight to our snake_case.
     if _snake(word) in candidates and _snake(word) != word:
         return f" (did you mean {_snake(word)!r}?)"
+    import difflib
+
     close = difflib.get_close_matches(word, candidates, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _nearest_first(word: str, candidates: Iterable[str]) -> list[str]:
+    import difflib
+
     return sorted(candidates, key=lambda name: (-difflib.SequenceMatcher(None, word, name).ratio(), name))
 
 
