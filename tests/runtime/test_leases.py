@@ -20,7 +20,7 @@ from agentwatch.events import NewEvent, RuntimeNotice, ToolResult, TurnEnded, Tu
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, new_owner
 from agentwatch.runtime.models import ScriptedModel
-from agentwatch.store import SessionDraft, SessionPatch, Write
+from agentwatch.store import SessionDraft, SessionPatch, Write, connect_store
 from tests.runtime.support import LEASE, Scripted, lease_config, one_call_per_prompt, role, until
 
 Runs = list[tuple[str, str, str]]
@@ -218,3 +218,25 @@ async def test_a_lease_counts_as_held_only_before_its_expiry(tmp_path: Path, lea
 
 def _draft() -> SessionDraft:
     return SessionDraft(name=f"s-{uuid.uuid4().hex[:6]}", role="any")
+
+
+async def test_a_take_asked_after_a_release_is_never_undone_by_it(url: str) -> None:
+    """The turn loop lets a lease go (nothing left to do) just as new input takes it again: the release's
+    delete must not land after the take, or the engine would believe it holds a lease the store no longer has
+    (its next renewal finds it lost, and the turn is stranded with nobody to continue it). PostgreSQL runs the
+    two on different connections, so without ordering the delete lands last now and then (2 in 200 seen)."""
+    store = await connect_store(url)
+    try:
+        leases = Leases(store, ttl=30)
+        undone = []
+        for n in range(300):
+            session = await store.create_session(SessionDraft(name=f"race-{n}", role="r"))
+            await leases.acquire(session.id)
+            await asyncio.gather(leases.release(session.id), leases.acquire(session.id))
+            lease = await store.get_lease(session.id)
+            if session.id in leases.held and (lease is None or lease.owner != leases.owner):
+                undone.append(session.id)
+        assert undone == []
+        assert await leases.renew() == []  # nothing this engine believes it holds is lost
+    finally:
+        await store.close()

@@ -41,6 +41,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +101,7 @@ class Leases:
         self._takes = 0
         self._asking: dict[str, asyncio.Future[bool | BaseException]] = {}  # store renewals under way, per session
         self._asked: list[str] = []  # confirmations waiting for the next batch
+        self._changes: dict[str, _Change] = {}  # takes and releases under way, per session
         self._batch: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.takeovers = 0
@@ -194,20 +196,39 @@ class Leases:
     async def acquire(self, session_id: str) -> LeaseRecord | bool:
         """Take the session's lease; False when another live owner holds it. When it took over another owner's
         expired lease, returns that lease (a turn it continues says whose it was), else True."""
-        sent = time.monotonic()
-        taken = await self.store.take_lease(session_id, self.owner, self.ttl)
-        if taken is not False:
-            self._hold(session_id, sent)
-        return taken
+        async with self._one_change(session_id):
+            sent = time.monotonic()
+            taken = await self.store.take_lease(session_id, self.owner, self.ttl)
+            if taken is not False:
+                self._hold(session_id, sent)
+            return taken
 
     async def release(self, session_id: str) -> None:
         """Let the lease go (best effort: a lease that cannot be released expires on its own)."""
-        if self._drop(session_id) is None:
-            return
+        async with self._one_change(session_id):
+            if self._drop(session_id) is None:
+                return
+            try:
+                await self.store.release_lease(session_id, self.owner)
+            except Exception as exc:
+                log.warning("could not release the lease of %s (it expires on its own): %s", session_id, exc)
+
+    @contextlib.asynccontextmanager
+    async def _one_change(self, session_id: str) -> AsyncIterator[None]:
+        """Takes and releases of one session's lease run one at a time, in the order asked: a release's delete
+        must never land after a take asked later (it would remove the row this engine then believes it holds,
+        leaving the turn with no lease to renew and nobody to continue it)."""
+        change = self._changes.get(session_id)
+        if change is None:
+            change = self._changes[session_id] = _Change()
+        change.users += 1
         try:
-            await self.store.release_lease(session_id, self.owner)
-        except Exception as exc:
-            log.warning("could not release the lease of %s (it expires on its own): %s", session_id, exc)
+            async with change.lock:
+                yield
+        finally:
+            change.users -= 1
+            if change.users == 0:
+                del self._changes[session_id]
 
     def forget(self, session_id: str) -> None:
         """Stop renewing the lease without a store call: it expires, and the restart rule takes over."""
@@ -320,6 +341,14 @@ class Leases:
         )
         channel = await runtime.driver(lease.session_id)
         await channel.commit(Write(lease.session_id, events=[NewEvent(notice)], touch=False))
+
+
+@dataclass
+class _Change:
+    """The takes and releases of one session's lease under way (see `Leases._one_change`)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 def _iso(lease: LeaseRecord) -> str:
