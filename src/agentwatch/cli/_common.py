@@ -18,7 +18,6 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -168,14 +167,30 @@ def harden(command: click.Command) -> click.Command:
 # -- reading the store -----------------------------------------------------------------------------------
 
 
-@dataclass
 class Reader:
-    """What the read commands need, without an engine: no turn is continued, no background work runs."""
+    """What the read commands need, without an engine: no turn is continued, no background work runs.
 
-    config: Config
-    store: Store
-    ring: LiveRing
-    roster: Roster
+    The roster (the agent definitions, parsed from their files) is read on first use: `tail` and `history`
+    never need it, `ls` and `get` do (each role's stuck threshold, its model and grant).
+    """
+
+    def __init__(self, config: Config, store: Store, ring: LiveRing, roster: Roster | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.ring = ring
+        self._roster = roster
+
+    @property
+    def roster(self) -> Roster:
+        """The agent definitions of the project's agents directory, with its model aliases."""
+        if self._roster is None:
+            from agentwatch.runtime.models.refs import ModelResolver
+            from agentwatch.runtime.roster import load_roster
+
+            config = self.config
+            agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
+            self._roster = load_roster(agents_dir, models=ModelResolver.from_config(config))
+        return self._roster
 
     def stuck_after(self, role: str) -> float:
         """The role's stuck threshold in seconds."""
@@ -200,18 +215,14 @@ def existing_store(url: str) -> None:
 async def open_reader(config: Config) -> AsyncIterator[Reader]:
     """Open an existing store (and the live ring when it is shared, i.e. Redis) for reading."""
     from agentwatch.live import connect_live
-    from agentwatch.runtime.models.refs import ModelResolver
-    from agentwatch.runtime.roster import load_roster
     from agentwatch.store import connect_store
 
     existing_store(config.store)
-    agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
-    roster = load_roster(agents_dir, models=ModelResolver.from_config(config))  # the project's model aliases
     store = await connect_store(config.store)
     try:
         ring = await connect_live(config.live)
         try:
-            yield Reader(config, store, ring, roster)
+            yield Reader(config, store, ring)
         finally:
             await ring.close()
     finally:
@@ -240,16 +251,15 @@ async def resolve_id(reader: Reader, agent: str, *, scope: str | None) -> str:
     with the candidates' ids)."""
     if agent.startswith("ses_"):
         return agent
-    from agentwatch.reads.tools import read_tool
-    from agentwatch.tools import Caller
+    from agentwatch.reads.get import GetArgs, resolve_agent
+    from agentwatch.tools import Caller, parse_args
 
-    agent_get = read_tool("agent_get").handler
     try:
-        record = await agent_get(reader, Caller(scope=scope), {"name": agent})
+        args = parse_args(GetArgs, "agent_get", {"name": agent})
     except InvalidArgument as exc:
         raise flag_error(exc, {"name": "AGENT"}, {}) from None
-    assert isinstance(record, dict)
-    return str(record["id"])
+    session = await resolve_agent(reader, id=None, name=args.name, caller=Caller(scope=scope))
+    return session.id
 
 
 def call_tool(
