@@ -244,7 +244,10 @@ class AgentRecord(SessionRow):
     system_prompt: str | None
     text_output: str | None
     error: str | None
-    context_fill: dict[str, JsonValue] = Field(description="How full the context is (stored form).")
+    context_fill: dict[str, JsonValue] = Field(
+        description="How full the context is: `state` (measured or compacted), `tokens`, `model`, `window`, "
+        "`windowSource`, `preTokens`, `at`."
+    )
     reap_at: Timestamp | None
     mailbox: list[MailboxEntry]
     observer: ObserverEntry | None
