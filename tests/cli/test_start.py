@@ -94,6 +94,53 @@ def test_commands_that_run_no_model_never_load_a_model_sdk(argv: list[str], tmp_
     assert not MODEL_SDKS & top_levels(modules)
 
 
+READ_TOOL_MODULES = {
+    f"agentwatch.reads.{name}" for name in ("listing", "summary", "get", "history", "tail", "prompt", "export")
+}
+ROSTER = {"agentwatch.runtime.roster", "agentwatch.runtime.models", "yaml"}
+"""What reading the agent definitions loads: a command that needs no definition loads none of it."""
+
+
+@pytest.mark.parametrize(
+    ("argv", "tool_modules", "reads_definitions"),
+    [
+        (["ls"], {"listing"}, True),
+        (["summary"], {"summary"}, True),
+        (["get", "asker"], {"get"}, True),
+        (["tail", "asker"], {"tail", "get"}, False),  # get: a name is resolved as agent_get resolves it
+        (["history", "asker"], {"history", "get"}, False),
+        (["prompt", "asker"], {"prompt", "get"}, False),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else None,
+)
+def test_a_read_command_loads_its_own_read_tool_and_the_definitions_only_when_it_needs_them(
+    argv: list[str], tool_modules: set[str], reads_definitions: bool, tmp_path: Path
+) -> None:
+    from bench.start import prepare_store
+
+    store = f"sqlite:///{tmp_path / 'read.db'}"
+    asyncio.run(prepare_store(store))
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "coder.md").write_text("---\nmodel: openai:gpt-4o\n---\nYou write code.\n")
+    done, modules = imported([*argv, "--store", store], tmp_path)
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr[-2000:]  # prompt: no turn yet
+    assert READ_TOOL_MODULES & modules == {f"agentwatch.reads.{name}" for name in tool_modules}
+    assert (ROSTER & modules == ROSTER) is reads_definitions, ROSTER & modules
+    # A diff, the config file's parser and a laid-out table load only when there is one (piped: no table).
+    assert not {"difflib", "tomllib", "rich.table"} & modules
+
+
+def test_definitions_are_parsed_only_when_there_are_files(tmp_path: Path) -> None:
+    from bench.start import prepare_store
+
+    store = f"sqlite:///{tmp_path / 'read.db'}"
+    asyncio.run(prepare_store(store))
+    done, modules = imported(["ls", "--store", store], tmp_path)  # no agents directory here
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "agentwatch.runtime.roster" in modules
+    assert "yaml" not in top_levels(modules)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
