@@ -107,9 +107,11 @@ def discovery_file(config: Config) -> Path:
 
 def write_discovery(config: Config, url: str, *, token_needed: bool) -> Path:
     """Announce the service at `url` (written whole, then moved into place); returns the file."""
+    from agentwatch.store import hide_password
+
     path = discovery_file(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"url": url, "pid": os.getpid(), "token": token_needed, "store": _safe(config.store)}
+    record = {"url": url, "pid": os.getpid(), "token": token_needed, "store": hide_password(config.store)}
     draft = path.with_name(f".{path.name}.{os.getpid()}")
     draft.write_text(json.dumps(record) + "\n")
     draft.replace(path)
@@ -162,13 +164,14 @@ def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None
             return None
         return Service(_base_url(given), token, "--server" if _META in meta else SERVER_ENV)
     from agentwatch.cli._common import resolve_config
+    from agentwatch.store import hide_password
 
     config = resolve_config(store_url)
     path = discovery_file(config)
     record = _read_record(path)
     if record is None or not _alive(record.get("pid")) or not isinstance(record.get("url"), str):
         return None
-    if record.get("store") != _safe(config.store):
+    if record.get("store") != hide_password(config.store):
         return None
     service = Service(record["url"], token, str(path))
     if not service.healthy():
@@ -201,15 +204,6 @@ def _base_url(given: str) -> str:
         raise InvalidArgument(
             f"--server {given!r} is not an http(s) URL such as http://127.0.0.1:8765", flags=["--server"]
         )
-    return url
-
-
-def _safe(url: str) -> str:
-    """A store URL without its password."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        credentials, host = rest.rsplit("@", 1)
-        return f"{scheme}://{credentials.split(':', 1)[0]}@{host}"
     return url
 
 

@@ -34,6 +34,7 @@ from agentwatch.errors import InvalidArgument
 from agentwatch.runtime.engine import Engine
 from agentwatch.service.access import ServiceSettings, is_loopback
 from agentwatch.service.app import ServiceState, create_app
+from agentwatch.store import hide_password
 
 __all__ = ["Drain", "deploy_hold_minutes", "serve", "settings_from_env"]
 
@@ -184,7 +185,7 @@ async def serve(
                 await asyncio.sleep(0.01)
             if server.started:
                 shown = f"[{host}]" if ":" in host else host
-                say(f"agentwatch serving on http://{shown}:{bound_port(server)} (store {_safe(config.store)})")
+                say(f"agentwatch serving on http://{shown}:{bound_port(server)} (store {hide_password(config.store)})")
                 found = _announce(config, host, bound_port(server), token_needed=not settings.open)
             await serving
         finally:
@@ -204,12 +205,3 @@ def _announce(config: Config, host: str, port: int, *, token_needed: bool) -> Pa
     except OSError as exc:
         log.warning("the discovery file for the CLI could not be written: %s", exc)
         return None
-
-
-def _safe(url: str) -> str:
-    """A store URL without its password."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
-    return url

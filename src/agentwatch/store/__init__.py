@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit, urlunsplit
 
 from agentwatch.errors import InvalidArgument
 from agentwatch.store.base import SCHEMA_VERSION, RunStore, Store
@@ -82,8 +83,18 @@ __all__ = [
     "UsageEntry",
     "Write",
     "connect_store",
+    "hide_password",
     "open_store",
 ]
+
+
+def hide_password(url: str) -> str:
+    """The store URL with any password replaced by `***` (for messages, logs and files)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 async def connect_store(url: str) -> Store:

@@ -20,10 +20,10 @@ import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, MissingDependency, StoreUnavailable
 from agentwatch.events import Event
+from agentwatch.store import hide_password
 from agentwatch.store._appends import apply_appends
 from agentwatch.store._migrations import migrate
 from agentwatch.store._sql import Dialect, Row, Tx, aware, check_params
@@ -102,15 +102,6 @@ async def _configure(connection: AsyncConnection[Row]) -> None:
     await connection.set_autocommit(True)
     await connection.execute("SET TIME ZONE 'UTC'")
     set_json_loads(_raw_json, connection)
-
-
-def hide_password(url: str) -> str:
-    """The URL with any password replaced by `***`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _address(url: str) -> tuple[str, str, str]:
