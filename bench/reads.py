@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import math
 import random
@@ -553,7 +552,8 @@ async def summary_tool(ctx: Context) -> list[Result]:
                 words = bool(args)
                 # One call first, within a budget: it warms the caches and is checked against the hand SQL.
                 counted = _PageCounter(view.store)
-                call = asyncio.ensure_future(tool.handler(dataclasses.replace(view, store=counted), _CALLER, args))
+                counting = Reader(view.config, counted, view.ring, view.roster)
+                call = asyncio.ensure_future(tool.handler(counting, _CALLER, args))
                 began = time.perf_counter()
                 done, _ = await asyncio.wait({call}, timeout=_SUMMARY_BUDGET_S)
                 if not done:
