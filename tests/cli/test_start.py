@@ -238,3 +238,41 @@ def test_only_commands_that_end_by_themselves_run_without_the_garbage_collector(
 
     assert set(COMMANDS) >= SHORT_COMMANDS
     assert not SHORT_COMMANDS & {"run", "serve", "mcp", "tail", "await"}  # these may run for hours
+
+
+GC_AT_EXIT = """
+import atexit, gc, sys
+
+atexit.register(lambda: print("collector on:", gc.isenabled(), file=sys.stderr))
+sys.argv = ["agentwatch", *sys.argv[1:]]
+from agentwatch.cli import main
+
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "collector_on"),
+    [
+        (["ls"], False),
+        (["await", "asker", "--timeout", "0"], False),  # nothing to wait for: it ends as a short command
+        (["await", "asker", "--timeout", "5"], True),  # it could have waited: the collector is back on
+        (["tail", "asker"], False),
+        (["serve", "--help"], True),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_commands_that_may_wait_start_without_the_collector_and_turn_it_on_before_they_wait(
+    argv: list[str], collector_on: bool, tmp_path: Path
+) -> None:
+    from bench.start import prepare_store
+
+    from agentwatch.cli import WAITING_COMMANDS
+
+    assert {"tail", "await"} == WAITING_COMMANDS
+    store = f"sqlite:///{tmp_path / 'gc.db'}"
+    asyncio.run(prepare_store(store))
+    command = [sys.executable, "-c", GC_AT_EXIT, *argv] + (["--store", store] if argv[-1] != "--help" else [])
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"collector on: {collector_on}" in done.stderr

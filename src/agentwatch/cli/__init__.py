@@ -18,7 +18,7 @@ import click
 from agentwatch import __version__
 from agentwatch.cli._common import ExitCode, harden, run_cli
 
-__all__ = ["COMMANDS", "SHORT_COMMANDS", "ExitCode", "LazyGroup", "cli", "main"]
+__all__ = ["COMMANDS", "SHORT_COMMANDS", "WAITING_COMMANDS", "ExitCode", "LazyGroup", "cli", "collect_garbage", "main"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "agents": ("agentwatch.cli.agents:agents", "The agent definitions in the agents directory."),
@@ -118,9 +118,18 @@ SHORT_COMMANDS = frozenset(
 garbage collector off: it would pause a few times while the command imports what it needs, with nothing to
 collect after. The others may wait, follow or serve for hours (`run`, `serve`, `mcp`, `tail -f`, `await`)."""
 
+WAITING_COMMANDS = frozenset({"tail", "await"})
+"""Commands that start as the short ones do, with the collector off, and may then wait or follow for hours:
+they turn it back on (`collect_garbage`) before they wait."""
+
+
+def collect_garbage() -> None:
+    """Turn the cyclic garbage collector back on: the command goes on for longer than its start."""
+    gc.enable()
+
 
 def main() -> None:
     """Entry point of the `agentwatch` script (and of `python -m agentwatch`)."""
-    if next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None) in SHORT_COMMANDS:
+    if next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None) in SHORT_COMMANDS | WAITING_COMMANDS:
         gc.disable()
     cli.main()

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from agentwatch.cli import collect_garbage
 from agentwatch.cli._common import (
     SECONDS,
     ExitCode,
@@ -237,6 +238,7 @@ def tail(
     if not follow_:
         _emit(answer, as_json, render_tail)
         return
+    collect_garbage()  # started without the collector (see WAITING_COMMANDS); following may last for hours
     # Following prints one row per line: JSON lines of the tool's rows with --json, else the human rows.
     for row in answer["events"]:
         print_row(row, as_json)
@@ -320,6 +322,8 @@ def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) 
 
     from agentwatch.cli._views import render_await, wait_until_settled
 
+    if timeout > 0:
+        collect_garbage()  # started without the collector (see WAITING_COMMANDS); the wait may last for hours
     service = find_service(store_url)
     if service is not None:
         from agentwatch.cli.remote import await_settled
