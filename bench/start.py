@@ -45,6 +45,10 @@ _BARE_HELP: Final = (
 CLI_LIMIT_MS: Final = 300.0
 """Target of every command that runs no model (issue 12): a cold start of at most 0.3 s."""
 
+CLI_CPU_LIMIT_MS: Final = 200.0
+"""What the CPU twin of each `start.cli.*` figure is held to: at most 0.2 s of CPU, so that the 0.3 s wall holds
+on a busy machine."""
+
 CLI_COMMANDS: Final[dict[str, tuple[str, ...]]] = {
     "ls": ("ls",),
     "get": ("get", "asker"),
@@ -213,8 +217,8 @@ async def prepare_store(store_url: str) -> None:
         )
 
 
-def _cases(bench: _Bench) -> list[tuple[_Case, _Case, float, str, str]]:
-    """(ours, baseline, target ms, what, against) for every figure."""
+def _cases(bench: _Bench) -> list[tuple[_Case, _Case, float, float, str, str]]:
+    """(ours, baseline, wall target ms, CPU target ms, what, against) for every figure."""
     python = sys.executable
     click_baseline = _Case("click", [python, "-c", "import click"])
     cases = [
@@ -222,12 +226,14 @@ def _cases(bench: _Bench) -> list[tuple[_Case, _Case, float, str, str]]:
             _Case("start.import_engine", [python, "-c", "from agentwatch import Engine"]),
             _Case("pydantic_ai", [python, "-c", "from pydantic_ai import Agent"]),
             500.0,
+            500.0,
             'python -c "from agentwatch import Engine"',
             'python -c "from pydantic_ai import Agent"',
         ),
         (
             _Case("start.cli_help", _cli("--help")),
             _Case("argparse", [python, "-c", _BARE_HELP]),
+            300.0,
             300.0,
             "agentwatch --help",
             "a bare argparse program with four sub-commands printing its --help",
@@ -241,6 +247,7 @@ def _cases(bench: _Bench) -> list[tuple[_Case, _Case, float, str, str]]:
                 _Case(f"start.cli.{name}", command, store=store if name in _TAKES_STORE else None),
                 click_baseline,
                 CLI_LIMIT_MS,
+                CLI_CPU_LIMIT_MS,
                 f"agentwatch {' '.join(argv)}",
                 'python -c "import click"',
             )
@@ -274,7 +281,7 @@ async def cold_start(ctx: Context) -> list[Result]:
         for case in order if index % 2 == 0 else reversed(order):
             await asyncio.to_thread(bench.run, case)
     results: list[Result] = []
-    for ours, baseline, limit, what, against in cases:
+    for ours, baseline, limit, cpu_limit, what, against in cases:
         note = (
             f"median wall time of {count} fresh processes of `{what}`, spawn to exit (CPU user+system "
             f"{ours.runs.cpu:.0f} ms); baseline: `{against}` (wall {baseline.runs.wall:.0f} ms, CPU "
@@ -283,8 +290,12 @@ async def cold_start(ctx: Context) -> list[Result]:
         )
         target = Target("value", "<=", limit)
         results.append(Result(ours.name, "ms", ours.runs.wall, baseline.runs.wall, "lower", target, note))
-        cpu_note = f"CPU time (user+system) of the same processes; the wall time's target held to it; {note}"
-        results.append(Result(f"{ours.name}.cpu", "ms", ours.runs.cpu, baseline.runs.cpu, "lower", target, cpu_note))
+        held = "the wall time's target held to it" if cpu_limit == limit else f"held to {cpu_limit:.0f} ms of CPU"
+        cpu_note = f"CPU time (user+system) of the same processes; {held}; {note}"
+        cpu_target = Target("value", "<=", cpu_limit)
+        results.append(
+            Result(f"{ours.name}.cpu", "ms", ours.runs.cpu, baseline.runs.cpu, "lower", cpu_target, cpu_note)
+        )
     results.append(await asyncio.to_thread(_gc_pause, bench))
     return results
 
