@@ -276,3 +276,38 @@ def test_commands_that_may_wait_start_without_the_collector_and_turn_it_on_befor
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"collector on: {collector_on}" in done.stderr
+
+
+PLUGINS_AT_EXIT = """
+import atexit, sys
+
+def scanned() -> None:
+    from pydantic.plugin import _loader
+    print("plugins scanned:", _loader._plugins is not None, file=sys.stderr)
+
+atexit.register(scanned)
+sys.argv = ["agentwatch", *sys.argv[1:]]
+from agentwatch.cli import main
+
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "scan"), [(["ls"], {}, False), (["ls"], {"PYDANTIC_DISABLE_PLUGINS": ""}, True)]
+)
+def test_short_commands_skip_pydantics_plugin_scan_unless_told_otherwise(
+    argv: list[str], env: dict[str, str], scan: bool, tmp_path: Path
+) -> None:
+    """The entry-point scan is a twentieth of a short command's start; a user's own setting still wins."""
+    import os
+
+    from bench.start import prepare_store
+
+    store = f"sqlite:///{tmp_path / 'plugins.db'}"
+    asyncio.run(prepare_store(store))
+    environment = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"} | env
+    command = [sys.executable, "-c", PLUGINS_AT_EXIT, *argv, "--store", store]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=environment, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"plugins scanned: {scan}" in done.stderr

@@ -10,6 +10,7 @@ returns, and an error as `{"error": {...}}`. Run `agentwatch COMMAND --help` for
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from typing import Any
 
@@ -132,4 +133,8 @@ def main() -> None:
     """Entry point of the `agentwatch` script (and of `python -m agentwatch`)."""
     if next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None) in SHORT_COMMANDS | WAITING_COMMANDS:
         gc.disable()
+        # pydantic looks for plugins (scanning every installed package's entry points) at the first model it
+        # builds: a twentieth of such a command's start. These commands start no other process and load no
+        # plugin-aware code of the user's, so they skip the scan unless the user says otherwise.
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     cli.main()
