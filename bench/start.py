@@ -43,7 +43,7 @@ _BARE_HELP: Final = (
 )
 
 CLI_LIMIT_MS: Final = 300.0
-"""Target of every command that runs no model (issue 12): a cold start of at most 0.3 s."""
+"""Target of every command that runs no model: a cold start of at most 0.3 s."""
 
 CLI_CPU_LIMIT_MS: Final = 200.0
 """What the CPU twin of each `start.cli.*` figure is held to: at most 0.2 s of CPU, so that the 0.3 s wall holds

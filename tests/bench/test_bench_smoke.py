@@ -30,7 +30,7 @@ SQLITE_AND_MEMORY = (
     "engine.concurrent",
     "start",
 )
-# The figures issue 8 asks for, each named so the lead can find it in latest.json.
+# The headline figures, each named so that it can be found in latest.json.
 HEADLINE_FIGURES = (
     "engine.turn.full.p50",
     "engine.turn.full.cpu_p50",
