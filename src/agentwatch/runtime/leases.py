@@ -377,14 +377,14 @@ async def owned_plan(runtime: Runtime, session_id: str) -> tuple[SessionRecord, 
             if isinstance(taken, LeaseRecord):
                 await leases.note_takeover(runtime, taken)
         session = await runtime.store.get_session(session_id)
-        plan = await next_plan(runtime, session)
+        plan = await next_plan(runtime.store, session)
         if plan is not None:
             return session, plan
         if leases is None:
             return None
         await leases.release(session_id)
         session = await runtime.store.get_session(session_id)
-        if await next_plan(runtime, session) is None:
+        if await next_plan(runtime.store, session) is None:
             return None
     return None
 

@@ -23,14 +23,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from agentwatch.events import TurnStarted, UserMessage
 from agentwatch.reads.current import is_settled
 from agentwatch.store import InputRecord, RequestRecord, SessionRecord, SessionStatus, Store
-
-if TYPE_CHECKING:
-    from agentwatch.runtime.services import Runtime
 
 __all__ = [
     "WORKING",
@@ -41,7 +38,6 @@ __all__ = [
     "lives_on",
     "new_report_held",
     "next_plan",
-    "plan_from",
     "reports_held",
     "settled",
 ]
@@ -64,22 +60,17 @@ class Plan:
     """For `answer`: the (closed) requests of the paused turn."""
 
 
-async def next_plan(runtime: Runtime, session: SessionRecord) -> Plan | None:
-    """The work waiting for `session`, or None."""
-    return await plan_from(runtime.store, session)
-
-
 async def settled(store: Store, session: SessionRecord) -> bool:
     """Whether a wait on `session` is over: no turn runs and none would start now. Inputs no turn takes yet
     (observer reports kept for the next turn the session is given, inputs waiting while a person holds the
     session) do not keep a wait going, as they do not keep the session from settling."""
     if is_settled(session):
         return True
-    return session.status != "running" and await plan_from(store, session) is None
+    return session.status != "running" and await next_plan(store, session) is None
 
 
-async def plan_from(store: Store, session: SessionRecord) -> Plan | None:
-    """`next_plan`, read from `store`."""
+async def next_plan(store: Store, session: SessionRecord) -> Plan | None:
+    """The work waiting for `session`, or None."""
     if session.deleted_at is not None:
         return None
     if session.status == "running":

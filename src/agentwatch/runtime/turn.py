@@ -46,7 +46,7 @@ from agentwatch.runtime.compaction import ContextFill
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
 from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held
 from agentwatch.runtime.models import PendingCall, ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
-from agentwatch.runtime.plan import Plan, next_plan
+from agentwatch.runtime.plan import Plan, lives_on, next_plan
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.services import Runtime
@@ -434,8 +434,7 @@ async def _finish(turn: _Turn, result: TurnResult) -> None:
     if result.outcome == "completed":
         session = turn.session
         # Chats, the boss and observer agents live on between turns; a task is done when its turn is.
-        lives_on = session.source == "chat" or session.boss or session.is_observer
-        status: SessionStatus = "idle" if lives_on else "completed"
+        status: SessionStatus = "idle" if lives_on(session) else "completed"
         ended = TurnEnded(outcome="completed", usage=result.usage)
         await _end(turn, status, ended, last_text=result.output)
     elif result.outcome == "paused":
