@@ -68,6 +68,31 @@ def _per_second(events: int, seconds: float) -> float:
     return events / seconds if seconds > 0 else 0.0
 
 
+def _concurrent_append(backend: str, sessions_n: int, events: int, totals: dict[str, float], note: str) -> Result:
+    """`sessions_n` sessions appending at once: the store's events per second against the raw driver's."""
+    return Result(
+        name=f"store.append.{backend}.{sessions_n}_sessions",
+        unit="events/s",
+        value=_per_second(events, totals["store"]),
+        baseline=_per_second(events, totals["raw"]),
+        better="higher",
+        target=Target("ratio", ">=", 0.5),
+        note=note,
+    )
+
+
+def _events_per_commit(backend: str, sessions_n: int, achieved: float) -> Result:
+    """How full the store's groups were while `sessions_n` sessions appended at once."""
+    return Result(
+        name=f"store.append.{backend}.{sessions_n}_sessions.events_per_commit",
+        unit="events/commit",
+        value=achieved,
+        baseline=float(sessions_n),
+        better="higher",
+        note=f"how full the groups were; baseline: {sessions_n}, every session's append in one commit",
+    )
+
+
 async def _abba(rounds: int, first: Callable[[], Awaitable[float]], second: Callable[[], Awaitable[float]]) -> None:
     """Run `first` and `second` `rounds` times each, alternating which goes first (ABBA), so a neighbour that
     gets busy half-way through the run weighs on both alike."""
@@ -258,29 +283,11 @@ async def append_sqlite(ctx: Context) -> list[Result]:
         else:
             achieved = float(sessions_n)
             batch_note = f"commits not countable; baseline: executemany in batches of {sessions_n} (upper bound)"
-        results.append(
-            Result(
-                name=f"store.append.sqlite.{sessions_n}_sessions",
-                unit="events/s",
-                value=_per_second(concurrent_events, totals["store"]),
-                baseline=_per_second(concurrent_events, totals["raw"]),
-                better="higher",
-                target=Target("ratio", ">=", 0.5),
-                note=f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}; WAL, synchronous=FULL",
-            )
-        )
+        note = f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}; WAL, synchronous=FULL"
+        results.append(_concurrent_append("sqlite", sessions_n, concurrent_events, totals, note))
         results.append(await _growth_sqlite(ctx))
         if grouped["commits"]:
-            results.append(
-                Result(
-                    name=f"store.append.sqlite.{sessions_n}_sessions.events_per_commit",
-                    unit="events/commit",
-                    value=achieved,
-                    baseline=float(sessions_n),
-                    better="higher",
-                    note=f"how full the groups were; baseline: {sessions_n}, every session's append in one commit",
-                )
-            )
+            results.append(_events_per_commit("sqlite", sessions_n, achieved))
         return results
     finally:
         raw.close()
@@ -579,28 +586,10 @@ async def append_postgres(ctx: Context) -> list[Result]:
                 achieved = 1.0
                 batch_note = "groups not countable; baseline: psycopg executemany, 1 row per transaction"
             concurrent_events = sessions_n * per_session * sizes.rounds
-            results.append(
-                Result(
-                    name=f"store.append.postgres.{sessions_n}_sessions",
-                    unit="events/s",
-                    value=_per_second(concurrent_events, totals["store"]),
-                    baseline=_per_second(concurrent_events, totals["raw"]),
-                    better="higher",
-                    target=Target("ratio", ">=", 0.5),
-                    note=f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}",
-                )
-            )
+            note = f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}"
+            results.append(_concurrent_append("postgres", sessions_n, concurrent_events, totals, note))
             if grouped["groups"]:
-                results.append(
-                    Result(
-                        name=f"store.append.postgres.{sessions_n}_sessions.events_per_commit",
-                        unit="events/commit",
-                        value=achieved,
-                        baseline=float(sessions_n),
-                        better="higher",
-                        note=f"how full the groups were; baseline: {sessions_n}, every session's append in one commit",
-                    )
-                )
+                results.append(_events_per_commit("postgres", sessions_n, achieved))
             return results
         finally:
             await store.close()
