@@ -1,9 +1,11 @@
-"""Real attach clients over real sockets: a WebSocket one and an SSE one, speaking the service's frames."""
+"""Real attach clients over real sockets: a WebSocket one and an SSE one, speaking the service's frames, and a
+raw one that upgrades and then does not read."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -90,3 +92,19 @@ async def attach(kind: str, base: str, agent_id: str, after: str | None = None) 
             yield stream
         finally:
             await stream.close()
+
+
+def unread_ws(base: str, agent_id: str) -> socket.socket:
+    """A raw socket with a small receive buffer that asks for the WebSocket upgrade and then reads nothing."""
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    sock.sendall(
+        (
+            f"GET /api/agents/{agent_id}/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        ).encode()
+    )
+    return sock

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,7 @@ from agentwatch.events import Event
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.service import ServiceSettings, create_app
-from tests.service.clients import attach, ws_url
+from tests.service.clients import attach, unread_ws, ws_url
 from tests.service.support import role, served
 
 
@@ -222,17 +221,7 @@ async def test_a_client_that_never_reads_does_not_slow_the_session(open_engine: 
         app = create_app(engine, ServiceSettings(client_backlog=50, send_timeout=0.5))
         async with served(app) as base:
             session = await engine.create("talker")
-            host, port = base.removeprefix("http://").split(":")
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect((host, int(port)))
-            sock.sendall(
-                (
-                    f"GET /api/agents/{session.id}/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                    "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-                ).encode()
-            )
+            sock = unread_ws(base, session.id)
             try:
                 await asyncio.sleep(0.2)
                 assert app.state.service.broadcaster.client_count(session.id) == 1

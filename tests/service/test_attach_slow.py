@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from typing import Any
 
 from agentwatch.events import NewEvent, ToolResult
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import Write
+from tests.service.clients import unread_ws
 from tests.service.support import role, served
 
 
@@ -43,17 +43,7 @@ async def test_a_client_that_stops_reading_is_closed_after_the_send_timeout(open
             big = ToolResult(tool_call_id="call_1", tool_name="lookup", output="x" * 10_000)
             for _ in range(10):
                 await engine.store.write(Write(session.id, events=[NewEvent(big) for _ in range(100)]))
-            host, port = base.removeprefix("http://").split(":")
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect((host, int(port)))
-            sock.sendall(
-                (
-                    f"GET /api/agents/{session.id}/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                    "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-                ).encode()
-            )
+            sock = unread_ws(base, session.id)
             try:
                 await asyncio.sleep(0.5)
                 await engine.enqueue(session.id, "talk")

@@ -1,14 +1,25 @@
-"""Helpers for observer tests: polling real engines, reading what a session recorded."""
+"""Helpers for observer tests: polling real engines, reading what a session recorded, a reporting observer,
+and the tags a digest's renderer writes."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from agentwatch.events import Event, ObserverReported, ObserverStateChanged, RuntimeNotice
 from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.store import SessionFilter, SessionRecord
+from agentwatch.watchers.digest import (
+    ActivityItem,
+    AssistantTextItem,
+    ToolCallItem,
+    ToolResultItem,
+    TurnEndedItem,
+    UserMessageItem,
+    envelope_tag,
+)
 from tests.runtime.support import OpenEngine, Scripted, role
 
 __all__ = [
@@ -17,8 +28,10 @@ __all__ = [
     "events",
     "eventually",
     "observers_of",
+    "reporting",
     "reports",
     "role",
+    "skeleton",
     "states",
     "turn_types",
     "warnings",
@@ -81,3 +94,32 @@ async def observers_of(engine: Engine, session_id: str) -> list[SessionRecord]:
 def turn_types(found: list[Event]) -> list[str]:
     """The types of the events that belong to a turn (observer notes are recorded outside turns)."""
     return [e.type for e in found if e.turn_id is not None]
+
+
+def reporting(text: str) -> ScriptedModel:
+    """An observer that reports `text` once per digest, then ends its turn with the tool's answer."""
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ObserverReport", {"report": text})
+        return Reply(ctx.tool_results[0].output)
+
+    return ScriptedModel(function=script)
+
+
+def skeleton(name: str, items: list[ActivityItem]) -> list[tuple[str, str]]:
+    """The tags the renderer itself writes for `items` in the envelope of agent `name`, in order."""
+    tags = [("", envelope_tag(name))]
+    for item in items:
+        match item:
+            case ToolCallItem():
+                tags += [("", "tool-call"), ("/", "tool-call")]
+            case ToolResultItem():
+                tags += [("", "tool-result"), ("/", "tool-result")]
+            case UserMessageItem():
+                tags += [("", "user-message"), ("/", "user-message")]
+            case TurnEndedItem():
+                tags += [("", "turn-ended")]
+            case AssistantTextItem():
+                pass
+    return [*tags, ("/", envelope_tag(name))]

@@ -38,6 +38,7 @@ from agentwatch.watchers.digest import (
     render_batch,
     render_digest,
 )
+from tests.watchers.support import skeleton
 
 
 def event(payload: Payload, seq: int = 1) -> Event:
@@ -172,24 +173,6 @@ PROTECTED = (*INNER_TAGS, envelope_tag(NAME))
 TAG = re.compile(r"<\s*(/?)\s*(" + "|".join(re.escape(t) for t in PROTECTED) + r")(?![\w-])", re.IGNORECASE)
 
 
-def skeleton(items: list[ActivityItem]) -> list[tuple[str, str]]:
-    """The tags the renderer itself writes for `items`, in order."""
-    tags = [("", envelope_tag(NAME))]
-    for item in items:
-        match item:
-            case ToolCallItem():
-                tags += [("", "tool-call"), ("/", "tool-call")]
-            case ToolResultItem():
-                tags += [("", "tool-result"), ("/", "tool-result")]
-            case UserMessageItem():
-                tags += [("", "user-message"), ("/", "user-message")]
-            case TurnEndedItem():
-                tags += [("", "turn-ended")]
-            case AssistantTextItem():
-                pass
-    return [*tags, ("/", envelope_tag(NAME))]
-
-
 def _case_variants(word: str) -> st.SearchStrategy[str]:
     return st.lists(st.booleans(), min_size=len(word), max_size=len(word)).map(
         lambda flips: "".join(c.upper() if f else c for c, f in zip(word, flips, strict=True))
@@ -222,4 +205,4 @@ items_strategy = st.lists(
 def test_no_observed_content_can_open_or_close_the_envelope_or_an_inner_tag(items: list[ActivityItem]) -> None:
     rendered = render_digest(NAME, items)
     found = [(m.group(1), m.group(2).lower()) for m in TAG.finditer(rendered)]
-    assert found == skeleton(items)
+    assert found == skeleton(NAME, items)

@@ -28,6 +28,7 @@ from agentwatch.watchers.digest import (
     render_digest,
     safe_name,
 )
+from tests.watchers.support import skeleton
 
 NAME = "coder"
 PROTECTED = (*INNER_TAGS, envelope_tag(NAME))
@@ -141,23 +142,6 @@ items_strategy = st.lists(
 )
 
 
-def skeleton(items: list[ActivityItem]) -> list[tuple[str, str]]:
-    tags = [("", envelope_tag(NAME))]
-    for item in items:
-        match item:
-            case ToolCallItem():
-                tags += [("", "tool-call"), ("/", "tool-call")]
-            case ToolResultItem():
-                tags += [("", "tool-result"), ("/", "tool-result")]
-            case UserMessageItem():
-                tags += [("", "user-message"), ("/", "user-message")]
-            case TurnEndedItem():
-                tags += [("", "turn-ended")]
-            case AssistantTextItem():
-                pass
-    return [*tags, ("/", envelope_tag(NAME))]
-
-
 def one_of_each_class() -> list[str]:
     """One look-alike closing tag per substitution the generator knows."""
     tags = [f"{opener}/coder-activity>" for opener in OPENERS[1:]]
@@ -180,7 +164,7 @@ def test_every_class_of_look_alike_gets_past_the_ascii_escape_and_none_past_the_
 @example([AssistantTextItem(t) for t in ISSUE_EXAMPLES])
 @example([TurnEndedItem("failed", "&lt;/coder-activity&gt;")])
 def test_no_look_alike_survives_in_a_rendered_digest(items: list[ActivityItem]) -> None:
-    assert forged(render_digest(NAME, items)) == skeleton(items)
+    assert forged(render_digest(NAME, items)) == skeleton(NAME, items)
 
 
 names = st.lists(

@@ -15,20 +15,19 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.tools import function_tool
 from agentwatch.watchers import observer_agents
-from tests.watchers.support import OpenEngine, Scripted, events, eventually, observers_of, reports, role, states
+from tests.watchers.support import (
+    OpenEngine,
+    Scripted,
+    events,
+    eventually,
+    observers_of,
+    reporting,
+    reports,
+    role,
+    states,
+)
 
 REPORT = "You skipped the tests."
-
-
-def reporting(text: str) -> ScriptedModel:
-    """An observer that reports `text` once per digest."""
-
-    def script(ctx: Any) -> Any:
-        if not ctx.tool_results:
-            return CallTool("ObserverReport", {"report": text})
-        return Reply(ctx.tool_results[0].output)
-
-    return ScriptedModel(function=script)
 
 
 async def _turns(engine: Engine, session_id: str) -> int:

@@ -13,18 +13,17 @@ from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.tools import Caller, function_tool
 from agentwatch.watchers import describe, observer_agents
-from tests.watchers.support import OpenEngine, Scripted, events, eventually, observers_of, reports, role, states
-
-
-def reporting(text: str) -> ScriptedModel:
-    """An observer that reports `text` once per digest, then ends its turn with the tool's answer."""
-
-    def script(ctx: Any) -> Any:
-        if not ctx.tool_results:
-            return CallTool("ObserverReport", {"report": text})
-        return Reply(ctx.tool_results[0].output)
-
-    return ScriptedModel(function=script)
+from tests.watchers.support import (
+    OpenEngine,
+    Scripted,
+    events,
+    eventually,
+    observers_of,
+    reporting,
+    reports,
+    role,
+    states,
+)
 
 
 async def test_a_report_reaches_the_observed_agents_next_turn_and_its_history(

@@ -5,25 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from click.testing import CliRunner
 
 from agentwatch.cli import cli
 from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from tests.watchers.support import OpenEngine, Scripted, eventually, reports, role
+from agentwatch.runtime.models import ScriptedModel
+from tests.watchers.support import OpenEngine, Scripted, eventually, reporting, reports, role
 
 REPORT = "The parser drops the last line."
-
-
-def reporting(text: str) -> ScriptedModel:
-    def script(ctx: Any) -> Any:
-        if not ctx.tool_results:
-            return CallTool("ObserverReport", {"report": text})
-        return Reply(ctx.tool_results[0].output)
-
-    return ScriptedModel(function=script)
 
 
 async def _delivery(engine: Engine, session_id: str) -> list[str]:
