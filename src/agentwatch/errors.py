@@ -13,15 +13,18 @@ AgentwatchError                  code
 │   ├── NotADatabase             not_a_database     the file is not a database of ours
 │   └── SchemaTooNew             schema_too_new     the database was written by a newer agentwatch
 ├── MissingDependency            missing_dependency an optional extra is not installed
+├── ServiceUnreachable           service_unreachable the service the CLI was pointed at cannot be reached
 └── UserError                    user_error         the developer misused the Python API
 ```
 
 Every error renders as `{"error": {"code": ..., "message": ...}}` through `to_dict()`; the message says
-what went wrong, with identifiers in repr form, and what to do about it.
+what went wrong, with identifiers in repr form, and what to do about it. `AgentwatchError.from_dict` turns
+that form back into the error (a client of the service raises what the engine raised).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "NotADatabase",
     "NotFound",
     "SchemaTooNew",
+    "ServiceUnreachable",
     "StoreError",
     "StoreUnavailable",
     "UserError",
@@ -52,12 +56,33 @@ class AgentwatchError(Exception):
         self.details = details
         """Extra structured facts for the caller (for `ambiguous`: the candidates)."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _BY_CODE.setdefault(cls.code, cls)  # the first class of a code is the one it names
+
     def to_dict(self) -> dict[str, Any]:
         """The structured form tools, the API and `--json` return."""
         error: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.details:
             error["details"] = self.details
         return {"error": error}
+
+    @staticmethod
+    def from_dict(answer: Mapping[str, Any]) -> AgentwatchError | None:
+        """The error `answer` holds when it is a `to_dict()` form (None for any other answer), as the class of
+        its code; a code no class has (a refusal only the service makes: `forbidden`, ...) gets one."""
+        error = answer.get("error") if len(answer) == 1 else None
+        if not isinstance(error, Mapping):
+            return None
+        code = str(error.get("code", "error"))
+        cls = _BY_CODE.get(code)
+        if cls is None:
+            cls = type(f"Error_{code}", (AgentwatchError,), {"code": code})
+        details = error.get("details")
+        return cls(str(error.get("message", code)), **(details if isinstance(details, Mapping) else {}))
+
+
+_BY_CODE: dict[str, type[AgentwatchError]] = {"error": AgentwatchError}
 
 
 class InvalidArgument(AgentwatchError):
@@ -128,3 +153,9 @@ class UserError(AgentwatchError):
     """The developer misused the Python API."""
 
     code = "user_error"
+
+
+class ServiceUnreachable(AgentwatchError):
+    """The service named by `--server` (or `AGENTWATCH_SERVER`, or a discovery file) cannot be reached."""
+
+    code = "service_unreachable"

@@ -24,20 +24,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import click
 
-from agentwatch.errors import (
-    AgentwatchError,
-    Ambiguous,
-    Conflict,
-    Invalid,
-    InvalidArgument,
-    MissingDependency,
-    NotADatabase,
-    NotFound,
-    SchemaTooNew,
-    StoreError,
-    StoreUnavailable,
-    UserError,
-)
+from agentwatch.errors import AgentwatchError, InvalidArgument, ServiceUnreachable
 
 if TYPE_CHECKING:
     from http.client import HTTPConnection, HTTPResponse
@@ -49,7 +36,6 @@ __all__ = [
     "SERVER_ENV",
     "TOKEN_ENV",
     "Service",
-    "ServiceUnreachable",
     "await_settled",
     "discovery_file",
     "find_service",
@@ -65,12 +51,6 @@ SERVER_ENV = "AGENTWATCH_SERVER"
 TOKEN_ENV = "AGENTWATCH_TOKEN"
 _META = "agentwatch.server"
 _NONE = ("none", "off")
-
-
-class ServiceUnreachable(AgentwatchError):
-    """The service named by `--server` (or `AGENTWATCH_SERVER`) cannot be reached."""
-
-    code = "service_unreachable"
 
 
 def server_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -209,36 +189,12 @@ def _base_url(given: str) -> str:
 
 # -- errors ------------------------------------------------------------------------------------------------
 
-_KNOWN: dict[str, type[AgentwatchError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidArgument,
-        NotFound,
-        Ambiguous,
-        Conflict,
-        Invalid,
-        StoreError,
-        StoreUnavailable,
-        NotADatabase,
-        SchemaTooNew,
-        MissingDependency,
-        UserError,
-    )
-}
-_OTHERS: dict[str, type[AgentwatchError]] = {}
-
 
 def raise_error(answer: Mapping[str, Any]) -> None:
     """Raise the error a tool's answer holds (as the same error class the store path raises), if any."""
-    error = answer.get("error") if len(answer) == 1 else None
-    if not isinstance(error, dict):
-        return
-    code = str(error.get("code", "error"))
-    details = error.get("details")
-    cls = _KNOWN.get(code) or _OTHERS.get(code)
-    if cls is None:  # a refusal only the service makes (forbidden, unauthenticated, unavailable, ...)
-        cls = _OTHERS[code] = type(f"Service_{code}", (AgentwatchError,), {"code": code})
-    raise cls(str(error.get("message", code)), **(details if isinstance(details, dict) else {}))
+    error = AgentwatchError.from_dict(answer)
+    if error is not None:
+        raise error
 
 
 # -- the service -------------------------------------------------------------------------------------------
