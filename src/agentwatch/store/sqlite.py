@@ -14,7 +14,7 @@ rolls back alone and only its caller gets the error. Then it commits once: one f
 however many callers. Each caller's call returns only after that commit. Reads run on separate
 connections, which WAL lets proceed while the writer writes.
 
-Outcomes go back to the callers' event loops through a `_Mailbox`: one wake-up per group, then a chunk of
+Outcomes go back to the callers' event loops through a `Mailbox`: one wake-up per group, then a chunk of
 callers per loop turn, so a large group does not resume hundreds of callers in one turn.
 """
 
@@ -26,12 +26,9 @@ import os
 import queue
 import sqlite3
 import threading
-import time
 import weakref
-from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast
@@ -40,6 +37,7 @@ from urllib.parse import parse_qs
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotADatabase, StoreError
 from agentwatch.events import Event
 from agentwatch.store._appends import apply_appends
+from agentwatch.store._mailbox import Job, Mailbox, settle
 from agentwatch.store._migrations import migrate, recorded_version
 from agentwatch.store._sql import Dialect, Row, Tx, check_params, utc_text
 from agentwatch.store._sqlstore import SqlStore
@@ -56,12 +54,6 @@ _MAX_GROUP: Final = 512
 _READERS: Final = 2
 _PAGE_SIZE: Final = 8192
 """Bytes per page of a new database file (see `_open_database`)."""
-_FIRST_CHUNK: Final = 16
-"""Callers woken per loop turn before the first measurement of what a turn costs."""
-_MAX_CHUNK: Final = 32
-_TURN_BUDGET_S: Final = 0.010
-"""How long the callers woken in one loop turn should keep the loop busy, at most (a target, not a bound:
-one caller's step takes what it takes)."""
 
 DIALECT = Dialect(name="sqlite", for_update="", time_param=utc_text, json_param=lambda text: text)
 
@@ -114,101 +106,10 @@ def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
     return connection
 
 
-class _Mailbox:
-    """Outcomes waiting for the callers on one event loop, handed to them a few at a time.
-
-    A thread that finished work posts the outcomes here; the first post while nothing is pending wakes the
-    loop (one `call_soon_threadsafe`, however many outcomes follow: each such wake-up writes to the loop's
-    self-pipe and lets the loop's thread take the GIL from the poster). On the loop, the outcomes are then
-    handed out in chunks, one chunk per loop turn: each woken caller runs its next step in the turn after its
-    chunk, so hundreds of callers woken by one group commit cannot all run in one turn and keep the loop from
-    everything else (timers, other tasks) for the sum of their steps. The chunk is sized from the time the
-    previous loop turn took, to keep a turn near `_TURN_BUDGET_S`.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = weakref.ref(loop)
-        self._lock = threading.Lock()
-        self._jobs: deque[_Job] = deque()
-        self._scheduled = False
-        self._chunk = _FIRST_CHUNK
-
-    def post(self, jobs: Iterable[_Job]) -> None:
-        """Queue finished jobs (any thread); wake the loop unless a hand-out is already under way."""
-        with self._lock:
-            self._jobs.extend(jobs)
-            if self._scheduled:
-                return
-            self._scheduled = True
-        loop = self._loop()
-        if loop is None:
-            return  # the caller's loop is gone: nobody waits
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            loop.call_soon_threadsafe(self._hand_out, None)
-
-    def _hand_out(self, previous_end: float | None) -> None:
-        started = time.perf_counter()
-        if previous_end is not None:
-            # The loop turn since the last chunk: that chunk's callers ran in it, with whatever else was ready
-            # (among them, callers of earlier chunks that were woken through another future). Scale the chunk
-            # so such a turn takes about the budget, growing it at most twofold per turn.
-            turn = started - previous_end
-            scale = min(2.0, _TURN_BUDGET_S / turn) if turn > 0 else 2.0
-            self._chunk = max(1, min(_MAX_CHUNK, int(self._chunk * scale)))
-        jobs = self._jobs
-        count = 0
-        try:
-            while count < self._chunk and jobs:
-                jobs.popleft().deliver()
-                count += 1
-        finally:
-            with self._lock:
-                more = bool(jobs)
-                self._scheduled = more
-            if more:
-                loop = self._loop()
-                if loop is not None:
-                    loop.call_soon(self._hand_out, time.perf_counter())
-
-
-@dataclass(eq=False, slots=True)
-class _Job:
-    fn: Callable[[Tx], Coroutine[Any, Any, Any]]
-    mailbox: _Mailbox
-    future: asyncio.Future[Any]
-    write: bool = True
-    session_id: str | None = None
-    """The one session a write changes (`_write_session`), or None when it may touch anything."""
-    appends: Write | None = None
-    """An append-only write, which the writer applies together with the others of its group."""
-    alone: bool = False
-    """Apply it by itself even if it is an append-only write (its group's statement lost the transaction)."""
-    outcome: tuple[Any, BaseException | None] = field(default=(None, None))
-
-    def deliver(self) -> None:
-        """Set the caller's future (on the caller's event loop)."""
-        if self.future.done():
-            return  # cancelled by its caller; the write itself stands
-        value, error = self.outcome
-        if error is None:
-            self.future.set_result(value)
-        else:
-            self.future.set_exception(error)
-
-
-def _settle(jobs: Sequence[_Job]) -> None:
-    """Hand the outcomes to the callers' event loops (a caller may be gone: then nobody waits)."""
-    by_mailbox: dict[_Mailbox, list[_Job]] = {}
-    for job in jobs:
-        by_mailbox.setdefault(job.mailbox, []).append(job)
-    for mailbox, settled in by_mailbox.items():
-        mailbox.post(settled)
-
-
 class _TransactionLost(Exception):
     """SQLite rolled back the whole transaction when a statement failed (a full disk, an I/O error)."""
 
-    def __init__(self, job: _Job | None, cause: BaseException) -> None:
+    def __init__(self, job: Job | None, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.job = job
         """The write whose statement failed (None: a group statement of several appends)."""
@@ -221,7 +122,7 @@ def _rollback(connection: sqlite3.Connection) -> None:
             connection.execute("ROLLBACK")
 
 
-def _rollback_to(connection: sqlite3.Connection, savepoint: str, job: _Job | None, error: BaseException) -> None:
+def _rollback_to(connection: sqlite3.Connection, savepoint: str, job: Job | None, error: BaseException) -> None:
     """Undo a savepoint after `error`; raise `_TransactionLost` when the transaction itself is gone."""
     if connection.in_transaction:
         try:
@@ -262,14 +163,14 @@ class SqliteStore(SqlStore):
         self.url = url
         self.path = path
         """The database file (None in memory)."""
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._writer_connection = writer
         self._writer = threading.Thread(target=self._writer_main, name="agentwatch-sqlite-writer", daemon=True)
         self._readers: ThreadPoolExecutor | None = None
         self._reader_connections: list[sqlite3.Connection] = []
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = weakref.WeakKeyDictionary()
+        self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
         self._closed = False
         if path is not None:
             self._readers = ThreadPoolExecutor(_READERS, thread_name_prefix="agentwatch-sqlite-reader")
@@ -290,7 +191,7 @@ class SqliteStore(SqlStore):
         tx = _Tx(connection)
         running = True
         while running:
-            jobs: list[_Job] = []
+            jobs: list[Job] = []
             job = self._queue.get()
             while job is not None:
                 jobs.append(job)
@@ -313,10 +214,10 @@ class SqliteStore(SqlStore):
                     read.outcome = (_drive(read.fn(tx)), None)
                 except BaseException as error:
                     read.outcome = (None, _as_store_error(error))
-            _settle(jobs)
+            settle(jobs)
         connection.close()
 
-    def _commit_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:
+    def _commit_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job]) -> None:
         """Apply `jobs` in one transaction and commit it; each job's outcome says how it went.
 
         SQLite may answer a failed statement (a full disk, an I/O error) by rolling back the whole
@@ -357,7 +258,7 @@ class SqliteStore(SqlStore):
                         job.outcome = (None, failure)
             return
 
-    def _apply_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:
+    def _apply_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job]) -> None:
         if len(jobs) == 1:
             # The group's only write (a turn's commit, mostly) needs no SAVEPOINT: should it fail, rolling
             # back the whole transaction undoes it alone.
@@ -367,7 +268,7 @@ class SqliteStore(SqlStore):
         # changes one session that none of them names (the order of writes to different sessions inside one
         # transaction is invisible); anything else applies them first, so each session sees its writes in
         # the order they were queued.
-        batch: list[_Job] = []
+        batch: list[Job] = []
         named: set[str] = set()
         for job in jobs:
             if job.appends is not None and not job.alone:
@@ -381,7 +282,7 @@ class SqliteStore(SqlStore):
         if batch:
             self._apply_appends(connection, tx, batch)
 
-    def _apply_sole(self, connection: sqlite3.Connection, tx: _Tx, job: _Job) -> None:
+    def _apply_sole(self, connection: sqlite3.Connection, tx: _Tx, job: Job) -> None:
         """Apply the one write of a transaction; if it fails, roll the transaction back."""
         try:
             job.outcome = (_drive(job.fn(tx)), None)
@@ -389,7 +290,7 @@ class SqliteStore(SqlStore):
             job.outcome = (None, _as_store_error(error))
             _rollback(connection)
 
-    def _apply_one(self, connection: sqlite3.Connection, tx: _Tx, job: _Job) -> None:
+    def _apply_one(self, connection: sqlite3.Connection, tx: _Tx, job: Job) -> None:
         """Apply one job in its own SAVEPOINT: if it fails, it rolls back alone and only its caller hears.
 
         Raises `_TransactionLost` when SQLite rolled back the whole transaction on the job's failure.
@@ -403,7 +304,7 @@ class SqliteStore(SqlStore):
             return
         connection.execute("RELEASE write")
 
-    def _apply_appends(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[_Job]) -> None:
+    def _apply_appends(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job]) -> None:
         """Apply append-only writes with one statement per table; should the database refuse one of those
         statements, roll them back and apply the writes one by one, so the failure stays with its write."""
         connection.execute("SAVEPOINT appends")
@@ -425,12 +326,12 @@ class SqliteStore(SqlStore):
         for job, outcome in zip(jobs, outcomes, strict=True):
             job.outcome = (None, outcome) if isinstance(outcome, BaseException) else (outcome, None)
 
-    def _mailbox(self) -> _Mailbox:
+    def _mailbox(self) -> Mailbox:
         loop = asyncio.get_running_loop()
         mailbox = self._mailboxes.get(loop)
         if mailbox is None:
             with self._lock:
-                mailbox = self._mailboxes.setdefault(loop, _Mailbox(loop))
+                mailbox = self._mailboxes.setdefault(loop, Mailbox(loop))
         return mailbox
 
     def _submit(
@@ -446,7 +347,7 @@ class SqliteStore(SqlStore):
         mailbox = self._mailbox()
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         run = cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn)
-        self._queue.put(_Job(run, mailbox, future, write, session_id, appends))
+        self._queue.put(Job(run, mailbox, future, write, session_id, appends))
         return future
 
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
@@ -470,11 +371,11 @@ class SqliteStore(SqlStore):
             raise StoreError(f"the store {self.url!r} is closed; open it again")
         run = cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        job = _Job(run, self._mailbox(), future, write=False)
+        job = Job(run, self._mailbox(), future, write=False)
         self._readers.submit(self._read_job, job)
         return await future
 
-    def _read_job(self, job: _Job) -> None:
+    def _read_job(self, job: Job) -> None:
         """Run a read on a reader thread; its outcome goes back through the caller's mailbox, like a write's
         (so a burst of finished reads wakes its callers a few per loop turn, too)."""
         try:
