@@ -16,6 +16,7 @@ from agentwatch.watchers.rules import (
     _detectors,
     _Haystack,
     _literals,
+    _scan,
     find_secrets,
     placeholder,
 )
@@ -69,6 +70,23 @@ def test_a_text_with_a_match_always_holds_one_of_the_patterns_literals(text: str
     for pattern in PATTERNS:
         if pattern.search(text) is not None:
             assert haystack.may_match(_literals(pattern)), (pattern.pattern, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+@example("sk-us1234")  # a literal (`-us`) that starts inside another one the one-pass regex found (`sk-`)
+@example("xoxb")  # one literal in two modes: `xox` exact, and ignoring case
+@example("://:_authToken=")  # `://` overlaps `/:_authToken=`
+@example("BEGIN PRIVATE KEY-----BEGIN ")
+@example("DB_PA\u017fSWORD=s3cr3tvalue1")
+def test_the_one_pass_scan_picks_the_patterns_the_literal_checks_pick(text: str) -> None:
+    scan = _scan(SECRET_PATTERNS, True)
+    haystack = _Haystack(text)
+    numbered = [(index, pattern) for index, _, pattern in scan.own] + [
+        pair for _, patterns, _ in scan.detectors for pair in patterns or ()
+    ]
+    assert len(numbered) == len({index for index, _ in numbered})
+    assert scan.may_match(text) == {index for index, pattern in numbered if haystack.may_match(_literals(pattern))}
 
 
 def _every_pattern_everywhere(text: str) -> list[tuple[str, str]]:

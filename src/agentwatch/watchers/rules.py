@@ -47,6 +47,7 @@ import re
 import re._constants as _sre_constants  # type: ignore[import-not-found]  # `re`'s own parser: no stubs
 import re._parser as _sre_parser  # type: ignore[import-not-found]
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
@@ -344,30 +345,33 @@ def find_secrets(
     `detect-secrets` detectors for what they add; placeholders and examples are left out.
 
     A pattern runs only on a text holding one of the literals every match of it contains (see `Literals`),
-    which finds exactly what running it everywhere would, at a fraction of the cost on ordinary text."""
+    which finds exactly what running it everywhere would, at a fraction of the cost on ordinary text. Which
+    literals a text holds is found for all the patterns at once (see `_Scan`)."""
     spans: list[tuple[int, int, str, str]] = []
-    haystack = _Haystack(text)
+    scan = _scan(patterns, maintained)
+    may = scan.may_match(text)
 
     def add(start: int, end: int, what: str, value: str) -> None:
         if placeholder(value) or any(start < e and s < end for s, e, _, _ in spans):
             return
         spans.append((start, end, what, value))
 
-    for what, pattern in patterns.items():
-        if not haystack.may_match(_literals(pattern)):
+    for index, what, pattern in scan.own:
+        if index not in may:
             continue
         for match in pattern.finditer(text):
             group = "value" if "value" in pattern.groupindex else 0
             add(match.start(group), match.end(group), what, match.group(group))
-    if maintained:
-        for detector, detector_patterns in _detector_patterns():
-            for value in set(_detected(detector, detector_patterns, haystack)):
-                if not isinstance(value, str) or len(value) < 8:
-                    continue
-                start = text.find(value)
-                while start >= 0:
-                    add(start, start + len(value), f"a secret ({detector.secret_type})", value)
-                    start = text.find(value, start + 1)
+    for detector, detector_patterns, numbers in scan.detectors:
+        if numbers is not None and numbers.isdisjoint(may):
+            continue  # none of its patterns may match
+        for value in set(_detected(detector, detector_patterns, text, may)):
+            if not isinstance(value, str) or len(value) < 8:
+                continue
+            start = text.find(value)
+            while start >= 0:
+                add(start, start + len(value), f"a secret ({detector.secret_type})", value)
+                start = text.find(value, start + 1)
     return [(what, value) for _, _, what, value in sorted(spans)]
 
 
@@ -388,20 +392,125 @@ def _detector_patterns() -> tuple[tuple[Any, tuple[tuple[re.Pattern[str], Litera
     )
 
 
-def _detected(detector: Any, patterns: Any, haystack: _Haystack) -> list[str]:
+_DetectorPatterns: TypeAlias = tuple[tuple[int, re.Pattern[str]], ...] | None
+
+
+def _detected(detector: Any, patterns: _DetectorPatterns, text: str, may: AbstractSet[int]) -> list[str]:
     """What a detector finds, as its `analyze_string` yields it, each of its patterns run only where it may
-    match."""
+    match (`may`: the numbers of the patterns that may match `text`)."""
     if patterns is None:
-        return list(detector.analyze_string(haystack.text))
+        return list(detector.analyze_string(text))
     found: list[str] = []
-    for regex, literals in patterns:
-        if haystack.may_match(literals):
-            for match in regex.findall(haystack.text):
+    for index, regex in patterns:
+        if index in may:
+            for match in regex.findall(text):
                 if isinstance(match, tuple):
                     found.extend(filter(bool, match))
                 else:
                     found.append(match)
     return found
+
+
+class _Scan:
+    """The patterns `find_secrets` runs, numbered, and which of them may match a text, found in one pass.
+
+    A text holds a pattern's literal exactly when one regex made of every literal (the longest first) finds
+    it, finds a longer literal it begins, or finds a literal it overlaps (the regex does not look inside
+    what it matched); the literals in those last two cases are few, and are looked for one by one. So a
+    pattern may match a text exactly when `_Haystack.may_match` says so, at the cost of one regex over the
+    text (and one over its case folding) instead of one search per literal."""
+
+    def __init__(
+        self, own: Mapping[str, re.Pattern[str]], detectors: Iterable[tuple[Any, Iterable[re.Pattern[str]] | None]]
+    ) -> None:
+        numbered: list[tuple[int, Literals | None]] = []
+
+        def number(pattern: re.Pattern[str]) -> int:
+            numbered.append((len(numbered), _literals(pattern)))
+            return len(numbered) - 1
+
+        self.own = tuple((number(pattern), what, pattern) for what, pattern in own.items())
+        """(number, what it finds, pattern) of each own pattern, in order."""
+        self.detectors: tuple[tuple[Any, _DetectorPatterns, frozenset[int] | None], ...] = tuple(
+            (detector, None, None)
+            if patterns is None
+            else (detector, numbered_patterns, frozenset(index for index, _ in numbered_patterns))
+            for detector, patterns in detectors
+            for numbered_patterns in [tuple((number(regex), regex) for regex in patterns or ())]
+        )
+        """Each detector with its numbered patterns and their numbers (None for a detector asked through its own
+        `analyze_string`)."""
+        self.always = frozenset(index for index, literals in numbered if literals is None)
+        self.exact = _LiteralFinder({(lit, i) for i, ls in numbered if ls and not ls.caseless for lit in ls.strings})
+        self.caseless = _LiteralFinder({(lit, i) for i, ls in numbered if ls and ls.caseless for lit in ls.strings})
+
+    def may_match(self, text: str) -> set[int]:
+        """The numbers of the patterns that may match `text`."""
+        may = set(self.always)
+        self.exact.patterns_in(text, may)
+        if self.caseless.regex is not None:
+            # See `_Haystack.may_match`: how `re` ignores case, for the ASCII letters the literals are made of.
+            folded = text.lower() if text.isascii() else text.translate(_TURKISH_I).casefold()
+            self.caseless.patterns_in(folded, may)
+        return may
+
+
+class _LiteralFinder:
+    """Which of a set of literals a text holds, and so which patterns (by number) may match it."""
+
+    def __init__(self, literals: AbstractSet[tuple[str, int]]) -> None:
+        strings = sorted({literal for literal, _ in literals}, key=lambda s: (-len(s), s))
+        self.regex = re.compile("|".join(map(re.escape, strings))) if strings else None
+        numbers: dict[str, set[int]] = {}
+        for literal, index in literals:
+            numbers.setdefault(literal, set()).add(index)
+        # For each literal the regex may find: the patterns it stands for together with the literals it begins
+        # with (found there too), and the literals that start within it, which the regex may have skipped.
+        self._numbers: dict[str, frozenset[int]] = {}
+        self._within: dict[str, tuple[str, ...]] = {}
+        for found in strings:
+            self._numbers[found] = frozenset(i for s in strings if found.startswith(s) for i in numbers[s])
+            self._within[found] = tuple(
+                s
+                for s in strings
+                if not found.startswith(s)
+                and any(found.startswith(s[: len(found) - k], k) for k in range(1, len(found)))
+            )
+        self._each = numbers
+
+    def patterns_in(self, text: str, may: set[int]) -> None:
+        """Add to `may` the numbers of the patterns whose literals `text` holds."""
+        if self.regex is None:
+            return
+        found = set(self.regex.findall(text))
+        for literal in found:
+            may |= self._numbers[literal]
+        for literal in found:
+            for inner in self._within[literal]:
+                if inner not in found and inner in text:
+                    may |= self._each[inner]
+
+
+_Patterns: TypeAlias = Mapping[str, re.Pattern[str]]
+_SCANS: dict[tuple[int, bool], tuple[_Patterns, tuple[tuple[str, re.Pattern[str]], ...], _Scan]] = {}
+
+
+def _scan(patterns: Mapping[str, re.Pattern[str]], maintained: bool) -> _Scan:
+    """The `_Scan` of `patterns` (and the detectors, when `maintained`), made once per mapping (kept by its
+    identity, with its items: a mapping changed since is scanned afresh)."""
+    current = tuple(patterns.items())
+    known = _SCANS.get((id(patterns), maintained))
+    if known is None or known[0] is not patterns or known[1] != current:
+        detectors = (
+            [
+                (detector, None if pairs is None else [regex for regex, _ in pairs])
+                for detector, pairs in _detector_patterns()
+            ]
+            if maintained
+            else []
+        )
+        known = _SCANS[(id(patterns), maintained)] = (patterns, current, _Scan(patterns, detectors))
+    return known[2]
 
 
 @dataclass(frozen=True, slots=True)
