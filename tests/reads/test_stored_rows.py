@@ -8,6 +8,7 @@ that set every field a session or event can have.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -224,3 +225,74 @@ async def test_any_stored_session_decodes_as_validation_does(
     [row] = await _rows(store, f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", [session.id])
     _same(session_from_row(row), from_row(SessionRecord, SESSION_COLUMNS, row, SESSION_JSON))
     _same(await store.get_session(session.id), session)
+
+
+# -- listings in JSON form ----------------------------------------------------------------------------------
+
+
+async def _whole_second(store: Store, session_id: str) -> None:
+    """Set the session's times to whole seconds (whose `isoformat` leaves the microseconds out)."""
+    moment = store._dialect.time_param(datetime(2026, 11, 30, 9, 15, 0, tzinfo=UTC))  # type: ignore[attr-defined]
+    sql = "UPDATE sessions SET created_at = ?, last_active_at = ?, deleted_at = ? WHERE id = ?"
+    await store._write(lambda tx: tx.execute(sql, [moment, moment, moment, session_id]))  # type: ignore[attr-defined]
+
+
+async def _listing_sessions(store: Store) -> list[SessionRecord]:
+    full = await _full_session(store)
+    plain = await store.create_session(SessionDraft(name="plain", role="chat"))
+    rounded = await store.create_session(SessionDraft(name="rounded", role="chat", origin=Origin(kind="person")))
+    await _whole_second(store, rounded.id)
+    return [full, plain, await store.get_session(rounded.id)]
+
+
+@pytest.mark.parametrize("sort", ["newest", "oldest", "name", "status"])
+async def test_session_values_are_the_records_in_json_form(store: Store, sort: Any) -> None:
+    await _listing_sessions(store)
+    where = SessionFilter(deleted=True)
+    fields = ["name", "origin", "boss", "created_at", "deleted_at", "cost_usd", "interception", "settings", "name"]
+    records, values = [], []
+    cursor: str | None = None
+    while True:  # page by page, each cursor taken from the other listing
+        page = await store.list_sessions(where, sort=sort, limit=2, cursor=cursor)
+        other = await store.list_session_values(where, fields, sort=sort, limit=2, cursor=cursor)
+        assert page.next_cursor == other.next_cursor
+        records += page.items
+        values += other.items
+        cursor = other.next_cursor
+        if cursor is None:
+            break
+    assert len(records) == 4
+    for record, got in zip(records, values, strict=True):
+        expected = {
+            name: value.isoformat() if isinstance(value, datetime) else value
+            for name, value in record.model_dump(include=set(fields)).items()
+        }
+        expected["origin"] = record.origin.model_dump(mode="json") if record.origin is not None else None
+        assert list(got) == list(dict.fromkeys(fields))  # the fields asked for, once each, nothing more
+        assert got == expected
+        for name, value in got.items():
+            assert type(value) is type(expected[name]), name
+    assert any(got["created_at"].endswith(":00+00:00") for got in values)  # a whole second, as isoformat writes it
+    with pytest.raises(InvalidArgument, match="no_such_field"):
+        await store.list_session_values(where, ["id", "no_such_field"])
+
+
+async def test_listed_rows_are_the_row_models_dumped(store: Store) -> None:
+    from agentwatch.reads._rows import LISTED_FIELDS, listed_rows, session_rows
+    from agentwatch.tools import dump
+
+    from .support import StoreView, roster
+
+    sessions = await _listing_sessions(store)
+    await store.update_session(sessions[1].id, SessionPatch(status="running"))  # quiet for `chat`: stuck
+    view = StoreView(store, roster(chat=0.001, coder=None))
+    where = SessionFilter(deleted=True)
+    records = (await store.list_sessions(where, limit=10)).items
+    values = (await store.list_session_values(where, LISTED_FIELDS, limit=10)).items
+    await asyncio.sleep(0.01)
+    now = datetime.now(UTC)
+    expected = [dump(row) for row in await session_rows(view, records, now=now)]
+    assert await listed_rows(view, values, now=now) == expected
+    words = {row["name"]: row["word"] for row in expected}
+    assert words["plain"] == "stuck" and words["coder-1"] == "needs_you"
+    assert any(row["oldestRequest"] is not None for row in expected)

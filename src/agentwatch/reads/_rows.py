@@ -9,10 +9,21 @@ from typing import Any
 
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import OldestRequest, RecentEntry, SessionRow, SessionUsage
-from agentwatch.reads.words import status_word
+from agentwatch.reads.words import Word, status_word, word_of
 from agentwatch.store import SessionRecord
 
-__all__ = ["REQUEST_SCAN", "oldest_request", "oldest_requests", "recent_entry", "row_fields", "session_rows"]
+__all__ = [
+    "LISTED_FIELDS",
+    "REQUEST_SCAN",
+    "listed_row",
+    "listed_rows",
+    "listed_word",
+    "oldest_request",
+    "oldest_requests",
+    "recent_entry",
+    "row_fields",
+    "session_rows",
+]
 
 REQUEST_SCAN = 1000
 """Pending requests read to find the oldest one that waits on a person."""
@@ -22,9 +33,7 @@ async def oldest_request(view: EngineView, session: SessionRecord) -> OldestRequ
     """`{id, summary}` of the oldest pending request that waits on a person (not one held for a parent)."""
     if session.pending_requests == 0:
         return None
-    pending = await view.store.list_requests(session_id=session.id, status="pending", limit=REQUEST_SCAN)
-    request = next((r for r in pending if r.waits_on == "person"), None)
-    return OldestRequest(id=request.id, summary=request.summary) if request is not None else None
+    return await _oldest(view, session.id)
 
 
 async def oldest_requests(view: EngineView, sessions: Sequence[SessionRecord]) -> dict[str, OldestRequest | None]:
@@ -80,6 +89,99 @@ async def session_rows(view: EngineView, sessions: Sequence[SessionRecord], *, n
         )
         for session in sessions
     ]
+
+
+LISTED_FIELDS = (
+    "id",
+    "name",
+    "display_name",
+    "role",
+    "feature",
+    "status",
+    "source",
+    "model_ref",
+    "model_override",
+    "group_key",
+    "boss",
+    "created_at",
+    "last_active_at",
+    "deleted_at",
+    "cost_usd",
+    "tokens",
+    "pending_inputs",
+    "pending_requests",
+    "interception",
+    "parent_id",
+    "run_id",
+    "origin",
+)
+"""The session fields a listing row is made of (`Store.list_session_values`)."""
+
+
+def listed_word(values: dict[str, Any], *, now: datetime, stuck_after: float) -> Word:
+    """`status_word` of a session given as `LISTED_FIELDS` values (its time is read only when it matters:
+    running, and not waiting on a person)."""
+    status = values["status"]
+    waits = values["pending_requests"] > 0
+    quiet = (
+        status == "running"
+        and not waits
+        and (now - datetime.fromisoformat(values["last_active_at"])).total_seconds() > stuck_after
+    )
+    return word_of(status, waits_on_person=waits, quiet=quiet)
+
+
+def listed_row(values: dict[str, Any], *, word: str, oldest: OldestRequest | None) -> dict[str, Any]:
+    """A `SessionRow` as the JSON object it is on the wire (`dump(SessionRow(...))`, field for field), made
+    straight from the session's `LISTED_FIELDS` values: a listing page does not build a record and a row
+    model per session only to dump them. `sessionCount` and `recent` are null (grouped listings set them)."""
+    return {
+        "id": values["id"],
+        "name": values["name"],
+        "displayName": values["display_name"],
+        "role": values["role"],
+        "feature": values["feature"],
+        "status": values["status"],
+        "word": word,
+        "source": values["source"],
+        "modelRef": values["model_override"] or values["model_ref"],
+        "groupKey": values["group_key"],
+        "boss": values["boss"],
+        "createdAt": values["created_at"],
+        "lastActiveAt": values["last_active_at"],
+        "deletedAt": values["deleted_at"],
+        "usage": {"costUsd": values["cost_usd"], "tokens": values["tokens"]},
+        "pendingInputs": values["pending_inputs"],
+        "pendingRequests": values["pending_requests"],
+        "oldestRequest": {"id": oldest.id, "summary": oldest.summary} if oldest is not None else None,
+        "interception": values["interception"],
+        "parentId": values["parent_id"],
+        "runId": values["run_id"],
+        "origin": values["origin"],
+        "sessionCount": None,
+        "recent": None,
+    }
+
+
+async def listed_rows(view: EngineView, sessions: Sequence[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
+    """`session_rows` of sessions given as `LISTED_FIELDS` values, as the JSON objects they are on the wire."""
+    waiting = [values["id"] for values in sessions if values["pending_requests"] > 0]
+    oldest = dict(zip(waiting, await asyncio.gather(*(_oldest(view, id_) for id_ in waiting)), strict=True))
+    stuck_after = {role: view.stuck_after(role) for role in {values["role"] for values in sessions}}
+    return [
+        listed_row(
+            values,
+            word=listed_word(values, now=now, stuck_after=stuck_after[values["role"]]),
+            oldest=oldest.get(values["id"]),
+        )
+        for values in sessions
+    ]
+
+
+async def _oldest(view: EngineView, session_id: str) -> OldestRequest | None:
+    pending = await view.store.list_requests(session_id=session_id, status="pending", limit=REQUEST_SCAN)
+    request = next((r for r in pending if r.waits_on == "person"), None)
+    return OldestRequest(id=request.id, summary=request.summary) if request is not None else None
 
 
 def recent_entry(view: EngineView, session: SessionRecord, *, now: datetime) -> RecentEntry:

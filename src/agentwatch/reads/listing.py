@@ -19,11 +19,11 @@ from agentwatch.events import PageCursor, query_digest
 from agentwatch.reads._args import EARLIEST as _EARLIEST
 from agentwatch.reads._args import LATEST as _LATEST
 from agentwatch.reads._args import Moment, Window, field_named
-from agentwatch.reads._rows import recent_entry, session_rows
+from agentwatch.reads._rows import LISTED_FIELDS, listed_rows, recent_entry
 from agentwatch.reads._view import EngineView, iso, stuck_thresholds
-from agentwatch.reads.answers import CountsAnswer, ListAnswer, SessionRow
+from agentwatch.reads.answers import CountsAnswer, ListAnswer
 from agentwatch.reads.words import WORDS, Word, word_filter
-from agentwatch.store import SessionFilter, SessionRecord, SessionSort, SessionStatus
+from agentwatch.store import SessionFilter, SessionSort, SessionStatus
 from agentwatch.tools import MAX_LIST_ITEMS, MAX_NAME_CHARS, Args, Caller, Cursor, Id, Name, check_text, dump
 
 __all__ = ["RECENT_LIMIT", "ListArgs", "agent_list", "list_agents", "list_answer", "listing_filter"]
@@ -136,13 +136,17 @@ def _check_store_cursor(text: str) -> None:
             raise InvalidCursor("the cursor holds a position no listing returns")
 
 
-async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:
-    """The `agent_list` answer: `agents` (rows), `nextCursor`, and `counts` when asked on the first page."""
+async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:
+    """The `agent_list` answer as the JSON object the tool returns: `agents` (rows), `nextCursor`, and
+    `counts` when asked on the first page. The rows are made straight from the sessions' listed fields
+    (`listed_rows`), never as records and models to dump: a page is mostly this work."""
     digest = _digest(args)
     store_cursor, now = _open_cursor(args, digest)
     where = listing_filter(view, args, now=now)
-    page = await view.store.list_sessions(where, sort=args.sort, limit=args.limit, cursor=store_cursor)
-    rows = await session_rows(view, page.items, now=now)
+    page = await view.store.list_session_values(
+        where, LISTED_FIELDS, sort=args.sort, limit=args.limit, cursor=store_cursor
+    )
+    rows = await listed_rows(view, page.items, now=now)
     if args.group != "none":
         await asyncio.gather(
             *(_fill_group(view, args, head, row, now) for head, row in zip(page.items, rows, strict=True))
@@ -150,29 +154,33 @@ async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:
     next_cursor = (
         PageCursor(digest, (page.next_cursor, now.isoformat())).encode() if page.next_cursor is not None else None
     )
-    counts = await _counts(view, args, now) if args.counts and args.cursor is None else None
-    return ListAnswer.trusted(agents=rows, next_cursor=next_cursor, counts=counts)
+    answer: dict[str, Any] = {"agents": rows, "nextCursor": next_cursor}
+    if args.counts and args.cursor is None:
+        answer["counts"] = dump(await _counts(view, args, now))
+    return answer
 
 
-async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:
-    """`list_answer` as the JSON object the tool returns."""
-    return dump(await list_answer(view, args))
+async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:
+    """`list_agents` as its model."""
+    return ListAnswer.model_validate(await list_agents(view, args))
 
 
-async def _fill_group(view: EngineView, args: ListArgs, head: SessionRecord, row: SessionRow, now: datetime) -> None:
+async def _fill_group(
+    view: EngineView, args: ListArgs, head: dict[str, Any], row: dict[str, Any], now: datetime
+) -> None:
     """A grouped row's `sessionCount` and `recent`: the sessions of the head's lineage or run."""
     members = _members(args, head)
     count = sum((await view.store.count_sessions(members)).values())
     recent = await view.store.list_sessions(members, limit=RECENT_LIMIT)
-    row.session_count = count
-    row.recent = [recent_entry(view, member, now=now) for member in recent.items]
+    row["sessionCount"] = count
+    row["recent"] = [dump(recent_entry(view, member, now=now)) for member in recent.items]
 
 
-def _members(args: ListArgs, head: SessionRecord) -> SessionFilter:
+def _members(args: ListArgs, head: dict[str, Any]) -> SessionFilter:
     """Every session of the head's lineage or run (soft-deleted ones only when the listing includes them)."""
-    key = head.group_key if args.group == "lineage" else head.run_id
+    key = head["group_key"] if args.group == "lineage" else head["run_id"]
     if key is None:
-        return SessionFilter(ids=[head.id], deleted=args.deleted)
+        return SessionFilter(ids=[head["id"]], deleted=args.deleted)
     if args.group == "lineage":
         return SessionFilter(group_key=key, deleted=args.deleted)
     return SessionFilter(run_id=key, deleted=args.deleted)
@@ -193,6 +201,6 @@ async def _counts(view: EngineView, args: ListArgs, now: datetime) -> CountsAnsw
     return CountsAnswer(words=dict(zip(WORDS, totals[1:], strict=True)), total=totals[0], at=iso(now))
 
 
-async def agent_list(engine: EngineView, caller: Caller, args: ListArgs) -> ListAnswer:
-    """The `agent_list` tool."""
-    return await list_answer(engine, args)
+async def agent_list(engine: EngineView, caller: Caller, args: ListArgs) -> dict[str, Any]:
+    """The `agent_list` tool: its answer as JSON (`ListAnswer` is its model)."""
+    return await list_agents(engine, args)

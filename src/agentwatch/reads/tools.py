@@ -7,18 +7,57 @@ imports only that tool's module (a CLI command that calls one tool loads no othe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, Literal, TypeVar
 
-from agentwatch.tools import Tool, typed_tool
+from pydantic import BaseModel, JsonValue
+
+from agentwatch.tools import Answer, Caller, Tool, parse_args, typed_tool
 
 __all__ = ["READ_TOOL_NAMES", "read_tool", "read_tools"]
+
+
+A = TypeVar("A", bound=BaseModel)
+
+
+def _schema(model: type[BaseModel], mode: Literal["validation", "serialization"]) -> dict[str, JsonValue]:
+    schema: dict[str, JsonValue] = model.model_json_schema(by_alias=True, mode=mode)
+    schema.pop("title", None)
+    return schema
+
+
+def _json_tool(
+    name: str,
+    description: str,
+    run: Callable[[Any, Caller, A], Awaitable[dict[str, Any]]],
+    *,
+    args: type[A],
+    answer: type[Answer],
+) -> Tool:
+    """`typed_tool` for a tool whose `run` makes its answer as JSON itself, exactly as `dump` would give its
+    answer model (the listing and the tail, whose answers are many rows: building a model per row only to
+    dump it again was most of their cost). Both schemas still come from the models."""
+
+    async def handler(engine: Any, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+        return await run(engine, caller, parse_args(args, name, raw))
+
+    return Tool(
+        name,
+        description,
+        partial(_schema, args, "validation"),
+        handler,
+        args_model=args,
+        answer_model=answer,
+        output_schema=partial(_schema, answer, "serialization"),
+    )
 
 
 def _agent_list() -> Tool:
     from agentwatch.reads.answers import ListAnswer
     from agentwatch.reads.listing import ListArgs, agent_list
 
-    return typed_tool(
+    return _json_tool(
         "agent_list",
         "List agents (one row per session, lineage or run): boss first, then live ones, then by sort. "
         "Filters are ANDed; page with nextCursor; counts: true adds per-word counts on the first page.",

@@ -49,7 +49,7 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["GET_SESSION", "SessionMethods", "session_from_row", "stored_time"]
+__all__ = ["GET_SESSION", "SessionMethods", "session_from_row", "stored_iso", "stored_time"]
 
 T = TypeVar("T")
 
@@ -91,6 +91,36 @@ def _codec(annotation: Any) -> Callable[[Any], Any] | None:
         return lambda value: model.model_validate(json.loads(value) if isinstance(value, str) else value)
     raise TypeError(f"no stored-row codec for a field annotated {annotation!r}")
 
+
+def stored_iso(value: Any) -> str:
+    """A stored moment as the ISO 8601 text `stored_time(value).isoformat()` gives, without the round trip
+    where the stored text already is it: SQLite's fixed-width UTC text, but for a whole second (whose
+    `isoformat` leaves the microseconds out)."""
+    if type(value) is str and len(value) == 32 and value[10] == "T" and value[19] == "." and value[26:] == "+00:00":
+        return value if value[19:26] != ".000000" else value[:19] + "+00:00"
+    return stored_time(value).isoformat()
+
+
+def _json_codec(annotation: Any) -> Callable[[Any], Any] | None:
+    """How a stored value becomes the field's value in JSON form (a time as its `isoformat` text, a model as
+    its `model_dump(mode="json")`, other values as the record holds them), from the field's annotation (None:
+    as it is)."""
+    codec = _codec(annotation)
+    if codec is stored_time:
+        return stored_iso
+    kinds = set(get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,))
+    kinds.discard(type(None))
+    if len(kinds) == 1 and isinstance(model := kinds.pop(), type) and issubclass(model, BaseModel):
+        return lambda value: model.model_validate(json.loads(value) if isinstance(value, str) else value).model_dump(
+            mode="json"
+        )
+    return codec
+
+
+_VALUE_CODECS: dict[str, Callable[[Any], Any] | None] = {
+    column: _json_codec(SessionRecord.model_fields[column].annotation) for column in SESSION_COLUMNS
+}
+"""Per session column, how `list_session_values` decodes it."""
 
 _SESSION_CODECS: list[tuple[int, Callable[[Any], Any]]] = [
     (index, codec)
@@ -215,7 +245,35 @@ class SessionMethods(SqlBase):
         sql, params, cursor_after = keyset_page(self._dialect, where, sort, limit, cursor)
         rows = await self._read(lambda tx: tx.fetch(sql, params))
         items = [session_from_row(row) for row in rows[:limit]]
-        next_cursor = cursor_after(items[-1]) if len(rows) > limit else None
+        next_cursor = cursor_after(rows[limit - 1]) if len(rows) > limit else None
+        return Page(items, next_cursor)
+
+    async def list_session_values(
+        self,
+        where: SessionFilter,
+        fields: Sequence[str],
+        *,
+        sort: SessionSort = "newest",
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[dict[str, Any]]:
+        """`list_sessions` (the same rows and cursors), each session as only `fields` in their JSON form."""
+        wanted = tuple(dict.fromkeys(fields))
+        unknown = [name for name in wanted if name not in _VALUE_CODECS]
+        if unknown:
+            raise InvalidArgument(f"sessions have no field {unknown[0]!r}; the fields are {', '.join(SESSION_COLUMNS)}")
+        sql, params, cursor_after = keyset_page(self._dialect, where, sort, limit, cursor, wanted)
+        rows = await self._read(lambda tx: tx.fetch(sql, params))
+        codecs = [(index, codec) for index, name in enumerate(wanted) if (codec := _VALUE_CODECS[name]) is not None]
+        items: list[dict[str, Any]] = []
+        for row in rows[:limit]:
+            values = list(row)
+            for index, codec in codecs:
+                value = values[index]
+                if value is not None:
+                    values[index] = codec(value)
+            items.append(dict(zip(wanted, values, strict=False)))  # the sort key's extra columns left out
+        next_cursor = cursor_after(rows[limit - 1]) if len(rows) > limit else None
         return Page(items, next_cursor)
 
     async def count_sessions(self, where: SessionFilter) -> dict[str, int]:

@@ -336,9 +336,17 @@ def _listing_digest(where: SessionFilter, sort: SessionSort) -> str:
 
 
 def keyset_page(
-    dialect: Dialect, where: SessionFilter, sort: SessionSort, limit: int, cursor: str | None
-) -> tuple[str, list[Any], Callable[[SessionRecord], str]]:
-    """The listing query (fetching one row past `limit`) and how to make the cursor after a record."""
+    dialect: Dialect,
+    where: SessionFilter,
+    sort: SessionSort,
+    limit: int,
+    cursor: str | None,
+    columns: Sequence[str] = (),
+) -> tuple[str, list[Any], Callable[[Row], str]]:
+    """The listing query (fetching one row past `limit`) and how to make the cursor after one of its rows.
+
+    The query selects `columns` (every session column when empty) and, after them, whichever of the sort
+    key's columns they lack; the cursor is made from the row as selected (before any decoding)."""
     if sort not in _SORT:
         raise InvalidArgument(f"sort must be one of {sorted(_SORT)}, not {sort!r}")
     check_limit(limit, 100)
@@ -362,23 +370,25 @@ def keyset_page(
             params.extend(values[: i + 1])
         conditions.append("(" + " OR ".join(branches) + ")")
     order = ", ".join(f"{expression} {'DESC' if desc else 'ASC'}" for expression, desc in keys)
-    sql = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
+    selected = list(columns or SESSION_COLUMNS)
+    selected += [key for key in ("boss", "deleted_at", "status", column, "id") if key not in selected]
+    boss, deleted_at, status, value, session_id = (
+        selected.index(key) for key in ("boss", "deleted_at", "status", column, "id")
+    )
+    sql = f"SELECT {', '.join(selected)} FROM sessions"
     if conditions:
         sql += " WHERE " + " AND ".join(conditions)
     sql += f" ORDER BY {order} LIMIT ?"
     params.append(limit + 1)
 
-    def cursor_after(record: SessionRecord) -> str:
-        value = getattr(record, column)
-        key = (record.boss, is_live(record), utc_text(value) if isinstance(value, datetime) else value, record.id)
+    def cursor_after(row: Row) -> str:
+        # A stored time is SQLite's fixed-width text already, or PostgreSQL's datetime.
+        moment = row[value]
+        live = row[deleted_at] is None and row[status] not in TERMINAL_STATUSES
+        key = (bool(row[boss]), live, utc_text(moment) if isinstance(moment, datetime) else moment, row[session_id])
         return PageCursor(digest, key).encode()
 
     return sql, params, cursor_after
-
-
-def is_live(record: SessionRecord) -> bool:
-    """Neither finished nor deleted (the listing's second key)."""
-    return record.deleted_at is None and record.status not in TERMINAL_STATUSES
 
 
 def _cursor_values(cursor: PageCursor, column: str, dialect: Dialect) -> list[Any]:

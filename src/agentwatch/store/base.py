@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
@@ -134,6 +134,21 @@ class Store(RunStore, Protocol):
 
         `limit` is 1..100; `cursor` is a previous page's `next_cursor` for the same `where` and `sort`.
         """
+
+    async def list_session_values(
+        self,
+        where: SessionFilter,
+        fields: Sequence[str],
+        *,
+        sort: SessionSort = "newest",
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[dict[str, Any]]:
+        """`list_sessions` (the same rows, the same cursors, interchangeable), each session as a dict of only
+        `fields` (`SessionRecord` field names) in JSON form: the record's values, but times as the ISO 8601
+        text `datetime.isoformat` gives (`+00:00`) and models (`origin`) as `model_dump(mode="json")` gives.
+        Only the columns named are read and no record is built: for listings that show a few fields of many
+        sessions. An unknown field is an `InvalidArgument`."""
 
     async def count_sessions(self, where: SessionFilter) -> dict[str, int]:
         """How many sessions match, per status (statuses with none are left out)."""
