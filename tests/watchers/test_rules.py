@@ -172,3 +172,46 @@ async def test_the_decorator_registers_for_every_later_engine_and_a_rule_type_ne
             ]
     finally:
         rules._GLOBAL = saved
+
+
+async def test_a_rule_that_reads_the_items_alone_has_no_digest_rendered_and_one_that_reads_it_gets_it(
+    open_engine: OpenEngine, scripted: Scripted, monkeypatch: Any
+) -> None:
+    from agentwatch.watchers import digest
+
+    rendered: list[str] = []
+    render = digest.render_digest
+
+    def counting(observed_name: str, items: Any) -> str:
+        rendered.append(observed_name)
+        return render(observed_name, items)
+
+    monkeypatch.setattr(digest, "render_digest", counting)
+    texts: list[str] = []
+
+    def items_only(ctx: RuleContext) -> str | None:
+        return "You wrote HELLO." if any(i.kind == "assistant_text" and "HELLO" in i.text for i in ctx.items) else None
+
+    def reading(ctx: RuleContext) -> None:
+        texts.append(ctx.digest)
+
+    model = scripted("shouter", ScriptedModel(function=lambda ctx: Reply("HELLO")))
+    async with open_engine(
+        role("shouter", model, observer="items-guard"), role("reader", model, observer="reading-guard")
+    ) as engine:
+        observer_agents(engine).register_rule("items-guard", items_only)
+        observer_agents(engine).register_rule("reading-guard", reading)
+        session = await engine.create("shouter", source="api")
+        await engine.enqueue(session.id, "greet")
+        assert await eventually(lambda: reports(engine, session.id)) == ["You wrote HELLO."]
+        assert rendered == []
+        reader = await engine.create("reader", source="api")
+        await engine.enqueue(reader.id, "greet")
+        await eventually(lambda: _read(texts))
+        assert rendered and set(rendered) == {reader.name}
+        assert "<user-message>\ngreet\n</user-message>" in texts[0] and "HELLO" in "".join(texts)
+        assert texts[-1].endswith(digest.postamble())
+
+
+async def _read(texts: list[str]) -> bool:
+    return any("<turn-ended" in text for text in texts)

@@ -32,7 +32,7 @@ from agentwatch.errors import NotFound
 from agentwatch.events import Origin
 from agentwatch.runtime.leases import claimed
 from agentwatch.store import InputDraft, SessionRecord, Write
-from agentwatch.watchers.digest import Batch, TurnEndedItem, envelope_tag, render_batch, safe_name
+from agentwatch.watchers.digest import Batch, TurnEndedItem, envelope_tag, safe_name
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, stopped_by_person
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ async def run_deliveries(registry: PairingRegistry, pairing: Pairing, courier: C
         turn_ended = turn_ended or any(
             isinstance(digest.items[-1], TurnEndedItem) for digest in digests if digest.items
         )
-        batch = Batch(digests, render_batch(digests, pairing.observer_message, dropped=dropped))
+        batch = Batch(digests, observer_message=pairing.observer_message, dropped=dropped)  # rendered when read
         count = f"{len(digests)} digest(s) dropped"
         try:
             verdict = await registry.gate(pairing, "observer_delivery")

@@ -184,24 +184,53 @@ ActivityItem: TypeAlias = AssistantTextItem | ToolCallItem | ToolResultItem | Us
 """One thing the observed agent did or received."""
 
 
-@dataclass(frozen=True, slots=True)
 class Digest:
-    """One segment of observed activity: its items and their rendered envelope."""
+    """One segment of observed activity: its items and their rendered envelope.
 
-    items: tuple[ActivityItem, ...]
-    text: str
-    """The envelope (without the postamble)."""
+    Made from the observed agent's name alone, the envelope is rendered when it is first read: a rule
+    observer reads the items, and most rules never read the text."""
+
+    __slots__ = ("_observed_name", "_text", "items")
+
+    def __init__(
+        self, items: tuple[ActivityItem, ...], text: str | None = None, *, observed_name: str | None = None
+    ) -> None:
+        if text is None and observed_name is None:
+            raise TypeError("a Digest needs its text, or the observed agent's name to render it")
+        self.items = items
+        self._text = text
+        self._observed_name = observed_name
+
+    @property
+    def text(self) -> str:
+        """The envelope (without the postamble)."""
+        if self._text is None:
+            assert self._observed_name is not None
+            self._text = render_digest(self._observed_name, self.items)
+        return self._text
 
 
 class Batch:
-    """One send to an observer: digests taken from a pairing's buffer, rendered with the postamble."""
+    """One send to an observer: digests taken from a pairing's buffer, rendered with the postamble.
 
-    def __init__(self, digests: list[Digest], text: str) -> None:
+    Made without its text, it is rendered (`render_batch`) when first read."""
+
+    def __init__(
+        self, digests: list[Digest], text: str | None = None, *, observer_message: str | None = None, dropped: int = 0
+    ) -> None:
         self.digests = digests
-        self.text = text
-        """What the observer receives."""
+        self._text = text
+        self._observer_message = observer_message
+        self._dropped = dropped
         self.recovery = False
         """True when it goes to a fresh observer that replaces a lost one."""
+
+    @property
+    def text(self) -> str:
+        """What the observer receives."""
+        if self._text is None:
+            self._text = render_batch(self.digests, self._observer_message, dropped=self._dropped)
+        return self._text
 
 
 def clip(text: str, limit: int = FIELD_LIMIT) -> str:

@@ -33,7 +33,7 @@ from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.thread_observer import ReplaySnapshot
 from agentwatch.store import SessionRecord, Write
 from agentwatch.watchers.delivery import Courier, SessionCourier, run_deliveries
-from agentwatch.watchers.digest import ActivityItem, ActivityRecorder, Digest, render_digest
+from agentwatch.watchers.digest import ActivityItem, ActivityRecorder, Digest
 from agentwatch.watchers.pairing import MAX_BUFFERED, SOURCE, Pairing, PairingRegistry
 from agentwatch.watchers.report import observer_report_tool, observer_tool_set, one_way_policy
 from agentwatch.watchers.rules import RuleBook, RuleCourier, RuleFunction, default_rules, rule_definition
@@ -159,7 +159,7 @@ class ObserverAgents:
         """Buffer a closed segment for the pairing's observer and make sure a delivery runs (never awaits)."""
         if self._closed or pairing.state in ("denied", "stopped", "blocked"):
             return
-        pairing.add(Digest(items, render_digest(pairing.observed_name, items)))
+        pairing.add(Digest(items, observed_name=pairing.observed_name))  # rendered when read
         if pairing.state == "retired":  # the observed agent runs again: arm again (it reattaches)
             pairing.state = None
             pairing.arming = self.spawn(self._arm(pairing))

@@ -88,20 +88,33 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
 class RuleContext:
     """What a rule observer gets for one batch."""
 
-    observed_session_id: str
-    """The session it watches."""
-    observed_name: str
-    """That session's name."""
-    items: tuple[ActivityItem, ...]
-    """The activity of the batch, oldest first, across its digests."""
-    digest: str
-    """The batch as a model observer would read it."""
-    memory: dict[str, Any]
-    """State kept between batches of this pairing (counters, what was already reported)."""
+    __slots__ = ("_digest", "items", "memory", "observed_name", "observed_session_id")
+
+    def __init__(
+        self,
+        observed_session_id: str,
+        observed_name: str,
+        items: tuple[ActivityItem, ...],
+        digest: str | Batch,
+        memory: dict[str, Any],
+    ) -> None:
+        self.observed_session_id = observed_session_id
+        """The session it watches."""
+        self.observed_name = observed_name
+        """That session's name."""
+        self.items = items
+        """The activity of the batch, oldest first, across its digests."""
+        self._digest = digest
+        self.memory = memory
+        """State kept between batches of this pairing (counters, what was already reported)."""
+
+    @property
+    def digest(self) -> str:
+        """The batch as a model observer would read it (rendered when a rule first reads it)."""
+        return self._digest if isinstance(self._digest, str) else self._digest.text
 
 
 RuleResult: TypeAlias = str | Iterable[str] | None
@@ -806,7 +819,7 @@ class RuleCourier:
         if function is None:
             raise LookupError(f"no rule function is registered for {pairing.observer_type!r}")
         items = tuple(item for digest in batch.digests for item in digest.items)
-        context = RuleContext(pairing.observed_session_id, pairing.observed_name, items, batch.text, pairing.memory)
+        context = RuleContext(pairing.observed_session_id, pairing.observed_name, items, batch, pairing.memory)
         for report in await run_rule(function, context):
             try:
                 await send_report(self.hub.registry, pairing, report)
