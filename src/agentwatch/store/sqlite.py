@@ -171,6 +171,8 @@ class SqliteStore(SqlStore):
         self._local = threading.local()
         self._lock = threading.Lock()
         self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
+        self._recent: tuple[weakref.ref[asyncio.AbstractEventLoop], Mailbox] | None = None
+        """The loop of the latest call and its mailbox (a weak reference: the store keeps no loop alive)."""
         self._closed = False
         if path is not None:
             self._readers = ThreadPoolExecutor(_READERS, thread_name_prefix="agentwatch-sqlite-reader")
@@ -264,6 +266,11 @@ class SqliteStore(SqlStore):
             # back the whole transaction undoes it alone.
             self._apply_sole(connection, tx, jobs[0])
             return
+        if all(job.appends is not None and not job.alone for job in jobs):
+            # Only appends (many sessions appending at once): nothing else in the transaction to keep should
+            # their statements fail, so no SAVEPOINT either; the next pass applies them one by one.
+            self._apply_appends(connection, tx, jobs, savepoint=False)
+            return
         # Append-only writes wait in `batch` and are applied together. Another write goes first when it
         # changes one session that none of them names (the order of writes to different sessions inside one
         # transaction is invisible); anything else applies them first, so each session sees its writes in
@@ -304,14 +311,24 @@ class SqliteStore(SqlStore):
             return
         connection.execute("RELEASE write")
 
-    def _apply_appends(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job]) -> None:
+    def _apply_appends(
+        self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job], *, savepoint: bool = True
+    ) -> None:
         """Apply append-only writes with one statement per table; should the database refuse one of those
-        statements, roll them back and apply the writes one by one, so the failure stays with its write."""
-        connection.execute("SAVEPOINT appends")
+        statements, roll them back and apply the writes one by one, so the failure stays with its write.
+        Without `savepoint` (the transaction holds nothing else), a failure rolls back the transaction and
+        raises `_TransactionLost`, and the next pass applies the writes one by one."""
+        if savepoint:
+            connection.execute("SAVEPOINT appends")
         try:
             writes = [job.appends for job in jobs if job.appends is not None]
             outcomes = _drive(apply_appends(tx, DIALECT, writes, _now()))
         except BaseException as error:
+            if not savepoint:
+                _rollback(connection)
+                for job in jobs:
+                    job.alone = True
+                raise _TransactionLost(None, error) from error
             try:
                 _rollback_to(connection, "appends", None, error)
             except _TransactionLost:
@@ -322,16 +339,20 @@ class SqliteStore(SqlStore):
             for job in jobs:
                 self._apply_one(connection, tx, job)
             return
-        connection.execute("RELEASE appends")
+        if savepoint:
+            connection.execute("RELEASE appends")
         for job, outcome in zip(jobs, outcomes, strict=True):
             job.outcome = (None, outcome) if isinstance(outcome, BaseException) else (outcome, None)
 
-    def _mailbox(self) -> Mailbox:
-        loop = asyncio.get_running_loop()
+    def _mailbox(self, loop: asyncio.AbstractEventLoop) -> Mailbox:
+        recent = self._recent
+        if recent is not None and recent[0]() is loop:  # the loop of the previous call, nearly always
+            return recent[1]
         mailbox = self._mailboxes.get(loop)
         if mailbox is None:
             with self._lock:
                 mailbox = self._mailboxes.setdefault(loop, Mailbox(loop))
+        self._recent = (weakref.ref(loop), mailbox)
         return mailbox
 
     def _submit(
@@ -344,10 +365,10 @@ class SqliteStore(SqlStore):
     ) -> asyncio.Future[T]:
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed; open it again")
-        mailbox = self._mailbox()
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
         run = cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn)
-        self._queue.put(Job(run, mailbox, future, write, session_id, appends))
+        self._queue.put(Job(run, self._mailbox(loop), future, write, session_id, appends))
         return future
 
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
@@ -370,8 +391,9 @@ class SqliteStore(SqlStore):
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed; open it again")
         run = cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn)
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        job = Job(run, self._mailbox(), future, write=False)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = Job(run, self._mailbox(loop), future, write=False)
         self._readers.submit(self._read_job, job)
         return await future
 
