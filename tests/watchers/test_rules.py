@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import traceback
 from typing import Any
 
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
@@ -20,7 +22,17 @@ from agentwatch.watchers import (
     secret_guard,
 )
 from agentwatch.watchers.rules import RuleBook, rule_observer, run_rule
-from tests.watchers.support import OpenEngine, Scripted, events, eventually, observers_of, reports, role, warnings
+from tests.watchers.support import (
+    OpenEngine,
+    Scripted,
+    events,
+    eventually,
+    observers_of,
+    reports,
+    role,
+    states,
+    warnings,
+)
 
 
 def context(*items: Any, memory: dict[str, Any] | None = None) -> RuleContext:
@@ -215,3 +227,58 @@ async def test_a_rule_that_reads_the_items_alone_has_no_digest_rendered_and_one_
 
 async def _read(texts: list[str]) -> bool:
     return any("<turn-ended" in text for text in texts)
+
+
+async def test_a_rule_observer_reads_the_store_only_to_resolve_a_fresh_session(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def work(ctx: Any) -> Any:
+        return CallTool("search", {"q": str(ctx.request_index)}) if ctx.request_index < 3 else Reply("done")
+
+    def search(q: str) -> str:
+        """Search."""
+        return f"result {q}"
+
+    model = scripted("worker", ScriptedModel(function=work))
+    async with open_engine(
+        role("worker", model, tools=("search",), observer="secret-guard"), tools=[function_tool(search)]
+    ) as engine:
+        reads = _watchers_reads(engine)
+        session = await engine.create("worker", source="api")
+        await engine.enqueue(session.id, "go")
+        await engine.wait(session.id, 10)
+        pairing = observer_agents(engine).pairing(session.id)
+        await eventually(lambda: _delivered(pairing))
+        # the session, to resolve it; no observer ref (it never had a pairing), nothing after a completed turn
+        assert reads == ["get_session"]
+        assert pairing is not None and pairing.state == "armed"
+        assert [state for state, _ in await states(engine, session.id)] == ["armed"]
+        await engine.enqueue(session.id, "again")
+        await engine.wait(session.id, 10)
+        await eventually(lambda: _delivered(pairing))
+        assert reads == ["get_session"]  # a stop or a delete is what ends an agent (see test_reach)
+
+
+def _watchers_reads(engine: Any) -> list[str]:
+    """The store methods called from the watchers from now on, in order (a write goes through the emitter)."""
+    called: list[str] = []
+    store = engine.store
+    for name in dir(type(store)):
+        method = getattr(store, name)
+        if name.startswith("_") or not inspect.iscoroutinefunction(method):
+            continue
+
+        def wrap(name: str, method: Any) -> Any:
+            async def noting(*args: Any, **kwargs: Any) -> Any:
+                if any("/agentwatch/watchers/" in frame.filename for frame in traceback.extract_stack()):
+                    called.append(name)
+                return await method(*args, **kwargs)
+
+            return noting
+
+        setattr(store, name, wrap(name, method))
+    return called
+
+
+async def _delivered(pairing: Any) -> bool:
+    return pairing is not None and not pairing.buffer and (pairing.delivering is None or pairing.delivering.done())

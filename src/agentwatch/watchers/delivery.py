@@ -32,7 +32,7 @@ from agentwatch.errors import NotFound
 from agentwatch.events import Origin
 from agentwatch.runtime.leases import claimed
 from agentwatch.store import InputDraft, SessionRecord, Write
-from agentwatch.watchers.digest import Batch, TurnEndedItem, envelope_tag, safe_name
+from agentwatch.watchers.digest import Batch, Digest, TurnEndedItem, envelope_tag, safe_name
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, stopped_by_person
 
 if TYPE_CHECKING:
@@ -143,21 +143,20 @@ async def run_deliveries(registry: PairingRegistry, pairing: Pairing, courier: C
     """Send the pairing's buffer batch by batch until it is empty or the pairing is no longer armed; retire
     the pairing when the observed agent ended and everything was delivered.
 
-    Whether the observed agent ended is read only after a batch that holds the end of one of its turns (a stop
-    or a delete ends the running turn too), not after every batch."""
-    turn_ended = False
+    Whether the observed agent ended is read only after a batch that holds a turn of it that ended `cancelled`:
+    a stop and a delete end the running turn so (a delete stops it first), and nothing else ends the agent, so
+    the store is not read after every turn."""
+    stopped = False
     while pairing.state == "armed":
         if not pairing.buffer:
-            if turn_ended:
-                turn_ended = False
+            if stopped:
+                stopped = False
                 await _retire_if_ended(registry, pairing)
             if not pairing.buffer:
                 return  # no await between this check and the end of the task: a new digest starts a new one
             continue
         digests, dropped = pairing.take_batch()
-        turn_ended = turn_ended or any(
-            isinstance(digest.items[-1], TurnEndedItem) for digest in digests if digest.items
-        )
+        stopped = stopped or any(_ends_stopped(digest) for digest in digests)
         batch = Batch(digests, observer_message=pairing.observer_message, dropped=dropped)  # rendered when read
         count = f"{len(digests)} digest(s) dropped"
         try:
@@ -179,6 +178,11 @@ async def run_deliveries(registry: PairingRegistry, pairing: Pairing, courier: C
             return
         except Exception as exc:
             await registry.warn(pairing, f"delivery to the observer failed ({_brief(exc)}); {count}")
+
+
+def _ends_stopped(digest: Digest) -> bool:
+    last = digest.items[-1] if digest.items else None
+    return isinstance(last, TurnEndedItem) and last.outcome == "cancelled"
 
 
 async def _deliver_once_more_if_lost(

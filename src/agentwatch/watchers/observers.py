@@ -27,7 +27,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from agentwatch.errors import NotFound, UserError
-from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnEnded
+from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnEnded, TurnStarted
 from agentwatch.runtime.leases import leases_of
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.thread_observer import ReplaySnapshot
@@ -127,14 +127,17 @@ class ObserverAgents:
         await self.registry.stop(pairing, f"stopped by {by}")
         return True
 
-    async def pairing_for(self, observed_session_id: str) -> Pairing | None:
-        """The pairing of a session, resolved and armed first when this engine has not met it yet."""
+    async def pairing_for(self, observed_session_id: str, *, fresh: bool = False) -> Pairing | None:
+        """The pairing of a session, resolved and armed first when this engine has not met it yet.
+
+        `fresh` says the session never had a pairing (its first event ever starts its first turn), so arming
+        it has no observer ref to read (see `PairingRegistry.arm`)."""
         known = self.registry.pairings.get(observed_session_id)
         if known is not None:
             return known
         task = self._resolving.get(observed_session_id)
         if task is None:
-            task = asyncio.create_task(self._resolve(observed_session_id))
+            task = asyncio.create_task(self._resolve(observed_session_id, fresh=fresh))
             self._resolving[observed_session_id] = task
             self._track(task)
         return await asyncio.shield(task)
@@ -186,7 +189,7 @@ class ObserverAgents:
         leases = leases_of(self.engine)
         return leases is None or leases.holds(session_id)
 
-    async def _resolve(self, session_id: str) -> Pairing | None:
+    async def _resolve(self, session_id: str, *, fresh: bool = False) -> Pairing | None:
         if not self.owns(session_id):
             self._resolving.pop(session_id, None)  # not ours (yet): look again at a later event
             self._deferred.add(session_id)
@@ -229,12 +232,12 @@ class ObserverAgents:
             session.id, session.name, session.boss, target, definition.observer_message, observed_role=session.role
         )
         self.registry.pairings[session.id] = pairing
-        await self._arm(pairing)
+        await self._arm(pairing, fresh=fresh)
         return pairing
 
-    async def _arm(self, pairing: Pairing) -> None:
+    async def _arm(self, pairing: Pairing, *, fresh: bool = False) -> None:
         try:
-            await self.registry.arm(pairing)
+            await self.registry.arm(pairing, fresh=fresh)
         except Exception as exc:
             await self.registry.set_state(pairing, "denied", f"arming failed: {type(exc).__name__}: {exc}")
             return
@@ -305,7 +308,9 @@ class ActivityTap:
             return
         if self.status == "new":
             self.status = "resolving"
-            self.hub.spawn(self._resolve())
+            # The session's first event ever, starting its first turn: no pairing was armed for it before (an
+            # arm leaves an `observer.state` event on the session), so it has no observer ref to read.
+            self.hub.spawn(self._resolve(fresh=event.seq == 1 and isinstance(payload, TurnStarted)))
         items = self.recorder.record(event)
         if items is None:
             return
@@ -319,8 +324,8 @@ class ActivityTap:
     def on_subscribe(self, thread_id: str, request: object, snapshot: ReplaySnapshot) -> None:
         """Taps serve no clients."""
 
-    async def _resolve(self) -> None:
-        pairing = await self.hub.pairing_for(self.session_id)
+    async def _resolve(self, *, fresh: bool = False) -> None:
+        pairing = await self.hub.pairing_for(self.session_id, fresh=fresh)
         if pairing is None and self.hub.deferred(self.session_id):
             self.status = "new"  # another engine owns the session: look again at its next event here
             return

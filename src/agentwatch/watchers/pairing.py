@@ -234,10 +234,13 @@ class PairingRegistry:
 
     # -- arming ---------------------------------------------------------------------------------------
 
-    async def arm(self, pairing: Pairing) -> None:
-        """Gate, then reattach the previous observer or start a fresh one; leaves the pairing in its state."""
+    async def arm(self, pairing: Pairing, *, fresh: bool = False) -> None:
+        """Gate, then reattach the previous observer or start a fresh one; leaves the pairing in its state.
+
+        With `fresh`, the observed session never had a pairing (see `ObserverAgents.pairing_for`): there is no
+        observer ref to read."""
         store = self.engine.store
-        ref = await store.get_observer_ref(pairing.observed_session_id)
+        ref = None if fresh else await store.get_observer_ref(pairing.observed_session_id)
         if ref is not None and ref.stopped and ref.observer_type == pairing.observer_type:
             pairing.observer_session_id = ref.observer_session_id
             await self.set_state(pairing, "blocked", "a person stopped this observer; it is not brought back")
