@@ -37,6 +37,7 @@ does not read its own reports back.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import json
@@ -533,6 +534,8 @@ class ActivityRecorder:
     def record(self, event: Event) -> tuple[ActivityItem, ...] | None:
         """Take in one event; returns a closed segment, or None."""
         payload = event.payload
+        if not _recorded(type(payload)):
+            return None  # most events (completions, deltas, notes) make no item: one look-up instead of five
         item: ActivityItem | None = None
         close = False
         match payload:
@@ -589,6 +592,15 @@ class ActivityRecorder:
         self._results = 0
         self._chars = 0
         return items
+
+
+_RECORDED = (UserMessage, AssistantMessage, ToolCall, ToolResult, TurnEnded)
+
+
+@functools.cache
+def _recorded(kind: type) -> bool:
+    """Whether an event whose payload is a `kind` may make an activity item."""
+    return issubclass(kind, _RECORDED)
 
 
 def fingerprint(tool_name: str, tool_input: object) -> str:
