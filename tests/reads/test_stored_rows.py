@@ -3,7 +3,8 @@
 `session_from_row` (listings, `get_session`) and the events read back (`read_events`, `read_events_backward`,
 `get_event`) skip pydantic's validation of values the store itself wrote. These tests hold every field of
 what they give (value and type) equal to what validating the same row gives, on both backends, for rows
-that set every field a session or event can have.
+that set every field a session or event can have. The values the listing and the tail read instead
+(`list_session_values`, `read_event_values`) are held equal to those records and events in JSON form.
 """
 
 from __future__ import annotations
@@ -296,3 +297,35 @@ async def test_listed_rows_are_the_row_models_dumped(store: Store) -> None:
     words = {row["name"]: row["word"] for row in expected}
     assert words["plain"] == "stuck" and words["coder-1"] == "needs_you"
     assert any(row["oldestRequest"] is not None for row in expected)
+
+
+async def test_event_values_are_the_events_a_tail_shows(store: Store) -> None:
+    session = await store.create_session(SessionDraft(name="values", role="chat"))
+    payloads = [
+        UserMessage(text=f"message {n} \ud800") if n % 2 else TurnStarted(trigger="input", attempt=1) for n in range(7)
+    ]
+    await store.append(session.id, [NewEvent(payload) for payload in payloads])
+    # One event at a whole second, whose isoformat leaves the microseconds out.
+    moment = store._dialect.time_param(datetime(2026, 11, 30, 9, 15, 0, tzinfo=UTC))  # type: ignore[attr-defined]
+    update = "UPDATE events SET at = ? WHERE session_id = ? AND seq = 3"
+    await store._write(lambda tx: tx.execute(update, [moment, session.id]))  # type: ignore[attr-defined]
+    cases: list[dict[str, Any]] = [
+        {"limit": 3},
+        {"limit": 10, "types": ["message.user"]},
+        {"after_seq": 2, "limit": 10},
+        {"after_seq": 2, "limit": 2, "types": ["turn.started", "message.user"]},
+        {"after_seq": 7, "limit": 10},
+    ]
+    for case in cases:
+        record, events = await store.read_session_events(session.id, **case)
+        last_seq, values = await store.read_event_values(session.id, **case)
+        assert last_seq == record.last_seq == 7
+        assert values == [(event.id, event.seq, event.at.isoformat(), event.payload) for event in events], case
+        assert all(type(value.payload) is type(event.payload) for value, event in zip(values, events, strict=True))
+    _, everything = await store.read_event_values(session.id, limit=10)
+    assert [value.seq for value in everything] == [7, 6, 5, 4, 3, 2, 1]
+    assert everything[4].at == "2026-11-30T09:15:00+00:00"
+    with pytest.raises(NotFound, match="ses_nobody"):
+        await store.read_event_values("ses_nobody", limit=10)
+    with pytest.raises(InvalidArgument):
+        await store.read_event_values(session.id, after_seq=-1, limit=10)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,8 @@ from agentwatch.events import (
 from agentwatch.reads._args import field_named
 from agentwatch.reads._view import EngineView
 from agentwatch.reads.answers import TailAnswer, TailRow
-from agentwatch.tools import MAX_LIST_ITEMS, MAX_SEQ, Args, Caller, Cursor, Id, Name, dump
+from agentwatch.store import EventValues
+from agentwatch.tools import MAX_LIST_ITEMS, MAX_SEQ, Args, Caller, Cursor, Id, Name
 
 __all__ = [
     "DEFAULT_TYPES",
@@ -216,29 +217,34 @@ def _facts(payload: Payload) -> _Facts:
 
 
 def tail_row(event: Event, *, max_chars: int) -> TailRow:
-    """One event as a tail row, its detail capped at `max_chars` with the truncation marker."""
-    payload = event.payload
+    """One event as a tail row, its detail capped at `max_chars` with the truncation marker (`project` as
+    its model)."""
+    return TailRow.model_validate(project(event, max_chars=max_chars))
+
+
+def project(event: Event, *, max_chars: int) -> dict[str, Any]:
+    """One event as the JSON object a tail answer holds (`TailRow` dumped, field for field), its detail capped
+    at `max_chars` with the truncation marker; made without the model, since a tail answer is mostly these."""
+    return _row(event.id, event.at.isoformat(), event.payload, max_chars)
+
+
+def _row(event_id: str, at: str, payload: Payload, max_chars: int) -> dict[str, Any]:
     row = PROJECTION[payload.type]
     title, tool_name, detail, status = _facts(payload)
     truncated = False
     if detail is not None and len(detail) > max_chars:
         detail, truncated = truncate(detail, max_chars).text, True
-    return TailRow.trusted(
-        id=event.id,
-        at=event.at.isoformat(),
-        type=row.tail_type,
-        item_type=row.item_type,
-        title=title,
-        tool_name=tool_name,
-        detail=detail,
-        status=status,
-        truncated=truncated,
-    )
-
-
-def project(event: Event, *, max_chars: int) -> dict[str, Any]:
-    """`tail_row` as the JSON object a tail answer holds (for the CLI's follow mode)."""
-    return dump(tail_row(event, max_chars=max_chars))
+    return {
+        "id": event_id,
+        "at": at,
+        "type": row.tail_type,
+        "itemType": row.item_type,
+        "title": title,
+        "toolName": tool_name,
+        "detail": detail,
+        "status": status,
+        "truncated": truncated,
+    }
 
 
 async def _ephemeral(
@@ -252,20 +258,25 @@ async def _ephemeral(
     return [e for e in recent if e.type in wanted and (up_to_seq is None or e.seq <= up_to_seq)]
 
 
-async def tail_answer(view: EngineView, args: TailArgs) -> TailAnswer:
-    """The `agent_tail` answer: `events`, `cursor`, `hasMore`."""
+async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
+    """The `agent_tail` answer as the JSON object the tool returns: `events`, `cursor`, `hasMore`.
+
+    Stored events are read as `EventValues` (no `Event` per row: the rows only show them); the ephemeral ones
+    the live ring holds, when `types` asks for them, are merged in by position."""
     types = resolve_types(args.types)
     durable = [name for name in types if is_durable_type(name)]
     limit = args.max_events
     if args.after_id is None:
-        # The session row and the newest events up to its last_seq, in one read: the head cursor promises them.
-        session, stored = await view.store.read_session_events(args.id, limit=limit, types=durable)
-        head = StreamCursor(session.id, session.last_seq)
-        live = await _ephemeral(view, session.id, types, None, up_to_seq=head.seq)
-        events = sorted([*stored, *live], key=_position)[-limit:]
+        # The session's last_seq and the newest events up to it, in one read: the head cursor promises them.
+        last_seq, newest = await view.store.read_event_values(args.id, limit=limit, types=durable)
+        head = StreamCursor(args.id, last_seq)
+        live = await _ephemeral(view, args.id, types, None, up_to_seq=last_seq)
+        items = _stored(reversed(newest))
+        if live:
+            items = sorted([*items, *_live(live)], key=_position)[-limit:]
         # With durable types only this is exactly the head, agent_get's current.cursor.
-        end = max([head, *(e.cursor for e in events)])
-        return _answer(events, end, has_more=False, max_chars=args.max_chars)
+        end = max([head, *(StreamCursor(args.id, seq, sub) for seq, sub, _ in items)])
+        return _answer(items, end, has_more=False, max_chars=args.max_chars)
     if args.after_id.startswith("evt_"):
         after = (await view.store.get_event(args.id, args.after_id)).cursor
     else:
@@ -273,36 +284,53 @@ async def tail_answer(view: EngineView, args: TailArgs) -> TailAnswer:
             after = StreamCursor.decode(args.after_id, session_id=args.id)
             if after.seq > MAX_SEQ or after.sub > MAX_SEQ:
                 raise InvalidCursor("the cursor names a position past any stream; pass back a cursor unchanged")
-    # The session row first, then the events after the cursor, in one read.
-    session, stored = await view.store.read_session_events(args.id, after_seq=after.seq, limit=limit + 1, types=durable)
-    head = StreamCursor(session.id, session.last_seq)
-    live = await _ephemeral(view, session.id, types, after)
-    merged = sorted([*stored, *live], key=_position) if live else stored
-    events = merged[:limit]
+    # The session's last_seq first, then the events after the cursor, in one read.
+    last_seq, stored = await view.store.read_event_values(args.id, after_seq=after.seq, limit=limit + 1, types=durable)
+    head = StreamCursor(args.id, last_seq)
+    live = await _ephemeral(view, args.id, types, after)
+    merged = _stored(stored)
+    if live:
+        merged = sorted([*merged, *_live(live)], key=_position)
+    items = merged[:limit]
     has_more = len(merged) > limit
     # When everything up to the head was seen, the cursor moves to the head even past events left out by
     # `types`, so the next call does not scan them again.
-    end = events[-1].cursor if has_more else max([after, head, *(e.cursor for e in events)])
-    return _answer(events, end, has_more=has_more, max_chars=args.max_chars)
+    if has_more:
+        end = StreamCursor(args.id, items[-1][0], items[-1][1])
+    else:
+        end = max([after, head, *(StreamCursor(args.id, seq, sub) for seq, sub, _ in items)])
+    return _answer(items, end, has_more=has_more, max_chars=args.max_chars)
 
 
-def _position(event: Event) -> tuple[int, int]:
-    return event.seq, event.sub
+_Item = tuple[int, int, EventValues]
+"""An event of the answer: its position (seq, sub) and what its row shows."""
 
 
-def _answer(events: list[Event], cursor: StreamCursor, *, has_more: bool, max_chars: int) -> TailAnswer:
-    return TailAnswer.trusted(
-        events=[tail_row(event, max_chars=max_chars) for event in events],
-        cursor=cursor.encode(),
-        has_more=has_more,
-    )
+def _stored(events: Iterable[EventValues]) -> list[_Item]:
+    return [(event.seq, 0, event) for event in events]
 
 
-async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
-    """`tail_answer` as the JSON object the tool returns."""
-    return dump(await tail_answer(view, args))
+def _live(events: list[Event]) -> list[_Item]:
+    return [(e.seq, e.sub, EventValues(e.id, e.seq, e.at.isoformat(), e.payload)) for e in events]
 
 
-async def agent_tail(engine: EngineView, caller: Caller, args: TailArgs) -> TailAnswer:
-    """The `agent_tail` tool."""
-    return await tail_answer(engine, args)
+def _position(item: _Item) -> tuple[int, int]:
+    return item[0], item[1]
+
+
+def _answer(items: list[_Item], cursor: StreamCursor, *, has_more: bool, max_chars: int) -> dict[str, Any]:
+    return {
+        "events": [_row(event.id, event.at, event.payload, max_chars) for _, _, event in items],
+        "cursor": cursor.encode(),
+        "hasMore": has_more,
+    }
+
+
+async def tail_answer(view: EngineView, args: TailArgs) -> TailAnswer:
+    """`read_tail` as its model."""
+    return TailAnswer.model_validate(await read_tail(view, args))
+
+
+async def agent_tail(engine: EngineView, caller: Caller, args: TailArgs) -> dict[str, Any]:
+    """The `agent_tail` tool: its answer as JSON (`TailAnswer` is its model)."""
+    return await read_tail(engine, args)

@@ -113,7 +113,7 @@ def _agent_tail() -> Tool:
     from agentwatch.reads.answers import TailAnswer
     from agentwatch.reads.tail import TailArgs, agent_tail
 
-    return typed_tool(
+    return _json_tool(
         "agent_tail",
         "An agent's recent events as compact rows; pass afterId (a cursor) to read only what came after it. "
         "Details are capped at maxChars with a truncation marker.",

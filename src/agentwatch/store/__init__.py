@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 from agentwatch.errors import InvalidArgument
-from agentwatch.store.base import SCHEMA_VERSION, RunStore, Store
+from agentwatch.store.base import SCHEMA_VERSION, EventValues, RunStore, Store
 from agentwatch.store.records import (
     TERMINAL_STATUSES,
     ConversationRecord,
@@ -52,6 +52,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TERMINAL_STATUSES",
     "ConversationRecord",
+    "EventValues",
     "InputDraft",
     "InputRecord",
     "JournalEntry",

@@ -4,16 +4,16 @@ conversations and their messages."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
-from agentwatch.events import Event, NewEvent, new_id
+from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, new_id
 from agentwatch.store._appends import Appends, apply_appends, read_counters
-from agentwatch.store._sessions import GET_SESSION, session_from_row, stored_time
+from agentwatch.store._sessions import GET_SESSION, session_from_row, stored_iso, stored_time
 from agentwatch.store._sql import (
     SESSION_COLUMNS,
     Row,
@@ -39,6 +39,7 @@ from agentwatch.store._sqlbase import (
     unexpected_status,
     utc_now,
 )
+from agentwatch.store.base import EventValues
 from agentwatch.store.records import (
     ConversationRecord,
     RequestRecord,
@@ -54,13 +55,41 @@ _LAST_SEQ = SESSION_COLUMNS.index("last_seq")
 T = TypeVar("T")
 
 
+_VALIDATE_JSON: dict[str, Callable[[str], Any]] = {}
+"""Per event type, its model's own JSON validator, once `decode_payload` has used (and so built) it."""
+
+
+def _payload(type_name: str, payload: Any) -> Any:
+    """`decode_payload`, calling the type's validator straight (most of its cost was the calls around it)."""
+    validate = _VALIDATE_JSON.get(type_name)
+    if validate is not None and type(payload) is str:
+        try:
+            return validate(payload)
+        except ValidationError:
+            pass  # decode_payload says what is wrong, or reads the escape pydantic refuses
+    decoded = decode_payload(type_name, payload)
+    model = PAYLOAD_TYPES.get(type_name)
+    if model is not None and type_name not in _VALIDATE_JSON:
+        _VALIDATE_JSON[type_name] = model.__pydantic_validator__.validate_json
+    return decoded
+
+
 def event_from_row(row: Row) -> Event:
     """An event from a row selected as `EVENT_READ`. The store wrote the envelope, so it is read back as it
     is (its time decoded); the payload is validated by its own type's model (the row's `type` names it)."""
     event_id, session_id, seq, at, turn_id, conversation_id, payload, type_name = row
     return Event.trusted(
-        event_id, session_id, seq, 0, stored_time(at), turn_id, decode_payload(type_name, payload), conversation_id
+        event_id, session_id, seq, 0, stored_time(at), turn_id, _payload(type_name, payload), conversation_id
     )
+
+
+_VALUES_READ = "id, seq, at, payload, type"
+"""The columns `read_event_values` selects."""
+
+
+def _event_values(row: Row) -> EventValues:
+    event_id, seq, at, payload, type_name = row
+    return EventValues(event_id, seq, stored_iso(at), _payload(type_name, payload))
 
 
 class EventMethods(SqlBase):
@@ -265,6 +294,34 @@ class EventMethods(SqlBase):
         session, rows = await self._read(read)
         return session_from_row(session), [event_from_row(row) for row in rows]
 
+    async def read_event_values(
+        self,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        limit: int = 100,
+        types: Sequence[str] | None = None,
+    ) -> tuple[int, list[EventValues]]:
+        """`read_session_events` for a reader that shows events rather than handles them: the session's
+        `last_seq`, then the same events in the same order, each as `EventValues`. Raises `NotFound` for an
+        unknown session."""
+        _check_read(after_seq, limit, types)
+
+        async def read(tx: Tx) -> tuple[int, list[Row]]:
+            # The row first: every event up to its last_seq is in what follows (a tail's head cursor).
+            sessions = await tx.fetch("SELECT last_seq FROM sessions WHERE id = ?", [session_id])
+            if not sessions:
+                raise NotFound(no_session(session_id))
+            head: int = sessions[0][0]
+            seq = head + 1 if after_seq is None else after_seq
+            sql, params = _events_query(
+                session_id, seq, limit, types, None, None, backward=after_seq is None, columns=_VALUES_READ
+            )
+            return head, await tx.fetch(sql, params)
+
+        head, rows = await self._read(read)
+        return head, [_event_values(row) for row in rows]
+
     async def _events(
         self,
         session_id: str,
@@ -333,8 +390,10 @@ def _events_query(
     turn_id: str | None,
     *,
     backward: bool,
+    columns: str = EVENT_READ,
 ) -> tuple[str, list[Any]]:
-    """The SELECT of a session's events after `seq` (or before it, `backward`), and its parameters."""
+    """The SELECT of `columns` of a session's events after `seq` (or before it, `backward`), and its
+    parameters."""
     conditions: list[str] = ["session_id = ?"]
     params: list[Any] = [session_id]
     if seq is not None:
@@ -356,7 +415,7 @@ def _events_query(
         conditions.append("turn_id = ?")
         params.append(turn_id)
     sql = (
-        f"SELECT {EVENT_READ} FROM events WHERE {' AND '.join(conditions)} "
+        f"SELECT {columns} FROM events WHERE {' AND '.join(conditions)} "
         f"ORDER BY seq {'DESC' if backward else 'ASC'} LIMIT ?"
     )
     return sql, [*params, limit]

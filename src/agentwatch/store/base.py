@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
-from agentwatch.events import Event, NewEvent, Usage
+from agentwatch.events import Event, NewEvent, Payload, Usage
 from agentwatch.store.records import (
     ConversationRecord,
     InputRecord,
@@ -52,10 +52,21 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["SCHEMA_VERSION", "RunStore", "Store"]
+__all__ = ["SCHEMA_VERSION", "EventValues", "RunStore", "Store"]
 
 SCHEMA_VERSION = 5
 """The schema version this code writes and reads; a database at a higher version is refused."""
+
+
+class EventValues(NamedTuple):
+    """A stored event as a reader shows it (`Store.read_event_values`): what its `Event` holds, but the time
+    as text."""
+
+    id: str
+    seq: int
+    at: str
+    """When it happened, as the ISO 8601 text `Event.at.isoformat()` gives."""
+    payload: Payload
 
 
 @runtime_checkable
@@ -216,6 +227,18 @@ class Store(RunStore, Protocol):
         """The session, then its events in the same read (one snapshot on SQLite): with `after_seq`, those
         after it, oldest first; without, the newest `limit` up to the session's `last_seq`, newest first.
         Raises `NotFound` for an unknown session."""
+
+    async def read_event_values(
+        self,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        limit: int = 100,
+        types: Sequence[str] | None = None,
+    ) -> tuple[int, list[EventValues]]:
+        """`read_session_events` for a reader that shows events rather than handles them: the session's
+        `last_seq`, then the same events in the same order (one snapshot on SQLite), each as `EventValues`,
+        without building an `Event` per row. Raises `NotFound` for an unknown session."""
 
     async def get_event(self, session_id: str, event_id: str) -> Event:
         """One event by id. Raises `NotFound`."""
