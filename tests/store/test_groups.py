@@ -10,7 +10,7 @@ import pytest
 
 from agentwatch.errors import Conflict, NotFound
 from agentwatch.events import NewEvent, UserMessage
-from agentwatch.store import RunStore, SessionDraft, SessionPatch, Store, Write
+from agentwatch.store import RunStore, SessionDraft, SessionPatch, Store, Write, connect_store
 
 
 def said(text: str) -> list[NewEvent]:
@@ -84,3 +84,61 @@ async def test_postgres_commits_concurrent_appends_in_groups(store: Store, backe
     groups, writes = store._group_counts[0] - before[0], store._group_counts[1] - before[1]
     assert writes == 150
     assert groups <= 150 / 5  # dozens of appends per transaction, not one each
+
+
+async def test_two_stores_appending_to_the_same_sessions_keep_seqs_contiguous(store: Store, store_url: str) -> None:
+    # Two processes' stores (SQLite: two writers of one file; PostgreSQL: two pools) append to the same
+    # sessions at once, in groups: every seq is handed out once, with no gap, and the rows count them all.
+    sessions = [await store.create_session(SessionDraft(name=f"s{n}", role="chat")) for n in range(20)]
+    other = await connect_store(store_url)
+    try:
+
+        async def appends(into: Store, tag: str) -> None:
+            for round_ in range(4):
+                await asyncio.gather(*(into.append(s.id, said(f"{tag}{round_}")) for s in sessions))
+
+        await asyncio.gather(appends(store, "a"), appends(other, "b"))
+    finally:
+        await other.close()
+
+    for session in sessions:
+        stored = await store.read_events(session.id)
+        assert [event.seq for event in stored] == list(range(1, 9))
+        texts = [event.payload.text for event in stored]  # type: ignore[union-attr]
+        assert sorted(texts) == sorted(f"{tag}{n}" for tag in "ab" for n in range(4))
+        assert [t for t in texts if t[0] == "a"] == [f"a{n}" for n in range(4)]  # each store's in its order
+        assert (await store.get_session(session.id)).last_seq == 8
+
+
+async def test_grouped_appends_count_into_their_rows_and_fail_apart(store: Store) -> None:
+    # Appends without usage or an expected status (PostgreSQL moves the rows' counters first for those):
+    # the rows end with every event counted, an untouched write leaves the activity time, an unknown
+    # session fails alone.
+    sessions = [await store.create_session(SessionDraft(name=f"s{n}", role="chat")) for n in range(30)]
+    writes = [
+        Write(
+            session.id if n % 9 else "ses_unknown",
+            said(f"{n}") + said(f"{n}+"),
+            touch=index % 2 == 0,
+        )
+        for n in range(3)
+        for index, session in enumerate(sessions)
+    ]
+    outcomes = await asyncio.gather(*(store.write(write) for write in writes), return_exceptions=True)
+
+    for write, outcome in zip(writes, outcomes, strict=True):
+        if write.session_id == "ses_unknown":
+            assert isinstance(outcome, NotFound)
+        else:
+            assert isinstance(outcome, list) and len(outcome) == 2
+            assert outcome[1].seq == outcome[0].seq + 1
+    for index, session in enumerate(sessions):
+        expected = sum(2 for n in range(3) if n % 9)
+        stored = await store.read_events(session.id)
+        assert [event.seq for event in stored] == list(range(1, expected + 1))
+        after = await store.get_session(session.id)
+        assert (after.last_seq, after.tokens) == (expected, 0)
+        if index % 2:
+            assert after.last_active_at == session.last_active_at
+        else:
+            assert after.last_active_at > session.last_active_at

@@ -57,6 +57,13 @@ _PG_SESSION_UPDATE: Final = (
     "FROM jsonb_to_recordset(?::jsonb) AS v (id text, last_seq bigint, tokens bigint, cost text, touched boolean) "
     "WHERE sessions.id = v.id"
 )
+_PG_CLAIM: Final = (
+    "UPDATE sessions SET last_seq = sessions.last_seq + v.n, updated_at = ?, "
+    "last_active_at = CASE WHEN v.touched THEN ? ELSE sessions.last_active_at END "
+    "FROM jsonb_to_recordset(?::jsonb) AS v (id text, n bigint, touched boolean) WHERE sessions.id = v.id "
+    "RETURNING sessions.id, sessions.last_seq - v.n, sessions.conversation_id, sessions.role, sessions.status, "
+    "sessions.tokens, sessions.cost_usd"
+)
 """The counters of many sessions in one statement. The rows come as one JSON document (the cost as text, so
 that any float, an infinity too, goes through): the driver builds arrays parameter by parameter in Python,
 measured several times slower than one JSON text."""
@@ -106,6 +113,8 @@ class Counters:
     priced: bool = False
     """Its tokens or cost changed in this transaction."""
     written: bool = False
+    claimed: bool = False
+    """Its row already holds what the transaction's writes make of it (see `_claim_seqs`)."""
     changes: dict[str, Any] = field(default_factory=dict)
     """Other columns to set (a session patch, inbox and request counts), by the same row update."""
 
@@ -129,12 +138,13 @@ async def read_counters(tx: Tx, dialect: Dialect, session_ids: Sequence[str]) ->
 class Appends:
     """The rows the writes of one transaction append, built write by write, written by `flush`."""
 
-    __slots__ = ("_at", "_dialect", "_events", "_messages", "_now", "_sessions", "_usage")
+    __slots__ = ("_dialect", "_events", "_messages", "_now", "_sessions", "_usage", "at")
 
     def __init__(self, dialect: Dialect, now: datetime) -> None:
         self._dialect = dialect
         self._now = now
-        self._at = dialect.time_param(now)
+        self.at = dialect.time_param(now)
+        """The time of the transaction's writes, as the dialect stores it."""
         self._events: list[tuple[Any, ...]] = []
         self._usage: list[tuple[Any, ...]] = []
         self._messages: dict[str, list[tuple[str | None, int | None]]] = {}
@@ -173,7 +183,7 @@ class Appends:
             # Each event built as stored without validating it again (`Event.trusted`): every field is valid
             # by construction, the payloads and turn ids having been checked with the write (`check_durable`).
             # Its row beside it: the same values, the payload as JSON text.
-            session_id, conversation_id, now, at = session.id, session.conversation_id, self._now, self._at
+            session_id, conversation_id, now, at = session.id, session.conversation_id, self._now, self.at
             json_param, event_rows = self._dialect.json_param, self._events
             seq = session.last_seq
             for new in write.events:
@@ -202,7 +212,7 @@ class Appends:
         """Write everything added: each session's row once, then the ledger, messages and events."""
         plain: list[Counters] = []
         for session in self._sessions.values():
-            if not session.written:
+            if not session.written or session.claimed:
                 continue
             if not session.changes:
                 plain.append(session)
@@ -221,7 +231,7 @@ class Appends:
                 {"id": s.id, "last_seq": s.last_seq, "tokens": s.tokens, "cost": repr(s.cost), "touched": s.touched}
                 for s in plain
             ]
-            await tx.execute(_PG_SESSION_UPDATE, [self._at, self._at, json.dumps(document)])
+            await tx.execute(_PG_SESSION_UPDATE, [self.at, self.at, json.dumps(document)])
         elif plain:
             # SQLite updates every index of a column the statement sets, changed or not: a row whose activity
             # time stays gets a statement that leaves it (and the two listing indexes holding it) alone, and
@@ -241,11 +251,11 @@ class Appends:
 
     def _counters(self, session: Counters, *, priced: bool) -> tuple[Any, ...]:
         """The counter parameters of `_session_update` for `session`."""
-        values: tuple[Any, ...] = (session.last_seq, self._at)
+        values: tuple[Any, ...] = (session.last_seq, self.at)
         if priced:
             values += (session.tokens, session.cost)
         if session.touched:
-            values += (self._at,)
+            values += (self.at,)
         return values
 
     async def _flush_messages(self, tx: Tx) -> None:
@@ -288,6 +298,29 @@ def _message_rows(messages: Sequence[JsonValue], events: Sequence[Event]) -> lis
     return rows
 
 
+async def _claim_seqs(tx: Tx, appends: Appends, writes: Sequence[Write]) -> dict[str, Counters]:
+    """PostgreSQL: move each session's counters past the group's writes first, in one UPDATE that locks the
+    rows and returns them as they were (the seqs to hand out, contiguous: the lock holds until the commit).
+    The rows are then written once, instead of locked by a SELECT ... FOR UPDATE and written again. Only for
+    writes without usage (whose totals add up in the order of the writes) and without an expected status
+    (checked before anything is written); the others read the counters first."""
+    counts: dict[str, list[Any]] = {}
+    for write in writes:
+        count = counts.get(write.session_id)
+        if count is None:
+            counts[write.session_id] = [write.session_id, len(write.events), write.touch]
+        else:
+            count[1] += len(write.events)
+            count[2] = count[2] or write.touch
+    document = json.dumps([{"id": i, "n": n, "touched": touched} for i, n, touched in counts.values()])
+    at = appends.at
+    claimed: dict[str, Counters] = {}
+    for row in await tx.fetch(_PG_CLAIM, [at, at, document]):
+        session = Counters(row[0], int(row[1]), row[2], row[3], row[4], int(row[5]), float(row[6]), claimed=True)
+        claimed[session.id] = session
+    return claimed
+
+
 async def apply_appends(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: datetime) -> list[Any]:
     """Apply append-only `writes` (see `appends_only`) in order, in the caller's transaction; per write, its
     stored events or the error that failed it alone (then nothing of it is written).
@@ -295,8 +328,11 @@ async def apply_appends(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: 
     Raises when the database refuses a statement: then part of the group may be written, and the caller
     rolls back (and may apply the writes one by one, each on its own).
     """
-    sessions = await read_counters(tx, dialect, [write.session_id for write in writes])
     appends = Appends(dialect, now)
+    if dialect.name == "postgres" and len(writes) > 1 and not any(w.expect_status or w.usage for w in writes):
+        sessions = await _claim_seqs(tx, appends, writes)
+    else:
+        sessions = await read_counters(tx, dialect, [write.session_id for write in writes])
     outcomes: list[Any] = []
     for write in writes:
         session = sessions.get(write.session_id)
