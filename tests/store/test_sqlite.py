@@ -234,6 +234,67 @@ async def test_a_group_the_database_refuses_is_applied_write_by_write(
         assert (await store.get_session(a.id)).last_seq == 3
 
 
+async def test_a_group_of_appends_only_takes_no_savepoint(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        a = await store.create_session(SessionDraft(name="a", role="chat"))
+        b = await store.create_session(SessionDraft(name="b", role="chat"))
+        gate = threading.Event()
+
+        async def hold(tx: Tx) -> None:
+            gate.wait(10)
+
+        held = asyncio.ensure_future(store._write(hold))
+        await asyncio.sleep(0.05)  # the writer holds the gate, alone in its group: the appends queue behind it
+        statements: list[str] = []
+        store._writer_connection.set_trace_callback(statements.append)
+        tasks = [store.append(session.id, [NewEvent(UserMessage(text="hi"))]) for session in (a, b, a)]
+        appended = asyncio.gather(*tasks)
+        await asyncio.sleep(0.05)
+        gate.set()
+        await held
+        try:
+            outcomes = await appended
+        finally:
+            store._writer_connection.set_trace_callback(None)
+        assert [event.seq for events in outcomes for event in events] == [1, 1, 2]
+        statements = statements[statements.index("BEGIN IMMEDIATE") :]  # the hold's COMMIT came first
+        assert sum(statement == "COMMIT" for statement in statements) == 1
+        assert not [statement for statement in statements if "SAVEPOINT" in statement or "RELEASE" in statement]
+        # The totals did not change: the row update leaves them out.
+        assert not [statement for statement in statements if statement.startswith("UPDATE") and "tokens" in statement]
+
+
+async def test_the_writer_waits_briefly_for_the_rest_of_a_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+    # The writer has stopped: its queue is driven by hand. A job that arrives while the writer waits (the
+    # sleep) joins the group; a writer whose previous group was a lone job does not wait.
+    first, late, closing = object(), object(), None
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        store._queue.put(late)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sqlite_module.time, "sleep", sleep)
+    store._queue.put(first)  # type: ignore[arg-type]
+    assert store._collect(expected=1) == ([first], True)
+    assert slept == []
+    store._queue.put(first)  # type: ignore[arg-type]
+    assert store._collect(expected=3) == ([first, late], True)
+    assert slept == [sqlite_module._GATHER_S]
+    store._queue.put(first)  # type: ignore[arg-type]
+    store._queue.put(first)  # type: ignore[arg-type]
+    assert store._collect(expected=2) == ([first, first], True)  # as many as before: no wait
+    store._queue.put(first)  # type: ignore[arg-type]
+    store._queue.put(closing)
+    assert store._collect(expected=3) == ([first], False)
+    assert len(slept) == 1
+
+
 async def test_many_waiters_are_woken_a_few_per_loop_turn(tmp_path: Path) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)

@@ -26,6 +26,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,8 @@ Synchronous = Literal["full", "normal"]
 _HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_MS: Final = 5_000
 _MAX_GROUP: Final = 512
+_GATHER_S: Final = 0.001
+"""How long a group waits for the rest of the callers of the previous one, at most (see `_collect`)."""
 _READERS: Final = 2
 _PAGE_SIZE: Final = 8192
 """Bytes per page of a new database file (see `_open_database`)."""
@@ -192,19 +195,10 @@ class SqliteStore(SqlStore):
         connection = self._writer_connection
         tx = _Tx(connection)
         running = True
+        expected = 1
         while running:
-            jobs: list[Job] = []
-            job = self._queue.get()
-            while job is not None:
-                jobs.append(job)
-                if len(jobs) >= _MAX_GROUP:
-                    break
-                try:
-                    job = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            if job is None:
-                running = False  # close(): finish what was queued before it, then stop
+            jobs, running = self._collect(expected)
+            expected = len(jobs)
             try:
                 self._commit_group(connection, tx, [j for j in jobs if j.write])
             except BaseException as error:  # the connection itself failed: every write of the group fails
@@ -218,6 +212,36 @@ class SqliteStore(SqlStore):
                     read.outcome = (None, _as_store_error(error))
             settle(jobs)
         connection.close()
+
+    def _collect(self, expected: int) -> tuple[list[Job], bool]:
+        """The next group, and False once `close` asked to stop (after the jobs queued before it).
+
+        The group is what is queued when the first job arrives, and, when that is fewer jobs than the
+        previous group had, what is queued `_GATHER_S` later: when many callers write at once, the previous
+        group's callers are still being woken (a few per loop turn) and are about to queue their next write.
+        The writer sleeps meanwhile, so the callers' loop runs without contending with the writer for the
+        GIL (and without waking it at each write), and the group fills. A lone caller (a previous group of
+        one) never waits.
+        """
+        jobs = [self._queue.get()]
+        if self._drain(jobs) and len(jobs) < expected:
+            time.sleep(_GATHER_S)
+            self._drain(jobs)
+        if jobs[-1] is None:
+            jobs.pop()
+            return cast(list[Job], jobs), False
+        return cast(list[Job], jobs), True
+
+    def _drain(self, jobs: list[Job | None]) -> bool:
+        """Add the queued jobs to `jobs` (up to `_MAX_GROUP`, or until `close`'s None); True when there may
+        be more to come."""
+        get = self._queue.get_nowait
+        while jobs[-1] is not None and len(jobs) < _MAX_GROUP:
+            try:
+                jobs.append(get())
+            except queue.Empty:
+                return True
+        return False
 
     def _commit_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job]) -> None:
         """Apply `jobs` in one transaction and commit it; each job's outcome says how it went.
