@@ -1,5 +1,6 @@
-"""Full garbage collections wait while turns run (young ones go on), and the one that waited runs once the
-process has had no turn for a moment; the application's own thresholds are put back."""
+"""Full garbage collections wait while turns run (young ones go on, generation-1 ones more often), and the one
+that waited runs once the process has had no turn for a moment; the application's own thresholds are put
+back."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from typing import Any
 import pytest
 
 from agentwatch.runtime import full_collections
-from agentwatch.runtime.full_collections import DEFERRED_THRESHOLD, turn_loop_ended, turn_loop_started
+from agentwatch.runtime.full_collections import (
+    DEFERRED_THRESHOLD,
+    MIDDLE_THRESHOLD,
+    turn_loop_ended,
+    turn_loop_started,
+)
 from agentwatch.runtime.models import Hang, Reply, ScriptedModel
 from tests.runtime.support import OpenEngine, role, until
 
@@ -44,7 +50,7 @@ async def test_full_collections_wait_while_a_turn_runs(open_engine: OpenEngine, 
         session = await engine.create("hanger")
         await engine.enqueue(session.id, "go")
         await until(lambda: engine.running_turns() == [session.id])
-        assert gc.get_threshold() == (thresholds[0], thresholds[1], DEFERRED_THRESHOLD)
+        assert gc.get_threshold() == (thresholds[0], min(thresholds[1], MIDDLE_THRESHOLD), DEFERRED_THRESHOLD)
         await engine.stop(session.id)
         await until(lambda: not engine.running_turns())
         assert gc.get_threshold() == thresholds
@@ -59,12 +65,12 @@ async def test_the_collection_that_waited_runs_once_no_turn_runs(
     full_runs.clear()
     turn_loop_started()
     turn_loop_started()  # two sessions' turns at once
-    assert gc.get_threshold() == (700, 10, DEFERRED_THRESHOLD)
+    assert gc.get_threshold() == (700, MIDDLE_THRESHOLD, DEFERRED_THRESHOLD)
     for _ in range(3):
         gc.collect(1)  # three young collections: a full one would have been due after two
     assert full_runs == []
     turn_loop_ended()
-    assert gc.get_threshold() == (700, 10, DEFERRED_THRESHOLD)  # one turn still runs
+    assert gc.get_threshold() == (700, MIDDLE_THRESHOLD, DEFERRED_THRESHOLD)  # one turn still runs
     turn_loop_ended()
     assert gc.get_threshold() == (700, 10, 2)
     assert full_runs == []  # not inside the turn's last step: a moment later
@@ -98,3 +104,25 @@ async def test_an_application_without_the_collector_is_left_alone(thresholds: tu
     assert gc.get_threshold() == (0, 10, 10)
     turn_loop_ended()
     assert gc.get_threshold() == (0, 10, 10)
+
+
+def test_middle_collections_run_more_often_while_turns_run(thresholds: tuple[int, ...]) -> None:
+    gc.set_threshold(700, 10, 10)
+    turn_loop_started()
+    assert MIDDLE_THRESHOLD < 10
+    assert gc.get_threshold() == (700, MIDDLE_THRESHOLD, DEFERRED_THRESHOLD)
+    turn_loop_ended()
+    assert gc.get_threshold() == (700, 10, 10)
+    gc.set_threshold(700, 1, 10)  # the application's own, lower: kept
+    turn_loop_started()
+    assert gc.get_threshold() == (700, 1, DEFERRED_THRESHOLD)
+    turn_loop_ended()
+    assert gc.get_threshold() == (700, 1, 10)
+
+
+def test_thresholds_the_application_set_while_turns_ran_are_kept(thresholds: tuple[int, ...]) -> None:
+    gc.set_threshold(700, 10, 10)
+    turn_loop_started()
+    gc.set_threshold(500, 5, 5)
+    turn_loop_ended()
+    assert gc.get_threshold() == (500, 5, 5)

@@ -40,6 +40,7 @@ import re
 import secrets
 import socket
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -174,10 +175,12 @@ class Leases:
         return lost
 
     def _answer(self, ids: set[str], outcome: set[str] | BaseException) -> None:
+        answers: deque[tuple[asyncio.Future[bool | BaseException], bool | BaseException]] = deque()
         for session_id in ids:
             answer = self._asking.pop(session_id, None)
             if answer is not None and not answer.done():
-                answer.set_result(outcome if isinstance(outcome, BaseException) else session_id in outcome)
+                answers.append((answer, outcome if isinstance(outcome, BaseException) else session_id in outcome))
+        _answer_paced(answers)
 
     def _hold(self, session_id: str, sent: float) -> None:
         self._takes += 1
@@ -279,18 +282,33 @@ class Leases:
     async def _run(self, runtime: Runtime, *, sweep: bool) -> None:
         pause = min(SWEEP_SECONDS, self.renew_every)
         next_renewal = time.monotonic() + self.renew_every
-        while True:
-            await asyncio.sleep(pause)
-            try:
-                if time.monotonic() >= next_renewal:
-                    next_renewal = time.monotonic() + self.renew_every
-                    for session_id in await self.renew():
-                        log.warning("lost the lease of %s; its turn is cut off here", session_id)
-                        await _cut_off(runtime, session_id)
-                if sweep and self.sweeping:
-                    await self.sweep(runtime)
-            except Exception as exc:  # housekeeping must never take the engine down
-                log.warning("lease upkeep failed: %s", exc)
+        sweeping: asyncio.Task[None] | None = None
+        try:
+            while True:
+                await asyncio.sleep(pause)
+                # The sweep runs beside the renewals, not before them: under load its store read waits behind
+                # the turns' writes, and renewals that waited for it let the local holds lapse, so that every
+                # tool call then waited for a confirmation (hundreds of turns, all woken by one store call).
+                if sweep and self.sweeping and (sweeping is None or sweeping.done()):
+                    sweeping = asyncio.create_task(self._sweep_once(runtime), name="agentwatch-lease-sweep")
+                try:
+                    if time.monotonic() >= next_renewal:
+                        next_renewal = time.monotonic() + self.renew_every
+                        for session_id in await self.renew():
+                            log.warning("lost the lease of %s; its turn is cut off here", session_id)
+                            await _cut_off(runtime, session_id)
+                except Exception as exc:  # housekeeping must never take the engine down
+                    log.warning("lease upkeep failed: %s", exc)
+        finally:
+            if sweeping is not None:
+                sweeping.cancel()
+                await asyncio.gather(sweeping, return_exceptions=True)
+
+    async def _sweep_once(self, runtime: Runtime) -> None:
+        try:
+            await self.sweep(runtime)
+        except Exception as exc:  # housekeeping must never take the engine down
+            log.warning("lease upkeep failed: %s", exc)
 
     async def sweep(self, runtime: Runtime) -> int:
         """Take over sessions whose owner's lease expired and let their turn loops look for work (all at once);
@@ -341,6 +359,22 @@ class Leases:
         )
         channel = await runtime.driver(lease.session_id)
         await channel.commit(Write(lease.session_id, events=[NewEvent(notice)], touch=False))
+
+
+ANSWERS_PER_LOOP_TURN = 4
+"""Confirmations answered per turn of the event loop when one store call answers many."""
+
+
+def _answer_paced(answers: deque[tuple[asyncio.Future[bool | BaseException], bool | BaseException]]) -> None:
+    """Answer the waiting confirmations a few per turn of the event loop. Each one answered lets a turn run its
+    tool and go on to its next model request; hundreds answered by one renewal would all take their next
+    steps in the same loop turns, in step, keeping the loop from everything else for the sum of them."""
+    for _ in range(min(ANSWERS_PER_LOOP_TURN, len(answers))):
+        answer, result = answers.popleft()
+        if not answer.done():  # a waiter that was cancelled meanwhile
+            answer.set_result(result)
+    if answers:
+        asyncio.get_running_loop().call_soon(_answer_paced, answers)
 
 
 @dataclass

@@ -21,12 +21,16 @@ from agentwatch.store.records import Write
 
 __all__ = ["Job", "Mailbox", "settle"]
 
-_FIRST_CHUNK: Final = 16
-"""Callers woken per loop turn before the first measurement of what a turn costs."""
-_MAX_CHUNK: Final = 32
+_FIRST_CHUNK: Final = 8
+"""Callers woken per loop turn before anything is known about what a woken caller costs."""
+_MAX_CHUNK: Final = 16
 _TURN_BUDGET_S: Final = 0.010
-"""How long the callers woken in one loop turn should keep the loop busy, at most (a target, not a bound:
-one caller's step takes what it takes)."""
+"""CPU time of the loop's thread the callers woken in one loop turn should cost, at most (a target, not a
+bound: one caller's step takes what it takes)."""
+_SMOOTHING: Final = 0.125
+"""Weight of the newest loop turn in the running averages the chunk is sized from (about the last eight)."""
+_UP: Final = 0.5
+"""Weight of a loop turn dearer than the average: the chunk shrinks faster than it grows."""
 
 
 class Mailbox:
@@ -37,8 +41,14 @@ class Mailbox:
     self-pipe and lets the loop's thread take the GIL from the poster). On the loop, the outcomes are then
     handed out in chunks, one chunk per loop turn: each woken caller runs its next step in the turn after its
     chunk, so hundreds of callers woken by one group commit cannot all run in one turn and keep the loop from
-    everything else (timers, other tasks) for the sum of their steps. The chunk is sized from the time the
-    previous loop turn took, to keep a turn near `_TURN_BUDGET_S`.
+    everything else (timers, other tasks) for the sum of their steps.
+
+    The chunk is sized from what a woken caller costs the loop: while outcomes wait, the loop's thread's CPU
+    time of each turn between two chunks, over the callers woken in the chunk before it, both averaged over
+    the last several turns. A caller's work does not all fall in the next turn (a turn's step hands on to
+    other tasks, which run in the turns after), so a chunk sized from the last turn alone swung between one
+    caller and the most, and a burst of large chunks let hundreds of callers run in step. CPU time rather than
+    wall time: a loop whose thread waits for a CPU (a busy machine) is not made late by the callers it woke.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -47,6 +57,8 @@ class Mailbox:
         self._jobs: deque[Job] = deque()
         self._scheduled = False
         self._chunk = _FIRST_CHUNK
+        self._turn_cpu = 0.0  # running average of the loop turn's CPU time between two chunks
+        self._woken = 0.0  # running average of the callers woken by the chunk before such a turn
 
     def post(self, jobs: Iterable[Job]) -> None:
         """Queue finished jobs (any thread); wake the loop unless a hand-out is already under way."""
@@ -61,15 +73,12 @@ class Mailbox:
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
             loop.call_soon_threadsafe(self._hand_out, None)
 
-    def _hand_out(self, previous_end: float | None) -> None:
-        started = time.perf_counter()
-        if previous_end is not None:
-            # The loop turn since the last chunk: that chunk's callers ran in it, with whatever else was ready
-            # (among them, callers of earlier chunks that were woken through another future). Scale the chunk
-            # so such a turn takes about the budget, growing it at most twofold per turn.
-            turn = started - previous_end
-            scale = min(2.0, _TURN_BUDGET_S / turn) if turn > 0 else 2.0
-            self._chunk = max(1, min(_MAX_CHUNK, int(self._chunk * scale)))
+    def _hand_out(self, previous: tuple[float, int] | None) -> None:
+        if previous is not None:
+            # The loop turn since the last chunk (its CPU time, the callers that chunk woke): those callers ran
+            # in it, with whatever else was ready (among them, callers of earlier chunks going on).
+            cpu, woken = previous
+            self._sized(time.thread_time() - cpu, woken)
         jobs = self._jobs
         count = 0
         try:
@@ -83,7 +92,23 @@ class Mailbox:
             if more:
                 loop = self._loop()
                 if loop is not None:
-                    loop.call_soon(self._hand_out, time.perf_counter())
+                    loop.call_soon(self._hand_out, (time.thread_time(), count))
+
+    def _sized(self, turn_cpu: float, woken: int) -> None:
+        """Average in one more loop turn and size the chunk so that a turn costs about the budget."""
+        if not self._woken:  # the first measurement: nothing to average with
+            self._turn_cpu, self._woken = turn_cpu, float(max(woken, 1))
+        else:
+            # A turn dearer than the average counts at once; a cheaper one only bit by bit. A caller's work spans
+            # several turns after it is woken, so a chunk that grew on cheap callers shows its cost only a few
+            # turns later: by then too many dear callers (a turn's model step, its tools) may have been woken.
+            weight = _UP if turn_cpu > self._turn_cpu else _SMOOTHING
+            self._turn_cpu += (turn_cpu - self._turn_cpu) * weight
+            self._woken += (woken - self._woken) * _SMOOTHING
+        per_caller = self._turn_cpu / max(self._woken, 1.0)
+        fits = int(_TURN_BUDGET_S / per_caller) if per_caller > 0 else _MAX_CHUNK
+        # Shrinks at once, grows by one a turn: for the same reason, a larger chunk is tried a little at a time.
+        self._chunk = max(1, min(_MAX_CHUNK, fits, self._chunk + 1))
 
 
 @dataclass(eq=False, slots=True)

@@ -1,0 +1,94 @@
+"""The SQLite store's outcomes reach their callers a chunk per event-loop turn, the chunk sized from what a
+woken caller costs the loop: a group of hundreds never resumes all its callers in one loop turn."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from agentwatch.store._mailbox import _FIRST_CHUNK, _MAX_CHUNK, _TURN_BUDGET_S, Job, Mailbox
+
+
+class LoopTurns:
+    """Numbers the event loop's turns: a callback that runs once a turn and counts."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self._running = True
+
+    def start(self) -> None:
+        self._tick()
+
+    def _tick(self) -> None:
+        self.turn += 1
+        if self._running:
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._running = False
+
+
+def finished(mailbox: Mailbox, count: int) -> list[Job]:
+    loop = asyncio.get_running_loop()
+
+    async def nothing(tx: Any) -> None:
+        return None
+
+    jobs = [Job(nothing, mailbox, loop.create_future()) for _ in range(count)]
+    for index, job in enumerate(jobs):
+        job.outcome = (index, None)
+    return jobs
+
+
+def burn(seconds: float) -> None:
+    """Keep the loop's thread busy for `seconds` of its CPU time (a caller's step of Python work)."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+async def woken_per_turn(count: int, cost: float) -> list[int]:
+    """Post `count` outcomes at once from another thread (as the writer does after a group commit); each
+    caller spends `cost` seconds of CPU once woken. Returns how many callers ran in each loop turn, in order."""
+    mailbox = Mailbox(asyncio.get_running_loop())
+    jobs = finished(mailbox, count)
+    turns = LoopTurns()
+    woke: Counter[int] = Counter()
+
+    async def caller(job: Job) -> None:
+        assert await job.future == jobs.index(job)
+        woke[turns.turn] += 1
+        burn(cost)
+
+    callers = [asyncio.ensure_future(caller(job)) for job in jobs]
+    await asyncio.sleep(0)
+    turns.start()
+    poster = threading.Thread(target=mailbox.post, args=(jobs,))
+    poster.start()
+    poster.join()
+    await asyncio.gather(*callers)
+    turns.stop()
+    return [woke[turn] for turn in sorted(woke)]
+
+
+async def test_a_large_group_wakes_its_callers_a_chunk_per_loop_turn() -> None:
+    per_turn = await woken_per_turn(300, 0.0)
+    assert sum(per_turn) == 300
+    assert per_turn[0] == _FIRST_CHUNK
+    assert max(per_turn) <= _MAX_CHUNK
+    # Cheap callers: the chunk grows, one caller a turn at most, up to the most.
+    assert all(later <= earlier + 1 for earlier, later in itertools.pairwise(per_turn))
+    assert _MAX_CHUNK in per_turn
+
+
+async def test_dear_callers_get_smaller_chunks() -> None:
+    cost = _TURN_BUDGET_S / 2  # two such callers fill a loop turn's budget
+    per_turn = await woken_per_turn(40, cost)
+    assert sum(per_turn) == 40
+    assert per_turn[0] == _FIRST_CHUNK  # nothing known yet
+    # Once a turn was measured, a chunk holds about what fits in the budget.
+    assert max(per_turn[2:]) <= 2, per_turn
