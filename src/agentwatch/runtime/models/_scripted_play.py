@@ -65,6 +65,9 @@ class ScriptPlayer(FunctionModel):
     def __init__(self, script: ScriptedModel) -> None:
         super().__init__(stream_function=self._stream, model_name=script.name)
         self._script = script
+        # Whether the step a request plays calls a tool, by the request's message list (its `id`), from the
+        # moment the step is known until the request's stream ends.
+        self._calls: dict[int, bool] = {}
 
     @asynccontextmanager
     async def request_stream(
@@ -74,16 +77,20 @@ class ScriptPlayer(FunctionModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        async with super().request_stream(messages, model_settings, model_request_parameters, run_context) as stream:
-            instructions = next(
-                (m.instructions for m in reversed(messages) if isinstance(m, ModelRequest) and m.instructions), None
-            )
-            tokens = 12 + _tokens(instructions or "") + _read(self._script, messages).tokens[-1]
-            stream._usage = RequestUsage(input_tokens=tokens)
-            yield stream
-            # Providers say why they stopped; FunctionModel leaves it unset.
-            calls = any(isinstance(part, ToolCallPart) for part in stream.get().parts)
-            stream.finish_reason = "tool_call" if calls else "stop"
+        try:
+            async with super().request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                # Opening the stream read the script's first item, so the step is chosen and the conversation read.
+                reading = _read(self._script, messages)
+                stream._usage = RequestUsage(
+                    input_tokens=12 + _tokens(reading.instructions[-1] or "") + reading.tokens[-1]
+                )
+                yield stream
+                # Providers say why they stopped; FunctionModel leaves it unset.
+                stream.finish_reason = "tool_call" if self._calls.get(id(messages)) else "stop"
+        finally:
+            self._calls.pop(id(messages), None)
 
     async def _stream(
         self, messages: list[ModelMessage], info: AgentInfo
@@ -92,25 +99,30 @@ class ScriptPlayer(FunctionModel):
         context = _context(_read(script, messages), messages, info)
         script._requests.append(context)
         items = await script._step(context)
+        self._calls[id(messages)] = any(isinstance(item, CallTool) for item in items)
+        delay = script.chunk_delay
         index = 0  # each thinking block and tool call is its own part
         calls = 0
         for item in items:
             if isinstance(item, Think):
                 for chunk in _chunks(item.text):
                     yield {index: DeltaThinkingPart(content=chunk)}
-                    await self._pause()
+                    if delay:
+                        await asyncio.sleep(delay)
                 index += 1
             elif isinstance(item, Reply):
                 for chunk in _chunks(item.text):
                     yield chunk
-                    await self._pause()
+                    if delay:
+                        await asyncio.sleep(delay)
             elif isinstance(item, CallTool):
                 call_id = item.id or f"call_{context.request_index}_{calls}"
                 calls += 1
                 yield {
                     index: DeltaToolCall(name=item.name, json_args=json.dumps(dict(item.args)), tool_call_id=call_id)
                 }
-                await self._pause()
+                if delay:
+                    await asyncio.sleep(delay)
                 index += 1
             elif isinstance(item, Fail):
                 if item.status is not None:
@@ -119,16 +131,12 @@ class ScriptPlayer(FunctionModel):
             else:
                 await asyncio.Event().wait()  # Hang: only cancellation ends it
 
-    async def _pause(self) -> None:
-        if self._script.chunk_delay:
-            await asyncio.sleep(self._script.chunk_delay)
-
 
 class _Reading:
     """Running totals over a conversation's messages, one entry per message read (the first entry is before
     any message)."""
 
-    __slots__ = ("messages", "prompts", "read", "responses", "tokens")
+    __slots__ = ("instructions", "messages", "prompts", "read", "responses", "tokens")
 
     def __init__(self) -> None:
         self.messages: list[ModelMessage] = []
@@ -142,6 +150,8 @@ class _Reading:
         """The last user prompt up to each message."""
         self.read = 0
         """Messages read in all (a tail read again counts again): what a request costs."""
+        self.instructions: list[str | None] = [None]
+        """The instructions of the last request that has any, up to each message."""
 
     def update(self, messages: Sequence[ModelMessage]) -> None:
         """Catch up with `messages`: keep the prefix already read (the same objects), read the rest."""
@@ -154,6 +164,7 @@ class _Reading:
         if same < len(known):
             self.messages = known[:same]
             del self.tokens[same + 1 :], self.responses[same + 1 :], self.prompts[same + 1 :]
+            del self.instructions[same + 1 :]
         for message in messages[same:]:
             self._add(message)
 
@@ -163,9 +174,13 @@ class _Reading:
             tokens += _tokens(entry.text)
             if entry.kind == "prompt":
                 prompt = entry.text
+        instructions = self.instructions[-1]
         if isinstance(message, ModelResponse):
             responses += 1
+        elif message.instructions:
+            instructions = message.instructions
         self.messages.append(message)
+        self.instructions.append(instructions)
         self.tokens.append(tokens)
         self.responses.append(responses)
         self.prompts.append(prompt)

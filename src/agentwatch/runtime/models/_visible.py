@@ -15,14 +15,14 @@ request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic import JsonValue
 from pydantic_ai import RunContext
-from pydantic_ai._fallback import request_stream_until_first_event
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelConnectionError,
@@ -33,9 +33,10 @@ from pydantic_ai.exceptions import (
     ModelServerError,
     ModelUnavailableError,
 )
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, ModelResponseStreamEvent
 from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.fallback import FallbackModel
+from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
@@ -229,11 +230,15 @@ class _VisibleModel(WrapperModel):
             async with AsyncExitStack() as stack:
                 try:
                     # Until its first event: a provider may accept the request, then report an overload or a
-                    # rate limit as the stream's first event, still in time to try again.
+                    # rate limit as the stream's first event, still in time to try again. (A FunctionModel, such
+                    # as the scripted model, reads its first item while it opens already.)
+                    opened = (
+                        self.wrapped.request_stream
+                        if isinstance(self.wrapped, FunctionModel)
+                        else partial(_until_first_event, self.wrapped)
+                    )
                     stream = await stack.enter_async_context(
-                        request_stream_until_first_event(
-                            self.wrapped, None, messages, model_settings, model_request_parameters, run_context
-                        )
+                        opened(messages, model_settings, model_request_parameters, run_context)
                     )
                 except Exception as exc:
                     if not await self._failed(exc, attempt):
@@ -242,3 +247,67 @@ class _VisibleModel(WrapperModel):
                     continue
                 yield stream
                 return
+
+
+@asynccontextmanager
+async def _until_first_event(
+    model: Model,
+    messages: list[ModelMessage],
+    model_settings: ModelSettings | None,
+    model_request_parameters: ModelRequestParameters,
+    run_context: RunContext[Any] | None,
+) -> AsyncGenerator[StreamedResponse]:
+    """`model`'s stream, opened and read up to its first event, which is handed out again first.
+
+    pydantic-ai's own `request_stream_until_first_event` keeps the stream behind a `PeekableAsyncStream`, whose
+    every item takes an anyio lock (a pass through the event loop) and a cancel scope; the agent's stream reads
+    through one of those already, so this one only needs to give the first event back."""
+    async with model.request_stream(messages, model_settings, model_request_parameters, run_context) as response:
+        events = aiter(response)
+        try:
+            first = await anext(events)
+        except StopAsyncIteration:
+            yield response  # a stream without events is handed over as it is
+            return
+        response._event_iterator = _FirstAgain(first, events)  # `StreamedResponse.__aiter__` hands this out
+        yield response
+
+
+class _FirstAgain:
+    """An event stream whose first event was read already: that event, then the rest. Each later event costs
+    one call: `__anext__` hands out the stream's own awaitable."""
+
+    __slots__ = ("_first", "_rest")
+
+    def __init__(self, first: ModelResponseStreamEvent, rest: AsyncIterator[ModelResponseStreamEvent]) -> None:
+        self._first: ModelResponseStreamEvent | None = first
+        self._rest = rest
+
+    def __aiter__(self) -> _FirstAgain:
+        return self
+
+    def __anext__(self) -> Awaitable[ModelResponseStreamEvent]:
+        first = self._first
+        if first is None:
+            return self._rest.__anext__()
+        self._first = None
+        return _Ready(first)
+
+    async def aclose(self) -> None:
+        """Close the stream underneath (an async generator, normally)."""
+        close = getattr(self._rest, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class _Ready:
+    """An awaitable that is done already, with `value`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: ModelResponseStreamEvent) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[Any, None, ModelResponseStreamEvent]:
+        return self.value
+        yield  # a generator: awaiting it returns at once
