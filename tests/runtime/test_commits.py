@@ -1,6 +1,7 @@
 """How many commits a turn makes: one per model response (with its tool calls, before they run), one per batch
-of tool results (with the opening of the next request), and the turn's start (with the first request's opening)
-and end. Counted on a real SQLite store by wrapping `write`; the store itself is untouched."""
+of tool results (with the opening of the next request); the turn's start goes with the first request's opening,
+and its end with the last response (which calls no tool). Counted on a real SQLite store by wrapping `write`;
+the store itself is untouched."""
 
 from __future__ import annotations
 
@@ -47,9 +48,11 @@ async def test_a_ten_tool_turn_commits_at_most_twice_per_model_request(
 
     turn = [types for w, types in writes if not w.inputs_add]  # the enqueue is the caller's, not the turn's
     requests = TOOL_CALLS + 1
-    assert len(turn) <= 2 * requests + 1  # 11 responses, 10 result batches, the start and the end: 23
+    assert len(turn) <= 2 * requests  # 11 responses, 10 result batches; the start and the end go with them: 21
     assert turn[0][:3] == ["turn.started", "message.user", "completion.started"]  # the start went with the first
-    assert turn[-1] == ["turn.ended"]
+    # The last response calls no tool, so nothing waits for it: it goes to the store with the turn's end.
+    assert turn[-1][-3:] == ["message.assistant", "completion.finished", "turn.ended"]
+    assert sum(types.count("turn.ended") for types in turn) == 1
     for types in turn:
         if "tool.call" in types:  # a response's calls go with the response, before the tools run
             assert "completion.finished" in types

@@ -128,3 +128,38 @@ async def test_a_failed_pipelined_commit_fails_the_turn_and_nothing_of_the_turn_
         assert not any(isinstance(e.payload, ToolResult) for e in events)  # it was in the failed commit
         assert isinstance(events[-1].payload, TurnEnded) and events[-1].payload.outcome == "failed"
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_a_failed_commit_of_the_last_response_and_the_end_fails_the_turn(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("notes3", _script(2))
+    async with open_engine(role("r", model, tools=("lookup",)), tools=[lookup]) as engine:
+        store = engine.store
+        write = store.write
+        failed: list[list[str]] = []
+
+        async def failing(w: Write) -> list[Event]:
+            if any(isinstance(e.payload, CompletionFinished) and e.payload.request_index == 2 for e in w.events):
+                failed.append([e.payload.type for e in w.events])
+                raise StoreError("the disk is full")
+            return await write(w)
+
+        store.write = failing  # type: ignore[method-assign]
+        collector: EventCollector[Any] = EventCollector()
+        engine.start_with_observer(lambda _sid: collector)
+        session = await engine.create("r")
+        await engine.enqueue(session.id, "go")
+        settled, _ = await engine.wait(session.id, 30)
+        assert settled.status == "failed"
+        assert "the disk is full" in str(settled.error)
+        assert failed and failed[0][-1] == "turn.ended"  # the answer and the end were one write
+
+        events = await _all(engine, session.id)
+        finished = [e.payload.request_index for e in events if isinstance(e.payload, CompletionFinished)]
+        assert finished == [0, 1]  # the answer was never written
+        ends = [e.payload for e in events if isinstance(e.payload, TurnEnded)]
+        assert len(ends) == 1 and ends[0].outcome == "failed"
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        seen = [e for _, e in collector.events if e.sub == 0]
+        assert [e.id for e in seen] == [e.id for e in events]  # watchers saw exactly what was stored

@@ -168,7 +168,8 @@ class SessionEmitter:
         `turn`, the write belongs to the running turn: once a write of the turn failed, it is skipped and
         fails with that first failure (see `end_turn`). With `defer` seconds (`math.inf`: no limit), the write
         waits that long at most for the next one submitted (or a barrier), and goes to the store with it, in
-        one commit.
+        one commit; a write deferred without a limit takes the deferred writes before it along (they wait for
+        the same next write, so they all share its commit).
         """
         done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
         pending = _Pending(write, done, turn, self._turn_no)
@@ -176,7 +177,11 @@ class SessionEmitter:
         self._tail = pending
         if defer <= 0:
             self._start_writer()
-        elif self._writer is None and self._timer is None and defer != math.inf:
+        elif defer == math.inf:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        elif self._writer is None and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(defer, self._start_writer)
         return done
 

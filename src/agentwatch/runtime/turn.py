@@ -34,6 +34,7 @@ from agentwatch.events import (
     RequestDismissed,
     RequestOpened,
     SubtaskEnded,
+    ToolCall,
     TurnEnded,
     TurnId,
     TurnStarted,
@@ -86,6 +87,8 @@ class _Turn:
     definition: AgentDefinition
     turn_id: str
     usage: Usage = field(default_factory=Usage)
+    owed: bool = False
+    """A response without tool calls was submitted and not waited for: the turn's end commits with it."""
 
     @property
     def session_id(self) -> str:
@@ -154,13 +157,30 @@ class _Sink:
             elif isinstance(payload, AssistantMessage) and payload.text:
                 fields["last_text"] = displayable(payload.text)
         write = turn.write(payloads, messages=messages, patch=SessionPatch(**fields) if fields else None, usage=usage)
-        if wait:
+        if wait and _answers_only(payloads):
+            # A response without tool calls: nothing runs on it, so nothing waits for it to be durable. It goes
+            # to the store with the turn's next write, which is normally its end (`_end` waits for both and
+            # records a failure of either), or the opening of another request.
+            emitter.submit(write, turn=True, defer=math.inf)
+            turn.owed = True
+        elif wait:
             await emitter.commit(write, turn=True)
         else:  # the opening of a model request: it may share its commit with the response
             emitter.submit(write, turn=True, defer=GROUP_COMMIT_SECONDS)
 
     def stream(self, payload: Payload) -> None:
         self._turn.emitter.stream(payload, self._turn.turn_id)
+
+
+def _answers_only(payloads: Sequence[Payload]) -> bool:
+    """Whether `payloads` are a model response that ended normally and calls no tool."""
+    finished = False
+    for payload in payloads:
+        if isinstance(payload, ToolCall):
+            return False
+        if isinstance(payload, CompletionFinished):
+            finished = payload.finish_reason not in ("interrupted", "error")
+    return finished
 
 
 def _measured(payload: CompletionFinished) -> dict[str, JsonValue]:
@@ -455,7 +475,21 @@ async def _end(
     }
     if last_text:
         fields["last_text"] = displayable(last_text)
-    await turn.commit([ended], patch=SessionPatch(**fields))
+    if turn.owed:
+        # The last response was not waited for: the end shares its commit, as a write of the turn, so a failure
+        # of either is the turn's, and the turn then ends failed.
+        turn.owed = False
+        try:
+            await turn.emitter.commit(turn.write([ended], patch=SessionPatch(**fields)), turn=True)
+        except Exception as exc:
+            if isinstance(exc, LeaseLost):
+                raise
+            error = f"{type(exc).__name__}: {exc}"
+            status, ended = "failed", TurnEnded(outcome="failed", error=error, usage=ended.usage)
+            fields = {"status": status, "current_turn_id": None, "turn_attempts": 0, "error": displayable(error)}
+            await turn.commit([ended], patch=SessionPatch(**fields))
+    else:
+        await turn.commit([ended], patch=SessionPatch(**fields))
     await _tell_parent(turn, status)
     _release_servers(turn, status)
 
