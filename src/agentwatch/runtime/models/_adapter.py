@@ -547,6 +547,11 @@ class _TurnRun:
             return
         for message in messages:
             self._committed[id(message)] = message
+        if not wait:
+            # A pipelined commit takes its write before it first suspends (see `TurnSink.commit`): nothing to shield.
+            await self.sink.commit(list(payloads), self._dump_messages(messages), wait=False)
+            self._pipelined = True
+            return
         write = asyncio.ensure_future(self.sink.commit(list(payloads), self._dump_messages(messages), wait=wait))
         if not shield:
             await write

@@ -113,7 +113,8 @@ class TurnSink(Protocol):
         - `wait=True` (a waiting commit): returns only once this commit and every earlier one are durable. If an
           earlier pipelined commit failed, it writes nothing and raises that failure.
         - `wait=False` (a pipelined commit, for a step that no external effect depends on): may return before
-          the write is durable. The write still lands after every earlier commit and before every later one;
+          the write is durable, and must take the write before it first suspends (the adapter does not shield
+          it from a cancellation). The write still lands after every earlier commit and before every later one;
           if it fails, no later commit is written and the next waiting commit raises the failure. Payloads
           streamed after it reach watchers after its payloads, as if it had been waited for.
         - A waiting commit with no payloads and no messages writes nothing: it only waits for the earlier ones
