@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import copy
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal, Self, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,6 +19,65 @@ class BasePayload(BaseModel):
     durable: ClassVar[bool] = True
     """Durable payloads are committed to the store before anyone sees them; ephemeral ones (deltas,
     progress) live only in the live ring and add up to a durable event."""
+
+    @classmethod
+    def trusted(cls, **values: Any) -> Self:
+        """A payload built without validation, for a hot path whose values are valid by construction (the
+        models adapter's deltas and completions, made of the model layer's own parsed values and JSON it
+        dumped itself).
+
+        Equal to `cls(**values)` given the same values, with the same defaults and the same fields set;
+        an unknown or a missing field raises `TypeError`, but values are not checked: anything that may be
+        wrong must go through `cls(...)`.
+        """
+        fields = _fields_of(cls)
+        if not values.keys() <= fields.keys():
+            raise TypeError(f"{cls.__name__} has no field(s) {sorted(values.keys() - fields.keys())}")
+        data: dict[str, Any] = {}
+        for name, default in fields.items():
+            if name in values:
+                data[name] = values[name]
+            elif default is None:
+                raise TypeError(f"{cls.__name__}.trusted() is missing the required field {name!r}")
+            else:
+                data[name] = default()
+        payload = _new(cls)
+        _set(payload, "__dict__", data)
+        _set(payload, "__pydantic_fields_set__", set(values))
+        _set(payload, "__pydantic_extra__", None)
+        _set(payload, "__pydantic_private__", None)
+        return payload
+
+
+_new = object.__new__
+_set = object.__setattr__
+_FIELDS: dict[type[BasePayload], dict[str, Callable[[], Any] | None]] = {}
+
+
+def _fields_of(cls: type[BasePayload]) -> dict[str, Callable[[], Any] | None]:
+    """Each field of `cls` in order, with what gives its default (None: required), as validation would."""
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = {}
+        for name, info in cls.model_fields.items():
+            if info.default_factory_takes_validated_data:
+                raise TypeError(f"{cls.__name__}.{name}: a default made from the other fields is not supported")
+            if info.default_factory is not None:
+                fields[name] = cast(Callable[[], Any], info.default_factory)
+            elif info.is_required():
+                fields[name] = None
+            else:
+                fields[name] = _default(info.default)
+        _FIELDS[cls] = fields
+    return fields
+
+
+def _default(value: Any) -> Callable[[], Any]:
+    try:
+        hash(value)
+    except TypeError:  # a mutable default is copied for each instance, as pydantic does
+        return lambda: copy.deepcopy(value)
+    return lambda: value
 
 
 OriginKind = Literal["person", "chat", "session", "run", "heartbeat", "hook", "cycle", "observer", "engine"]

@@ -395,15 +395,17 @@ class _TurnRun:
             # The first piece of a part arrives in the part itself, not as a delta.
             if isinstance(part, TextPart | ThinkingPart) and part.content:
                 kind = "text" if isinstance(part, TextPart) else "thinking"
-                delta = ContentDelta(part=kind, index=event.index, request_index=self.request_index, delta=part.content)
+                delta = ContentDelta.trusted(
+                    part=kind, index=event.index, request_index=self.request_index, delta=part.content
+                )
         elif isinstance(event, PartDeltaEvent):
             change = event.delta
             if isinstance(change, TextPartDelta) and change.content_delta:
-                delta = ContentDelta(
+                delta = ContentDelta.trusted(
                     part="text", index=event.index, request_index=self.request_index, delta=change.content_delta
                 )
             elif isinstance(change, ThinkingPartDelta) and change.content_delta:
-                delta = ContentDelta(
+                delta = ContentDelta.trusted(
                     part="thinking", index=event.index, request_index=self.request_index, delta=change.content_delta
                 )
         if delta is not None:
@@ -431,7 +433,7 @@ class _TurnRun:
         # A response the run was cut off in says why (`interrupted` by a cancellation, `error` by a failure).
         finish_reason = response.finish_reason if response.state == "complete" else cut_off
         payloads.append(
-            CompletionFinished(
+            CompletionFinished.trusted(  # its response is the JSON the model layer dumped: valid as it is
                 request_index=self.request_index,
                 model=self._model_ref,
                 usage=usage,
