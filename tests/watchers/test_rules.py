@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import traceback
 from typing import Any
@@ -282,3 +283,57 @@ def _watchers_reads(engine: Any) -> list[str]:
 
 async def _delivered(pairing: Any) -> bool:
     return pairing is not None and not pairing.buffer and (pairing.delivering is None or pairing.delivering.done())
+
+
+async def test_a_plain_rule_that_reports_nothing_sets_no_timer_and_the_others_run_within_the_time_limit(
+    open_engine: OpenEngine, scripted: Scripted, monkeypatch: Any
+) -> None:
+    from agentwatch.watchers import delivery
+
+    timers: list[float | None] = []
+    timeout = delivery.asyncio.timeout
+
+    def counting(delay: float | None) -> Any:
+        timers.append(delay)
+        return timeout(delay)
+
+    monkeypatch.setattr(delivery.asyncio, "timeout", counting)
+    ended: list[str] = []
+
+    def quiet(ctx: RuleContext) -> None:
+        ended.extend(ctx.observed_session_id for i in ctx.items if i.kind == "turn_ended")
+
+    async def slow_quiet(ctx: RuleContext) -> None:
+        await asyncio.sleep(0)
+        quiet(ctx)
+
+    def loud(ctx: RuleContext) -> str | None:
+        quiet(ctx)
+        return "Turn over." if any(i.kind == "turn_ended" for i in ctx.items) else None
+
+    model = scripted("plain", ScriptedModel(function=lambda ctx: Reply("Done.")))
+    async with open_engine(
+        role("quiet", model, observer="quiet-guard"),
+        role("slow", model, observer="slow-guard"),
+        role("loud", model, observer="loud-guard"),
+    ) as engine:
+        hub = observer_agents(engine)
+        for name, function in (("quiet-guard", quiet), ("slow-guard", slow_quiet), ("loud-guard", loud)):
+            hub.register_rule(name, function)
+        counts = []
+        for role_name in ("quiet", "slow", "loud"):
+            session = await engine.create(role_name, source="api")
+            await engine.enqueue(session.id, "go")
+            await engine.wait(session.id, 10)
+            await eventually(lambda sid=session.id: _ended(ended, sid))  # type: ignore[misc]
+            await eventually(lambda sid=session.id: _delivered(hub.pairing(sid)))  # type: ignore[misc]
+            counts.append(len(timers))
+            timers.clear()
+        assert counts[0] == 0  # its batches (the prompt, the answer, the turn's end) waited on nothing
+        assert counts[1] >= 1  # an async rule: each of its batches within the time limit
+        assert counts[2] == 1  # the report on the turn's end is sent within it
+        assert await reports(engine, session.id) == ["Turn over."]
+
+
+async def _ended(ended: list[str], session_id: str) -> bool:
+    return session_id in ended

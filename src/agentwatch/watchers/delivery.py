@@ -34,6 +34,7 @@ from agentwatch.runtime.leases import claimed
 from agentwatch.store import InputDraft, SessionRecord, Write
 from agentwatch.watchers.digest import Batch, Digest, TurnEndedItem, envelope_tag, safe_name
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, stopped_by_person
+from agentwatch.watchers.rules import RuleCourier
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
@@ -169,8 +170,16 @@ async def run_deliveries(registry: PairingRegistry, pairing: Pairing, courier: C
             return
         timeout = registry.engine.config.observers.delivery_timeout_seconds
         try:
-            async with asyncio.timeout(timeout):
-                await _deliver_once_more_if_lost(registry, pairing, batch, courier)
+            # A rule runs at once; when it is a plain function that reports nothing, nothing is left to wait
+            # for, so no timer is set (the time limit bounds waits: it cannot stop a function that runs).
+            rest = (
+                courier.run_now(pairing, batch)
+                if isinstance(courier, RuleCourier)
+                else _deliver_once_more_if_lost(registry, pairing, batch, courier)
+            )
+            if rest is not None:
+                async with asyncio.timeout(timeout):
+                    await rest
         except TimeoutError:
             await _give_up_on_hung(registry, pairing, timeout, count)
         except ObserverStopped as exc:

@@ -46,7 +46,7 @@ import json
 import re
 import re._constants as _sre_constants  # type: ignore[import-not-found]  # `re`'s own parser: no stubs
 import re._parser as _sre_parser  # type: ignore[import-not-found]
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
@@ -156,6 +156,10 @@ async def run_rule(function: RuleFunction, context: RuleContext) -> list[str]:
     result = function(context)
     if inspect.isawaitable(result):
         result = await result
+    return _reports(result)
+
+
+def _reports(result: RuleResult) -> list[str]:
     if result is None:
         return []
     reports = [result] if isinstance(result, str) else list(result)
@@ -815,12 +819,28 @@ class RuleCourier:
 
     async def deliver(self, pairing: Pairing, batch: Batch) -> None:
         """Run the pairing's rule function; refused reports are noted on the observed session."""
+        rest = self.run_now(pairing, batch)
+        if rest is not None:
+            await rest
+
+    def run_now(self, pairing: Pairing, batch: Batch) -> Coroutine[Any, Any, None] | None:
+        """Run the pairing's rule function on the batch now. Returns what is left to await (an async function,
+        or reports to send), or None when a plain function reported nothing: the batch is then dealt with
+        without waiting on anything (most batches)."""
         function = self.hub.rules.get(pairing.observer_type)
         if function is None:
             raise LookupError(f"no rule function is registered for {pairing.observer_type!r}")
         items = tuple(item for digest in batch.digests for item in digest.items)
-        context = RuleContext(pairing.observed_session_id, pairing.observed_name, items, batch, pairing.memory)
-        for report in await run_rule(function, context):
+        result = function(RuleContext(pairing.observed_session_id, pairing.observed_name, items, batch, pairing.memory))
+        if inspect.isawaitable(result):
+            return self._send(pairing, result)
+        reports = _reports(result)
+        return self._send(pairing, reports) if reports else None
+
+    async def _send(self, pairing: Pairing, result: Awaitable[RuleResult] | list[str]) -> None:
+        """Send the reports (awaiting an async function's result first); refused ones are noted."""
+        reports = result if isinstance(result, list) else _reports(await result)
+        for report in reports:
             try:
                 await send_report(self.hub.registry, pairing, report)
             except ReportNotDelivered as exc:
