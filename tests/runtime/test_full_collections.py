@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from agentwatch.runtime import full_collections
 from agentwatch.runtime.full_collections import (
     DEFERRED_THRESHOLD,
     MIDDLE_THRESHOLD,
+    YOUNG_SECONDS,
     turn_loop_ended,
     turn_loop_started,
 )
@@ -113,11 +115,37 @@ def test_middle_collections_run_more_often_while_turns_run(thresholds: tuple[int
     assert gc.get_threshold() == (700, MIDDLE_THRESHOLD, DEFERRED_THRESHOLD)
     turn_loop_ended()
     assert gc.get_threshold() == (700, 10, 10)
-    gc.set_threshold(700, 1, 10)  # the application's own, lower: kept
+    gc.set_threshold(700, 0, 10)  # the application's own, lower: kept
     turn_loop_started()
-    assert gc.get_threshold() == (700, 1, DEFERRED_THRESHOLD)
+    assert gc.get_threshold() == (700, 0, DEFERRED_THRESHOLD)
     turn_loop_ended()
-    assert gc.get_threshold() == (700, 1, 10)
+    assert gc.get_threshold() == (700, 0, 10)
+
+
+async def test_young_collections_run_on_a_beat_while_turns_run(
+    monkeypatch: pytest.MonkeyPatch, thresholds: tuple[int, ...]
+) -> None:
+    young: list[float] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 0:
+            young.append(time.monotonic())
+
+    gc.set_threshold(10_000_000, 10, 10)  # CPython's count alone would start none in this test
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        await asyncio.sleep(4 * YOUNG_SECONDS)
+        assert young == []
+        turn_loop_started()
+        await asyncio.sleep(6 * YOUNG_SECONDS)
+        assert len(young) >= 3
+        turn_loop_ended()
+        young.clear()
+        await asyncio.sleep(4 * YOUNG_SECONDS)
+        assert young == []  # the beat stops with the last turn
+    finally:
+        gc.callbacks.remove(note)
 
 
 def test_thresholds_the_application_set_while_turns_ran_are_kept(thresholds: tuple[int, ...]) -> None:

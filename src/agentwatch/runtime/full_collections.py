@@ -1,5 +1,5 @@
 """Full garbage collections wait while turns run, and run once the process has had no turn for a moment;
-middle (generation 1) collections run more often, and so are shorter, while turns run.
+young collections run more often, and so are shorter, while turns run.
 
 CPython's cyclic collector pauses the whole event loop for a full (generation 2) collection, and its cost
 grows with every object alive: with 1,000 turns in flight (about half a million objects), each full
@@ -10,11 +10,16 @@ the full one is put off:
 - while a turn loop runs in this process, the full collection's threshold is raised to
   `DEFERRED_THRESHOLD` generation-1 collections, so CPython starts one inside a turn only after that many (a
   bound on the garbage that can wait);
-- meanwhile a generation-1 collection runs after `MIDDLE_THRESHOLD` young ones instead of CPython's 10. Its
-  pause grows with the objects that survived the young collections since the last one, and with 1,000 turns
-  in flight those were 10,000-50,000 objects (about a microsecond each): pauses of 5-80 ms of the event loop,
-  the longest left once the full ones waited. A third of the survivors each time makes each pause about a
-  third as long, for about the same work in all (each object is still looked at once in generation 1);
+- meanwhile a generation-1 collection runs after every other young one instead of every eleventh. Its pause
+  grows with the objects that survived the young collections since the last one, and with 1,000 turns in
+  flight those were 10,000-50,000 objects (about a microsecond each): pauses of 5-80 ms of the event loop,
+  the longest left once the full ones waited. Fewer survivors each time make each pause shorter, for about
+  the same work in all (each object is still looked at once in generation 1);
+- and a young (generation 0) collection also runs every `YOUNG_SECONDS`. CPython starts one when the
+  tracked objects made minus those freed pass its threshold, and old objects freed count too: while turns
+  end and others start, the objects the ended ones free make up for the new ones, the count stays low, and
+  the young generation grew to 10,000-30,000 objects before a collection (20-45 ms of the loop, in it or in
+  the generation-1 collection that takes it along). On a time beat it holds what about `YOUNG_SECONDS` made;
 - when the last turn loop of the process ends, the application's own thresholds are put back, and once no
   turn has run for `IDLE_SECONDS` a full collection runs if CPython would have been due one meanwhile.
 
@@ -28,13 +33,23 @@ import gc
 import threading
 from typing import Final
 
-__all__ = ["DEFERRED_THRESHOLD", "IDLE_SECONDS", "MIDDLE_THRESHOLD", "turn_loop_ended", "turn_loop_started"]
+__all__ = [
+    "DEFERRED_THRESHOLD",
+    "IDLE_SECONDS",
+    "MIDDLE_THRESHOLD",
+    "YOUNG_SECONDS",
+    "turn_loop_ended",
+    "turn_loop_started",
+]
 
-DEFERRED_THRESHOLD: Final = 1_000
-"""Generation-1 collections a full collection may wait for while turns run (CPython's default is 10)."""
-MIDDLE_THRESHOLD: Final = 3
-"""Young (generation-0) collections between two generation-1 ones while turns run (CPython's default is 10;
-a lower threshold of the application's own is kept)."""
+DEFERRED_THRESHOLD: Final = 5_000
+"""Generation-1 collections a full collection may wait for while turns run (CPython's default is 10); about
+10,000 young collections, as many as 1,000 generation-1 ones were at CPython's middle threshold."""
+MIDDLE_THRESHOLD: Final = 1
+"""Young collections after which a generation-1 one runs while turns run: every other one (CPython's default
+is 10; a lower threshold of the application's own is kept)."""
+YOUNG_SECONDS: Final = 0.025
+"""How often a young collection runs while turns run, whatever CPython's count says."""
 IDLE_SECONDS: Final = 1.0
 """How long the process has had no turn running before the full collection that waited runs."""
 
@@ -43,11 +58,12 @@ _running = 0
 _saved: tuple[int, int, int] | None = None
 _while_turns: tuple[int, int, int] | None = None  # the thresholds set while turns run
 _idle_timer: asyncio.TimerHandle | None = None
+_young_timer: asyncio.TimerHandle | None = None
 
 
 def turn_loop_started() -> None:
     """A session's turn loop started: full collections wait (see the module docstring)."""
-    global _running, _saved, _while_turns, _idle_timer
+    global _running, _saved, _while_turns, _idle_timer, _young_timer
     with _lock:
         _running += 1
         if _idle_timer is not None:
@@ -61,16 +77,24 @@ def turn_loop_started() -> None:
         _saved = thresholds
         _while_turns = (thresholds[0], min(thresholds[1], MIDDLE_THRESHOLD), DEFERRED_THRESHOLD)
         gc.set_threshold(*_while_turns)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        _young_timer = loop.call_later(YOUNG_SECONDS, _young_collection)
 
 
 def turn_loop_ended() -> None:
     """A session's turn loop ended: after the last one, the thresholds are put back and the collection that
     waited is scheduled on the running loop."""
-    global _running, _saved, _while_turns, _idle_timer
+    global _running, _saved, _while_turns, _idle_timer, _young_timer
     with _lock:
         _running = max(_running - 1, 0)
         if _running or _saved is None:
             return
+        if _young_timer is not None:
+            _young_timer.cancel()
+            _young_timer = None
         if gc.get_threshold() == _while_turns:  # unless the application changed them meanwhile
             gc.set_threshold(*_saved)
         _saved = _while_turns = None
@@ -79,6 +103,18 @@ def turn_loop_ended() -> None:
         except RuntimeError:
             return
         _idle_timer = loop.call_later(IDLE_SECONDS, _collect_if_due)
+
+
+def _young_collection() -> None:
+    global _young_timer
+    with _lock:
+        _young_timer = None
+        if _saved is None:  # the last turn ended meanwhile
+            return
+        _young_timer = asyncio.get_running_loop().call_later(YOUNG_SECONDS, _young_collection)
+        if not gc.isenabled():
+            return
+    gc.collect(0)
 
 
 def _collect_if_due() -> None:
