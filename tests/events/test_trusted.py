@@ -65,7 +65,7 @@ def test_a_mutable_default_is_not_shared_between_trusted_payloads() -> None:
 
 
 def test_an_unknown_or_a_missing_field_raises() -> None:
-    with pytest.raises(TypeError, match="no field"):
+    with pytest.raises(TypeError, match=r"unknown \['colour'\]"):
         ContentDelta.trusted(part="text", index=0, request_index=0, delta="x", colour="red")
-    with pytest.raises(TypeError, match="missing the required field 'delta'"):
+    with pytest.raises(TypeError, match=r"missing \['delta'\]"):
         ContentDelta.trusted(part="text", index=0, request_index=0)

@@ -395,17 +395,15 @@ class _TurnRun:
             # The first piece of a part arrives in the part itself, not as a delta.
             if isinstance(part, TextPart | ThinkingPart) and part.content:
                 kind = "text" if isinstance(part, TextPart) else "thinking"
-                delta = ContentDelta.trusted(
-                    part=kind, index=event.index, request_index=self.request_index, delta=part.content
-                )
+                delta = ContentDelta(part=kind, index=event.index, request_index=self.request_index, delta=part.content)
         elif isinstance(event, PartDeltaEvent):
             change = event.delta
             if isinstance(change, TextPartDelta) and change.content_delta:
-                delta = ContentDelta.trusted(
+                delta = ContentDelta(
                     part="text", index=event.index, request_index=self.request_index, delta=change.content_delta
                 )
             elif isinstance(change, ThinkingPartDelta) and change.content_delta:
-                delta = ContentDelta.trusted(
+                delta = ContentDelta(
                     part="thinking", index=event.index, request_index=self.request_index, delta=change.content_delta
                 )
         if delta is not None:
