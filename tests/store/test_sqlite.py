@@ -7,6 +7,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Coroutine, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -277,15 +278,22 @@ async def test_the_writer_waits_briefly_for_the_rest_of_a_group(
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
-        store._queue.put(late)  # type: ignore[arg-type]
+        if len(slept) == 1:
+            store._queue.put(late)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sqlite_module.time, "sleep", sleep)
     store._queue.put(first)  # type: ignore[arg-type]
     assert store._collect(expected=1) == ([first], True)
     assert slept == []
     store._queue.put(first)  # type: ignore[arg-type]
-    assert store._collect(expected=3) == ([first, late], True)
-    assert slept == [sqlite_module._GATHER_S]
+    started = time.monotonic()
+    assert store._collect(expected=3) == ([first, late], True)  # the third never came: it gave up
+    assert time.monotonic() - started >= sqlite_module._GATHER_S
+    assert slept and set(slept) == {sqlite_module._GATHER_STEP_S}
+    slept.clear()
+    store._queue.put(first)  # type: ignore[arg-type]
+    assert store._collect(expected=2) == ([first, late], True)  # it came while the writer waited: no more
+    assert slept == [sqlite_module._GATHER_STEP_S]
     store._queue.put(first)  # type: ignore[arg-type]
     store._queue.put(first)  # type: ignore[arg-type]
     assert store._collect(expected=2) == ([first, first], True)  # as many as before: no wait

@@ -54,6 +54,8 @@ _BUSY_TIMEOUT_MS: Final = 5_000
 _MAX_GROUP: Final = 512
 _GATHER_S: Final = 0.001
 """How long a group waits for the rest of the callers of the previous one, at most (see `_collect`)."""
+_GATHER_STEP_S: Final = 0.0002
+"""How often the waiting writer looks whether they came."""
 _READERS: Final = 2
 _PAGE_SIZE: Final = 8192
 """Bytes per page of a new database file (see `_open_database`)."""
@@ -217,16 +219,17 @@ class SqliteStore(SqlStore):
         """The next group, and False once `close` asked to stop (after the jobs queued before it).
 
         The group is what is queued when the first job arrives, and, when that is fewer jobs than the
-        previous group had, what is queued `_GATHER_S` later: when many callers write at once, the previous
-        group's callers are still being woken (a few per loop turn) and are about to queue their next write.
-        The writer sleeps meanwhile, so the callers' loop runs without contending with the writer for the
-        GIL (and without waking it at each write), and the group fills. A lone caller (a previous group of
-        one) never waits.
+        previous group had, what comes in the next `_GATHER_S`, until there are as many: when many callers
+        write at once, the previous group's callers are still being woken (a few per loop turn) and are about
+        to queue their next write. The writer sleeps meanwhile, looking every `_GATHER_STEP_S`, so the
+        callers' loop runs without contending with the writer for the GIL (and without waking it at each
+        write), and the group fills. A lone caller (a previous group of one) never waits.
         """
         jobs = [self._queue.get()]
         if self._drain(jobs) and len(jobs) < expected:
-            time.sleep(_GATHER_S)
-            self._drain(jobs)
+            deadline = time.monotonic() + _GATHER_S
+            while self._drain(jobs) and len(jobs) < expected and time.monotonic() < deadline:
+                time.sleep(_GATHER_STEP_S)
         if jobs[-1] is None:
             jobs.pop()
             return cast(list[Job], jobs), False
