@@ -9,15 +9,13 @@ from typing import Any
 
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import OldestRequest, RecentEntry, SessionRow, SessionUsage
-from agentwatch.reads.words import Word, status_word, word_of
+from agentwatch.reads.words import status_word, word_of
 from agentwatch.store import SessionRecord
 
 __all__ = [
     "LISTED_FIELDS",
     "REQUEST_SCAN",
-    "listed_row",
     "listed_rows",
-    "listed_word",
     "oldest_request",
     "oldest_requests",
     "recent_entry",
@@ -115,67 +113,87 @@ LISTED_FIELDS = (
     "run_id",
     "origin",
 )
-"""The session fields a listing row is made of (`Store.list_session_values`)."""
+"""The session fields a listing row is made of, in the order `listed_rows` takes their values
+(`Store.list_session_values`)."""
 
 
-def listed_word(values: dict[str, Any], *, now: datetime, stuck_after: float) -> Word:
-    """`status_word` of a session given as `LISTED_FIELDS` values (its time is read only when it matters:
-    running, and not waiting on a person)."""
-    status = values["status"]
-    waits = values["pending_requests"] > 0
-    quiet = (
-        status == "running"
-        and not waits
-        and (now - datetime.fromisoformat(values["last_active_at"])).total_seconds() > stuck_after
-    )
-    return word_of(status, waits_on_person=waits, quiet=quiet)
-
-
-def listed_row(values: dict[str, Any], *, word: str, oldest: OldestRequest | None) -> dict[str, Any]:
-    """A `SessionRow` as the JSON object it is on the wire (`dump(SessionRow(...))`, field for field), made
-    straight from the session's `LISTED_FIELDS` values: a listing page does not build a record and a row
-    model per session only to dump them. `sessionCount` and `recent` are null (grouped listings set them)."""
-    return {
-        "id": values["id"],
-        "name": values["name"],
-        "displayName": values["display_name"],
-        "role": values["role"],
-        "feature": values["feature"],
-        "status": values["status"],
-        "word": word,
-        "source": values["source"],
-        "modelRef": values["model_override"] or values["model_ref"],
-        "groupKey": values["group_key"],
-        "boss": values["boss"],
-        "createdAt": values["created_at"],
-        "lastActiveAt": values["last_active_at"],
-        "deletedAt": values["deleted_at"],
-        "usage": {"costUsd": values["cost_usd"], "tokens": values["tokens"]},
-        "pendingInputs": values["pending_inputs"],
-        "pendingRequests": values["pending_requests"],
-        "oldestRequest": {"id": oldest.id, "summary": oldest.summary} if oldest is not None else None,
-        "interception": values["interception"],
-        "parentId": values["parent_id"],
-        "runId": values["run_id"],
-        "origin": values["origin"],
-        "sessionCount": None,
-        "recent": None,
-    }
-
-
-async def listed_rows(view: EngineView, sessions: Sequence[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
-    """`session_rows` of sessions given as `LISTED_FIELDS` values, as the JSON objects they are on the wire."""
-    waiting = [values["id"] for values in sessions if values["pending_requests"] > 0]
-    oldest = dict(zip(waiting, await asyncio.gather(*(_oldest(view, id_) for id_ in waiting)), strict=True))
-    stuck_after = {role: view.stuck_after(role) for role in {values["role"] for values in sessions}}
-    return [
-        listed_row(
-            values,
-            word=listed_word(values, now=now, stuck_after=stuck_after[values["role"]]),
-            oldest=oldest.get(values["id"]),
+async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, now: datetime) -> list[dict[str, Any]]:
+    """`session_rows` of sessions given as the values of `LISTED_FIELDS`, as the JSON objects the rows are on
+    the wire (`dump(SessionRow(...))`, field for field), made straight from those values: a listing page does
+    not build a record and a row model per session only to dump them. `sessionCount` and `recent` are null
+    (grouped listings set them). Only the sessions with a pending request cost a read (their
+    `oldestRequest`)."""
+    waiting = [values[0] for values in sessions if values[17] > 0]  # id, pending_requests
+    oldest = {}
+    if waiting:
+        found = await asyncio.gather(*(_oldest(view, session_id) for session_id in waiting))
+        oldest = {
+            session_id: {"id": request.id, "summary": request.summary}
+            for session_id, request in zip(waiting, found, strict=True)
+            if request is not None
+        }
+    stuck_after = {role: view.stuck_after(role) for role in {values[3] for values in sessions}}
+    rows: list[dict[str, Any]] = []
+    for (
+        session_id,
+        name,
+        display_name,
+        role,
+        feature,
+        status,
+        source,
+        model_ref,
+        model_override,
+        group_key,
+        boss,
+        created_at,
+        last_active_at,
+        deleted_at,
+        cost_usd,
+        tokens,
+        pending_inputs,
+        pending_requests,
+        interception,
+        parent_id,
+        run_id,
+        origin,
+    ) in sessions:
+        # `status_word`, reading the time only where it matters: running, and not waiting on a person.
+        waits = pending_requests > 0
+        quiet = (
+            status == "running"
+            and not waits
+            and (now - datetime.fromisoformat(last_active_at)).total_seconds() > stuck_after[role]
         )
-        for values in sessions
-    ]
+        rows.append(
+            {
+                "id": session_id,
+                "name": name,
+                "displayName": display_name,
+                "role": role,
+                "feature": feature,
+                "status": status,
+                "word": word_of(status, waits_on_person=waits, quiet=quiet),
+                "source": source,
+                "modelRef": model_override or model_ref,
+                "groupKey": group_key,
+                "boss": boss,
+                "createdAt": created_at,
+                "lastActiveAt": last_active_at,
+                "deletedAt": deleted_at,
+                "usage": {"costUsd": cost_usd, "tokens": tokens},
+                "pendingInputs": pending_inputs,
+                "pendingRequests": pending_requests,
+                "oldestRequest": oldest.get(session_id) if waits else None,
+                "interception": interception,
+                "parentId": parent_id,
+                "runId": run_id,
+                "origin": origin,
+                "sessionCount": None,
+                "recent": None,
+            }
+        )
+    return rows
 
 
 async def _oldest(view: EngineView, session_id: str) -> OldestRequest | None:

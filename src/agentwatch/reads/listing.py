@@ -148,9 +148,7 @@ async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:
     )
     rows = await listed_rows(view, page.items, now=now)
     if args.group != "none":
-        await asyncio.gather(
-            *(_fill_group(view, args, head, row, now) for head, row in zip(page.items, rows, strict=True))
-        )
+        await asyncio.gather(*(_fill_group(view, args, row, now) for row in rows))
     next_cursor = (
         PageCursor(digest, (page.next_cursor, now.isoformat())).encode() if page.next_cursor is not None else None
     )
@@ -165,11 +163,9 @@ async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:
     return ListAnswer.model_validate(await list_agents(view, args))
 
 
-async def _fill_group(
-    view: EngineView, args: ListArgs, head: dict[str, Any], row: dict[str, Any], now: datetime
-) -> None:
+async def _fill_group(view: EngineView, args: ListArgs, row: dict[str, Any], now: datetime) -> None:
     """A grouped row's `sessionCount` and `recent`: the sessions of the head's lineage or run."""
-    members = _members(args, head)
+    members = _members(args, row)
     count = sum((await view.store.count_sessions(members)).values())
     recent = await view.store.list_sessions(members, limit=RECENT_LIMIT)
     row["sessionCount"] = count
@@ -177,8 +173,9 @@ async def _fill_group(
 
 
 def _members(args: ListArgs, head: dict[str, Any]) -> SessionFilter:
-    """Every session of the head's lineage or run (soft-deleted ones only when the listing includes them)."""
-    key = head["group_key"] if args.group == "lineage" else head["run_id"]
+    """Every session of the lineage or run of the head (its row) (soft-deleted ones only when the listing
+    includes them)."""
+    key = head["groupKey"] if args.group == "lineage" else head["runId"]
     if key is None:
         return SessionFilter(ids=[head["id"]], deleted=args.deleted)
     if args.group == "lineage":

@@ -256,23 +256,23 @@ class SessionMethods(SqlBase):
         sort: SessionSort = "newest",
         limit: int = 20,
         cursor: str | None = None,
-    ) -> Page[dict[str, Any]]:
-        """`list_sessions` (the same rows and cursors), each session as only `fields` in their JSON form."""
-        wanted = tuple(dict.fromkeys(fields))
-        unknown = [name for name in wanted if name not in _VALUE_CODECS]
+    ) -> Page[list[Any]]:
+        """`list_sessions` (the same rows and cursors), each session as the values of `fields` in JSON form."""
+        unknown = [name for name in fields if name not in _VALUE_CODECS]
         if unknown:
             raise InvalidArgument(f"sessions have no field {unknown[0]!r}; the fields are {', '.join(SESSION_COLUMNS)}")
-        sql, params, cursor_after = keyset_page(self._dialect, where, sort, limit, cursor, wanted)
+        sql, params, cursor_after = keyset_page(self._dialect, where, sort, limit, cursor, fields)
         rows = await self._read(lambda tx: tx.fetch(sql, params))
-        codecs = [(index, codec) for index, name in enumerate(wanted) if (codec := _VALUE_CODECS[name]) is not None]
-        items: list[dict[str, Any]] = []
+        codecs = [(index, codec) for index, name in enumerate(fields) if (codec := _VALUE_CODECS[name]) is not None]
+        items: list[list[Any]] = []
+        width = len(fields)  # the sort key's columns that `fields` lacks come after them
         for row in rows[:limit]:
-            values = list(row)
+            values = list(row[:width])
             for index, codec in codecs:
                 value = values[index]
                 if value is not None:
                     values[index] = codec(value)
-            items.append(dict(zip(wanted, values, strict=False)))  # the sort key's extra columns left out
+            items.append(values)
         next_cursor = cursor_after(rows[limit - 1]) if len(rows) > limit else None
         return Page(items, next_cursor)
 

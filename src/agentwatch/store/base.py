@@ -154,12 +154,12 @@ class Store(RunStore, Protocol):
         sort: SessionSort = "newest",
         limit: int = 20,
         cursor: str | None = None,
-    ) -> Page[dict[str, Any]]:
-        """`list_sessions` (the same rows, the same cursors, interchangeable), each session as a dict of only
-        `fields` (`SessionRecord` field names) in JSON form: the record's values, but times as the ISO 8601
-        text `datetime.isoformat` gives (`+00:00`) and models (`origin`) as `model_dump(mode="json")` gives.
-        Only the columns named are read and no record is built: for listings that show a few fields of many
-        sessions. An unknown field is an `InvalidArgument`."""
+    ) -> Page[list[Any]]:
+        """`list_sessions` (the same rows, the same cursors, interchangeable), each session as the values of
+        `fields` (`SessionRecord` field names), in that order, in JSON form: the record's values, but times as
+        the ISO 8601 text `datetime.isoformat` gives (`+00:00`) and models (`origin`) as
+        `model_dump(mode="json")` gives. Only the columns named are read and no record is built: for listings
+        that show a few fields of many sessions. An unknown field is an `InvalidArgument`."""
 
     async def count_sessions(self, where: SessionFilter) -> dict[str, int]:
         """How many sessions match, per status (statuses with none are left out)."""
