@@ -82,10 +82,8 @@ def test_a_text_with_a_match_always_holds_one_of_the_patterns_literals(text: str
 def test_the_one_pass_scan_picks_the_patterns_the_literal_checks_pick(text: str) -> None:
     scan = _scan(SECRET_PATTERNS, True)
     haystack = _Haystack(text)
-    numbered = [(index, pattern) for index, _, pattern in scan.own] + [
-        pair for _, patterns, _ in scan.detectors for pair in patterns or ()
-    ]
-    assert len(numbered) == len({index for index, _ in numbered})
+    numbered = scan.numbered
+    assert [index for index, _ in numbered] == list(range(len(numbered)))
     assert scan.may_match(text) == {index for index, pattern in numbered if haystack.may_match(_literals(pattern))}
 
 
@@ -116,8 +114,14 @@ def _every_pattern_everywhere(text: str) -> list[tuple[str, str]]:
 
 @settings(max_examples=300, deadline=None)
 @given(TEXTS)
+@example("token: eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXZhbHVl")  # the JWT detector
 def test_find_secrets_finds_what_running_every_pattern_everywhere_finds(text: str) -> None:
     assert find_secrets(text) == _every_pattern_everywhere(text)
+
+
+def test_a_jwt_is_found() -> None:
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXZhbHVl"
+    assert find_secrets(f"token: {jwt}") == [("a secret (JSON Web Token)", jwt.rsplit(".", 1)[0] + ".")]
 
 
 def test_every_own_pattern_and_nearly_every_detector_has_literals() -> None:

@@ -364,8 +364,11 @@ def find_secrets(
     A pattern runs only on a text holding one of the literals every match of it contains (see `Literals`),
     which finds exactly what running it everywhere would, at a fraction of the cost on ordinary text. Which
     literals a text holds is found for all the patterns at once (see `_Scan`)."""
+    return _secrets_in(text, _scan(patterns, maintained))
+
+
+def _secrets_in(text: str, scan: _Scan) -> list[tuple[str, str]]:
     spans: list[tuple[int, int, str, str]] = []
-    scan = _scan(patterns, maintained)
     may = scan.may_match(text)
 
     def add(start: int, end: int, what: str, value: str) -> None:
@@ -441,22 +444,26 @@ class _Scan:
         self, own: Mapping[str, re.Pattern[str]], detectors: Iterable[tuple[Any, Iterable[re.Pattern[str]] | None]]
     ) -> None:
         numbered: list[tuple[int, Literals | None]] = []
+        self.numbered: list[tuple[int, re.Pattern[str]]] = []
+        """Every pattern, by number."""
 
         def number(pattern: re.Pattern[str]) -> int:
             numbered.append((len(numbered), _literals(pattern)))
+            self.numbered.append((len(numbered) - 1, pattern))
             return len(numbered) - 1
 
         self.own = tuple((number(pattern), what, pattern) for what, pattern in own.items())
         """(number, what it finds, pattern) of each own pattern, in order."""
-        self.detectors: tuple[tuple[Any, _DetectorPatterns, frozenset[int] | None], ...] = tuple(
-            (detector, None, None)
-            if patterns is None
-            else (detector, numbered_patterns, frozenset(index for index, _ in numbered_patterns))
-            for detector, patterns in detectors
-            for numbered_patterns in [tuple((number(regex), regex) for regex in patterns or ())]
-        )
+        entries: list[tuple[Any, _DetectorPatterns, frozenset[int] | None]] = []
+        for detector, patterns in detectors:
+            if patterns is not None:
+                pairs = tuple((number(regex), regex) for regex in patterns)
+                entries.append((detector, pairs, frozenset(index for index, _ in pairs)))
+            else:
+                entries.append((detector, None, None))
+        self.detectors = tuple(entries)
         """Each detector with its numbered patterns and their numbers (None for a detector asked through its own
-        `analyze_string`)."""
+        `analyze_string`, always)."""
         self.always = frozenset(index for index, literals in numbered if literals is None)
         self.exact = _LiteralFinder({(lit, i) for i, ls in numbered if ls and not ls.caseless for lit in ls.strings})
         self.caseless = _LiteralFinder({(lit, i) for i, ls in numbered if ls and ls.caseless for lit in ls.strings})
@@ -631,6 +638,7 @@ def secret_guard(patterns: Mapping[str, re.Pattern[str]] = SECRET_PATTERNS, *, m
 
     def rule(ctx: RuleContext) -> list[str]:
         seen: set[str] = ctx.memory.setdefault("seen", set())
+        scan = _scan(patterns, maintained)
         reports = []
         for item in ctx.items:
             if isinstance(item, ToolCallItem):
@@ -641,7 +649,7 @@ def secret_guard(patterns: Mapping[str, re.Pattern[str]] = SECRET_PATTERNS, *, m
                 where, text = "your own answer", item.full_text
             else:
                 continue
-            for what, value in find_secrets(text, patterns, maintained=maintained):
+            for what, value in _secrets_in(text, scan):
                 if value in seen:
                     continue
                 seen.add(value)
