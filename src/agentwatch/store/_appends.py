@@ -57,6 +57,12 @@ _PG_SESSION_UPDATE: Final = (
     "FROM jsonb_to_recordset(?::jsonb) AS v (id text, last_seq bigint, tokens bigint, cost text, touched boolean) "
     "WHERE sessions.id = v.id"
 )
+_PG_EVENT_INSERT: Final = (
+    "INSERT INTO events (id, session_id, seq, at, turn_id, conversation_id, payload, type) "
+    "SELECT r.id, r.session_id, r.seq, ?, r.turn_id, r.conversation_id, r.payload, r.type "
+    "FROM json_to_recordset(?::json) AS r "
+    "(id text, session_id text, seq bigint, turn_id text, conversation_id text, payload text, type text)"
+)
 _PG_CLAIM: Final = (
     "UPDATE sessions SET last_seq = sessions.last_seq + v.n, updated_at = ?, "
     "last_active_at = CASE WHEN v.touched THEN ? ELSE sessions.last_active_at END "
@@ -246,7 +252,27 @@ class Appends:
             await tx.execute_many(_USAGE_INSERT, self._usage)
         if self._messages:
             await self._flush_messages(tx)
-        if self._events:
+        if len(self._events) > 1 and self._dialect.name == "postgres":
+            # One statement with the rows as one JSON document: the driver sends one text instead of
+            # encoding every parameter of every row (most of the client's time in a group, measured). Every
+            # row has the transaction's time, sent once.
+            events_json = json.dumps(
+                [
+                    {
+                        "id": r[0],
+                        "session_id": r[1],
+                        "seq": r[2],
+                        "turn_id": r[4],
+                        "conversation_id": r[5],
+                        "payload": r[6],
+                        "type": r[7],
+                    }
+                    for r in self._events
+                ],
+                ensure_ascii=False,
+            )
+            await tx.execute(_PG_EVENT_INSERT, [self.at, events_json])
+        elif self._events:
             await tx.execute_many(EVENT_INSERT, self._events)
 
     def _counters(self, session: Counters, *, priced: bool) -> tuple[Any, ...]:
