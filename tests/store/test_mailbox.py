@@ -92,3 +92,29 @@ async def test_dear_callers_get_smaller_chunks() -> None:
     assert per_turn[0] == _FIRST_CHUNK  # nothing known yet
     # Once a turn was measured, a chunk holds about what fits in the budget.
     assert max(per_turn[2:]) <= 2, per_turn
+
+
+async def test_groups_that_fit_in_one_chunk_are_measured_too() -> None:
+    """Small groups one after another, each handed out in one go: the chunk still shrinks for dear callers."""
+    mailbox = Mailbox(asyncio.get_running_loop())
+    turns = LoopTurns()
+    turns.start()
+    per_group: list[list[int]] = []
+    for _ in range(6):
+        jobs = finished(mailbox, _FIRST_CHUNK)
+        woke: Counter[int] = Counter()
+
+        async def caller(job: Job, woke: Counter[int] = woke) -> None:
+            await job.future
+            woke[turns.turn] += 1
+            burn(_TURN_BUDGET_S / 2)
+
+        callers = [asyncio.ensure_future(caller(job)) for job in jobs]
+        await asyncio.sleep(0)
+        mailbox.post(jobs)
+        await asyncio.gather(*callers)
+        await asyncio.sleep(0)  # the turn after the last chunk is measured
+        per_group.append([woke[turn] for turn in sorted(woke)])
+    turns.stop()
+    assert per_group[0] == [_FIRST_CHUNK]  # nothing known yet: the whole group at once
+    assert all(max(woken) <= 2 for woken in per_group[2:]), per_group

@@ -43,12 +43,12 @@ class Mailbox:
     chunk, so hundreds of callers woken by one group commit cannot all run in one turn and keep the loop from
     everything else (timers, other tasks) for the sum of their steps.
 
-    The chunk is sized from what a woken caller costs the loop: while outcomes wait, the loop's thread's CPU
-    time of each turn between two chunks, over the callers woken in the chunk before it, both averaged over
-    the last several turns. A caller's work does not all fall in the next turn (a turn's step hands on to
-    other tasks, which run in the turns after), so a chunk sized from the last turn alone swung between one
-    caller and the most, and a burst of large chunks let hundreds of callers run in step. CPU time rather than
-    wall time: a loop whose thread waits for a CPU (a busy machine) is not made late by the callers it woke.
+    The chunk is sized from what a woken caller costs the loop: the loop's thread's CPU time of the turn after
+    each chunk, over the callers woken in that chunk, both averaged over the last several chunks. A caller's
+    work does not all fall in the next turn (a turn's step hands on to other tasks, which run in the turns
+    after), so a chunk sized from the last turn alone swung between one caller and the most, and a burst of
+    large chunks let hundreds of callers run in step. CPU time rather than wall time: a loop whose thread
+    waits for a CPU (a busy machine) is not made late by the callers it woke.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -89,10 +89,17 @@ class Mailbox:
             with self._lock:
                 more = bool(jobs)
                 self._scheduled = more
-            if more:
-                loop = self._loop()
-                if loop is not None:
-                    loop.call_soon(self._hand_out, (time.thread_time(), count))
+            loop = self._loop()
+            if loop is not None and (more or count):
+                # The next loop turn is measured either way: by the next chunk, or, when this one emptied the
+                # mailbox, on its own. Groups that each fit in one chunk would otherwise never be measured,
+                # and a chunk grown on cheap callers would go on waking dear ones as many at a time.
+                measured = (time.thread_time(), count)
+                loop.call_soon(self._hand_out if more else self._measure, measured)
+
+    def _measure(self, previous: tuple[float, int]) -> None:
+        cpu, woken = previous
+        self._sized(time.thread_time() - cpu, woken)
 
     def _sized(self, turn_cpu: float, woken: int) -> None:
         """Average in one more loop turn and size the chunk so that a turn costs about the budget."""
