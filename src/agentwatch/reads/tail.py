@@ -320,7 +320,7 @@ def _position(item: _Item) -> tuple[int, int]:
 
 def _answer(items: list[_Item], cursor: StreamCursor, *, has_more: bool, max_chars: int) -> dict[str, Any]:
     return {
-        "events": [_row(event.id, event.at, event.payload, max_chars) for _, _, event in items],
+        "events": [_row(event_id, at, payload, max_chars) for _, _, (event_id, _, at, payload) in items],
         "cursor": cursor.encode(),
         "hasMore": has_more,
     }
