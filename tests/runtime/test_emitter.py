@@ -4,6 +4,7 @@ that share a commit, and the conversation it keeps between turns (trusted only w
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,40 @@ async def test_writes_of_the_turn_waiting_together_share_one_commit_and_keep_the
         assert [e.seq for e in await first] == [1] and [e.seq for e in await second] == [2, 3]
         assert commits == [3]
         assert await store.read_messages(session.conversation_id) == [{"m": 1}, {"m": 2}]
+        await emitter.close()
+    finally:
+        await ring.close()
+        await store.close()
+
+
+async def test_a_deferred_write_submitted_while_the_writer_runs_still_waits_for_its_companion(tmp_path: Path) -> None:
+    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
+    ring = await connect_live("memory://")
+    try:
+        session = await store.create_session(SessionDraft(id="ses_held", name="h", role="r"))
+        commits: list[int] = []
+        write = store.write
+        writing = asyncio.Event()
+        go_on = asyncio.Event()
+
+        async def counted(w: Write) -> list[Event]:
+            commits.append(len(w.events))
+            writing.set()
+            await go_on.wait()
+            return await write(w)
+
+        store.write = counted  # type: ignore[method-assign]
+        emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring)
+        first = emitter.submit(Write(session.id, events=[said("a")]), turn=True)
+        await writing.wait()  # the first write is being written
+        held = emitter.submit(Write(session.id, events=[said("b")]), turn=True, defer=math.inf)
+        go_on.set()
+        assert [e.seq for e in await first] == [1]
+        await asyncio.sleep(0.05)
+        assert commits == [1] and not held.done()  # the writer left it for its companion
+        last = emitter.submit(Write(session.id, events=[said("c"), said("d")]), turn=True)
+        assert [e.seq for e in await held] == [2] and [e.seq for e in await last] == [3, 4]
+        assert commits == [1, 3]
         await emitter.close()
     finally:
         await ring.close()

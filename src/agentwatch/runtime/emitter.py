@@ -140,6 +140,10 @@ class SessionEmitter:
         self._failure: BaseException | None = None
         self._turn_no = 0  # counts `end_turn` calls: a write of an ended turn neither meets nor sets a failure
         self._timer: asyncio.TimerHandle | None = None  # starts the writer for a deferred write
+        # How many of the last submitted writes are deferred and wait for their companion: the writer leaves
+        # them queued, even when it is running, until a write that is not deferred, the timer, a barrier or a
+        # flush lets them go.
+        self._held = 0
         # The newest durable seq this emitter wrote (or the session's when it was made), and the messages of
         # the current conversation as far as this emitter knows them (None: unknown, read the store).
         self._last_seq = last_seq
@@ -167,9 +171,10 @@ class SessionEmitter:
         with the store's error; the write runs to its end whoever awaits it, and `close` waits for it. With
         `turn`, the write belongs to the running turn: once a write of the turn failed, it is skipped and
         fails with that first failure (see `end_turn`). With `defer` seconds (`math.inf`: no limit), the write
-        waits that long at most for the next one submitted (or a barrier), and goes to the store with it, in
-        one commit; a write deferred without a limit takes the deferred writes before it along (they wait for
-        the same next write, so they all share its commit).
+        waits that long at most for the next write submitted without `defer` (or a barrier), even while earlier
+        writes are being written, and goes to the store with it, in one commit; a write deferred without a
+        limit takes the deferred writes before it along (they wait for the same next write, so they all share
+        its commit).
         """
         done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
         pending = _Pending(write, done, turn, self._turn_no)
@@ -177,11 +182,13 @@ class SessionEmitter:
         self._tail = pending
         if defer <= 0:
             self._start_writer()
-        elif defer == math.inf:
+            return done
+        self._held += 1
+        if defer == math.inf:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-        elif self._writer is None and self._timer is None:
+        elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(defer, self._start_writer)
         return done
 
@@ -213,6 +220,7 @@ class SessionEmitter:
         return failure
 
     def _start_writer(self) -> None:
+        self._held = 0  # every write queued may go now
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -222,14 +230,14 @@ class SessionEmitter:
     async def _write_loop(self) -> None:
         writes = self._writes
         try:
-            while writes:
+            while len(writes) > self._held:
                 batch = [writes.popleft()]
                 if batch[0].write is None:  # a barrier: every write before it is over
                     if not batch[0].done.done():
                         batch[0].done.set_result([])
                     continue
                 if _mergeable(batch[0]):
-                    while writes and _mergeable(writes[0]) and writes[0].turn_no == batch[0].turn_no:
+                    while len(writes) > self._held and _mergeable(writes[0]) and writes[0].turn_no == batch[0].turn_no:
                         batch.append(writes.popleft())
                 await self._apply(batch)
         finally:
@@ -313,6 +321,7 @@ class SessionEmitter:
 
     def _abandon(self, error: BaseException) -> None:
         # The writer itself was cancelled (the loop is going away): nothing queued will be written.
+        self._held = 0
         while self._writes:
             self._hand_out(self._writes.popleft(), (), error)
 
