@@ -61,3 +61,23 @@ async def test_a_ten_tool_turn_commits_at_most_twice_per_model_request(
     assert sum(types.count("tool.result") for types in turn) == TOOL_CALLS
     assert [t for types in turn for t in types] == [e.type for e in events if e.turn_id is not None]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_a_new_sessions_first_turn_reads_no_messages_back(open_engine: OpenEngine, scripted: Scripted) -> None:
+    model = scripted("one-turn", ScriptedModel([Reply("Done.")]))
+    async with open_engine(role("r", model), extensions=[]) as engine:
+        session = await engine.create("r")
+        reads: list[str] = []
+        read_messages = engine.store.read_messages
+
+        async def counted(conversation_id: str) -> Any:
+            reads.append(conversation_id)
+            return await read_messages(conversation_id)
+
+        engine.store.read_messages = counted  # type: ignore[method-assign]
+        await engine.enqueue(session.id, "go")
+        settled, timed_out = await engine.wait(session.id, 60)
+        assert not timed_out and settled.status == "completed"
+        assert reads == []  # a session without events has no messages to read
+        messages = await read_messages(session.conversation_id)
+        assert [m["kind"] for m in messages] == ["request", "response"]  # the turn's, in the store

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -130,14 +130,14 @@ class _Sink:
     def __init__(self, turn: _Turn) -> None:
         self._turn = turn
 
-    async def commit(
+    def commit(
         self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = (), *, wait: bool = True
-    ) -> None:
+    ) -> Awaitable[object]:
+        # Not a coroutine: the write is submitted here, and what is returned is the emitter's own future of it
+        # (or one that is done), which the adapter awaits without a task of its own.
         emitter = self._turn.emitter
         if not payloads and not messages:
-            if wait:
-                await emitter.barrier()
-            return
+            return emitter.barrier() if wait else _done()
         turn = self._turn
         usage: list[UsageEntry] = []
         fields: dict[str, Any] = {}
@@ -164,12 +164,21 @@ class _Sink:
             emitter.submit(write, turn=True, defer=math.inf)
             turn.owed = True
         elif wait:
-            await emitter.commit(write, turn=True)
+            # The write runs to its end whoever waits for it (the adapter shields it: a durable step is all or
+            # nothing).
+            return emitter.submit(write, turn=True)
         else:  # the opening of a model request: it may share its commit with the response
             emitter.submit(write, turn=True, defer=GROUP_COMMIT_SECONDS)
+        return _done()
 
     def stream(self, payload: Payload) -> None:
         self._turn.emitter.stream(payload, self._turn.turn_id)
+
+
+def _done() -> asyncio.Future[object]:
+    done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
 
 
 def _answers_only(payloads: Sequence[Payload]) -> bool:
@@ -234,7 +243,9 @@ async def run_plan(
             # Read once, before the start is recorded (which adds no messages): the compaction check needs it.
             history = emitter.history(session)
             if history is None:
-                history = await runtime.store.read_messages(session.conversation_id)
+                # Model messages are only ever written with the events of a turn: a session without events yet
+                # has none (a new session's first turn reads nothing).
+                history = [] if session.last_seq == 0 else await runtime.store.read_messages(session.conversation_id)
                 emitter.remember_history(session, history)
             prompt = await _begin(turn, plan, history)
             if prompt is _INTERRUPTED:

@@ -205,7 +205,7 @@ class _TurnRun:
         self._committed: dict[int, ModelMessage] = {}
         self._stored: frozenset[int] = frozenset()  # ids of the history's messages
         self._statuses: dict[str, ToolStatus] = {}  # tool call id -> status that the return's outcome can't tell
-        self._inflight: asyncio.Future[None] | None = None
+        self._inflight: asyncio.Future[object] | None = None
         self._run: AgentRun[None, _Output] | None = None
         self._pipelined = False  # a pipelined commit was made that no waiting commit has covered yet
         self._dumped: dict[int, JsonValue] = {}  # id(message) -> its JSON, when dumped before its commit

@@ -103,12 +103,14 @@ class ToolAnswer:
 class TurnSink(Protocol):
     """Where a turn reports what happens; the engine implements it."""
 
-    async def commit(
+    def commit(
         self, payloads: Sequence[Payload], messages: Sequence[JsonValue] = (), *, wait: bool = True
-    ) -> None:
+    ) -> Awaitable[object]:
         """Durable step: append these durable payloads AND these new model-layer messages (opaque JSON, in order)
         in one atomic write. `payloads` may be empty when only messages are new (a request that failed before
-        any response). Commits are applied in the order they are made.
+        any response). Commits are applied in the order they are made. An `async def`, or a function that takes
+        the write and returns an awaitable of it (a future: the adapter then awaits it without a task of its
+        own).
 
         - `wait=True` (a waiting commit): returns only once this commit and every earlier one are durable. If an
           earlier pipelined commit failed, it writes nothing and raises that failure.
