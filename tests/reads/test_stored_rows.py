@@ -330,3 +330,19 @@ async def test_event_values_are_the_events_a_tail_shows(store: Store) -> None:
         await store.read_event_values("ses_nobody", limit=10)
     with pytest.raises(InvalidArgument):
         await store.read_event_values(session.id, after_seq=-1, limit=10)
+
+
+async def test_session_values_take_a_decoded_cursor_of_the_same_listing_only(store: Store) -> None:
+    from agentwatch.errors import InvalidCursor
+    from agentwatch.events import PageCursor
+
+    for n in range(3):
+        await store.create_session(SessionDraft(name=f"s{n}", role="chat"))
+    first = await store.list_session_values(SessionFilter(), ["name"], sort="name", limit=1)
+    assert first.next_cursor is not None
+    decoded = PageCursor.decode(first.next_cursor)
+    by_text = await store.list_session_values(SessionFilter(), ["name"], sort="name", limit=1, cursor=first.next_cursor)
+    by_cursor = await store.list_session_values(SessionFilter(), ["name"], sort="name", limit=1, cursor=decoded)
+    assert by_text == by_cursor and by_cursor.items == [["s1"]]
+    with pytest.raises(InvalidCursor, match="other filters"):
+        await store.list_session_values(SessionFilter(role=["chat"]), ["name"], sort="name", limit=1, cursor=decoded)

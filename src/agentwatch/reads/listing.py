@@ -100,14 +100,14 @@ def _digest(args: ListArgs) -> str:
     return query_digest(args.model_dump(mode="json", exclude={"cursor", "limit", "counts"}))
 
 
-def _open_cursor(args: ListArgs, digest: str) -> tuple[str | None, datetime]:
+def _open_cursor(args: ListArgs, digest: str) -> tuple[PageCursor | None, datetime]:
     if args.cursor is None:
         return None, datetime.now(UTC)
     with field_named("cursor"):
         cursor = PageCursor.decode(args.cursor, query=digest)
         match cursor.key:
-            case (str(store_cursor), str(moment)):
-                _check_store_cursor(store_cursor)
+            case (str(store_text), str(moment)):
+                store_cursor = _check_store_cursor(store_text)
                 try:
                     now = datetime.fromisoformat(moment)
                 except ValueError:
@@ -117,15 +117,18 @@ def _open_cursor(args: ListArgs, digest: str) -> tuple[str | None, datetime]:
         raise InvalidCursor("the cursor does not hold an agent_list position; drop it to start from the first page")
 
 
-def _check_store_cursor(text: str) -> None:
-    """Refuse a store position whose fields could not have come from a listing (cursors can be forged: the
-    checksum is not a secret): text too long or not storable, or a moment without an offset."""
-    key = PageCursor.decode(text).key
-    for value in key:
+def _check_store_cursor(text: str) -> PageCursor:
+    """The store position `text` names (decoded once: the store takes it so); refused when its fields could
+    not have come from a listing (cursors can be forged: the checksum is not a secret): text too long or not
+    storable, or a moment without an offset."""
+    cursor = PageCursor.decode(text)
+    for value in cursor.key:
         if isinstance(value, str):
             check_text(value)
             if len(value) > MAX_NAME_CHARS:
                 raise InvalidCursor("the cursor holds a position no listing returns")
+            if value[:1] not in "0123456789":
+                continue  # not a moment (an id, a name): every ISO 8601 text starts with a digit
             try:
                 moment = datetime.fromisoformat(value)
             except ValueError:
@@ -134,6 +137,7 @@ def _check_store_cursor(text: str) -> None:
                 raise InvalidCursor("the cursor holds a position no listing returns")
         elif not isinstance(value, bool | None):
             raise InvalidCursor("the cursor holds a position no listing returns")
+    return cursor
 
 
 async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import AwareDatetime, BaseModel
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
-from agentwatch.events import new_id
+from agentwatch.events import PageCursor, new_id
 from agentwatch.store._sql import (
     SESSION_COLUMNS,
     SESSION_JSON,
@@ -255,7 +255,7 @@ class SessionMethods(SqlBase):
         *,
         sort: SessionSort = "newest",
         limit: int = 20,
-        cursor: str | None = None,
+        cursor: str | PageCursor | None = None,
     ) -> Page[list[Any]]:
         """`list_sessions` (the same rows and cursors), each session as the values of `fields` in JSON form."""
         unknown = [name for name in fields if name not in _VALUE_CODECS]

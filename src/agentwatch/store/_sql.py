@@ -340,7 +340,7 @@ def keyset_page(
     where: SessionFilter,
     sort: SessionSort,
     limit: int,
-    cursor: str | None,
+    cursor: str | PageCursor | None,
     columns: Sequence[str] = (),
 ) -> tuple[str, list[Any], Callable[[Row], str]]:
     """The listing query (fetching one row past `limit`) and how to make the cursor after one of its rows.
@@ -359,9 +359,9 @@ def keyset_page(
     if cursor is not None and all(desc for _, desc in keys):
         # One direction throughout: a row-value comparison, which the index scan can start from.
         conditions.append("(boss, live, " + column + ", id) < (?, ?, ?, ?)")
-        params.extend(_cursor_values(PageCursor.decode(cursor, query=digest), column, dialect))
+        params.extend(_cursor_values(_opened(cursor, digest), column, dialect))
     elif cursor is not None:
-        values = _cursor_values(PageCursor.decode(cursor, query=digest), column, dialect)
+        values = _cursor_values(_opened(cursor, digest), column, dialect)
         # Expanded row comparison, since the directions differ: rows strictly after the cursor's row.
         branches: list[str] = []
         for i, (expression, desc) in enumerate(keys):
@@ -389,6 +389,16 @@ def keyset_page(
         return PageCursor(digest, key).encode()
 
     return sql, params, cursor_after
+
+
+def _opened(cursor: str | PageCursor, digest: str) -> PageCursor:
+    """The page cursor `cursor` names (its text, or the cursor a caller decoded already), refused when it
+    came from a listing of other filters or sort."""
+    if isinstance(cursor, str):
+        return PageCursor.decode(cursor, query=digest)
+    if cursor.query != digest:
+        PageCursor.decode(cursor.encode(), query=digest)  # raises the mismatch's InvalidCursor
+    return cursor
 
 
 def _cursor_values(cursor: PageCursor, column: str, dialect: Dialect) -> list[Any]:

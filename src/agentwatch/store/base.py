@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
-from agentwatch.events import Event, NewEvent, Payload, Usage
+from agentwatch.events import Event, NewEvent, PageCursor, Payload, Usage
 from agentwatch.store.records import (
     ConversationRecord,
     InputRecord,
@@ -153,13 +153,14 @@ class Store(RunStore, Protocol):
         *,
         sort: SessionSort = "newest",
         limit: int = 20,
-        cursor: str | None = None,
+        cursor: str | PageCursor | None = None,
     ) -> Page[list[Any]]:
         """`list_sessions` (the same rows, the same cursors, interchangeable), each session as the values of
         `fields` (`SessionRecord` field names), in that order, in JSON form: the record's values, but times as
         the ISO 8601 text `datetime.isoformat` gives (`+00:00`) and models (`origin`) as
         `model_dump(mode="json")` gives. Only the columns named are read and no record is built: for listings
-        that show a few fields of many sessions. An unknown field is an `InvalidArgument`."""
+        that show a few fields of many sessions. An unknown field is an `InvalidArgument`. `cursor` may be given
+        decoded already (`PageCursor.decode`, by a caller that checked it)."""
 
     async def count_sessions(self, where: SessionFilter) -> dict[str, int]:
         """How many sessions match, per status (statuses with none are left out)."""
