@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 import pytest
@@ -10,7 +11,10 @@ from agentwatch.events import (
     PAYLOAD_ADAPTER,
     CompletionFinished,
     ContentDelta,
+    Event,
+    EventId,
     Payload,
+    SessionId,
     ToolCall,
     TurnEnded,
     Usage,
@@ -69,3 +73,16 @@ def test_an_unknown_or_a_missing_field_raises() -> None:
         ContentDelta.trusted(part="text", index=0, request_index=0, delta="x", colour="red")
     with pytest.raises(TypeError, match=r"missing \['delta'\]"):
         ContentDelta.trusted(part="text", index=0, request_index=0)
+
+
+def test_trusted_events_share_one_fields_set_that_a_copy_never_changes() -> None:
+    at = datetime.now(UTC)
+    delta = ContentDelta(part="text", index=0, request_index=0, delta="x")
+    first = Event.trusted(EventId("evt_a"), SessionId("ses_a"), 1, 1, at, None, delta)
+    second = Event.trusted(EventId("evt_b"), SessionId("ses_a"), 1, 2, at, None, delta)
+    validated = Event(id=EventId("evt_a"), session_id=SessionId("ses_a"), seq=1, sub=1, at=at, payload=delta)
+    assert first.model_fields_set is second.model_fields_set  # one object for every trusted event
+    assert first.model_dump() == validated.model_dump()
+    moved = first.model_copy(update={"conversation_id": "cnv_a"})
+    assert "conversation_id" in moved.model_fields_set
+    assert "conversation_id" not in first.model_fields_set and "conversation_id" not in second.model_fields_set
