@@ -136,6 +136,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["agents", "check", "--dir", f"/tmp/{LONG_NAME}"], 1, LONG_NAME[:50]),
     (["agents", "check", "--tool", "\udcff"], 2, "--tool"),
     (["agents", "list", "--dir", f"/tmp/{LONG_NAME}"], 1, LONG_NAME[:50]),
+    (["agents", "check", "--dir", "a\x00b"], 2, "--dir"),
+    (["agents", "list", "--dir", "a\x00b"], 2, "--dir"),
     (["run", "coder", "hi", "--timeout", "nan"], 2, "--timeout"),
     (["run", "coder", "hi", "--name", "\udcff"], 2, "--name"),
     (["run", "coder", "\x00"], 2, "PROMPT"),

@@ -127,6 +127,18 @@ class Text(click.types.StringParamType):
         return text
 
 
+class Directory(click.Path):
+    """A directory's path: click's own path, refusing a NUL byte (the file system cannot name it)."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            self.fail("contains a NUL byte, which no path can hold", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class Span(click.types.FloatParamType):
     """A length of time in `unit`s: a finite number from 0 to `most` (click's own float takes nan and inf)."""
 
@@ -143,6 +155,7 @@ class Span(click.types.FloatParamType):
 
 
 TEXT = Text()
+DIRECTORY = Directory()
 SECONDS = Span(7 * 86400.0, "seconds")
 """A wait of up to a week."""
 MINUTES = Span(7 * 24 * 60.0, "minutes")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agentwatch.cli._common import resolve_config
+from agentwatch.cli._common import DIRECTORY, resolve_config
 
 if TYPE_CHECKING:
     from agentwatch.config import Config
@@ -30,7 +30,7 @@ def _names(values: tuple[str, ...]) -> set[str]:
 
 
 @agents.command("check")
-@click.option("--dir", "agents_dir", type=click.Path(path_type=Path), help="The agents directory (default: agents/).")
+@click.option("--dir", "agents_dir", type=DIRECTORY, help="The agents directory (default: agents/).")
 @click.option(
     "--tool", "tools", multiple=True, help="A tool your project registers in Python (repeatable, or a, b, c)."
 )
@@ -149,7 +149,7 @@ def _missing_variables(roster: Roster, resolver: ModelResolver) -> list[str]:
 
 
 @agents.command("list")
-@click.option("--dir", "agents_dir", type=click.Path(path_type=Path), help="The agents directory (default: agents/).")
+@click.option("--dir", "agents_dir", type=DIRECTORY, help="The agents directory (default: agents/).")
 def list_agents(agents_dir: Path | None) -> None:
     """Show the roles the agents directory defines.
 
