@@ -1,15 +1,17 @@
 """A model response is stored once: a message that is the `response` of a completion.finished event of the same
-write is kept in that event's payload, and reads give it back as it was written, on both backends."""
+write is kept in that event's payload, and reads give it back as it was written, on both backends. On SQLite a
+tool's output is stored once too: the tool return of a message keeps it in the tool.result event of its write."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from pydantic import JsonValue
 
-from agentwatch.events import CompletionFinished, NewEvent, ToolCall, Usage
+from agentwatch.events import CompletionFinished, NewEvent, ToolCall, ToolResult, Usage
 from agentwatch.store import SessionDraft, Store, Write, connect_store
 
 _RESPONSE: dict[str, JsonValue] = {
@@ -89,7 +91,7 @@ async def test_messages_of_a_schema_4_file_move_with_their_bodies(tmp_path: Path
         DROP VIEW messages;
         DROP TABLE message_rows;
         ALTER TABLE messages_v4 RENAME TO messages;
-        DELETE FROM schema_migrations WHERE version = 5;
+        DELETE FROM schema_migrations WHERE version >= 5;
         COMMIT;
         """
     )
@@ -101,5 +103,86 @@ async def test_messages_of_a_schema_4_file_move_with_their_bodies(tmp_path: Path
         await store.write(Write(session.id, [_finished(_RESPONSE)], messages=[_RESPONSE]))
         assert await store.read_messages(session.conversation_id) == [_REQUEST, _RESPONSE, _RESPONSE]
         assert (await _body_columns(store, session.conversation_id))[-1] == (False, 2)
+    finally:
+        await store.close()
+
+
+_OUTPUT = 'caf\u00e9 \U0001f600 "quoted" \\ back\nline\ttab \u0001 </end>' * 3
+
+
+def _tool_return(call_id: str, content: JsonValue) -> dict[str, JsonValue]:
+    part: dict[str, JsonValue] = {
+        "part_kind": "tool-return",
+        "tool_name": "lookup",
+        "content": content,
+        "tool_call_id": call_id,
+        "timestamp": "2026-12-01T07:00:00Z",
+        "metadata": None,
+    }
+    return {"kind": "request", "parts": [{"part_kind": "retry-prompt", "content": "x"}, part], "run_id": "r1"}
+
+
+def _result(call_id: str, output: str) -> NewEvent:
+    return NewEvent(ToolResult(tool_call_id=call_id, tool_name="lookup", output=output))
+
+
+async def test_a_tool_output_written_with_its_event_is_stored_once_and_read_back_whole(
+    store: Store, backend: str
+) -> None:
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+    returned = _tool_return("c1", _OUTPUT)
+    await store.write(Write(session.id, [_result("c1", _OUTPUT)], messages=[returned]))
+    cut = _tool_return("c2", _OUTPUT)  # the event holds a shortened output: the message keeps its own
+    await store.write(Write(session.id, [_result("c2", _OUTPUT[:10])], messages=[cut]))
+    other = _tool_return("c3", _OUTPUT)  # no event of its write answers c3
+    await store.write(Write(session.id, [_result("c4", _OUTPUT)], messages=[other, _REQUEST]))
+    odd = {**_tool_return("c5", _OUTPUT), "score": float("nan")}  # SQLite's JSON functions refuse NaN
+    nul = _tool_return("c6", "a\x00b")
+    await store.write(Write(session.id, [_result("c5", _OUTPUT), _result("c6", "a\x00b")], messages=[odd, nul]))
+
+    messages = await store.read_messages(session.conversation_id)
+    assert json.dumps(messages) == json.dumps([returned, cut, other, _REQUEST, odd, nul])  # key order too
+    first = (True, 1) if backend == "sqlite" else (True, None)  # SQLite: the body is the template
+    assert await _body_columns(store, session.conversation_id) == [first] + [(True, None)] * 5
+    if backend == "sqlite":
+        bodies = await store._read(  # type: ignore[attr-defined]
+            lambda tx: tx.fetch("SELECT body, event_path FROM message_rows ORDER BY idx LIMIT 1")
+        )
+        assert _OUTPUT[:20] not in bodies[0][0] and bodies[0][1] == "$.parts[1].content"
+
+
+async def test_messages_of_a_schema_5_file_keep_their_bodies(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    store = await connect_store(f"sqlite:///{path}")
+    try:
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        returned = _tool_return("c1", _OUTPUT)
+        await store.write(Write(session.id, [_finished(_RESPONSE)], messages=[_REQUEST, _RESPONSE]))
+    finally:
+        await store.close()
+    # Back to schema 5: its view, without the column (the rows as schema 5 wrote them).
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.executescript(
+        """
+        BEGIN;
+        DROP VIEW messages;
+        ALTER TABLE message_rows DROP COLUMN event_path;
+        CREATE VIEW messages (conversation_id, idx, body) AS
+            SELECT m.conversation_id, m.idx, COALESCE(m.body, (
+                SELECT json_extract(e.payload, '$.response') FROM conversations c
+                JOIN events e ON e.session_id = c.session_id AND e.seq = m.event_seq
+                WHERE c.id = m.conversation_id))
+            FROM message_rows m;
+        DELETE FROM schema_migrations WHERE version = 6;
+        COMMIT;
+        """
+    )
+    connection.close()
+    store = await connect_store(f"sqlite:///{path}")
+    try:
+        assert await store.read_messages(session.conversation_id) == [_REQUEST, _RESPONSE]
+        await store.write(Write(session.id, [_result("c1", _OUTPUT)], messages=[returned]))
+        assert await store.read_messages(session.conversation_id) == [_REQUEST, _RESPONSE, returned]
+        assert await _body_columns(store, session.conversation_id) == [(True, None), (False, 1), (True, 2)]
     finally:
         await store.close()

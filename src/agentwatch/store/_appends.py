@@ -28,12 +28,13 @@ from typing import Any, Final, cast
 from pydantic import JsonValue
 
 from agentwatch.errors import Conflict, NotFound
-from agentwatch.events import CompletionFinished, Event, Usage, new_id
+from agentwatch.events import CompletionFinished, Event, ToolResult, Usage, new_id
 from agentwatch.store._sql import (
     EVENT_INSERT,
     SESSION_JSON,
     Dialect,
     Tx,
+    has_surrogate,
     in_list,
     json_text,
     payload_json,
@@ -77,7 +78,10 @@ _USAGE_COLUMNS: Final = ("id", "session_id", "turn_id", "run_id", "role", "model
 _USAGE_INSERT: Final = (
     f"INSERT INTO usage_ledger ({', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * len(_USAGE_COLUMNS))})"
 )
-_MESSAGE_INSERT: Final = "INSERT INTO message_rows (conversation_id, idx, body, event_seq) VALUES (?, ?, ?, ?)"
+_MESSAGE_INSERT: Final = (
+    "INSERT INTO message_rows (conversation_id, idx, body, event_seq, event_path) VALUES (?, ?, ?, ?, ?)"
+)
+_CONTENT: Final = "content"
 
 
 _trusted = cast(Callable[..., Event], Event.trusted)
@@ -153,7 +157,7 @@ class Appends:
         """The time of the transaction's writes, as the dialect stores it."""
         self._events: list[tuple[Any, ...]] = []
         self._usage: list[tuple[Any, ...]] = []
-        self._messages: dict[str, list[tuple[str | None, int | None]]] = {}
+        self._messages: dict[str, list[MessageRow]] = {}
         self._sessions: dict[str, Counters] = {}
 
     def add(self, session: Counters, write: Write) -> list[Event]:
@@ -211,7 +215,7 @@ class Appends:
             session.last_seq = seq
         if write.messages:
             rows = self._messages.setdefault(session.conversation_id, [])
-            rows.extend(_message_rows(write.messages, events))
+            rows.extend(_message_rows(write.messages, events, tool_results=self._dialect.name == "sqlite"))
         return events
 
     async def flush(self, tx: Tx) -> None:
@@ -298,30 +302,72 @@ class Appends:
         await tx.execute_many(
             _MESSAGE_INSERT,
             [
-                (conversation_id, last.get(conversation_id, -1) + 1 + index, body and json_param(body), event_seq)
+                (conversation_id, last.get(conversation_id, -1) + 1 + index, body and json_param(body), *event)
                 for conversation_id, rows in self._messages.items()
-                for index, (body, event_seq) in enumerate(rows)
+                for index, (body, *event) in enumerate(rows)
             ],
         )
 
 
-def _message_rows(messages: Sequence[JsonValue], events: Sequence[Event]) -> list[tuple[str | None, int | None]]:
-    """The rows of a write's model messages: (body, None), or (None, seq) for a message that is the `response`
-    of a completion.finished event of the same write, whose stored payload then holds it (read back through
-    the `messages` view). A message with a non-finite number keeps its body: the payload's JSON writes such a
-    number as null."""
+MessageRow = tuple[str | None, int | None, str | None]
+"""A message row: its body (or the template of it), the seq of the event of the same write that holds (a
+part of) it, and the JSON path of that part in the body (None: the whole message)."""
+
+
+def _message_rows(messages: Sequence[JsonValue], events: Sequence[Event], *, tool_results: bool) -> list[MessageRow]:
+    """The rows of a write's model messages (see `MessageRow`): (body, None, None); or (None, seq, None) for a
+    message that is the `response` of a completion.finished event of the same write, whose stored payload
+    then holds it; or, with `tool_results`, (template, seq, path) for a message with a tool return whose
+    content is the `output` of a tool.result event of the same write (the template holds null at the path).
+    The `messages` view reads each back as it was. A message with a non-finite number keeps its body: the
+    payload's JSON writes such a number as null, and SQLite's JSON functions refuse it."""
     responses = [
         (event.seq, event.payload.response) for event in events if isinstance(event.payload, CompletionFinished)
     ]
-    rows: list[tuple[str | None, int | None]] = []
+    outputs = {
+        event.payload.tool_call_id: (event.seq, event.payload.output)
+        for event in events
+        if isinstance(event.payload, ToolResult)
+    }
+    rows: list[MessageRow] = []
     for message in messages:
         body = json_text(message)  # compact, once
+        finite = "NaN" not in body and "Infinity" not in body
         seq = next((seq for seq, response in responses if response == message), None) if responses else None
-        if seq is not None and "NaN" not in body and "Infinity" not in body:
-            rows.append((None, seq))
+        if seq is not None and finite:
+            rows.append((None, seq, None))
+            continue
+        returned = _tool_return(message, outputs) if tool_results and outputs and finite else None
+        if returned is not None:
+            template, seq, path = returned
+            rows.append((json_text(template), seq, path))
         else:
-            rows.append((body, None))
+            rows.append((body, None, None))
     return rows
+
+
+def _tool_return(message: JsonValue, outputs: dict[str, tuple[int, str]]) -> tuple[JsonValue, int, str] | None:
+    """The message with the content of its (first) tool return set to null, the seq of the tool.result event
+    whose output it is, and the path of that content; None when no part's content is such an output. (An
+    output with a NUL or a lone surrogate stays in its message: SQLite's JSON functions would not give it back
+    as it was.)"""
+    if not isinstance(message, dict):
+        return None
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        return None
+    for index, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("part_kind") != "tool-return":
+            continue
+        found = outputs.get(part.get("tool_call_id"))  # type: ignore[arg-type]
+        content = part.get(_CONTENT)
+        if found is None or found[1] != content or not isinstance(content, str):
+            continue
+        if "\x00" in content or (not content.isascii() and has_surrogate(content)):
+            return None
+        template = {**message, "parts": [*parts[:index], {**part, _CONTENT: None}, *parts[index + 1 :]]}
+        return template, found[0], f"$.parts[{index}].{_CONTENT}"
+    return None
 
 
 async def _claim_seqs(tx: Tx, appends: Appends, writes: Sequence[Write]) -> dict[str, Counters]:
