@@ -20,12 +20,7 @@ from pydantic_core import PydanticSerializationError
 from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import (
     PAYLOAD_ADAPTER,
-    ConversationId,
-    Event,
-    EventId,
     PageCursor,
-    SessionId,
-    new_id,
     query_digest,
 )
 from agentwatch.store.records import (
@@ -34,7 +29,6 @@ from agentwatch.store.records import (
     SessionFilter,
     SessionRecord,
     SessionSort,
-    Write,
 )
 
 __all__ = [
@@ -48,7 +42,6 @@ __all__ = [
     "check_limit",
     "check_params",
     "check_text",
-    "event_row",
     "from_row",
     "has_surrogate",
     "in_list",
@@ -56,7 +49,6 @@ __all__ = [
     "keyset_page",
     "payload_json",
     "session_where",
-    "stored_events",
     "to_params",
     "utc_text",
 ]
@@ -420,23 +412,4 @@ EVENT_INSERT = (
     "INSERT INTO events (id, session_id, seq, at, turn_id, conversation_id, payload, type) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-"""The insert of one stored event; `event_row` gives its parameters."""
-
-
-def stored_events(write: Write, conversation_id: str, first_seq: int, now: datetime) -> list[Event]:
-    """The write's new events as they are stored: an id each, seqs counting up from `first_seq`, the time
-    (aware UTC) and the conversation. Built without validating them again (`Event.trusted`): every field is
-    valid by construction, the payloads and turn ids having been checked with the write (`check_durable`)."""
-    trusted = Event.trusted
-    session_id = SessionId(write.session_id)
-    conversation = ConversationId(conversation_id)
-    return [
-        trusted(EventId(new_id("evt")), session_id, first_seq + offset, 0, now, new.turn_id, new.payload, conversation)
-        for offset, new in enumerate(write.events)
-    ]
-
-
-def event_row(dialect: Dialect, event: Event, at: Any) -> tuple[Any, ...]:
-    """The `EVENT_INSERT` parameters of a stored event (`at` already in the dialect's time form)."""
-    payload = dialect.json_param(payload_json(event.payload))
-    return (event.id, event.session_id, event.seq, at, event.turn_id, event.conversation_id, payload, event.type)
+"""The insert of one stored event."""
