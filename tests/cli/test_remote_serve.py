@@ -218,6 +218,10 @@ def test_await_through_the_service_shows_a_spinner_on_a_terminal_only(
 
     store, url, _ = service
     created = call(url, "agent_create", {"role": "worker", "name": "waiter", "prompt": "go"})
+    deadline = time.monotonic() + 30
+    while call(url, "agent_get", {"id": created["agentId"]})["status"] != "running":  # "go" taken alone
+        assert time.monotonic() < deadline, "the first turn never started"
+        time.sleep(0.02)
     call(url, "agent_enqueue", {"agentId": created["agentId"], "prompt": "more"})  # two turns: a long wait
     terminal, attached = pty.openpty()
     env = environment() | {"TERM": "xterm", "COLUMNS": "120"}
