@@ -174,3 +174,69 @@ async def test_on_the_redis_ring_watchers_see_every_event_once_in_stream_order_a
     assert sum(e.type == "content.delta" for e in seen) > 1
     positions = [(e.seq, e.sub) for e in seen]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
+
+
+async def test_a_note_that_rides_shares_the_commit_of_the_next_write_and_goes_alone_when_none_comes(
+    tmp_path: Path,
+) -> None:
+    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
+    ring = await connect_live("memory://")
+    try:
+        session = await store.create_session(SessionDraft(id="ses_rides", name="r", role="r"))
+        commits: list[list[str]] = []
+        write = store.write
+
+        async def counted(w: Write) -> list[Event]:
+            stored = await write(w)
+            commits.append([e.type for e in stored])
+            return stored
+
+        store.write = counted  # type: ignore[method-assign]
+        emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring)
+        note = asyncio.ensure_future(
+            emitter.commit(Write(session.id, events=[notice("armed")], touch=False), rides=True)
+        )
+        await asyncio.sleep(0)
+        step = await emitter.commit(Write(session.id, events=[said("a")]), turn=True)
+        assert [e.seq for e in await note] == [1] and [e.seq for e in step] == [2]
+        assert commits == [["runtime.info", "message.user"]]  # one commit, in the order submitted
+
+        alone = await emitter.commit(Write(session.id, events=[notice("nothing follows")], touch=False), rides=True)
+        assert [e.seq for e in alone] == [3] and commits[-1] == ["runtime.info"]  # its wait ran out
+        await emitter.close()
+    finally:
+        await ring.close()
+        await store.close()
+
+
+async def test_a_note_that_rides_does_not_join_a_turn_that_failed(tmp_path: Path) -> None:
+    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
+    ring = await connect_live("memory://")
+    try:
+        session = await store.create_session(SessionDraft(id="ses_failed", name="f", role="r"))
+        write = store.write
+
+        async def failing(w: Write) -> list[Event]:
+            if any(isinstance(e.payload, UserMessage) and e.payload.text == "bad" for e in w.events):
+                raise StoreError("the disk is full")
+            return await write(w)
+
+        store.write = failing  # type: ignore[method-assign]
+        emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring)
+        with pytest.raises(StoreError):
+            await emitter.commit(Write(session.id, events=[said("bad")]), turn=True)
+        note = asyncio.ensure_future(
+            emitter.commit(Write(session.id, events=[notice("armed")], touch=False), rides=True)
+        )
+        await asyncio.sleep(0)
+        skipped = emitter.submit(Write(session.id, events=[said("after")]), turn=True)
+        assert len(await note) == 1  # kept, though the turn's next write fails with the turn's first failure
+        with pytest.raises(StoreError):
+            await skipped
+        stored = await store.read_events(session.id, limit=10)
+        assert [e.type for e in stored] == ["runtime.info"]
+        emitter.end_turn()
+        await emitter.close()
+    finally:
+        await ring.close()
+        await store.close()

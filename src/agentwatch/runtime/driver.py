@@ -77,16 +77,17 @@ class SessionDriver:
         """Attach one more observer instance; it receives events from the next one dispatched."""
         self.emitter.add_observer(observer)
 
-    async def commit(self, write: Write) -> list[Event]:
+    async def commit(self, write: Write, *, rides: bool = False) -> list[Event]:
         """Make `write` durable, then hand its events to the ring and the observers (in stream order).
 
         The commit runs to its end even when the caller is cancelled (a stop): a write that reached the store
-        must also reach the watchers, or they would miss events the log has.
+        must also reach the watchers, or they would miss events the log has. With `rides`, a note beside the
+        turn's work that may share the commit of the session's next write (`SessionEmitter.commit`).
         """
         if self.evicted:
-            return await (await self._successor()).commit(write)
+            return await (await self._successor()).commit(write, rides=rides)
         self.used_at = time.monotonic()
-        return await self.emitter.commit(write)
+        return await self.emitter.commit(write, rides=rides)
 
     async def subscribe(self, request: Any) -> ReplaySnapshot:
         """Attach a client: each observer's on_subscribe gets a snapshot; resolves once they ran."""

@@ -99,6 +99,8 @@ class _Pending:
     """Which turn of this emitter a `turn` write belongs to (its failure is that turn's only)."""
     held: list[_Ephemeral] = field(default_factory=list)
     """Ephemeral payloads streamed after this write was submitted (and before the next one was)."""
+    rides: bool = False
+    """A note that is not the turn's work but may share the store write of the writes after it."""
 
 
 @dataclass(slots=True)
@@ -164,7 +166,9 @@ class SessionEmitter:
 
     # -- writing --------------------------------------------------------------------------------------
 
-    def submit(self, write: Write, *, turn: bool = False, defer: float = 0.0) -> asyncio.Future[list[Event]]:
+    def submit(
+        self, write: Write, *, turn: bool = False, defer: float = 0.0, rides: bool = False
+    ) -> asyncio.Future[list[Event]]:
         """Start committing `write` after every write submitted before it; returns at once.
 
         The future resolves with the stored events once they are durable and queued for dispatch, or fails
@@ -177,7 +181,7 @@ class SessionEmitter:
         its commit).
         """
         done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
-        pending = _Pending(write, done, turn, self._turn_no)
+        pending = _Pending(write, done, turn, self._turn_no, rides=rides)
         self._writes.append(pending)
         self._tail = pending
         if defer <= 0:
@@ -192,13 +196,17 @@ class SessionEmitter:
             self._timer = asyncio.get_running_loop().call_later(defer, self._start_writer)
         return done
 
-    async def commit(self, write: Write, *, turn: bool = False) -> list[Event]:
+    async def commit(self, write: Write, *, turn: bool = False, rides: bool = False) -> list[Event]:
         """Make `write` durable after every earlier write, then hand its events out; returns them as stored.
 
         The write runs to its end even when the caller is cancelled (a stop): a write that reached the store
         must also reach the watchers, or they would miss events the log has. With `turn`, as `submit`; its
-        success means every earlier write of the turn is durable too.
+        success means every earlier write of the turn is durable too. With `rides`, a note beside the turn's
+        work (an observer's state): it waits up to `GROUP_COMMIT_SECONDS` for the next write and shares its
+        commit, as long as the running turn has not failed (see `_write_loop`).
         """
+        if rides:
+            return await asyncio.shield(self.submit(write, defer=GROUP_COMMIT_SECONDS, rides=True))
         return await asyncio.shield(self.submit(write, turn=turn))
 
     async def barrier(self) -> None:
@@ -236,15 +244,23 @@ class SessionEmitter:
                     if not batch[0].done.done():
                         batch[0].done.set_result([])
                     continue
-                if _mergeable(batch[0]):
-                    while len(writes) > self._held and _mergeable(writes[0]) and writes[0].turn_no == batch[0].turn_no:
+                if batch[0].rides and self._failure is None:
+                    # A note takes the notes after it along, then the next write (but not into a turn that
+                    # already failed, which would fail the note with it); the turn's writes that follow that
+                    # one join below.
+                    while len(writes) > self._held and writes[0].rides and _rides_along(writes[0]):
+                        batch.append(writes.popleft())
+                    if len(writes) > self._held and _rides_along(writes[0]):
+                        batch.append(writes.popleft())
+                if _mergeable(batch[-1]):
+                    while len(writes) > self._held and _mergeable(writes[0]) and writes[0].turn_no == batch[-1].turn_no:
                         batch.append(writes.popleft())
                 await self._apply(batch)
         finally:
             self._writer = None
 
     async def _apply(self, batch: list[_Pending]) -> None:
-        turn = batch[0].turn and batch[0].turn_no == self._turn_no
+        turn = any(p.turn and p.turn_no == self._turn_no for p in batch)
         try:
             if turn and self._failure is not None:
                 raise self._failure
@@ -538,8 +554,14 @@ def _log_failure(future: asyncio.Future[list[Event]]) -> None:
 
 def _mergeable(pending: _Pending) -> bool:
     """Whether a write may share one store write with the writes of the turn around it."""
+    return pending.turn and _rides_along(pending)
+
+
+def _rides_along(pending: _Pending) -> bool:
+    """Whether a write may share one store write with a note before it: a write (not a barrier) that
+    neither expects a status nor starts a conversation (the store checks those against its own state)."""
     write = pending.write
-    return pending.turn and write is not None and write.expect_status is None and write.new_conversation is None
+    return write is not None and write.expect_status is None and write.new_conversation is None
 
 
 _MERGED_APART = frozenset({"session_id", "session", "touch", "expect_status", "new_conversation"})

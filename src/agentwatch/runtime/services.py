@@ -52,8 +52,9 @@ class RuntimeServices:
 class SessionChannel(Protocol):
     """The one way to write to a session from inside the engine: its emitter (commit → ring → observers)."""
 
-    async def commit(self, write: Write) -> list[Event]:
-        """Make `write` durable, then hand its events to the ring and the observers, in stream order."""
+    async def commit(self, write: Write, *, rides: bool = False) -> list[Event]:
+        """Make `write` durable, then hand its events to the ring and the observers, in stream order. With
+        `rides`, a note beside the turn's work, which may share the commit of the session's next write."""
 
     def kick(self) -> None:
         """Make the session look for work (new input, answered requests, a turn to continue)."""

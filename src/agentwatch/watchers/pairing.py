@@ -159,12 +159,16 @@ class PairingRegistry:
     # -- notes on the observed session ----------------------------------------------------------------
 
     async def record(
-        self, pairing: Pairing, *payloads: ObserverStateChanged | ObserverReported | RuntimeNotice
+        self,
+        pairing: Pairing,
+        *payloads: ObserverStateChanged | ObserverReported | RuntimeNotice,
+        rides: bool = False,
     ) -> None:
-        """Commit notes about the pairing to the observed session (outside any turn: they are not its work)."""
+        """Commit notes about the pairing to the observed session (outside any turn: they are not its work).
+        With `rides`, they may share the commit of the session's next write (a running turn's, mostly)."""
         sid = pairing.observed_session_id
         driver = await self.engine.driver(sid)
-        await driver.commit(Write(sid, events=[NewEvent(p) for p in payloads], touch=False))
+        await driver.commit(Write(sid, events=[NewEvent(p) for p in payloads], touch=False), rides=rides)
 
     async def warn(self, pairing: Pairing, message: str, **detail: JsonValue) -> None:
         """Record a `runtime.warning` about the observer on the observed session (and log it)."""
@@ -192,7 +196,8 @@ class PairingRegistry:
             reason=reason,
         )
         try:
-            await self.record(pairing, changed)
+            # The state is the watchers' own bookkeeping: it need not cost the observed turn a commit.
+            await self.record(pairing, changed, rides=True)
         except Exception as exc:
             log.warning("could not record observer state on %s: %s", pairing.observed_session_id, exc)
 
