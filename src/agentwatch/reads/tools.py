@@ -7,57 +7,18 @@ imports only that tool's module (a CLI command that calls one tool loads no othe
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from functools import partial
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable
 
-from pydantic import BaseModel, JsonValue
-
-from agentwatch.tools import Answer, Caller, Tool, parse_args, typed_tool
+from agentwatch.tools import Tool, json_tool, typed_tool
 
 __all__ = ["READ_TOOL_NAMES", "read_tool", "read_tools"]
-
-
-A = TypeVar("A", bound=BaseModel)
-
-
-def _schema(model: type[BaseModel], mode: Literal["validation", "serialization"]) -> dict[str, JsonValue]:
-    schema: dict[str, JsonValue] = model.model_json_schema(by_alias=True, mode=mode)
-    schema.pop("title", None)
-    return schema
-
-
-def _json_tool(
-    name: str,
-    description: str,
-    run: Callable[[Any, Caller, A], Awaitable[dict[str, Any]]],
-    *,
-    args: type[A],
-    answer: type[Answer],
-) -> Tool:
-    """`typed_tool` for a tool whose `run` makes its answer as JSON itself, exactly as `dump` would give its
-    answer model (the listing and the tail, whose answers are many rows: building a model per row only to
-    dump it again was most of their cost). Both schemas still come from the models."""
-
-    async def handler(engine: Any, caller: Caller, raw: dict[str, Any]) -> JsonValue:
-        return await run(engine, caller, parse_args(args, name, raw))
-
-    return Tool(
-        name,
-        description,
-        partial(_schema, args, "validation"),
-        handler,
-        args_model=args,
-        answer_model=answer,
-        output_schema=partial(_schema, answer, "serialization"),
-    )
 
 
 def _agent_list() -> Tool:
     from agentwatch.reads.answers import ListAnswer
     from agentwatch.reads.listing import ListArgs, agent_list
 
-    return _json_tool(
+    return json_tool(
         "agent_list",
         "List agents (one row per session, lineage or run): boss first, then live ones, then by sort. "
         "Filters are ANDed; page with nextCursor; counts: true adds per-word counts on the first page.",
@@ -113,7 +74,7 @@ def _agent_tail() -> Tool:
     from agentwatch.reads.answers import TailAnswer
     from agentwatch.reads.tail import TailArgs, agent_tail
 
-    return _json_tool(
+    return json_tool(
         "agent_tail",
         "An agent's recent events as compact rows; pass afterId (a cursor) to read only what came after it. "
         "Details are capped at maxChars with a truncation marker.",

@@ -41,6 +41,7 @@ from agentwatch.tools._tool import (
     ToolHandler,
     call_tool,
     function_tool,
+    json_tool,
     parse_args,
     typed_tool,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "check_text",
     "dump",
     "function_tool",
+    "json_tool",
     "omitted",
     "parse_args",
     "tool_schemas",

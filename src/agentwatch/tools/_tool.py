@@ -15,7 +15,17 @@ from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, UserEr
 from agentwatch.tools._bounds import MAX_NAME_CHARS
 from agentwatch.tools._wire import dump
 
-__all__ = ["Caller", "FunctionArgs", "Tool", "ToolHandler", "call_tool", "function_tool", "parse_args", "typed_tool"]
+__all__ = [
+    "Caller",
+    "FunctionArgs",
+    "Tool",
+    "ToolHandler",
+    "call_tool",
+    "function_tool",
+    "json_tool",
+    "parse_args",
+    "typed_tool",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,17 +185,41 @@ def typed_tool(
     async def handler(engine: Any, caller: Caller, raw: dict[str, Any]) -> JsonValue:
         return dump(await run(engine, caller, parse_args(args, name, raw)))
 
+    return _model_tool(
+        name, description, handler, args, answer, grant=grant, requires_approval=requires_approval, asks_user=asks_user
+    )
+
+
+def json_tool(
+    name: str,
+    description: str,
+    run: Callable[[Any, Caller, A], Awaitable[dict[str, Any]]],
+    *,
+    args: type[A],
+    answer: type[BaseModel],
+) -> Tool:
+    """`typed_tool` for a `run` that makes its answer as JSON itself, exactly as `dump` would give it from the
+    `answer` model (an answer of many rows, where building a model per row only to dump it again would be
+    most of the cost); both schemas still come from the models."""
+
+    async def handler(engine: Any, caller: Caller, raw: dict[str, Any]) -> JsonValue:
+        return await run(engine, caller, parse_args(args, name, raw))
+
+    return _model_tool(name, description, handler, args, answer)
+
+
+def _model_tool(
+    name: str, description: str, handler: ToolHandler, args: type[BaseModel], answer: type[BaseModel], **options: Any
+) -> Tool:
     return Tool(
         name,
         description,
         partial(_schema, args, "validation"),
         handler,
-        grant=grant,
-        requires_approval=requires_approval,
-        asks_user=asks_user,
         args_model=args,
         answer_model=answer,
         output_schema=partial(_schema, answer, "serialization"),
+        **options,
     )
 
 
