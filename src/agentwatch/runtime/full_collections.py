@@ -56,14 +56,13 @@ IDLE_SECONDS: Final = 1.0
 _lock = threading.Lock()
 _running = 0
 _saved: tuple[int, int, int] | None = None
-_while_turns: tuple[int, int, int] | None = None  # the thresholds set while turns run
 _idle_timer: asyncio.TimerHandle | None = None
 _young_timer: asyncio.TimerHandle | None = None
 
 
 def turn_loop_started() -> None:
     """A session's turn loop started: full collections wait (see the module docstring)."""
-    global _running, _saved, _while_turns, _idle_timer, _young_timer
+    global _running, _saved, _idle_timer, _young_timer
     with _lock:
         _running += 1
         if _idle_timer is not None:
@@ -75,8 +74,7 @@ def turn_loop_started() -> None:
         if thresholds[0] == 0 or thresholds[2] >= DEFERRED_THRESHOLD:
             return
         _saved = thresholds
-        _while_turns = (thresholds[0], min(thresholds[1], MIDDLE_THRESHOLD), DEFERRED_THRESHOLD)
-        gc.set_threshold(*_while_turns)
+        gc.set_threshold(*_while_turns(thresholds))
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -87,7 +85,7 @@ def turn_loop_started() -> None:
 def turn_loop_ended() -> None:
     """A session's turn loop ended: after the last one, the thresholds are put back and the collection that
     waited is scheduled on the running loop."""
-    global _running, _saved, _while_turns, _idle_timer, _young_timer
+    global _running, _saved, _idle_timer, _young_timer
     with _lock:
         _running = max(_running - 1, 0)
         if _running or _saved is None:
@@ -95,14 +93,19 @@ def turn_loop_ended() -> None:
         if _young_timer is not None:
             _young_timer.cancel()
             _young_timer = None
-        if gc.get_threshold() == _while_turns:  # unless the application changed them meanwhile
+        if gc.get_threshold() == _while_turns(_saved):  # unless the application changed them meanwhile
             gc.set_threshold(*_saved)
-        _saved = _while_turns = None
+        _saved = None
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
         _idle_timer = loop.call_later(IDLE_SECONDS, _collect_if_due)
+
+
+def _while_turns(saved: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The thresholds set while turns run, from the application's own."""
+    return saved[0], min(saved[1], MIDDLE_THRESHOLD), DEFERRED_THRESHOLD
 
 
 def _young_collection() -> None:
