@@ -280,7 +280,8 @@ async def test_session_values_are_the_records_in_json_form(store: Store, sort: A
 
 
 async def test_listed_rows_are_the_row_models_dumped(store: Store) -> None:
-    from agentwatch.reads._rows import LISTED_FIELDS, listed_rows, session_rows
+    from agentwatch.reads._rows import LISTED_FIELDS, listed_rows, oldest_request, row_fields
+    from agentwatch.reads.answers import SessionRow
     from agentwatch.tools import dump
 
     from .support import StoreView, roster
@@ -293,7 +294,19 @@ async def test_listed_rows_are_the_row_models_dumped(store: Store) -> None:
     values = (await store.list_session_values(where, LISTED_FIELDS, limit=10)).items
     await asyncio.sleep(0.01)
     now = datetime.now(UTC)
-    expected = [dump(row) for row in await session_rows(view, records, now=now)]
+    expected = [
+        dump(
+            SessionRow.trusted(
+                **row_fields(
+                    record,
+                    now=now,
+                    oldest=await oldest_request(view, record),
+                    stuck_after=view.stuck_after(record.role),
+                )
+            )
+        )
+        for record in records
+    ]  # the rows as agent_get's fields build them, dumped
     assert await listed_rows(view, values, now=now) == expected
     words = {row["name"]: row["word"] for row in expected}
     assert words["plain"] == "stuck" and words["coder-1"] == "needs_you"

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from agentwatch.reads._view import EngineView, iso
-from agentwatch.reads.answers import OldestRequest, RecentEntry, SessionRow, SessionUsage
+from agentwatch.reads.answers import OldestRequest, RecentEntry, SessionUsage
 from agentwatch.reads.words import status_word, word_of
 from agentwatch.store import SessionRecord
 
@@ -17,10 +17,8 @@ __all__ = [
     "REQUEST_SCAN",
     "listed_rows",
     "oldest_request",
-    "oldest_requests",
     "recent_entry",
     "row_fields",
-    "session_rows",
 ]
 
 REQUEST_SCAN = 1000
@@ -32,16 +30,6 @@ async def oldest_request(view: EngineView, session: SessionRecord) -> OldestRequ
     if session.pending_requests == 0:
         return None
     return await _oldest(view, session.id)
-
-
-async def oldest_requests(view: EngineView, sessions: Sequence[SessionRecord]) -> dict[str, OldestRequest | None]:
-    """`oldest_request` of each session that has a pending request, by id, read concurrently (a session with
-    none is left out: it needs no read)."""
-    waiting = [session for session in sessions if session.pending_requests > 0]
-    if not waiting:
-        return {}
-    found = await asyncio.gather(*(oldest_request(view, session) for session in waiting))
-    return {session.id: request for session, request in zip(waiting, found, strict=True)}
 
 
 def row_fields(
@@ -76,19 +64,6 @@ def row_fields(
     }
 
 
-async def session_rows(view: EngineView, sessions: Sequence[SessionRecord], *, now: datetime) -> list[SessionRow]:
-    """`agent_list` rows of `sessions`, in order. `sessionCount` and `recent` are None here; grouped listings
-    fill them in. Only the sessions with a pending request cost a read (their `oldestRequest`)."""
-    oldest = await oldest_requests(view, sessions) if any(session.pending_requests for session in sessions) else {}
-    stuck_after = {role: view.stuck_after(role) for role in {session.role for session in sessions}}
-    return [
-        SessionRow.trusted(
-            **row_fields(session, now=now, oldest=oldest.get(session.id), stuck_after=stuck_after[session.role])
-        )
-        for session in sessions
-    ]
-
-
 LISTED_FIELDS = (
     "id",
     "name",
@@ -118,11 +93,11 @@ LISTED_FIELDS = (
 
 
 async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, now: datetime) -> list[dict[str, Any]]:
-    """`session_rows` of sessions given as the values of `LISTED_FIELDS`, as the JSON objects the rows are on
-    the wire (`dump(SessionRow(...))`, field for field), made straight from those values: a listing page does
-    not build a record and a row model per session only to dump them. `sessionCount` and `recent` are null
-    (grouped listings set them). Only the sessions with a pending request cost a read (their
-    `oldestRequest`)."""
+    """The `agent_list` rows of sessions given as the values of `LISTED_FIELDS`, in order, as the JSON objects
+    the rows are on the wire (a `SessionRow` of `row_fields`, dumped, field for field), made straight from
+    those values: a listing page does not build a record and a row model per session only to dump them.
+    `sessionCount` and `recent` are null (grouped listings set them). Only the sessions with a pending
+    request cost a read (their `oldestRequest`)."""
     waiting = [values[0] for values in sessions if values[17] > 0]  # id, pending_requests
     oldest = {}
     if waiting:

@@ -21,12 +21,12 @@ from agentwatch.reads._args import LATEST as _LATEST
 from agentwatch.reads._args import Moment, Window, field_named
 from agentwatch.reads._rows import LISTED_FIELDS, listed_rows, recent_entry
 from agentwatch.reads._view import EngineView, iso, stuck_thresholds
-from agentwatch.reads.answers import CountsAnswer, ListAnswer
+from agentwatch.reads.answers import CountsAnswer
 from agentwatch.reads.words import WORDS, Word, word_filter
 from agentwatch.store import SessionFilter, SessionSort, SessionStatus
 from agentwatch.tools import MAX_LIST_ITEMS, MAX_NAME_CHARS, Args, Caller, Cursor, Id, Name, check_text, dump
 
-__all__ = ["RECENT_LIMIT", "ListArgs", "agent_list", "list_agents", "list_answer", "listing_filter"]
+__all__ = ["RECENT_LIMIT", "ListArgs", "agent_list", "list_agents", "listing_filter"]
 
 RECENT_LIMIT = 24
 """Sessions a grouped row shows in `recent`."""
@@ -160,11 +160,6 @@ async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:
     if args.counts and args.cursor is None:
         answer["counts"] = dump(await _counts(view, args, now))
     return answer
-
-
-async def list_answer(view: EngineView, args: ListArgs) -> ListAnswer:
-    """`list_agents` as its model."""
-    return ListAnswer.model_validate(await list_agents(view, args))
 
 
 async def _fill_group(view: EngineView, args: ListArgs, row: dict[str, Any], now: datetime) -> None:
