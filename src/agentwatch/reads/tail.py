@@ -55,7 +55,6 @@ from agentwatch.events import (
 )
 from agentwatch.reads._args import field_named
 from agentwatch.reads._view import EngineView
-from agentwatch.reads.answers import TailAnswer, TailRow
 from agentwatch.store import EventValues
 from agentwatch.tools import MAX_LIST_ITEMS, MAX_SEQ, Args, Caller, Cursor, Id, Name
 
@@ -67,8 +66,6 @@ __all__ = [
     "agent_tail",
     "project",
     "read_tail",
-    "tail_answer",
-    "tail_row",
 ]
 
 _RING_SCAN = 1000
@@ -216,12 +213,6 @@ def _facts(payload: Payload) -> _Facts:
             return payload.type, None, _text(payload.model_dump(mode="json")), None
 
 
-def tail_row(event: Event, *, max_chars: int) -> TailRow:
-    """One event as a tail row, its detail capped at `max_chars` with the truncation marker (`project` as
-    its model)."""
-    return TailRow.model_validate(project(event, max_chars=max_chars))
-
-
 def project(event: Event, *, max_chars: int) -> dict[str, Any]:
     """One event as the JSON object a tail answer holds (`TailRow` dumped, field for field), its detail capped
     at `max_chars` with the truncation marker; made without the model, since a tail answer is mostly these."""
@@ -324,11 +315,6 @@ def _answer(items: list[_Item], cursor: StreamCursor, *, has_more: bool, max_cha
         "cursor": cursor.encode(),
         "hasMore": has_more,
     }
-
-
-async def tail_answer(view: EngineView, args: TailArgs) -> TailAnswer:
-    """`read_tail` as its model."""
-    return TailAnswer.model_validate(await read_tail(view, args))
 
 
 async def agent_tail(engine: EngineView, caller: Caller, args: TailArgs) -> dict[str, Any]:
