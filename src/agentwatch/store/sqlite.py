@@ -28,19 +28,20 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast
 from urllib.parse import parse_qs
 
-from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotADatabase, StoreError
+from agentwatch.errors import InvalidArgument, NotADatabase, StoreError
 from agentwatch.events import Event
 from agentwatch.store._appends import apply_appends
 from agentwatch.store._mailbox import Job, Mailbox, settle
 from agentwatch.store._migrations import migrate, recorded_version
-from agentwatch.store._sql import Dialect, Row, Tx, check_params, utc_text
+from agentwatch.store._readers import Readers
+from agentwatch.store._sql import Dialect, Tx, utc_text
+from agentwatch.store._sqlite_connection import SqliteTx, as_store_error, cause, connect, drive
 from agentwatch.store._sqlstore import SqlStore
 from agentwatch.store.records import Write
 
@@ -50,65 +51,19 @@ T = TypeVar("T")
 Synchronous = Literal["full", "normal"]
 
 _HEADER: Final = b"SQLite format 3\x00"
-_BUSY_TIMEOUT_MS: Final = 5_000
 _MAX_GROUP: Final = 512
 _GATHER_S: Final = 0.001
 """How long a group waits for the rest of the callers of the previous one, at most (see `_collect`)."""
 _GATHER_STEP_S: Final = 0.0002
 """How often the waiting writer looks whether they came."""
-_READERS: Final = 2
 _PAGE_SIZE: Final = 8192
 """Bytes per page of a new database file (see `_open_database`)."""
 
 DIALECT = Dialect(name="sqlite", for_update="", time_param=utc_text, json_param=lambda text: text)
 
 
-class _Tx:
-    """A `Tx` over a blocking sqlite3 connection: its awaits never suspend (see `_drive`)."""
-
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self._connection = connection
-
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        check_params(params)
-        return self._connection.execute(sql, params).fetchall()
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        check_params(params)
-        return self._connection.execute(sql, params).rowcount
-
-    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._connection.executemany(sql, rows)
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run the shared store code to completion on a worker thread, without an event loop.
-
-    The code only awaits `_Tx` methods, which call sqlite3 and return without suspending, so the coroutine
-    finishes on its first step.
-    """
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return cast(T, done.value)
-    coroutine.close()
-    raise RuntimeError("store code suspended on the SQLite thread; it may only await the Tx it is given")
-
-
-def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
-    # isolation_level=None: we issue BEGIN/SAVEPOINT/COMMIT ourselves (the module's implicit transactions
-    # would commit behind our back). check_same_thread=False: a connection is opened on one thread and
-    # used on its worker thread, never by two at once.
-    connection = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=uri)
-    # Wait for another process's write lock (a second agentwatch, a `db info`) instead of failing at once.
-    connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-    # SQLite leaves foreign keys off by default; reap relies on their ON DELETE CASCADE.
-    connection.execute("PRAGMA foreign_keys = ON")
-    return connection
 
 
 class _TransactionLost(Exception):
@@ -139,26 +94,6 @@ def _rollback_to(connection: sqlite3.Connection, savepoint: str, job: Job | None
     raise _TransactionLost(job, error) from error
 
 
-def _cause(error: BaseException) -> str:
-    """What SQLite said, in words a person can act on (a full disk says so)."""
-    code = getattr(error, "sqlite_errorcode", None)
-    if code == sqlite3.SQLITE_FULL:
-        return f"{error}: free some space (or raise the size limit), then retry"
-    return str(error)
-
-
-def _as_store_error(error: BaseException) -> BaseException:
-    if isinstance(error, AgentwatchError):
-        return error
-    if isinstance(error, UnicodeEncodeError):  # a lone surrogate no earlier check caught
-        return InvalidArgument("a text value contains a lone surrogate, which is not valid text; send proper UTF-8")
-    if isinstance(error, sqlite3.IntegrityError):
-        return Conflict(f"the change clashes with stored data ({error}); read the current state and retry")
-    if isinstance(error, sqlite3.Error):
-        return StoreError(f"SQLite failed: {_cause(error)}")
-    return error
-
-
 class SqliteStore(SqlStore):
     """The embedded store: one SQLite file, one writer thread with group commit, WAL readers."""
 
@@ -171,16 +106,12 @@ class SqliteStore(SqlStore):
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._writer_connection = writer
         self._writer = threading.Thread(target=self._writer_main, name="agentwatch-sqlite-writer", daemon=True)
-        self._readers: ThreadPoolExecutor | None = None
-        self._reader_connections: list[sqlite3.Connection] = []
-        self._local = threading.local()
+        self._readers = Readers(path) if path is not None else None
         self._lock = threading.Lock()
         self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
         self._recent: tuple[weakref.ref[asyncio.AbstractEventLoop], Mailbox] | None = None
         """The loop of the latest call and its mailbox (a weak reference: the store keeps no loop alive)."""
         self._closed = False
-        if path is not None:
-            self._readers = ThreadPoolExecutor(_READERS, thread_name_prefix="agentwatch-sqlite-reader")
         self._writer.start()
 
     @classmethod
@@ -195,7 +126,7 @@ class SqliteStore(SqlStore):
 
     def _writer_main(self) -> None:
         connection = self._writer_connection
-        tx = _Tx(connection)
+        tx = SqliteTx(connection)
         running = True
         expected = 1
         while running:
@@ -206,12 +137,12 @@ class SqliteStore(SqlStore):
             except BaseException as error:  # the connection itself failed: every write of the group fails
                 _rollback(connection)
                 for failed in jobs:
-                    failed.outcome = (None, _as_store_error(error))
+                    failed.outcome = (None, as_store_error(error))
             for read in (j for j in jobs if not j.write):
                 try:
-                    read.outcome = (_drive(read.fn(tx)), None)
+                    read.outcome = (drive(read.fn(tx)), None)
                 except BaseException as error:
-                    read.outcome = (None, _as_store_error(error))
+                    read.outcome = (None, as_store_error(error))
             settle(jobs)
         connection.close()
 
@@ -246,7 +177,7 @@ class SqliteStore(SqlStore):
                 return True
         return False
 
-    def _commit_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job]) -> None:
+    def _commit_group(self, connection: sqlite3.Connection, tx: SqliteTx, jobs: list[Job]) -> None:
         """Apply `jobs` in one transaction and commit it; each job's outcome says how it went.
 
         SQLite may answer a failed statement (a full disk, an I/O error) by rolling back the whole
@@ -280,14 +211,14 @@ class SqliteStore(SqlStore):
             except sqlite3.Error as error:
                 _rollback(connection)
                 failure = StoreError(
-                    f"could not commit to {self.url!r} ({_cause(error)}); nothing of this write was kept"
+                    f"could not commit to {self.url!r} ({cause(error)}); nothing of this write was kept"
                 )
                 for job in pending:
                     if job.outcome[1] is None:
                         job.outcome = (None, failure)
             return
 
-    def _apply_group(self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job]) -> None:
+    def _apply_group(self, connection: sqlite3.Connection, tx: SqliteTx, jobs: list[Job]) -> None:
         if len(jobs) == 1:
             # The group's only write (a turn's commit, mostly) needs no SAVEPOINT: should it fail, rolling
             # back the whole transaction undoes it alone.
@@ -316,30 +247,30 @@ class SqliteStore(SqlStore):
         if batch:
             self._apply_appends(connection, tx, batch)
 
-    def _apply_sole(self, connection: sqlite3.Connection, tx: _Tx, job: Job) -> None:
+    def _apply_sole(self, connection: sqlite3.Connection, tx: SqliteTx, job: Job) -> None:
         """Apply the one write of a transaction; if it fails, roll the transaction back."""
         try:
-            job.outcome = (_drive(job.fn(tx)), None)
+            job.outcome = (drive(job.fn(tx)), None)
         except BaseException as error:
-            job.outcome = (None, _as_store_error(error))
+            job.outcome = (None, as_store_error(error))
             _rollback(connection)
 
-    def _apply_one(self, connection: sqlite3.Connection, tx: _Tx, job: Job) -> None:
+    def _apply_one(self, connection: sqlite3.Connection, tx: SqliteTx, job: Job) -> None:
         """Apply one job in its own SAVEPOINT: if it fails, it rolls back alone and only its caller hears.
 
         Raises `_TransactionLost` when SQLite rolled back the whole transaction on the job's failure.
         """
         connection.execute("SAVEPOINT write")
         try:
-            job.outcome = (_drive(job.fn(tx)), None)
+            job.outcome = (drive(job.fn(tx)), None)
         except BaseException as error:
-            job.outcome = (None, _as_store_error(error))
+            job.outcome = (None, as_store_error(error))
             _rollback_to(connection, "write", job, error)  # this write alone; the group goes on
             return
         connection.execute("RELEASE write")
 
     def _apply_appends(
-        self, connection: sqlite3.Connection, tx: _Tx, jobs: list[Job], *, savepoint: bool = True
+        self, connection: sqlite3.Connection, tx: SqliteTx, jobs: list[Job], *, savepoint: bool = True
     ) -> None:
         """Apply append-only writes with one statement per table; should the database refuse one of those
         statements, roll them back and apply the writes one by one, so the failure stays with its write.
@@ -349,7 +280,7 @@ class SqliteStore(SqlStore):
             connection.execute("SAVEPOINT appends")
         try:
             writes = [job.appends for job in jobs if job.appends is not None]
-            outcomes = _drive(apply_appends(tx, DIALECT, writes, _now()))
+            outcomes = drive(apply_appends(tx, DIALECT, writes, _now()))
         except BaseException as error:
             if not savepoint:
                 _rollback(connection)
@@ -417,40 +348,7 @@ class SqliteStore(SqlStore):
             return await self._submit(fn, write=False)
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed; open it again")
-        run = cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        job = Job(run, self._mailbox(loop), future, write=False)
-        self._readers.submit(self._read_job, job)
-        return await future
-
-    def _read_job(self, job: Job) -> None:
-        """Run a read on a reader thread; its outcome goes back through the caller's mailbox, like a write's
-        (so a burst of finished reads wakes its callers a few per loop turn, too)."""
-        try:
-            job.outcome = (self._read_on_thread(job.fn), None)
-        except BaseException as error:
-            job.outcome = (None, error)
-        job.mailbox.post((job,))
-
-    def _read_on_thread(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            assert self.path is not None
-            connection = _connect(str(self.path))
-            # A reader never writes; refusing it makes a stray write fail loudly.
-            connection.execute("PRAGMA query_only = ON")
-            self._local.connection = connection
-            with self._lock:
-                self._reader_connections.append(connection)
-        # One transaction per read, so a read made of several queries sees one snapshot.
-        connection.execute("BEGIN")
-        try:
-            return _drive(fn(_Tx(connection)))
-        except BaseException as error:
-            raise _as_store_error(error) from error
-        finally:
-            connection.execute("COMMIT")
+        return await self._readers.read(fn, self._mailbox(asyncio.get_running_loop()))
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -462,11 +360,7 @@ class SqliteStore(SqlStore):
         self._queue.put(None)
         await asyncio.to_thread(self._writer.join)
         if self._readers is not None:
-            await asyncio.to_thread(self._readers.shutdown, wait=True)
-        with self._lock:
-            for connection in self._reader_connections:
-                connection.close()
-            self._reader_connections.clear()
+            await asyncio.to_thread(self._readers.close)
 
     async def _path_bytes(self) -> int | None:
         if self.path is None:
@@ -542,12 +436,12 @@ def _open_database(path: Path | None, synchronous: Synchronous) -> sqlite3.Conne
         except OSError as error:
             reason = error.strerror or type(error).__name__
             raise StoreError(f"cannot open or create the database file {str(path)!r} ({reason})") from None
-    connection = _connect(str(path) if path is not None else ":memory:")
+    connection = connect(str(path) if path is not None else ":memory:")
     try:
-        tx = _Tx(connection)
+        tx = SqliteTx(connection)
         # Read-only checks first: a database we must refuse is left exactly as it was.
-        tables = _drive(tx.fetch("SELECT name FROM sqlite_master WHERE type = 'table'"))
-        version = _drive(recorded_version(tx, DIALECT, where=where))
+        tables = drive(tx.fetch("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        version = drive(recorded_version(tx, DIALECT, where=where))
         if version is None and tables:
             raise NotADatabase(
                 f"{where} is a SQLite database of another program (it has tables but no agentwatch schema); "
@@ -568,7 +462,7 @@ def _open_database(path: Path | None, synchronous: Synchronous) -> sqlite3.Conne
         # at once migrate one after the other, and the second finds nothing left to do.
         connection.execute("BEGIN IMMEDIATE")
         try:
-            _drive(migrate(tx, DIALECT, where=where))
+            drive(migrate(tx, DIALECT, where=where))
             connection.execute("COMMIT")
         except BaseException:
             connection.execute("ROLLBACK")
