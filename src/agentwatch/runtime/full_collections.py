@@ -15,12 +15,18 @@ the full one is put off:
   flight those were 10,000-50,000 objects (about a microsecond each): pauses of 5-80 ms of the event loop,
   the longest left once the full ones waited. Fewer survivors each time make each pause shorter, for about
   the same work in all (each object is still looked at once in generation 1);
-- and a young collection also runs every `YOUNG_SECONDS` (of generation 1 when that one is due, as CPython's
-  own trigger would choose). CPython starts one when the tracked objects made minus those freed pass its
-  threshold, and old objects freed count too: while turns end and others start, the objects the ended ones
-  free make up for the new ones, the count stays low, and the young generation grew to 10,000-30,000
-  objects before a collection (20-45 ms of the loop, in it or in the generation-1 collection that takes it
-  along). On a time beat it holds what about `YOUNG_SECONDS` made;
+- and a collection of generation 1 (with the young one) also runs every `YOUNG_SECONDS`. CPython starts a
+  young one when the tracked objects made minus those freed pass its threshold, and old objects freed count
+  too: while turns end and others start, the objects the ended ones free make up for the new ones, the count
+  stays low, and the young generation grew to 10,000-30,000 objects before a collection (20-45 ms of the
+  loop, in it or in the generation-1 collection that takes it along). On a time beat it holds what about
+  `YOUNG_SECONDS` made. The beat's collection is of generation 1, not a young one: `gc.collect(0)` never
+  starts a generation-1 collection (only CPython's own trigger does), so with that trigger quiet generation
+  1 kept the survivors of dozens of beats, and the generation-1 collection that finally came scanned
+  30,000-45,000 objects (40-60 ms of the loop). Collecting generation 1 on every beat scans what the beat's
+  young generation holds and the little CPython's own young collections left in generation 1, and moves
+  what survives to the old generation at once: each object is looked at once, and no beat's pause holds
+  the survivors of the beat before;
 - when the last turn loop of the process ends, the application's own thresholds are put back, and once no
   turn has run for `IDLE_SECONDS` a full collection runs if CPython would have been due one meanwhile.
 
@@ -44,13 +50,14 @@ __all__ = [
 ]
 
 DEFERRED_THRESHOLD: Final = 5_000
-"""Generation-1 collections a full collection may wait for while turns run (CPython's default is 10); about
-10,000 young collections, as many as 1,000 generation-1 ones were at CPython's middle threshold."""
+"""Generation-1 collections a full collection may wait for while turns run (CPython's default is 10): with one
+on every beat, a few minutes of turns running without a pause."""
 MIDDLE_THRESHOLD: Final = 1
 """Young collections after which a generation-1 one runs while turns run: every other one (CPython's default
 is 10; a lower threshold of the application's own is kept)."""
 YOUNG_SECONDS: Final = 0.025
-"""How often a young collection runs while turns run, whatever CPython's count says."""
+"""How often a collection of the young generations (0 and 1) runs while turns run, whatever CPython's count
+says."""
 IDLE_SECONDS: Final = 1.0
 """How long the process has had no turn running before the full collection that waited runs."""
 
@@ -80,7 +87,7 @@ def turn_loop_started() -> None:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        _young_timer = loop.call_later(YOUNG_SECONDS, _young_collection)
+        _young_timer = loop.call_later(YOUNG_SECONDS, _beat_collection)
 
 
 def turn_loop_ended() -> None:
@@ -109,28 +116,16 @@ def _while_turns(saved: tuple[int, int, int]) -> tuple[int, int, int]:
     return saved[0], min(saved[1], MIDDLE_THRESHOLD), DEFERRED_THRESHOLD
 
 
-def _young_collection() -> None:
+def _beat_collection() -> None:
     global _young_timer
     with _lock:
         _young_timer = None
         if _saved is None:  # the last turn ended meanwhile
             return
-        _young_timer = asyncio.get_running_loop().call_later(YOUNG_SECONDS, _young_collection)
+        _young_timer = asyncio.get_running_loop().call_later(YOUNG_SECONDS, _beat_collection)
         if not gc.isenabled():
             return
-    gc.collect(_due_generation())
-
-
-def _due_generation() -> int:
-    """The generation CPython would collect if its own trigger fired now, short of the full one (which waits):
-    generation 1 once more young collections ran since its last than its threshold, else the young one.
-
-    `gc.collect(0)` counts towards generation 1's threshold but never starts a generation-1 collection; only
-    CPython's own trigger does. Young collections on the beat alone (CPython's trigger quiet, as while turns
-    end and others start) would otherwise pile the survivors of dozens of them into generation 1, and the
-    generation-1 collection that finally came scanned 30,000-45,000 objects: 40-60 ms of the loop."""
-    count, threshold = gc.get_count()[1], gc.get_threshold()[1]
-    return 1 if count > threshold else 0
+    gc.collect(1)
 
 
 def _collect_if_due() -> None:
