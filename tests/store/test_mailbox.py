@@ -118,3 +118,34 @@ async def test_groups_that_fit_in_one_chunk_are_measured_too() -> None:
     turns.stop()
     assert per_group[0] == [_FIRST_CHUNK]  # nothing known yet: the whole group at once
     assert all(max(woken) <= 2 for woken in per_group[2:]), per_group
+
+
+async def test_callers_still_running_leave_less_room_for_the_next_chunk() -> None:
+    """Woken callers that go on for many loop turns (a model's stream takes a loop turn per event): the callers
+    woken later get only the room the ones in flight leave in a turn, so a turn holds about the budget's worth
+    of their steps rather than a full chunk more every turn."""
+    steps, cost = 30, _TURN_BUDGET_S / 20  # twenty such steps fill a loop turn's budget
+    mailbox = Mailbox(asyncio.get_running_loop())
+    jobs = finished(mailbox, 200)
+    turns = LoopTurns()
+    ran: Counter[int] = Counter()
+
+    async def caller(job: Job) -> None:
+        await job.future
+        for _ in range(steps):
+            ran[turns.turn] += 1
+            burn(cost)
+            await asyncio.sleep(0)
+
+    callers = [asyncio.ensure_future(caller(job)) for job in jobs]
+    await asyncio.sleep(0)
+    turns.start()
+    poster = threading.Thread(target=mailbox.post, args=(jobs,))
+    poster.start()
+    poster.join()
+    await asyncio.gather(*callers)
+    turns.stop()
+    per_turn = [ran[turn] for turn in sorted(ran)]
+    assert sum(per_turn) == 200 * steps
+    # The budget's twenty steps, and a chunk at most beyond them while the first measurements come in.
+    assert max(per_turn) <= 20 + _MAX_CHUNK, per_turn

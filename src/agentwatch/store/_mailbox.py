@@ -59,6 +59,9 @@ class Mailbox:
         self._chunk = _FIRST_CHUNK
         self._turn_cpu = 0.0  # running average of the loop turn's CPU time between two chunks
         self._woken = 0.0  # running average of the callers woken by the chunk before such a turn
+        self._last_turn = 0.0  # the CPU time of the last loop turn measured
+        self._per_caller = 0.0  # the running averages' CPU time per woken caller
+        self._skipped = False  # whether the last hand-out woke nobody, the last turn having left no room
 
     def post(self, jobs: Iterable[Job]) -> None:
         """Queue finished jobs (any thread); wake the loop unless a hand-out is already under way."""
@@ -81,8 +84,9 @@ class Mailbox:
             self._sized(time.thread_time() - cpu, woken)
         jobs = self._jobs
         count = 0
+        limit = self._room()
         try:
-            while count < self._chunk and jobs:
+            while count < limit and jobs:
                 jobs.popleft().deliver()
                 count += 1
         finally:
@@ -103,6 +107,9 @@ class Mailbox:
 
     def _sized(self, turn_cpu: float, woken: int) -> None:
         """Average in one more loop turn and size the chunk so that a turn costs about the budget."""
+        self._last_turn = turn_cpu
+        if not woken and self._woken:
+            return  # a turn left to the callers in flight says nothing about what a woken caller costs
         if not self._woken:  # the first measurement: nothing to average with
             self._turn_cpu, self._woken = turn_cpu, float(max(woken, 1))
         else:
@@ -112,10 +119,27 @@ class Mailbox:
             weight = _UP if turn_cpu > self._turn_cpu else _SMOOTHING
             self._turn_cpu += (turn_cpu - self._turn_cpu) * weight
             self._woken += (woken - self._woken) * _SMOOTHING
-        per_caller = self._turn_cpu / max(self._woken, 1.0)
+        per_caller = self._per_caller = self._turn_cpu / max(self._woken, 1.0)
         fits = int(_TURN_BUDGET_S / per_caller) if per_caller > 0 else _MAX_CHUNK
         # Shrinks at once, grows by one a turn: for the same reason, a larger chunk is tried a little at a time.
         self._chunk = max(1, min(_MAX_CHUNK, fits, self._chunk + 1))
+
+    def _room(self) -> int:
+        """The callers to wake in this loop turn: the chunk, or as many as the budget has room for beside what
+        the last loop turn cost; none when it has no room, but never in two loop turns in a row.
+
+        The callers woken by earlier chunks go on running in the turns after (a model's stream takes a loop
+        turn per event), so a loop turn holds their steps as well as the new chunk's. The averages the chunk is
+        sized from follow that load a few turns late: without this look at the last turn, chunks went on while
+        the callers already in flight filled the turns, and those turns grew to several times the budget."""
+        if self._per_caller <= 0:
+            return self._chunk
+        room = int((_TURN_BUDGET_S - self._last_turn) / self._per_caller)
+        if room <= 0 and not self._skipped:
+            self._skipped = True  # the callers in flight take this turn; the next one wakes one at least
+            return 0
+        self._skipped = False
+        return max(1, min(self._chunk, room))
 
 
 @dataclass(eq=False, slots=True)
