@@ -212,8 +212,8 @@ async def test_one_group_applies_its_appends_together_and_keeps_failures_apart(t
 async def test_a_group_the_database_refuses_is_applied_write_by_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def refuse(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: datetime) -> list[Any]:
-        await apply_appends(tx, dialect, writes, now)  # half done, then refused: all of it must roll back
+    async def refuse(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: datetime, *known: Any) -> list[Any]:
+        await apply_appends(tx, dialect, writes, now, *known)  # half done, then refused: all must roll back
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(sqlite_module, "apply_appends", refuse)
@@ -363,3 +363,65 @@ async def test_a_path_that_cannot_be_created_is_a_store_error(tmp_path: Path) ->
     blocked.write_text("not a folder")
     with pytest.raises(StoreError, match="cannot open or create the database file"):
         await connect_store(sqlite_url(blocked / "agentwatch.db"))
+
+
+async def test_the_writer_counts_appends_from_what_its_commits_left_and_rereads_after_any_other_write(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/a.db"
+    async with open_store(url) as store, open_store(url) as other:
+        assert isinstance(store, SqliteStore)
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        statements: list[str] = []
+
+        def text(label: str) -> list[NewEvent]:
+            return [NewEvent(UserMessage(text=label))]
+
+        def reads() -> int:
+            count = sum(s.startswith("SELECT id, last_seq") for s in statements)
+            statements.clear()
+            return count
+
+        store._writer_connection.set_trace_callback(statements.append)
+        try:
+            await store.append(session.id, text("1"))
+            assert reads() == 1  # first append: the row is read
+            await store.append(session.id, text("2"))
+            assert reads() == 0  # the writer's own commit left its counters
+            # Another connection (another process's store) appends: this writer reads the row again.
+            [third] = await other.append(session.id, text("3"))
+            assert third.seq == 3
+            [fourth] = await store.append(session.id, text("4"))
+            assert (fourth.seq, reads()) == (4, 1)
+            # A write that is not append-only (it may change any row) makes the writer read again too.
+            [fifth] = await store.write(Write(session.id, text("5"), session=SessionPatch(last_text="5")))
+            [sixth] = await store.append(session.id, text("6"))
+            assert (fifth.seq, sixth.seq) == (5, 6)
+            assert reads() == 2
+            # A refused append (its expected status is not the session's) leaves the counters as they were.
+            with pytest.raises(Conflict):
+                await store.write(Write(session.id, text("lost"), expect_status=["failed"]))
+            [seventh] = await store.append(session.id, text("7"))
+            assert seventh.seq == 7
+            # The usage totals follow the appends that priced them.
+            usage = UsageEntry(usage=Usage(input_tokens=5, output_tokens=2, cost_usd=0.25))
+            await store.write(Write(session.id, text("8"), usage=[usage]))
+            await store.write(Write(session.id, text("9"), usage=[usage]))
+        finally:
+            store._writer_connection.set_trace_callback(None)
+        stored = await other.get_session(session.id)
+        assert (stored.last_seq, stored.tokens, stored.cost_usd) == (9, 14, 0.5)
+        assert [event.seq for event in await other.read_events(session.id)] == list(range(1, 10))
+
+
+async def test_a_session_reaped_by_another_connection_is_not_appended_to_from_remembered_counters(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/a.db"
+    async with open_store(url) as store, open_store(url) as other:
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        await store.append(session.id, [NewEvent(UserMessage(text="1"))])
+        await store.append(session.id, [NewEvent(UserMessage(text="2"))])
+        await other.reap([session.id])
+        with pytest.raises(NotFound):
+            await store.append(session.id, [NewEvent(UserMessage(text="3"))])

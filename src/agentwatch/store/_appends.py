@@ -393,9 +393,15 @@ async def _claim_seqs(tx: Tx, appends: Appends, writes: Sequence[Write]) -> dict
     return claimed
 
 
-async def apply_appends(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: datetime) -> list[Any]:
+async def apply_appends(
+    tx: Tx, dialect: Dialect, writes: Sequence[Write], now: datetime, known: dict[str, Counters] | None = None
+) -> list[Any]:
     """Apply append-only `writes` (see `appends_only`) in order, in the caller's transaction; per write, its
     stored events or the error that failed it alone (then nothing of it is written).
+
+    `known`: the counters of some of the sessions as this transaction finds them, which the caller knows
+    for sure (the SQLite writer keeps those its own commits left, while nothing else wrote); the others are
+    read, and added to it. The caller reads each session's counters in it as the writes leave them.
 
     Raises when the database refuses a statement: then part of the group may be written, and the caller
     rolls back (and may apply the writes one by one, each on its own).
@@ -403,8 +409,13 @@ async def apply_appends(tx: Tx, dialect: Dialect, writes: Sequence[Write], now: 
     appends = Appends(dialect, now)
     if dialect.name == "postgres" and len(writes) > 1 and not any(w.expect_status or w.usage for w in writes):
         sessions = await _claim_seqs(tx, appends, writes)
-    else:
+    elif known is None:
         sessions = await read_counters(tx, dialect, [write.session_id for write in writes])
+    else:
+        missing = [write.session_id for write in writes if write.session_id not in known]
+        if missing:
+            known.update(await read_counters(tx, dialect, missing))
+        sessions = known
     outcomes: list[Any] = []
     for write in writes:
         session = sessions.get(write.session_id)

@@ -36,7 +36,7 @@ from urllib.parse import parse_qs
 
 from agentwatch.errors import InvalidArgument, NotADatabase, StoreError
 from agentwatch.events import Event
-from agentwatch.store._appends import apply_appends
+from agentwatch.store._appends import Counters, apply_appends
 from agentwatch.store._mailbox import Job, Mailbox, settle
 from agentwatch.store._migrations import migrate, recorded_version
 from agentwatch.store._readers import Readers
@@ -58,6 +58,12 @@ _GATHER_STEP_S: Final = 0.0002
 """How often the waiting writer looks whether they came."""
 _PAGE_SIZE: Final = 8192
 """Bytes per page of a new database file (see `_open_database`)."""
+_KNOWN_MAX: Final = 10_000
+"""Sessions whose counters the writer remembers, at most (see `SqliteStore._known`)."""
+
+Known = tuple[int, str, str, str, int, float]
+"""A session's counters as the writer's last commit left them: last_seq, conversation_id, role, status,
+tokens, cost_usd (the fields of `Counters` that a row holds)."""
 
 DIALECT = Dialect(name="sqlite", for_update="", time_param=utc_text, json_param=lambda text: text)
 
@@ -112,6 +118,15 @@ class SqliteStore(SqlStore):
         self._recent: tuple[weakref.ref[asyncio.AbstractEventLoop], Mailbox] | None = None
         """The loop of the latest call and its mailbox (a weak reference: the store keeps no loop alive)."""
         self._closed = False
+        self._known: dict[str, Known] = {}
+        """The counters of the sessions the writer's appends wrote, as its last commits left them (writer
+        thread only). An append-only group takes its sessions' counters from here instead of reading their
+        rows: the writer holds the database's write lock from its BEGIN to its COMMIT, so nothing else can
+        have changed them meanwhile, unless it was another write of this writer (which forgets them all) or
+        another connection (`PRAGMA data_version` tells, at each BEGIN; then all are forgotten too)."""
+        self._data_version = -1
+        self._unsettled: list[dict[str, Counters]] = []
+        """The counters the open transaction's appends leave, for `_known` once it commits."""
         self._writer.start()
 
     @classmethod
@@ -135,10 +150,12 @@ class SqliteStore(SqlStore):
             try:
                 self._commit_group(connection, tx, [j for j in jobs if j.write])
             except BaseException as error:  # the connection itself failed: every write of the group fails
+                self._forget()
                 _rollback(connection)
                 for failed in jobs:
                     failed.outcome = (None, as_store_error(error))
             for read in (j for j in jobs if not j.write):
+                self._forget()  # (a read changes nothing, but it runs code of its own on this connection)
                 try:
                     read.outcome = (drive(read.fn(tx)), None)
                 except BaseException as error:
@@ -189,9 +206,12 @@ class SqliteStore(SqlStore):
         """
         pending = jobs
         while pending:
+            self._unsettled.clear()
             try:
                 connection.execute("BEGIN IMMEDIATE")
+                self._check_known(connection)
             except sqlite3.Error as error:
+                _rollback(connection)
                 failure = StoreError(f"cannot start a write on {self.url!r} ({error}); another process holds it")
                 for job in pending:
                     job.outcome = (None, failure)
@@ -199,16 +219,19 @@ class SqliteStore(SqlStore):
             try:
                 self._apply_group(connection, tx, pending)
             except _TransactionLost as lost:
+                self._forget()
                 for job in pending:
                     if job is not lost.job:
                         job.outcome = (None, None)
                 pending = [job for job in pending if job is not lost.job]
                 continue
             if not connection.in_transaction:
+                self._forget()
                 return  # the group's one write failed and was rolled back: nothing to commit
             try:
                 connection.execute("COMMIT")
             except sqlite3.Error as error:
+                self._forget()
                 _rollback(connection)
                 failure = StoreError(
                     f"could not commit to {self.url!r} ({cause(error)}); nothing of this write was kept"
@@ -216,7 +239,33 @@ class SqliteStore(SqlStore):
                 for job in pending:
                     if job.outcome[1] is None:
                         job.outcome = (None, failure)
+                return
+            self._remember()
             return
+
+    def _check_known(self, connection: sqlite3.Connection) -> None:
+        """Forget the counters `_known` holds when another connection committed since this one last looked:
+        it may have written those rows (another process's writer, a maintenance command)."""
+        version = connection.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._known.clear()
+            self._data_version = version
+
+    def _forget(self) -> None:
+        """Forget every session's counters: a write other than an append-only group ran (it may change any
+        row), or a transaction failed (what its appends counted was rolled back)."""
+        self._known.clear()
+        self._unsettled.clear()
+
+    def _remember(self) -> None:
+        """Keep the counters the committed transaction's appends left."""
+        known = self._known
+        if len(known) > _KNOWN_MAX:
+            known.clear()
+        for sessions in self._unsettled:
+            for s in sessions.values():
+                known[s.id] = (s.last_seq, s.conversation_id, s.role, s.status, s.tokens, s.cost)
+        self._unsettled.clear()
 
     def _apply_group(self, connection: sqlite3.Connection, tx: SqliteTx, jobs: list[Job]) -> None:
         if len(jobs) == 1:
@@ -249,17 +298,39 @@ class SqliteStore(SqlStore):
 
     def _apply_sole(self, connection: sqlite3.Connection, tx: SqliteTx, job: Job) -> None:
         """Apply the one write of a transaction; if it fails, roll the transaction back."""
+        write = job.appends
         try:
-            job.outcome = (drive(job.fn(tx)), None)
+            if write is not None and not job.alone:
+                sessions = self._known_counters([write])
+                [outcome] = drive(apply_appends(tx, DIALECT, [write], _now(), sessions))
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                self._unsettled.append(sessions)
+                job.outcome = (outcome, None)
+            else:
+                self._forget()
+                job.outcome = (drive(job.fn(tx)), None)
         except BaseException as error:
+            self._forget()
             job.outcome = (None, as_store_error(error))
             _rollback(connection)
+
+    def _known_counters(self, writes: list[Write]) -> dict[str, Counters]:
+        """The counters `_known` holds of the sessions `writes` name (fresh objects: the writes count them)."""
+        known = self._known
+        sessions: dict[str, Counters] = {}
+        for write in writes:
+            found = known.get(write.session_id)
+            if found is not None:
+                sessions[write.session_id] = Counters(write.session_id, *found)
+        return sessions
 
     def _apply_one(self, connection: sqlite3.Connection, tx: SqliteTx, job: Job) -> None:
         """Apply one job in its own SAVEPOINT: if it fails, it rolls back alone and only its caller hears.
 
         Raises `_TransactionLost` when SQLite rolled back the whole transaction on the job's failure.
         """
+        self._forget()
         connection.execute("SAVEPOINT write")
         try:
             job.outcome = (drive(job.fn(tx)), None)
@@ -278,10 +349,12 @@ class SqliteStore(SqlStore):
         raises `_TransactionLost`, and the next pass applies the writes one by one."""
         if savepoint:
             connection.execute("SAVEPOINT appends")
+        writes = [job.appends for job in jobs if job.appends is not None]
+        sessions = self._known_counters(writes)
         try:
-            writes = [job.appends for job in jobs if job.appends is not None]
-            outcomes = drive(apply_appends(tx, DIALECT, writes, _now()))
+            outcomes = drive(apply_appends(tx, DIALECT, writes, _now(), sessions))
         except BaseException as error:
+            self._forget()
             if not savepoint:
                 _rollback(connection)
                 for job in jobs:
@@ -299,6 +372,7 @@ class SqliteStore(SqlStore):
             return
         if savepoint:
             connection.execute("RELEASE appends")
+        self._unsettled.append(sessions)
         for job, outcome in zip(jobs, outcomes, strict=True):
             job.outcome = (None, outcome) if isinstance(outcome, BaseException) else (outcome, None)
 
