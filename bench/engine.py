@@ -593,18 +593,23 @@ async def idle_memory(ctx: Context) -> list[Result]:
 
 
 class _StallMeter:
-    """A task that sleeps `_STALL_TICK_S` over and over and notes the latest it ever woke up."""
+    """A task that sleeps `_STALL_TICK_S` over and over and notes the latest it ever woke up; beside it, the
+    most CPU time the loop's thread spent past a tick's sleep before the ticker ran (on a busy machine the
+    wall time also counts the moments the thread waited for a CPU, which no loop turn caused)."""
 
     def __init__(self) -> None:
         self.worst = 0.0
+        self.worst_cpu = 0.0
         self.ticks = 0
         self._task: asyncio.Task[None] | None = None
 
     async def _tick(self) -> None:
         while True:
             expected = time.perf_counter() + _STALL_TICK_S
+            cpu = time.thread_time()
             await asyncio.sleep(_STALL_TICK_S)
             self.worst = max(self.worst, time.perf_counter() - expected)
+            self.worst_cpu = max(self.worst_cpu, time.thread_time() - cpu - _STALL_TICK_S)
             self.ticks += 1
 
     async def __aenter__(self) -> _StallMeter:
@@ -651,6 +656,8 @@ class _Run:
 
     wall_ms: float
     stall_ms: float
+    stall_cpu_ms: float = 0.0
+    """The longest stall in the loop thread's CPU time (see `_StallMeter`)."""
     unfinished: int = 0
     """Turns that had not ended (or failed) when the run was given up on."""
     collections: _Collections | None = None
@@ -698,7 +705,9 @@ async def concurrent_turns(ctx: Context) -> list[Result]:
                 turn.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             failed = [turn.exception() for turn in done if turn.exception() is not None]
-            engine_runs.append(_Run(wall * 1000, meter.worst * 1000, len(pending) + len(failed), collections))
+            engine_runs.append(
+                _Run(wall * 1000, meter.worst * 1000, meter.worst_cpu * 1000, len(pending) + len(failed), collections)
+            )
             if pending or failed:
                 first = f"; the first failure: {failed[0]!r}" if failed else ""
                 ctx.say(
@@ -714,7 +723,7 @@ async def concurrent_turns(ctx: Context) -> list[Result]:
                     wall = time.perf_counter() - began
             if any(tool_returns(messages) != 1 for messages in runs):
                 raise RuntimeError("a bare run did not play the whole script")
-            bare_runs.append(_Run(wall * 1000, meter.worst * 1000, collections=collections))
+            bare_runs.append(_Run(wall * 1000, meter.worst * 1000, meter.worst_cpu * 1000, collections=collections))
 
         for _ in range(_engine_sizes(ctx).warm_up_turns):
             await side.turn(await side.new_session())
@@ -736,9 +745,11 @@ async def concurrent_turns(ctx: Context) -> list[Result]:
     )
     stall_note = (
         f"the longest an event-loop ticker sleeping {_STALL_TICK_S * 1000:g} ms woke up late, worst of the "
-        f"rounds; {how}; default store (synchronous=FULL); baseline: the same ticker beside as many bare "
-        f"pydantic-ai runs at once; garbage collections: {_collections_said(engine_runs)} during the engine's "
-        f"runs (full ones wait while turns run, see agentwatch.runtime.full_collections), "
+        f"rounds; in the loop thread's CPU time past the tick, {max(r.stall_cpu_ms for r in engine_runs):.0f} ms "
+        f"(baseline {max(r.stall_cpu_ms for r in bare_runs):.0f} ms); {how}; default store (synchronous=FULL); "
+        f"baseline: the same ticker beside as many bare pydantic-ai runs at once; garbage collections: "
+        f"{_collections_said(engine_runs)} during the engine's runs (full ones wait while turns run, see "
+        f"agentwatch.runtime.full_collections), "
         f"{_collections_said(bare_runs)} during the bare ones"
     )
     unfinished = sum(run.unfinished for run in engine_runs)
