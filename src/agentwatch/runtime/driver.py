@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, MutableMapping
+from collections.abc import Awaitable, Coroutine, MutableMapping
 from typing import Any, Final
 
 from agentwatch.events import Event
@@ -89,6 +89,15 @@ class SessionDriver:
         self.used_at = time.monotonic()
         return await self.emitter.commit(write, rides=rides)
 
+    def submit(self, write: Write) -> Awaitable[list[Event]]:
+        """`commit`, started at once: the write is queued behind the session's earlier writes before this
+        returns (its store write in the next loop turn); await the result for its events, as `commit` returns
+        them (the write runs to its end even when the awaiting caller is cancelled)."""
+        if self.evicted:
+            return asyncio.ensure_future(self.commit(write))
+        self.used_at = time.monotonic()
+        return asyncio.shield(self.emitter.submit(write))
+
     async def subscribe(self, request: Any) -> ReplaySnapshot:
         """Attach a client: each observer's on_subscribe gets a snapshot; resolves once they ran."""
         if self.evicted:
@@ -142,12 +151,15 @@ class SessionDriver:
         runtime = self.runtime
         while self._pending_kick and not self._no_new_turns:
             self._pending_kick = False
+            after_turn = False
             while not self._no_new_turns:
                 try:  # leases: work is run only while this engine holds the session's lease
-                    owned = await owned_plan(runtime, self.session_id)
+                    # After a turn that nothing here queued more work behind (no kick), the lease goes first.
+                    owned = await owned_plan(runtime, self.session_id, after_turn=after_turn and not self._pending_kick)
                     if owned is None:
                         break
                     stopped = await run_plan(runtime, self.emitter, *owned, cut_off=self._is_cut_off)
+                    after_turn = True
                 except Exception as exc:  # a store fault: the turn ends failed, or waits for the restart rule
                     await end_after_fault(runtime, self.session_id, exc)
                     return

@@ -74,11 +74,13 @@ __all__ = ["GROUP_COMMIT_SECONDS", "SLOW_OBSERVER_SECONDS", "SessionEmitter"]
 
 log = logging.getLogger(__name__)
 
-GROUP_COMMIT_SECONDS = 0.01
+GROUP_COMMIT_SECONDS = 0.02
 """How long the turn defers the opening of a model request (with the results of the tools that just ran) for
 the response to share its commit. A model that answers within it costs one commit per request instead of
 two; a slower one sees its request stored this much later, before any of its streamed pieces are handed out
-(they wait behind the write)."""
+(they wait behind the write). At 10 ms, a fast model's responses on a busy machine (its loop's thread
+waiting for a CPU) missed it one request in six: each miss costs a commit, and the response's own commit
+then waits behind the opening's."""
 SLOW_OBSERVER_SECONDS = 0.1
 """An on_event call slower than this is recorded as a warning (at most once a minute per observer)."""
 _WARNING_INTERVAL = 60.0

@@ -8,8 +8,9 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
 
 - a turn marked `running` (or paused, or with input waiting) whose owner is alive is left to that owner:
   another engine that finds it (at start, after an `agent_enqueue` or an answer it took) does not get the
-  lease and leaves the work where it is; the owner's loop looks at the inbox and the requests again after
-  each turn, and once more after it lets the lease go, so nothing queued meanwhile is stranded;
+  lease and leaves the work where it is; the owner's loop looks at the inbox and the requests again once
+  it lets the lease go after a turn (and before, too, when work was queued in its own engine meanwhile), so
+  nothing queued meanwhile is stranded;
 - a turn whose owner died is continued by whichever engine takes the expired lease first: each engine that
   recovers turns sweeps the store for expired leases about once a second, so an orphaned turn continues
   within the lease plus about a second, and records a `runtime.info` note (source `leases`) naming the
@@ -41,10 +42,10 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentwatch.errors import AgentwatchError, NotFound
 from agentwatch.events import NewEvent, RuntimeNotice, TurnEnded, TurnId
@@ -60,6 +61,7 @@ __all__ = [
     "Leases",
     "check_held",
     "claimed",
+    "commit_claimed",
     "end_after_fault",
     "ensure_held",
     "leases_of",
@@ -68,6 +70,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS = 15.0
 SWEEP_SECONDS = 0.25
@@ -394,28 +398,39 @@ def leases_of(runtime: Runtime) -> Leases | None:
     return runtime.leases
 
 
-async def owned_plan(runtime: Runtime, session_id: str) -> tuple[SessionRecord, Plan] | None:
+async def owned_plan(
+    runtime: Runtime, session_id: str, *, after_turn: bool = False
+) -> tuple[SessionRecord, Plan] | None:
     """The work waiting for the session, once this engine holds its lease; None when there is none, or when
     another live engine owns the session (its loop picks the work up).
 
     The lease is taken before the session is read, so what is read is what this engine owns. Letting the
     lease go (no work left) is followed by one more look, so input another engine queued while this one
     held the lease (and so left for it) is not stranded.
+
+    `after_turn`: the turn loop just ran a turn and nothing in this engine queued work for the session since
+    (no kick). Work is then rarely waiting, so the lease is let go before the look rather than after a look
+    of its own (one look instead of two); work found then takes the lease again first.
     """
     leases = leases_of(runtime)
+    release_first = after_turn and leases is not None and session_id in leases.held
     for _ in range(3):
-        if leases is not None and not leases.holds(session_id):
-            taken = await leases.acquire(session_id)
-            if taken is False:
+        if release_first:
+            release_first = False
+        else:
+            if leases is not None and not leases.holds(session_id):
+                taken = await leases.acquire(session_id)
+                if taken is False:
+                    return None
+                if isinstance(taken, LeaseRecord):
+                    await leases.note_takeover(runtime, taken)
+            session = await runtime.store.get_session(session_id)
+            plan = await next_plan(runtime.store, session)
+            if plan is not None:
+                return session, plan
+            if leases is None:
                 return None
-            if isinstance(taken, LeaseRecord):
-                await leases.note_takeover(runtime, taken)
-        session = await runtime.store.get_session(session_id)
-        plan = await next_plan(runtime.store, session)
-        if plan is not None:
-            return session, plan
-        if leases is None:
-            return None
+        assert leases is not None
         await leases.release(session_id)
         session = await runtime.store.get_session(session_id)
         if await next_plan(runtime.store, session) is None:
@@ -439,6 +454,45 @@ async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[None]:
         if taken and leases is not None:
             await leases.release(session_id)
         raise
+
+
+async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[], Awaitable[T]]) -> T:
+    """`claimed` around one write, with the lease's take and the write in one commit where the store allows.
+
+    `submit` starts the write at once (it must not suspend first: a session emitter's `submit`, whose store
+    write is queued in the next loop turn) and returns what to await for it. The take is queued just before
+    it, in the same loop turn: a store that applies its writes one after another in the order queued (SQLite's
+    one writer) applies the take first, in the same transaction or an earlier one, so the work is never
+    stored without an owner, and the two cost one commit instead of two. A store that writes concurrently
+    (PostgreSQL) or a take that must wait behind another take or release of the lease gets `claimed`, one
+    after the other.
+    """
+    leases = leases_of(runtime)
+    if leases is None or leases.holds(session_id) or session_id in leases._changes or not _in_order(runtime.store):
+        async with claimed(runtime, session_id):
+            return await submit()
+    taking = asyncio.ensure_future(leases.acquire(session_id))  # its first step runs before the write's
+    try:
+        written = await submit()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if await taking:
+                await leases.release(session_id)
+        raise
+    try:
+        taken = await taking
+    except Exception as exc:  # the work is stored: this engine's turn loop takes the lease when it runs it
+        log.warning("could not take the lease of %s with its work (the turn loop takes it): %s", session_id, exc)
+        return written
+    if isinstance(taken, LeaseRecord):
+        await leases.note_takeover(runtime, taken)
+    return written
+
+
+def _in_order(store: Store) -> bool:
+    """Whether `store` applies its writes one after another in the order they were queued: SQLite's, whose one
+    writer thread takes them from one queue (and commits those queued together at once)."""
+    return store.url.startswith("sqlite:")
 
 
 async def release_after_stop(runtime: Runtime, session_id: str) -> None:
