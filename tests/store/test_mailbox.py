@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from agentwatch.store._mailbox import _FIRST_CHUNK, _MAX_CHUNK, _TURN_BUDGET_S, Job, Mailbox
+from agentwatch.store._mailbox import _FIRST_CHUNK, _INLINE_BUDGET_S, _MAX_CHUNK, _TURN_BUDGET_S, Job, Mailbox
 
 
 class LoopTurns:
@@ -149,3 +149,35 @@ async def test_callers_still_running_leave_less_room_for_the_next_chunk() -> Non
     assert sum(per_turn) == 200 * steps
     # The budget's twenty steps, and a chunk at most beyond them while the first measurements come in.
     assert max(per_turn) <= 20 + _MAX_CHUNK, per_turn
+
+
+async def test_outcomes_known_on_the_loop_are_handed_back_in_chunks_too() -> None:
+    """Callers whose work ran on the loop's own thread (reads run there) resume a chunk per loop turn, as if a
+    thread had posted their outcomes, not all in the turn after theirs."""
+    mailbox = Mailbox(asyncio.get_running_loop())
+    turns = LoopTurns()
+    woke: Counter[int] = Counter()
+
+    async def caller(index: int) -> None:
+        assert await mailbox.hand_back(index) == index
+        woke[turns.turn] += 1
+
+    turns.start()
+    await asyncio.gather(*(caller(index) for index in range(100)))
+    turns.stop()
+    per_turn = [woke[turn] for turn in sorted(woke)]
+    assert sum(per_turn) == 100
+    assert per_turn[0] == _FIRST_CHUNK
+    assert max(per_turn) <= _MAX_CHUNK
+
+
+async def test_work_on_the_loop_has_a_budget_per_loop_turn() -> None:
+    mailbox = Mailbox(asyncio.get_running_loop())
+    assert mailbox.inline_room()
+    mailbox.spent_inline(_INLINE_BUDGET_S / 2)
+    assert mailbox.inline_room()
+    mailbox.spent_inline(_INLINE_BUDGET_S / 2)
+    assert not mailbox.inline_room()  # spent, for the rest of this loop turn
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert mailbox.inline_room()  # a later turn has its own

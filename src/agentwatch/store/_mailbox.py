@@ -14,12 +14,14 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from agentwatch.store._sql import Tx
 from agentwatch.store.records import Write
 
 __all__ = ["Job", "Mailbox", "settle"]
+
+T = TypeVar("T")
 
 _FIRST_CHUNK: Final = 8
 """Callers woken per loop turn before anything is known about what a woken caller costs."""
@@ -31,6 +33,9 @@ _SMOOTHING: Final = 0.125
 """Weight of the newest loop turn in the running averages the chunk is sized from (about the last eight)."""
 _UP: Final = 0.5
 """Weight of a loop turn dearer than the average: the chunk shrinks faster than it grows."""
+_INLINE_BUDGET_S: Final = 0.003
+"""CPU time of the loop's thread that work done for callers on the loop itself (reads run there) may take in
+one loop turn; past it, their work goes to the threads."""
 
 
 class Mailbox:
@@ -62,6 +67,8 @@ class Mailbox:
         self._last_turn = 0.0  # the CPU time of the last loop turn measured
         self._per_caller = 0.0  # the running averages' CPU time per woken caller
         self._skipped = False  # whether the last hand-out woke nobody, the last turn having left no room
+        self._inline_spent = 0.0  # CPU time spent on callers' work on the loop in this loop turn
+        self._inline_turn = False  # whether the loop turn after the spending is to reset it
 
     def post(self, jobs: Iterable[Job]) -> None:
         """Queue finished jobs (any thread); wake the loop unless a hand-out is already under way."""
@@ -75,6 +82,39 @@ class Mailbox:
             return  # the caller's loop is gone: nobody waits
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
             loop.call_soon_threadsafe(self._hand_out, None)
+
+    def hand_back(self, value: T) -> asyncio.Future[T]:
+        """A future for an outcome already known on the loop's own thread (a read that ran there), set among
+        the chunks like an outcome a thread posted: callers whose reads ran on the loop resume a chunk per loop
+        turn too, instead of all in the turn after theirs."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = Job(_no_work, self, future, write=False)
+        job.outcome = (value, None)
+        with self._lock:
+            self._jobs.append(job)
+            if self._scheduled:
+                return future
+            self._scheduled = True
+        loop.call_soon(self._hand_out, None)
+        return future
+
+    def inline_room(self) -> bool:
+        """Whether work for a caller may still run on the loop's thread in this loop turn (`spent_inline`)."""
+        return self._inline_spent < _INLINE_BUDGET_S
+
+    def spent_inline(self, seconds: float) -> None:
+        """Count `seconds` of the loop thread's CPU time spent on a caller's work on the loop in this turn."""
+        self._inline_spent += seconds
+        if not self._inline_turn:
+            self._inline_turn = True
+            loop = self._loop()
+            if loop is not None:
+                loop.call_soon(self._new_inline_turn)
+
+    def _new_inline_turn(self) -> None:
+        self._inline_spent = 0.0
+        self._inline_turn = False
 
     def _hand_out(self, previous: tuple[float, int] | None) -> None:
         if previous is not None:
@@ -165,6 +205,10 @@ class Job:
             self.future.set_result(value)
         else:
             self.future.set_exception(error)
+
+
+async def _no_work(tx: Tx) -> None:
+    """The work of a job whose outcome was known when it was made (`Mailbox.hand_back`)."""
 
 
 def settle(jobs: Sequence[Job]) -> None:
