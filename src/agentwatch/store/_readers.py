@@ -2,8 +2,9 @@
 
 A read runs in one transaction of its own (so a read made of several queries sees one snapshot). Most reads
 are small (a page, a tail: bounded by their LIMIT) and cost less than handing them to a thread and back, so a
-read first runs on the caller's own thread, on a connection kept for that, within a budget of time: SQLite's
-progress handler interrupts it once the budget is spent, and it then runs again on a reader thread, whose
+read first runs on the caller's own thread, on a connection kept for that, within a budget of CPU time (and a
+larger one of wall time, for a read that waits on the disk): SQLite's progress handler interrupts it once a
+budget is spent, and it then runs again on a reader thread, whose
 outcome goes back through the caller's loop's `Mailbox` like a write's (so a burst of finished reads wakes
 its callers a few per loop turn too). A read that overran its budget sends the next reads made by the same
 code straight to the threads for a while. A caller whose read ran on its thread still yields to its loop
@@ -32,7 +33,11 @@ T = TypeVar("T")
 
 _READERS: Final = 2
 _INLINE_BUDGET_S: Final = 0.002
-"""The longest a read may hold its caller's thread (the event loop's) before it moves to a reader thread."""
+"""The CPU time a read may take on its caller's thread (the event loop's) before it moves to a reader thread.
+CPU time: on a busy machine a read is often descheduled for longer than it runs, which does not make it a
+read to send elsewhere."""
+_INLINE_WALL_S: Final = 0.020
+"""The wall time a read may hold its caller's thread, whatever its CPU time (it may be waiting on the disk)."""
 _PROGRESS_STEPS: Final = 2000
 """SQLite virtual-machine steps between two looks at the clock during a read on the caller's thread."""
 _OVERRUN_SKIPS: Final = 32
@@ -53,6 +58,10 @@ class Readers:
         self._inline_lock = threading.Lock()
         """Held while a read runs on its caller's thread; a caller finding it taken reads on a thread."""
         self._deadline = _NEVER
+        """When the read under way on the caller's thread may have spent its CPU budget (wall time: CPU time
+        never runs ahead of it, so the clock of the thread is read only past this)."""
+        self._cpu_deadline = _NEVER
+        self._wall_deadline = _NEVER
         self._overran = False
         self._skips: dict[CodeType | None, int] = {}
         self._closed = False
@@ -86,7 +95,10 @@ class Readers:
             connection = self._inline = self._connect(busy_timeout_ms=0)
             connection.set_progress_handler(self._progress, _PROGRESS_STEPS)
         self._overran = False
-        self._deadline = time.perf_counter() + _INLINE_BUDGET_S
+        start = time.perf_counter()
+        self._deadline = start + min(_INLINE_BUDGET_S, _INLINE_WALL_S)
+        self._wall_deadline = start + _INLINE_WALL_S
+        self._cpu_deadline = time.thread_time() + _INLINE_BUDGET_S
         try:
             connection.execute("BEGIN")
             try:
@@ -107,16 +119,24 @@ class Readers:
         return True, value
 
     def _progress(self) -> int:
-        if time.perf_counter() > self._deadline:
-            self._overran = True
-            return 1  # interrupt the statement
-        return 0
+        now = time.perf_counter()
+        if now <= self._deadline:
+            return 0
+        if time.thread_time() <= self._cpu_deadline and now <= self._wall_deadline:
+            return 0
+        self._overran = True
+        return 1  # interrupt the statement
 
     def _run(self, job: Job) -> None:
+        start = time.thread_time()
         try:
             job.outcome = (self._read(job.fn), None)
         except BaseException as error:
             job.outcome = (None, error)
+        if time.thread_time() - start < _INLINE_BUDGET_S:
+            # It fits the budget after all (the overrun was the machine's, or the data changed): read its code
+            # on the caller's thread again.
+            self._skips.pop(getattr(job.fn, "__code__", None), None)
         job.mailbox.post((job,))
 
     def _read(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
