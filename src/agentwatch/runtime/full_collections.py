@@ -27,8 +27,10 @@ the full one is put off:
   young generation holds and the little CPython's own young collections left in generation 1, and moves
   what survives to the old generation at once: each object is looked at once, and no beat's pause holds
   the survivors of the beat before;
-- when the last turn loop of the process ends, the application's own thresholds are put back, and once no
-  turn has run for `IDLE_SECONDS` a full collection runs if CPython would have been due one meanwhile.
+- once no turn has run for `IDLE_SECONDS`, the application's own thresholds are put back and a full
+  collection runs if CPython would have been due one meanwhile. The thresholds stay until then: put back as
+  the last turn loop ended, CPython's own trigger started the full collection that waited within a few
+  milliseconds, and again after every turn of a session whose turns follow one another.
 
 Nothing here runs when the application disabled the collector (`gc.disable()` or a threshold of 0).
 """
@@ -78,11 +80,13 @@ def turn_loop_started() -> None:
             _idle_timer = None
         if _running > 1 or not gc.isenabled():
             return
-        thresholds = gc.get_threshold()
-        if thresholds[0] == 0 or thresholds[2] >= DEFERRED_THRESHOLD:
-            return
-        _saved = thresholds
-        gc.set_threshold(*_while_turns(thresholds))
+        if _saved is None:
+            thresholds = gc.get_threshold()
+            if thresholds[0] == 0 or thresholds[2] >= DEFERRED_THRESHOLD:
+                return
+            _saved = thresholds
+            gc.set_threshold(*_while_turns(thresholds))
+        # else: the last turns ended less than `IDLE_SECONDS` ago, and their thresholds are still set
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -91,9 +95,9 @@ def turn_loop_started() -> None:
 
 
 def turn_loop_ended() -> None:
-    """A session's turn loop ended: after the last one, the thresholds are put back and the collection that
-    waited is scheduled on the running loop."""
-    global _running, _saved, _idle_timer, _young_timer
+    """A session's turn loop ended: after the last one, the beat stops, and the thresholds are put back and the
+    collection that waited runs once no turn has run for `IDLE_SECONDS` (at once without a running loop)."""
+    global _running, _idle_timer, _young_timer
     with _lock:
         _running = max(_running - 1, 0)
         if _running or _saved is None:
@@ -101,14 +105,20 @@ def turn_loop_ended() -> None:
         if _young_timer is not None:
             _young_timer.cancel()
             _young_timer = None
-        if gc.get_threshold() == _while_turns(_saved):  # unless the application changed them meanwhile
-            gc.set_threshold(*_saved)
-        _saved = None
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            _put_back()
             return
         _idle_timer = loop.call_later(IDLE_SECONDS, _collect_if_due)
+
+
+def _put_back() -> None:
+    """The application's own thresholds again (unless it changed them meanwhile); called holding `_lock`."""
+    global _saved
+    if _saved is not None and gc.get_threshold() == _while_turns(_saved):
+        gc.set_threshold(*_saved)
+    _saved = None
 
 
 def _while_turns(saved: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -132,7 +142,10 @@ def _collect_if_due() -> None:
     global _idle_timer
     with _lock:
         _idle_timer = None
-        if _running or not gc.isenabled():
+        if _running:
+            return
+        _put_back()
+        if not gc.isenabled():
             return
         threshold = gc.get_threshold()[2]
     if threshold and gc.get_count()[2] > threshold:
