@@ -425,3 +425,9 @@ async def test_a_session_reaped_by_another_connection_is_not_appended_to_from_re
         await other.reap([session.id])
         with pytest.raises(NotFound):
             await store.append(session.id, [NewEvent(UserMessage(text="3"))])
+
+
+async def test_the_writer_keeps_its_temporary_tables_in_memory(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        assert await store._write(lambda tx: tx.fetch("PRAGMA temp_store")) == [(2,)]  # 2: MEMORY
