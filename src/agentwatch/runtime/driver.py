@@ -26,14 +26,7 @@ from agentwatch.events import Event
 from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
-from agentwatch.runtime.leases import (
-    HAND_OVER_SECONDS,
-    LetGo,
-    end_after_fault,
-    leases_of,
-    owned_plan,
-    release_after_stop,
-)
+from agentwatch.runtime.leases import HAND_OVER_SECONDS, end_after_fault, leases_of, owned_plan, release_after_stop
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.thread_observer import ReplaySnapshot, ThreadObserver
 from agentwatch.runtime.turn import run_plan
@@ -165,11 +158,7 @@ class SessionDriver:
                     owned = await owned_plan(runtime, self.session_id, after_turn=after_turn and not self._pending_kick)
                     if owned is None:
                         break
-                    let_go = LetGo(runtime, self.session_id, self._may_let_go)
-                    stopped = await run_plan(runtime, self.emitter, *owned, cut_off=self._is_cut_off, let_go=let_go)
-                    await let_go.settle()
-                    if self._no_new_turns:
-                        await let_go.take_back()  # drained meanwhile: the lease is handed over, not let go
+                    stopped = await run_plan(runtime, self.emitter, *owned, cut_off=self._is_cut_off)
                     after_turn = True
                 except Exception as exc:  # a store fault: the turn ends failed, or waits for the restart rule
                     await end_after_fault(runtime, self.session_id, exc)
@@ -179,11 +168,6 @@ class SessionDriver:
                     return
         if self.draining and not self.closing:
             await self._hand_over()
-
-    def _may_let_go(self) -> bool:
-        """Whether the lease may go with the end of the running turn: nothing was queued here meanwhile (no kick)
-        and the loop goes on looking for work (no drain, no shutdown)."""
-        return not (self._pending_kick or self._no_new_turns)
 
     @property
     def _no_new_turns(self) -> bool:

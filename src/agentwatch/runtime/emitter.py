@@ -206,16 +206,6 @@ class SessionEmitter:
             self._timer = asyncio.get_running_loop().call_later(defer, self._deferred_due, defer)
         return done
 
-    def goes_next(self, *, turn: bool) -> bool:
-        """Whether a write submitted now (without `defer`; `turn` as for `submit`; neither expecting a status nor
-        starting a conversation) reaches the store in the next loop turn: the writer is idle, and every write
-        queued before it goes to the store with it, in one store write."""
-        if self._writer is not None:
-            return False
-        if not turn:
-            return not self._writes
-        return all(_mergeable(pending) and pending.turn_no == self._turn_no for pending in self._writes)
-
     async def commit(self, write: Write, *, turn: bool = False, rides: bool = False) -> list[Event]:
         """Make `write` durable after every earlier write, then hand its events out; returns them as stored.
 

@@ -59,7 +59,6 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "LeaseLost",
     "Leases",
-    "LetGo",
     "check_held",
     "claimed",
     "commit_claimed",
@@ -414,7 +413,7 @@ async def owned_plan(
     of its own (one look instead of two); work found then takes the lease again first.
     """
     leases = leases_of(runtime)
-    release_first = after_turn and leases is not None  # (a no-op when the lease went with the turn's end)
+    release_first = after_turn and leases is not None and session_id in leases.held
     for _ in range(3):
         if release_first:
             release_first = False
@@ -488,54 +487,6 @@ async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[],
     if isinstance(taken, LeaseRecord):
         await leases.note_takeover(runtime, taken)
     return written
-
-
-class LetGo:
-    """The lease of a session whose turn is ending, let go with the turn's last write.
-
-    After a turn that nothing in this engine queued more work behind, the turn loop lets the lease go and looks
-    for work once more (`owned_plan`). Started with the turn's end (`start`, called once the end's store write
-    is queued for the next loop turn), the release is queued right behind that write: on a store that applies
-    its writes in the order queued, it is applied after the end (never before: a turn still `running` keeps its
-    lease), in the same commit when the two are queued together. `take_back` takes the lease again when the
-    end's write failed, so the failure is recorded by the engine that holds the lease.
-    """
-
-    def __init__(self, runtime: Runtime, session_id: str, wanted: Callable[[], bool]) -> None:
-        self._runtime = runtime
-        self._session_id = session_id
-        self._wanted = wanted
-        self._release: asyncio.Future[None] | None = None
-
-    def start(self) -> None:
-        """Let the lease go behind the end's write, when the lease is this engine's, `wanted()` says so (no work
-        was queued here meanwhile) and the store applies writes in order; else the turn loop lets it go."""
-        leases, session_id = leases_of(self._runtime), self._session_id
-        if (
-            self._release is not None
-            or leases is None
-            or session_id not in leases.held
-            or session_id in leases._changes
-            or not _in_order(self._runtime.store)
-            or not self._wanted()
-        ):
-            return
-        self._release = asyncio.ensure_future(leases.release(session_id))
-
-    async def settle(self) -> None:
-        """Wait for a release started with the end (it never raises: a lease that is not released expires)."""
-        if self._release is not None:
-            await asyncio.shield(self._release)
-
-    async def take_back(self) -> None:
-        """The end's write failed: hold the lease again (raising `LeaseLost` when another engine has it now)."""
-        if self._release is None:
-            return
-        await self.settle()
-        self._release = None
-        leases = leases_of(self._runtime)
-        if leases is not None and await leases.acquire(self._session_id) is False:
-            raise LeaseLost(f"another engine took the lease of {self._session_id} once this one let it go")
 
 
 def _in_order(store: Store) -> bool:

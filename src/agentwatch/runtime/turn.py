@@ -45,7 +45,7 @@ from agentwatch.events import (
 from agentwatch.events.truncate import displayable
 from agentwatch.runtime.compaction import ContextFill
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
-from agentwatch.runtime.leases import LeaseLost, LetGo, check_held, ensure_held
+from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held
 from agentwatch.runtime.models import PendingCall, ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
 from agentwatch.runtime.plan import Plan, lives_on, next_plan
 from agentwatch.runtime.policy import ToolRequest
@@ -87,8 +87,6 @@ class _Turn:
     definition: AgentDefinition
     turn_id: str
     usage: Usage = field(default_factory=Usage)
-    let_go: LetGo | None = None
-    """Lets the lease go with the turn's last write (see `LetGo`), when the turn loop asks for that."""
     owed: bool = False
     """A response without tool calls was submitted and not waited for: the turn's end commits with it."""
 
@@ -226,11 +224,8 @@ async def run_plan(
     plan: Plan,
     *,
     cut_off: Callable[[], bool] = lambda: False,
-    let_go: LetGo | None = None,
 ) -> bool:
     """Run one turn (or one continuation of it). Returns True when the turn was stopped by someone.
-
-    With `let_go`, the lease is let go with the write that ends the turn (when `let_go` says so).
 
     A cancellation is a stop (recorded: the turn ends `cancelled`) unless `cut_off()` says the turn was cut
     off (a shutdown, a lost lease): then nothing is recorded and the cancellation goes on, so the turn stays
@@ -242,7 +237,7 @@ async def run_plan(
         await _fail_early(runtime, emitter, session, plan, f"role {session.role!r} no longer resolves: {exc.message}")
         return False
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
-    turn = _Turn(runtime, emitter, session, definition, turn_id, let_go=let_go)
+    turn = _Turn(runtime, emitter, session, definition, turn_id)
     try:
         try:
             # Read once, before the start is recorded (which adds no messages): the compaction check needs it.
@@ -496,36 +491,18 @@ async def _end(
         # of either is the turn's, and the turn then ends failed.
         turn.owed = False
         try:
-            await _last_write(turn, turn.write([ended], patch=SessionPatch(**fields)), of_turn=True)
+            await turn.emitter.commit(turn.write([ended], patch=SessionPatch(**fields)), turn=True)
         except Exception as exc:
             if isinstance(exc, LeaseLost):
                 raise
-            if turn.let_go is not None:
-                await turn.let_go.take_back()  # the lease went with the end that failed: the failure needs it
             error = f"{type(exc).__name__}: {exc}"
             status, ended = "failed", TurnEnded(outcome="failed", error=error, usage=ended.usage)
             fields = {"status": status, "current_turn_id": None, "turn_attempts": 0, "error": displayable(error)}
             await turn.commit([ended], patch=SessionPatch(**fields))
     else:
-        try:
-            await _last_write(turn, turn.write([ended], patch=SessionPatch(**fields)), of_turn=False)
-        except Exception as exc:
-            if turn.let_go is not None and not isinstance(exc, LeaseLost):
-                await turn.let_go.take_back()  # the turn loop records the failure, holding the lease
-            raise
+        await turn.commit([ended], patch=SessionPatch(**fields))
     await _tell_parent(turn, status)
     _release_servers(turn, status)
-
-
-def _last_write(turn: _Turn, write: Write, *, of_turn: bool) -> Awaitable[list[Event]]:
-    """Submit the write that ends the turn; when it reaches the store in the next loop turn, the lease's release
-    may go right behind it (`LetGo.start`). Runs to its end whoever awaits it."""
-    emitter = turn.emitter
-    at_once = turn.let_go is not None and emitter.goes_next(turn=of_turn)
-    written = emitter.submit(write, turn=of_turn)
-    if at_once and turn.let_go is not None:
-        turn.let_go.start()
-    return asyncio.shield(written)
 
 
 def _release_servers(turn: _Turn, status: SessionStatus) -> None:
