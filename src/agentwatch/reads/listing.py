@@ -73,7 +73,8 @@ def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> Sessio
     if args.window is not None and args.from_ is not None:
         raise InvalidArgument("window, from: pass either window or from/to, not both", fields=["from", "window"])
     active_from = now - args.window if args.window is not None else args.from_
-    where = SessionFilter(
+    # Built without validation: every value comes from `args`, validated already as what the filter takes.
+    where = SessionFilter.model_construct(
         status=args.status,
         source=args.source,
         role=[args.role] if args.role is not None else None,
@@ -95,9 +96,27 @@ def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> Sessio
     return word_filter(where, args.word, now=now, stuck_after=default, by_role=by_role)
 
 
+_UNBOUND = frozenset({"cursor", "limit", "counts"})
+"""The arguments that may change between the pages of one listing: the page size and the counts switch."""
+_DIGESTS: dict[tuple[Any, ...], str] = {}
+"""`_digest` by the values of the arguments it covers (a client pages through a few listings at a time)."""
+_DIGESTS_KEPT = 512
+
+
 def _digest(args: ListArgs) -> str:
-    # The page size and the counts switch may change between pages; everything else must not.
-    return query_digest(args.model_dump(mode="json", exclude={"cursor", "limit", "counts"}))
+    # A moment is keyed by its text: two moments equal as instants but in other offsets dump differently.
+    key = tuple(
+        tuple(value) if type(value) is list else value.isoformat() if isinstance(value, datetime) else value
+        for name, value in args.__dict__.items()
+        if name not in _UNBOUND
+    )
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        digest = query_digest(args.model_dump(mode="json", exclude=set(_UNBOUND)))
+        if len(_DIGESTS) >= _DIGESTS_KEPT:
+            _DIGESTS.clear()
+        _DIGESTS[key] = digest
+    return digest
 
 
 def _open_cursor(args: ListArgs, digest: str) -> tuple[PageCursor | None, datetime]:

@@ -33,7 +33,8 @@ T = TypeVar("T")
 
 _READERS: Final = 2
 _INLINE_BUDGET_S: Final = 0.002
-"""The CPU time a read may take on its caller's thread (the event loop's) before it moves to a reader thread.
+"""The CPU time a read may take on its caller's thread (the event loop's) before it moves to a reader thread
+(counted once it has taken as much wall time: see `_progress`).
 CPU time: on a busy machine a read is often descheduled for longer than it runs, which does not make it a
 read to send elsewhere."""
 _INLINE_WALL_S: Final = 0.020
@@ -61,6 +62,7 @@ class Readers:
         """When the read under way on the caller's thread may have spent its CPU budget (wall time: CPU time
         never runs ahead of it, so the clock of the thread is read only past this)."""
         self._cpu_deadline = _NEVER
+        """The thread's CPU time past which that read has spent its budget (set once its wall time has)."""
         self._wall_deadline = _NEVER
         self._overran = False
         self._skips: dict[CodeType | None, int] = {}
@@ -98,7 +100,7 @@ class Readers:
         start = time.perf_counter()
         self._deadline = start + min(_INLINE_BUDGET_S, _INLINE_WALL_S)
         self._wall_deadline = start + _INLINE_WALL_S
-        self._cpu_deadline = time.thread_time() + _INLINE_BUDGET_S
+        self._cpu_deadline = _NEVER
         try:
             connection.execute("BEGIN")
             try:
@@ -121,9 +123,17 @@ class Readers:
     def _progress(self) -> int:
         now = time.perf_counter()
         if now <= self._deadline:
-            return 0
-        if time.thread_time() <= self._cpu_deadline and now <= self._wall_deadline:
-            return 0
+            return 0  # within the budget in wall time, so in CPU time too
+        if now <= self._wall_deadline:
+            # Reading the thread's clock is a system call, so a read is not timed from its start: its CPU time
+            # is counted from here (it is not over budget before: the budget in wall time is not spent), and it
+            # may take the budget again from here, two budgets in all at most.
+            cpu = time.thread_time()
+            if self._cpu_deadline == _NEVER:
+                self._cpu_deadline = cpu + _INLINE_BUDGET_S
+                return 0
+            if cpu <= self._cpu_deadline:
+                return 0
         self._overran = True
         return 1  # interrupt the statement
 

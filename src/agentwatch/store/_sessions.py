@@ -3,6 +3,7 @@ observer refs kept with them."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -149,6 +150,15 @@ def session_from_row(row: Row) -> SessionRecord:
     return record
 
 
+@functools.cache
+def _value_codecs(fields: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[tuple[int, Callable[[Any], Any]], ...]]:
+    """For `list_session_values` of `fields`: the indexes of the moments (`stored_iso`), and every other codec
+    with its index."""
+    codecs = [(index, codec) for index, name in enumerate(fields) if (codec := _VALUE_CODECS[name]) is not None]
+    moments = tuple(index for index, codec in codecs if codec is stored_iso)
+    return moments, tuple((index, codec) for index, codec in codecs if codec is not stored_iso)
+
+
 class SessionMethods(SqlBase):
     """Sessions and observer refs over `Tx`."""
 
@@ -263,11 +273,23 @@ class SessionMethods(SqlBase):
             raise InvalidArgument(f"sessions have no field {unknown[0]!r}; the fields are {', '.join(SESSION_COLUMNS)}")
         sql, params, cursor_after = keyset_page(self._dialect, where, sort, limit, cursor, fields)
         rows = await self._read(lambda tx: tx.fetch(sql, params))
-        codecs = [(index, codec) for index, name in enumerate(fields) if (codec := _VALUE_CODECS[name]) is not None]
+        moments, codecs = _value_codecs(tuple(fields))
         items: list[list[Any]] = []
         width = len(fields)  # the sort key's columns that `fields` lacks come after them
         for row in rows[:limit]:
             values = list(row[:width])
+            for index in moments:
+                value = values[index]
+                # `stored_iso` inlined: SQLite's fixed-width UTC text is already the ISO text, but for a whole second.
+                if value is not None and not (
+                    type(value) is str
+                    and len(value) == 32
+                    and value[26:] == "+00:00"
+                    and value[10] == "T"
+                    and value[19] == "."
+                    and value[19:26] != ".000000"
+                ):
+                    values[index] = stored_iso(value)
             for index, codec in codecs:
                 value = values[index]
                 if value is not None:
