@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +138,11 @@ class TailArgs(Args):
     )
 
 
+_DEFAULT_TYPES: list[str] = list(DEFAULT_TYPES)
+_DEFAULT_DURABLE: list[str] = [name for name in DEFAULT_TYPES if is_durable_type(name)]
+_DEFAULT_EPHEMERAL: frozenset[str] = frozenset(name for name in DEFAULT_TYPES if not is_durable_type(name))
+
+
 def resolve_types(patterns: Sequence[str] | None) -> list[str]:
     """The log types `patterns` name (either spelling, globs allowed); the default set for None."""
     if patterns is None:
@@ -166,51 +171,50 @@ def _text(value: JsonValue) -> str:
 _Facts = tuple[str | None, str | None, str | None, str | None]
 
 
+_TITLES = {"message.user": "user", "message.assistant": "assistant", "thinking.completed": "thinking"}
+
+
+def _message_facts(payload: UserMessage | AssistantMessage | ThinkingBlock) -> _Facts:
+    return _TITLES[payload.type], None, payload.text, None
+
+
+_FACTS: dict[type[Any], Callable[[Any], _Facts]] = {
+    TurnStarted: lambda p: (f"turn started ({p.trigger}, attempt {p.attempt})", None, None, "running"),
+    TurnEnded: lambda p: (f"turn {p.outcome}", None, p.error or p.reason, p.outcome),
+    UserMessage: _message_facts,
+    AssistantMessage: _message_facts,
+    ThinkingBlock: _message_facts,
+    ToolCall: lambda p: (p.display_as or p.tool_name, p.tool_name, _text(p.input), "running"),
+    ToolResult: lambda p: (p.tool_name, p.tool_name, p.output, p.status),
+    ToolProgress: lambda p: (p.message, None, p.message, "running"),
+    ContentDelta: lambda p: (p.part, None, p.delta, None),
+    SubtaskStarted: lambda p: (f"spawned {p.name} ({p.role})", None, p.child_session_id, "running"),
+    SubtaskEnded: lambda p: (f"sub-agent {p.status}", None, p.child_session_id, p.status),
+    RequestOpened: lambda p: (p.summary, None, "\n".join(p.questions or []) or p.summary, "pending"),
+    RequestResolved: lambda p: ("answered", None, _text(p.answer), "resolved"),
+    RequestDismissed: lambda p: ("dismissed", None, p.reason, "dismissed"),
+    ModelReroute: lambda p: (f"{p.from_model} → {p.to_model}", None, p.reason, None),
+    RuntimeNotice: lambda p: (p.message, None, p.message, None),
+    RuntimeRetry: lambda p: (p.message, None, p.message, None),
+    CompletionStarted: lambda p: (f"model request {p.request_index}", None, p.model, "running"),
+    CompletionFinished: lambda p: (f"model request {p.request_index}", None, p.finish_reason, p.finish_reason),
+    CompactionApplied: lambda p: ("compacted", None, p.summary, None),
+    ConversationCleared: lambda p: ("cleared", None, p.archived_conversation_id, None),
+    ObserverReported: lambda p: (f"report from {p.observer_type}", None, p.report, "queued"),
+    ObserverStateChanged: lambda p: (f"observer {p.observer_type} {p.state}", None, p.reason, p.state),
+}
+"""(title, toolName, detail, status) by payload class; a class not named here shows its type and its JSON."""
+
+
+def _other_facts(payload: Payload) -> _Facts:
+    return payload.type, None, _text(payload.model_dump(mode="json")), None
+
+
 def _facts(payload: Payload) -> _Facts:
-    match payload:
-        case TurnStarted():
-            return f"turn started ({payload.trigger}, attempt {payload.attempt})", None, None, "running"
-        case TurnEnded():
-            return f"turn {payload.outcome}", None, payload.error or payload.reason, payload.outcome
-        case UserMessage() | AssistantMessage() | ThinkingBlock():
-            title = {"message.user": "user", "message.assistant": "assistant", "thinking.completed": "thinking"}
-            return title[payload.type], None, payload.text, None
-        case ToolCall():
-            return payload.display_as or payload.tool_name, payload.tool_name, _text(payload.input), "running"
-        case ToolResult():
-            return payload.tool_name, payload.tool_name, payload.output, payload.status
-        case ToolProgress():
-            return payload.message, None, payload.message, "running"
-        case ContentDelta():
-            return payload.part, None, payload.delta, None
-        case SubtaskStarted():
-            return f"spawned {payload.name} ({payload.role})", None, payload.child_session_id, "running"
-        case SubtaskEnded():
-            return f"sub-agent {payload.status}", None, payload.child_session_id, payload.status
-        case RequestOpened():
-            return payload.summary, None, "\n".join(payload.questions or []) or payload.summary, "pending"
-        case RequestResolved():
-            return "answered", None, _text(payload.answer), "resolved"
-        case RequestDismissed():
-            return "dismissed", None, payload.reason, "dismissed"
-        case ModelReroute():
-            return f"{payload.from_model} → {payload.to_model}", None, payload.reason, None
-        case RuntimeNotice() | RuntimeRetry():
-            return payload.message, None, payload.message, None
-        case CompletionStarted():
-            return f"model request {payload.request_index}", None, payload.model, "running"
-        case CompletionFinished():
-            return f"model request {payload.request_index}", None, payload.finish_reason, payload.finish_reason
-        case CompactionApplied():
-            return "compacted", None, payload.summary, None
-        case ConversationCleared():
-            return "cleared", None, payload.archived_conversation_id, None
-        case ObserverReported():
-            return f"report from {payload.observer_type}", None, payload.report, "queued"
-        case ObserverStateChanged():
-            return f"observer {payload.observer_type} {payload.state}", None, payload.reason, payload.state
-        case _:
-            return payload.type, None, _text(payload.model_dump(mode="json")), None
+    facts = _FACTS.get(type(payload))
+    if facts is None:  # a subclass of one of them, or a payload without a row of its own
+        facts = next((row for kind, row in _FACTS.items() if isinstance(payload, kind)), _other_facts)
+    return facts(payload)
 
 
 def project(event: Event, *, max_chars: int) -> dict[str, Any]:
@@ -242,7 +246,7 @@ async def _ephemeral(
     view: EngineView, session_id: str, types: list[str], after: StreamCursor | None, *, up_to_seq: int | None = None
 ) -> list[Event]:
     """Ephemeral events of `types` the live ring still holds after `after` (and not past durable `up_to_seq`)."""
-    wanted = {name for name in types if not is_durable_type(name)}
+    wanted = _DEFAULT_EPHEMERAL if types is _DEFAULT_TYPES else {name for name in types if not is_durable_type(name)}
     if not wanted:
         return []
     recent = await view.ring.recent(session_id, after=after, limit=_RING_SCAN)
@@ -254,8 +258,11 @@ async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
 
     Stored events are read as `EventValues` (no `Event` per row: the rows only show them); the ephemeral ones
     the live ring holds, when `types` asks for them, are merged in by position."""
-    types = resolve_types(args.types)
-    durable = [name for name in types if is_durable_type(name)]
+    if args.types is None:
+        types, durable = _DEFAULT_TYPES, _DEFAULT_DURABLE  # (neither is changed)
+    else:
+        types = resolve_types(args.types)
+        durable = [name for name in types if is_durable_type(name)]
     limit = args.max_events
     if args.after_id is None:
         # The session's last_seq and the newest events up to it, in one read: the head cursor promises them.
