@@ -73,8 +73,7 @@ def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> Sessio
     if args.window is not None and args.from_ is not None:
         raise InvalidArgument("window, from: pass either window or from/to, not both", fields=["from", "window"])
     active_from = now - args.window if args.window is not None else args.from_
-    # Built without validation: every value comes from `args`, validated already as what the filter takes.
-    where = SessionFilter.model_construct(
+    where = SessionFilter(
         status=args.status,
         source=args.source,
         role=[args.role] if args.role is not None else None,
