@@ -39,3 +39,22 @@ def test_one_moment_in_two_offsets_gives_two_digests_as_its_dumps_differ() -> No
     assert _digest(here) == _dumped(here)
     assert _digest(there) == _dumped(there)
     assert _dumped(here) != _dumped(there)
+
+
+def test_a_filter_that_does_not_depend_on_the_time_is_kept_and_one_that_does_is_not() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from agentwatch.reads.listing import _filter, _key, listing_filter
+
+    view: Any = None  # neither filter reads the view: no word to judge
+    now = datetime.now(UTC)
+    args = ListArgs.model_validate({"status": ["running"], "role": "coder", "group": "lineage"})
+    kept = _filter(view, args, _key(args), now)
+    assert kept == listing_filter(view, args, now=now)
+    again = ListArgs.model_validate({"status": ["running"], "role": "coder", "group": "lineage", "limit": 5})
+    assert _filter(view, again, _key(again), now + timedelta(hours=1)) is kept
+    windowed = ListArgs.model_validate({"window": "24h"})
+    first = _filter(view, windowed, _key(windowed), now)
+    later = _filter(view, windowed, _key(windowed), now + timedelta(hours=1))
+    assert first.active_from == now - timedelta(hours=24)
+    assert later.active_from == now - timedelta(hours=23)

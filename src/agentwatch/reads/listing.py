@@ -97,25 +97,47 @@ def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> Sessio
 
 _UNBOUND = frozenset({"cursor", "limit", "counts"})
 """The arguments that may change between the pages of one listing: the page size and the counts switch."""
-_DIGESTS: dict[tuple[Any, ...], str] = {}
+_Key = tuple[Any, ...]
+_DIGESTS: dict[_Key, str] = {}
 """`_digest` by the values of the arguments it covers (a client pages through a few listings at a time)."""
-_DIGESTS_KEPT = 512
+_FILTERS: dict[_Key, SessionFilter] = {}
+"""`listing_filter` by the same values, for the listings whose filter does not depend on the time (no `window`,
+no `word`). A filter is frozen: one may serve every call."""
+_KEPT = 512
 
 
-def _digest(args: ListArgs) -> str:
-    # A moment is keyed by its text: two moments equal as instants but in other offsets dump differently.
-    key = tuple(
+def _key(args: ListArgs) -> _Key:
+    """The values of the arguments a listing's pages share. A moment is keyed by its text: two moments equal
+    as instants but in other offsets dump differently."""
+    return tuple(
         tuple(value) if type(value) is list else value.isoformat() if isinstance(value, datetime) else value
         for name, value in args.__dict__.items()
         if name not in _UNBOUND
     )
+
+
+def _digest(args: ListArgs, key: _Key | None = None) -> str:
+    key = _key(args) if key is None else key
     digest = _DIGESTS.get(key)
     if digest is None:
         digest = query_digest(args.model_dump(mode="json", exclude=set(_UNBOUND)))
-        if len(_DIGESTS) >= _DIGESTS_KEPT:
+        if len(_DIGESTS) >= _KEPT:
             _DIGESTS.clear()
         _DIGESTS[key] = digest
     return digest
+
+
+def _filter(view: EngineView, args: ListArgs, key: _Key, now: datetime) -> SessionFilter:
+    """`listing_filter`, kept when it does not depend on `now`."""
+    if args.window is not None or args.word is not None:
+        return listing_filter(view, args, now=now)
+    where = _FILTERS.get(key)
+    if where is None:
+        where = listing_filter(view, args, now=now)
+        if len(_FILTERS) >= _KEPT:
+            _FILTERS.clear()
+        _FILTERS[key] = where
+    return where
 
 
 def _open_cursor(args: ListArgs, digest: str) -> tuple[PageCursor | None, datetime]:
@@ -162,9 +184,10 @@ async def list_agents(view: EngineView, args: ListArgs) -> dict[str, Any]:
     """The `agent_list` answer as the JSON object the tool returns: `agents` (rows), `nextCursor`, and
     `counts` when asked on the first page. The rows are made straight from the sessions' listed fields
     (`listed_rows`), never as records and models to dump: a page is mostly this work."""
-    digest = _digest(args)
+    key = _key(args)
+    digest = _digest(args, key)
     store_cursor, now = _open_cursor(args, digest)
-    where = listing_filter(view, args, now=now)
+    where = _filter(view, args, key, now)
     page = await view.store.list_session_values(
         where, LISTED_FIELDS, sort=args.sort, limit=args.limit, cursor=store_cursor
     )
