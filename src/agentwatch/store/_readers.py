@@ -4,11 +4,12 @@ A read runs in one transaction of its own (so a read made of several queries see
 are small (a page, a tail: bounded by their LIMIT) and cost less than handing them to a thread and back, so a
 read first runs on the caller's own thread, on a connection kept for that, within a budget of CPU time (and a
 larger one of wall time, for a read that waits on the disk): SQLite's progress handler interrupts it once a
-budget is spent, and it then runs again on a reader thread, whose
-outcome goes back through the caller's loop's `Mailbox` like a write's (so a burst of finished reads wakes
-its callers a few per loop turn too). A read that overran its budget sends the next reads made by the same
-code straight to the threads for a while. A caller whose read ran on its thread still yields to its loop
-once, as it would have waiting for a thread, so a task reading page after page does not hold the loop.
+budget is spent, and it then runs again on a reader thread, whose outcome goes back through the caller's
+loop's `Mailbox` like a write's (so a burst of finished reads wakes its callers a few per loop turn too). A
+read that overran its budget sends the next reads made by the same code straight to the threads for a while
+(until one of them takes less than the budget there). A caller whose read ran on its thread still yields to
+its loop once, as it would have waiting for a thread, so a task reading page after page does not hold the
+loop.
 """
 
 from __future__ import annotations
