@@ -104,7 +104,7 @@ class Mailbox:
         return self._inline_spent < _INLINE_BUDGET_S
 
     def spent_inline(self, seconds: float) -> None:
-        """Count `seconds` of the loop thread's CPU time spent on a caller's work on the loop in this turn."""
+        """Count `seconds` spent on a caller's work on the loop in this turn."""
         self._inline_spent += seconds
         if not self._inline_turn:
             self._inline_turn = True

@@ -74,14 +74,15 @@ class Readers:
         skips = self._skips.get(code)
         if skips:
             self._skips[code] = skips - 1
-        elif self._inline_lock.acquire(blocking=False):
+        elif mailbox.inline_room() and self._inline_lock.acquire(blocking=False):
+            started = time.perf_counter()
             try:
                 done, value = self._read_inline(cast(Callable[[Tx], Coroutine[Any, Any, T]], fn), code)
             finally:
                 self._inline_lock.release()
+                mailbox.spent_inline(time.perf_counter() - started)
             if done:
-                await asyncio.sleep(0)  # the loop's turn a thread's read would have given it
-                return value
+                return await mailbox.hand_back(value)  # resumed among the chunks, as a thread's read would be
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         job = Job(cast(Callable[[Tx], Coroutine[Any, Any, Any]], fn), mailbox, future, write=False)
