@@ -323,8 +323,21 @@ def _heads_where(dialect: Dialect, where: SessionFilter) -> tuple[list[str], lis
     return [f"id IN (SELECT heads.id FROM ({ranked}) AS heads WHERE heads.head_rank = 1)"], params
 
 
+_LISTING_DIGESTS: dict[int, tuple[SessionFilter, SessionSort, str]] = {}
+"""`_listing_digest` by the filter object (a caller that keeps its filters, as `agent_list` does, finds it here).
+Each entry holds its filter, so the id is not another object's while the entry is kept."""
+_LISTING_DIGESTS_KEPT = 512
+
+
 def _listing_digest(where: SessionFilter, sort: SessionSort) -> str:
-    return query_digest({"sessions": where.model_dump(mode="json"), "sort": sort})
+    kept = _LISTING_DIGESTS.get(id(where))
+    if kept is not None and kept[0] is where and kept[1] == sort:
+        return kept[2]
+    digest = query_digest({"sessions": where.model_dump(mode="json"), "sort": sort})
+    if len(_LISTING_DIGESTS) >= _LISTING_DIGESTS_KEPT:
+        _LISTING_DIGESTS.clear()
+    _LISTING_DIGESTS[id(where)] = (where, sort, digest)
+    return digest
 
 
 def keyset_page(
