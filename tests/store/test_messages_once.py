@@ -173,7 +173,7 @@ async def test_messages_of_a_schema_5_file_keep_their_bodies(tmp_path: Path) -> 
                 JOIN events e ON e.session_id = c.session_id AND e.seq = m.event_seq
                 WHERE c.id = m.conversation_id))
             FROM message_rows m;
-        DELETE FROM schema_migrations WHERE version = 6;
+        DELETE FROM schema_migrations WHERE version >= 6;
         COMMIT;
         """
     )

@@ -145,3 +145,49 @@ async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str,
         assert await store.read_events("ses_old1", conversation_id=cleared.conversation_id) == [cleared]
     finally:
         await store.close()
+
+
+async def test_on_sqlite_schema_7_computes_live_without_a_list_and_the_indexes_still_agree(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _schema_1_database(f"sqlite:///{path}", "sqlite")
+    statuses = ["idle", "running", "awaiting_input", "paused", "cancelled", "completed", "failed", "interrupted"]
+    connection = sqlite3.connect(path, isolation_level=None)
+    for n, (status, deleted) in enumerate((s, d) for s in statuses for d in (False, True)):
+        connection.execute(
+            "INSERT INTO sessions (id, name, role, status, source, created_at, updated_at, last_active_at, "
+            "last_seq, conversation_id, tokens, is_observer, deleted_at) "
+            "VALUES (?, ?, 'chat', ?, 'api', ?, ?, ?, 0, ?, 0, 0, ?)",
+            (
+                f"ses_{n}",
+                f"s-{n}",
+                status,
+                _T0.isoformat(),
+                _T0.isoformat(),
+                _T0.isoformat(),
+                f"cnv_{n}",
+                _T0.isoformat() if deleted else None,
+            ),
+        )
+    connection.close()
+
+    store = await connect_store(f"sqlite:///{path}")
+    await store.close()
+
+    connection = sqlite3.connect(path)
+    try:
+        [(schema,)] = connection.execute("SELECT sql FROM sqlite_master WHERE name = 'sessions'").fetchall()
+        assert "NOT IN" not in schema and "status <> 'interrupted'" in schema
+        # The listing indexes were built with the old expression: they must hold what the new one computes.
+        assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        live = dict(
+            connection.execute(
+                "SELECT status || (deleted_at IS NOT NULL), live FROM sessions WHERE name LIKE 's-%'"
+            ).fetchall()
+        )
+        assert live == {f"{s}{int(d)}": int(s in statuses[:4] and not d) for s in statuses for d in (False, True)}
+        by_index = connection.execute(
+            "SELECT count(*) FROM sessions INDEXED BY sessions_by_status WHERE boss = 0 AND live = 1"
+        ).fetchone()
+        assert by_index == (4 + 2,)  # the four open statuses, and the two idle sessions of schema 1
+    finally:
+        connection.close()

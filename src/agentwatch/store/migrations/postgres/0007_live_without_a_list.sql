@@ -1,0 +1,1 @@
+-- Schema 7 changes only how SQLite computes `live` (see its migration); PostgreSQL's is left as it is.
