@@ -70,7 +70,7 @@ from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.thread_observer import PartialTurn, ReplaySnapshot, ThreadObserver
 from agentwatch.store import SessionPatch, SessionRecord, Store, Write
 
-__all__ = ["GROUP_COMMIT_SECONDS", "SLOW_OBSERVER_SECONDS", "STREAMING_DEFER_SECONDS", "SessionEmitter"]
+__all__ = ["GROUP_COMMIT_SECONDS", "SLOW_OBSERVER_SECONDS", "SessionEmitter"]
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,6 @@ two; a slower one sees its request stored this much later, before any of its str
 (they wait behind the write). At 10 ms, a fast model's responses on a busy machine (its loop's thread
 waiting for a CPU) missed it one request in six: each miss costs a commit, and the response's own commit
 then waits behind the opening's."""
-STREAMING_DEFER_SECONDS = 0.1
-"""How long, at most, the opening of a model request waits for its response once the model streams (pieces
-of the response were streamed while it waited): a model that streams that fast is about to answer, and its
-pieces are handed out right after the opening's commit either way. A slower model's opening goes after
-`GROUP_COMMIT_SECONDS` still when nothing has streamed by then (as from a model that takes its time to
-start), and after this long at most otherwise."""
 SLOW_OBSERVER_SECONDS = 0.1
 """An on_event call slower than this is recorded as a warning (at most once a minute per observer)."""
 _WARNING_INTERVAL = 60.0
@@ -150,7 +144,6 @@ class SessionEmitter:
         self._failure: BaseException | None = None
         self._turn_no = 0  # counts `end_turn` calls: a write of an ended turn neither meets nor sets a failure
         self._timer: asyncio.TimerHandle | None = None  # starts the writer for a deferred write
-        self._deferred_at = 0.0  # when the timer was first set for the deferred writes waiting now
         # How many of the last submitted writes are deferred and wait for their companion: the writer leaves
         # them queued, even when it is running, until a write that is not deferred, the timer, a barrier or a
         # flush lets them go.
@@ -202,8 +195,7 @@ class SessionEmitter:
                 self._timer.cancel()
                 self._timer = None
         elif self._timer is None:
-            self._deferred_at = time.monotonic()
-            self._timer = asyncio.get_running_loop().call_later(defer, self._deferred_due, defer)
+            self._timer = asyncio.get_running_loop().call_later(defer, self._start_writer)
         return done
 
     async def commit(self, write: Write, *, turn: bool = False, rides: bool = False) -> list[Event]:
@@ -236,17 +228,6 @@ class SessionEmitter:
         failure, self._failure = self._failure, None
         self._turn_no += 1
         return failure
-
-    def _deferred_due(self, defer: float) -> None:
-        """The deferred writes waited `defer`: they go now, unless the model is streaming its response (pieces
-        were streamed behind them), which it is about to end: then they wait again, up to
-        `STREAMING_DEFER_SECONDS` in all."""
-        self._timer = None
-        tail = self._tail
-        if tail is not None and tail.held and time.monotonic() - self._deferred_at + defer <= STREAMING_DEFER_SECONDS:
-            self._timer = asyncio.get_running_loop().call_later(defer, self._deferred_due, defer)
-            return
-        self._start_writer()
 
     def _start_writer(self) -> None:
         self._held = 0  # every write queued may go now
