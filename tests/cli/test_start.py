@@ -104,7 +104,7 @@ ROSTER = {"agentwatch.runtime.roster", "agentwatch.runtime.models", "yaml"}
 @pytest.mark.parametrize(
     ("argv", "tool_modules", "reads_definitions"),
     [
-        (["ls"], {"listing"}, True),
+        (["ls"], {"listing"}, False),  # no listed session runs: none can be stuck, no threshold is read
         (["summary"], {"summary"}, True),
         (["get", "asker"], {"get"}, True),
         (["tail", "asker"], {"tail", "get"}, False),  # get: a name is resolved as agent_get resolves it
@@ -135,9 +135,9 @@ def test_definitions_are_parsed_only_when_there_are_files(tmp_path: Path) -> Non
 
     store = f"sqlite:///{tmp_path / 'read.db'}"
     asyncio.run(prepare_store(store))
-    done, modules = imported(["ls", "--store", store], tmp_path)  # no agents directory here
+    done, modules = imported(["summary", "--store", store], tmp_path)  # no agents directory here
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "agentwatch.runtime.roster" in modules
+    assert "agentwatch.runtime.roster" in modules  # summary reads the definitions (see the test above)
     assert "yaml" not in top_levels(modules)
 
 

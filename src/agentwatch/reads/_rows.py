@@ -107,7 +107,12 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
             for session_id, request in zip(waiting, found, strict=True)
             if request is not None
         }
-    stuck_after = {role: view.stuck_after(role) for role in {values[3] for values in sessions}}
+    # Only a running session not waiting on a person is judged by its role's threshold (`quiet` below): a page
+    # without one reads no agent definition.
+    stuck_after = {
+        role: view.stuck_after(role)
+        for role in {values[3] for values in sessions if values[5] == "running" and values[17] == 0}
+    }
     rows: list[dict[str, Any]] = []
     for (
         session_id,
