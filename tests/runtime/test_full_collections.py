@@ -17,6 +17,7 @@ from agentwatch.runtime.full_collections import (
     DEFERRED_THRESHOLD,
     MIDDLE_THRESHOLD,
     YOUNG_SECONDS,
+    collect_now,
     turn_loop_ended,
     turn_loop_started,
 )
@@ -82,6 +83,22 @@ async def test_the_collection_that_waited_runs_once_no_turn_runs(
     assert full_runs == [1]
     assert gc.get_threshold() == (700, 10, 2)
     assert gc.get_count()[2] == 0
+
+
+async def test_collect_now_runs_the_waiting_collection_at_once_but_never_while_a_turn_runs(
+    thresholds: tuple[int, ...], full_runs: list[int]
+) -> None:
+    gc.set_threshold(700, 10, 2)
+    gc.collect()
+    full_runs.clear()
+    turn_loop_started()
+    assert collect_now() is False  # a turn runs: nothing changes
+    assert gc.get_threshold() == (700, MIDDLE_THRESHOLD, DEFERRED_THRESHOLD) and full_runs == []
+    turn_loop_ended()
+    assert collect_now() is True
+    assert full_runs == [1] and gc.get_threshold() == (700, 10, 2)
+    await asyncio.sleep(full_collections.IDLE_SECONDS + 0.2)
+    assert full_runs == [1]  # the collection that waited ran once, not again when the moment passed
 
 
 async def test_a_new_turn_keeps_the_waiting_collection_waiting(
@@ -180,3 +197,18 @@ def test_thresholds_the_application_set_while_turns_ran_are_kept(thresholds: tup
     gc.set_threshold(500, 5, 5)
     turn_loop_ended()
     assert gc.get_threshold() == (500, 5, 5)
+
+
+def test_a_loop_closed_before_the_put_back_leaves_the_next_turns_the_thresholds_set_meanwhile(
+    thresholds: tuple[int, ...],
+) -> None:
+    async def one_turn_loop() -> None:
+        turn_loop_started()
+        turn_loop_ended()  # the put-back waits for a moment this loop will not live to see
+
+    asyncio.run(one_turn_loop())
+    gc.set_threshold(700, 10, 2)  # the application's own, set meanwhile
+    turn_loop_started()
+    assert gc.get_threshold() == (700, MIDDLE_THRESHOLD, DEFERRED_THRESHOLD)
+    turn_loop_ended()  # no running loop: put back at once
+    assert gc.get_threshold() == (700, 10, 2)

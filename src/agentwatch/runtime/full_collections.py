@@ -47,6 +47,7 @@ __all__ = [
     "IDLE_SECONDS",
     "MIDDLE_THRESHOLD",
     "YOUNG_SECONDS",
+    "collect_now",
     "turn_loop_ended",
     "turn_loop_started",
 ]
@@ -80,6 +81,10 @@ def turn_loop_started() -> None:
             _idle_timer = None
         if _running > 1 or not gc.isenabled():
             return
+        if _saved is not None and gc.get_threshold() != _while_turns(_saved):
+            # Changed since the last turns set them (by the application, or while no loop ran the put-back:
+            # a loop that closed within `IDLE_SECONDS` of its last turn): the thresholds now are its own.
+            _saved = None
         if _saved is None:
             thresholds = gc.get_threshold()
             if thresholds[0] == 0 or thresholds[2] >= DEFERRED_THRESHOLD:
@@ -136,6 +141,23 @@ def _beat_collection() -> None:
         if not gc.isenabled():
             return
     gc.collect(1)
+
+
+def collect_now() -> bool:
+    """When no turn loop runs: put the application's own thresholds back and run a full collection now, not
+    `IDLE_SECONDS` later (for a process that knows it is idle: a benchmark between the sides it compares, a
+    server between bursts). False, doing nothing, while a turn loop runs."""
+    global _idle_timer, _young_timer
+    with _lock:
+        if _running:
+            return False
+        for timer in (_idle_timer, _young_timer):
+            if timer is not None:
+                timer.cancel()
+        _idle_timer = _young_timer = None
+        _put_back()
+    gc.collect()
+    return True
 
 
 def _collect_if_due() -> None:
