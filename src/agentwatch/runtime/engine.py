@@ -13,6 +13,7 @@ CLI make); it returns a JSON-able dict, or `{"error": {"code": ..., "message": .
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib
 import logging
@@ -33,6 +34,7 @@ from agentwatch.retention import reap_due
 from agentwatch.runtime import compaction, requests
 from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, SessionDriver, evict_idle
 from agentwatch.runtime.extensions import Extension, default_extensions
+from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
 from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases, claimed
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
@@ -198,7 +200,7 @@ class Engine:
     async def _start(self, *, recover: bool) -> None:
         # The model layer loads now, off the loop, rather than inside the first turn (where it would hold the
         # loop, and the turn's first commit, for as long as the import takes).
-        await asyncio.to_thread(importlib.import_module, "agentwatch.runtime.models._adapter")
+        await asyncio.to_thread(_load_model_layer)
         _freeze_start_up()
         if recover:
             unfinished: tuple[SessionStatus, ...] = ("running", "awaiting_input")
@@ -352,13 +354,17 @@ class Engine:
         """Queue input for a session's next turn; returns how many inputs now wait in its inbox."""
         if not text.strip():
             raise InvalidArgument("the prompt is empty; pass the text the agent should work on")
-        session = await self.store.get_session(session_id)
-        if session.deleted_at is not None:
-            raise Conflict(f"session {session_id!r} was deleted; create a new one")
-        driver = await self.driver(session_id)
-        async with claimed(self, session_id):  # leases: the input is never left without an owner to run it
-            await driver.commit(Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)]))
-        driver.kick()
+        turn_loop_started()  # full collections wait from here: the turn this input starts is on its way
+        try:
+            session = await self.store.get_session(session_id)
+            if session.deleted_at is not None:
+                raise Conflict(f"session {session_id!r} was deleted; create a new one")
+            driver = await self.driver(session_id)
+            async with claimed(self, session_id):  # leases: the input is never left without an owner to run it
+                await driver.commit(Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)]))
+            driver.kick()
+        finally:
+            turn_loop_ended()
         return (await self.store.get_session(session_id)).pending_inputs
 
     async def wait(self, session_id: str, timeout: float) -> tuple[SessionRecord, bool]:
@@ -511,6 +517,19 @@ class _HandOver(Leases):
     async def acquire(self, session_id: str) -> bool:
         await self.store.acquire_lease(session_id, self.owner, HAND_OVER_SECONDS)
         return False
+
+
+def _load_model_layer() -> None:
+    """Import the model layer, and what it loads only on first use: anyio's asyncio backend (the first stream)
+    and the price table pydantic-ai reads for a response's cost (about 15,000 objects). Left to the first turn,
+    they would be imported on the event loop (about 75 ms) and stay outside the start-up freeze, for every
+    full collection to scan."""
+    importlib.import_module("agentwatch.runtime.models._adapter")
+    importlib.import_module("anyio._backends._asyncio")
+    with contextlib.suppress(ImportError, AttributeError):  # a warm-up only: a turn loads them itself if not
+        from genai_prices.data_snapshot import get_snapshot
+
+        get_snapshot()
 
 
 def _freeze_start_up() -> None:
