@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentwatch.events import PAYLOAD_ADAPTER
+from agentwatch.runtime.full_collections import collect_now
 from bench._harness import FULL, QUICK, TINY, Context, Result, Sizes, Target, percentile
 from bench._turns import (
     TOOL_CALLS,
@@ -150,7 +151,18 @@ async def _rotate(count: int, sides: Sequence[Callable[[], Awaitable[None]]]) ->
         if index // len(sides) % 2:
             order.reverse()
         for side in order:
+            await _between_sides()
             await side()
+
+
+async def _between_sides() -> None:
+    """Untimed, before each sample: wait for the turn loops of the side before to finish what follows a turn's
+    end (letting the lease go), then put the collector back to the process's own thresholds and collect, so no
+    side pays for another's garbage or runs under the thresholds another's turns set (full collections wait
+    while turns run, and for a moment after: `agentwatch.runtime.full_collections`)."""
+    deadline = time.monotonic() + 2.0
+    while not collect_now() and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
 
 
 # -- one turn -----------------------------------------------------------------------------------------------
@@ -281,7 +293,8 @@ async def turn_overhead(ctx: Context) -> list[Result]:
         f"streaming a 35-word answer, timed from engine.enqueue on a session created beforehand to the "
         f"ThreadObserver receiving turn.ended (no extensions); baseline: pydantic_ai.Agent.iter over a "
         f"FunctionModel streaming the same chunks, every model request streamed with node.stream and every "
-        f"event consumed, nothing stored"
+        f"event consumed, nothing stored; before each sample, untimed, the turn loops of the side before finish "
+        f"and a full collection runs with the process's own thresholds"
     )
     cpu_how = "CPU time of the process (every thread: the store's writer too) per turn"
     return [
