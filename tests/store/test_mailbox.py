@@ -8,6 +8,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentwatch.store._mailbox import _FIRST_CHUNK, _INLINE_BUDGET_S, _MAX_CHUNK, _TURN_BUDGET_S, Job, Mailbox
@@ -51,6 +52,21 @@ def burn(seconds: float) -> None:
         pass
 
 
+async def post_from_a_thread(
+    mailbox: Mailbox, jobs: list[Job], turns: LoopTurns, caller: Callable[[Job], Awaitable[None]]
+) -> None:
+    """Start a caller per job, post every job's outcome at once from another thread (as the writer does after a
+    group commit), and wait for the callers, counting loop turns meanwhile."""
+    callers = [asyncio.ensure_future(caller(job)) for job in jobs]
+    await asyncio.sleep(0)
+    turns.start()
+    poster = threading.Thread(target=mailbox.post, args=(jobs,))
+    poster.start()
+    poster.join()
+    await asyncio.gather(*callers)
+    turns.stop()
+
+
 async def woken_per_turn(count: int, cost: float) -> list[int]:
     """Post `count` outcomes at once from another thread (as the writer does after a group commit); each
     caller spends `cost` seconds of CPU once woken. Returns how many callers ran in each loop turn, in order."""
@@ -64,14 +80,7 @@ async def woken_per_turn(count: int, cost: float) -> list[int]:
         woke[turns.turn] += 1
         burn(cost)
 
-    callers = [asyncio.ensure_future(caller(job)) for job in jobs]
-    await asyncio.sleep(0)
-    turns.start()
-    poster = threading.Thread(target=mailbox.post, args=(jobs,))
-    poster.start()
-    poster.join()
-    await asyncio.gather(*callers)
-    turns.stop()
+    await post_from_a_thread(mailbox, jobs, turns, caller)
     return [woke[turn] for turn in sorted(woke)]
 
 
@@ -137,14 +146,7 @@ async def test_callers_still_running_leave_less_room_for_the_next_chunk() -> Non
             burn(cost)
             await asyncio.sleep(0)
 
-    callers = [asyncio.ensure_future(caller(job)) for job in jobs]
-    await asyncio.sleep(0)
-    turns.start()
-    poster = threading.Thread(target=mailbox.post, args=(jobs,))
-    poster.start()
-    poster.join()
-    await asyncio.gather(*callers)
-    turns.stop()
+    await post_from_a_thread(mailbox, jobs, turns, caller)
     per_turn = [ran[turn] for turn in sorted(ran)]
     assert sum(per_turn) == 200 * steps
     # The budget's twenty steps, and a chunk at most beyond them while the first measurements come in.
