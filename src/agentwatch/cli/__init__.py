@@ -137,9 +137,4 @@ def main() -> None:
         # builds: a twentieth of such a command's start. These commands start no other process and load no
         # plugin-aware code of the user's, so they skip the scan unless the user says otherwise.
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-        # With plugins off, pydantic's plugin loader is replaced by one that says so without importing
-        # importlib.metadata (another twentieth of the start).
-        from agentwatch.cli._plugins import skip_plugin_loader
-
-        skip_plugin_loader()
     cli.main()
