@@ -12,7 +12,8 @@ the append-only writes (events, usage, messages) together, one statement per tab
 `_appends`: the same rows every backend writes), every other write in its own SAVEPOINT. A write that fails
 rolls back alone and only its caller gets the error. Then it commits once: one fsync for the whole group,
 however many callers. Each caller's call returns only after that commit. Reads run on separate
-connections, which WAL lets proceed while the writer writes.
+connections, which WAL lets proceed while the writer writes (a small read on its caller's own thread, a
+larger one on a reader thread: see `_readers`).
 
 Outcomes go back to the callers' event loops through a `Mailbox`: one wake-up per group, then a chunk of
 callers per loop turn, so a large group does not resume hundreds of callers in one turn.
