@@ -26,7 +26,7 @@ from agentwatch.errors import StoreError
 from agentwatch.events import Event
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.store import SessionFilter
+from agentwatch.store import InputDraft, SessionFilter, Write
 from tests.runtime.support import Scripted, role
 
 SESSIONS = 12
@@ -152,3 +152,30 @@ async def until(condition: Any, timeout: float = 40.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.05)
+
+
+async def test_input_waiting_when_the_turn_loop_gave_up_on_a_fault_runs_once_the_store_works(
+    open_engine: Any,
+) -> None:
+    """A turn loop that failed on a store fault looks for work again a moment later: input stored before the fault
+    (here: its lease take failed) is not left waiting for a kick that never comes."""
+    model = ScriptedModel([[Reply("Done.")]])
+    async with open_engine(role("worker", "scripted:once"), models={"once": model}) as engine:
+        session = await engine.create("worker")
+        store = engine.store
+        await store.write(Write(session.id, inputs_add=[InputDraft(text="go")]))  # stored; no loop runs it yet
+        real_take = store.take_lease
+        failures = [StoreError("the store is unavailable (injected)")]
+
+        async def failing_once(*args: Any, **kwargs: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return await real_take(*args, **kwargs)
+
+        store.take_lease = failing_once  # type: ignore[method-assign]
+        (await engine.driver(session.id)).kick()  # the loop's lease take fails: it gives up on the fault
+        deadline = time.monotonic() + 10
+        while (current := await store.get_session(session.id)).status != "completed" or current.pending_inputs:
+            assert time.monotonic() < deadline, (current.status, current.pending_inputs)
+            await asyncio.sleep(0.1)
+        assert failures == []

@@ -61,6 +61,7 @@ class SessionDriver:
         self._background: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._pending_kick = False
+        self._fault_pause = 0.0  # how long the loop waits before it looks again after a store fault
         self._waiting = 0  # callers in `wait_changed`
         self.used_at = time.monotonic()
         """When the driver was last used (made, written through, kicked, attached to, waited on, a turn ended)."""
@@ -151,8 +152,10 @@ class SessionDriver:
                         break
                     stopped = await run_plan(runtime, self.emitter, *owned, cut_off=self._is_cut_off)
                     after_turn = True
+                    self._fault_pause = 0.0
                 except Exception as exc:  # a store fault: the turn ends failed, or waits for the restart rule
                     await end_after_fault(runtime, self.session_id, exc)
+                    self._look_again_later()
                     return
                 if stopped:
                     await release_after_stop(runtime, self.session_id)
@@ -187,6 +190,13 @@ class SessionDriver:
 
     def _is_cut_off(self) -> bool:
         return self.closing or self.cut_off
+
+    def _look_again_later(self) -> None:
+        """After a store fault, look for work again in a while (1 s, doubling up to a minute while the faults go
+        on): input stored before the fault, or while the loop gave up, would otherwise wait for the next kick,
+        and no lease of this engine's is left for another engine's sweep to find."""
+        self._fault_pause = min(self._fault_pause * 2, 60.0) if self._fault_pause else 1.0
+        asyncio.get_running_loop().call_later(self._fault_pause, self.kick)
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         turn_loop_ended()
