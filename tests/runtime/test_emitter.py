@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +14,12 @@ import pytest
 
 from agentwatch.errors import StoreError
 from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnId, UserMessage
-from agentwatch.live import connect_live
+from agentwatch.live import LiveRing, connect_live
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.thread_observer import EventCollector
-from agentwatch.store import SessionDraft, Write, connect_store
+from agentwatch.store import SessionDraft, SessionRecord, Store, Write, connect_store
 from tests.runtime.support import OpenEngine, Scripted, role
 
 TURN = TurnId("trn_emitter")
@@ -31,13 +33,22 @@ def notice(text: str) -> NewEvent:
     return NewEvent(RuntimeNotice(type="runtime.info", message=text, source="test"))
 
 
-async def test_after_a_failed_write_of_the_turn_nothing_more_of_it_is_written_until_the_turn_ends(
-    tmp_path: Path,
-) -> None:
+@asynccontextmanager
+async def emitter_store(tmp_path: Path, session_id: str) -> AsyncIterator[tuple[Store, LiveRing, SessionRecord]]:
+    """A real SQLite store and memory ring, with one session to emit for."""
     store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
     ring = await connect_live("memory://")
     try:
-        session = await store.create_session(SessionDraft(id="ses_emitter", name="e", role="r"))
+        yield store, ring, await store.create_session(SessionDraft(id=session_id, name="e", role="r"))
+    finally:
+        await ring.close()
+        await store.close()
+
+
+async def test_after_a_failed_write_of_the_turn_nothing_more_of_it_is_written_until_the_turn_ends(
+    tmp_path: Path,
+) -> None:
+    async with emitter_store(tmp_path, "ses_emitter") as (store, ring, session):
         writes: list[list[str]] = []
         write = store.write
 
@@ -67,16 +78,10 @@ async def test_after_a_failed_write_of_the_turn_nothing_more_of_it_is_written_un
         stored = await store.read_events(session.id, limit=100)
         assert [getattr(e.payload, "text", None) for e in stored] == ["one", None, "four"]
         await emitter.close()
-    finally:
-        await ring.close()
-        await store.close()
 
 
 async def test_writes_of_the_turn_waiting_together_share_one_commit_and_keep_their_order(tmp_path: Path) -> None:
-    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
-    ring = await connect_live("memory://")
-    try:
-        session = await store.create_session(SessionDraft(id="ses_group", name="g", role="r"))
+    async with emitter_store(tmp_path, "ses_group") as (store, ring, session):
         commits: list[int] = []
         write = store.write
 
@@ -92,16 +97,10 @@ async def test_writes_of_the_turn_waiting_together_share_one_commit_and_keep_the
         assert commits == [3]
         assert await store.read_messages(session.conversation_id) == [{"m": 1}, {"m": 2}]
         await emitter.close()
-    finally:
-        await ring.close()
-        await store.close()
 
 
 async def test_a_deferred_write_submitted_while_the_writer_runs_still_waits_for_its_companion(tmp_path: Path) -> None:
-    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
-    ring = await connect_live("memory://")
-    try:
-        session = await store.create_session(SessionDraft(id="ses_held", name="h", role="r"))
+    async with emitter_store(tmp_path, "ses_held") as (store, ring, session):
         commits: list[int] = []
         write = store.write
         writing = asyncio.Event()
@@ -126,9 +125,6 @@ async def test_a_deferred_write_submitted_while_the_writer_runs_still_waits_for_
         assert [e.seq for e in await held] == [2] and [e.seq for e in await last] == [3, 4]
         assert commits == [1, 3]
         await emitter.close()
-    finally:
-        await ring.close()
-        await store.close()
 
 
 def responses_so_far(ctx: Any) -> Any:
@@ -179,10 +175,7 @@ async def test_on_the_redis_ring_watchers_see_every_event_once_in_stream_order_a
 async def test_a_note_that_rides_shares_the_commit_of_the_next_write_and_goes_alone_when_none_comes(
     tmp_path: Path,
 ) -> None:
-    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
-    ring = await connect_live("memory://")
-    try:
-        session = await store.create_session(SessionDraft(id="ses_rides", name="r", role="r"))
+    async with emitter_store(tmp_path, "ses_rides") as (store, ring, session):
         commits: list[list[str]] = []
         write = store.write
 
@@ -204,16 +197,10 @@ async def test_a_note_that_rides_shares_the_commit_of_the_next_write_and_goes_al
         alone = await emitter.commit(Write(session.id, events=[notice("nothing follows")], touch=False), rides=True)
         assert [e.seq for e in alone] == [3] and commits[-1] == ["runtime.info"]  # its wait ran out
         await emitter.close()
-    finally:
-        await ring.close()
-        await store.close()
 
 
 async def test_a_note_that_rides_does_not_join_a_turn_that_failed(tmp_path: Path) -> None:
-    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
-    ring = await connect_live("memory://")
-    try:
-        session = await store.create_session(SessionDraft(id="ses_failed", name="f", role="r"))
+    async with emitter_store(tmp_path, "ses_failed") as (store, ring, session):
         write = store.write
 
         async def failing(w: Write) -> list[Event]:
@@ -237,6 +224,3 @@ async def test_a_note_that_rides_does_not_join_a_turn_that_failed(tmp_path: Path
         assert [e.type for e in stored] == ["runtime.info"]
         emitter.end_turn()
         await emitter.close()
-    finally:
-        await ring.close()
-        await store.close()
