@@ -9,8 +9,9 @@ same moment, so a listing does not shift under its reader.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
@@ -95,6 +96,8 @@ def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> Sessio
     return word_filter(where, args.word, now=now, stuck_after=default, by_role=by_role)
 
 
+T = TypeVar("T")
+
 _UNBOUND = frozenset({"cursor", "limit", "counts"})
 """The arguments that may change between the pages of one listing: the page size and the counts switch."""
 _Key = tuple[Any, ...]
@@ -116,28 +119,30 @@ def _key(args: ListArgs) -> _Key:
     )
 
 
+def _kept(cache: dict[_Key, T], key: _Key, make: Callable[[], T]) -> T:
+    """`cache[key]`, made first when missing (a full cache starts again empty)."""
+    value = cache.get(key)
+    if value is None:
+        value = make()
+        if len(cache) >= _KEPT:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
 def _digest(args: ListArgs, key: _Key | None = None) -> str:
-    key = _key(args) if key is None else key
-    digest = _DIGESTS.get(key)
-    if digest is None:
-        digest = query_digest(args.model_dump(mode="json", exclude=set(_UNBOUND)))
-        if len(_DIGESTS) >= _KEPT:
-            _DIGESTS.clear()
-        _DIGESTS[key] = digest
-    return digest
+    return _kept(
+        _DIGESTS,
+        _key(args) if key is None else key,
+        lambda: query_digest(args.model_dump(mode="json", exclude=set(_UNBOUND))),
+    )
 
 
 def _filter(view: EngineView, args: ListArgs, key: _Key, now: datetime) -> SessionFilter:
     """`listing_filter`, kept when it does not depend on `now`."""
     if args.window is not None or args.word is not None:
         return listing_filter(view, args, now=now)
-    where = _FILTERS.get(key)
-    if where is None:
-        where = listing_filter(view, args, now=now)
-        if len(_FILTERS) >= _KEPT:
-            _FILTERS.clear()
-        _FILTERS[key] = where
-    return where
+    return _kept(_FILTERS, key, lambda: listing_filter(view, args, now=now))
 
 
 def _open_cursor(args: ListArgs, digest: str) -> tuple[PageCursor | None, datetime]:
