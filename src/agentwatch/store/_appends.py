@@ -195,13 +195,11 @@ class Appends:
             # Its row beside it: the same values, the payload as JSON text.
             session_id, conversation_id, now, at = session.id, session.conversation_id, self._now, self.at
             json_param, event_rows = self._dialect.json_param, self._events
-            as_text = self._dialect.name == "sqlite"  # SQLite keeps the JSON text as it is
             seq = session.last_seq
             for new in write.events:
                 seq += 1
                 payload, turn_id, event_id = new.payload, new.turn_id, new_id("evt")
                 events.append(_trusted(event_id, session_id, seq, 0, now, turn_id, payload, conversation_id))
-                text = payload_json(payload)
                 event_rows.append(
                     (
                         event_id,
@@ -210,7 +208,7 @@ class Appends:
                         at,
                         turn_id,
                         conversation_id,
-                        text if as_text else json_param(text),
+                        json_param(payload_json(payload)),
                         payload.type,
                     )
                 )
