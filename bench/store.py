@@ -108,38 +108,6 @@ async def _abba(rounds: int, first: Callable[[], Awaitable[float]], second: Call
 # -- durable append: SQLite -------------------------------------------------------------------------------
 
 
-class _CommitCounter:
-    """Counts the COMMITs the SQLite store's writer connection runs, to know how many events a group held.
-
-    The group size depends on timing (how many appends queued up while the previous commit was flushing),
-    so it is measured, not assumed. The store keeps its writer connection private; when it is not where
-    we expect it, nothing is counted and `commits` stays None.
-    """
-
-    def __init__(self, store: Store) -> None:
-        connection = getattr(store, "_writer_connection", None)
-        self._connection = connection if isinstance(connection, sqlite3.Connection) else None
-        self._count = 0
-
-    def _trace(self, statement: str) -> None:
-        if statement.startswith("COMMIT"):
-            self._count += 1
-
-    def __enter__(self) -> _CommitCounter:
-        self._count = 0
-        if self._connection is not None:
-            self._connection.set_trace_callback(self._trace)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._connection is not None:
-            self._connection.set_trace_callback(None)
-
-    @property
-    def commits(self) -> int | None:
-        return self._count if self._connection is not None else None
-
-
 class _RawSqliteAppender:
     """The baseline: plain sqlite3 `executemany` into the store's own events table, in fixed batches."""
 
@@ -253,13 +221,15 @@ async def append_sqlite(ctx: Context) -> list[Result]:
         totals = {"store": 0.0, "raw": 0.0}
         grouped = {"events": 0, "commits": 0}
         batch = [sessions_n]
-        counter = _CommitCounter(store)
+        # The writer's own count of its commits (a statement tracer on its connection would run Python code
+        # for every row of every statement, on the writer's thread, and slow down what it measures).
+        counts: list[int] | None = getattr(store, "_group_counts", None)
 
         async def store_concurrent(*, warm_up: bool = False) -> float:
             each = 2 if warm_up else per_session
-            with counter:
-                seconds = await _append_concurrently(store, [s.id for s in store_many], events, each)
-            commits = counter.commits
+            before = list(counts) if counts is not None else None
+            seconds = await _append_concurrently(store, [s.id for s in store_many], events, each)
+            commits = counts[0] - before[0] if counts is not None and before is not None else 0
             if commits:
                 batch[0] = max(1, round(sessions_n * each / commits))
                 if not warm_up:

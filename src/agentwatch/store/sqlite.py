@@ -128,6 +128,8 @@ class SqliteStore(SqlStore):
         self._data_version = -1
         self._unsettled: list[dict[str, Counters]] = []
         """The counters the open transaction's appends leave, for `_known` once it commits."""
+        self._group_counts = [0, 0]
+        """Transactions the writer committed, and the writes in them (for the benchmarks)."""
         self._writer.start()
 
     @classmethod
@@ -242,6 +244,8 @@ class SqliteStore(SqlStore):
                         job.outcome = (None, failure)
                 return
             self._remember()
+            self._group_counts[0] += 1
+            self._group_counts[1] += len(pending)
             return
 
     def _check_known(self, connection: sqlite3.Connection) -> None:
