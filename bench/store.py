@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import random
 import socket
@@ -95,14 +96,16 @@ def _events_per_commit(backend: str, sessions_n: int, achieved: float) -> Result
 
 async def _abba(rounds: int, first: Callable[[], Awaitable[float]], second: Callable[[], Awaitable[float]]) -> None:
     """Run `first` and `second` `rounds` times each, alternating which goes first (ABBA), so a neighbour that
-    gets busy half-way through the run weighs on both alike."""
+    gets busy half-way through the run weighs on both alike.
+
+    Before each sample, untimed, a full collection: the garbage of everything the process did before (its
+    imports, the set-up, the other figures) otherwise lands in whichever sample happens to cross the
+    collector's threshold (measured: one full collection of ~60 ms inside the first 100-session SQLite
+    sample, about as long as the whole sample without it)."""
     for index in range(rounds):
-        if index % 2 == 0:
-            await first()
-            await second()
-        else:
-            await second()
-            await first()
+        for sample in (first, second) if index % 2 == 0 else (second, first):
+            gc.collect()
+            await sample()
 
 
 # -- durable append: SQLite -------------------------------------------------------------------------------
