@@ -70,6 +70,52 @@ class _GcMeter:
             gc.callbacks.remove(self._callback)
 
 
+@dataclass
+class _LoopTime:
+    """Where the event loop's thread spent the wall time of some turns: running (its own CPU time), waiting in
+    the selector for something to do (idle: a commit, a thread's result), and neither (ready to run, but
+    waiting for the GIL held by another thread of the process, or for a CPU)."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+    idle: float = 0.0
+
+    @contextmanager
+    def measuring(self) -> Iterator[_LoopTime]:
+        selector: Any = getattr(asyncio.get_running_loop(), "_selector", None)
+        select = getattr(selector, "select", None)
+        wrapped = select is not None and "select" in vars(selector)  # already an attribute of its own
+        if select is not None:
+
+            def timed(timeout: float | None = None) -> Any:
+                if timeout is not None and timeout <= 0:
+                    return select(timeout)  # a look, not a wait
+                started = time.perf_counter()
+                try:
+                    return select(timeout)
+                finally:
+                    self.idle += time.perf_counter() - started
+
+            selector.select = timed
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            yield self
+        finally:
+            self.wall += time.perf_counter() - wall
+            self.cpu += time.thread_time() - cpu
+            if wrapped:
+                selector.select = select
+            elif select is not None:
+                del selector.select  # the class's method again
+
+    def line(self, turns: int) -> str:
+        def ms(seconds: float) -> str:
+            return f"{seconds * 1000 / turns:.1f} ms"
+
+        other = max(self.wall - self.cpu - self.idle, 0.0)
+        return f"wall {ms(self.wall)} = CPU {ms(self.cpu)} + idle in the selector {ms(self.idle)} + neither {ms(other)}"
+
+
 # -- categories ---------------------------------------------------------------------------------------------
 
 _SITE = re.compile(r"site-packages/([^/]+)")
@@ -199,8 +245,9 @@ async def _profile(turns: int, synchronous: str, out: list[str]) -> dict[str, fl
             db = getattr(side.engine.store, "path", None)
             db_before = _file_bytes(db)
             meter = _GcMeter()
+            loop_time = _LoopTime()
             threads_before = _thread_cpu()
-            with meter.measuring():
+            with meter.measuring(), loop_time.measuring():
                 for _ in range(turns):
                     await engine_turn()
             threads_after = _thread_cpu()
@@ -219,7 +266,8 @@ async def _profile(turns: int, synchronous: str, out: list[str]) -> dict[str, fl
             objects_after = len(gc.get_objects())
 
             bare_meter = _GcMeter()
-            with bare_meter.measuring():
+            bare_loop_time = _LoopTime()
+            with bare_meter.measuring(), bare_loop_time.measuring():
                 for _ in range(turns):
                     await bare_turn()
 
@@ -255,6 +303,10 @@ async def _profile(turns: int, synchronous: str, out: list[str]) -> dict[str, fl
     )
     out.append(f"- CPU by thread per turn (/proc, user + system): {cpu_by_thread}")
     out.append(f"- database file growth (main file + WAL): {db_growth:,.0f} bytes")
+    out.append(
+        f"- the event loop's thread per turn: {loop_time.line(turns)}; bare pydantic-ai: "
+        f"{bare_loop_time.line(turns)} (neither: ready to run but waiting for the GIL or a CPU)"
+    )
     out.append(f"- GC: {_gc_line(meter, turns)}; bare pydantic-ai: {_gc_line(bare_meter, turns)}")
     out.append(
         f"- tracemalloc over {turns} turns: {traced / 1024:,.0f} KiB still held after them, peak "
