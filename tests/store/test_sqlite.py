@@ -266,6 +266,49 @@ async def test_a_group_of_appends_only_takes_no_savepoint(tmp_path: Path) -> Non
         assert not [statement for statement in statements if statement.startswith("UPDATE") and "tokens" in statement]
 
 
+async def test_a_group_writes_its_session_rows_a_few_statements_at_a_time(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(7)]
+        gate = threading.Event()
+
+        async def hold(tx: Tx) -> None:
+            gate.wait(10)
+
+        held = asyncio.ensure_future(store._write(hold))
+        await asyncio.sleep(0.05)  # the writer holds the gate, alone in its group: the appends queue behind it
+        spent = [UsageEntry(usage=Usage(input_tokens=3, output_tokens=2, cost_usd=0.25))]
+        # Rows of four shapes: three touched sessions (one of them written twice), two touched and priced,
+        # one neither, one priced only.
+        writes = [Write(s.id, [NewEvent(UserMessage(text="hi"))]) for s in sessions[:3]]
+        writes.append(Write(sessions[0].id, [NewEvent(UserMessage(text="again"))]))
+        writes += [Write(s.id, [NewEvent(UserMessage(text="paid"))], usage=spent) for s in sessions[3:5]]
+        writes.append(Write(sessions[5].id, [NewEvent(UserMessage(text="quiet"))], touch=False))
+        writes.append(Write(sessions[6].id, [NewEvent(UserMessage(text="quiet"))], usage=spent, touch=False))
+        statements: list[str] = []
+        store._writer_connection.set_trace_callback(statements.append)
+        appended = asyncio.gather(*(store.write(write) for write in writes))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await held
+        try:
+            await appended
+        finally:
+            store._writer_connection.set_trace_callback(None)
+        statements = statements[statements.index("BEGIN IMMEDIATE") :]  # the hold's COMMIT came first
+        assert sum(statement == "COMMIT" for statement in statements) == 1
+        updates = [statement for statement in statements if statement.startswith("UPDATE sessions")]
+        # Three touched rows: a statement of two rows and one of one; two priced: one statement; the lone
+        # rows of the other two shapes: one plain statement each. (The trace shows the values in place.)
+        assert sorted(statement.count("('ses_") for statement in updates) == [0, 0, 1, 2, 2]
+        after = [await store.get_session(s.id) for s in sessions]
+        assert [s.last_seq for s in after] == [2, 1, 1, 1, 1, 1, 1]
+        assert [(s.tokens, s.cost_usd) for s in after] == [(0, 0.0)] * 3 + [(5, 0.25)] * 2 + [(0, 0.0), (5, 0.25)]
+        moved = [later.last_active_at > before.last_active_at for later, before in zip(after, sessions, strict=True)]
+        assert moved == [True] * 5 + [False] * 2
+        assert [event.seq for event in await store.read_events(sessions[0].id)] == [1, 2]
+
+
 async def test_the_writer_waits_briefly_for_the_rest_of_a_group(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

