@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import pydantic_ai
-from pydantic import JsonValue, ValidationError
+from pydantic import ConfigDict, JsonValue, TypeAdapter, ValidationError
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
@@ -147,8 +147,19 @@ def _load_history(history: Sequence[JsonValue]) -> list[ModelMessage]:
         raise Invalid(f"the stored conversation history does not load as model messages: {exc}") from None
 
 
+_MESSAGE_ADAPTER: TypeAdapter[ModelMessage] = TypeAdapter(
+    ModelMessage, config=ConfigDict(defer_build=True, ser_json_bytes="base64", val_json_bytes="base64")
+)
+"""One message, with `ModelMessagesTypeAdapter`'s config (bytes as base64): the same JSON as an item of that
+adapter's list, for about two thirds of the cost (messages are dumped one at a time, as each is committed)."""
+
+
 def _dump(messages: Sequence[ModelMessage]) -> list[JsonValue]:
-    return cast(list[JsonValue], ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
+    return [_dump_one(message) for message in messages]
+
+
+def _dump_one(message: ModelMessage) -> JsonValue:
+    return cast(JsonValue, _MESSAGE_ADAPTER.dump_python(message, mode="json"))
 
 
 def _usage(usage: RequestUsage) -> Usage:
@@ -531,14 +542,12 @@ class _TurnRun:
 
     def _dump_response(self, response: ModelResponse) -> JsonValue:
         """The JSON of a response, kept for the commit that stores the message itself."""
-        dumped = self._dumped[id(response)] = _dump([response])[0]
+        dumped = self._dumped[id(response)] = _dump_one(response)
         return dumped
 
     def _dump_messages(self, messages: Sequence[ModelMessage]) -> list[JsonValue]:
         dumped = self._dumped
-        if not dumped:
-            return _dump(messages)
-        return [dumped.pop(id(m)) if id(m) in dumped else _dump([m])[0] for m in messages]
+        return [dumped.pop(id(m)) if id(m) in dumped else _dump_one(m) for m in messages]
 
     async def _commit(
         self, payloads: Sequence[Payload], messages: Sequence[ModelMessage], *, shield: bool = True, wait: bool = True
