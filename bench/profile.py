@@ -79,6 +79,8 @@ class _LoopTime:
     wall: float = 0.0
     cpu: float = 0.0
     idle: float = 0.0
+    waits: int = 0
+    """Times the selector was asked to wait (for a commit, a tool's thread, a timer)."""
 
     @contextmanager
     def measuring(self) -> Iterator[_LoopTime]:
@@ -95,6 +97,7 @@ class _LoopTime:
                     return select(timeout)
                 finally:
                     self.idle += time.perf_counter() - started
+                    self.waits += 1
 
             selector.select = timed
         wall, cpu = time.perf_counter(), time.thread_time()
@@ -113,7 +116,10 @@ class _LoopTime:
             return f"{seconds * 1000 / turns:.1f} ms"
 
         other = max(self.wall - self.cpu - self.idle, 0.0)
-        return f"wall {ms(self.wall)} = CPU {ms(self.cpu)} + idle in the selector {ms(self.idle)} + neither {ms(other)}"
+        return (
+            f"wall {ms(self.wall)} = CPU {ms(self.cpu)} + idle in the selector {ms(self.idle)} "
+            f"({self.waits / turns:.1f} waits) + neither {ms(other)}"
+        )
 
 
 # -- categories ---------------------------------------------------------------------------------------------
