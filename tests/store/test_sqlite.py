@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agentwatch.errors import Conflict, NotFound, StoreError
+from agentwatch.errors import Conflict, InvalidArgument, NotFound, StoreError
 from agentwatch.events import NewEvent, Usage, UserMessage
 from agentwatch.store import SessionDraft, SessionPatch, UsageEntry, Write, connect_store, open_store
 from agentwatch.store import sqlite as sqlite_module
@@ -474,3 +474,28 @@ async def test_the_writer_keeps_its_temporary_tables_in_memory(tmp_path: Path) -
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
         assert await store._write(lambda tx: tx.fetch("PRAGMA temp_store")) == [(2,)]  # 2: MEMORY
+
+
+async def test_a_group_without_appends_commits_without_looking_for_other_connections_writes(tmp_path: Path) -> None:
+    # Such a group forgets every remembered counter anyway: asking SQLite whether another connection wrote
+    # would be a statement for nothing at each commit (a turn's writes patch the session: all are such).
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        statements: list[str] = []
+        store._writer_connection.set_trace_callback(statements.append)
+        try:
+            patched = Write(session.id, [NewEvent(UserMessage(text="1"))], session=SessionPatch(last_text="1"))
+            [first] = await store.write(patched)
+            assert not any(s.startswith("PRAGMA data_version") for s in statements)
+            [second] = await store.append(session.id, [NewEvent(UserMessage(text="2"))])
+            assert sum(s.startswith("PRAGMA data_version") for s in statements) == 1
+        finally:
+            store._writer_connection.set_trace_callback(None)
+        assert (first.seq, second.seq) == (1, 2)
+
+
+async def test_a_session_patch_with_a_nul_in_the_session_id_is_refused_before_it_is_queued(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        with pytest.raises(InvalidArgument, match="NUL"):
+            await store.update_session("ses_\x00", SessionPatch(last_text="x"))

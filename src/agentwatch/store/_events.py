@@ -131,8 +131,8 @@ class EventMethods(SqlBase):
         self, tx: Tx, write: Write, *, want_session: bool = True
     ) -> tuple[SessionRecord | None, list[Event]]:
         """Apply `write`; the session as it ends up comes back only when the write patches it and
-        `want_session` (`write` does not: reading the row back would be work for nothing)."""
-        check_durable(write)
+        `want_session` (`write` does not: reading the row back would be work for nothing). The caller checked
+        `write` (`check_durable`) before queueing it: on the writer's thread that check would be paid twice."""
         now = utc_now()
         if appends_only(write):
             return None, await self._append_only(tx, write, now)

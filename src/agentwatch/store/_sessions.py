@@ -31,6 +31,7 @@ from agentwatch.store._sqlbase import (
     LIST_LIMIT,
     OBSERVER_COLUMNS,
     SqlBase,
+    check_durable,
     name_taken,
     no_session,
     select,
@@ -239,6 +240,7 @@ class SessionMethods(SqlBase):
     async def update_session(self, session_id: str, patch: SessionPatch) -> SessionRecord:
         """Write the fields set on `patch`; same as `write(Write(session_id, session=patch))`."""
         write = Write(session_id, session=patch)
+        check_durable(write)
         session, _ = await self._write_session(session_id, lambda tx: self._apply(tx, write))
         assert session is not None  # a write with a patch returns the patched session
         return session

@@ -212,7 +212,7 @@ class SqliteStore(SqlStore):
             self._unsettled.clear()
             try:
                 connection.execute("BEGIN IMMEDIATE")
-                self._check_known(connection)
+                self._check_known(connection, pending)
             except sqlite3.Error as error:
                 _rollback(connection)
                 failure = StoreError(f"cannot start a write on {self.url!r} ({error}); another process holds it")
@@ -248,9 +248,17 @@ class SqliteStore(SqlStore):
             self._group_counts[1] += len(pending)
             return
 
-    def _check_known(self, connection: sqlite3.Connection) -> None:
+    def _check_known(self, connection: sqlite3.Connection, jobs: list[Job]) -> None:
         """Forget the counters `_known` holds when another connection committed since this one last looked:
-        it may have written those rows (another process's writer, a maintenance command)."""
+        it may have written those rows (another process's writer, a maintenance command).
+
+        A group without an append-only write needs no look: its writes forget every counter anyway (see
+        `_apply_sole`, `_apply_one`), so no statement is run for it (a turn's writes, which patch the
+        session, are such groups: one statement less per commit). The version kept is then older than this
+        transaction; the next group that looks may find a change from before, and forgets what is already
+        forgotten."""
+        if not any(job.appends is not None and not job.alone for job in jobs):
+            return
         version = connection.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self._known.clear()
