@@ -37,6 +37,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RequestUsage
 
 from agentwatch.runtime.models._outcomes import tool_status
+from agentwatch.runtime.models._visible import stream_through
 from agentwatch.runtime.models.scripted import (
     CallTool,
     Fail,
@@ -60,7 +61,8 @@ read again in full if they come back)."""
 
 class ScriptPlayer(FunctionModel):
     """Plays a `ScriptedModel`. FunctionModel counts every request as 50 input tokens; a scripted model counts
-    its context instead, so context-fill numbers grow over a conversation as they do with a provider."""
+    its context instead, so context-fill numbers grow over a conversation as they do with a provider. (Its
+    `request_stream`, `_request_stream` below, is set after the class: see `stream_through`.)"""
 
     def __init__(self, script: ScriptedModel) -> None:
         super().__init__(stream_function=self._stream, model_name=script.name)
@@ -68,29 +70,6 @@ class ScriptPlayer(FunctionModel):
         # Whether the step a request plays calls a tool, by the request's message list (its `id`), from the
         # moment the step is known until the request's stream ends.
         self._calls: dict[int, bool] = {}
-
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: RunContext[Any] | None = None,
-    ) -> AsyncIterator[StreamedResponse]:
-        try:
-            async with super().request_stream(
-                messages, model_settings, model_request_parameters, run_context
-            ) as stream:
-                # Opening the stream read the script's first item, so the step is chosen and the conversation read.
-                reading = _read(self._script, messages)
-                stream._usage = RequestUsage(
-                    input_tokens=12 + _tokens(reading.instructions[-1] or "") + reading.tokens[-1]
-                )
-                yield stream
-                # Providers say why they stopped; FunctionModel leaves it unset.
-                stream.finish_reason = "tool_call" if self._calls.get(id(messages)) else "stop"
-        finally:
-            self._calls.pop(id(messages), None)
 
     async def _stream(
         self, messages: list[ModelMessage], info: AgentInfo
@@ -130,6 +109,33 @@ class ScriptPlayer(FunctionModel):
                 raise ScriptedModelError(item.message)
             else:
                 await asyncio.Event().wait()  # Hang: only cancellation ends it
+
+
+@asynccontextmanager
+async def _request_stream(
+    self: ScriptPlayer,
+    messages: list[ModelMessage],
+    model_settings: ModelSettings | None,
+    model_request_parameters: ModelRequestParameters,
+    run_context: RunContext[Any] | None = None,
+) -> AsyncIterator[StreamedResponse]:
+    """`ScriptPlayer.request_stream`: `FunctionModel`'s stream, with the usage and finish reason a provider gives."""
+    try:
+        async with FunctionModel.request_stream(
+            self, messages, model_settings, model_request_parameters, run_context
+        ) as stream:
+            # Opening the stream read the script's first item, so the step is chosen and the conversation read.
+            reading = _read(self._script, messages)
+            stream._usage = RequestUsage(input_tokens=12 + _tokens(reading.instructions[-1] or "") + reading.tokens[-1])
+            yield stream
+            # Providers say why they stopped; FunctionModel leaves it unset.
+            stream.finish_reason = "tool_call" if self._calls.get(id(messages)) else "stop"
+    finally:
+        self._calls.pop(id(messages), None)
+
+
+# It opens FunctionModel's stream, which brings pydantic-ai's boundary wrappers along itself.
+stream_through(ScriptPlayer, _request_stream)
 
 
 class _Reading:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -43,7 +43,7 @@ from pydantic_ai.settings import ModelSettings
 from agentwatch.events import ModelReroute, Payload, RuntimeNotice, RuntimeRetry
 from agentwatch.runtime.models._types import RetryPolicy
 
-__all__ = ["ModelTrail", "error_text"]
+__all__ = ["ModelTrail", "error_text", "stream_through"]
 
 _RETRIED_STATUS = frozenset({408, 409, 429})
 
@@ -64,6 +64,26 @@ def worth_retrying(exc: BaseException) -> bool:
     ):
         return True
     return isinstance(exc, ModelHTTPError) and (exc.status_code in _RETRIED_STATUS or exc.status_code >= 500)
+
+
+_RequestStream = Callable[..., AbstractAsyncContextManager[StreamedResponse]]
+
+
+def stream_through(cls: type[Model], request_stream: _RequestStream) -> None:
+    """Give `cls` a `request_stream` that opens another model's stream and hands it on, without the two wrappers
+    pydantic-ai adds to one defined in a class body.
+
+    pydantic-ai wraps the `request_stream` of every `Model` class that defines one when the class is made (in
+    `Model.__init_subclass__`): one async context manager has the model's own output restore special tokens, the
+    other gives the files a request downloads one budget. Around a stream opened from another model's (a chain's
+    model in `_VisibleModel`, `FunctionModel`'s in the scripted player) both are the same work again: the inner
+    model's own wrappers restore its tokens (a wrapper has none of its own) and open the budget its downloads
+    count against. Each such layer cost four more context-manager steps per request on the loop, for nothing.
+    """
+    if "request_stream" in cls.__dict__:
+        raise TypeError(f"{cls.__name__} defines request_stream in its body, where it is wrapped already")
+    attribute: Any = request_stream
+    setattr(cls, "request_stream", attribute)  # noqa: B010 - assigning to a method directly is a type error
 
 
 @dataclass(frozen=True)
@@ -179,7 +199,8 @@ class ModelTrail:
 
 
 class _VisibleModel(WrapperModel):
-    """One model of a chain: its requests retried by the policy, each retry told before its wait."""
+    """One model of a chain: its requests retried by the policy, each retry told before its wait. (Its
+    `request_stream`, `_request_stream` below, is set after the class: see `stream_through`.)"""
 
     def __init__(self, ref: str, wrapped: Model, trail: ModelTrail) -> None:
         super().__init__(wrapped)
@@ -216,37 +237,43 @@ class _VisibleModel(WrapperModel):
                 continue
             return response
 
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: RunContext[Any] | None = None,
-    ) -> AsyncGenerator[StreamedResponse]:
-        await self.trail._entering(self.ref)
-        attempt = 1
-        while True:
-            async with AsyncExitStack() as stack:
-                try:
-                    # Until its first event: a provider may accept the request, then report an overload or a
-                    # rate limit as the stream's first event, still in time to try again. (A FunctionModel, such
-                    # as the scripted model, reads its first item while it opens already.)
-                    opened = (
-                        self.wrapped.request_stream
-                        if isinstance(self.wrapped, FunctionModel)
-                        else partial(_until_first_event, self.wrapped)
-                    )
-                    stream = await stack.enter_async_context(
-                        opened(messages, model_settings, model_request_parameters, run_context)
-                    )
-                except Exception as exc:
-                    if not await self._failed(exc, attempt):
-                        raise
-                    attempt += 1
-                    continue
-                yield stream
-                return
+
+@asynccontextmanager
+async def _request_stream(
+    self: _VisibleModel,
+    messages: list[ModelMessage],
+    model_settings: ModelSettings | None,
+    model_request_parameters: ModelRequestParameters,
+    run_context: RunContext[Any] | None = None,
+) -> AsyncGenerator[StreamedResponse]:
+    """`_VisibleModel.request_stream`: the wrapped model's stream, its opening retried by the policy."""
+    await self.trail._entering(self.ref)
+    attempt = 1
+    while True:
+        async with AsyncExitStack() as stack:
+            try:
+                # Until its first event: a provider may accept the request, then report an overload or a rate
+                # limit as the stream's first event, still in time to try again. (A FunctionModel, such as the
+                # scripted model, reads its first item while it opens already.)
+                opened = (
+                    self.wrapped.request_stream
+                    if isinstance(self.wrapped, FunctionModel)
+                    else partial(_until_first_event, self.wrapped)
+                )
+                stream = await stack.enter_async_context(
+                    opened(messages, model_settings, model_request_parameters, run_context)
+                )
+            except Exception as exc:
+                if not await self._failed(exc, attempt):
+                    raise
+                attempt += 1
+                continue
+            yield stream
+            return
+
+
+# It opens the wrapped model's stream, which brings pydantic-ai's boundary wrappers along itself.
+stream_through(_VisibleModel, _request_stream)
 
 
 @asynccontextmanager
