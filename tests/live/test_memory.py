@@ -1,10 +1,10 @@
-"""What only the memory ring promises: exact trimming and no task switch inside `publish()`."""
+"""What only the memory ring promises: exact trimming, no task switch inside `publish()`, and `publish_now`."""
 
 from __future__ import annotations
 
 import pytest
 
-from agentwatch.errors import InvalidArgument
+from agentwatch.errors import InvalidArgument, UserError
 from agentwatch.events import StreamCursor
 from agentwatch.live import Lagged, connect_live
 from agentwatch.live.memory import MemoryRing
@@ -70,3 +70,21 @@ async def test_publish_hands_the_event_over_without_letting_subscribers_run() ->
 
     for subscription in subscriptions:
         assert await read(subscription, 1) == [event]
+
+
+async def test_publish_now_is_publish_as_a_plain_call() -> None:
+    ring = MemoryRing()
+    sid = new_session()
+    subscription = await ring.subscribe(sid)
+    events = durable_events(sid, 3)
+
+    for event in events:
+        ring.publish_now(event)  # done on return: nothing to await
+
+    assert await read(subscription, 3) == events
+    assert await ring.recent(sid) == events
+    with pytest.raises(UserError, match="in order"):
+        ring.publish_now(events[0])
+    await ring.close()
+    with pytest.raises(UserError, match="closed"):
+        ring.publish_now(durable_events(sid, 4)[3])

@@ -224,3 +224,19 @@ async def test_a_note_that_rides_does_not_join_a_turn_that_failed(tmp_path: Path
         assert [e.type for e in stored] == ["runtime.info"]
         emitter.end_turn()
         await emitter.close()
+
+
+async def test_an_in_memory_ring_that_refuses_an_event_is_logged_and_the_observers_still_get_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with emitter_store(tmp_path, "ses_ring_refuses") as (store, ring, session):
+        collector: EventCollector[Any] = EventCollector()
+        emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring, observers=[collector])
+        await ring.close()  # a closed ring refuses every publish
+        stored = await emitter.commit(Write(session.id, events=[said("one")]), turn=True)
+        emitter.stream(RuntimeNotice(type="runtime.info", message="ephemeral", source="test"), TURN)
+        await emitter.close()
+    seen = [event for _, event in collector.events]
+    assert seen[:-1] == stored
+    assert (seen[-1].seq, seen[-1].sub) == (stored[-1].seq, 1)  # the ephemeral one, right after
+    assert caplog.text.count("live ring publish failed") == 2

@@ -47,6 +47,11 @@ class MemoryRing:
 
     async def publish(self, event: Event) -> None:
         """Append an event to its session's ring and hand it to the session's subscribers."""
+        self.publish_now(event)
+
+    def publish_now(self, event: Event) -> None:
+        """`publish`, as a plain call: it never waits, so an emitter on the ring's loop hands its events over
+        without making a coroutine for each one."""
         if self._closed:
             raise UserError("publish() on a closed live ring; open a new one")
         session = self._sessions.get(event.session_id)

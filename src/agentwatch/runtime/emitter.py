@@ -159,7 +159,8 @@ class SessionEmitter:
         self._enqueued = (last_seq, 0)  # (seq, sub) of the last event queued for dispatch
         self._dispatched = self._enqueued  # ... and of the last one dispatched
         self._partial = _Partial()
-        self._inline = isinstance(ring, MemoryRing)
+        # An in-memory ring publishes with a plain call (`publish_now`), at once; other rings are awaited.
+        self._inline = ring if isinstance(ring, MemoryRing) else None
         self._busy = False  # an event or an attach is being handed out right now
 
     def add_observer(self, observer: ThreadObserver[Any]) -> None:
@@ -366,10 +367,11 @@ class SessionEmitter:
     def _deliver(self, event: Event) -> None:
         # On an in-memory ring, with nothing waiting ahead of it (no queued event, no attach being served),
         # the event is handed out right here: the same order, without a task switch per event.
-        if self._inline and not self._busy and not self._queue:
+        inline = self._inline
+        if inline is not None and not self._busy and not self._queue:
             self._busy = True
             try:
-                self._publish_now(event)
+                self._publish_now(inline, event)
                 self._after_publish(event)
             finally:
                 self._busy = False
@@ -381,19 +383,11 @@ class SessionEmitter:
         if self._dispatcher is None:
             self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"agentwatch-dispatch-{self.session_id}")
 
-    def _publish_now(self, event: Event) -> None:
-        # `MemoryRing.publish` never suspends (it is async only to share the ring contract), so running its
-        # coroutine one step runs it to its end.
-        publishing = self._ring.publish(event)
+    def _publish_now(self, ring: MemoryRing, event: Event) -> None:
         try:
-            publishing.send(None)
-        except StopIteration:
-            return
+            ring.publish_now(event)
         except Exception as exc:  # the ring is a view; losing it must not stop the session
             log.warning("live ring publish failed for %s: %s", self.session_id, exc)
-            return
-        publishing.close()
-        raise RuntimeError("an in-memory ring's publish suspended; it must not")  # pragma: no cover
 
     def _after_publish(self, event: Event) -> None:
         self._partial.track(event)
@@ -411,8 +405,8 @@ class SessionEmitter:
                     if isinstance(item, _Attach):
                         await self._attach(item)
                         continue
-                    if self._inline:
-                        self._publish_now(item)
+                    if self._inline is not None:
+                        self._publish_now(self._inline, item)
                     else:
                         try:
                             await self._ring.publish(item)
