@@ -151,6 +151,17 @@ async def test_a_tool_output_written_with_its_event_is_stored_once_and_read_back
         assert _OUTPUT[:20] not in bodies[0][0] and bodies[0][1] == "$.parts[1].content"
 
 
+async def test_a_tool_output_that_spells_a_non_finite_number_is_stored_once_too(store: Store, backend: str) -> None:
+    # Only the rest of the message is looked at for non-finite numbers: the output is a string.
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+    spelled = "NaN and -Infinity are the answers " + _OUTPUT
+    returned = _tool_return("c1", spelled)
+    await store.write(Write(session.id, [_result("c1", spelled)], messages=[returned]))
+    assert json.dumps(await store.read_messages(session.conversation_id)) == json.dumps([returned])
+    first = (True, 1) if backend == "sqlite" else (True, None)  # SQLite: the body is the template
+    assert await _body_columns(store, session.conversation_id) == [first]
+
+
 async def test_messages_of_a_schema_5_file_keep_their_bodies(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     store = await connect_store(f"sqlite:///{path}")

@@ -377,19 +377,26 @@ def _message_rows(messages: Sequence[JsonValue], events: Sequence[Event], *, too
     }
     rows: list[MessageRow] = []
     for message in messages:
-        body = json_text(message)  # compact, once
-        finite = "NaN" not in body and "Infinity" not in body
         seq = next((seq for seq, response in responses if response == message), None) if responses else None
-        if seq is not None and finite:
-            rows.append((None, seq, None))
-            continue
-        returned = _tool_return(message, outputs) if tool_results and outputs and finite else None
+        returned = _tool_return(message, outputs) if seq is None and tool_results and outputs else None
         if returned is not None:
-            template, seq, path = returned
-            rows.append((json_text(template), seq, path))
-        else:
-            rows.append((body, None, None))
+            # Only the template is encoded, not the whole message too: the two differ by the output alone, a
+            # JSON string, so the template holds a non-finite number only if the message does (a tool turn
+            # writes such a message after each call).
+            template, output_seq, path = returned
+            text = json_text(template)
+            if _finite(text):
+                rows.append((text, output_seq, path))
+                continue
+        body = json_text(message)  # compact, once
+        rows.append((None, seq, None) if seq is not None and _finite(body) else (body, None, None))
     return rows
+
+
+def _finite(text: str) -> bool:
+    """Whether a message's JSON `text` holds no non-finite number (the payload's JSON would write one as null,
+    so such a message keeps its own body). Text that merely spells one in a string counts as one too."""
+    return "NaN" not in text and "Infinity" not in text
 
 
 def _tool_return(message: JsonValue, outputs: dict[str, tuple[int, str]]) -> tuple[JsonValue, int, str] | None:
