@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from pydantic import JsonValue
 
+from agentwatch.errors import InvalidArgument
 from agentwatch.events import (
     AssistantMessage,
     CompletionFinished,
@@ -34,6 +36,7 @@ from agentwatch.runtime.models import (
     TurnResult,
     run_turn,
 )
+from agentwatch.runtime.models._adapter import _TurnRun
 
 from .recording import REF, Record, RecordingSink, reloaded, resolver, shape, turn, wait_for
 
@@ -417,3 +420,13 @@ async def test_stored_history_continues_exactly_like_the_live_conversation() -> 
 def _without_responses(payloads: list[Any]) -> list[Any]:
     # the response documents carry times and run ids; everything else must be the same
     return [p.model_copy(update={"response": None}) if isinstance(p, CompletionFinished) else p for p in payloads]
+
+
+async def test_run_turn_hands_back_the_run_itself_and_raises_only_when_awaited() -> None:
+    running = run_turn(turn(), RecordingSink(), models=resolver(ScriptedModel.replying("Hi.")))
+    assert getattr(running, "cr_code", None) is _TurnRun.run.__code__  # no coroutine around it: a frame less
+    assert (await running).output == "Hi."
+
+    unknown = run_turn(replace(turn(), model="nowhere:model"), RecordingSink(), models=resolver(ScriptedModel()))
+    with pytest.raises(InvalidArgument):
+        await unknown

@@ -19,6 +19,9 @@ Importing this package does not import the model layer: pydantic-ai is imported 
 scripted model is first resolved), and a vendor's SDK when a model of that vendor is first resolved.
 """
 
+from collections.abc import Coroutine as _Coroutine
+from typing import Any as _Any
+
 from agentwatch.runtime.models._types import (
     PendingCall,
     RetryPolicy,
@@ -51,7 +54,9 @@ from agentwatch.runtime.models.scripted import (
 )
 
 
-async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | None = None) -> TurnResult:
+def run_turn(
+    turn: TurnInput, sink: TurnSink, *, models: ModelResolver | None = None
+) -> _Coroutine[_Any, _Any, TurnResult]:
     """Run one turn (or the continuation of one) on its model, committing every durable step through `sink`.
 
     Returns how the run ended: `completed` with the final text, `paused` with the calls that wait on a person,
@@ -62,11 +67,14 @@ async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | N
     `InvalidArgument` for a model ref that does not resolve and `Invalid` for a history that does not load,
     both before anything is committed. Cancelling the task commits what was recovered and re-raises.
     `models` resolves the ref (a `ModelResolver()` on the process environment when None).
+
+    The coroutine returned is the model layer's own, not one that awaits it: each time the turn resumes, the
+    event loop passes through one frame less.
     """
     # The model layer loads here, on the first turn, not when the engine is imported.
     from agentwatch.runtime.models._adapter import run_turn as run_on_model_layer
 
-    return await run_on_model_layer(turn, sink, models=models)
+    return run_on_model_layer(turn, sink, models=models)
 
 
 __all__ = [

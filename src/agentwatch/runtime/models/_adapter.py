@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -103,7 +103,9 @@ def _detail(metadata: dict[str, Any]) -> dict[str, JsonValue]:
     return {key: value for key, value in metadata.items() if key != _WAITS}
 
 
-async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | None = None) -> TurnResult:
+def run_turn(
+    turn: TurnInput, sink: TurnSink, *, models: ModelResolver | None = None
+) -> Coroutine[Any, Any, TurnResult]:
     """Run one turn (or the continuation of one) on its model, committing every durable step through `sink`.
 
     Returns how the run ended: `completed` with the final text, `paused` with the calls that wait on a person,
@@ -113,12 +115,11 @@ async def run_turn(turn: TurnInput, sink: TurnSink, *, models: ModelResolver | N
     failed commits a `runtime.error` (for the models: each one tried, its provider and URL, as the error says). Raises
     `InvalidArgument` for a model ref that does not resolve and `Invalid` for a history that does not load,
     both before anything is committed. Cancelling the task commits what was recovered and re-raises.
+
+    It returns the run's own coroutine rather than one that awaits it: every time the turn resumes (each
+    streamed piece, each commit, each tool) the event loop passes through one frame less.
     """
-    resolver = models if models is not None else ModelResolver()
-    chain = [(ref, resolver._model(ref)) for ref in split_chain(turn.model)]
-    history = _history(turn, resolver)
-    run = _TurnRun(turn, sink, resolver.context_window(turn.model))
-    return await run.run(ModelTrail(chain, resolver.retry, run._tell), history)
+    return _TurnRun(turn, sink).run(models)
 
 
 def _history(turn: TurnInput, resolver: ModelResolver) -> list[ModelMessage]:
@@ -206,10 +207,10 @@ def _interrupted_return(call: ToolCallPart) -> ToolReturnPart:
 class _TurnRun:
     """The state of one `run_turn`: what is committed so far, and the usage of its requests."""
 
-    def __init__(self, turn: TurnInput, sink: TurnSink, context_window: int | None) -> None:
+    def __init__(self, turn: TurnInput, sink: TurnSink) -> None:
         self.turn = turn
         self.sink = sink
-        self.context_window = context_window
+        self.context_window: int | None = None
         self.request_index = 0
         self.usage = Usage()
         # Messages are tracked by identity: pydantic-ai appends the very objects we committed to its history.
@@ -233,9 +234,19 @@ class _TurnRun:
         """Commit a fact about the model requests (a retry, a reroute) durably, before acting on it."""
         await self._commit([payload], ())
 
-    async def run(self, trail: ModelTrail, history: list[ModelMessage]) -> TurnResult:
+    def _prepare(self, models: ModelResolver | None) -> tuple[ModelTrail, list[ModelMessage]]:
+        """The run's chain of models and its history (raising for a ref that does not resolve or a history
+        that does not load, before anything is committed)."""
+        resolver = models if models is not None else ModelResolver()
+        chain = [(ref, resolver._model(ref)) for ref in split_chain(self.turn.model)]
+        history = _history(self.turn, resolver)
+        self.context_window = resolver.context_window(self.turn.model)
         self._stored = frozenset(map(id, history))
-        self._trail = trail
+        self._trail = ModelTrail(chain, resolver.retry, self._tell)
+        return self._trail, history
+
+    async def run(self, models: ModelResolver | None) -> TurnResult:
+        trail, history = self._prepare(models)
         agent: Agent[None, _Output] = Agent(
             trail.model,
             instructions=self.turn.instructions or None,
