@@ -6,12 +6,13 @@ import asyncio
 import itertools
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from agentwatch.events import Event
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.thread_observer import ReplaySnapshot
-from agentwatch.tools import function_tool
+from agentwatch.tools import Caller, function_tool
 from tests.runtime.support import OpenEngine, Scripted, role
 
 NAP_SECONDS = 2.0
@@ -66,3 +67,46 @@ async def test_a_sleeping_sync_tool_does_not_stall_another_sessions_stream(
     longest = max(gaps)
     print(f"longest gap between the talker's events while a sync tool slept {NAP_SECONDS} s: {longest * 1000:.1f} ms")
     assert longest < 0.5, f"another session stalled {longest:.2f} s while a sync tool slept"
+
+
+async def test_sync_tools_that_finish_together_resume_a_few_per_loop_turn() -> None:
+    """Outcomes of many worker threads that finish while the loop is busy do not all wake their callers in the
+    same loop turn: they resume a chunk per turn, so the turns they drive do not move in step."""
+    calls = 48
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=calls))  # every call in a thread at once
+    gate = threading.Event()
+    waiting = itertools.count(1)
+    in_threads = [0]
+
+    def wait_for_gate() -> str:
+        """Block until the test opens the gate."""
+        in_threads[0] = next(waiting)
+        gate.wait(10)
+        return "through"
+
+    tool = function_tool(wait_for_gate)
+    loop_turn = [0]
+    turns_seen: list[int] = []
+    ticking = True
+
+    def tick() -> None:  # one call a loop turn: counts them
+        loop_turn[0] += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    async def call() -> None:
+        assert await tool.handler(None, Caller(), {}) == "through"
+        turns_seen.append(loop_turn[0])
+
+    tasks = [asyncio.ensure_future(call()) for _ in range(calls)]
+    while in_threads[0] < calls:
+        await asyncio.sleep(0.01)
+    gate.set()
+    time.sleep(0.2)  # the loop is busy while every thread finishes: their outcomes are all ready at once
+    loop.call_soon(tick)
+    await asyncio.gather(*tasks)
+    ticking = False
+    per_turn = max(turns_seen.count(turn) for turn in set(turns_seen))
+    assert len(turns_seen) == calls
+    assert per_turn <= 16, f"{per_turn} callers resumed in one loop turn"

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError, create_model
 
 from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, UserError
 from agentwatch.tools._bounds import MAX_NAME_CHARS
 from agentwatch.tools._wire import dump
+
+if TYPE_CHECKING:
+    from agentwatch.store._mailbox import Mailbox
 
 __all__ = [
     "Caller",
@@ -26,6 +30,25 @@ __all__ = [
     "parse_args",
     "typed_tool",
 ]
+
+_outcomes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
+
+
+async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run a sync tool in a worker thread; its caller resumes among a mailbox's chunks, a few per loop turn.
+
+    A thread's outcome otherwise wakes its caller in the next loop turn, and the outcomes of many tools that
+    finished while the loop was busy all at once: hundreds of turns then take their next steps (the tool's
+    result, the next model request and its stream) in step, in the same loop turns, keeping the loop from
+    everything else for the sum of them (with 1,000 turns at once, loop turns of 30-80 ms)."""
+    from agentwatch.store._mailbox import Mailbox  # the store's pacing of outcomes, not needed before a call
+
+    value = await asyncio.to_thread(fn, **kwargs)
+    loop = asyncio.get_running_loop()
+    mailbox = _outcomes.get(loop)
+    if mailbox is None:
+        mailbox = _outcomes[loop] = Mailbox(loop)
+    return await mailbox.hand_back(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +307,7 @@ def function_tool(
     async def handler(engine: Any, caller: Caller, args: dict[str, Any]) -> JsonValue:
         parsed = parse_args(model, tool_name, args)
         kwargs = {key: getattr(parsed, key) for key in fields}
-        result = await fn(**kwargs) if is_async else await asyncio.to_thread(fn, **kwargs)
+        result = await fn(**kwargs) if is_async else await _in_thread(fn, kwargs)
         if inspect.isawaitable(result):
             result = await result
         if isinstance(result, BaseModel):
