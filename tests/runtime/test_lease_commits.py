@@ -1,15 +1,18 @@
-"""Leases around a turn: taken before its input is stored, let go once its end is stored, before the loop's
-last look for more work."""
+"""Leases around a turn: taken before its input is stored (sharing its commit where the store applies writes
+in order), let go once its end is stored, before the loop's last look for more work."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.leases import Leases, commit_claimed
 from agentwatch.runtime.models import ScriptedModel
-from agentwatch.store import Store
+from agentwatch.store import InputDraft, SessionDraft, Store, Write, open_store
 from tests.runtime.support import Scripted, role, until
 
 
@@ -31,9 +34,79 @@ class Commits:
             self.transactions[-1].append(" ".join(statement.split()[:3]))
 
 
+def queued(store: Store, write: Write) -> Any:
+    """Start `write` as a session emitter does: its store write is queued in the next loop turn."""
+    return lambda: asyncio.ensure_future(store.write(write))
+
+
+async def test_the_take_of_a_lease_shares_the_commit_of_the_work_queued_with_it(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'aw.db'}") as store:
+        session = await store.create_session(SessionDraft(name="s-claimed", role="any"))
+        leases = Leases(store, ttl=30)
+        runtime: Any = SimpleNamespace(store=store, leases=leases)
+        commits = Commits(store)
+        write = Write(session.id, inputs_add=[InputDraft(text="go")])
+        await commit_claimed(runtime, session.id, queued(store, write))
+        assert commits.count == 1
+        lease = await store.get_lease(session.id)
+        assert lease is not None and lease.owner == leases.owner and leases.holds(session.id)
+        assert [i.text for i in await store.list_inputs(session.id)] == ["go"]
+
+        # Held already: the work alone is written.
+        await commit_claimed(runtime, session.id, queued(store, Write(session.id, inputs_add=[InputDraft(text="2")])))
+        assert commits.count == 2
+        await leases.close()
+
+
+async def test_work_queued_beside_another_owners_live_lease_is_left_to_it(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'aw.db'}") as store:
+        session = await store.create_session(SessionDraft(name="s-other", role="any"))
+        assert await store.acquire_lease(session.id, "own_other", 30)
+        leases = Leases(store, ttl=30)
+        runtime: Any = SimpleNamespace(store=store, leases=leases)
+        await commit_claimed(runtime, session.id, queued(store, Write(session.id, inputs_add=[InputDraft(text="go")])))
+        lease = await store.get_lease(session.id)
+        assert lease is not None and lease.owner == "own_other"
+        assert not leases.held
+        assert [i.text for i in await store.list_inputs(session.id)] == ["go"]
+        await leases.close()
+
+
+async def test_a_take_waiting_behind_a_release_still_comes_before_the_work(tmp_path: Path) -> None:
+    """While the lease is being let go, the take waits for that, and the work waits for the take: the work is
+    never stored after the release and before the take."""
+    async with open_store(f"sqlite:///{tmp_path / 'aw.db'}") as store:
+        session = await store.create_session(SessionDraft(name="s-order", role="any"))
+        leases = Leases(store, ttl=30)
+        runtime: Any = SimpleNamespace(store=store, leases=leases)
+        assert await leases.acquire(session.id)
+        order: list[str] = []
+        write = Write(session.id, inputs_add=[InputDraft(text="go")])
+
+        async def written() -> Any:
+            events = await store.write(write)
+            order.append("work")
+            return events
+
+        async def released() -> None:
+            await leases.release(session.id)
+            order.append("released")
+
+        releasing = asyncio.ensure_future(released())
+        await asyncio.sleep(0)  # the release is under way
+        lease_taken = asyncio.ensure_future(
+            commit_claimed(runtime, session.id, lambda: asyncio.ensure_future(written()))
+        )
+        await asyncio.gather(releasing, lease_taken)
+        assert order == ["released", "work"]
+        lease = await store.get_lease(session.id)
+        assert lease is not None and lease.owner == leases.owner
+        await leases.close()
+
+
 async def test_after_a_turn_the_lease_goes_once_its_end_is_stored(tmp_path: Path, scripted: Scripted) -> None:
-    """The lease is taken before the input is stored, and let go after the turn's end (the loop lets it go
-    before its last look for work)."""
+    """The lease is taken before the input is stored, in the same commit, and let go after the turn's end (the
+    loop lets it go before its last look for work)."""
     model = scripted("lease-commits", ScriptedModel.replying("Done."))
     async with Engine.open(
         f"sqlite:///{tmp_path / 'aw.db'}", root=tmp_path, definitions=[role("r", model)], extensions=[]
@@ -48,7 +121,9 @@ async def test_after_a_turn_the_lease_goes_once_its_end_is_stored(tmp_path: Path
         assert engine.leases.held == [] and await engine.store.get_lease(session.id) is None
     takes = [i for i, t in enumerate(commits.transactions) if "INSERT INTO leases" in t]
     inputs = [i for i, t in enumerate(commits.transactions) if "INSERT INTO inbox" in t]
-    assert len(takes) == 1 and len(inputs) == 1 and takes[0] < inputs[0]
+    assert len(takes) == 1 and len(inputs) == 1 and takes[0] == inputs[0]
+    first = commits.transactions[takes[0]]
+    assert first.index("INSERT INTO leases") < first.index("INSERT INTO inbox")
     # The lease is let go once the turn's end is stored, never before it.
     ends = [i for i, t in enumerate(commits.transactions) if "INSERT INTO events" in t]
     releases = [i for i, t in enumerate(commits.transactions) if "DELETE FROM leases" in t]

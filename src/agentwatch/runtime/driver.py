@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, MutableMapping
+from collections.abc import Awaitable, Coroutine, MutableMapping
 from typing import Any, Final
 
 from agentwatch.events import Event
@@ -89,6 +89,15 @@ class SessionDriver:
             return await (await self._successor()).commit(write, rides=rides)
         self.used_at = time.monotonic()
         return await self.emitter.commit(write, rides=rides)
+
+    def submit(self, write: Write) -> Awaitable[list[Event]]:
+        """`commit`, started at once: the write is queued behind the session's earlier writes before this
+        returns (its store write in the next loop turn); await the result for its events, as `commit` returns
+        them (the write runs to its end even when the awaiting caller is cancelled)."""
+        if self.evicted:
+            return asyncio.ensure_future(self.commit(write))
+        self.used_at = time.monotonic()
+        return asyncio.shield(self.emitter.submit(write))
 
     async def subscribe(self, request: Any) -> ReplaySnapshot:
         """Attach a client: each observer's on_subscribe gets a snapshot; resolves once they ran."""

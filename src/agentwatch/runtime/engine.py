@@ -35,7 +35,7 @@ from agentwatch.runtime import compaction, requests
 from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, SessionDriver, evict_idle
 from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
-from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases, claimed
+from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases, commit_claimed
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
@@ -360,8 +360,9 @@ class Engine:
             if session.deleted_at is not None:
                 raise Conflict(f"session {session_id!r} was deleted; create a new one")
             driver = await self.driver(session_id)
-            async with claimed(self, session_id):  # leases: the input is never left without an owner to run it
-                await driver.commit(Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)]))
+            write = Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)])
+            # leases: the input is never left without an owner to run it (the lease's take shares its commit)
+            await commit_claimed(self, session_id, lambda: driver.submit(write))
             driver.kick()
         finally:
             turn_loop_ended()

@@ -42,10 +42,10 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentwatch.errors import AgentwatchError, NotFound
 from agentwatch.events import NewEvent, RuntimeNotice, TurnEnded, TurnId
@@ -61,6 +61,7 @@ __all__ = [
     "Leases",
     "check_held",
     "claimed",
+    "commit_claimed",
     "end_after_fault",
     "ensure_held",
     "leases_of",
@@ -69,6 +70,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS = 15.0
 SWEEP_SECONDS = 0.25
@@ -118,6 +121,10 @@ class Leases:
         enough (with a margin before its expiry). False does not mean lost: a renewal may be under way."""
         deadline = self._held.get(session_id)
         return deadline is not None and time.monotonic() < deadline
+
+    def changing(self, session_id: str) -> bool:
+        """Whether a take or release of the session's lease is under way (a new one waits for it)."""
+        return session_id in self._changes
 
     def may_write(self, session_id: str) -> bool:
         """Whether a turn of the session may still write here: this engine took the lease and the store has
@@ -451,6 +458,46 @@ async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[None]:
         if taken and leases is not None:
             await leases.release(session_id)
         raise
+
+
+async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[], Awaitable[T]]) -> T:
+    """`claimed` around one write, with the lease's take and the write in one commit where the store allows.
+
+    `submit` starts the write at once (it must not suspend first: a session emitter's `submit`, whose store
+    write is queued in the next loop turn) and returns what to await for it. The take is queued just before
+    it, in the same loop turn: a store that applies its writes one after another in the order queued (SQLite's
+    one writer) applies the take first, in the same transaction or an earlier one, so the work is never
+    stored without an owner, and the two cost one commit instead of two. A store that writes concurrently
+    (PostgreSQL) or a take that must wait behind another take or release of the lease gets `claimed`, one
+    after the other. Should the turn that runs the work then fail to write, its loop looks again a moment
+    later (`SessionDriver`), with the lease still held: the work is not stranded.
+    """
+    leases = leases_of(runtime)
+    if leases is None or leases.holds(session_id) or leases.changing(session_id) or not _in_order(runtime.store):
+        async with claimed(runtime, session_id):
+            return await submit()
+    taking = asyncio.ensure_future(leases.acquire(session_id))  # its first step runs before the write's
+    try:
+        written = await submit()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if await taking:
+                await leases.release(session_id)
+        raise
+    try:
+        taken = await taking
+    except Exception as exc:  # the work is stored: this engine's turn loop takes the lease when it runs it
+        log.warning("could not take the lease of %s with its work (the turn loop takes it): %s", session_id, exc)
+        return written
+    if isinstance(taken, LeaseRecord):
+        await leases.note_takeover(runtime, taken)
+    return written
+
+
+def _in_order(store: Store) -> bool:
+    """Whether `store` applies its writes one after another in the order they were queued: SQLite's, whose one
+    writer thread takes them from one queue (and commits those queued together at once)."""
+    return store.url.startswith("sqlite:")
 
 
 async def release_after_stop(runtime: Runtime, session_id: str) -> None:
