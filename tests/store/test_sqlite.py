@@ -45,6 +45,17 @@ async def test_memory_store_reads_its_own_writes() -> None:
         assert (await store.info()).path_bytes is None
 
 
+async def test_a_sqlite_library_too_old_for_the_stores_sql_is_refused_before_the_file_is_touched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.31.1")
+    path = tmp_path / "old.db"
+    with pytest.raises(StoreError, match=r"3\.31\.1; agentwatch needs 3\.35\.0 or newer.*PostgreSQL"):
+        await connect_store(f"sqlite:///{path}")
+    assert not path.exists()
+
+
 @pytest.mark.parametrize(("option", "level"), [("", 2), ("?synchronous=normal", 1), ("?synchronous=FULL", 2)])
 async def test_writer_runs_in_wal_mode_with_the_chosen_synchronous_level(
     tmp_path: Path, option: str, level: int

@@ -59,6 +59,8 @@ _GATHER_STEP_S: Final = 0.0002
 """How often the waiting writer looks whether they came."""
 _PAGE_SIZE: Final = 8192
 """Bytes per page of a new database file (see `_open_database`)."""
+_SQLITE_MIN: Final = (3, 35, 0)
+"""The oldest SQLite whose SQL the store writes (`RETURNING` came in 3.35)."""
 _KNOWN_MAX: Final = 10_000
 """Sessions whose counters the writer remembers, at most (see `SqliteStore._known`)."""
 
@@ -513,8 +515,20 @@ def _create_privately(path: Path) -> None:
         os.close(descriptor)
 
 
+def _check_sqlite_version() -> None:
+    """Refuse a SQLite library older than the statements the store writes (`RETURNING`, `UPDATE ... FROM`)."""
+    if sqlite3.sqlite_version_info < _SQLITE_MIN:
+        needed = ".".join(map(str, _SQLITE_MIN))
+        raise StoreError(
+            f"the SQLite library this Python uses is {sqlite3.sqlite_version}; agentwatch needs {needed} or newer. "
+            "Use a Python built with a newer SQLite (any CPython 3.11 from python.org, or a current Linux "
+            "distribution's), or a PostgreSQL store (postgresql://...)"
+        )
+
+
 def _open_database(path: Path | None, synchronous: Synchronous) -> sqlite3.Connection:
     """Check, configure and migrate the database; return the writer's connection."""
+    _check_sqlite_version()
     where = repr(str(path)) if path is not None else "the in-memory database"
     if path is not None:
         try:
