@@ -14,6 +14,7 @@ import pytest
 
 from agentwatch.runtime import full_collections
 from agentwatch.runtime.full_collections import (
+    CROWD,
     DEFERRED_THRESHOLD,
     MIDDLE_THRESHOLD,
     YOUNG_SECONDS,
@@ -166,6 +167,35 @@ async def test_young_collections_run_on_a_beat_while_turns_run(
         assert young == []  # the beat stops with the last turn
     finally:
         gc.callbacks.remove(note)
+
+
+async def test_the_beat_quickens_once_many_turn_loops_run(thresholds: tuple[int, ...]) -> None:
+    # What the loop makes between two beats grows with the turns in flight; a few turns make little.
+    beats: list[int] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] < 2:
+            beats.append(info["generation"])
+
+    window = 4 * YOUNG_SECONDS
+    gc.set_threshold(10_000_000, 10, 10)  # CPython's count alone would start none in this test
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        turn_loop_started()
+        await asyncio.sleep(window)
+        few = len(beats)
+        for _ in range(CROWD - 1):
+            turn_loop_started()
+        beats.clear()
+        await asyncio.sleep(window)
+        many = len(beats)
+    finally:
+        for _ in range(CROWD):
+            turn_loop_ended()
+        gc.callbacks.remove(note)
+    assert few <= window / YOUNG_SECONDS
+    assert many >= 2 * window / YOUNG_SECONDS  # (window / CROWDED_YOUNG_SECONDS on an idle machine)
 
 
 async def test_the_beat_collects_generation_1(thresholds: tuple[int, ...]) -> None:

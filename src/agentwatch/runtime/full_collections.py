@@ -24,14 +24,16 @@ the full one is put off:
   starts a generation-1 collection (only CPython's own trigger does), so with that trigger quiet generation
   1 kept the survivors of dozens of beats, and the generation-1 collection that finally came scanned
   30,000-45,000 objects (40-60 ms of the loop). Collecting generation 1 on every beat scans what the beat's
-  young generation holds and the little CPython's own young collections left in generation 1, and moves
-  what survives to the old generation at once: each object is looked at once, and no beat's pause holds
-  the survivors of the beat before. The beat is short (`YOUNG_SECONDS`, about one loop turn under load):
-  a beat's pause grows with what the loop made since the last one, not the work in all, so a shorter beat
-  makes shorter pauses for the same collector CPU. With 1,000 turns in flight a 25 ms beat still let one
-  pause reach 5-14 ms of the loop, landing on loop turns that were long already; at 5 ms the longest was
-  2-4 ms, and the collector's CPU over the run was the same (about 1.1 s), each object still being looked
-  at once;
+  young generation holds and the little CPython's own young collections left in generation 1, and moves what
+  survives to the old generation at once: each object is looked at once, and no beat's pause holds the
+  survivors of the beat before. The beat is short (`CROWDED_YOUNG_SECONDS` with many turns, about a loop
+  turn under load): a beat's pause grows with what the loop made since the last one, not the work in all, so
+  a shorter beat makes shorter pauses for the same collector CPU. With 1,000 turns in flight a 25 ms beat
+  still let one pause reach 5-14 ms of the loop, landing on loop turns that were long already; at 5 ms the
+  longest was 2-4 ms, and the collector's CPU over the run was the same (about 1.1 s), each object still
+  being looked at once. A few turns make little in 25 ms, and a beat's collection has a cost of its own
+  whatever it finds (a ten-tool turn of one session made 13 of them at 5 ms, about 2 % of its CPU): the beat
+  is `YOUNG_SECONDS` while fewer than `CROWD` turn loops run, `CROWDED_YOUNG_SECONDS` from then on;
 - once no turn has run for `IDLE_SECONDS`, the application's own thresholds are put back and a full
   collection runs if CPython would have been due one meanwhile. The thresholds stay until then: put back as
   the last turn loop ended, CPython's own trigger started the full collection that waited within a few
@@ -48,6 +50,8 @@ import threading
 from typing import Final
 
 __all__ = [
+    "CROWD",
+    "CROWDED_YOUNG_SECONDS",
     "DEFERRED_THRESHOLD",
     "IDLE_SECONDS",
     "MIDDLE_THRESHOLD",
@@ -63,9 +67,14 @@ on every beat (about 200 a second) and CPython's own, a couple of minutes of tur
 MIDDLE_THRESHOLD: Final = 1
 """Young collections after which a generation-1 one runs while turns run: every other one (CPython's default
 is 10; a lower threshold of the application's own is kept)."""
-YOUNG_SECONDS: Final = 0.005
-"""How often a collection of the young generations (0 and 1) runs while turns run, whatever CPython's count
-says (a collection of a young generation that holds little costs a few microseconds)."""
+YOUNG_SECONDS: Final = 0.025
+"""How often a collection of the young generations (0 and 1) runs while a few turns run, whatever CPython's
+count says."""
+CROWDED_YOUNG_SECONDS: Final = 0.005
+"""The beat while `CROWD` turn loops or more run: what the loop makes between two beats, and so each beat's
+pause, grows with the turns in flight."""
+CROWD: Final = 32
+"""Turn loops running at once from which the beat is `CROWDED_YOUNG_SECONDS`."""
 IDLE_SECONDS: Final = 1.0
 """How long the process has had no turn running before the full collection that waited runs."""
 
@@ -101,7 +110,7 @@ def turn_loop_started() -> None:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        _young_timer = loop.call_later(YOUNG_SECONDS, _beat_collection)
+        _young_timer = loop.call_later(_beat_seconds(), _beat_collection)
 
 
 def turn_loop_ended() -> None:
@@ -136,13 +145,18 @@ def _while_turns(saved: tuple[int, int, int]) -> tuple[int, int, int]:
     return saved[0], min(saved[1], MIDDLE_THRESHOLD), DEFERRED_THRESHOLD
 
 
+def _beat_seconds() -> float:
+    """The beat for the turn loops running now (see `CROWD`); called holding `_lock`."""
+    return CROWDED_YOUNG_SECONDS if _running >= CROWD else YOUNG_SECONDS
+
+
 def _beat_collection() -> None:
     global _young_timer
     with _lock:
         _young_timer = None
         if _saved is None:  # the last turn ended meanwhile
             return
-        _young_timer = asyncio.get_running_loop().call_later(YOUNG_SECONDS, _beat_collection)
+        _young_timer = asyncio.get_running_loop().call_later(_beat_seconds(), _beat_collection)
         if not gc.isenabled():
             return
     gc.collect(1)
