@@ -611,7 +611,8 @@ async def summary_tool(ctx: Context) -> list[Result]:
                     f"{sizes.list_sessions:,} sessions, {lineages:,} lineages, {index} calls; baseline: the same "
                     "counts by hand with sqlite3 (one pass over the sessions, "
                     + ("the lineage heads by a window function, " if words else "a count of distinct lineages, ")
-                    + "the ledger twice)"
+                    + "the ledger twice), one query after another on one connection; the store runs its reads at "
+                    "once, on its two reader threads"
                 )
                 results += _pair(f"reads.summary.{label}", (tool_ms, hand_ms), note, _WITHIN_2X)
     finally:

@@ -38,6 +38,10 @@ class SummaryArgs(Args):
     by: Literal["role"] | None = Field(None, description='"role": each role\'s sessions and newest activity.')
 
 
+async def _nothing() -> None:
+    """What a read that is not asked for gives (a place among the reads run at once)."""
+
+
 async def _count(view: EngineView, where: SessionFilter) -> int:
     return sum((await view.store.count_sessions(where)).values())
 
@@ -67,15 +71,21 @@ async def summary_answer(view: EngineView, args: SummaryArgs, *, now: datetime |
     def saying(word: Word) -> SessionFilter:
         return word_filter(SessionFilter(), [word], now=now, stuck_after=default, by_role=by_role)
 
-    # Two grouped queries give every count of sessions and of lineages (their newest sessions) by word.
-    statuses, words = await count_words(view.store, SessionFilter(), now=now, stuck_after=default, by_role=by_role)
+    # Two grouped queries give every count of sessions and of lineages (their newest sessions) by word. The
+    # reads are independent of one another: they run at once (each was its own read already, not one snapshot),
+    # on as many of the store's reader threads or connections as it has.
     heads = SessionFilter(heads_of="group_key")
-    _, lineage_words = await count_words(view.store, heads, now=now, stuck_after=default, by_role=by_role)
-    window = await _window(view, now - args.window, now, saying("needs_you"))
-    window.previous = await _window(view, now - 2 * args.window, now - args.window, saying("needs_you"))
+    (statuses, words), (_, lineage_words), window, previous, intercepted, groups = await asyncio.gather(
+        count_words(view.store, SessionFilter(), now=now, stuck_after=default, by_role=by_role),
+        count_words(view.store, heads, now=now, stuck_after=default, by_role=by_role),
+        _window(view, now - args.window, now, saying("needs_you")),
+        _window(view, now - 2 * args.window, now - args.window, saying("needs_you")),
+        _count(view, SessionFilter(intercepted=True)),
+        view.store.group_sessions(SessionFilter(), "role") if args.by == "role" else _nothing(),
+    )
+    window.previous = previous
     roles = None
-    if args.by == "role":
-        groups = await view.store.group_sessions(SessionFilter(), "role")
+    if groups is not None:
         roles = [RoleEntry(role=g.key, sessions=g.sessions, last_active_at=iso(g.last_active_at)) for g in groups]
     return SummaryAnswer(
         at=iso(now),
@@ -83,7 +93,7 @@ async def summary_answer(view: EngineView, args: SummaryArgs, *, now: datetime |
         total=sum(statuses.values()),
         working=words["working"],
         lineages=sum(lineage_words.values()),
-        intercepted=await _count(view, SessionFilter(intercepted=True)),
+        intercepted=intercepted,
         words=dict(lineage_words) if args.words else None,
         window=window,
         by_role=roles,
