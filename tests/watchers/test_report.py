@@ -94,7 +94,9 @@ async def test_reports_cannot_feed_each_other_forever(open_engine: OpenEngine, s
         assert (await engine.store.get_session(session.id)).pending_inputs == 1
         await engine.enqueue(session.id, "and now?")  # other input: the held report is read with it
         await eventually(lambda: _turns(engine, session.id, 3))
-        third = [e.payload for e in await events(engine, session.id, "message.user")][-2:]
+        # Turn 3's own messages: its report may start a fourth turn by the time they are read.
+        third_turn = (await events(engine, session.id, "turn.started"))[2].turn_id
+        third = [e.payload for e in await events(engine, session.id, "message.user") if e.turn_id == third_turn]
         assert [m.text.endswith("Again!") for m in third if isinstance(m, UserMessage)] == [True, False]
         await eventually(lambda: _reports_count(engine, session.id, 3))
 
