@@ -180,10 +180,14 @@ def _top(stats: pstats.Stats, key: str, count: int, turns: int) -> list[str]:
     return rows
 
 
+_REPO = f"{Path(__file__).resolve().parents[1]}/"
+"""The checkout's own directory, cut from the file names of its modules outside `src` (the benchmarks)."""
+
+
 def _short(filename: str, line: int, name: str) -> str:
     if filename == "~":
         return name
-    for marker in ("/site-packages/", "/src/", "/lib/python3.11/", "/work/main/"):
+    for marker in ("/site-packages/", "/src/", "/lib/python3.11/", _REPO):
         if marker in filename:
             filename = filename.split(marker, 1)[1]
             break
