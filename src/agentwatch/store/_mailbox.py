@@ -198,6 +198,11 @@ class Job:
     """Apply it by itself even if it is an append-only write (its group's statement lost the transaction)."""
     outcome: tuple[Any, BaseException | None] = field(default=(None, None))
 
+    @property
+    def grouped(self) -> bool:
+        """Whether the writer applies it with the other append-only writes of its group."""
+        return self.appends is not None and not self.alone
+
     def deliver(self) -> None:
         """Set the caller's future (on the caller's event loop)."""
         if self.future.done():
