@@ -6,8 +6,9 @@ ones inside functions, and `importlib.import_module("...")` with a literal name.
     events → store, live → tools → reads → runtime → watchers → surfaces
 
 - A module may import its own layer and the ones below it.
-- `agentwatch.tools*`, `agentwatch.errors` and `agentwatch.config` (the tool contract) are base utilities that
-  every layer may import; they themselves import only the layers below them.
+- `agentwatch.tools*`, `agentwatch.errors` and `agentwatch.config` (the tool contract), and `agentwatch.pacing`
+  (outcomes handed back to an event loop), are base utilities that every layer may import; they themselves
+  import only the layers below them.
 - Nothing below the surfaces imports `agentwatch.runtime.engine` (`Engine`); `agentwatch/__init__.py`, the
   public lazy surface, is the one exception.
 - Only the models adapter (`agentwatch.runtime.models`) imports `pydantic_ai` or a vendor SDK.
@@ -30,7 +31,7 @@ PACKAGE = SRC / "agentwatch"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("events", ("agentwatch.events",)),
     ("store, live", ("agentwatch.store", "agentwatch.live")),
-    ("tools", ("agentwatch.tools", "agentwatch.errors", "agentwatch.config")),
+    ("tools", ("agentwatch.tools", "agentwatch.errors", "agentwatch.config", "agentwatch.pacing")),
     ("reads", ("agentwatch.reads",)),
     ("runtime", ("agentwatch.runtime", "agentwatch.retention")),
     ("watchers", ("agentwatch.watchers",)),
@@ -39,8 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 """Lowest first. A module belongs to the layer with the longest prefix that names it (`agentwatch` alone is
 the public surface, the package's `__init__`)."""
 
-BASE = ("agentwatch.tools", "agentwatch.errors", "agentwatch.config")
-"""The tool contract: importable from every layer."""
+BASE = ("agentwatch.tools", "agentwatch.errors", "agentwatch.config", "agentwatch.pacing")
+"""The tool contract, and the loops' pacing of outcomes: importable from every layer."""
 
 WATCHERS = ["digest", "pairing", "report", "rules", "delivery", "observers"]
 """The line inside the watchers, lowest first; `agentwatch.watchers` (the package) is above all of them."""

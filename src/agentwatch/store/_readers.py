@@ -24,7 +24,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, Final, TypeVar, cast
 
-from agentwatch.store._mailbox import Job, Mailbox
+from agentwatch.pacing import Mailbox
+from agentwatch.store._jobs import Job
 from agentwatch.store._sql import Tx
 from agentwatch.store._sqlite_connection import SqliteTx, as_store_error, connect, drive
 

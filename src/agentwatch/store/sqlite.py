@@ -15,8 +15,9 @@ however many callers. Each caller's call returns only after that commit. Reads r
 connections, which WAL lets proceed while the writer writes (a small read on its caller's own thread, a
 larger one on a reader thread: see `_readers`).
 
-Outcomes go back to the callers' event loops through a `Mailbox`: one wake-up per group, then a chunk of
-callers per loop turn, so a large group does not resume hundreds of callers in one turn.
+Outcomes go back to the callers' event loops through each loop's `Mailbox` (`agentwatch.pacing`): one
+wake-up per group, then a chunk of callers per loop turn, so a large group does not resume hundreds of callers
+in one turn.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import queue
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,8 +37,9 @@ from urllib.parse import parse_qs
 
 from agentwatch.errors import InvalidArgument, NotADatabase, StoreError
 from agentwatch.events import Event
+from agentwatch.pacing import mailbox_for
 from agentwatch.store._appends import Counters, apply_appends
-from agentwatch.store._mailbox import Job, Mailbox, settle
+from agentwatch.store._jobs import Job, settle
 from agentwatch.store._migrations import migrate, recorded_version
 from agentwatch.store._readers import Readers
 from agentwatch.store._sql import Dialect, Tx, utc_text
@@ -116,10 +117,6 @@ class SqliteStore(SqlStore):
         self._writer_connection = writer
         self._writer = threading.Thread(target=self._writer_main, name="agentwatch-sqlite-writer", daemon=True)
         self._readers = Readers(path) if path is not None else None
-        self._lock = threading.Lock()
-        self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
-        self._recent: tuple[weakref.ref[asyncio.AbstractEventLoop], Mailbox] | None = None
-        """The loop of the latest call and its mailbox (a weak reference: the store keeps no loop alive)."""
         self._closed = False
         self._known: dict[str, Known] = {}
         """The counters of the sessions the writer's appends wrote, as its last commits left them (writer
@@ -391,17 +388,6 @@ class SqliteStore(SqlStore):
         for job, outcome in zip(jobs, outcomes, strict=True):
             job.outcome = (None, outcome) if isinstance(outcome, BaseException) else (outcome, None)
 
-    def _mailbox(self, loop: asyncio.AbstractEventLoop) -> Mailbox:
-        recent = self._recent
-        if recent is not None and recent[0]() is loop:  # the loop of the previous call, nearly always
-            return recent[1]
-        mailbox = self._mailboxes.get(loop)
-        if mailbox is None:
-            with self._lock:
-                mailbox = self._mailboxes.setdefault(loop, Mailbox(loop))
-        self._recent = (weakref.ref(loop), mailbox)
-        return mailbox
-
     def _submit(
         self,
         fn: Callable[[Tx], Awaitable[T]],
@@ -415,7 +401,7 @@ class SqliteStore(SqlStore):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         run = cast("Callable[[Tx], Coroutine[Any, Any, Any]]", fn)  # (as text: the subscript costs a call each time)
-        self._queue.put(Job(run, self._mailbox(loop), future, write, session_id, appends))
+        self._queue.put(Job(run, mailbox_for(loop), future, write, session_id, appends))
         return future
 
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
@@ -437,7 +423,7 @@ class SqliteStore(SqlStore):
             return await self._submit(fn, write=False)
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed; open it again")
-        return await self._readers.read(fn, self._mailbox(asyncio.get_running_loop()))
+        return await self._readers.read(fn, mailbox_for(asyncio.get_running_loop()))
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

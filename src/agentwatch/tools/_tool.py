@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError, create_model
 
 from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, UserError
+from agentwatch.pacing import mailbox_for
 from agentwatch.tools._bounds import MAX_NAME_CHARS
 from agentwatch.tools._wire import dump
-
-if TYPE_CHECKING:
-    from agentwatch.store._mailbox import Mailbox
 
 __all__ = [
     "Caller",
@@ -31,8 +28,6 @@ __all__ = [
     "typed_tool",
 ]
 
-_outcomes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
-
 
 async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """Run a sync tool in a worker thread; its caller resumes among a mailbox's chunks, a few per loop turn.
@@ -41,14 +36,8 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     finished while the loop was busy all at once: hundreds of turns then take their next steps (the tool's
     result, the next model request and its stream) in step, in the same loop turns, keeping the loop from
     everything else for the sum of them (with 1,000 turns at once, loop turns of 30-80 ms)."""
-    from agentwatch.store._mailbox import Mailbox  # the store's pacing of outcomes, not needed before a call
-
     value = await asyncio.to_thread(fn, **kwargs)
-    loop = asyncio.get_running_loop()
-    mailbox = _outcomes.get(loop)
-    if mailbox is None:
-        mailbox = _outcomes[loop] = Mailbox(loop)
-    return await mailbox.hand_back(value)
+    return await mailbox_for(asyncio.get_running_loop()).hand_back(value)
 
 
 @dataclass(frozen=True, slots=True)

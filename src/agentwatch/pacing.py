@@ -1,7 +1,13 @@
-"""Outcomes of the SQLite store's threads handed back to the callers' event loops, a few callers per loop turn.
+"""Outcomes handed back to an event loop a few callers per loop turn: one `Mailbox` per loop.
 
-A writer or reader thread that finished a job posts it to the caller's loop's `Mailbox`; `settle` sorts a
-finished group by mailbox.
+Work done on other threads (the SQLite store's writer and readers, sync tools) finishes in bursts: a group
+commit settles a hundred writes at once, and a hundred tools that finished while the loop was busy wake
+together. Set on the loop all at once, their callers would take their next steps in the same loop turn and
+keep the loop from everything else (timers, other tasks) for the sum of them. A thread posts its finished
+outcomes to the loop's `Mailbox` (`mailbox_for`) instead; the mailbox hands them out a chunk per loop turn.
+
+One mailbox per loop, shared by everything that hands outcomes back to it, so its budget per loop turn is
+the loop's, not one budget per source. A base utility: it imports nothing of agentwatch.
 """
 
 from __future__ import annotations
@@ -12,14 +18,10 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from collections.abc import Iterable
+from typing import Any, Final, Protocol, TypeVar
 
-from agentwatch.store._sql import Tx
-from agentwatch.store.records import Write
-
-__all__ = ["Job", "Mailbox", "settle"]
+__all__ = ["Mailbox", "Outcome", "mailbox_for"]
 
 T = TypeVar("T")
 
@@ -61,7 +63,7 @@ class Mailbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
-        self._jobs: deque[Job] = deque()
+        self._outcomes: deque[Outcome] = deque()
         self._scheduled = False
         self._chunk = _FIRST_CHUNK
         self._turn_cpu = 0.0  # running average of the loop turn's CPU time between two chunks
@@ -72,10 +74,10 @@ class Mailbox:
         self._inline_spent = 0.0  # CPU time spent on callers' work on the loop in this loop turn
         self._inline_turn = False  # whether the loop turn after the spending is to reset it
 
-    def post(self, jobs: Iterable[Job]) -> None:
-        """Queue finished jobs (any thread); wake the loop unless a hand-out is already under way."""
+    def post(self, outcomes: Iterable[Outcome]) -> None:
+        """Queue finished outcomes (any thread); wake the loop unless a hand-out is already under way."""
         with self._lock:
-            self._jobs.extend(jobs)
+            self._outcomes.extend(outcomes)
             if self._scheduled:
                 return
             self._scheduled = True
@@ -91,10 +93,8 @@ class Mailbox:
         turn too, instead of all in the turn after theirs."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        job = Job(_no_work, self, future, write=False)
-        job.outcome = (value, None)
         with self._lock:
-            self._jobs.append(job)
+            self._outcomes.append(_Known(future, value))
             if self._scheduled:
                 return future
             self._scheduled = True
@@ -124,16 +124,16 @@ class Mailbox:
             # in it, with whatever else was ready (among them, callers of earlier chunks going on).
             cpu, woken = previous
             self._sized(time.thread_time() - cpu, woken)
-        jobs = self._jobs
+        outcomes = self._outcomes
         count = 0
         limit = self._room()
         try:
-            while count < limit and jobs:
-                jobs.popleft().deliver()
+            while count < limit and outcomes:
+                outcomes.popleft().deliver()
                 count += 1
         finally:
             with self._lock:
-                more = bool(jobs)
+                more = bool(outcomes)
                 self._scheduled = more
             loop = self._loop()
             if loop is not None and (more or count):
@@ -184,44 +184,42 @@ class Mailbox:
         return max(1, min(self._chunk, room))
 
 
-@dataclass(eq=False, slots=True)
-class Job:
-    fn: Callable[[Tx], Coroutine[Any, Any, Any]]
-    mailbox: Mailbox
-    future: asyncio.Future[Any]
-    write: bool = True
-    session_id: str | None = None
-    """The one session a write changes (`_write_session`), or None when it may touch anything."""
-    appends: Write | None = None
-    """An append-only write, which the writer applies together with the others of its group."""
-    alone: bool = False
-    """Apply it by itself even if it is an append-only write (its group's statement lost the transaction)."""
-    outcome: tuple[Any, BaseException | None] = field(default=(None, None))
-
-    @property
-    def grouped(self) -> bool:
-        """Whether the writer applies it with the other append-only writes of its group."""
-        return self.appends is not None and not self.alone
+class Outcome(Protocol):
+    """A finished piece of work waiting for its caller on the loop."""
 
     def deliver(self) -> None:
-        """Set the caller's future (on the caller's event loop)."""
-        if self.future.done():
-            return  # cancelled by its caller; the write itself stands
-        value, error = self.outcome
-        if error is None:
-            self.future.set_result(value)
-        else:
-            self.future.set_exception(error)
+        """Resume the caller (on the loop's thread): set its future."""
 
 
-async def _no_work(tx: Tx) -> None:
-    """The work of a job whose outcome was known when it was made (`Mailbox.hand_back`)."""
+class _Known:
+    """An outcome known on the loop's own thread (`Mailbox.hand_back`)."""
+
+    __slots__ = ("future", "value")
+
+    def __init__(self, future: asyncio.Future[Any], value: Any) -> None:
+        self.future = future
+        self.value = value
+
+    def deliver(self) -> None:
+        if not self.future.done():  # cancelled by its caller meanwhile
+            self.future.set_result(self.value)
 
 
-def settle(jobs: Sequence[Job]) -> None:
-    """Hand the outcomes to the callers' event loops (a caller may be gone: then nobody waits)."""
-    by_mailbox: dict[Mailbox, list[Job]] = {}
-    for job in jobs:
-        by_mailbox.setdefault(job.mailbox, []).append(job)
-    for mailbox, settled in by_mailbox.items():
-        mailbox.post(settled)
+_mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
+_recent: tuple[weakref.ref[asyncio.AbstractEventLoop], Mailbox] | None = None
+"""The loop of the latest call and its mailbox (a weak reference: nothing here keeps a loop alive)."""
+_registry_lock = threading.Lock()
+
+
+def mailbox_for(loop: asyncio.AbstractEventLoop) -> Mailbox:
+    """The one `Mailbox` of `loop`, made at its first use and forgotten with the loop."""
+    global _recent
+    recent = _recent
+    if recent is not None and recent[0]() is loop:  # the loop of the previous call, nearly always
+        return recent[1]
+    mailbox = _mailboxes.get(loop)
+    if mailbox is None:
+        with _registry_lock:
+            mailbox = _mailboxes.setdefault(loop, Mailbox(loop))
+    _recent = (weakref.ref(loop), mailbox)
+    return mailbox

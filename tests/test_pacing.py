@@ -1,17 +1,34 @@
-"""The SQLite store's outcomes reach their callers a chunk per event-loop turn, the chunk sized from what a
-woken caller costs the loop: a group of hundreds never resumes all its callers in one loop turn."""
+"""Outcomes finished on other threads reach their callers a chunk per event-loop turn, the chunk sized from what
+a woken caller costs the loop: a group of hundreds never resumes all its callers in one loop turn. One mailbox
+per loop, whoever hands outcomes back to it."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from agentwatch.store._mailbox import _FIRST_CHUNK, _INLINE_BUDGET_S, _MAX_CHUNK, _TURN_BUDGET_S, Job, Mailbox
+from agentwatch.pacing import _FIRST_CHUNK, _INLINE_BUDGET_S, _MAX_CHUNK, _TURN_BUDGET_S, Mailbox, mailbox_for
+from agentwatch.store import SessionDraft, connect_store
+from agentwatch.tools import Caller, function_tool
+
+
+@dataclass(eq=False)
+class Job:
+    """A finished piece of work, as a thread posts it: its caller's future and its value."""
+
+    future: asyncio.Future[Any]
+    value: int
+
+    def deliver(self) -> None:
+        self.future.set_result(self.value)
 
 
 class LoopTurns:
@@ -33,16 +50,9 @@ class LoopTurns:
         self._running = False
 
 
-def finished(mailbox: Mailbox, count: int) -> list[Job]:
+def finished(count: int) -> list[Job]:
     loop = asyncio.get_running_loop()
-
-    async def nothing(tx: Any) -> None:
-        return None
-
-    jobs = [Job(nothing, mailbox, loop.create_future()) for _ in range(count)]
-    for index, job in enumerate(jobs):
-        job.outcome = (index, None)
-    return jobs
+    return [Job(loop.create_future(), index) for index in range(count)]
 
 
 def burn(seconds: float) -> None:
@@ -71,7 +81,7 @@ async def woken_per_turn(count: int, cost: float) -> list[int]:
     """Post `count` outcomes at once from another thread (as the writer does after a group commit); each
     caller spends `cost` seconds of CPU once woken. Returns how many callers ran in each loop turn, in order."""
     mailbox = Mailbox(asyncio.get_running_loop())
-    jobs = finished(mailbox, count)
+    jobs = finished(count)
     turns = LoopTurns()
     woke: Counter[int] = Counter()
 
@@ -110,7 +120,7 @@ async def test_groups_that_fit_in_one_chunk_are_measured_too() -> None:
     turns.start()
     per_group: list[list[int]] = []
     for _ in range(6):
-        jobs = finished(mailbox, _FIRST_CHUNK)
+        jobs = finished(_FIRST_CHUNK)
         woke: Counter[int] = Counter()
 
         async def caller(job: Job, woke: Counter[int] = woke) -> None:
@@ -135,7 +145,7 @@ async def test_callers_still_running_leave_less_room_for_the_next_chunk() -> Non
     of their steps rather than a full chunk more every turn."""
     steps, cost = 30, _TURN_BUDGET_S / 20  # twenty such steps fill a loop turn's budget
     mailbox = Mailbox(asyncio.get_running_loop())
-    jobs = finished(mailbox, 200)
+    jobs = finished(200)
     turns = LoopTurns()
     ran: Counter[int] = Counter()
 
@@ -183,3 +193,53 @@ async def test_work_on_the_loop_has_a_budget_per_loop_turn() -> None:
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert mailbox.inline_room()  # a later turn has its own
+
+
+async def test_one_mailbox_per_loop_whoever_hands_back_to_it() -> None:
+    """The store's writes and reads and the sync tools hand their outcomes to their loop's one mailbox, so the
+    loop has one budget per turn for all of them (not one each)."""
+    loop = asyncio.get_running_loop()
+    mailbox = mailbox_for(loop)
+    used: Counter[str] = Counter()
+    post, hand_back = mailbox.post, mailbox.hand_back
+
+    def counted_post(outcomes: Any) -> None:
+        used["post"] += 1
+        post(outcomes)
+
+    def counted_hand_back(value: Any) -> asyncio.Future[Any]:
+        used["hand_back"] += 1
+        return hand_back(value)
+
+    mailbox.post, mailbox.hand_back = counted_post, counted_hand_back  # type: ignore[method-assign]
+    store = await connect_store("sqlite://:memory:")
+    try:
+        await store.create_session(SessionDraft(name="a", role="r"))  # the writer thread posts its outcome
+        assert used["post"] == 1
+
+        def sync_tool() -> str:
+            """Answer from a worker thread."""
+            return "done"
+
+        assert await function_tool(sync_tool).handler(None, Caller(), {}) == "done"
+        assert used["hand_back"] == 1
+    finally:
+        await store.close()
+        del mailbox.post, mailbox.hand_back
+
+
+def test_a_loops_mailbox_goes_with_the_loop() -> None:
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        mailbox = mailbox_for(first)
+        assert mailbox_for(first) is mailbox
+        assert mailbox_for(second) is not mailbox
+        assert mailbox_for(first) is mailbox  # not only the latest loop's
+    finally:
+        first.close()
+        second.close()
+    gone = weakref.ref(mailbox)
+    del mailbox, first
+    mailbox_for(second)  # the latest call's loop is the one remembered
+    gc.collect()
+    assert gone() is None  # nothing kept the closed loop's mailbox alive
