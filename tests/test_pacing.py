@@ -1,6 +1,5 @@
 """Outcomes finished on other threads reach their callers a chunk per event-loop turn, the chunk sized from what
-a woken caller costs the loop: a group of hundreds never resumes all its callers in one loop turn. One mailbox
-per loop, whoever hands outcomes back to it."""
+a woken caller costs the loop: a group of hundreds never resumes all its callers in one loop turn."""
 
 from __future__ import annotations
 
@@ -15,9 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentwatch.pacing import _FIRST_CHUNK, _INLINE_BUDGET_S, _MAX_CHUNK, _TURN_BUDGET_S, Mailbox, mailbox_for
-from agentwatch.store import SessionDraft, connect_store
-from agentwatch.tools import Caller, function_tool
+from agentwatch.pacing import _FIRST_CHUNK, _INLINE_BUDGET_S, _MAX_CHUNK, _TURN_BUDGET_S, Mailbox, Mailboxes
 
 
 @dataclass(eq=False)
@@ -195,51 +192,21 @@ async def test_work_on_the_loop_has_a_budget_per_loop_turn() -> None:
     assert mailbox.inline_room()  # a later turn has its own
 
 
-async def test_one_mailbox_per_loop_whoever_hands_back_to_it() -> None:
-    """The store's writes and reads and the sync tools hand their outcomes to their loop's one mailbox, so the
-    loop has one budget per turn for all of them (not one each)."""
-    loop = asyncio.get_running_loop()
-    mailbox = mailbox_for(loop)
-    used: Counter[str] = Counter()
-    post, hand_back = mailbox.post, mailbox.hand_back
-
-    def counted_post(outcomes: Any) -> None:
-        used["post"] += 1
-        post(outcomes)
-
-    def counted_hand_back(value: Any) -> asyncio.Future[Any]:
-        used["hand_back"] += 1
-        return hand_back(value)
-
-    mailbox.post, mailbox.hand_back = counted_post, counted_hand_back  # type: ignore[method-assign]
-    store = await connect_store("sqlite://:memory:")
-    try:
-        await store.create_session(SessionDraft(name="a", role="r"))  # the writer thread posts its outcome
-        assert used["post"] == 1
-
-        def sync_tool() -> str:
-            """Answer from a worker thread."""
-            return "done"
-
-        assert await function_tool(sync_tool).handler(None, Caller(), {}) == "done"
-        assert used["hand_back"] == 1
-    finally:
-        await store.close()
-        del mailbox.post, mailbox.hand_back
-
-
-def test_a_loops_mailbox_goes_with_the_loop() -> None:
+def test_a_registry_keeps_one_mailbox_per_loop_and_forgets_closed_loops() -> None:
+    mailboxes, others = Mailboxes(), Mailboxes()
     first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
     try:
-        mailbox = mailbox_for(first)
-        assert mailbox_for(first) is mailbox
-        assert mailbox_for(second) is not mailbox
-        assert mailbox_for(first) is mailbox  # not only the latest loop's
+        mailbox = mailboxes.of(first)
+        assert mailboxes.of(first) is mailbox
+        assert mailboxes.of(second) is not mailbox
+        assert mailboxes.of(first) is mailbox  # not only the latest loop's
+        assert others.of(first) is not mailbox  # each source its own (see `Mailboxes`)
     finally:
         first.close()
         second.close()
     gone = weakref.ref(mailbox)
     del mailbox, first
-    mailbox_for(second)  # the latest call's loop is the one remembered
+    mailboxes.of(second)  # the latest call's loop is the one remembered
+    others.of(second)
     gc.collect()
     assert gone() is None  # nothing kept the closed loop's mailbox alive

@@ -15,8 +15,8 @@ however many callers. Each caller's call returns only after that commit. Reads r
 connections, which WAL lets proceed while the writer writes (a small read on its caller's own thread, a
 larger one on a reader thread: see `_readers`).
 
-Outcomes go back to the callers' event loops through each loop's `Mailbox` (`agentwatch.pacing`): one
-wake-up per group, then a chunk of callers per loop turn, so a large group does not resume hundreds of callers
+Outcomes go back to the callers' event loops through the store's `Mailbox` of each loop (`agentwatch.pacing`):
+one wake-up per group, then a chunk of callers per loop turn, so a large group does not resume hundreds of callers
 in one turn.
 """
 
@@ -37,7 +37,7 @@ from urllib.parse import parse_qs
 
 from agentwatch.errors import InvalidArgument, NotADatabase, StoreError
 from agentwatch.events import Event
-from agentwatch.pacing import mailbox_for
+from agentwatch.pacing import Mailboxes
 from agentwatch.store._appends import Counters, apply_appends
 from agentwatch.store._jobs import Job, settle
 from agentwatch.store._migrations import migrate, recorded_version
@@ -117,6 +117,7 @@ class SqliteStore(SqlStore):
         self._writer_connection = writer
         self._writer = threading.Thread(target=self._writer_main, name="agentwatch-sqlite-writer", daemon=True)
         self._readers = Readers(path) if path is not None else None
+        self._mailboxes = Mailboxes()
         self._closed = False
         self._known: dict[str, Known] = {}
         """The counters of the sessions the writer's appends wrote, as its last commits left them (writer
@@ -401,7 +402,7 @@ class SqliteStore(SqlStore):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         run = cast("Callable[[Tx], Coroutine[Any, Any, Any]]", fn)  # (as text: the subscript costs a call each time)
-        self._queue.put(Job(run, mailbox_for(loop), future, write, session_id, appends))
+        self._queue.put(Job(run, self._mailboxes.of(loop), future, write, session_id, appends))
         return future
 
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
@@ -423,7 +424,7 @@ class SqliteStore(SqlStore):
             return await self._submit(fn, write=False)
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed; open it again")
-        return await self._readers.read(fn, mailbox_for(asyncio.get_running_loop()))
+        return await self._readers.read(fn, self._mailboxes.of(asyncio.get_running_loop()))
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError, create_model
 
 from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, UserError
-from agentwatch.pacing import mailbox_for
+from agentwatch.pacing import Mailboxes
 from agentwatch.tools._bounds import MAX_NAME_CHARS
 from agentwatch.tools._wire import dump
 
@@ -29,6 +29,10 @@ __all__ = [
 ]
 
 
+_mailboxes = Mailboxes()
+"""The sync tools' own mailbox of each loop (their callers go on to a model request: dear ones)."""
+
+
 async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """Run a sync tool in a worker thread; its caller resumes among a mailbox's chunks, a few per loop turn.
 
@@ -37,7 +41,7 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     result, the next model request and its stream) in step, in the same loop turns, keeping the loop from
     everything else for the sum of them (with 1,000 turns at once, loop turns of 30-80 ms)."""
     value = await asyncio.to_thread(fn, **kwargs)
-    return await mailbox_for(asyncio.get_running_loop()).hand_back(value)
+    return await _mailboxes.of(asyncio.get_running_loop()).hand_back(value)
 
 
 @dataclass(frozen=True, slots=True)
