@@ -88,9 +88,9 @@ class Mailbox:
             loop.call_soon_threadsafe(self._hand_out, None)
 
     def hand_back(self, value: T) -> asyncio.Future[T]:
-        """A future for an outcome already known on the loop's own thread (a read that ran there), set among
-        the chunks like an outcome a thread posted: callers whose reads ran on the loop resume a chunk per loop
-        turn too, instead of all in the turn after theirs."""
+        """A future for an outcome already known on the loop's own thread (a read that ran there, a sync tool's
+        result), set among the chunks like an outcome a thread posted: such callers resume a chunk per loop turn
+        too, instead of all in the turn after theirs."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._lock:

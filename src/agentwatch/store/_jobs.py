@@ -1,5 +1,5 @@
 """The SQLite store's jobs: a write or read queued for its threads, and its outcome, which goes back to the
-caller's loop through the loop's `Mailbox` (`agentwatch.pacing`).
+caller's loop through the store's `Mailbox` of that loop (`agentwatch.pacing`).
 
 A writer or reader thread that finished jobs posts them to their callers' mailboxes; `settle` sorts a
 finished group by mailbox.
