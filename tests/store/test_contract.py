@@ -141,6 +141,11 @@ async def test_update_session_writes_only_the_fields_given(store: Store) -> None
     assert await store.get_session(session.id) == updated
 
 
+async def test_a_store_says_whether_it_applies_writes_in_the_order_queued(store: Store) -> None:
+    # SQLite's one writer thread takes every write from one queue; PostgreSQL's pool writes sessions at once.
+    assert store.writes_in_order is store.url.startswith("sqlite:")
+
+
 async def test_write_without_touch_keeps_last_active_at(store: Store) -> None:
     session = await store.create_session(SessionDraft(name="nova", role="chat"))
     await store.write(Write(session.id, session=SessionPatch(last_text="hi"), touch=False))

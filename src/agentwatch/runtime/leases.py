@@ -465,15 +465,15 @@ async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[],
 
     `submit` starts the write at once (it must not suspend first: a session emitter's `submit`, whose store
     write is queued in the next loop turn) and returns what to await for it. The take is queued just before
-    it, in the same loop turn: a store that applies its writes one after another in the order queued (SQLite's
-    one writer) applies the take first, in the same transaction or an earlier one, so the work is never
-    stored without an owner, and the two cost one commit instead of two. A store that writes concurrently
-    (PostgreSQL) or a take that must wait behind another take or release of the lease gets `claimed`, one
-    after the other. Should the turn that runs the work then fail to write, its loop looks again a moment
-    later (`SessionDriver`), with the lease still held: the work is not stranded.
+    it, in the same loop turn: a store that applies its writes one after another in the order queued
+    (`Store.writes_in_order`: SQLite's one writer) applies the take first, in the same transaction or an
+    earlier one, so the work is never stored without an owner, and the two cost one commit instead of two. A
+    store that writes concurrently (PostgreSQL) or a take that must wait behind another take or release of
+    the lease gets `claimed`, one after the other. Should the turn that runs the work then fail to write, its
+    loop looks again a moment later (`SessionDriver`), with the lease still held: the work is not stranded.
     """
     leases = leases_of(runtime)
-    if leases is None or leases.holds(session_id) or leases.changing(session_id) or not _in_order(runtime.store):
+    if leases is None or leases.holds(session_id) or leases.changing(session_id) or not runtime.store.writes_in_order:
         async with claimed(runtime, session_id):
             return await submit()
     taking = asyncio.ensure_future(leases.acquire(session_id))  # its first step runs before the write's
@@ -492,12 +492,6 @@ async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[],
     if isinstance(taken, LeaseRecord):
         await leases.note_takeover(runtime, taken)
     return written
-
-
-def _in_order(store: Store) -> bool:
-    """Whether `store` applies its writes one after another in the order they were queued: SQLite's, whose one
-    writer thread takes them from one queue (and commits those queued together at once)."""
-    return store.url.startswith("sqlite:")
 
 
 async def release_after_stop(runtime: Runtime, session_id: str) -> None:

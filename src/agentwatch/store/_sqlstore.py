@@ -26,6 +26,8 @@ __all__ = ["SqlStore"]
 class SqlStore(SessionMethods, EventMethods, InboxMethods, RunMethods, LeaseMethods, ABC):
     """The `Store` contract over SQL; subclasses provide transactions, the dialect and `open`."""
 
+    writes_in_order: bool = False
+
     # -- info -----------------------------------------------------------------------------------------
 
     async def info(self) -> StoreInfo:

@@ -105,6 +105,10 @@ class Store(RunStore, Protocol):
 
     url: str
     """The store URL it was opened with (password hidden)."""
+    writes_in_order: bool
+    """Whether the store applies this process's writes one after another, in the order they were queued (SQLite's
+    one writer thread): a write queued right after another is never stored before it, and may share its
+    commit. False where writes of different sessions run at once (PostgreSQL's pool)."""
 
     async def close(self) -> None:
         """Flush pending writes and release connections."""

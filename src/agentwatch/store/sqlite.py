@@ -108,6 +108,7 @@ class SqliteStore(SqlStore):
     """The embedded store: one SQLite file, one writer thread with group commit, WAL readers."""
 
     _dialect = DIALECT
+    writes_in_order = True  # one writer thread takes the writes from one queue
 
     def __init__(self, url: str, path: Path | None, writer: sqlite3.Connection) -> None:
         self.url = url
