@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,17 @@ from agentwatch.store._sql import Dialect, Tx
 from agentwatch.store.sqlite import SqliteStore
 
 from .databases import sqlite_url
+
+
+@contextlib.contextmanager
+def writer_statements(store: SqliteStore) -> Iterator[list[str]]:
+    """The statements the store's writer runs while the block runs (SQLite's trace callback on its connection)."""
+    statements: list[str] = []
+    store._writer_connection.set_trace_callback(statements.append)
+    try:
+        yield statements
+    finally:
+        store._writer_connection.set_trace_callback(None)
 
 
 async def test_a_relative_url_creates_the_parent_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,16 +108,12 @@ async def test_a_write_alone_in_its_transaction_needs_no_savepoint_and_a_failed_
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
         session = await store.create_session(SessionDraft(name="nova", role="chat"))
-        statements: list[str] = []
-        store._writer_connection.set_trace_callback(statements.append)
-        try:
+        with writer_statements(store) as statements:
             await store.write(Write(session.id, [NewEvent(UserMessage(text="1"))], session=SessionPatch(last_text="1")))
             with pytest.raises(Conflict):
                 await store.write(
                     Write(session.id, [NewEvent(UserMessage(text="2"))], expect_status=["failed"], messages=[{"a": 1}])
                 )
-        finally:
-            store._writer_connection.set_trace_callback(None)
         assert not [s for s in statements if s.startswith(("SAVEPOINT", "RELEASE"))]
         assert not [s for s in statements if s.startswith("SELECT id, name")]  # the patched row is not read back
         assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")] == [
@@ -127,14 +135,10 @@ async def test_a_write_that_does_not_touch_its_session_leaves_the_activity_time_
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
         session = await store.create_session(SessionDraft(name="nova", role="chat"))
-        statements: list[str] = []
-        store._writer_connection.set_trace_callback(statements.append)
-        try:
+        with writer_statements(store) as statements:
             await store.write(Write(session.id, [NewEvent(UserMessage(text="quiet"))], touch=False))
             quiet = await store.get_session(session.id)
             await store.write(Write(session.id, [NewEvent(UserMessage(text="loud"))]))
-        finally:
-            store._writer_connection.set_trace_callback(None)
         loud = await store.get_session(session.id)
         assert (quiet.last_seq, quiet.last_active_at) == (1, session.last_active_at)
         assert loud.last_seq == 2 and loud.last_active_at > session.last_active_at
@@ -158,17 +162,12 @@ async def _one_group(store: SqliteStore, calls: list[Coroutine[Any, Any, Any]]) 
         gate.wait(10)  # blocks the writer thread itself, so everything below queues behind it
 
     held = asyncio.ensure_future(store._write(hold))
-    statements: list[str] = []
-    connection = store._writer_connection
     tasks = [asyncio.ensure_future(call) for call in calls]
     await asyncio.sleep(0.05)  # every task has submitted its write
-    connection.set_trace_callback(statements.append)
-    gate.set()
-    await held
-    try:
+    with writer_statements(store) as statements:
+        gate.set()
+        await held
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-    finally:
-        connection.set_trace_callback(None)
     return outcomes, statements
 
 
@@ -258,17 +257,13 @@ async def test_a_group_of_appends_only_takes_no_savepoint(tmp_path: Path) -> Non
 
         held = asyncio.ensure_future(store._write(hold))
         await asyncio.sleep(0.05)  # the writer holds the gate, alone in its group: the appends queue behind it
-        statements: list[str] = []
-        store._writer_connection.set_trace_callback(statements.append)
-        tasks = [store.append(session.id, [NewEvent(UserMessage(text="hi"))]) for session in (a, b, a)]
-        appended = asyncio.gather(*tasks)
-        await asyncio.sleep(0.05)
-        gate.set()
-        await held
-        try:
+        with writer_statements(store) as statements:
+            tasks = [store.append(session.id, [NewEvent(UserMessage(text="hi"))]) for session in (a, b, a)]
+            appended = asyncio.gather(*tasks)
+            await asyncio.sleep(0.05)
+            gate.set()
+            await held
             outcomes = await appended
-        finally:
-            store._writer_connection.set_trace_callback(None)
         assert [event.seq for events in outcomes for event in events] == [1, 1, 2]
         statements = statements[statements.index("BEGIN IMMEDIATE") :]  # the hold's COMMIT came first
         assert sum(statement == "COMMIT" for statement in statements) == 1
@@ -296,16 +291,12 @@ async def test_a_group_writes_its_session_rows_a_few_statements_at_a_time(tmp_pa
         writes += [Write(s.id, [NewEvent(UserMessage(text="paid"))], usage=spent) for s in sessions[3:5]]
         writes.append(Write(sessions[5].id, [NewEvent(UserMessage(text="quiet"))], touch=False))
         writes.append(Write(sessions[6].id, [NewEvent(UserMessage(text="quiet"))], usage=spent, touch=False))
-        statements: list[str] = []
-        store._writer_connection.set_trace_callback(statements.append)
-        appended = asyncio.gather(*(store.write(write) for write in writes))
-        await asyncio.sleep(0.05)
-        gate.set()
-        await held
-        try:
+        with writer_statements(store) as statements:
+            appended = asyncio.gather(*(store.write(write) for write in writes))
+            await asyncio.sleep(0.05)
+            gate.set()
+            await held
             await appended
-        finally:
-            store._writer_connection.set_trace_callback(None)
         statements = statements[statements.index("BEGIN IMMEDIATE") :]  # the hold's COMMIT came first
         assert sum(statement == "COMMIT" for statement in statements) == 1
         updates = [statement for statement in statements if statement.startswith("UPDATE sessions")]
@@ -426,7 +417,6 @@ async def test_the_writer_counts_appends_from_what_its_commits_left_and_rereads_
     async with open_store(url) as store, open_store(url) as other:
         assert isinstance(store, SqliteStore)
         session = await store.create_session(SessionDraft(name="nova", role="chat"))
-        statements: list[str] = []
 
         def text(label: str) -> list[NewEvent]:
             return [NewEvent(UserMessage(text=label))]
@@ -436,8 +426,7 @@ async def test_the_writer_counts_appends_from_what_its_commits_left_and_rereads_
             statements.clear()
             return count
 
-        store._writer_connection.set_trace_callback(statements.append)
-        try:
+        with writer_statements(store) as statements:
             await store.append(session.id, text("1"))
             assert reads() == 1  # first append: the row is read
             await store.append(session.id, text("2"))
@@ -461,8 +450,6 @@ async def test_the_writer_counts_appends_from_what_its_commits_left_and_rereads_
             usage = UsageEntry(usage=Usage(input_tokens=5, output_tokens=2, cost_usd=0.25))
             await store.write(Write(session.id, text("8"), usage=[usage]))
             await store.write(Write(session.id, text("9"), usage=[usage]))
-        finally:
-            store._writer_connection.set_trace_callback(None)
         stored = await other.get_session(session.id)
         assert (stored.last_seq, stored.tokens, stored.cost_usd) == (9, 14, 0.5)
         assert [event.seq for event in await other.read_events(session.id)] == list(range(1, 10))
@@ -493,16 +480,12 @@ async def test_a_group_without_appends_commits_without_looking_for_other_connect
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
         session = await store.create_session(SessionDraft(name="nova", role="chat"))
-        statements: list[str] = []
-        store._writer_connection.set_trace_callback(statements.append)
-        try:
+        with writer_statements(store) as statements:
             patched = Write(session.id, [NewEvent(UserMessage(text="1"))], session=SessionPatch(last_text="1"))
             [first] = await store.write(patched)
             assert not any(s.startswith("PRAGMA data_version") for s in statements)
             [second] = await store.append(session.id, [NewEvent(UserMessage(text="2"))])
             assert sum(s.startswith("PRAGMA data_version") for s in statements) == 1
-        finally:
-            store._writer_connection.set_trace_callback(None)
         assert (first.seq, second.seq) == (1, 2)
 
 
