@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import JsonValue
 from pydantic_ai import RunContext
@@ -44,6 +44,8 @@ from agentwatch.events import ModelReroute, Payload, RuntimeNotice, RuntimeRetry
 from agentwatch.runtime.models._types import RetryPolicy
 
 __all__ = ["ModelTrail", "error_text", "stream_through"]
+
+T = TypeVar("T")
 
 _RETRIED_STATUS = frozenset({408, 409, 429})
 
@@ -219,23 +221,25 @@ class _VisibleModel(WrapperModel):
         await asyncio.sleep(wait)
         return True
 
+    async def _attempts(self, send: Callable[[], Awaitable[T]]) -> T:
+        """`send()`'s outcome, sent again as long as the policy retries its failure (see `_failed`)."""
+        await self.trail._entering(self.ref)
+        attempt = 1
+        while True:
+            try:
+                return await send()
+            except Exception as exc:
+                if not await self._failed(exc, attempt):
+                    raise
+                attempt += 1
+
     async def request(
         self,
         messages: list[ModelMessage],
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        await self.trail._entering(self.ref)
-        attempt = 1
-        while True:
-            try:
-                response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-            except Exception as exc:
-                if not await self._failed(exc, attempt):
-                    raise
-                attempt += 1
-                continue
-            return response
+        return await self._attempts(lambda: self.wrapped.request(messages, model_settings, model_request_parameters))
 
 
 @asynccontextmanager
@@ -247,29 +251,18 @@ async def _request_stream(
     run_context: RunContext[Any] | None = None,
 ) -> AsyncGenerator[StreamedResponse]:
     """`_VisibleModel.request_stream`: the wrapped model's stream, its opening retried by the policy."""
-    await self.trail._entering(self.ref)
-    attempt = 1
-    while True:
-        async with AsyncExitStack() as stack:
-            try:
-                # Until its first event: a provider may accept the request, then report an overload or a rate
-                # limit as the stream's first event, still in time to try again. (A FunctionModel, such as the
-                # scripted model, reads its first item while it opens already.)
-                opened = (
-                    self.wrapped.request_stream
-                    if isinstance(self.wrapped, FunctionModel)
-                    else partial(_until_first_event, self.wrapped)
-                )
-                stream = await stack.enter_async_context(
-                    opened(messages, model_settings, model_request_parameters, run_context)
-                )
-            except Exception as exc:
-                if not await self._failed(exc, attempt):
-                    raise
-                attempt += 1
-                continue
-            yield stream
-            return
+    # Until its first event: a provider may accept the request, then report an overload or a rate limit as the
+    # stream's first event, still in time to try again. (A FunctionModel, such as the scripted model, reads its
+    # first item while it opens already.)
+    opened = (
+        self.wrapped.request_stream
+        if isinstance(self.wrapped, FunctionModel)
+        else partial(_until_first_event, self.wrapped)
+    )
+    async with AsyncExitStack() as stack:  # an opening that failed left nothing in it to close
+        yield await self._attempts(
+            lambda: stack.enter_async_context(opened(messages, model_settings, model_request_parameters, run_context))
+        )
 
 
 # It opens the wrapped model's stream, which brings pydantic-ai's boundary wrappers along itself.
