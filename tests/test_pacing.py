@@ -192,6 +192,51 @@ async def test_work_on_the_loop_has_a_budget_per_loop_turn() -> None:
     assert mailbox.inline_room()  # a later turn has its own
 
 
+async def test_an_outcome_that_failed_on_the_loop_reaches_its_caller_in_a_later_turn() -> None:
+    mailbox = Mailbox(asyncio.get_running_loop())
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @dataclass(eq=False)
+    class Failed:
+        def deliver(self) -> None:
+            future.set_exception(ValueError("refused"))
+
+    mailbox.post_here(Failed())
+    assert not future.done()  # handed out by the loop, not by the poster
+    await asyncio.sleep(0)
+    with_error = future.exception()
+    assert isinstance(with_error, ValueError) and str(with_error) == "refused"
+
+
+async def test_the_loop_has_nothing_else_ready_only_when_no_callback_waits() -> None:
+    loop = asyncio.get_running_loop()
+    mailbox = Mailbox(loop)
+    await asyncio.sleep(0.001)  # whatever the test's start scheduled has run
+    assert mailbox.nothing_else_ready()
+    handle = loop.call_soon(lambda: None)
+    assert not mailbox.nothing_else_ready()
+    handle.cancel()
+    await asyncio.sleep(0)
+    assert mailbox.nothing_else_ready()
+    other = asyncio.ensure_future(asyncio.sleep(0))
+    assert not mailbox.nothing_else_ready()  # a task about to start is ready too
+    await other
+    await asyncio.sleep(0.001)
+    assert await mailbox.hand_back(7) == 7
+    # The mailbox measures the loop turn its chunk woke this caller in: its own bookkeeping, not another caller.
+    assert mailbox.nothing_else_ready()
+    await asyncio.sleep(0)
+    assert mailbox.nothing_else_ready()
+
+
+def test_a_loop_of_another_kind_never_counts_as_idle() -> None:
+    class OtherLoop:  # an event loop implementation without asyncio's queue of ready callbacks
+        pass
+
+    loop = OtherLoop()
+    assert not Mailbox(loop).nothing_else_ready()  # type: ignore[arg-type]
+
+
 def test_a_registry_keeps_one_mailbox_per_loop_and_forgets_closed_loops() -> None:
     mailboxes, others = Mailboxes(), Mailboxes()
     first, second = asyncio.new_event_loop(), asyncio.new_event_loop()

@@ -38,8 +38,9 @@ _SMOOTHING: Final = 0.125
 _UP: Final = 0.5
 """Weight of a loop turn dearer than the average: the chunk shrinks faster than it grows."""
 _INLINE_BUDGET_S: Final = 0.003
-"""CPU time of the loop's thread that work done for callers on the loop itself (reads run there) may take in
-one loop turn; past it, their work goes to the threads."""
+"""Time of the loop's thread that work done for callers on the loop itself (the SQLite store's small reads, and
+its writes that nothing else would share a commit with) may take in one loop turn; past it, their work goes to
+the threads."""
 
 
 class Mailbox:
@@ -73,6 +74,7 @@ class Mailbox:
         self._skipped = False  # whether the last hand-out woke nobody, the last turn having left no room
         self._inline_spent = 0.0  # CPU time spent on callers' work on the loop in this loop turn
         self._inline_turn = False  # whether the loop turn after the spending is to reset it
+        self._measuring = False  # whether `_measure` waits among the loop's ready callbacks
 
     def post(self, outcomes: Iterable[Outcome]) -> None:
         """Queue finished outcomes (any thread); wake the loop unless a hand-out is already under way."""
@@ -89,21 +91,33 @@ class Mailbox:
 
     def hand_back(self, value: T) -> asyncio.Future[T]:
         """A future for an outcome already known on the loop's own thread (a read that ran there, a sync tool's
-        result), set among the chunks like an outcome a thread posted: such callers resume a chunk per loop turn
-        too, instead of all in the turn after theirs."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        with self._lock:
-            self._outcomes.append(_Known(future, value))
-            if self._scheduled:
-                return future
-            self._scheduled = True
-        loop.call_soon(self._hand_out, None)
+        result), set among the chunks like an outcome a thread posted (see `post_here`)."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self.post_here(_Known(future, value))
         return future
+
+    def post_here(self, outcome: Outcome) -> None:
+        """Queue an outcome finished on the loop's own thread (work that ran there for its caller): it is handed
+        out among the chunks like one a thread posted, so such callers resume a chunk per loop turn too, instead
+        of all in the turn after theirs (and a caller working in a loop still yields to the loop each time)."""
+        with self._lock:
+            self._outcomes.append(outcome)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        asyncio.get_running_loop().call_soon(self._hand_out, None)
 
     def inline_room(self) -> bool:
         """Whether work for a caller may still run on the loop's thread in this loop turn (`spent_inline`)."""
         return self._inline_spent < _INLINE_BUDGET_S
+
+    def nothing_else_ready(self) -> bool:
+        """Whether the loop has nothing else to run in this turn: no other callback or task is ready (asyncio's
+        own loop, whose queue of ready callbacks is read; any other loop implementation never counts as idle).
+        Work that would otherwise wait for company (a commit others could share) may then run at once."""
+        ready = getattr(self._loop(), "_ready", None)
+        # The mailbox's own measuring of the last loop turn (after its last chunk) is bookkeeping, not a caller.
+        return ready is not None and len(ready) <= self._measuring
 
     def spent_inline(self, seconds: float) -> None:
         """Count `seconds` spent on a caller's work on the loop in this turn."""
@@ -141,9 +155,11 @@ class Mailbox:
                 # mailbox, on its own. Groups that each fit in one chunk would otherwise never be measured,
                 # and a chunk grown on cheap callers would go on waking dear ones as many at a time.
                 measured = (time.thread_time(), count)
+                self._measuring = not more
                 loop.call_soon(self._hand_out if more else self._measure, measured)
 
     def _measure(self, previous: tuple[float, int]) -> None:
+        self._measuring = False
         cpu, woken = previous
         self._sized(time.thread_time() - cpu, woken)
 

@@ -493,3 +493,103 @@ async def test_a_session_patch_with_a_nul_in_the_session_id_is_refused_before_it
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         with pytest.raises(InvalidArgument, match="NUL"):
             await store.update_session("ses_\x00", SessionPatch(last_text="x"))
+
+
+# -- a write that nothing could share a commit with: applied on its caller's thread --------------------------
+
+
+@contextlib.contextmanager
+def commit_threads(store: SqliteStore) -> Iterator[list[int]]:
+    """The threads the writer's connection commits on while the block runs."""
+    threads: list[int] = []
+
+    def trace(statement: str) -> None:
+        if statement == "COMMIT":
+            threads.append(threading.get_ident())
+
+    store._writer_connection.set_trace_callback(trace)
+    try:
+        yield threads
+    finally:
+        store._writer_connection.set_trace_callback(None)
+
+
+async def test_a_lone_write_commits_on_its_callers_thread_and_is_durable(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/a.db"
+    async with open_store(url) as store:
+        assert isinstance(store, SqliteStore)
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        with commit_threads(store) as threads:
+            [event] = await store.append(session.id, [NewEvent(UserMessage(text="hi"))])
+            patched = Write(session.id, [NewEvent(UserMessage(text="again"))], session=SessionPatch(last_text="x"))
+            await store.write(patched)
+        assert threads == [threading.get_ident()] * 2
+    async with open_store(url) as reopened:  # committed for good, on the writer's connection as always
+        assert [e.seq for e in await reopened.read_events(session.id)] == [event.seq, event.seq + 1]
+
+
+async def test_writes_made_together_still_share_the_writer_threads_commit(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(5)]
+        with commit_threads(store) as threads:
+            events = await asyncio.gather(*(store.append(s.id, [NewEvent(UserMessage(text="hi"))]) for s in sessions))
+        # Each caller saw others ready to run: none wrote on the loop, and one commit took them all.
+        assert [e.seq for [e] in events] == [1] * 5
+        assert len(threads) == 1 and threads[0] != threading.get_ident()
+
+
+async def test_a_write_never_waits_on_the_loop_for_another_connections_lock(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/a.db"
+    async with open_store(url) as store:
+        assert isinstance(store, SqliteStore)
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        other = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process's write, say
+        try:
+            with commit_threads(store) as threads:
+                started = time.perf_counter()
+                write = asyncio.ensure_future(store.append(session.id, [NewEvent(UserMessage(text="hi"))]))
+                ticks = 0
+                while time.perf_counter() - started < 0.2:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+                assert not write.done()  # it waits for the lock, on the writer thread
+                assert ticks >= 5  # the loop ran on meanwhile
+                other.execute("COMMIT")
+                [event] = await write
+        finally:
+            other.close()
+        assert event.seq == 1
+        assert len(threads) == 1 and threads[0] != threading.get_ident()
+        # The writer's connection still waits for a lock the usual time (the look without waiting is undone).
+        assert await store._write(lambda tx: tx.fetch("PRAGMA busy_timeout")) == [(5000,)]
+
+
+async def test_a_task_writing_one_write_after_another_on_the_loop_still_lets_the_loop_run(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        ticks = 0
+        stop = False
+
+        async def tick() -> None:  # a timer: never ready to run when a write looks, until it is due
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        ticker = asyncio.ensure_future(tick())
+        await asyncio.sleep(0.002)
+        with commit_threads(store) as threads:
+            started, before = time.perf_counter(), ticks
+            for index in range(40):
+                await store.append(session.id, [NewEvent(UserMessage(text=str(index)))])
+            took, counted = time.perf_counter() - started, ticks - before
+        stop = True
+        await ticker
+        assert threading.get_ident() in threads  # (some) writes ran on the loop
+        # Each caller resumed in a later loop turn, where the due timer ran too: had the writes not yielded,
+        # the ticker would have stood still for the whole run.
+        assert counted >= 1 and counted >= min(5, took / 0.001 / 4)
+        assert (await store.get_session(session.id)).last_seq == 40

@@ -10,7 +10,7 @@ from typing import Any, Final, TypeVar, cast
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, StoreError
 from agentwatch.store._sql import Row, check_params
 
-__all__ = ["SqliteTx", "as_store_error", "cause", "connect", "drive"]
+__all__ = ["SqliteTx", "as_store_error", "begin_at_once", "cause", "connect", "drive"]
 
 T = TypeVar("T")
 
@@ -59,6 +59,20 @@ def connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
     # SQLite leaves foreign keys off by default; reap relies on their ON DELETE CASCADE.
     connection.execute("PRAGMA foreign_keys = ON")
     return connection
+
+
+def begin_at_once(connection: sqlite3.Connection) -> bool:
+    """`BEGIN IMMEDIATE` if the database's write lock is free now, without waiting for it: False when another
+    connection holds it (or the BEGIN failed otherwise; the caller then takes the way that waits, which reports
+    a failure). The connection waits for the lock again afterwards, as `connect` set it to."""
+    connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error:
+        return False
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    return True
 
 
 def cause(error: BaseException) -> str:
