@@ -43,6 +43,11 @@ its writes that nothing else would share a commit with) may take in one loop tur
 the threads."""
 
 
+_bookkeeping: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
+"""Per event loop: the mailboxes' own callbacks waiting among its ready ones (measuring a loop turn, starting the
+next turn's budget: see `Mailbox.nothing_else_ready`)."""
+
+
 class Mailbox:
     """Outcomes waiting for the callers on one event loop, handed to them a few at a time.
 
@@ -74,7 +79,6 @@ class Mailbox:
         self._skipped = False  # whether the last hand-out woke nobody, the last turn having left no room
         self._inline_spent = 0.0  # CPU time spent on callers' work on the loop in this loop turn
         self._inline_turn = False  # whether the loop turn after the spending is to reset it
-        self._measuring = False  # whether `_measure` waits among the loop's ready callbacks
 
     def post(self, outcomes: Iterable[Outcome]) -> None:
         """Queue finished outcomes (any thread); wake the loop unless a hand-out is already under way."""
@@ -91,21 +95,17 @@ class Mailbox:
 
     def hand_back(self, value: T) -> asyncio.Future[T]:
         """A future for an outcome already known on the loop's own thread (a read that ran there, a sync tool's
-        result), set among the chunks like an outcome a thread posted (see `post_here`)."""
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self.post_here(_Known(future, value))
-        return future
-
-    def post_here(self, outcome: Outcome) -> None:
-        """Queue an outcome finished on the loop's own thread (work that ran there for its caller): it is handed
-        out among the chunks like one a thread posted, so such callers resume a chunk per loop turn too, instead
-        of all in the turn after theirs (and a caller working in a loop still yields to the loop each time)."""
+        result), set among the chunks like an outcome a thread posted: such callers resume a chunk per loop turn
+        too, instead of all in the turn after theirs."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
         with self._lock:
-            self._outcomes.append(outcome)
+            self._outcomes.append(_Known(future, value))
             if self._scheduled:
-                return
+                return future
             self._scheduled = True
-        asyncio.get_running_loop().call_soon(self._hand_out, None)
+        loop.call_soon(self._hand_out, None)
+        return future
 
     def inline_room(self) -> bool:
         """Whether work for a caller may still run on the loop's thread in this loop turn (`spent_inline`)."""
@@ -115,9 +115,10 @@ class Mailbox:
         """Whether the loop has nothing else to run in this turn: no other callback or task is ready (asyncio's
         own loop, whose queue of ready callbacks is read; any other loop implementation never counts as idle).
         Work that would otherwise wait for company (a commit others could share) may then run at once."""
-        ready = getattr(self._loop(), "_ready", None)
-        # The mailbox's own measuring of the last loop turn (after its last chunk) is bookkeeping, not a caller.
-        return ready is not None and len(ready) <= self._measuring
+        loop = self._loop()
+        ready = getattr(loop, "_ready", None)
+        # The mailboxes' own callbacks (measuring a loop turn, starting the next turn's budget) are bookkeeping.
+        return ready is not None and len(ready) <= _bookkeeping.get(loop, 0)  # type: ignore[arg-type]
 
     def spent_inline(self, seconds: float) -> None:
         """Count `seconds` spent on a caller's work on the loop in this turn."""
@@ -126,9 +127,11 @@ class Mailbox:
             self._inline_turn = True
             loop = self._loop()
             if loop is not None:
+                _bookkeeping[loop] = _bookkeeping.get(loop, 0) + 1
                 loop.call_soon(self._new_inline_turn)
 
     def _new_inline_turn(self) -> None:
+        self._done_bookkeeping()
         self._inline_spent = 0.0
         self._inline_turn = False
 
@@ -155,13 +158,21 @@ class Mailbox:
                 # mailbox, on its own. Groups that each fit in one chunk would otherwise never be measured,
                 # and a chunk grown on cheap callers would go on waking dear ones as many at a time.
                 measured = (time.thread_time(), count)
-                self._measuring = not more
-                loop.call_soon(self._hand_out if more else self._measure, measured)
+                if more:
+                    loop.call_soon(self._hand_out, measured)
+                else:
+                    _bookkeeping[loop] = _bookkeeping.get(loop, 0) + 1
+                    loop.call_soon(self._measure, measured)
 
     def _measure(self, previous: tuple[float, int]) -> None:
-        self._measuring = False
+        self._done_bookkeeping()
         cpu, woken = previous
         self._sized(time.thread_time() - cpu, woken)
+
+    def _done_bookkeeping(self) -> None:
+        loop = self._loop()
+        if loop is not None:
+            _bookkeeping[loop] -= 1
 
     def _sized(self, turn_cpu: float, woken: int) -> None:
         """Average in one more loop turn and size the chunk so that a turn costs about the budget."""
