@@ -78,7 +78,11 @@ def ws_url(base: str, agent_id: str, after: str | None = None, token: str | None
 async def attach(kind: str, base: str, agent_id: str, after: str | None = None) -> AsyncIterator[Stream]:
     """Attach over `kind` ("ws" or "sse"); SSE resumes with `Last-Event-ID`, a WebSocket with `?after=`."""
     if kind == "ws":
-        async with connect(ws_url(base, agent_id, after), max_size=2**24) as connection:
+        # A client that leaves while frames it has not read fill its queue has stopped reading from the socket,
+        # so the server's closing frame, queued behind them, never reaches it: the websockets library then
+        # gives up the closing handshake after `close_timeout` (by design, its maintainers say), 10 s by
+        # default. A client here leaves to reconnect at once; it waits half a second at most.
+        async with connect(ws_url(base, agent_id, after), max_size=2**24, close_timeout=0.5) as connection:
             yield WebSocketStream(connection)
         return
     headers = {"last-event-id": after} if after else {}

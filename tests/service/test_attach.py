@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -146,6 +146,15 @@ watcher_plans = st.builds(
 @pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(watchers=st.lists(watcher_plans, min_size=1, max_size=5), backlog=st.sampled_from([3, 1000]))
+# Found by the search: a slow client that leaves three times with unread frames queued (each of its closing
+# handshakes once took the websockets library's 10 s default, and the run its 30 s).
+@example(
+    watchers=[
+        Watcher(kind="ws", delay=0.0, drops=[22, 3, 22], slow=True),
+        Watcher(kind="ws", delay=0.345, drops=[56], slow=True),
+    ],
+    backlog=3,
+)
 async def test_watchers_that_attach_drop_and_reconnect_see_every_event_once(
     open_engine: Any, scripted: Any, watchers: list[Watcher], backlog: int
 ) -> None:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound, StoreError
 from agentwatch.events import NewEvent, Usage, UserMessage
@@ -593,3 +595,51 @@ async def test_a_task_writing_one_write_after_another_on_the_loop_still_lets_the
         # the ticker would have stood still for the whole run.
         assert counted >= 1 and counted >= min(5, took / 0.001 / 4)
         assert (await store.get_session(session.id)).last_seq == 40
+
+
+# What a caller does next: submit a write to session 0 or 1 (patching it or not) without waiting, wait for all
+# it submitted, or let the loop turn once.
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.integers(min_value=0, max_value=1), st.booleans()),
+        st.just(("wait",)),
+        st.just(("yield",)),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=_steps)
+def test_writes_are_applied_in_the_order_queued_wherever_they_run(tmp_path_factory: Any, steps: list[Any]) -> None:
+    """`writes_in_order`, with some writes applied on the caller's thread and others on the writer thread: each
+    session's events are stored in the order their writes were made, with seqs 1, 2, 3, ..."""
+
+    async def play() -> tuple[list[list[str]], list[list[str]]]:
+        async with open_store(f"sqlite:///{tmp_path_factory.mktemp('order')}/a.db") as store:
+            assert isinstance(store, SqliteStore)
+            sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(2)]
+            made: list[list[str]] = [[], []]
+            pending: list[asyncio.Future[Any]] = []
+            for index, step in enumerate(steps):
+                if step[0] == "write":
+                    _, which, patched = step
+                    text = f"w{index}"
+                    made[which].append(text)
+                    patch = SessionPatch(last_text=text) if patched else None
+                    write = Write(sessions[which].id, [NewEvent(UserMessage(text=text))], session=patch)
+                    pending.append(asyncio.ensure_future(store.write(write)))
+                elif step[0] == "wait":
+                    await asyncio.gather(*pending)
+                    pending.clear()
+                else:
+                    await asyncio.sleep(0)
+            await asyncio.gather(*pending)
+            stored = [[e.payload.text for e in await store.read_events(s.id)] for s in sessions]  # type: ignore[union-attr]
+            seqs = [[e.seq for e in await store.read_events(s.id)] for s in sessions]
+            assert all(seq == list(range(1, len(seq) + 1)) for seq in seqs)
+            return made, stored
+
+    made, stored = asyncio.run(play())
+    assert stored == made
