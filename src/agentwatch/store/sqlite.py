@@ -21,7 +21,7 @@ loop (no other caller could write before the commit is over), the loop turn's bu
 spent (`Mailbox.inline_room`), and the database's write lock is free (it never waits for another process).
 One session appending alone, or a turn's commit (the only write in flight while its tools wait for it), is
 such a write: on its own thread it saves the two hand-overs between threads (measured: one session's appends
-~50 % more per second; a ten-tool turn 3-9 % less time). The caller's loop is held for the commit, its fsync
+~40 % more per second; a ten-tool turn 3-9 % less time). The caller's loop is held for the commit, its fsync
 included, which it would have waited for anyway.
 
 Outcomes go back to the callers' event loops through the store's `Mailbox` of each loop (`agentwatch.pacing`):
