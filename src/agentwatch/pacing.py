@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol, TypeVar
 
 __all__ = ["Mailbox", "Mailboxes", "Outcome"]
@@ -77,7 +77,7 @@ class Mailbox:
         self._last_turn = 0.0  # the CPU time of the last loop turn measured
         self._per_caller = 0.0  # the running averages' CPU time per woken caller
         self._skipped = False  # whether the last hand-out woke nobody, the last turn having left no room
-        self._inline_spent = 0.0  # CPU time spent on callers' work on the loop in this loop turn
+        self._inline_spent = 0.0  # time spent on callers' work on the loop in this loop turn
         self._inline_turn = False  # whether the loop turn after the spending is to reset it
 
     def post(self, outcomes: Iterable[Outcome]) -> None:
@@ -127,8 +127,7 @@ class Mailbox:
             self._inline_turn = True
             loop = self._loop()
             if loop is not None:
-                _bookkeeping[loop] = _bookkeeping.get(loop, 0) + 1
-                loop.call_soon(self._new_inline_turn)
+                _keep_books(loop, self._new_inline_turn)
 
     def _new_inline_turn(self) -> None:
         self._done_bookkeeping()
@@ -161,8 +160,7 @@ class Mailbox:
                 if more:
                     loop.call_soon(self._hand_out, measured)
                 else:
-                    _bookkeeping[loop] = _bookkeeping.get(loop, 0) + 1
-                    loop.call_soon(self._measure, measured)
+                    _keep_books(loop, self._measure, measured)
 
     def _measure(self, previous: tuple[float, int]) -> None:
         self._done_bookkeeping()
@@ -209,6 +207,13 @@ class Mailbox:
             return 0
         self._skipped = False
         return max(1, min(self._chunk, room))
+
+
+def _keep_books(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+    """Schedule a mailbox's own `callback` on `loop`, counted as bookkeeping until it runs (it calls
+    `Mailbox._done_bookkeeping` first)."""
+    _bookkeeping[loop] = _bookkeeping.get(loop, 0) + 1
+    loop.call_soon(callback, *args)
 
 
 class Outcome(Protocol):

@@ -9,7 +9,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,14 +30,21 @@ from .databases import sqlite_url
 
 
 @contextlib.contextmanager
-def writer_statements(store: SqliteStore) -> Iterator[list[str]]:
-    """The statements the store's writer runs while the block runs (SQLite's trace callback on its connection)."""
-    statements: list[str] = []
-    store._writer_connection.set_trace_callback(statements.append)
+def traced(store: SqliteStore, callback: Callable[[str], object]) -> Iterator[None]:
+    """`callback` gets every statement run on the writer's connection while the block runs (SQLite's trace)."""
+    store._writer_connection.set_trace_callback(callback)
     try:
-        yield statements
+        yield
     finally:
         store._writer_connection.set_trace_callback(None)
+
+
+@contextlib.contextmanager
+def writer_statements(store: SqliteStore) -> Iterator[list[str]]:
+    """The statements the store's writer runs while the block runs."""
+    statements: list[str] = []
+    with traced(store, statements.append):
+        yield statements
 
 
 async def test_a_relative_url_creates_the_parent_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -509,11 +516,8 @@ def commit_threads(store: SqliteStore) -> Iterator[list[int]]:
         if statement == "COMMIT":
             threads.append(threading.get_ident())
 
-    store._writer_connection.set_trace_callback(trace)
-    try:
+    with traced(store, trace):
         yield threads
-    finally:
-        store._writer_connection.set_trace_callback(None)
 
 
 async def test_a_lone_write_commits_on_its_callers_thread_and_is_durable(tmp_path: Path) -> None:

@@ -132,6 +132,8 @@ class SqliteStore(SqlStore):
         """Held by whoever applies jobs on the writer's connection: the writer thread, or a caller's thread
         applying a write at once (see `_write_here`). Everything below that the writer keeps is theirs alone."""
         self._writer_connection = writer
+        self._tx = SqliteTx(writer)
+        """The `Tx` over the writer's connection (whoever holds `_applying` uses it)."""
         self._writer = threading.Thread(target=self._writer_main, name="agentwatch-sqlite-writer", daemon=True)
         self._readers = Readers(path) if path is not None else None
         self._mailboxes = Mailboxes()
@@ -160,25 +162,23 @@ class SqliteStore(SqlStore):
     # -- the writer -----------------------------------------------------------------------------------
 
     def _writer_main(self) -> None:
-        connection = self._writer_connection
-        tx = SqliteTx(connection)
         running = True
         expected = 1
         while running:
             jobs, running = self._collect(expected)
             expected = len(jobs)
             with self._applying:
-                self._apply_jobs(tx, jobs)
+                self._apply_jobs(jobs)
             for _ in jobs:
                 self._unfinished.popleft()
             settle(jobs)
         with self._applying:
-            connection.close()
+            self._writer_connection.close()
 
-    def _apply_jobs(self, tx: SqliteTx, jobs: list[Job], *, begun: bool = False) -> None:
+    def _apply_jobs(self, jobs: list[Job], *, begun: bool = False) -> None:
         """Apply `jobs`: the writes in one transaction (`_commit_group`; `begun`: its BEGIN is made), then the
         reads. Each job's outcome says how it went."""
-        connection = self._writer_connection
+        connection, tx = self._writer_connection, self._tx
         try:
             self._commit_group(connection, tx, [j for j in jobs if j.write], begun=begun)
         except BaseException as error:  # the connection itself failed: every write of the group fails
@@ -207,7 +207,7 @@ class SqliteStore(SqlStore):
         try:
             if self._unfinished or self._closed or not begin_at_once(self._writer_connection):
                 return False
-            self._apply_jobs(SqliteTx(self._writer_connection), [job], begun=True)
+            self._apply_jobs([job], begun=True)
         finally:
             self._applying.release()
             mailbox.spent_inline(time.perf_counter() - started)
