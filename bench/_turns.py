@@ -12,6 +12,10 @@ streamed word by word and each tool call as one delta, calling the same tool fun
   steps (it finds its step by counting the responses since the last prompt, so its cost per request does not
   grow with the conversation), every model request streamed with `node.stream` and every event consumed,
   nothing stored. A chat passes `run.all_messages()` back as the next run's history.
+- The floor (`DurableByHand`) is the bare side made durable by hand, the least a durable turn can cost: after
+  each model response, before its tools run, the messages the run added since the last commit go to a SQLite
+  file (WAL, `synchronous=FULL`) as one JSON row, in one transaction, on the loop's thread; the last ones when
+  the run ends. No events, no watcher, no session state: only the transcript, durable before a tool runs.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import inspect
 import json
 import re
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +33,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from agentwatch.events import Event
@@ -41,6 +53,7 @@ __all__ = [
     "PROMPT",
     "TOOL_CALLS",
     "BareChat",
+    "DurableByHand",
     "EngineSide",
     "TurnWatcher",
     "bare_agent",
@@ -163,6 +176,48 @@ class BareChat:
     async def turn(self) -> None:
         """Run one turn on the history so far and keep its messages."""
         self.history = await bare_run(self.agent, self.history or None)
+
+
+class DurableByHand:
+    """Bare pydantic-ai whose transcript is made durable by hand (see the module docs): the floor under any
+    durable turn on SQLite at `synchronous=FULL`."""
+
+    def __init__(self, agent: Agent[None, str], path: Path) -> None:
+        self.agent = agent
+        self.commits = 0
+        self._connection = sqlite3.connect(path, isolation_level=None)
+        self._connection.execute("PRAGMA journal_mode = WAL")
+        self._connection.execute("PRAGMA synchronous = FULL")
+        self._connection.execute(
+            "CREATE TABLE IF NOT EXISTS steps (run_id TEXT, step INTEGER, messages TEXT, PRIMARY KEY (run_id, step))"
+        )
+
+    async def turn(self) -> list[ModelMessage]:
+        """One run of the script, each model response durable before its tools run; returns its messages."""
+        run_id, step, saved = uuid.uuid4().hex, 0, 0
+        async with self.agent.iter(PROMPT) as run:
+            async for node in run:
+                if Agent.is_model_request_node(node):
+                    async with node.stream(run.ctx) as stream:
+                        async for _event in stream:
+                            pass
+                elif Agent.is_call_tools_node(node):  # the response is in; its tools run when the node does
+                    saved, step = self._commit(run_id, step, run.all_messages(), saved), step + 1
+            messages = run.all_messages()
+        self._commit(run_id, step, messages, saved)
+        return messages
+
+    def _commit(self, run_id: str, step: int, messages: list[ModelMessage], saved: int) -> int:
+        if len(messages) > saved:
+            body = ModelMessagesTypeAdapter.dump_json(messages[saved:]).decode()
+            self._connection.execute("BEGIN")
+            self._connection.execute("INSERT INTO steps VALUES (?, ?, ?)", (run_id, step, body))
+            self._connection.execute("COMMIT")
+            self.commits += 1
+        return len(messages)
+
+    async def aclose(self) -> None:
+        self._connection.close()
 
 
 # -- the engine side ----------------------------------------------------------------------------------------

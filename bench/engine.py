@@ -7,8 +7,9 @@ measured in the same run, turn by turn or round by round in alternating order, a
 (every thread of the process) beside the wall time.
 
 - `engine.turn`: one 10-tool-call turn on a fresh session, at `synchronous=FULL` (the default, the headline)
-  and at `synchronous=NORMAL` beside it; the store writes (commits) per turn; the database file's growth per
-  turn against the payload it stored.
+  and at `synchronous=NORMAL` beside it; the floor beside them (the bare side made durable by hand: what
+  durability alone costs, and what the engine adds to it); the store writes (commits) per turn; the database
+  file's growth per turn against the payload it stored.
 - `engine.history`: turn 20 / turn 2 of one session, against the same ratio of a bare chat passing its
   history back.
 - `engine.long_chat`: turn N / turn 10 of one long chat of 1-tool turns (N = 100, or 1,000 with `--long`),
@@ -38,6 +39,7 @@ from bench._harness import FULL, QUICK, TINY, Context, Result, Sizes, Target, pe
 from bench._turns import (
     TOOL_CALLS,
     BareChat,
+    DurableByHand,
     EngineSide,
     bare_agent,
     bare_run,
@@ -233,8 +235,10 @@ async def turn_overhead(ctx: Context) -> list[Result]:
         f"engine turn: {sizes.turns} turns of {TOOL_CALLS} tool calls on each of synchronous=FULL, =NORMAL and "
         "bare pydantic-ai, rotating"
     )
-    full, normal, bare = _Clock(), _Clock(), _Clock()
+    full, normal, bare, floor = _Clock(), _Clock(), _Clock(), _Clock()
+    by_hand = DurableByHand(agent, ctx.workdir / "engine-turn-floor.db")
     async with (
+        contextlib.aclosing(by_hand),
         engine_side(ctx.workdir / "engine-turn-full", script, synchronous="full") as on_full,
         engine_side(ctx.workdir / "engine-turn-normal", script, synchronous="normal") as on_normal,
     ):
@@ -271,11 +275,25 @@ async def turn_overhead(ctx: Context) -> list[Result]:
 
             return run
 
+        def floor_turn(clock: _Clock | None) -> Any:
+            async def run() -> None:
+                async def once() -> None:
+                    if tool_returns(await by_hand.turn()) != TOOL_CALLS:
+                        raise RuntimeError(f"the floor's run did not make the script's {TOOL_CALLS} tool calls")
+
+                if clock is None:
+                    await once()
+                else:
+                    await clock.time(once)
+
+            return run
+
         warm: list[str] = []
         for _ in range(sizes.warm_up_turns):
             await engine_turn(on_full, None, warm)()
             await engine_turn(on_normal, None)()
             await bare_turn(None)()
+            await floor_turn(None)()
         made = await on_full.tool_results(warm[-1])
         if made != TOOL_CALLS:
             raise RuntimeError(f"the engine's turn made {made} tool call(s); the script has {TOOL_CALLS}")
@@ -283,11 +301,18 @@ async def turn_overhead(ctx: Context) -> list[Result]:
         counter = WriteCounter(on_full)
         database = ctx.workdir / "engine-turn-full" / "agentwatch.db"
         size_before = await asyncio.to_thread(_checkpointed_size, database)
+        floor_before = by_hand.commits
         await _rotate(
             sizes.turns,
-            [engine_turn(on_full, full, timed_full), engine_turn(on_normal, normal), bare_turn(bare)],
+            [
+                engine_turn(on_full, full, timed_full),
+                engine_turn(on_normal, normal),
+                bare_turn(bare),
+                floor_turn(floor),
+            ],
         )
         writes, commits = counter.writes / sizes.turns, counter.commits / sizes.turns
+        floor_commits = (by_hand.commits - floor_before) / sizes.turns
         size_after = await asyncio.to_thread(_checkpointed_size, database)
         payload = await _stored_payload(on_full, timed_full) / sizes.turns
         growth = (size_after - size_before) / sizes.turns
@@ -302,6 +327,11 @@ async def turn_overhead(ctx: Context) -> list[Result]:
         f"and a full collection runs with the process's own thresholds"
     )
     cpu_how = "CPU time of the process (every thread: the store's writer too) per turn"
+    floor_how = (
+        f"the floor: the bare side made durable by hand, each model response's new messages committed as one "
+        f"JSON row with sqlite3 (WAL, synchronous=FULL) on the loop's thread before its tools run, the last ones "
+        f"at the end ({floor_commits:.1f} commits/turn); no events, no watcher, no session state"
+    )
     return [
         Result(
             "engine.turn.full.p50",
@@ -338,6 +368,34 @@ async def turn_overhead(ctx: Context) -> list[Result]:
             "lower",
             None,
             f"{cpu_how}; SQLite WAL synchronous=NORMAL; {how}",
+        ),
+        Result(
+            "engine.turn.floor.p50",
+            "ms",
+            _median(floor.wall),
+            _median(bare.wall),
+            "lower",
+            None,
+            f"wall; {floor_how}; what durability alone costs; {how}",
+        ),
+        Result(
+            "engine.turn.floor.cpu_p50",
+            "ms",
+            _median(floor.cpu),
+            _median(bare.cpu),
+            "lower",
+            None,
+            f"CPU time of the process per turn; {floor_how}; {how}",
+        ),
+        Result(
+            "engine.turn.full_over_floor.p50",
+            "ms",
+            _median(full.wall),
+            _median(floor.wall),
+            "lower",
+            None,
+            f"wall; the engine at FULL against the floor: what agentwatch adds to a turn durable by hand (events, "
+            f"the watcher, session state, ordering); {floor_how}",
         ),
         Result(
             "engine.turn.commits",

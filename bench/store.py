@@ -55,6 +55,8 @@ _EVENT_INSERT: Final = (
     "INSERT INTO events (id, session_id, seq, at, turn_id, conversation_id, payload, type) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_COUNTERS_UPDATE: Final = "UPDATE sessions SET last_seq = ?, updated_at = ?, last_active_at = ? WHERE id = ?"
+"""The floor's update of a session's row after its appends (parameters: last seq, time twice, id)."""
 _PAYLOAD_TYPE: Final = "tool.result"
 _TAIL_LIMIT: Final = 50
 _PAGE_SIZE: Final = 20
@@ -94,18 +96,36 @@ def _events_per_commit(backend: str, sessions_n: int, achieved: float) -> Result
     )
 
 
-async def _abba(rounds: int, first: Callable[[], Awaitable[float]], second: Callable[[], Awaitable[float]]) -> None:
-    """Run `first` and `second` `rounds` times each, alternating which goes first (ABBA), so a neighbour that
-    gets busy half-way through the run weighs on both alike.
+async def _interleaved(rounds: int, *samples: Callable[[], Awaitable[float]]) -> None:
+    """Run each of `samples` `rounds` times, one of each per round, rotating which goes first and reversing the
+    order every other cycle (two samples: AB BA BA AB), so a neighbour that gets busy half-way through the run
+    weighs on all alike.
 
     Before each sample, untimed, a full collection: the garbage of everything the process did before (its
     imports, the set-up, the other figures) otherwise lands in whichever sample happens to cross the
     collector's threshold (measured: one full collection of ~60 ms inside the first 100-session SQLite
     sample, about as long as the whole sample without it)."""
     for index in range(rounds):
-        for sample in (first, second) if index % 2 == 0 else (second, first):
+        shift = index % len(samples)
+        order = [*samples[shift:], *samples[:shift]]
+        if index // len(samples) % 2:
+            order.reverse()
+        for sample in order:
             gc.collect()
             await sample()
+
+
+def _floor(backend: str, sessions_n: int, events: int, totals: dict[str, float], note: str) -> Result:
+    """The floor under the store's concurrent appends: the raw inserts plus the session rows' update any store
+    keeping per-session counters must make, against the raw inserts alone."""
+    return Result(
+        name=f"store.append.{backend}.{sessions_n}_sessions.floor",
+        unit="events/s",
+        value=_per_second(events, totals["floor"]),
+        baseline=_per_second(events, totals["raw"]),
+        better="higher",
+        note=note,
+    )
 
 
 # -- durable append: SQLite -------------------------------------------------------------------------------
@@ -134,13 +154,19 @@ class _RawSqliteAppender:
                 )
         return rows
 
-    def insert(self, rows: Sequence[tuple[Any, ...]], batch: int) -> float:
-        """Insert `rows`, one transaction per `batch` of them; the seconds it took."""
+    def insert(self, rows: Sequence[tuple[Any, ...]], batch: int, *, counters: bool = False) -> float:
+        """Insert `rows`, one transaction per `batch` of them; the seconds it took. With `counters`, each
+        transaction also moves its sessions' rows on (`_COUNTERS_UPDATE`: the last seq and the activity time),
+        as any store keeping per-session counters must."""
         execute, execute_many = self._connection.execute, self._connection.executemany
         start = time.perf_counter()
         for index in range(0, len(rows), batch):
+            chunk = rows[index : index + batch]
             execute("BEGIN")
-            execute_many(_EVENT_INSERT, rows[index : index + batch])
+            execute_many(_EVENT_INSERT, chunk)
+            if counters:
+                last = {row[1]: (row[2], row[3]) for row in chunk}
+                execute_many(_COUNTERS_UPDATE, [(seq, at, at, session) for session, (seq, at) in last.items()])
             execute("COMMIT")
         return time.perf_counter() - start
 
@@ -183,6 +209,7 @@ async def append_sqlite(ctx: Context) -> list[Result]:
         sessions_n = sizes.concurrent_sessions
         store_many = await _sessions(store, "concurrent-store", sessions_n)
         raw_many = await _sessions(store, "concurrent-raw", sessions_n)
+        floor_many = await _sessions(store, "concurrent-floor", sessions_n)
 
         # (a) One session, sequential: each append is acknowledged after its own commit, so the baseline
         # commits every row on its own too (batch size 1).
@@ -200,7 +227,7 @@ async def append_sqlite(ctx: Context) -> list[Result]:
             totals["raw"] += seconds
             return seconds
 
-        await _abba(sizes.rounds, raw_sequential, store_sequential)
+        await _interleaved(sizes.rounds, raw_sequential, store_sequential)
         sequential_events = sizes.sqlite_sequential * sizes.rounds
         results = [
             Result(
@@ -221,7 +248,7 @@ async def append_sqlite(ctx: Context) -> list[Result]:
         # event costs the store and how well the groups fill. The second one has its own figure below.
         per_session = sizes.sqlite_per_session
         ctx.say(f"SQLite: {sessions_n} sessions x {per_session} concurrent appends x {sizes.rounds} rounds, each way")
-        totals = {"store": 0.0, "raw": 0.0}
+        totals = {"store": 0.0, "raw": 0.0, "floor": 0.0}
         grouped = {"events": 0, "commits": 0}
         batch = [sessions_n]
         # The writer's own count of its commits (a statement tracer on its connection would run Python code
@@ -247,8 +274,13 @@ async def append_sqlite(ctx: Context) -> list[Result]:
             totals["raw"] += seconds
             return seconds
 
+        async def floor_concurrent() -> float:
+            seconds = raw.insert(raw.rows(floor_many, per_session), batch[0], counters=True)
+            totals["floor"] += seconds
+            return seconds
+
         await store_concurrent(warm_up=True)
-        await _abba(sizes.rounds, raw_concurrent, store_concurrent)
+        await _interleaved(sizes.rounds, raw_concurrent, store_concurrent, floor_concurrent)
         concurrent_events = sessions_n * per_session * sizes.rounds
         if grouped["commits"]:
             achieved = grouped["events"] / grouped["commits"]
@@ -258,6 +290,17 @@ async def append_sqlite(ctx: Context) -> list[Result]:
             batch_note = f"commits not countable; baseline: executemany in batches of {sessions_n} (upper bound)"
         note = f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}; WAL, synchronous=FULL"
         results.append(_concurrent_append("sqlite", sessions_n, concurrent_events, totals, note))
+        results.append(
+            _floor(
+                "sqlite",
+                sessions_n,
+                concurrent_events,
+                totals,
+                "the floor: executemany of the events in batches of the store's groups, each with an executemany "
+                "update of its sessions' rows (last seq, activity time), WAL, synchronous=FULL; baseline: the "
+                "events alone",
+            )
+        )
         results.append(await _growth_sqlite(ctx))
         if grouped["commits"]:
             results.append(_events_per_commit("sqlite", sessions_n, achieved))
@@ -437,7 +480,7 @@ async def append_postgres(ctx: Context) -> list[Result]:
         raise Skip(f"cannot use PostgreSQL at {urlsplit(base_url).netloc} ({str(error).strip()})") from None
     separator = "&" if "?" in base_url else "?"
     url = f"{base_url}{separator}options={quote(f'-csearch_path={schema}')}"
-    insert = _EVENT_INSERT.replace("?", "%s")
+    insert, counters_update = _EVENT_INSERT.replace("?", "%s"), _COUNTERS_UPDATE.replace("?", "%s")
     sizes = ctx.sizes
     try:
         store = await connect_store(url)
@@ -494,7 +537,7 @@ async def append_postgres(ctx: Context) -> list[Result]:
 
                 await raw_sequential(10, warm_up=True)
                 await _append_one_by_one(store, store_one[0].id, events, 10)
-                await _abba(sizes.rounds, raw_sequential, store_sequential)
+                await _interleaved(sizes.rounds, raw_sequential, store_sequential)
             sequential_events = sizes.postgres_sequential * sizes.rounds
             results = [
                 Result(
@@ -514,26 +557,37 @@ async def append_postgres(ctx: Context) -> list[Result]:
             sessions_n, per_session = sizes.concurrent_sessions, sizes.postgres_per_session
             store_many = await _sessions(store, "concurrent-store", sessions_n)
             raw_many = await _sessions(store, "concurrent-raw", sessions_n)
+            floor_many = await _sessions(store, "concurrent-floor", sessions_n)
             ctx.say(
                 f"PostgreSQL: {sessions_n} sessions x {per_session} concurrent appends x {sizes.rounds} rounds, "
                 "each way"
             )
-            totals = {"store": 0.0, "raw": 0.0}
+            totals = {"store": 0.0, "raw": 0.0, "floor": 0.0}
             counts: list[int] | None = getattr(store, "_group_counts", None)
             grouped = {"groups": 0, "writes": 0}
             batch = [sessions_n]
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
 
-                async def raw_concurrent(each: int = per_session, *, warm_up: bool = False) -> float:
-                    todo = rows(raw_many, each)
+                async def raw_concurrent(
+                    each: int = per_session, *, warm_up: bool = False, counters: bool = False
+                ) -> float:
+                    todo = rows(floor_many if counters else raw_many, each)
                     start = time.perf_counter()
                     for index in range(0, len(todo), batch[0]):
+                        chunk = todo[index : index + batch[0]]
                         async with connection.transaction(), connection.cursor() as cursor:
-                            await cursor.executemany(insert, todo[index : index + batch[0]])
+                            await cursor.executemany(insert, chunk)
+                            if counters:  # the floor: the sessions' rows moved on too (see `_COUNTERS_UPDATE`)
+                                last = {row[1]: (row[2], row[3]) for row in chunk}
+                                updates = [(seq, at, at, session) for session, (seq, at) in last.items()]
+                                await cursor.executemany(counters_update, updates)
                     seconds = time.perf_counter() - start
                     if not warm_up:
-                        totals["raw"] += seconds
+                        totals["floor" if counters else "raw"] += seconds
                     return seconds
+
+                async def floor_concurrent() -> float:
+                    return await raw_concurrent(counters=True)
 
                 async def store_concurrent(each: int = per_session, *, warm_up: bool = False) -> float:
                     before = list(counts) if counts is not None else None
@@ -550,7 +604,7 @@ async def append_postgres(ctx: Context) -> list[Result]:
 
                 await store_concurrent(2, warm_up=True)
                 await raw_concurrent(2, warm_up=True)
-                await _abba(sizes.rounds, raw_concurrent, store_concurrent)
+                await _interleaved(sizes.rounds, raw_concurrent, store_concurrent, floor_concurrent)
             if grouped["groups"]:
                 achieved = grouped["writes"] / grouped["groups"]
                 batch_note = f"the store averaged {achieved:.1f} appends per transaction; baseline: psycopg "
@@ -561,6 +615,17 @@ async def append_postgres(ctx: Context) -> list[Result]:
             concurrent_events = sessions_n * per_session * sizes.rounds
             note = f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}"
             results.append(_concurrent_append("postgres", sessions_n, concurrent_events, totals, note))
+            results.append(
+                _floor(
+                    "postgres",
+                    sessions_n,
+                    concurrent_events,
+                    totals,
+                    "the floor: psycopg executemany of the events in transactions of the store's group size, each "
+                    "with an executemany update of its sessions' rows (last seq, activity time); baseline: the "
+                    "events alone",
+                )
+            )
             if grouped["groups"]:
                 results.append(_events_per_commit("postgres", sessions_n, achieved))
             return results
