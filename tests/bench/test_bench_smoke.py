@@ -35,6 +35,8 @@ HEADLINE_FIGURES = (
     "engine.turn.full.p50",
     "engine.turn.full.cpu_p50",
     "engine.turn.normal.p50",
+    "engine.turn.floor.p50",
+    "engine.turn.full_over_floor.p50",
     "engine.turn.commits",
     "engine.turn.sqlite_commits",
     "engine.turn.db_growth",
@@ -90,10 +92,14 @@ def test_tiny_run_writes_well_formed_results(tmp_path: Path) -> None:
         assert figure in names
     assert any(name.startswith("engine.history.turn") for name in names)
     assert any(name.startswith("engine.long_chat.turn") for name in names)
+    # The concurrent append has its floor beside it (named by the size's number of sessions).
+    concurrent = [n for n in names if n.startswith("store.append.sqlite.") and n.endswith("_sessions")]
+    assert concurrent and all(f"{n}.floor" in names for n in concurrent)
     # The fsync setting a turn figure ran with is named in its note.
     notes = {entry["name"]: entry["note"] for entry in results}
     assert "synchronous=FULL" in notes["engine.turn.full.p50"]
     assert "synchronous=NORMAL" in notes["engine.turn.normal.p50"]
+    assert "synchronous=FULL" in notes["engine.turn.floor.p50"]
     for entry in results:
         assert entry.keys() >= RESULT_KEYS, entry
         assert isinstance(entry["name"], str) and isinstance(entry["unit"], str) and entry["unit"]
