@@ -386,14 +386,18 @@ async def _syscall_child(turns: int, synchronous: str, bare: bool = False) -> No
             sessions = [await side.new_session() for _ in range(turns + 3)]
             for session_id in sessions[:3]:
                 await side.turn(session_id)
+            counter = WriteCounter(side)
             marker = os.open(os.devnull, os.O_WRONLY)
             os.write(marker, _MARK_START)
             for session_id in sessions[3:]:
                 await side.turn(session_id)
             os.write(marker, _MARK_END)
             os.close(marker)
+            print(f"{_COMMITS} {counter.commits}")
 
 
+_COMMITS = "commits-between-the-marks"
+"""How the child tells its parent the COMMITs its turns made while traced (a line on its standard output)."""
 _SYSCALL = re.compile(r"^\d+\s+(\w+)\((.*)\)\s+=\s+(-?\d+)")
 
 
@@ -409,7 +413,8 @@ def _syscalls(turns: int, synchronous: str, out: list[str]) -> None:
             sys.executable, "-m", "bench.profile", "--syscall-child", "--turns", str(turns),
             "--synchronous", synchronous,
         ]  # fmt: skip
-        subprocess.run(command, check=True, capture_output=True)
+        child = subprocess.run(command, check=True, capture_output=True, text=True)
+        commits = next((line.split()[1] for line in child.stdout.splitlines() if line.startswith(_COMMITS)), None)
         calls: Counter[str] = Counter()
         written = 0
         inside = False
@@ -428,7 +433,15 @@ def _syscalls(turns: int, synchronous: str, out: list[str]) -> None:
     out.append(f"## System calls per turn (strace -f, {turns} turns, synchronous={synchronous.upper()})\n")
     for name, count in sorted(calls.items()):
         out.append(f"- `{name}`: {count / turns:.1f}")
-    out.append(f"- bytes handed to write calls: {written / turns / 1024:,.1f} KiB\n")
+    out.append(f"- bytes handed to write calls: {written / turns / 1024:,.1f} KiB")
+    if commits is not None:
+        # strace stops the process at every traced call: the turn's wait for a response to share the commit
+        # of its request (`GROUP_COMMIT_SECONDS`) runs out more often than untraced, and the commits can double.
+        out.append(
+            f"- SQLite COMMITs per turn while traced: {int(commits) / turns:.1f} (tracing slows every system call, "
+            "so more requests miss their response's commit than untraced: read the calls per commit, not per turn)"
+        )
+    out.append("")
 
 
 # -- sampled stacks (py-spy) ---------------------------------------------------------------------------------
