@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from pydantic_ai.messages import ModelMessage
+
 from agentwatch.events import PAYLOAD_ADAPTER
 from agentwatch.runtime.full_collections import collect_now
 from bench._harness import FULL, QUICK, TINY, Context, Result, Sizes, Target, percentile
@@ -261,12 +263,11 @@ async def turn_overhead(ctx: Context) -> list[Result]:
 
             return run
 
-        def bare_turn(clock: _Clock | None) -> Any:
+        def checked_turn(what: str, play: Callable[[], Awaitable[list[ModelMessage]]], clock: _Clock | None) -> Any:
             async def run() -> None:
                 async def once() -> None:
-                    messages = await bare_run(agent)
-                    if tool_returns(messages) != TOOL_CALLS:
-                        raise RuntimeError(f"the bare run did not make the script's {TOOL_CALLS} tool calls")
+                    if tool_returns(await play()) != TOOL_CALLS:
+                        raise RuntimeError(f"the {what} run did not make the script's {TOOL_CALLS} tool calls")
 
                 if clock is None:
                     await once()
@@ -274,19 +275,12 @@ async def turn_overhead(ctx: Context) -> list[Result]:
                     await clock.time(once)
 
             return run
+
+        def bare_turn(clock: _Clock | None) -> Any:
+            return checked_turn("bare", lambda: bare_run(agent), clock)
 
         def floor_turn(clock: _Clock | None) -> Any:
-            async def run() -> None:
-                async def once() -> None:
-                    if tool_returns(await by_hand.turn()) != TOOL_CALLS:
-                        raise RuntimeError(f"the floor's run did not make the script's {TOOL_CALLS} tool calls")
-
-                if clock is None:
-                    await once()
-                else:
-                    await clock.time(once)
-
-            return run
+            return checked_turn("floor's", by_hand.turn, clock)
 
         warm: list[str] = []
         for _ in range(sizes.warm_up_turns):
