@@ -234,8 +234,8 @@ async def turn_overhead(ctx: Context) -> list[Result]:
     script = ten_tool_turn()
     agent = bare_agent(script)
     ctx.say(
-        f"engine turn: {sizes.turns} turns of {TOOL_CALLS} tool calls on each of synchronous=FULL, =NORMAL and "
-        "bare pydantic-ai, rotating"
+        f"engine turn: {sizes.turns} turns of {TOOL_CALLS} tool calls on each of synchronous=FULL, =NORMAL, bare "
+        "pydantic-ai and the floor, rotating"
     )
     full, normal, bare, floor = _Clock(), _Clock(), _Clock(), _Clock()
     by_hand = DurableByHand(agent, ctx.workdir / "engine-turn-floor.db")
