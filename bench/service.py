@@ -7,7 +7,8 @@ sockets on one selector loop), so they neither share the server's CPU time nor w
 
 - `service.agent_list.p50`: `POST /api/tools/agent_list` on a keep-alive connection (a minimal HTTP/1.1
   client, so httpx's own overhead is left out), against the same `engine.call_tool("agent_list", {})` in
-  process.
+  process; beside it its floor (`.floor.p50`): the same call behind a bare Starlette route on uvicorn (no
+  guard, no error middleware, no argument parsing), its answer encoded as the service encodes it.
 - `service.publish_ws.p99`, `.p50`, `.cpu_per_event`: an event emitted to a session (the live ring and the
   broadcaster, as the session's emitter does) until each of 100 attached WebSocket clients has received it,
   in lock step, against the same publish to an in-process ring subscriber of a session nobody watches.
@@ -153,26 +154,49 @@ class _Connection:
             await self.writer.wait_closed()
 
 
+def _bare_route(engine: Engine) -> Any:
+    """The least an HTTP surface over `agent_list` can be: one Starlette route on the engine's call, its answer
+    encoded as the service encodes it."""
+    from pydantic_core import to_json
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def agent_list(request: Request) -> Response:
+        await request.body()
+        answer = await engine.call_tool("agent_list", {})
+        return Response(to_json(answer, fallback=str), media_type="application/json")
+
+    return Starlette(routes=[Route("/api/tools/agent_list", agent_list, methods=["POST"])])
+
+
 async def _agent_list(ctx: Context, engine: Engine, base: str) -> list[Result]:
     list_samples = max(20, min(300, ctx.sizes.live_samples // 5))
-    ctx.say(f"service: agent_list over HTTP and in process, {list_samples} calls each")
+    ctx.say(f"service: agent_list over HTTP, over a bare route and in process, {list_samples} calls each")
     http_ms: list[float] = []
+    floor_ms: list[float] = []
     local_ms: list[float] = []
-    connection = await _Connection.open(base)
-    try:
-        for index in range(list_samples + _WARM_UP):
-            start = time.perf_counter()
-            status, body = await connection.post("/api/tools/agent_list", b"{}")
-            middle = time.perf_counter()
-            local = await engine.call_tool("agent_list", {})
-            end = time.perf_counter()
-            if status != 200 or "error" in local:
-                raise RuntimeError(f"agent_list failed: {body[:200]!r} / {local}")
-            if index >= _WARM_UP:
-                http_ms.append((middle - start) * 1000)
-                local_ms.append((end - middle) * 1000)
-    finally:
-        await connection.close()
+    async with _uvicorn(_bare_route(engine)) as floor_base:
+        connection, bare = await _Connection.open(base), await _Connection.open(floor_base)
+        try:
+            for index in range(list_samples + _WARM_UP):
+                start = time.perf_counter()
+                status, body = await connection.post("/api/tools/agent_list", b"{}")
+                middle = time.perf_counter()
+                local = await engine.call_tool("agent_list", {})
+                end = time.perf_counter()
+                floor_status, _ = await bare.post("/api/tools/agent_list", b"{}")
+                last = time.perf_counter()
+                if status != 200 or floor_status != 200 or "error" in local:
+                    raise RuntimeError(f"agent_list failed: {body[:200]!r} / {local}")
+                if index >= _WARM_UP:
+                    http_ms.append((middle - start) * 1000)
+                    local_ms.append((end - middle) * 1000)
+                    floor_ms.append((last - end) * 1000)
+        finally:
+            await connection.close()
+            await bare.close()
     note = (
         f"{list_samples} calls, {_LIST_SESSIONS} sessions, one keep-alive connection (a minimal client); "
         "baseline: engine.call_tool"
@@ -186,7 +210,17 @@ async def _agent_list(ctx: Context, engine: Engine, base: str) -> list[Result]:
             "lower",
             Target("ratio", "<=", 1.5),
             note,
-        )
+        ),
+        Result(
+            "service.agent_list.floor.p50",
+            "ms",
+            percentile(floor_ms, 50),
+            percentile(local_ms, 50),
+            "lower",
+            None,
+            f"the floor: the same call behind a bare Starlette route on uvicorn (no guard, no error middleware, no "
+            f"argument parsing), its answer encoded with pydantic_core.to_json as the service does; {note}",
+        ),
     ]
 
 
