@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pydantic import JsonValue
 
 from agentwatch.errors import Conflict, NotFound
-from agentwatch.events import NewEvent, UserMessage
+from agentwatch.events import CompletionFinished, NewEvent, Usage, UserMessage
 from agentwatch.store import RunStore, SessionDraft, SessionPatch, Store, Write, connect_store
 
 
@@ -142,3 +143,33 @@ async def test_grouped_appends_count_into_their_rows_and_fail_apart(store: Store
             assert after.last_active_at == session.last_active_at
         else:
             assert after.last_active_at > session.last_active_at
+
+
+async def test_grouped_appends_with_model_messages_keep_them_whole_and_in_order(store: Store) -> None:
+    # Concurrent appends carrying model messages, each response also the `response` of the write's
+    # completion.finished event (stored once, in the event: the message points at the event's seq, which a
+    # group numbers for all its writes at once): every conversation reads back its messages whole, in order.
+    sessions = [await store.create_session(SessionDraft(name=f"s{n}", role="chat")) for n in range(20)]
+
+    def messages(index: int, n: int) -> tuple[JsonValue, JsonValue]:
+        request: JsonValue = {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": f"{index}:{n}"}]}
+        response: JsonValue = {"kind": "response", "parts": [{"part_kind": "text", "content": f"answer {index}:{n}"}]}
+        return request, response
+
+    async def turns(index: int) -> None:
+        for n in range(3):
+            request, response = messages(index, n)
+            usage = Usage(input_tokens=5, output_tokens=2, requests=1)
+            finished = NewEvent(CompletionFinished(request_index=n, model="m", usage=usage, response=response))
+            write = Write(sessions[index].id, [*said(f"{index}:{n}"), finished], messages=[request, response])
+            await store.write(write)
+
+    await asyncio.gather(*(turns(index) for index in range(len(sessions))))
+
+    for index, session in enumerate(sessions):
+        expected = [message for n in range(3) for message in messages(index, n)]
+        assert await store.read_messages(session.conversation_id) == expected
+        stored = await store.read_events(session.id)
+        assert [event.seq for event in stored] == list(range(1, 7))
+        responses = [e.payload.response for e in stored if isinstance(e.payload, CompletionFinished)]
+        assert responses == expected[1::2]
