@@ -67,26 +67,16 @@ _PG_EVENT_INSERT: Final = (
     "FROM json_to_recordset(?::json) AS r "
     "(id text, session_id text, seq bigint, turn_id text, conversation_id text, payload text, type text)"
 )
-_PG_CLAIM_AND_INSERT: Final = (
-    "WITH v AS (SELECT * FROM jsonb_to_recordset(?::jsonb) AS v (id text, n bigint, touched boolean)), "
-    "claimed AS (UPDATE sessions SET last_seq = sessions.last_seq + v.n, updated_at = ?, "
+_PG_CLAIM: Final = (
+    "UPDATE sessions SET last_seq = sessions.last_seq + v.n, updated_at = ?, "
     "last_active_at = CASE WHEN v.touched THEN ? ELSE sessions.last_active_at END "
-    "FROM v WHERE sessions.id = v.id "
-    "RETURNING sessions.id, sessions.last_seq - v.n AS first, sessions.conversation_id, sessions.role, "
-    "sessions.status, sessions.tokens, sessions.cost_usd), "
-    "inserted AS (INSERT INTO events (id, session_id, seq, at, turn_id, conversation_id, payload, type) "
-    "SELECT r.id, r.session_id, c.first + r.k, ?, r.turn_id, c.conversation_id, r.payload, r.type "
-    "FROM json_to_recordset(?::json) AS r "
-    "(id text, session_id text, k bigint, turn_id text, payload text, type text) "
-    "JOIN claimed c ON c.id = r.session_id) "
-    "SELECT * FROM claimed"
+    "FROM jsonb_to_recordset(?::jsonb) AS v (id text, n bigint, touched boolean) WHERE sessions.id = v.id "
+    "RETURNING sessions.id, sessions.last_seq - v.n, sessions.conversation_id, sessions.role, sessions.status, "
+    "sessions.tokens, sessions.cost_usd"
 )
-"""The counters of many sessions moved on and their events inserted, in one statement: the sessions' rows
-(each counted once, its writes' events together) and the events come as JSON documents, an event with its
-place among its session's events in the group (`k`); the server numbers it from the row it locks, and
-returns the rows as they were. (Rows as JSON: the driver builds arrays parameter by parameter in Python,
-measured several times slower than one JSON text.) An event of a session that is gone meets no row and is
-not inserted."""
+"""The counters of many sessions in one statement. The rows come as one JSON document (the cost as text, so
+that any float, an infinity too, goes through): the driver builds arrays parameter by parameter in Python,
+measured several times slower than one JSON text."""
 _USAGE_COLUMNS: Final = ("id", "session_id", "turn_id", "run_id", "role", "model", "at", *Usage.model_fields)
 _USAGE_INSERT: Final = (
     f"INSERT INTO usage_ledger ({', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * len(_USAGE_COLUMNS))})"
@@ -162,7 +152,7 @@ class Counters:
     """Its tokens or cost changed in this transaction."""
     written: bool = False
     claimed: bool = False
-    """Its row already holds what the transaction's writes make of it (see `_claim_and_insert`)."""
+    """Its row already holds what the transaction's writes make of it (see `_claim_seqs`)."""
     changes: dict[str, Any] = field(default_factory=dict)
     """Other columns to set (a session patch, inbox and request counts), by the same row update."""
 
@@ -198,10 +188,9 @@ class Appends:
         self._messages: dict[str, list[MessageRow]] = {}
         self._sessions: dict[str, Counters] = {}
 
-    def add(self, session: Counters, write: Write, inserted: Sequence[str] = ()) -> list[Event]:
+    def add(self, session: Counters, write: Write) -> list[Event]:
         """Build `write`'s events, ledger entries and messages, counting them into `session`; its events as
-        they will be stored. `inserted`: the ids its events were inserted with already (see
-        `_claim_and_insert`), in order; their rows are not queued again."""
+        they will be stored."""
         self._sessions[session.id] = session
         session.written = True
         session.touched = session.touched or write.touch
@@ -235,25 +224,22 @@ class Appends:
             session_id, conversation_id, now, at = session.id, session.conversation_id, self._now, self.at
             json_param, event_rows = self._dialect.json_param, self._events
             seq = session.last_seq
-            given = iter(inserted) if inserted else None
             for new in write.events:
                 seq += 1
-                payload, turn_id = new.payload, new.turn_id
-                event_id = next(given) if given is not None else new_id("evt")
+                payload, turn_id, event_id = new.payload, new.turn_id, new_id("evt")
                 events.append(_trusted(event_id, session_id, seq, 0, now, turn_id, payload, conversation_id))
-                if given is None:
-                    event_rows.append(
-                        (
-                            event_id,
-                            session_id,
-                            seq,
-                            at,
-                            turn_id,
-                            conversation_id,
-                            json_param(payload_json(payload)),
-                            payload.type,
-                        )
+                event_rows.append(
+                    (
+                        event_id,
+                        session_id,
+                        seq,
+                        at,
+                        turn_id,
+                        conversation_id,
+                        json_param(payload_json(payload)),
+                        payload.type,
                     )
+                )
             session.last_seq = seq
         if write.messages:
             rows = self._messages.setdefault(session.conversation_id, [])
@@ -437,49 +423,27 @@ def _tool_return(message: JsonValue, outputs: dict[str, tuple[int, str]]) -> tup
     return None
 
 
-async def _claim_and_insert(tx: Tx, at: Any, writes: Sequence[Write]) -> tuple[dict[str, Counters], list[list[str]]]:
-    """PostgreSQL: move each session's counters past the group's writes and insert their events, in one
-    statement (`_PG_CLAIM_AND_INSERT`): the UPDATE locks the rows and returns them as they were, so the seqs
-    handed out are contiguous (the lock holds until the commit), the rows are written once, and the group
-    costs the server one statement and the client one round trip, not a read of the counters before the
-    inserts. The sessions' counters as the writes find them, and each write's event ids.
-
-    Only for writes without usage (whose totals add up in the order of the writes) and without an expected
-    status (checked before anything is written); the others read the counters first."""
+async def _claim_seqs(tx: Tx, appends: Appends, writes: Sequence[Write]) -> dict[str, Counters]:
+    """PostgreSQL: move each session's counters past the group's writes first, in one UPDATE that locks the
+    rows and returns them as they were (the seqs to hand out, contiguous: the lock holds until the commit).
+    The rows are then written once, instead of locked by a SELECT ... FOR UPDATE and written again. Only for
+    writes without usage (whose totals add up in the order of the writes) and without an expected status
+    (checked before anything is written); the others read the counters first."""
     counts: dict[str, list[Any]] = {}
-    rows: list[dict[str, Any]] = []
-    ids: list[list[str]] = []
     for write in writes:
         count = counts.get(write.session_id)
         if count is None:
-            count = counts[write.session_id] = [0, write.touch]
-        elif write.touch:
-            count[1] = True
-        mine: list[str] = []
-        for new in write.events:
-            count[0] += 1
-            event_id = new_id("evt")
-            mine.append(event_id)
-            payload = new.payload
-            rows.append(
-                {
-                    "id": event_id,
-                    "session_id": write.session_id,
-                    "k": count[0],
-                    "turn_id": new.turn_id,
-                    "payload": payload_json(payload),
-                    "type": payload.type,
-                }
-            )
-        ids.append(mine)
-    # In id order, as `read_counters` locks: two groups naming the same sessions lock them in one order.
-    document = json.dumps([{"id": i, "n": n, "touched": t} for i, (n, t) in sorted(counts.items())])
-    events = json.dumps(rows, ensure_ascii=False)
+            counts[write.session_id] = [write.session_id, len(write.events), write.touch]
+        else:
+            count[1] += len(write.events)
+            count[2] = count[2] or write.touch
+    document = json.dumps([{"id": i, "n": n, "touched": touched} for i, n, touched in counts.values()])
+    at = appends.at
     claimed: dict[str, Counters] = {}
-    for row in await tx.fetch(_PG_CLAIM_AND_INSERT, [document, at, at, at, events]):
+    for row in await tx.fetch(_PG_CLAIM, [at, at, document]):
         session = Counters(row[0], int(row[1]), row[2], row[3], row[4], int(row[5]), float(row[6]), claimed=True)
         claimed[session.id] = session
-    return claimed, ids
+    return claimed
 
 
 async def apply_appends(
@@ -496,9 +460,8 @@ async def apply_appends(
     rolls back (and may apply the writes one by one, each on its own).
     """
     appends = Appends(dialect, now)
-    inserted: list[list[str]] | None = None
     if dialect.name == "postgres" and len(writes) > 1 and not any(w.expect_status or w.usage for w in writes):
-        sessions, inserted = await _claim_and_insert(tx, appends.at, writes)
+        sessions = await _claim_seqs(tx, appends, writes)
     elif known is None:
         sessions = await read_counters(tx, dialect, [write.session_id for write in writes])
     else:
@@ -507,13 +470,13 @@ async def apply_appends(
             known.update(await read_counters(tx, dialect, missing))
         sessions = known
     outcomes: list[Any] = []
-    for index, write in enumerate(writes):
+    for write in writes:
         session = sessions.get(write.session_id)
         if session is None:
             outcomes.append(NotFound(no_session(write.session_id)))
         elif write.expect_status is not None and session.status not in write.expect_status:
             outcomes.append(Conflict(unexpected_status(write.session_id, session.status, write.expect_status)))
         else:
-            outcomes.append(appends.add(session, write, inserted[index] if inserted is not None else ()))
+            outcomes.append(appends.add(session, write))
     await appends.flush(tx)
     return outcomes

@@ -180,8 +180,8 @@ class PostgresStore(SqlStore):
     async def _transact(self, fn: Callable[[Tx], Awaitable[T]], *, write: bool, pipeline: bool = False) -> T:
         """Run `fn` on a pooled connection, in a transaction when it writes. With `pipeline`, the statements
         whose results `fn` does not read go to the server together with the next one it reads, or with the
-        COMMIT (an append group: BEGIN with the statement that moves the counters on and inserts the events,
-        then any messages' INSERT with the COMMIT: two round trips)."""
+        COMMIT (an append group: BEGIN with the counters' SELECT, then the updates, inserts and COMMIT, two
+        round trips instead of five)."""
         try:
             async with self._pool.connection(timeout=2 * _CONNECT_TIMEOUT_S) as connection:
                 if not write:
