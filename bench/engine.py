@@ -322,8 +322,8 @@ async def turn_overhead(ctx: Context) -> list[Result]:
     )
     cpu_how = "CPU time of the process (every thread: the store's writer too) per turn"
     floor_how = (
-        f"the floor: the bare side made durable by hand, each model response's new messages committed as one "
-        f"JSON row with sqlite3 (WAL, synchronous=FULL) on the loop's thread before its tools run, the last ones "
+        "the floor: the bare side made durable by hand, each model response's new messages committed as one "
+        "JSON row with sqlite3 (WAL, synchronous=FULL) on the loop's thread before its tools run, the last ones "
         f"at the end ({floor_commits:.1f} commits/turn); no events, no watcher, no session state"
     )
     return [
@@ -388,7 +388,7 @@ async def turn_overhead(ctx: Context) -> list[Result]:
             _median(floor.wall),
             "lower",
             None,
-            f"wall; the engine at FULL against the floor: what agentwatch adds to a turn durable by hand (events, "
+            "wall; the engine at FULL against the floor: what agentwatch adds to a turn durable by hand (events, "
             f"the watcher, session state, ordering); {floor_how}",
         ),
         Result(

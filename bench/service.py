@@ -157,16 +157,16 @@ class _Connection:
 def _bare_route(engine: Engine) -> Any:
     """The least an HTTP surface over `agent_list` can be: one Starlette route on the engine's call, its answer
     encoded as the service encodes it."""
-    from pydantic_core import to_json
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
 
+    from agentwatch.service.api import _json
+
     async def agent_list(request: Request) -> Response:
         await request.body()
-        answer = await engine.call_tool("agent_list", {})
-        return Response(to_json(answer, fallback=str), media_type="application/json")
+        return _json(await engine.call_tool("agent_list", {}))
 
     return Starlette(routes=[Route("/api/tools/agent_list", agent_list, methods=["POST"])])
 
@@ -218,8 +218,8 @@ async def _agent_list(ctx: Context, engine: Engine, base: str) -> list[Result]:
             percentile(local_ms, 50),
             "lower",
             None,
-            f"the floor: the same call behind a bare Starlette route on uvicorn (no guard, no error middleware, no "
-            f"argument parsing), its answer encoded with pydantic_core.to_json as the service does; {note}",
+            "the floor: the same call behind a bare Starlette route on uvicorn (no guard, no error middleware, no "
+            f"argument parsing), its answer encoded by the service's own encoder; {note}",
         ),
     ]
 

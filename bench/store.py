@@ -48,6 +48,7 @@ from agentwatch.store import (
     Write,
     connect_store,
 )
+from agentwatch.store._appends import _rows_update
 from bench._harness import Context, Result, Skip, Target, percentile, sample_payload
 
 __all__ = ["append_postgres", "append_sqlite", "list_sqlite", "tail_sqlite"]
@@ -62,16 +63,6 @@ _PG_COUNTERS_UPDATE: Final = (
 )
 """PostgreSQL: the floor's update of its sessions' rows after a batch, one statement (parameters: the time twice,
 the ids, their last seqs); measured cheaper than one statement per row."""
-
-
-def _sqlite_counters_update(rows: int) -> str:
-    """SQLite: the floor's update of `rows` sessions' rows after a batch, one statement (parameters: the time
-    twice, then each row's id and last seq); cheaper than one statement per row, as the store measured."""
-    values = ", ".join(["(?, ?)"] * rows)
-    return (
-        "UPDATE sessions SET last_seq = v.column2, updated_at = ?, last_active_at = ? "
-        f"FROM (VALUES {values}) AS v WHERE sessions.id = v.column1"
-    )
 
 
 def _last_seqs(rows: Sequence[tuple[Any, ...]]) -> dict[str, int]:
@@ -180,7 +171,8 @@ class _RawSqliteAppender:
             execute_many(_EVENT_INSERT, chunk)
             if counters:
                 last = _last_seqs(chunk)
-                execute(_sqlite_counters_update(len(last)), [chunk[0][3], chunk[0][3], *chain(*last.items())])
+                # The store's own statement for its sessions' rows (one statement for many rows, the cheaper form).
+                execute(_rows_update(True, False, len(last)), [chunk[0][3], chunk[0][3], *chain(*last.items())])
             execute("COMMIT")
         return time.perf_counter() - start
 
