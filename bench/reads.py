@@ -27,6 +27,7 @@ from agentwatch.config import Config
 from agentwatch.events import StreamCursor
 from agentwatch.reads.tools import read_tools
 from agentwatch.store import SCHEMA_VERSION, Store, connect_store
+from agentwatch.store._sql import tenth_of
 from agentwatch.tools import Caller, Tool
 from bench._harness import Context, Result, Skip, Target, percentile
 from bench.store import (
@@ -128,6 +129,15 @@ _HAND_AFTER: Final = (
     f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} "
     f"AND (boss, live, last_active_at, id) < (?, ?, ?, ?) {_HAND_ORDER}"
 )
+
+_PG_HAND_ORDER: Final = "ORDER BY boss DESC, live DESC, active_tenth DESC, last_active_at DESC, id DESC LIMIT ?"
+_PG_HAND_FIRST: Final = f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} {_PG_HAND_ORDER}"
+_PG_HAND_AFTER: Final = (
+    f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} "
+    f"AND (boss, live, active_tenth, last_active_at, id) < (?, ?, ?, ?, ?) {_PG_HAND_ORDER}"
+)
+"""PostgreSQL's listing by hand, in the order its index holds: the tenth of a second of the activity, then
+the exact time."""
 
 Rows = list[tuple[Any, ...]]
 HandList = Callable[[tuple[Any, ...] | None], Rows]
@@ -378,10 +388,10 @@ def _pg_hand_list(connection: Any) -> HandList:
     def page(after: tuple[Any, ...] | None) -> Rows:
         params = (*_LIST_STATUSES, _LIST_ROLE)
         if after is None:
-            return connection.execute(_pg(_HAND_FIRST), (*params, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
+            return connection.execute(_pg(_PG_HAND_FIRST), (*params, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
         boss, live, moment, session_id = after
-        key = (bool(boss), bool(live), moment, session_id)  # booleans, not SQLite's 0/1
-        return connection.execute(_pg(_HAND_AFTER), (*params, *key, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
+        key = (bool(boss), bool(live), tenth_of(moment), moment, session_id)  # booleans, not SQLite's 0/1
+        return connection.execute(_pg(_PG_HAND_AFTER), (*params, *key, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
 
     return page
 

@@ -38,6 +38,7 @@ from agentwatch.store import (
     UsageEntry,
     Write,
 )
+from agentwatch.store._sql import tenth_of
 from agentwatch.store.records import TERMINAL_STATUSES
 
 
@@ -234,6 +235,30 @@ async def test_keyset_pages_see_every_row_once_while_rows_are_added(store: Store
 
     assert len(seen) == len(set(seen))
     assert originals <= set(seen)
+
+
+@pytest.mark.parametrize("sort", ["newest", "oldest"])
+async def test_activity_listings_page_in_exact_time_order_within_and_across_tenths(store: Store, sort: str) -> None:
+    # PostgreSQL's listing indexes hold the tenth of a second of the activity, the pages order by the exact
+    # time within it: sessions active in the same tenth and in different ones page through in time order.
+    created = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(12)]
+    for round_ in range(3):
+        for session in created[round_::3]:
+            await store.append(session.id, [said("hi")])
+        await asyncio.sleep(0.12)  # into another tenth
+    listed: list[SessionRecord] = []
+    cursor = None
+    while True:
+        page = await store.list_sessions(SessionFilter(), sort=sort, limit=2, cursor=cursor)  # type: ignore[arg-type]
+        listed += page.items
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+
+    expected = sorted(listed, key=lambda s: (s.last_active_at, s.id), reverse=sort == "newest")
+    assert [s.id for s in listed] == [s.id for s in expected]
+    assert sorted(s.id for s in listed) == sorted(s.id for s in created)
+    assert len({tenth_of(s.last_active_at) for s in listed}) >= 3  # each round in a later tenth than the one before
 
 
 async def test_last_page_has_no_cursor_and_an_exact_page_ends_cleanly(store: Store) -> None:

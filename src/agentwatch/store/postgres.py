@@ -59,7 +59,9 @@ def _json_text(text: str) -> str:
     return text  # JSON documents are text columns (see migration 3): kept exactly as written
 
 
-DIALECT = Dialect(name="postgres", for_update=" FOR UPDATE", time_param=aware, json_param=_json_text)
+DIALECT = Dialect(
+    name="postgres", for_update=" FOR UPDATE", time_param=aware, json_param=_json_text, activity_tenths=True
+)
 
 
 @lru_cache(maxsize=512)

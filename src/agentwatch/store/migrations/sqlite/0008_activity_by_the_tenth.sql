@@ -1,0 +1,4 @@
+-- Schema 8 changes only PostgreSQL's activity listings (see its migration). SQLite rewrites the entries of
+-- every index holding a column an update sets, whether or not its value changes, so an index on the tenth of
+-- a second would save it nothing (measured: appends without any activity time were no faster); its schema
+-- stays as it is.
