@@ -40,6 +40,8 @@ async def test_appends_within_a_tenth_of_a_second_update_the_session_without_its
         store = await connect_store(url)
         try:
             session = await store.create_session(SessionDraft(name="nova", role="chat"))
+            # The row's 21 versions (about 230 bytes each) fit in its page: each update can stay HOT without
+            # waiting for the server to prune the versions before it.
             for n in range(20):
                 await store.append(session.id, [NewEvent(UserMessage(text=str(n)))])
             times = [session.last_active_at] + [event.at for event in await store.read_events(session.id)]
