@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pytest
 
 from agentwatch.events import PAYLOAD_ADAPTER, AssistantMessage, NewEvent, UserMessage
-from agentwatch.store import SCHEMA_VERSION, Write, connect_store
+from agentwatch.store import SCHEMA_VERSION, SessionFilter, Write, connect_store
 from agentwatch.store._migrations import migrations
 
 Execute = Callable[[str, Sequence[Any]], object]
@@ -131,6 +131,11 @@ async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str,
             assert [event.seq for event in newer] == [3, 1]
         ref = await store.get_observer_ref("ses_old1")
         assert ref is not None and ref.observer_session_id == "ses_old2"
+        # The activity listings page through the upgraded rows (on PostgreSQL by a column the upgrade computed).
+        first = await store.list_sessions(SessionFilter(), sort="newest", limit=1)
+        second = await store.list_sessions(SessionFilter(), sort="newest", limit=1, cursor=first.next_cursor)
+        assert [s.id for s in first.items + second.items] == ["ses_old2", "ses_old1"]
+        assert second.next_cursor is None
 
         # And the upgraded database takes new writes where the old ones stopped.
         appended = await store.append("ses_old1", [NewEvent(UserMessage(text="again"))])
