@@ -14,10 +14,10 @@ A `Target` is the bar a figure is held to: either on the value itself (`p50 <= 1
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from agentwatch.events import PAYLOAD_ADAPTER, ToolResult
 
@@ -34,8 +34,11 @@ __all__ = [
     "Skip",
     "Target",
     "percentile",
+    "rotations",
     "sample_payload",
 ]
+
+T = TypeVar("T")
 
 Better = Literal["higher", "lower"]
 
@@ -225,6 +228,18 @@ def percentile(samples: Sequence[float], q: float) -> float:
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def rotations(rounds: int, sides: Sequence[T]) -> Iterator[list[T]]:
+    """The order to run `sides` in, round by round: one of each per round, rotating which goes first and
+    reversing the order every other cycle (two sides: AB BA BA AB), so no side always runs after the same one
+    and a neighbour that gets busy half-way through the run weighs on all alike."""
+    for index in range(rounds):
+        shift = index % len(sides)
+        order = [*sides[shift:], *sides[:shift]]
+        if index // len(sides) % 2:
+            order.reverse()
+        yield order
 
 
 def sample_payload(tag: int = 0) -> ToolResult:

@@ -37,7 +37,7 @@ from pydantic_ai.messages import ModelMessage
 
 from agentwatch.events import PAYLOAD_ADAPTER
 from agentwatch.runtime.full_collections import collect_now
-from bench._harness import FULL, QUICK, TINY, Context, Result, Sizes, Target, percentile
+from bench._harness import FULL, QUICK, TINY, Context, Result, Sizes, Target, percentile, rotations
 from bench._turns import (
     TOOL_CALLS,
     BareChat,
@@ -147,13 +147,8 @@ def _median(samples: Sequence[float]) -> float:
 
 
 async def _rotate(count: int, sides: Sequence[Callable[[], Awaitable[None]]]) -> None:
-    """Run every side `count` times, one of each per round, rotating which goes first (and reversing the order
-    every other round), so no side always runs after the same one."""
-    for index in range(count):
-        shift = index % len(sides)
-        order = [*sides[shift:], *sides[:shift]]
-        if index // len(sides) % 2:
-            order.reverse()
+    """Run every side `count` times, in `rotations` order."""
+    for order in rotations(count, sides):
         for side in order:
             await _between_sides()
             await side()
@@ -251,43 +246,38 @@ async def turn_overhead(ctx: Context) -> list[Result]:
         }
         timed_full: list[str] = []
 
-        def engine_turn(side: EngineSide, clock: _Clock | None, kept: list[str] | None = None) -> Any:
+        def engine_turn(side: EngineSide, clock: _Clock, kept: list[str] | None = None) -> Any:
             async def run() -> None:
                 session_id = next(fresh[id(side)])
                 if kept is not None:
                     kept.append(session_id)
-                if clock is None:
-                    await side.turn(session_id)
-                else:
-                    await clock.time(lambda: side.turn(session_id))
+                await clock.time(lambda: side.turn(session_id))
 
             return run
 
-        def checked_turn(what: str, play: Callable[[], Awaitable[list[ModelMessage]]], clock: _Clock | None) -> Any:
+        def checked_turn(what: str, play: Callable[[], Awaitable[list[ModelMessage]]], clock: _Clock) -> Any:
             async def run() -> None:
                 async def once() -> None:
                     if tool_returns(await play()) != TOOL_CALLS:
                         raise RuntimeError(f"the {what} run did not make the script's {TOOL_CALLS} tool calls")
 
-                if clock is None:
-                    await once()
-                else:
-                    await clock.time(once)
+                await clock.time(once)
 
             return run
 
-        def bare_turn(clock: _Clock | None) -> Any:
+        def bare_turn(clock: _Clock) -> Any:
             return checked_turn("bare", lambda: bare_run(agent), clock)
 
-        def floor_turn(clock: _Clock | None) -> Any:
+        def floor_turn(clock: _Clock) -> Any:
             return checked_turn("floor's", by_hand.turn, clock)
 
         warm: list[str] = []
+        untimed = _Clock()  # the warm-up turns' times, never read
         for _ in range(sizes.warm_up_turns):
-            await engine_turn(on_full, None, warm)()
-            await engine_turn(on_normal, None)()
-            await bare_turn(None)()
-            await floor_turn(None)()
+            await engine_turn(on_full, untimed, warm)()
+            await engine_turn(on_normal, untimed)()
+            await bare_turn(untimed)()
+            await floor_turn(untimed)()
         made = await on_full.tool_results(warm[-1])
         if made != TOOL_CALLS:
             raise RuntimeError(f"the engine's turn made {made} tool call(s); the script has {TOOL_CALLS}")

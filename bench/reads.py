@@ -123,21 +123,18 @@ _LIST_STATUSES: Final = ("running", "awaiting_input", "failed")
 _LIST_ROLE: Final = "coder"
 _LIST_ARGS: Final[dict[str, Any]] = {"status": list(_LIST_STATUSES), "role": _LIST_ROLE, "limit": _PAGE_SIZE}
 _HAND_WHERE: Final = "status IN (?, ?, ?) AND role = ? AND deleted_at IS NULL"
-_HAND_ORDER: Final = "ORDER BY boss DESC, live DESC, last_active_at DESC, id DESC LIMIT ?"
-_HAND_FIRST: Final = f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} {_HAND_ORDER}"
-_HAND_AFTER: Final = (
-    f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} "
-    f"AND (boss, live, last_active_at, id) < (?, ?, ?, ?) {_HAND_ORDER}"
-)
 
-_PG_HAND_ORDER: Final = "ORDER BY boss DESC, live DESC, active_tenth DESC, last_active_at DESC, id DESC LIMIT ?"
-_PG_HAND_FIRST: Final = f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} {_PG_HAND_ORDER}"
-_PG_HAND_AFTER: Final = (
-    f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} "
-    f"AND (boss, live, active_tenth, last_active_at, id) < (?, ?, ?, ?, ?) {_PG_HAND_ORDER}"
-)
-"""PostgreSQL's listing by hand, in the order its index holds: the tenth of a second of the activity, then
-the exact time."""
+
+def _hand_listing(*keys: str) -> tuple[str, str]:
+    """The listing by hand, ordered by `keys` (all descending): its first page, and the page after a key."""
+    select = f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE}"
+    order = f"ORDER BY {' DESC, '.join(keys)} DESC LIMIT ?"
+    return f"{select} {order}", f"{select} AND ({', '.join(keys)}) < ({', '.join('?' * len(keys))}) {order}"
+
+
+_HAND_FIRST, _HAND_AFTER = _hand_listing("boss", "live", "last_active_at", "id")
+_PG_HAND_FIRST, _PG_HAND_AFTER = _hand_listing("boss", "live", "active_tenth", "last_active_at", "id")
+"""PostgreSQL's, in the order its index holds: the tenth of a second of the activity, then the exact time."""
 
 Rows = list[tuple[Any, ...]]
 HandList = Callable[[tuple[Any, ...] | None], Rows]

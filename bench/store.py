@@ -49,7 +49,7 @@ from agentwatch.store import (
     connect_store,
 )
 from agentwatch.store._appends import _rows_update
-from bench._harness import Context, Result, Skip, Target, percentile, sample_payload
+from bench._harness import Context, Result, Skip, Target, percentile, rotations, sample_payload
 
 __all__ = ["append_postgres", "append_sqlite", "list_sqlite", "tail_sqlite"]
 
@@ -115,19 +115,13 @@ def _events_per_commit(backend: str, sessions_n: int, achieved: float) -> Result
 
 
 async def _interleaved(rounds: int, *samples: Callable[[], Awaitable[float]]) -> None:
-    """Run each of `samples` `rounds` times, one of each per round, rotating which goes first and reversing the
-    order every other cycle (two samples: AB BA BA AB), so a neighbour that gets busy half-way through the run
-    weighs on all alike.
+    """Run each of `samples` `rounds` times, in `rotations` order.
 
     Before each sample, untimed, a full collection: the garbage of everything the process did before (its
     imports, the set-up, the other figures) otherwise lands in whichever sample happens to cross the
     collector's threshold (measured: one full collection of ~60 ms inside the first 100-session SQLite
     sample, about as long as the whole sample without it)."""
-    for index in range(rounds):
-        shift = index % len(samples)
-        order = [*samples[shift:], *samples[:shift]]
-        if index // len(samples) % 2:
-            order.reverse()
+    for order in rotations(rounds, samples):
         for sample in order:
             gc.collect()
             await sample()
