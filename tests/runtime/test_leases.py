@@ -82,6 +82,38 @@ async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(
     assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
 
 
+@pytest.mark.parametrize("runs_turns", [True, False], ids=["engine", "acting-engine"])
+async def test_stop_and_delete_beside_a_live_owner_are_refused_and_leave_its_turn_alone(
+    tmp_path: Path, url: str, scripted: Scripted, runs_turns: bool
+) -> None:
+    """Once: a second engine's `agent_stop` answered `stopped: true` and wrote the turn's end, while the owner
+    went on and ended the same turn `completed` (two `turn.ended`); `agent_delete` deleted an agent whose turn
+    then finished. Only the owner can stop its turn: the others refuse, and write nothing."""
+    model = scripted("leases-stop", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 1.5)]) as a:
+        session = await a.create("slow")
+        await a.enqueue(session.id, "go")
+        await until(lambda: bool(runs))
+        b_args: dict[str, Any] = (
+            {"definitions": [definition], "tools": [slow_tool(runs, "b", 1.5)]} if runs_turns else {"runs_turns": False}
+        )
+        async with Engine.open(url, config=config, **b_args) as b:
+            before = (await b.store.get_session(session.id)).last_seq
+            for tool in ("agent_stop", "agent_delete"):
+                answer = await b.call_tool(tool, {"id": session.id})
+                assert answer["error"]["code"] == "conflict", answer
+                assert "another engine" in answer["error"]["message"]
+            after = await b.store.get_session(session.id)
+            assert after.status == "running" and after.deleted_at is None and after.last_seq == before
+        settled, timed_out = await a.wait(session.id, 15)
+        events = await check_log(a, session.id)
+    assert not timed_out and settled.status == "completed"
+    assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["completed"]
+
+
 async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path, url: str, scripted: Scripted) -> None:
     model = scripted("leases-queue", ScriptedModel(function=one_call_per_prompt))
     runs: Runs = []

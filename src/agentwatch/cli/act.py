@@ -86,10 +86,6 @@ class Link(Protocol):
         """One request by id."""
         ...
 
-    async def may_stop(self, session_id: str) -> None:
-        """Refuse to stop a turn only another engine can stop."""
-        ...
-
     async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         """Call the drive tool; its answer, or its error raised."""
         ...
@@ -112,9 +108,6 @@ class OnStore:
 
     async def request(self, request_id: str) -> RequestRecord:
         return await self.engine.store.get_request(request_id)
-
-    async def may_stop(self, session_id: str) -> None:
-        await _owned_elsewhere(self.engine, session_id)
 
     async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         from agentwatch.tools import Caller
@@ -155,9 +148,6 @@ class ThroughService:
             cursor = page.get("nextCursor")
             if not cursor:
                 raise NotFound(f"no pending request {request_id!r}: it was answered, dismissed, or never opened")
-
-    async def may_stop(self, session_id: str) -> None:
-        return None  # the service's engine stops its own turns, and says when it cannot
 
     async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         return self.service.answer(tool, args)
@@ -225,19 +215,6 @@ async def _request_of(link: Link, given: str, *, held: bool = False) -> RequestR
         ids = ", ".join(f"{r.id} ({r.summary[:60]})" for r in pending)
         raise Conflict(f"agent {given!r} has {len(pending)} {what}s; name one by its id: {ids}")
     return pending[0]
-
-
-async def _owned_elsewhere(engine: Engine, session_id: str) -> None:
-    """Refuse to stop a turn that another live engine is running: only that engine can stop it."""
-    session = await engine.store.get_session(session_id)
-    if session.status != "running":
-        return
-    lease = await engine.store.get_lease(session_id)
-    if lease is not None and not lease.expired:
-        raise Conflict(
-            f"{session.name} ({session_id}) is running a turn in another engine ({lease.owner}); stop it through "
-            "that engine's service (`--server URL`, or POST /api/tools/agent_stop), or wait until its turn ends"
-        )
 
 
 def _say(result: dict[str, Any], as_json: bool, text: str) -> None:
@@ -402,10 +379,7 @@ def stop(agent: str, store_url: str | None, as_json: bool) -> None:
       agentwatch stop coder
     """
 
-    async def here(link: Link, args: dict[str, Any]) -> None:
-        await link.may_stop(args["id"])
-
-    result = act(store_url, "agent_stop", {"id": agent}, {"id": "AGENT"}, agent="id", prepare=here)
+    result = act(store_url, "agent_stop", {"id": agent}, {"id": "AGENT"}, agent="id")
     if result["stopped"]:
         text = f"stopped {result['id']} (by {result['by']}): {result['status']}"
     else:
@@ -445,10 +419,7 @@ def delete(agent: str, store_url: str | None, as_json: bool) -> None:
       agentwatch delete coder
     """
 
-    async def here(link: Link, args: dict[str, Any]) -> None:
-        await link.may_stop(args["id"])
-
-    result = act(store_url, "agent_delete", {"id": agent}, {"id": "AGENT"}, agent="id", prepare=here)
+    result = act(store_url, "agent_delete", {"id": agent}, {"id": "AGENT"}, agent="id")
     _say(result, as_json, f"deleted {result['id']} (reaped after {result['reapAt']})")
 
 

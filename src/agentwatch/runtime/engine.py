@@ -403,8 +403,13 @@ class Engine:
         return await self.snapshot(session, timed_out=timed_out)
 
     async def stop(self, session_id: str, *, by: str = "a person") -> bool:
-        """Stop the session's turn (it ends `cancelled`); returns whether there was one to stop."""
+        """Stop the session's turn (it ends `cancelled`); returns whether there was one to stop.
+
+        Raises `Conflict` when the turn runs in another live engine (its lease is held elsewhere and not
+        expired): only that engine can stop it."""
         driver = await self.driver(session_id)
+        if not self.leases.holds(session_id):
+            await self._refuse_if_running_elsewhere(await self.store.get_session(session_id))
         self._stop_reasons[session_id] = by
         if await driver.stop_turn():
             return True
@@ -414,6 +419,19 @@ class Engine:
             return True
         self._stop_reasons.pop(session_id, None)
         return False
+
+    async def _refuse_if_running_elsewhere(self, session: SessionRecord) -> None:
+        """Raise `Conflict` when `session`'s running turn belongs to another live engine."""
+        if session.status != "running":
+            return
+        lease = await self.store.get_lease(session.id)
+        if lease is None or lease.expired or lease.owner == self.leases.owner:
+            return
+        raise Conflict(
+            f"{session.name} ({session.id}) is running a turn in another engine ({lease.owner}); stop it through "
+            "that engine's service (`agentwatch stop --server URL`, or POST /api/tools/agent_stop), or wait until "
+            "its turn ends"
+        )
 
     def stop_reason(self, session_id: str) -> str:
         """Who stopped the session's turn (consumed by the turn that ends)."""
