@@ -140,7 +140,8 @@ class Runtime(Protocol):
         """The role's stuck threshold in seconds."""
 
     async def stop(self, session_id: str, *, by: str = "a person") -> bool:
-        """Stop the session's turn; returns whether there was one."""
+        """Stop the session's turn; returns whether there was one. Raises `Conflict` when another live engine
+        runs it."""
 
     def stop_reason(self, session_id: str) -> str:
         """Who stopped the session's turn (consumed by the turn that ends)."""
