@@ -438,6 +438,29 @@ async def test_a_raising_thread_observer_is_isolated_and_recorded(open_engine: O
     assert "turn.ended" in seen and "runtime.warning" in seen
 
 
+async def test_a_raising_observer_factory_leaves_the_session_running_and_says_so(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: a factory that raised failed `engine.task` and `agent_create` with the factory's own error, and left
+    the session idle with its prompt lost. Now the session runs without that observer, which is recorded."""
+    model = scripted("plain-factory", ScriptedModel([Reply("All good.")]))
+
+    def broken_factory(thread_id: str) -> EventCollector[object]:
+        raise RuntimeError("factory broke")
+
+    collector: EventCollector[object] = EventCollector()
+    async with open_engine(role("calm", model)) as engine:
+        engine.start_with_observer(broken_factory)
+        engine.start_with_observer(lambda _thread_id: collector)
+        snapshot = await engine.task("calm", "hi")
+        assert snapshot["status"] == "completed" and snapshot["lastAssistantText"] == "All good."
+        warnings = [e for e in await all_events(engine, snapshot["agentId"]) if e.type == "runtime.warning"]
+        assert len(warnings) == 1
+        message = warnings[0].payload.message  # type: ignore[union-attr]
+        assert "broken_factory raised RuntimeError: factory broke" in message
+    assert "turn.ended" in [e.type for _, e in collector.events if e.durable]
+
+
 async def test_a_request_held_for_the_parent_reaches_a_person_when_escalated(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

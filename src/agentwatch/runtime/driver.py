@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Coroutine, MutableMapping
+from collections.abc import Awaitable, Coroutine, MutableMapping, Sequence
 from typing import Any, Final
 
 from agentwatch.events import Event
@@ -28,7 +28,7 @@ from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
 from agentwatch.runtime.leases import HAND_OVER_SECONDS, end_after_fault, leases_of, owned_plan, release_after_stop
 from agentwatch.runtime.services import Runtime
-from agentwatch.runtime.thread_observer import ReplaySnapshot, ThreadObserver
+from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.turn import run_plan
 from agentwatch.store import Write
 
@@ -45,7 +45,7 @@ DRIVERS_KEPT: Final = 1_000
 class SessionDriver:
     """Owns one session in this engine: its emitter (commits, observers, attach) and its turn loop."""
 
-    def __init__(self, runtime: Runtime, session_id: str, last_seq: int, observers: list[ThreadObserver[Any]]):
+    def __init__(self, runtime: Runtime, session_id: str, last_seq: int, observers: Sequence[ObserverFactory] = ()):
         self.runtime = runtime
         self.session_id = session_id
         self._changed = asyncio.Event()
@@ -54,10 +54,11 @@ class SessionDriver:
             last_seq,
             store=runtime.store,
             ring=runtime.ring,
-            observers=observers,
             on_settling=self._notify_changed,
         )
         """The session's emitter: every write of the session in this engine goes through it."""
+        for factory in observers:
+            self.emitter.add_observer_from(factory)
         self._background: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._pending_kick = False
@@ -74,9 +75,10 @@ class SessionDriver:
         self.draining = False
         """True once the engine drains (see `drain`): no new turn starts here."""
 
-    def add_observer(self, observer: ThreadObserver[Any]) -> None:
-        """Attach one more observer instance; it receives events from the next one dispatched."""
-        self.emitter.add_observer(observer)
+    def add_observer(self, factory: ObserverFactory) -> None:
+        """Attach the observer `factory` makes for the session; it receives events from the next one dispatched
+        (see `SessionEmitter.add_observer_from`)."""
+        self.emitter.add_observer_from(factory)
 
     async def commit(self, write: Write, *, rides: bool = False) -> list[Event]:
         """Make `write` durable, then hand its events to the ring and the observers (in stream order).

@@ -67,7 +67,7 @@ from agentwatch.events import (
 )
 from agentwatch.live import LiveRing
 from agentwatch.live.memory import MemoryRing
-from agentwatch.runtime.thread_observer import PartialTurn, ReplaySnapshot, ThreadObserver
+from agentwatch.runtime.thread_observer import ObserverFactory, PartialTurn, ReplaySnapshot, ThreadObserver
 from agentwatch.store import SessionPatch, SessionRecord, Store, Write
 
 __all__ = ["GROUP_COMMIT_SECONDS", "SLOW_OBSERVER_SECONDS", "SessionEmitter"]
@@ -166,6 +166,23 @@ class SessionEmitter:
     def add_observer(self, observer: ThreadObserver[Any]) -> None:
         """Attach one more observer instance; it receives events from the next one dispatched."""
         self._observers.append(_ObserverSlot(observer))
+
+    def add_observer_from(self, factory: ObserverFactory) -> None:
+        """Attach the observer `factory` makes for this session. A factory that raises leaves the session
+        without that observer, and says so on the session (a `runtime.warning`), as an observer that raises
+        does: the session goes on."""
+        try:
+            observer = factory(self.session_id)
+        except Exception as exc:
+            name = getattr(factory, "__qualname__", type(factory).__name__)
+            self._warn(
+                f"thread observer factory {name} raised {type(exc).__name__}: {exc}; the session went on without "
+                "its observer",
+                None,
+                {"factory": name},
+            )
+            return
+        self.add_observer(observer)
 
     # -- writing --------------------------------------------------------------------------------------
 
@@ -440,13 +457,15 @@ class SessionEmitter:
         slot.last_warning = now
         name = type(slot.observer).__name__
         about = f" on a {event.type} event" if event is not None else ""
-        notice = RuntimeNotice(
-            type="runtime.warning",
-            message=f"thread observer {name} {what}{about}; the session went on",
-            source=_OBSERVER_SOURCE,
-            detail={"observer": name, "event_id": event.id if event else None},
+        self._warn(
+            f"thread observer {name} {what}{about}; the session went on",
+            event.turn_id if event is not None else None,
+            {"observer": name, "event_id": event.id if event else None},
         )
-        turn_id = event.turn_id if event is not None else None
+
+    def _warn(self, message: str, turn_id: TurnId | None, detail: dict[str, JsonValue]) -> None:
+        """Record a `runtime.warning` about an observer on the session (without waiting for it)."""
+        notice = RuntimeNotice(type="runtime.warning", message=message, source=_OBSERVER_SOURCE, detail=detail)
         written = self.submit(Write(self.session_id, events=[NewEvent(notice, turn_id)], touch=False))
         written.add_done_callback(_log_failure)
 

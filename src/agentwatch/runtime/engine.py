@@ -288,8 +288,7 @@ class Engine:
             driver = self._drivers.get(session_id)
             if driver is None:
                 session = await self.store.get_session(session_id)
-                observers = [factory(session_id) for factory in self._factories]
-                driver = SessionDriver(self, session_id, session.last_seq, observers)
+                driver = SessionDriver(self, session_id, session.last_seq, self._factories)
                 if self._draining:
                     driver.drain()
                 evict_idle(self._drivers, keep=DRIVERS_KEPT - 1)  # room for this one
@@ -299,8 +298,8 @@ class Engine:
     def start_with_observer(self, factory: ObserverFactory) -> None:
         """Give every session driver (those running now and every later one) its own observer instance."""
         self._factories.append(factory)
-        for session_id, driver in self._drivers.items():
-            driver.add_observer(factory(session_id))
+        for driver in self._drivers.values():
+            driver.add_observer(factory)
 
     def add_extension(self, extension: Extension) -> None:
         """Install an extension now (`Engine.open` installs the defaults or the ones it is given)."""
