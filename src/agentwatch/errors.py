@@ -13,6 +13,7 @@ AgentwatchError                  code
 │   ├── NotADatabase             not_a_database     the file is not a database of ours
 │   └── SchemaTooNew             schema_too_new     the database was written by a newer agentwatch
 ├── MissingDependency            missing_dependency an optional extra is not installed
+├── ToolError                    tool_failed        a tool called from outside a turn raised (its own fault)
 ├── ServiceUnreachable           service_unreachable the service the CLI was pointed at cannot be reached
 └── UserError                    user_error         the developer misused the Python API
 ```
@@ -41,6 +42,7 @@ __all__ = [
     "ServiceUnreachable",
     "StoreError",
     "StoreUnavailable",
+    "ToolError",
     "UserError",
 ]
 
@@ -147,6 +149,12 @@ class MissingDependency(AgentwatchError):
     """An optional dependency is needed; the message names the extra to install."""
 
     code = "missing_dependency"
+
+
+class ToolError(AgentwatchError):
+    """A tool called from outside a turn (`engine.call_tool`, HTTP, MCP, the CLI) raised an error of its own."""
+
+    code = "tool_failed"
 
 
 class UserError(AgentwatchError):

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 import agentwatch.reads.export
+from agentwatch.errors import InvalidArgument
 from agentwatch.events import PageCursor, StreamCursor, query_digest
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.service._wire import status_for
 from agentwatch.tools import MAX_ANSWER_CHARS, MAX_PROMPT_CHARS
 from tests.runtime.support import OpenEngine, Scripted, role
 
@@ -35,6 +37,45 @@ async def test_a_bad_prompt_is_refused_before_any_session_is_created(
         after = await engine.store.info()
         assert (after.sessions, after.events) == (before.sessions, before.events)
         assert len(answer["error"]["message"]) < 1000  # a 100 kB prompt is not echoed back
+
+
+@pytest.mark.parametrize("prompt", BAD_PROMPTS, ids=["empty", "blank", "nul", "surrogate", "too-long"])
+async def test_the_python_api_refuses_a_bad_prompt_as_the_tools_do_before_creating_anything(
+    open_engine: OpenEngine, scripted: Scripted, prompt: str
+) -> None:
+    """Once: `engine.task` made the session, then refused the prompt, leaving an idle session behind each time;
+    and it took a prompt over the tools' 100,000 characters."""
+    model = scripted("bounds-api-prompt", ScriptedModel(function=lambda ctx: Reply("ok")))
+    async with open_engine(role("chat", model)) as engine:
+        target = await engine.create("chat", name="target")
+        before = await engine.store.info()
+        for call in (lambda: engine.task("chat", prompt), lambda: engine.enqueue(target.id, prompt)):
+            with pytest.raises(InvalidArgument, match="^prompt: ") as refused:
+                await call()
+            assert refused.value.details["fields"] == ["prompt"] and len(str(refused.value)) < 1000
+        after = await engine.store.info()
+        assert (after.sessions, after.events) == (before.sessions, before.events)
+
+
+async def test_a_tool_that_raises_answers_tool_failed_from_outside_a_turn(open_engine: OpenEngine) -> None:
+    """Once: `engine.call_tool` of a user tool that raised raised the tool's exception (a traceback; the
+    service answered 500 `internal`). Now the answer says which tool failed and how."""
+
+    def boom() -> str:
+        """Fails, as a buggy tool would."""
+        raise RuntimeError("kaboom")
+
+    async def aboom() -> str:
+        """Fails too, on the loop."""
+        raise KeyError("missing")
+
+    async with open_engine(tools=[boom, aboom]) as engine:
+        for name, shown in (("boom", "RuntimeError: kaboom"), ("aboom", "KeyError: 'missing'")):
+            answer = await engine.call_tool(name, {})
+            assert set(answer) == {"error"} and answer["error"]["code"] == "tool_failed"
+            assert f"the tool {name!r} failed: {shown}" in answer["error"]["message"]
+            assert status_for(answer) == 500
+        assert "agents" in await engine.call_tool("agent_list", {})  # the engine goes on
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
-from agentwatch.errors import Conflict, InvalidArgument, UserError
+from agentwatch.errors import Conflict, UserError
 from agentwatch.events import NewEvent, Origin, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
@@ -58,7 +58,7 @@ from agentwatch.store import (
     Write,
     connect_store,
 )
-from agentwatch.tools import call_tool
+from agentwatch.tools import call_tool, check_prompt
 
 __all__ = ["Engine", "ToolSetHook", "run_task"]
 
@@ -351,8 +351,7 @@ class Engine:
 
     async def enqueue(self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False) -> int:
         """Queue input for a session's next turn; returns how many inputs now wait in its inbox."""
-        if not text.strip():
-            raise InvalidArgument("the prompt is empty; pass the text the agent should work on")
+        check_prompt(text)
         turn_loop_started()  # full collections wait from here: the turn this input starts is on its way
         try:
             session = await self.store.get_session(session_id)
@@ -396,6 +395,7 @@ class Engine:
 
     async def task(self, role: str, prompt: str, *, timeout: float = 600.0, **create: Any) -> dict[str, JsonValue]:
         """Create a session, give it `prompt`, wait for it to settle; returns its status snapshot."""
+        check_prompt(prompt)  # before the session is made: a refused prompt leaves nothing behind
         session = await self.create(role, **create)
         await self.enqueue(session.id, prompt)
         session, timed_out = await self.wait(session.id, timeout)

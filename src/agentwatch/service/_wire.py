@@ -43,6 +43,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "rate_limited": 429,
     "user_error": 400,
     "missing_dependency": 501,
+    "tool_failed": 500,
     "unavailable": 503,
     "store_error": 503,
     "store_unavailable": 503,

@@ -31,6 +31,7 @@ from agentwatch.tools._bounds import (
     Name,
     Prompt,
     Text,
+    check_prompt,
     check_text,
 )
 from agentwatch.tools._schema import tool_schemas
@@ -73,6 +74,7 @@ __all__ = [
     "ToolHandler",
     "Wire",
     "call_tool",
+    "check_prompt",
     "check_text",
     "dump",
     "function_tool",

@@ -12,6 +12,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, JsonValue, StringConstraints
 
+from agentwatch.errors import InvalidArgument
+
 __all__ = [
     "MAX_ANSWER_CHARS",
     "MAX_CURSOR_CHARS",
@@ -30,6 +32,7 @@ __all__ = [
     "Name",
     "Prompt",
     "Text",
+    "check_prompt",
     "check_text",
 ]
 
@@ -73,6 +76,19 @@ def _not_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("the text is blank (only whitespace); pass the words themselves")
     return value
+
+
+def check_prompt(text: str) -> str:
+    """`text`, when it is a prompt the tools would take (see `Prompt`); `InvalidArgument` naming the problem
+    otherwise. For the Python API, which takes a prompt without a tool's argument model."""
+    try:
+        if not isinstance(text, str):
+            raise ValueError(f"a prompt is text, got {type(text).__name__}")
+        if len(text) > MAX_PROMPT_CHARS:
+            raise ValueError(f"the prompt has {len(text):,} characters, over the {MAX_PROMPT_CHARS:,} allowed")
+        return _not_blank(check_text(text))
+    except ValueError as exc:
+        raise InvalidArgument(f"prompt: {exc}", fields=["prompt"]) from None
 
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS), AfterValidator(check_text)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -11,7 +12,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError, create_model
 
-from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, UserError
+from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, ToolError, UserError
 from agentwatch.pacing import Mailboxes
 from agentwatch.tools._bounds import MAX_NAME_CHARS
 from agentwatch.tools._wire import dump
@@ -27,6 +28,8 @@ __all__ = [
     "parse_args",
     "typed_tool",
 ]
+
+log = logging.getLogger(__name__)
 
 
 _mailboxes = Mailboxes()
@@ -242,7 +245,8 @@ def _model_tool(
 async def call_tool(
     tools: Mapping[str, Tool], engine: Any, name: object, args: object, caller: Caller | None = None
 ) -> dict[str, Any]:
-    """Call the tool `name` from outside a turn: its answer, or `{"error": {...}}`; never raises for a bad call.
+    """Call the tool `name` from outside a turn: its answer, or `{"error": {...}}`; never raises for a bad call,
+    nor when the tool itself fails (`tool_failed`, its traceback logged).
 
     This is `engine.call_tool`; MCP, HTTP and the CLI go through it.
     """
@@ -261,6 +265,13 @@ async def call_tool(
         result = await tool.handler(engine, caller or Caller(), args)  # type: ignore[arg-type]
     except AgentwatchError as exc:
         return exc.to_dict()
+    except Exception as exc:  # the tool's own fault: its caller gets an answer, the log the traceback
+        log.warning("tool %s raised", name, exc_info=exc)
+        failed = ToolError(
+            f"the tool {name!r} failed: {type(exc).__name__}: {exc}; the failure is in the tool (see the engine's "
+            "log), not in the call"
+        )
+        return failed.to_dict()
     return result if isinstance(result, dict) else {"result": result}
 
 
