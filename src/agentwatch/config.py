@@ -48,7 +48,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from agentwatch.errors import InvalidArgument
+from agentwatch.errors import InvalidArgument, did_you_mean
 
 __all__ = [
     "CONFIG_FILE",
@@ -214,8 +214,21 @@ def _env_flag(name: str, value: str) -> bool:
     raise InvalidArgument(f"{name}={value!r} is not a switch; set it to 1 or 0")
 
 
+_ENV_FIELDS: dict[str, tuple[str, ...]] = {
+    "AGENTWATCH_STORE": ("store",),
+    "AGENTWATCH_LIVE": ("live",),
+    "AGENTWATCH_AGENTS_DIR": ("agents_dir",),
+    "AGENTWATCH_LEASE_SECONDS": ("sessions", "lease_seconds"),
+    "AGENTWATCH_DEPLOY_HOLD_MINUTES": ("server", "deploy_hold_minutes"),
+}
+"""The variables that set a field as given (the switches are read by `_env_flag`), by the field they set."""
+
+
 def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) -> Config:
-    """Read `agentwatch.toml` under `root` (when present), then apply `AGENTWATCH_*` variables."""
+    """Read `agentwatch.toml` under `root` (when present), then apply `AGENTWATCH_*` variables.
+
+    A relative SQLite path in the file (or the default store's) is under `root`, as `agents_dir` is; one in
+    `AGENTWATCH_STORE` is taken as given (relative to the working directory)."""
     env = os.environ if env is None else env
     root = Path(root)
     path = root / CONFIG_FILE
@@ -227,32 +240,62 @@ def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) ->
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument(f"{str(path)!r} is not valid TOML: {exc}") from None
+    raw["store"] = _under_root(raw.get("store", DEFAULT_STORE_URL), root)
     raw["root"] = root
-    if "AGENTWATCH_STORE" in env:
-        raw["store"] = env["AGENTWATCH_STORE"]
-    if "AGENTWATCH_LIVE" in env:
-        raw["live"] = env["AGENTWATCH_LIVE"]
-    if "AGENTWATCH_AGENTS_DIR" in env:
-        raw["agents_dir"] = env["AGENTWATCH_AGENTS_DIR"]
+    for name, (*sections, field) in _ENV_FIELDS.items():
+        if name in env:
+            _set(raw, sections, field, env[name])
     if "AGENTWATCH_BACKGROUND_TASKS" in env:
         raw["background_tasks"] = _env_flag("AGENTWATCH_BACKGROUND_TASKS", env["AGENTWATCH_BACKGROUND_TASKS"])
-    if "AGENTWATCH_LEASE_SECONDS" in env:
-        sessions = dict(raw.get("sessions", {}))
-        sessions["lease_seconds"] = env["AGENTWATCH_LEASE_SECONDS"]
-        raw["sessions"] = sessions
-    if "AGENTWATCH_DEPLOY_HOLD_MINUTES" in env:
-        server = dict(raw.get("server", {}))
-        server["deploy_hold_minutes"] = env["AGENTWATCH_DEPLOY_HOLD_MINUTES"]
-        raw["server"] = server
     if "AGENTWATCH_OBSERVER_AGENTS" in env:
-        observers = dict(raw.get("observers", {}))
-        observers["enabled"] = _env_flag("AGENTWATCH_OBSERVER_AGENTS", env["AGENTWATCH_OBSERVER_AGENTS"])
-        raw["observers"] = observers
+        enabled = _env_flag("AGENTWATCH_OBSERVER_AGENTS", env["AGENTWATCH_OBSERVER_AGENTS"])
+        _set(raw, ["observers"], "enabled", enabled)
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
-            for err in exc.errors()
-        )
-        raise InvalidArgument(f"{str(path)!r} has problems: {problems}") from None
+        from_env = {fields: name for name, fields in _ENV_FIELDS.items() if name in env}
+        problems = "; ".join(_problem(err, from_env, env) for err in exc.errors())
+        where = f"{str(path)!r} has problems" if path.is_file() else "the configuration has problems"
+        raise InvalidArgument(f"{where}: {problems}") from None
+
+
+def _set(raw: dict[str, Any], sections: list[str], field: str, value: object) -> None:
+    """Set `field` of the table `sections` names in `raw` (made when missing). A section the file gave another
+    type keeps it, and is reported as the file's error."""
+    table = raw
+    for section in sections:
+        inner = table.setdefault(section, {})
+        if not isinstance(inner, dict):
+            return
+        table[section] = inner = dict(inner)
+        table = inner
+    table[field] = value
+
+
+def _problem(err: Any, from_env: Mapping[tuple[str, ...], str], env: Mapping[str, str]) -> str:
+    """One validation error in words: the variable that set the field, or the field's place in the file."""
+    loc = tuple(str(part) for part in err["loc"])
+    message = err["msg"].removeprefix("Value error, ")
+    if loc in from_env:
+        return f"{from_env[loc]}={env[from_env[loc]]!r}: {message}"
+    if err["type"] == "extra_forbidden":
+        model: type[BaseModel] = Config
+        for part in loc[:-1]:
+            annotation = model.model_fields[part].annotation if part in model.model_fields else None
+            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+                break
+            model = annotation
+        message = f"not a setting{did_you_mean(loc[-1], model.model_fields)}"
+    return f"{'.'.join(loc)}: {message}"
+
+
+def _under_root(url: object, root: Path) -> object:
+    """`url` with a relative `sqlite:///` path put under `root` (other URLs, and `root` '.', as they are)."""
+    if (
+        not isinstance(url, str)
+        or root == Path(".")
+        or not url.startswith("sqlite:///")
+        or url.startswith("sqlite:////")
+    ):
+        return url
+    return f"sqlite:///{root / url.removeprefix('sqlite:///')}"

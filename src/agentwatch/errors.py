@@ -25,7 +25,7 @@ that form back into the error (a client of the service raises what the engine ra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "StoreUnavailable",
     "ToolError",
     "UserError",
+    "did_you_mean",
 ]
 
 
@@ -167,3 +168,11 @@ class ServiceUnreachable(AgentwatchError):
     """The service named by `--server` (or `AGENTWATCH_SERVER`, or a discovery file) cannot be reached."""
 
     code = "service_unreachable"
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the candidate nearest to a misspelt `word`, or "" when none is near."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(candidates), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -21,9 +21,9 @@ def test_the_hold_comes_from_the_option_the_variable_the_file_or_the_default(tmp
 
 
 def test_a_negative_or_unreadable_hold_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgument, match="deploy_hold_minutes"):
+    with pytest.raises(InvalidArgument, match="AGENTWATCH_DEPLOY_HOLD_MINUTES="):
         load_config(tmp_path, env={"AGENTWATCH_DEPLOY_HOLD_MINUTES": "-1"})
-    with pytest.raises(InvalidArgument, match="deploy_hold_minutes"):
+    with pytest.raises(InvalidArgument, match="AGENTWATCH_DEPLOY_HOLD_MINUTES="):
         load_config(tmp_path, env={"AGENTWATCH_DEPLOY_HOLD_MINUTES": "soon"})
     with pytest.raises(InvalidArgument, match="negative"):
         deploy_hold_minutes(load_config(tmp_path, env={}), -3)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from agentwatch.config import SessionDefaults
-from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.errors import Conflict, InvalidArgument, NotFound, did_you_mean
 from agentwatch.runtime.models.refs import MODEL_ALIASES, not_a_model_ref, split_chain
 from agentwatch.runtime.toolservers import SEPARATOR, ToolServer, servers_by_name
 
@@ -844,10 +844,7 @@ def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
     # Seeds and other tools spell keys in camelCase (`observerMessage`); map those straight to our snake_case.
     if _snake(word) in candidates and _snake(word) != word:
         return f" (did you mean {_snake(word)!r}?)"
-    import difflib
-
-    close = difflib.get_close_matches(word, candidates, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(word, candidates)
 
 
 def _nearest_first(word: str, candidates: Iterable[str]) -> list[str]:

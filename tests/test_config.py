@@ -1,0 +1,90 @@
+"""Configuration: `agentwatch.toml` under the project root, `AGENTWATCH_*` variables over it, and errors that name
+where the bad value came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentwatch.config import DEFAULT_STORE_URL, load_config
+from agentwatch.errors import InvalidArgument
+from agentwatch.runtime.engine import Engine
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "field"),
+    [
+        ("AGENTWATCH_LEASE_SECONDS", "abc", "sessions.lease_seconds"),
+        ("AGENTWATCH_DEPLOY_HOLD_MINUTES", "-1", "server.deploy_hold_minutes"),
+    ],
+)
+def test_a_bad_variable_is_named_not_a_file_that_does_not_exist(
+    tmp_path: Path, name: str, value: str, field: str
+) -> None:
+    """Once: "'agentwatch.toml' has problems: sessions.lease_seconds: ..." with no such file anywhere."""
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(tmp_path, env={name: value})
+
+    message = caught.value.message
+    assert message.startswith(f"the configuration has problems: {name}={value!r}: "), message
+    assert "agentwatch.toml" not in message and field not in message
+
+
+def test_a_variable_over_a_section_the_file_got_wrong_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    """Once: `sessions = 5` in the file and AGENTWATCH_LEASE_SECONDS set raised TypeError."""
+    (tmp_path / "agentwatch.toml").write_text("sessions = 5\n")
+
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(tmp_path, env={"AGENTWATCH_LEASE_SECONDS": "3"})
+
+    assert caught.value.message.startswith(f"{str(tmp_path / 'agentwatch.toml')!r} has problems: sessions: ")
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ('stor = "sqlite:///x.db"\n', "stor: not a setting (did you mean 'store'?)"),
+        ("[sessions]\nlease_second = 3\n", "sessions.lease_second: not a setting (did you mean 'lease_seconds'?)"),
+        ("[server]\nzzz = 1\n", "server.zzz: not a setting"),
+    ],
+)
+def test_an_unknown_setting_gets_the_nearest_one(tmp_path: Path, toml: str, expected: str) -> None:
+    (tmp_path / "agentwatch.toml").write_text(toml)
+
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(tmp_path, env={})
+
+    assert caught.value.message.endswith(expected), caught.value.message
+
+
+def test_a_relative_sqlite_path_of_the_project_is_under_its_root(tmp_path: Path) -> None:
+    """Once: `agents_dir` was read under the root and the store's file made in the working directory."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert load_config(project, env={}).store == f"sqlite:///{project}/.agentwatch/agentwatch.db"
+    (project / "agentwatch.toml").write_text('store = "sqlite:///data/aw.db?synchronous=normal"\n')
+    assert load_config(project, env={}).store == f"sqlite:///{project}/data/aw.db?synchronous=normal"
+    # A variable is taken as given, as is an absolute path, another backend, and everything under root '.'.
+    given = {"AGENTWATCH_STORE": "sqlite:///here.db"}
+    assert load_config(project, env=given).store == "sqlite:///here.db"
+    (project / "agentwatch.toml").write_text('store = "sqlite:////srv/aw.db"\n')
+    assert load_config(project, env={}).store == "sqlite:////srv/aw.db"
+    (project / "agentwatch.toml").write_text('store = "postgresql://u@h/db"\n')
+    assert load_config(project, env={}).store == "postgresql://u@h/db"
+    assert load_config(".", env={}).store == DEFAULT_STORE_URL
+
+
+async def test_an_engine_opened_on_a_project_root_keeps_its_store_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for name in ("AGENTWATCH_STORE", "AGENTWATCH_AGENTS_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    async with Engine.open(root=project, extensions=[]) as engine:
+        assert engine.store.url == f"sqlite:///{project}/.agentwatch/agentwatch.db"
+    assert (project / ".agentwatch" / "agentwatch.db").is_file()
+    assert not (elsewhere / ".agentwatch").exists()
