@@ -50,7 +50,7 @@ async def test_the_python_api_refuses_a_bad_prompt_as_the_tools_do_before_creati
         target = await engine.create("chat", name="target")
         before = await engine.store.info()
         for call in (lambda: engine.task("chat", prompt), lambda: engine.enqueue(target.id, prompt)):
-            with pytest.raises(InvalidArgument, match="^prompt: ") as refused:
+            with pytest.raises(InvalidArgument, match=r"^prompt: ") as refused:
                 await call()
             assert refused.value.details["fields"] == ["prompt"] and len(str(refused.value)) < 1000
         after = await engine.store.info()
