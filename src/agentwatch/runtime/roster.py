@@ -439,10 +439,16 @@ class Roster:
         known = _nearest_first(name, self._definitions)
         if name in self._left_out:
             where = self._left_out[name]
-            origin = f"{str(where)!r}" if where is not None else "its Python definition"
-            message = (
-                f"agent type {name!r} was left out because {origin} has errors; `agentwatch agents check` lists them"
-            )
+            if where is not None:
+                message = (
+                    f"agent type {name!r} was left out because {str(where)!r} has errors; `agentwatch agents check` "
+                    "lists them"
+                )
+            else:  # `agents check` reads the agents directory only: the problems are in the roster (and the log)
+                message = (
+                    f"agent type {name!r} was left out because its Python definition has errors; "
+                    "`engine.roster.problems` lists them (they were logged when the engine opened)"
+                )
         elif known:
             message = f"no agent type {name!r}; the roster has {', '.join(repr(n) for n in known)}"
         else:

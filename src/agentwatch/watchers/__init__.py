@@ -25,7 +25,7 @@ and dropped.
 declaring one is the opt-in. `[observers] enabled = false` in `agentwatch.toml`, `AGENTWATCH_OBSERVER_AGENTS=0`
 or `AGENTWATCH_BACKGROUND_TASKS=0` turns them off; declared observers are then simply not started.
 
-**Rule observers** are observer types written in Python (`rules`); four are built in. **Reading the state**:
+**Rule observers** are observer types written in Python (`rules`); five are built in. **Reading the state**:
 `describe(store, session)` gives the observer type, its session, the pairing state and the latest reports
 from the store alone (`agent_get` shows it). Modules: `pairing` (registry and states), `digest` (the tap's
 vocabulary and the envelope), `delivery` (batches and their failure paths), `report` (the one-way tool),
