@@ -57,7 +57,8 @@ def choices_of(args: Mapping[str, JsonValue]) -> Choices | None:
 def check_choice(options: Sequence[str], multiple: bool, answer: JsonValue) -> JsonValue:
     """`answer` when it names one of `options` (a non-empty list of distinct ones with `multiple`); an
     `InvalidArgument` that lists the options otherwise."""
-    listed = "; ".join(f"{n}. {o!r}" for n, o in enumerate(options, 1))
+    # Numbered for the CLI's `--choice N`; the answer itself is the option's text.
+    listed = "; ".join(f"{n}. {o!r}" for n, o in enumerate(options, 1)) + " (each by its text, not its number)"
     if multiple:
         given = answer if isinstance(answer, list) else [answer]
         chosen = [c for c in given if isinstance(c, str) and c in options]
