@@ -204,6 +204,43 @@ async def test_approval_tools_run_only_when_approved(open_engine: OpenEngine, sc
         assert [(r.status, r.output) for r in results] == [("denied", "keep b")]
 
 
+async def test_an_approval_answer_that_gives_no_verdict_is_refused_and_the_call_waits(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: `{"approved": "false"}`, `{"approved": "no"}` and `[true]` approved the call (truthy values), and
+    any other text denied it. An answer that is not a verdict is refused; the words yes and no are verdicts."""
+    ran: list[str] = []
+
+    def delete_file(path: str) -> str:
+        ran.append(path)
+        return f"deleted {path}"
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("delete_file", {"path": ctx.prompt})
+        return Reply(ctx.tool_results[0].output)
+
+    model = scripted("deleter-verdicts", ScriptedModel(function=script))
+    definition = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(definition, tools=[delete_file]) as engine:
+        first = await engine.task("cleaner", "a.txt", timeout=10)
+        hitl = first["pendingHitl"]["hitlId"]
+        for no_verdict in ({"approved": "false"}, {"approved": "no"}, [True], "maybe", {"message": "hmm"}, None, 1):
+            answer = await engine.call_tool("agent_answer", {"hitlId": hitl, "answer": no_verdict})
+            assert answer["error"]["code"] == "invalid_argument", (no_verdict, answer)
+            assert answer["error"]["details"]["fields"] == ["answer"]
+        assert (await engine.store.get_request(hitl)).status == "pending" and ran == []
+        assert "error" not in await engine.call_tool("agent_answer", {"hitlId": hitl, "answer": " No "})
+        done, _ = await engine.wait(first["agentId"], 10)
+        assert ran == [] and done.status == "completed"
+        second = await engine.task("cleaner", "b.txt", timeout=10)
+        assert "error" not in await engine.call_tool(
+            "agent_answer", {"hitlId": second["pendingHitl"]["hitlId"], "answer": "yes"}
+        )
+        await engine.wait(second["agentId"], 10)
+        assert ran == ["b.txt"]
+
+
 async def test_a_sub_agent_records_its_parent_run_and_origin(open_engine: OpenEngine, scripted: Scripted) -> None:
     def boss(ctx: Any) -> Any:
         if not ctx.tool_results:

@@ -1,7 +1,8 @@
 """Human requests: answering the questions and approvals a turn paused on, and escalating held ones.
 
 A choice (a question with options) is answered with one of its options (a list of them when several may
-be chosen); any other answer is refused before anything is written.
+be chosen), an approval with a verdict (`true`/`false`, `{"approved": ..., "message": ...}` or yes/no); any
+other answer is refused before anything is written.
 
 A request opened by a sub-agent's turn may first be held for its parent agent (`waits_on="parent"`) for
 `hold_for_parent_seconds`; `escalate` (or `escalate_due`, which the engine runs periodically) hands it over
@@ -19,7 +20,7 @@ from agentwatch.errors import Conflict
 from agentwatch.events import NewEvent, RequestResolved, RuntimeNotice, TurnId
 from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.services import Runtime
-from agentwatch.runtime.tools.ask import check_choice
+from agentwatch.runtime.tools.ask import check_approval, check_choice
 from agentwatch.runtime.toolservers import shown_answer
 from agentwatch.store import RequestClose, RequestRecord, Write
 
@@ -34,6 +35,8 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
         raise Conflict(f"request {request_id!r} is already {request.status}; nothing to answer")
     if request.options:  # a choice: the answer names one of its options (several, when it allows that)
         answer = check_choice(request.options, _multiple(request), answer)
+    elif request.kind == "approval":  # a verdict, never guessed from an answer that gives none
+        answer = check_approval(answer)
     # A paused turn waits on it; a tool server's sign-in tied to no call is for the session's next turns.
     for_a_turn = request.tool_call_id is not None or request.kind != "oauth"
     channel = await runtime.driver(request.session_id)

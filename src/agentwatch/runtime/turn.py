@@ -51,7 +51,7 @@ from agentwatch.runtime.plan import Plan, lives_on, next_plan
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.services import Runtime
-from agentwatch.runtime.tools.ask import choices_of
+from agentwatch.runtime.tools.ask import choices_of, read_approval
 from agentwatch.runtime.tools.base import Caller, Tool
 from agentwatch.runtime.toolservers import read_oauth_answer, tool_servers
 from agentwatch.store import (
@@ -453,12 +453,9 @@ def _answers(requests: Sequence[RequestRecord]) -> list[ToolAnswer]:
 
 
 def _approval(answer: JsonValue) -> tuple[bool, str | None]:
-    if isinstance(answer, dict):
-        message = answer.get("message")
-        return bool(answer.get("approved")), message if isinstance(message, str) else None
-    if isinstance(answer, str):
-        return answer.strip().lower() in ("yes", "y", "approve", "approved", "allow", "ok", "true"), None
-    return bool(answer), None
+    """The verdict of a stored approval answer; one that gives none (only a database written before answers
+    were checked holds such) denies the call."""
+    return read_approval(answer) or (False, None)
 
 
 async def _finish(turn: _Turn, result: TurnResult) -> None:

@@ -7,6 +7,7 @@ list of them with `multiple`); anything else is refused (`check_choice`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from pydantic import Field, JsonValue, RootModel
@@ -15,7 +16,16 @@ from agentwatch.errors import InvalidArgument
 from agentwatch.runtime.services import Runtime
 from agentwatch.tools import MAX_LIST_ITEMS, MAX_TEXT_CHARS, Args, BoundedJson, Caller, Text, Tool, typed_tool
 
-__all__ = ["AskArgs", "Choices", "UserAnswer", "ask_user_tool", "check_choice", "choices_of"]
+__all__ = [
+    "AskArgs",
+    "Choices",
+    "UserAnswer",
+    "ask_user_tool",
+    "check_approval",
+    "check_choice",
+    "choices_of",
+    "read_approval",
+]
 
 
 class AskArgs(Args):
@@ -68,6 +78,38 @@ def check_choice(options: Sequence[str], multiple: bool, answer: JsonValue) -> J
     if isinstance(answer, str) and answer in options:
         return answer
     raise InvalidArgument(f"the answer must be one of the options: {listed}", fields=["answer"])
+
+
+_APPROVING: frozenset[str] = frozenset({"yes", "y", "approve", "approved", "allow", "ok", "true"})
+_DENYING: frozenset[str] = frozenset({"no", "n", "deny", "denied", "reject", "rejected", "false"})
+
+
+def read_approval(answer: JsonValue) -> tuple[bool, str | None] | None:
+    """The verdict an approval's answer gives, and its note for the agent: from `true`/`false`,
+    `{"approved": true|false, "message": "..."}` or a yes/no word (`yes`, `approve`, `no`, `deny`, ...); None for
+    anything else, which gives no verdict."""
+    if isinstance(answer, bool):
+        return answer, None
+    if isinstance(answer, str):
+        word = answer.strip().lower()
+        return (True, None) if word in _APPROVING else (False, None) if word in _DENYING else None
+    if isinstance(answer, dict) and isinstance(answer.get("approved"), bool) and set(answer) <= {"approved", "message"}:
+        message = answer.get("message")
+        if message is None or isinstance(message, str):
+            return bool(answer["approved"]), message
+    return None
+
+
+def check_approval(answer: JsonValue) -> JsonValue:
+    """`answer` when it gives an approval's verdict (see `read_approval`); an `InvalidArgument` saying what to
+    send otherwise: a verdict is never guessed (once, `{"approved": "false"}` approved the call)."""
+    if read_approval(answer) is None:
+        raise InvalidArgument(
+            'an approval is answered with true or false, {"approved": true|false, "message": "a note"}, or yes/no; '
+            f"got {json.dumps(answer, ensure_ascii=False)[:200]}",
+            fields=["answer"],
+        )
+    return answer
 
 
 async def _outside_a_turn(engine: Runtime, caller: Caller, args: AskArgs) -> UserAnswer:

@@ -87,7 +87,7 @@ class AnswerArgs(Args):
 
     hitl_id: Id = Field(description="The request to answer (current.pendingHitl.hitlId).")
     answer: BoundedJson = Field(
-        description="The answer: text for a question; true/false or {approved, message} for an approval "
+        description="The answer: text for a question; true/false, {approved, message} or yes/no for an approval "
         "(JSON at most 16 deep, 10,000 values, 100,000 characters of text)."
     )
 
