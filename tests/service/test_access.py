@@ -57,22 +57,44 @@ async def test_a_socket_without_the_token_is_told_and_closed(open_engine: Any) -
         assert frame["error"]["code"] == "not_found"  # past the guard: the agent does not exist
 
 
-async def test_a_read_only_token_calls_only_grant_free_tools(open_engine: Any, scripted: Any) -> None:
+async def test_a_read_only_token_calls_only_the_read_tools(open_engine: Any, scripted: Any) -> None:
+    """Once: "grant-free" stood for "read", so a read-only token could call the project's own tools (which have
+    no grant), including one that writes."""
     model = scripted("reader-role", ScriptedModel.replying("ok"))
+    notes: list[str] = []
+
+    def write_note(text: str) -> str:
+        """Write a note (the project's own tool, with no grant)."""
+        notes.append(text)
+        return "written"
+
     async with (
-        open_engine(role("helper", model)) as engine,
+        open_engine(role("helper", model), tools=[write_note]) as engine,
         served(create_app(engine, TOKENS)) as base,
         httpx.AsyncClient(base_url=base, headers=bearer("read-secret")) as http,
     ):
         task = await http.post("/api/tools/agent_task", json={"role": "helper", "prompt": "go"})
+        note = await http.post("/api/tools/write_note", json={"text": "x"})
         listed = await http.post("/api/tools/agent_list", json={})
         tools = (await http.get("/api/tools")).json()["tools"]
         sessions = await engine.call_tool("agent_list", {})
-    assert task.status_code == 403 and task.json()["error"]["code"] == "forbidden"
-    assert sessions["agents"] == []  # the refused call wrote nothing
-    assert listed.status_code == 200
+        full = await http.post("/api/tools/write_note", json={"text": "y"}, headers=bearer("full-secret"))
+    for refused in (task, note):
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    assert sessions["agents"] == [] and notes == ["y"]  # the refused calls wrote nothing
+    assert listed.status_code == 200 and full.status_code == 200
     callable_by_name = {t["name"]: t["callable"] for t in tools}
     assert callable_by_name["agent_task"] is False and callable_by_name["agent_list"] is True
+    assert callable_by_name["write_note"] is False
+    assert {name for name, ok in callable_by_name.items() if ok} == {
+        "agent_export",
+        "agent_get",
+        "agent_history",
+        "agent_list",
+        "agent_prompt",
+        "agent_summary",
+        "agent_tail",
+    }
 
 
 async def test_foreign_origins_are_refused_and_cors_is_closed(open_engine: Any) -> None:
@@ -105,9 +127,18 @@ async def test_without_a_token_only_loopback_host_names_are_served(open_engine: 
         httpx.AsyncClient(base_url=base) as http,
     ):
         rebound = await http.post("/api/tools/agent_list", json={}, headers={"host": "attacker.example:80"})
-        local = await http.post("/api/tools/agent_list", json={}, headers={"host": "localhost:1234"})
-    assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "forbidden"
-    assert local.status_code == 200
+        # Once served: a name that merely starts like a loopback address (DNS rebinding), origin to match.
+        lookalike = "127.0.0.1.attacker.example:80"
+        sneaked = await http.post(
+            "/api/tools/agent_list", json={}, headers={"host": lookalike, "origin": f"http://{lookalike}"}
+        )
+        local = [
+            await http.post("/api/tools/agent_list", json={}, headers={"host": host})
+            for host in ("localhost:1234", "127.0.0.1:1234", "127.8.9.10", "[::1]:1234")
+        ]
+    for refused in (rebound, sneaked):
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    assert [answer.status_code for answer in local] == [200, 200, 200, 200]
 
 
 async def test_binding_beyond_loopback_needs_a_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:

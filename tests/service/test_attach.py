@@ -200,10 +200,11 @@ async def test_bad_attach_requests_get_a_structured_error_and_a_clean_close(open
 
 async def test_a_socket_that_sends_garbage_is_told_and_closed(open_engine: Any, scripted: Any) -> None:
     model_ref = scripted("quiet", ScriptedModel.replying("hi"))
-    settings = ServiceSettings(max_message_bytes=1000)
+    settings = ServiceSettings(max_message_bytes=6000)
     async with open_engine(role("quiet", model_ref)) as engine, served(create_app(engine, settings)) as base:
         session = await engine.create("quiet")
-        for garbage in ("not json", json.dumps({"type": "subscribe"}), "x" * 5000):
+        # (Nesting deeper than the JSON decoder recurses once ended the socket with no frame and no close code.)
+        for garbage in ("not json", json.dumps({"type": "subscribe"}), "[" * 2500 + "]" * 2500, "x" * 7000):
             async with connect(ws_url(base, session.id)) as ws:
                 assert json.loads(await ws.recv())["kind"] == "snapshot"
                 await ws.send(json.dumps({"type": "ping"}))  # the one message the server reads

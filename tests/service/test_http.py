@@ -62,6 +62,8 @@ async def test_refused_calls_are_structured_errors_with_their_status(open_engine
             (400, "invalid_argument", await http.post("/api/tools/agent_list", json={"bogus": 1})),
             (400, "invalid_argument", await http.post("/api/tools/agent_list", content=b"{nope", headers=JSON)),
             (400, "invalid_argument", await http.post("/api/tools/agent_list", content=b"[1, 2]", headers=JSON)),
+            # Once a 500 and two tracebacks: nesting deeper than the JSON decoder recurses.
+            (400, "invalid_argument", await http.post("/api/tools/agent_list", content=DEEP, headers=JSON)),
             (400, "invalid_argument", await http.post("/api/tools/agent_list", json={"cursor": "p1.zz"})),
             (404, "not_found", await http.post("/api/tools/agent_get", json={"id": "ses_nobody"})),
             (415, "unsupported_media_type", await http.post("/api/tools/agent_list", content=b"{}")),
@@ -79,6 +81,10 @@ async def test_refused_calls_are_structured_errors_with_their_status(open_engine
         body = response.json()
         assert set(body) == {"error"} and body["error"]["code"] == code and body["error"]["message"], body
         assert response.headers["content-type"].startswith("application/json")
+
+
+DEEP = b"[" * 3000 + b"]" * 3000
+"""JSON nested deeper than Python's decoder goes (it raises RecursionError, not ValueError)."""
 
 
 async def _chunks(data: bytes) -> Any:

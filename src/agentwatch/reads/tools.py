@@ -25,6 +25,7 @@ def _agent_list() -> Tool:
         agent_list,
         args=ListArgs,
         answer=ListAnswer,
+        reads_only=True,
     )
 
 
@@ -39,6 +40,7 @@ def _agent_summary() -> Tool:
         agent_summary,
         args=SummaryArgs,
         answer=SummaryAnswer,
+        reads_only=True,
     )
 
 
@@ -53,6 +55,7 @@ def _agent_get() -> Tool:
         agent_get,
         args=GetArgs,
         answer=AgentRecord,
+        reads_only=True,
     )
 
 
@@ -67,6 +70,7 @@ def _agent_history() -> Tool:
         agent_history,
         args=HistoryArgs,
         answer=HistoryAnswer,
+        reads_only=True,
     )
 
 
@@ -81,6 +85,7 @@ def _agent_tail() -> Tool:
         agent_tail,
         args=TailArgs,
         answer=TailAnswer,
+        reads_only=True,
     )
 
 
@@ -95,6 +100,7 @@ def _agent_prompt() -> Tool:
         agent_prompt,
         args=PromptArgs,
         answer=PromptAnswer,
+        reads_only=True,
     )
 
 
@@ -108,6 +114,7 @@ def _agent_export() -> Tool:
         agent_export,
         args=ExportArgs,
         answer=ExportAnswer,
+        reads_only=True,
     )
 
 

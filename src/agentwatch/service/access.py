@@ -2,7 +2,7 @@
 
 - **Tokens.** With a token configured (`AGENTWATCH_TOKEN`), every request and socket must carry it, as
   `Authorization: Bearer <token>` or, where a browser cannot set headers (EventSource, WebSocket), as
-  `?token=<token>`. A read-only token (`AGENTWATCH_READ_TOKEN`) may call only grant-free tools. Without any
+  `?token=<token>`. A read-only token (`AGENTWATCH_READ_TOKEN`) may call only the read tools. Without any
   token the service must bind a loopback address (`agentwatch serve` refuses otherwise), and then only
   requests addressed to a loopback host name are served, which defeats DNS rebinding.
 - **Origins.** A request that names an `Origin` other than the service's own, or one of `allowed_origins`,
@@ -17,6 +17,7 @@ why, and closed with 4000 + the HTTP status).
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,7 +29,7 @@ from agentwatch.service._wire import error, status_for
 __all__ = ["ACCESS_KEY", "Access", "Guard", "ServiceSettings", "access_of", "is_loopback"]
 
 Access = Literal["full", "read"]
-"""What a caller may do: call every tool, or only the grant-free ones."""
+"""What a caller may do: call every tool, or only the read tools (`Tool.reads_only`)."""
 
 ACCESS_KEY = "agentwatch.access"
 """The ASGI scope key under which the guard records the caller's `Access`."""
@@ -38,8 +39,14 @@ _OPEN_PATHS = frozenset({"/api/health"})
 
 
 def is_loopback(host: str) -> bool:
-    """Whether `host` (an address or a name) stays on this machine."""
-    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+    """Whether `host` (an address or a name) stays on this machine: `localhost`, or a loopback address
+    (127.0.0.0/8, ::1). A name that merely starts like one (`127.0.0.1.example.com`) is not."""
+    if host in _LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,7 @@ class ServiceSettings:
     token: str | None = None
     """The full-access token; None with no read token means no token (loopback only)."""
     read_token: str | None = None
-    """A token that may call only grant-free tools."""
+    """A token that may call only the read tools."""
     allowed_origins: tuple[str, ...] = ()
     """Browser origins besides the service's own that may call it (`https://dash.example.com`)."""
     max_body_bytes: int = 1_000_000

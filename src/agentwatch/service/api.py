@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from agentwatch.service._wire import error, status_for
 from agentwatch.service.access import access_of
-from agentwatch.tools import Tool
+from agentwatch.tools import Tool, json_kind
 
 if TYPE_CHECKING:
     from agentwatch.service.app import ServiceState
@@ -33,12 +33,17 @@ def callable_tools(tools: dict[str, Tool]) -> list[Tool]:
     return sorted((t for t in tools.values() if not t.asks_user), key=lambda t: t.name)
 
 
+def may_call(tool: Tool, access: str) -> bool:
+    """Whether a caller of `access` may call `tool`: a read-only token only the tools that change nothing."""
+    return access == "full" or tool.reads_only
+
+
 def refusal_for(state: ServiceState, tool: Tool | None, access: str) -> dict[str, Any] | None:
     """Why this caller may not call `tool` now, or None (an unknown tool is left to `call_tool`)."""
     if tool is None:
         return None
-    if tool.grant is not None and access != "full":
-        return error("forbidden", f"{tool.name} needs the {tool.grant!r} grant; a read-only token calls only reads")
+    if not may_call(tool, access):
+        return error("forbidden", f"{tool.name} is not a read tool; a read-only token calls only the read tools")
     if tool.grant is not None and state.draining:
         return error("unavailable", f"the service is draining for a restart; call {tool.name} again in a moment")
     return None
@@ -64,10 +69,10 @@ async def call_tool_endpoint(request: Request) -> Response:
         return _json(error("unsupported_media_type", "send the arguments as `Content-Type: application/json`"))
     try:
         args = json.loads(body) if body.strip() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _json(error("invalid_argument", f"the body is not JSON ({exc}); send the arguments object"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return _json(error("invalid_argument", f"the body is not JSON we read ({exc}); send the arguments object"))
     if not isinstance(args, dict):
-        return _json(error("invalid_argument", f"{name} takes a JSON object of arguments, got {type(args).__name__}"))
+        return _json(error("invalid_argument", f"{name} takes a JSON object of arguments, got {json_kind(args)}"))
     answer = await state.engine.call_tool(name, args)
     return _json(answer)
 
@@ -84,7 +89,7 @@ async def list_tools_endpoint(request: Request) -> Response:
                     "description": tool.description,
                     "parameters": tool.parameters,
                     "grant": tool.grant,
-                    "callable": tool.grant is None or access == "full",
+                    "callable": may_call(tool, access),
                 }
                 for tool in callable_tools(state.engine.tools)
             ]

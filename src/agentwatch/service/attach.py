@@ -341,7 +341,7 @@ async def _ws_listen(websocket: WebSocket, max_bytes: int) -> dict[str, JsonValu
             return error("too_large", f"a message to the server may be at most {max_bytes} bytes")
         try:
             parsed = json.loads(data) if data is not None else None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             parsed = None
         if parsed != {"type": "ping"}:
             return error("invalid_argument", 'the server only reads {"type": "ping"} on this socket')

@@ -4,7 +4,7 @@ at `/mcp` inside `agentwatch serve`.
 Every tool a caller may reach from outside an agent's turn is listed with the same name, description and
 JSON schema as `engine.call_tool`; a call answers the same dict, as structured content and as JSON text, and
 a refused call is an MCP tool error whose content is the structured error. Over HTTP the caller's token
-decides what it sees: a read-only token lists and calls only grant-free tools.
+decides what it sees: a read-only token lists and calls only the read tools.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 
 from agentwatch.service._wire import error
 from agentwatch.service.access import ACCESS_KEY, Access
-from agentwatch.service.api import callable_tools, refusal_for
+from agentwatch.service.api import callable_tools, may_call, refusal_for
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -49,7 +49,7 @@ def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Serve
             tools=[
                 types.Tool(name=tool.name, description=tool.description, input_schema=dict(tool.parameters))
                 for tool in callable_tools(state.engine.tools)
-                if tool.grant is None or level == "full"
+                if may_call(tool, level)
             ]
         )
 

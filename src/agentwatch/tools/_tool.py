@@ -24,6 +24,7 @@ __all__ = [
     "ToolHandler",
     "call_tool",
     "function_tool",
+    "json_kind",
     "json_tool",
     "parse_args",
     "typed_tool",
@@ -124,6 +125,9 @@ class Tool:
     """A person approves each call made by an agent before it runs."""
     asks_user: bool = False
     """The call is a question to a person; the answer is its result (`ask_user`)."""
+    reads_only: bool = False
+    """The tool changes nothing (the read tools): a read-only token of the service may call it. A tool of the
+    project's own is not one, whatever its grant."""
     args_model: type[BaseModel] | None = None
     """The model its arguments are validated by (None for a tool built from a bare schema)."""
     answer_model: type[BaseModel] | None = None
@@ -145,6 +149,16 @@ A = TypeVar("A", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
 
 
+def json_kind(value: object) -> str:
+    """What JSON value `value` is, in JSON's words (`an array`, `null`), for an error message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    kinds = ((dict, "an object"), (list, "an array"), (str, "a string"), ((int, float), "a number"))
+    return next((kind for types, kind in kinds if isinstance(value, types)), type(value).__name__)
+
+
 def _shown(part: object) -> str:
     """A location part as an error message shows it: short, printable, whatever it was."""
     text = part if isinstance(part, str) else repr(part)
@@ -159,7 +173,7 @@ def parse_args(model: type[A], tool_name: str, args: object) -> A:
     """
     if not isinstance(args, dict):
         raise InvalidArgument(
-            f"{tool_name} takes a JSON object of arguments, got {type(args).__name__}", fields=["arguments"]
+            f"{tool_name} takes a JSON object of arguments, got {json_kind(args)}", fields=["arguments"]
         )
     try:
         return model.model_validate(args)
@@ -194,6 +208,7 @@ def typed_tool(
     grant: str | None = None,
     asks_user: bool = False,
     requires_approval: bool = False,
+    reads_only: bool = False,
 ) -> Tool:
     """A tool whose arguments and answer are models: `run(engine, caller, args) -> answer`.
 
@@ -205,7 +220,15 @@ def typed_tool(
         return dump(await run(engine, caller, parse_args(args, name, raw)))
 
     return _model_tool(
-        name, description, handler, args, answer, grant=grant, requires_approval=requires_approval, asks_user=asks_user
+        name,
+        description,
+        handler,
+        args,
+        answer,
+        grant=grant,
+        requires_approval=requires_approval,
+        asks_user=asks_user,
+        reads_only=reads_only,
     )
 
 
@@ -216,6 +239,7 @@ def json_tool(
     *,
     args: type[A],
     answer: type[BaseModel],
+    reads_only: bool = False,
 ) -> Tool:
     """`typed_tool` for a `run` that makes its answer as JSON itself, exactly as `dump` would give it from the
     `answer` model (an answer of many rows, where building a model per row only to dump it again would be
@@ -224,7 +248,7 @@ def json_tool(
     async def handler(engine: Any, caller: Caller, raw: dict[str, Any]) -> JsonValue:
         return await run(engine, caller, parse_args(args, name, raw))
 
-    return _model_tool(name, description, handler, args, answer)
+    return _model_tool(name, description, handler, args, answer, reads_only=reads_only)
 
 
 def _model_tool(
