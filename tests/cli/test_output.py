@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from agentwatch.cli import cli
-from agentwatch.events import AssistantMessage, NewEvent, StreamCursor, UserMessage
+from agentwatch.events import AssistantMessage, NewEvent, StreamCursor, TurnId, TurnStarted, UserMessage
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.store import SessionDraft, SessionPatch, open_store
+from agentwatch.store import SessionDraft, SessionPatch, Write, open_store
 from tests.runtime.support import Scripted, role
 
 LONG_NAME = "a-name-much-longer-than-any-terminal-column-would-show-" + "x" * 40
@@ -237,3 +237,41 @@ def test_run_without_a_terminal_leaves_a_question_pending_and_says_how_to_answer
     answered = CliRunner().invoke(cli, ["answer", hint.group(2), "green", "--store", url, "--json"])
     assert answered.exit_code == 0, answered.output
     assert json.loads(answered.stdout)["status"] == "resolved"
+
+
+def test_run_leaves_other_agents_cut_off_turns_alone(scripted: Scripted, tmp_path: Path) -> None:
+    """Once: every `run` took over the store's cut-off turns, printed them as its own, and cut them off again
+    as it exited, so a few short runs used up another agent's `continue_after_restart` and ended its turn."""
+    model = scripted("cli-greeter", ScriptedModel.replying("Hello."))
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "greeter.md").write_text(role("greeter", model).to_markdown())
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+
+    async def cut_off() -> tuple[str, int]:
+        """What a process that died mid-turn leaves: a running turn whose lease nobody renews."""
+        async with open_store(url) as store:
+            session = await store.create_session(SessionDraft(name="other", role="greeter"))
+            turn = TurnId("trn_cut")
+            await store.write(
+                Write(
+                    session.id,
+                    events=[NewEvent(TurnStarted(), turn), NewEvent(UserMessage(text="go"), turn)],
+                    session=SessionPatch(status="running", current_turn_id=turn, turn_attempts=1),
+                )
+            )
+            await store.acquire_lease(session.id, "a-dead-process", 0.01)
+            return session.id, (await store.get_session(session.id)).last_seq
+
+    other, last_seq = asyncio.run(cut_off())
+    argv = ["run", "greeter", "hi", "--agents-dir", str(tmp_path / "agents"), "--store", url]
+    for _ in range(4):
+        result = CliRunner().invoke(cli, argv, input="")
+        assert result.exit_code == 0, result.output
+        assert "Hello." in result.stdout and "go" not in result.stdout.split()
+
+    async def left() -> tuple[int, int, str]:
+        async with open_store(url) as store:
+            session = await store.get_session(other)
+            return session.last_seq, session.turn_attempts, session.status
+
+    assert asyncio.run(left()) == (last_seq, 1, "running")  # untouched: the next `serve` continues it

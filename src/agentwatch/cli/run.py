@@ -44,7 +44,10 @@ async def _run(
     from agentwatch.runtime.engine import Engine
 
     deadline = asyncio.get_running_loop().time() + timeout
-    async with Engine.open(config=config) as engine:
+    # Only this agent (and its observers and sub-agents): other sessions' cut-off turns are left to `serve`, or
+    # to an engine opened in Python. (Once, every `run` took them over, printed them, and cut them off again on
+    # exit: a few short runs used up another agent's `continue_after_restart`.)
+    async with Engine.open(config=config, recover=False) as engine:
         printer = LivePrinter(console)
         if not as_json:
             engine.start_with_observer(lambda _thread_id: printer)
