@@ -87,6 +87,7 @@ async def test_a_read_only_token_calls_only_the_read_tools(open_engine: Any, scr
     assert callable_by_name["agent_task"] is False and callable_by_name["agent_list"] is True
     assert callable_by_name["write_note"] is False
     assert {name for name, ok in callable_by_name.items() if ok} == {
+        "agent_await",
         "agent_export",
         "agent_get",
         "agent_history",

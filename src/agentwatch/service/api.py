@@ -44,7 +44,7 @@ def refusal_for(state: ServiceState, tool: Tool | None, access: str) -> dict[str
         return None
     if not may_call(tool, access):
         return error("forbidden", f"{tool.name} is not a read tool; a read-only token calls only the read tools")
-    if tool.grant is not None and state.draining:
+    if tool.grant is not None and not tool.reads_only and state.draining:
         return error("unavailable", f"the service is draining for a restart; call {tool.name} again in a moment")
     return None
 

@@ -322,8 +322,11 @@ def _tool(
     run: Callable[[Runtime, Caller, Any], Awaitable[Answer]],
     args: type[Args],
     answer: type[Answer],
+    *,
+    reads_only: bool = False,
 ) -> Tool:
-    return typed_tool(name, description, run, args=args, answer=answer, grant=capability_for(name))
+    grant = capability_for(name)
+    return typed_tool(name, description, run, args=args, answer=answer, grant=grant, reads_only=reads_only)
 
 
 def drive_tools() -> list[Tool]:
@@ -344,6 +347,7 @@ def drive_tools() -> list[Tool]:
             agent_await,
             AwaitArgs,
             StatusSnapshot,
+            reads_only=True,  # it waits and reads: a read-only token may, and it answers while the service drains
         ),
         _tool(
             "agent_task",
