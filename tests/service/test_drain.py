@@ -102,6 +102,8 @@ async def test_with_no_hold_the_turn_is_cut_off_and_continues_on_the_next_start(
             agent_id = await start_slow_turn(http)
         process.send_signal(signal.SIGTERM)
         assert await stopped(process, within=20) < 10
+        said = (await process.stderr.read()).decode()
+        assert "cut off" in said and "Traceback" not in said, said
     assert await final_status(tmp_path, agent_id, recover=False) == "running"  # cut off, as after a crash
     assert await final_status(tmp_path, agent_id, recover=True) == "completed"  # continued on the next start
 
@@ -115,6 +117,8 @@ async def test_a_second_sigterm_does_not_wait(tmp_path: Path) -> None:
         assert process.returncode is None  # holding for the running turn
         process.send_signal(signal.SIGTERM)
         assert await stopped(process, within=20) < 10
+        said = (await process.stderr.read()).decode()
+        assert "stopping now" in said and "Traceback" not in said, said  # once: uvicorn's CancelledError
 
 
 async def final_status(tmp_path: Path, agent_id: str, *, recover: bool) -> str:

@@ -121,6 +121,17 @@ class Drain:
             self.server.force_exit = True
 
 
+def _not_a_cancelled_lifespan(record: logging.LogRecord) -> bool:
+    """False for uvicorn's report of the lifespan task cancelled by a stop at once (a second signal): the stop
+    was asked for, and said so; its traceback is no error. (uvicorn logs the traceback Starlette sends it as
+    text, as the loop cancels the task on its way out: after `serve` returns, so the filter stays.)"""
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, asyncio.CancelledError):
+        return False
+    text = record.getMessage()
+    return not (text.startswith("Traceback") and text.rstrip().endswith("CancelledError"))
+
+
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handling: `Drain` decides when to stop."""
 
@@ -178,6 +189,7 @@ async def serve(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, drain.signal)
+        logging.getLogger("uvicorn.error").addFilter(_not_a_cancelled_lifespan)
         try:
             serving = asyncio.create_task(server.serve())
             # uvicorn offers no event for "listening"; its startup takes a few ms
