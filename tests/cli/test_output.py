@@ -89,12 +89,15 @@ def test_python_m_agentwatch_is_the_cli(tmp_path: Path) -> None:
 )
 def test_read_commands_never_create_a_store(tmp_path: Path, argv: list[str]) -> None:
     missing = tmp_path / "typo" / "agentwatch.db"
-    result = CliRunner().invoke(cli, [*argv, "--store", f"sqlite:///{missing}", "--json"])
-    assert result.exit_code == 1
-    error = json.loads(result.stdout)["error"]
-    assert error["code"] == "not_found"
-    assert str(missing) in error["message"]
-    assert not missing.parent.exists()
+    empty = tmp_path / "empty.db"  # once made into a store: SQLite takes an empty file for a new database
+    empty.touch()
+    for path in (missing, empty):
+        result = CliRunner().invoke(cli, [*argv, "--store", f"sqlite:///{path}", "--json"])
+        assert result.exit_code == 1
+        error = json.loads(result.stdout)["error"]
+        assert error["code"] == "not_found"
+        assert str(path) in error["message"]
+    assert not missing.parent.exists() and empty.stat().st_size == 0
 
 
 @pytest.mark.parametrize("command", ["history", "tail", "prompt", "export", "await"])

@@ -211,15 +211,17 @@ class Reader:
 
 
 def existing_store(url: str) -> None:
-    """Refuse a SQLite store file that does not exist: reading must not create one."""
+    """Refuse a SQLite store file that does not exist, or is empty: reading must not create one (SQLite would
+    take an empty file for a new database)."""
     scheme, _, rest = url.partition("://")
     target = rest.partition("?")[0]
     if scheme != "sqlite" or target == ":memory:" or not target.startswith("/") or target == "/":
         return  # not a file (the store itself refuses a malformed URL)
     path = Path(target[1:])
-    if not path.exists():
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        state = "no store at" if not path.exists() else "an empty file, not a store, at"
         raise NotFound(
-            f"no store at {str(path)!r}: nothing has been run with it yet; pass --store (or set "
+            f"{state} {str(path)!r}: nothing has been run with it yet; pass --store (or set "
             "AGENTWATCH_STORE) to read another one"
         )
 
