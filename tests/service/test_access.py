@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import httpx
@@ -152,3 +153,21 @@ async def test_binding_beyond_loopback_needs_a_token(monkeypatch: pytest.MonkeyP
     assert settings_from_env("0.0.0.0", announce=said.append) == ServiceSettings(token="mine", read_token="theirs")
     with pytest.raises(InvalidArgument, match="needs a token"):
         await serve(host="0.0.0.0", port=0, config=load_config(tmp_path), settings=ServiceSettings())
+
+
+async def test_a_port_or_host_that_cannot_be_had_is_an_error_that_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Once: uvicorn logged the bind error and the process exited 3 (the code for a timeout); a bad host was
+    told a generated token first."""
+    monkeypatch.delenv("AGENTWATCH_TOKEN", raising=False)
+    said: list[str] = []
+    config = load_config(tmp_path, env={})
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(InvalidArgument, match=rf"cannot listen on 127\.0\.0\.1:{port} \(.+\); pass another"):
+            await serve(host="127.0.0.1", port=port, config=config, announce=said.append)
+    with pytest.raises(InvalidArgument, match=r"cannot serve on host 'no-such-host\.invalid'"):
+        await serve(host="no-such-host.invalid", port=0, config=config, announce=said.append)
+    assert said == []  # no token was made, nothing was served
+    assert not (tmp_path / ".agentwatch").exists()  # nor a store opened

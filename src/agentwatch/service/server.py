@@ -163,9 +163,39 @@ async def serve(
     """Open the engine on `config`'s store, serve it on `host:port` until stopped, drain, close."""
     say = announce or (lambda text: print(text, file=sys.stderr, flush=True))
     hold = deploy_hold_minutes(config, hold_minutes) * 60
-    settings = settings or settings_from_env(host, announce=say)
-    if settings.open and not is_loopback(host):
-        raise InvalidArgument(f"binding {host!r} needs a token: set AGENTWATCH_TOKEN")
+    with _listen(host, port) as listener:  # first: a host or port that cannot be had fails before anything else
+        settings = settings or settings_from_env(host, announce=say)
+        if settings.open and not is_loopback(host):
+            raise InvalidArgument(f"binding {host!r} needs a token: set AGENTWATCH_TOKEN")
+        await _serve_on(listener, host, config, hold, settings, say, engine_args)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The service's listening socket, or an error that says why it cannot be had and what to do (uvicorn's
+    own bind only logged it, and the process exited 3, the code for a timeout)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except socket.gaierror as exc:
+        raise InvalidArgument(
+            f"cannot serve on host {host!r} ({exc.strerror}); pass --host with a name or address of this machine"
+        ) from None
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise InvalidArgument(
+            f"cannot listen on {host}:{port} ({reason}); pass another --port, or stop what uses it"
+        ) from None
+
+
+async def _serve_on(
+    listener: socket.socket,
+    host: str,
+    config: Config,
+    hold: float,
+    settings: ServiceSettings,
+    say: Callable[[str], None],
+    engine_args: dict[str, Any] | None,
+) -> None:
     async with Engine.open(config=config, **(engine_args or {})) as engine:
         app = create_app(engine, settings)
         state: ServiceState = app.state.service
@@ -173,7 +203,7 @@ async def serve(
             uvicorn.Config(
                 app,
                 host=host,
-                port=port,
+                port=listener.getsockname()[1],
                 lifespan="on",
                 log_level="warning",
                 ws_max_size=settings.max_message_bytes,
@@ -191,7 +221,7 @@ async def serve(
             loop.add_signal_handler(signum, drain.signal)
         logging.getLogger("uvicorn.error").addFilter(_not_a_cancelled_lifespan)
         try:
-            serving = asyncio.create_task(server.serve())
+            serving = asyncio.create_task(server.serve(sockets=[listener]))
             # uvicorn offers no event for "listening"; its startup takes a few ms
             while not server.started and not serving.done():  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
