@@ -62,6 +62,12 @@ def test_piped_get_and_history_cut_nothing(tmp_path: Path) -> None:
     history = CliRunner().invoke(cli, ["history", session_id, "--store", url])
     assert LONG_TEXT.strip() in history.stdout
     assert all(len(line) > 0 for line in history.stdout.splitlines())
+    # Once space-separated with no header, the next page's cursor among the rows: now as `ls` prints.
+    header, *rows = history.stdout.splitlines()
+    assert header.split("\t") == ["AT", "SEQ", "TYPE", "WHAT", "TEXT"]
+    assert [row.split("\t")[2] for row in rows] == ["message.user", "message.assistant"]
+    paged = CliRunner().invoke(cli, ["history", session_id, "--store", url, "--limit", "1"])
+    assert len(paged.stdout.splitlines()) == 2 and "older: --cursor" in paged.stderr
 
 
 def test_python_m_agentwatch_is_the_cli(tmp_path: Path) -> None:

@@ -174,16 +174,23 @@ def tail_line(row: dict[str, Any]) -> str:
 
 
 def render_history(answer: dict[str, Any]) -> None:
+    rows: list[list[Cell]] = []
     for event in answer["events"]:
         row = event["payload"]
         text = row.get("text") or row.get("output") or row.get("summary") or row.get("message") or ""
         what = row.get("tool_name") or row.get("outcome") or ""
-        console.print(
-            f"[dim]{event['at'][11:19]} #{event['seq']}[/] [bold]{event['type']}[/] {escape(str(what))} "
-            f"[dim]{escape(_short(text, 120))}[/]"
+        rows.append(
+            [event["at"][11:19], f"#{event['seq']}", event["type"], escape(str(what)), escape(_short(text, 120))]
         )
+    if rows:
+        dim, kept = {"style": "dim", "no_wrap": True}, {"no_wrap": True}
+        columns = [dim, dim, {"style": "bold", "no_wrap": True}, kept, {"style": "dim"}]
+        headers = ["AT", "SEQ", "TYPE", "WHAT", "TEXT"]
+        print_table(headers, rows, columns=columns, box=None, header_style="bold", pad_edge=False)
+    else:
+        print_note("[dim]no events[/]")
     if answer.get("nextCursor"):
-        console.print(f"[dim]older: --cursor {answer['nextCursor']}[/]")
+        print_note(f"[dim]older: --cursor {answer['nextCursor']}[/]")
 
 
 async def follow_session(
