@@ -317,3 +317,25 @@ async def _run(root: Path, models: dict[str, ScriptedModel]) -> str | None:
         if timed_out or session.status != "completed":
             return f"the turn ended {session.status}: {session.error}"
     return None
+
+
+def test_list_and_run_say_when_the_agents_directory_is_missing_or_a_file_is_left_out(project: Path) -> None:
+    """Once: `agents list --dir nosuch` printed an empty table; a bad file was left out with no word; `run`
+    with a missing directory listed the rule observers as the roster and said nothing of the directory, and
+    `run loop-guard` made a session that failed on a blank model ref."""
+    (project / "agents" / "bad.md").write_text("---\nname: bad\nmodle: y\n---\nx\n")
+    (project / "agents" / "good.md").write_text("---\nname: good\nmodel: openai:gpt-4o\n---\nx\n")
+    listed = CliRunner().invoke(cli, ["agents", "list"])
+    assert listed.exit_code == 0
+    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["name", "good"]
+    assert "`agentwatch agents check` lists them" in listed.stderr
+    missing = CliRunner().invoke(cli, ["agents", "list", "--dir", "nosuch"])
+    assert missing.exit_code == 0 and missing.stdout == "" and "no agents directory at nosuch" in missing.stderr
+    store = ["--store", f"sqlite:///{project / 'run.db'}"]
+    nowhere = CliRunner().invoke(cli, ["run", "greeter", "hi", "--agents-dir", "nosuch", *store])
+    assert nowhere.exit_code == 1
+    assert "the agents directory 'nosuch' does not exist" in _flat(nowhere) and "guard" not in nowhere.output
+    rule = CliRunner().invoke(cli, ["run", "loop-guard", "hi", *store])
+    assert rule.exit_code == 1 and "'loop-guard' is a rule observer" in _flat(rule)
+    ls = CliRunner().invoke(cli, ["ls", *store, "--json"])
+    assert '"agents":[]' in ls.stdout.replace(" ", "")  # no session was made for either

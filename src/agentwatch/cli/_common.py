@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     """Standard error, through rich (created on first use)."""
 
 __all__ = [
+    "AGENTS_DIR_HELP",
     "MINUTES",
     "SECONDS",
     "TEXT",
@@ -156,6 +157,7 @@ class Span(click.types.FloatParamType):
 
 TEXT = Text()
 DIRECTORY = Directory()
+AGENTS_DIR_HELP = "The agents directory (default: agents_dir in agentwatch.toml, else agents/)."
 SECONDS = Span(7 * 86400.0, "seconds")
 """A wait of up to a week."""
 MINUTES = Span(7 * 24 * 60.0, "minutes")

@@ -183,8 +183,8 @@ def render_history(answer: dict[str, Any]) -> None:
             [event["at"][11:19], f"#{event['seq']}", event["type"], escape(str(what)), escape(_short(text, 120))]
         )
     if rows:
-        dim, kept = {"style": "dim", "no_wrap": True}, {"no_wrap": True}
-        columns = [dim, dim, {"style": "bold", "no_wrap": True}, kept, {"style": "dim"}]
+        dim: dict[str, Any] = {"style": "dim", "no_wrap": True}
+        columns = [dim, dim, {"style": "bold", "no_wrap": True}, {"no_wrap": True}, {"style": "dim"}]
         headers = ["AT", "SEQ", "TYPE", "WHAT", "TEXT"]
         print_table(headers, rows, columns=columns, box=None, header_style="bold", pad_edge=False)
     else:

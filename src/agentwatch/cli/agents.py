@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agentwatch.cli._common import DIRECTORY, resolve_config
+from agentwatch.cli._common import AGENTS_DIR_HELP, DIRECTORY, resolve_config
 
 if TYPE_CHECKING:
     from agentwatch.config import Config
@@ -30,7 +30,12 @@ def _names(values: tuple[str, ...]) -> set[str]:
 
 
 @agents.command("check")
-@click.option("--dir", "agents_dir", type=DIRECTORY, help="The agents directory (default: agents/).")
+@click.option(
+    "--dir",
+    "agents_dir",
+    type=DIRECTORY,
+    help=AGENTS_DIR_HELP,
+)
 @click.option(
     "--tool", "tools", multiple=True, help="A tool your project registers in Python (repeatable, or a, b, c)."
 )
@@ -149,7 +154,12 @@ def _missing_variables(roster: Roster, resolver: ModelResolver) -> list[str]:
 
 
 @agents.command("list")
-@click.option("--dir", "agents_dir", type=DIRECTORY, help="The agents directory (default: agents/).")
+@click.option(
+    "--dir",
+    "agents_dir",
+    type=DIRECTORY,
+    help=AGENTS_DIR_HELP,
+)
 def list_agents(agents_dir: Path | None) -> None:
     """Show the roles the agents directory defines.
 
@@ -159,12 +169,16 @@ def list_agents(agents_dir: Path | None) -> None:
     """
     from rich.markup import escape
 
-    from agentwatch.cli._table import print_table
+    from agentwatch.cli._table import print_note, print_table
     from agentwatch.runtime.models.refs import ModelResolver
     from agentwatch.runtime.roster import load_roster
 
     config = resolve_config()
-    roster = load_roster(agents_dir or (config.root / config.agents_dir), models=ModelResolver.from_config(config))
+    directory = agents_dir or (config.root / config.agents_dir)
+    roster = load_roster(directory, models=ModelResolver.from_config(config))
+    if not directory.is_dir():
+        print_note(f"[yellow]no agents directory at {escape(str(directory))}: create it (one <name>.md per agent)[/]")
+        return
     rows = [
         [
             escape(definition.name),
@@ -176,3 +190,5 @@ def list_agents(agents_dir: Path | None) -> None:
         for definition in roster
     ]
     print_table(["name", "model", "tools", "observer", "description"], rows)
+    if problems := roster.problems:  # (checked without the project's tools: `check --tool NAME` declares them)
+        print_note(f"[yellow]{len(problems)} problem(s) in these files; `agentwatch agents check` lists them[/]")

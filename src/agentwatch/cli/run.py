@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentwatch.cli._common import DIRECTORY, SECONDS, ExitCode, print_json, resolve_config, run_async, store_option
+from agentwatch.cli._common import (
+    AGENTS_DIR_HELP,
+    DIRECTORY,
+    SECONDS,
+    ExitCode,
+    print_json,
+    resolve_config,
+    run_async,
+    store_option,
+)
 from agentwatch.cli.remote import Service, find_service, server_option
 
 if TYPE_CHECKING:
@@ -276,7 +285,7 @@ def _say_pending(name: str, request_id: str, question: str) -> None:
 @click.option(
     "--timeout", type=SECONDS, default=600.0, show_default=True, help="Seconds to wait for the turn to settle."
 )
-@click.option("--agents-dir", type=DIRECTORY, help="The agents directory (default: agents/).")
+@click.option("--agents-dir", type=DIRECTORY, help=AGENTS_DIR_HELP)
 @store_option
 @server_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the final status snapshot, as JSON.")

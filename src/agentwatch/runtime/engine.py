@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
-from agentwatch.errors import Conflict, UserError
+from agentwatch.errors import Conflict, InvalidArgument, UserError
 from agentwatch.events import NewEvent, Origin, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
@@ -331,6 +331,11 @@ class Engine:
     ) -> SessionRecord:
         """Create a session of `role` (its name unique among live sessions of `scope`)."""
         definition = self.roster.get(role)
+        if definition.kind == "rule":
+            raise InvalidArgument(
+                f"{role!r} is a rule observer: it watches agents (name it as an agent's `observer:`) and is not run "
+                "as an agent itself"
+            )
         session_id = new_id("ses")
         draft = SessionDraft(
             id=session_id,

@@ -418,6 +418,8 @@ class Roster:
         self._static_problems: list[DefinitionProblem] = []
         # Definitions left out because of errors, so a lookup (or an observer naming one) can say why.
         self._left_out: dict[str, Path | None] = {}
+        self.missing_directory: Path | None = None
+        """The agents directory `load_roster` was given, when it does not exist (a lookup says so)."""
         for definition in definitions:
             self.add(definition)
 
@@ -436,7 +438,8 @@ class Roster:
             return self._definitions[name]
         except KeyError:
             pass
-        known = _nearest_first(name, self._definitions)
+        # The agent types one runs: rule observers are in the roster for the agents that name them, not for this.
+        known = _nearest_first(name, [n for n, d in self._definitions.items() if d.kind != "rule"])
         if name in self._left_out:
             where = self._left_out[name]
             if where is not None:
@@ -453,6 +456,11 @@ class Roster:
             message = f"no agent type {name!r}; the roster has {', '.join(repr(n) for n in known)}"
         else:
             message = f"no agent type {name!r}; the roster is empty: add {name}.md to the agents directory"
+        if self.missing_directory is not None and name not in self._left_out:
+            message += (
+                f" (the agents directory {str(self.missing_directory)!r} does not exist: pass --agents-dir, or set "
+                "agents_dir in agentwatch.toml)"
+            )
         raise NotFound(message, known=known)
 
     def session_settings(self, name: str, defaults: SessionDefaults) -> SessionDefaults:
@@ -647,7 +655,9 @@ def load_roster(
         roster._static_problems.append(
             DefinitionProblem(agents_dir, None, "is not a directory; point agents_dir at the folder of *.md files")
         )
-    elif agents_dir.is_dir():
+    elif not agents_dir.exists():
+        roster.missing_directory = agents_dir
+    else:
         for path in sorted(agents_dir.glob("*.md")):
             # Editors leave hidden swap and backup copies next to the real file.
             if path.name.startswith(".") or not path.is_file():
