@@ -21,6 +21,7 @@ from agentwatch.runtime.models import (
     run_turn,
     unregister_scripted_model,
 )
+from agentwatch.runtime.models.refs import not_a_model_ref
 from tests.fakes.openai_server import FakeOpenAI
 
 from .recording import RecordingSink
@@ -158,3 +159,18 @@ async def test_a_provider_error_fails_the_run_with_its_message() -> None:
     assert result.error is not None
     assert result.error.startswith("ModelRequestRejectedError: status_code: 400")
     assert "failing on purpose" in result.error
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected", "not_said"),
+    [
+        ("", "the model is blank; write it as <provider>:<model>", "add one as"),
+        ("openai: x", "'openai: x' is not a model ref", "add one as openai: x ="),
+        ("gpt4", 'add one as gpt4 = "<provider>:<model>"', "the model is blank"),
+    ],
+)
+def test_what_to_write_instead_of_a_ref_is_never_garbled(ref: str, expected: str, not_said: str) -> None:
+    """Once: a blank model (a rule observer run as a role) was told `add one as  = ...`, and `openai:` to add an
+    alias named `openai:`, which no alias can be."""
+    message = not_a_model_ref(ref, ["fast", "sonnet"])
+    assert expected in message and not_said not in message

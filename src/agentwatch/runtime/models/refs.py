@@ -124,10 +124,18 @@ def not_a_model_ref(ref: str, aliases: Collection[str]) -> str:
             "'inherit' (Claude Code's \"the main conversation's model\") means nothing here until agentwatch.toml "
             'says which model it is: add inherit = "<provider>:<model>" to [models] aliases'
         )
+    known = ", ".join(sorted(aliases))
+    if not ref.strip():
+        return f"the model is blank; write it as <provider>:<model>, e.g. 'openai:gpt-4o', or a model alias ({known})"
+    # An alias can be made only of a short name (no ':' or spaces): offer one only for such a name.
+    alias = (
+        f'; add one as {ref} = "<provider>:<model>" to [models] aliases in agentwatch.toml'
+        if ":" not in ref and " " not in ref.strip()
+        else ""
+    )
     return (
         f"{ref!r} is not a model ref; write it as <provider>:<model>, e.g. 'openai:gpt-4o', or use a model alias "
-        f'({", ".join(sorted(aliases))}; add one as {ref} = "<provider>:<model>" to [models] aliases in '
-        "agentwatch.toml)"
+        f"({known}{alias})"
     )
 
 
