@@ -284,3 +284,21 @@ def test_run_leaves_other_agents_cut_off_turns_alone(scripted: Scripted, tmp_pat
             return session.last_seq, session.turn_attempts, session.status
 
     assert asyncio.run(left()) == (last_seq, 1, "running")  # untouched: the next `serve` continues it
+
+
+def test_db_info_json_is_camel_case_as_every_json_answer(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    asyncio.run(_fill(url))
+    info = CliRunner().invoke(cli, ["db", "info", "--store", url, "--json"])
+    assert info.exit_code == 0, info.output
+    answer = json.loads(info.stdout)
+    assert set(answer) == {"backend", "url", "schemaVersion", "codeSchemaVersion", "sessions", "events", "pathBytes"}
+    assert answer["schemaVersion"] == answer["codeSchemaVersion"] and answer["sessions"] == 2
+
+
+def test_a_refused_argument_says_why_without_pydantics_prefix(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    asyncio.run(_fill(url))
+    refused = CliRunner().invoke(cli, ["ls", "--window", "0s", "--store", url])
+    assert refused.exit_code == 2
+    assert "--window" in refused.output and "Value error" not in refused.output

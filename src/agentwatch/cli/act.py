@@ -224,7 +224,7 @@ def _say(result: dict[str, Any], as_json: bool, text: str) -> None:
         click.echo(text)
 
 
-_LEFT = "the agent continues in the engine that runs it, or when one starts (`agentwatch serve`)"
+_LEFT = "the engine that runs the agent continues it (a running service at once; else the next `agentwatch serve`)"
 
 
 # -- answer, approve, deny ------------------------------------------------------------------------------

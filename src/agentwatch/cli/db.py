@@ -39,8 +39,10 @@ def info(store_url: str | None, as_json: bool) -> None:
     """
     config = resolve_config(store_url)
     answer = run_async(_info(config.store))
-    if as_json:
-        print_json(answer.model_dump(mode="json"))
+    if as_json:  # camelCase, as every other --json answer (the record itself is stored state: snake_case)
+        from pydantic.alias_generators import to_camel
+
+        print_json({to_camel(key): value for key, value in answer.model_dump(mode="json").items()})
         return
     from rich.markup import escape
 

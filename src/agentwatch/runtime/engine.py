@@ -433,8 +433,8 @@ class Engine:
             return
         raise Conflict(
             f"{session.name} ({session.id}) is running a turn in another engine ({lease.owner}); stop it through "
-            "that engine's service (`agentwatch stop --server URL`, or POST /api/tools/agent_stop), or wait until "
-            "its turn ends"
+            "that engine's service (`agentwatch stop --server URL`, or POST /api/tools/agent_stop), or with Ctrl-C "
+            "in the `agentwatch run` that runs it, or wait until its turn ends"
         )
 
     def stop_reason(self, session_id: str) -> str:

@@ -181,7 +181,9 @@ def parse_args(model: type[A], tool_name: str, args: object) -> A:
         problems, fields = [], []
         for err in exc.errors(include_input=False, include_url=False):
             where = ".".join(_shown(p) for p in err["loc"]) or "arguments"
-            message = "unknown argument" if err["type"] == "extra_forbidden" else err["msg"]
+            message = (
+                "unknown argument" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            )
             problems.append(f"{where}: {message}")
             fields.append(_shown(err["loc"][0]) if err["loc"] else "arguments")
         accepted = ", ".join((info.alias or name) for name, info in model.model_fields.items())
