@@ -302,3 +302,23 @@ def test_a_refused_argument_says_why_without_pydantics_prefix(tmp_path: Path) ->
     refused = CliRunner().invoke(cli, ["ls", "--window", "0s", "--store", url])
     assert refused.exit_code == 2
     assert "--window" in refused.output and "Value error" not in refused.output
+
+
+def test_ls_parent_takes_a_name_or_an_id(tmp_path: Path) -> None:
+    """Once: `ls --parent NAME` matched nothing, silently (only the id worked)."""
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+
+    async def family() -> str:
+        async with open_store(url) as store:
+            boss = await store.create_session(SessionDraft(name="boss", role="coder"))
+            await store.create_session(SessionDraft(name="kid", role="coder", parent_id=boss.id))
+            await store.create_session(SessionDraft(name="loner", role="coder"))
+            return boss.id
+
+    boss_id = asyncio.run(family())
+    for parent in ("boss", boss_id):
+        listed = CliRunner().invoke(cli, ["ls", "--parent", parent, "--store", url, "--json"])
+        assert listed.exit_code == 0, listed.output
+        assert [row["name"] for row in json.loads(listed.stdout)["agents"]] == ["kid"]
+    unknown = CliRunner().invoke(cli, ["ls", "--parent", "nobody", "--store", url, "--json"])
+    assert unknown.exit_code == 1 and json.loads(unknown.stdout)["error"]["code"] == "not_found"

@@ -54,7 +54,7 @@ def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any
     help="One row per session, per lineage (groupKey) or per run.",
 )
 @click.option("--group-key", help="One lineage, e.g. hb:digest.")
-@click.option("--parent", "parent_id", help="What this agent spawned.")
+@click.option("--parent", "parent_id", help="What this agent (a name or an id) spawned.")
 @click.option("-q", "query", help="A part of the name.")
 @click.option("--window", help="Active within this long: 1h, 24h, 7d.")
 @click.option(
@@ -88,7 +88,8 @@ def ls(store_url: str | None, as_json: bool, **options: Any) -> None:
         args[names.get(key, key)] = list(value) if isinstance(value, tuple) else value
     from agentwatch.cli._views import render_list
 
-    _emit(call_tool(store_url, "agent_list", args, _LS_FLAGS), as_json, render_list)
+    parent = "parentId" if "parentId" in args else None  # a name or an id, as every agent a command takes
+    _emit(call_tool(store_url, "agent_list", args, _LS_FLAGS, agent=parent), as_json, render_list)
 
 
 _LS_FLAGS = {
