@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -9,6 +10,7 @@ import httpx
 
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
+from agentwatch.tools import function_tool
 from tests.service.support import role, served
 
 JSON = {"content-type": "application/json"}
@@ -34,16 +36,24 @@ async def test_post_tool_answers_exactly_what_call_tool_answers(open_engine: Any
         assert empty_body.status_code == 200 and empty_body.json() == listed.json()
 
 
+def _report(text: str) -> str:
+    """An agents-only tool, as `ObserverReport` is (it answers only an observer agent's call in its turn)."""
+    return text
+
+
 async def test_get_tools_lists_every_callable_tool_with_its_schema(open_engine: Any) -> None:
+    agents_only = dataclasses.replace(function_tool(_report), agents_only=True)
     async with (
-        open_engine() as engine,
+        open_engine(tools=[agents_only]) as engine,
         served(create_app(engine)) as base,
         httpx.AsyncClient(base_url=base) as http,
     ):
         listed = (await http.get("/api/tools")).json()["tools"]
     by_name = {t["name"]: t for t in listed}
-    expected = {name for name, tool in engine.tools.items() if not tool.asks_user}
+    expected = {name for name, tool in engine.tools.items() if not (tool.asks_user or tool.agents_only)}
     assert set(by_name) == expected
+    # `ObserverReport` was once listed as callable, though it answers only an observer agent's call.
+    assert "_report" in engine.tools and "_report" not in by_name
     for name in expected:
         assert by_name[name]["parameters"] == engine.tools[name].parameters
         assert by_name[name]["grant"] == engine.tools[name].grant

@@ -24,7 +24,9 @@ async def exercise(client: Client, engine_tools: dict[str, Any] | None) -> dict[
     by_name = {tool.name: tool for tool in listed.tools}
     if engine_tools is not None:
         for name, tool in engine_tools.items():
-            if not tool.asks_user:
+            if tool.asks_user or tool.agents_only:
+                assert name not in by_name
+            else:
                 assert by_name[name].input_schema == tool.parameters
                 assert by_name[name].description == tool.description
     task = await client.call_tool("agent_task", {"role": "helper", "prompt": "Do it"})

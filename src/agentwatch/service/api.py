@@ -29,8 +29,9 @@ log = logging.getLogger(__name__)
 
 
 def callable_tools(tools: dict[str, Tool]) -> list[Tool]:
-    """The tools a caller can reach from outside an agent's turn (not `ask_user`), sorted by name."""
-    return sorted((t for t in tools.values() if not t.asks_user), key=lambda t: t.name)
+    """The tools a caller can reach from outside an agent's turn (not `ask_user`, nor `ObserverReport`), sorted
+    by name."""
+    return sorted((t for t in tools.values() if not (t.asks_user or t.agents_only)), key=lambda t: t.name)
 
 
 def may_call(tool: Tool, access: str) -> bool:

@@ -125,6 +125,9 @@ class Tool:
     """A person approves each call made by an agent before it runs."""
     asks_user: bool = False
     """The call is a question to a person; the answer is its result (`ask_user`)."""
+    agents_only: bool = False
+    """Only an agent calls it, from inside its turn (`ObserverReport`): the service does not offer it (nor an
+    `asks_user` tool)."""
     reads_only: bool = False
     """The tool changes nothing (the read tools): a read-only token of the service may call it. A tool of the
     project's own is not one, whatever its grant."""

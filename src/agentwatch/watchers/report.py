@@ -238,7 +238,7 @@ def observer_report_tool(hub: ReportHub) -> Tool:
 
     schema = ReportArgs.model_json_schema(by_alias=True)
     schema.pop("title", None)
-    return Tool(REPORT_TOOL, DESCRIPTION, schema, handler)
+    return Tool(REPORT_TOOL, DESCRIPTION, schema, handler, agents_only=True)
 
 
 def observer_tool_set(session: SessionRecord, names: Sequence[str]) -> Sequence[str]:
