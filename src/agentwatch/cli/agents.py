@@ -30,12 +30,7 @@ def _names(values: tuple[str, ...]) -> set[str]:
 
 
 @agents.command("check")
-@click.option(
-    "--dir",
-    "agents_dir",
-    type=DIRECTORY,
-    help=AGENTS_DIR_HELP,
-)
+@click.option("--dir", "agents_dir", type=DIRECTORY, help=AGENTS_DIR_HELP)
 @click.option(
     "--tool", "tools", multiple=True, help="A tool your project registers in Python (repeatable, or a, b, c)."
 )
@@ -154,12 +149,7 @@ def _missing_variables(roster: Roster, resolver: ModelResolver) -> list[str]:
 
 
 @agents.command("list")
-@click.option(
-    "--dir",
-    "agents_dir",
-    type=DIRECTORY,
-    help=AGENTS_DIR_HELP,
-)
+@click.option("--dir", "agents_dir", type=DIRECTORY, help=AGENTS_DIR_HELP)
 def list_agents(agents_dir: Path | None) -> None:
     """Show the roles the agents directory defines.
 
@@ -175,10 +165,10 @@ def list_agents(agents_dir: Path | None) -> None:
 
     config = resolve_config()
     directory = agents_dir or (config.root / config.agents_dir)
-    roster = load_roster(directory, models=ModelResolver.from_config(config))
     if not directory.is_dir():
         print_note(f"[yellow]no agents directory at {escape(str(directory))}: create it (one <name>.md per agent)[/]")
         return
+    roster = load_roster(directory, models=ModelResolver.from_config(config))
     rows = [
         [
             escape(definition.name),

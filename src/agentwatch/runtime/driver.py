@@ -45,7 +45,9 @@ DRIVERS_KEPT: Final = 1_000
 class SessionDriver:
     """Owns one session in this engine: its emitter (commits, observers, attach) and its turn loop."""
 
-    def __init__(self, runtime: Runtime, session_id: str, last_seq: int, observers: Sequence[ObserverFactory] = ()):
+    def __init__(
+        self, runtime: Runtime, session_id: str, last_seq: int, observer_factories: Sequence[ObserverFactory] = ()
+    ):
         self.runtime = runtime
         self.session_id = session_id
         self._changed = asyncio.Event()
@@ -57,7 +59,7 @@ class SessionDriver:
             on_settling=self._notify_changed,
         )
         """The session's emitter: every write of the session in this engine goes through it."""
-        for factory in observers:
+        for factory in observer_factories:
             self.emitter.add_observer_from(factory)
         self._background: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None

@@ -173,14 +173,15 @@ async def serve(
 def _listen(host: str, port: int) -> socket.socket:
     """The service's listening socket, or an error that says why it cannot be had and what to do (uvicorn's
     own bind only logged it, and the process exited 3, the code for a timeout)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn's own bind chooses
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         return socket.create_server((host, port), family=family, backlog=2048)
-    except socket.gaierror as exc:
-        raise InvalidArgument(
-            f"cannot serve on host {host!r} ({exc.strerror}); pass --host with a name or address of this machine"
-        ) from None
     except OSError as exc:
+        if isinstance(exc, socket.gaierror) or (exc.errno or 0) < 0:  # (a name lookup's errors are negative)
+            raise InvalidArgument(
+                f"cannot serve on host {host!r} (no such name or address here); pass --host with a name or address "
+                "of this machine"
+            ) from None
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise InvalidArgument(
             f"cannot listen on {host}:{port} ({reason}); pass another --port, or stop what uses it"
