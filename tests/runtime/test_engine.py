@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +177,9 @@ async def test_an_answer_given_after_a_restart_continues_the_turn_in_the_new_eng
         assert (session.status, session.last_text) == ("completed", "Answer was yes.")
 
 
-async def test_approval_tools_run_only_when_approved(open_engine: OpenEngine, scripted: Scripted) -> None:
-    ran: list[str] = []
+def _deleter(ran: list[str]) -> tuple[Callable[[str], str], Callable[[Any], Any]]:
+    """A `delete_file` tool that records what it deleted in `ran`, and a script that calls it once on the
+    prompt, then answers with its output."""
 
     def delete_file(path: str) -> str:
         ran.append(path)
@@ -188,6 +190,12 @@ async def test_approval_tools_run_only_when_approved(open_engine: OpenEngine, sc
             return CallTool("delete_file", {"path": ctx.prompt})
         return Reply(ctx.tool_results[0].output)
 
+    return delete_file, script
+
+
+async def test_approval_tools_run_only_when_approved(open_engine: OpenEngine, scripted: Scripted) -> None:
+    ran: list[str] = []
+    delete_file, script = _deleter(ran)
     model = scripted("deleter", ScriptedModel(function=script))
     definition = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
     async with open_engine(definition, tools=[delete_file]) as engine:
@@ -210,16 +218,7 @@ async def test_an_approval_answer_that_gives_no_verdict_is_refused_and_the_call_
     """Once: `{"approved": "false"}`, `{"approved": "no"}` and `[true]` approved the call (truthy values), and
     any other text denied it. An answer that is not a verdict is refused; the words yes and no are verdicts."""
     ran: list[str] = []
-
-    def delete_file(path: str) -> str:
-        ran.append(path)
-        return f"deleted {path}"
-
-    def script(ctx: Any) -> Any:
-        if not ctx.tool_results:
-            return CallTool("delete_file", {"path": ctx.prompt})
-        return Reply(ctx.tool_results[0].output)
-
+    delete_file, script = _deleter(ran)
     model = scripted("deleter-verdicts", ScriptedModel(function=script))
     definition = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
     async with open_engine(definition, tools=[delete_file]) as engine:
