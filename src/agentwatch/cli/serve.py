@@ -65,7 +65,7 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
 
 @click.command(short_help="Serve the tools as an MCP server on stdin/stdout.")
 @click.option("--store", "store_url", metavar="URL", default=None, help="Store URL (default: $AGENTWATCH_STORE).")
-@click.option("--read-only", is_flag=True, help="Offer only the grant-free (read) tools.")
+@click.option("--read-only", is_flag=True, help="Offer only the read tools (and agent_await).")
 def mcp(store_url: str | None, read_only: bool) -> None:
     """Serve the tools as an MCP server on stdin/stdout (for an MCP client that starts it).
 
