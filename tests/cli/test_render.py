@@ -31,3 +31,19 @@ def test_a_retry_and_a_reroute_are_shown_as_they_happen() -> None:
         "coder ↻ retry 2 in 1.5s: 429 Too Many Requests from openai",
         "coder ⇄ openai:gpt-4o → anthropic:claude-haiku-4-5: still failing",
     ]
+
+
+def test_a_tail_row_whose_detail_is_its_title_says_it_once() -> None:
+    """Once: `hitl.requested Pick one Pick one` (a question's title and detail are the same text)."""
+    from agentwatch.cli._views import tail_line
+
+    row = {
+        "type": "hitl.requested",
+        "title": "Pick one",
+        "detail": "Pick one",
+        "status": "",
+        "at": "2026-12-04T10:11:12",
+    }
+    assert tail_line(row).count("Pick one") == 1
+    other = {**row, "detail": "options: a, b"}
+    assert "Pick one" in tail_line(other) and "options: a, b" in tail_line(other)

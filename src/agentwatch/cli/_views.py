@@ -169,6 +169,8 @@ def tail_line(row: dict[str, Any]) -> str:
     kind = f"[{style}]{row['type']}[/]" if style else f"[bold]{row['type']}[/]"
     title = escape(str(row["title"] or ""))
     detail = escape(str(row["detail"] or "").replace("\n", " "))
+    if detail == title:  # (a question, a notice: the title is the whole of it)
+        detail = ""
     at = str(row["at"])[11:19]
     return f"[dim]{at}[/] {kind} {title} [dim]{detail}[/]"
 

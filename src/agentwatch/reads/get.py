@@ -51,7 +51,10 @@ async def resolve_agent(view: EngineView, *, id: str | None, name: str | None, c
             return mine.items[0]
     page = await view.store.list_sessions(SessionFilter(name=name), sort="name", limit=_CANDIDATES)
     if not page.items:
-        raise NotFound(f"no agent named {name!r}; agent_list {{q: {name!r}}} finds similar names")
+        raise NotFound(
+            f"no agent named {name!r}; agent_list with q {name!r} finds similar names (`agentwatch ls -q {name}`), "
+            "and a deleted agent is found by its id"
+        )
     if len(page.items) == 1:
         return page.items[0]
     listed = "; ".join(f"{s.id} ({_scope_text(s.scope)}, {s.status})" for s in page.items)

@@ -74,7 +74,10 @@ async def history_answer(view: EngineView, args: HistoryArgs) -> HistoryAnswer:
     if args.episode_id is None:
         conversation_id = conversation_id or session.conversation_id
     if conversation_id is not None and conversation_id not in {c.id for c in records}:
-        raise NotFound(f"agent {session.id!r} has no conversation {conversation_id!r}; `conversations` lists them")
+        raise NotFound(
+            f"agent {session.id!r} has no conversation {conversation_id!r}; the `conversations` of agent_history's "
+            "answer list them (`agentwatch history AGENT --json`)"
+        )
     newest_first = await view.store.read_events_backward(
         session.id,
         before_seq=_before_seq(args),
