@@ -138,6 +138,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["agents", "list", "--dir", f"/tmp/{LONG_NAME}"], 1, LONG_NAME[:50]),
     (["agents", "check", "--dir", "a\x00b"], 2, "--dir"),
     (["agents", "list", "--dir", "a\x00b"], 2, "--dir"),
+    (["run", "greeter", "  "], 2, "PROMPT: the text is blank"),  # once exit 1, naming `prompt`
     (["run", "coder", "hi", "--timeout", "nan"], 2, "--timeout"),
     (["run", "coder", "hi", "--name", "\udcff"], 2, "--name"),
     (["run", "coder", "\x00"], 2, "PROMPT"),

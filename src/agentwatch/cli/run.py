@@ -313,6 +313,14 @@ def run(
     Example:
       agentwatch run coder "Add a --verbose flag to the CLI" --agents-dir agents
     """
+    from agentwatch.cli._common import flag_error
+    from agentwatch.errors import InvalidArgument
+    from agentwatch.tools import check_prompt
+
+    try:  # a usage error, before an engine or a service is asked anything
+        check_prompt(prompt)
+    except InvalidArgument as exc:
+        raise flag_error(exc, {"prompt": "PROMPT"}, {"prompt": prompt}) from None
     config = resolve_config(store_url)
     if agents_dir is not None:
         config = config.model_copy(update={"agents_dir": agents_dir})
