@@ -64,6 +64,8 @@ async def test_unreachable_postgres_fails_fast_naming_the_address() -> None:
     assert caught.value.code == "store_unavailable"
     assert "cannot reach PostgreSQL database 'agents' at 127.0.0.1:1" in message
     assert "is the server running" in message
+    # Once with libpq's tab-indented "Is the server running ...?" as the reason, then ours again.
+    assert "\t" not in message and message.lower().count("is the server running") == 1
     assert "postgresql://postgres:***@127.0.0.1:1/agents" in message
     assert "secret" not in message
 

@@ -149,7 +149,9 @@ class PostgresStore(SqlStore):
         try:
             connection = await psycopg.AsyncConnection.connect(url, connect_timeout=_CONNECT_TIMEOUT_S)
         except psycopg.OperationalError as error:
-            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            # libpq's last line, one line and untabbed; its own "Is the server running ...?" hint is ours below.
+            said = str(error).strip().splitlines()[-1].strip() if str(error).strip() else type(error).__name__
+            reason = said if not said.startswith("Is the server running") else "connection refused"
             raise StoreUnavailable(
                 f"cannot reach {where} ({reason}); is the server running and accepting connections there, "
                 f"and is the store URL {hide_password(url)!r} right?"
