@@ -114,6 +114,42 @@ async def test_stop_and_delete_beside_a_live_owner_are_refused_and_leave_its_tur
     assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["completed"]
 
 
+async def test_a_stop_beside_an_owner_whose_lease_lapsed_takes_it_over_and_cuts_the_owner_off(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once: an owner's renewal that came late (its lease lapsed in the store) let an acting engine write the
+    stop, and the owner's late renewal then went through: its turn ran on to `completed` (two `turn.ended`).
+    The stop takes the lapsed lease first, so the owner loses it and its turn is cut off."""
+    model = scripted("leases-lapsed", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 3.0)]) as a:
+        session = await a.create("slow")
+        await a.enqueue(session.id, "go")
+        await until(lambda: bool(runs))
+        renew = a.leases.renew
+
+        async def late() -> list[str]:  # renewals stuck behind other writes, as under load
+            return []
+
+        a.leases.renew = late  # type: ignore[method-assign]
+        await asyncio.sleep(LEASE * 1.3)  # the lease lapses in the store; the owner and its turn go on
+        async with Engine.open(url, config=config, runs_turns=False) as b:
+            stopped = await b.call_tool("agent_stop", {"id": session.id})
+        a.leases.renew = renew  # type: ignore[method-assign]
+        await until(lambda: not a.running_turns(), timeout=15)
+        events = await check_log(a, session.id)
+    assert stopped["stopped"] is True and stopped["status"] == "cancelled"
+    assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["cancelled"]
+    assert not [e for e in events if isinstance(e.payload, ToolResult) and e.seq > stopped_seq(events)]
+
+
+def stopped_seq(events: list[Any]) -> int:
+    """The seq of the turn's end (the stop)."""
+    return next(e.seq for e in events if isinstance(e.payload, TurnEnded))
+
+
 async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path, url: str, scripted: Scripted) -> None:
     model = scripted("leases-queue", ScriptedModel(function=one_call_per_prompt))
     runs: Runs = []

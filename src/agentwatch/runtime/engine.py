@@ -412,30 +412,42 @@ class Engine:
         Raises `Conflict` when the turn runs in another live engine (its lease is held elsewhere and not
         expired): only that engine can stop it."""
         driver = await self.driver(session_id)
-        if not self.leases.holds(session_id):
-            await self._refuse_if_running_elsewhere(await self.store.get_session(session_id))
-        self._stop_reasons[session_id] = by
-        if await driver.stop_turn():
-            return True
-        session = await self.store.get_session(session_id)
-        if session.status in ("awaiting_input", "running"):
-            await end_stopped_turn(self, driver, session_id, session.current_turn_id, by)
-            return True
-        self._stop_reasons.pop(session_id, None)
-        return False
+        async with self._stopping(session_id):
+            self._stop_reasons[session_id] = by
+            if await driver.stop_turn():
+                return True
+            session = await self.store.get_session(session_id)
+            if session.status in ("awaiting_input", "running"):
+                await end_stopped_turn(self, driver, session_id, session.current_turn_id, by)
+                return True
+            self._stop_reasons.pop(session_id, None)
+            return False
 
-    async def _refuse_if_running_elsewhere(self, session: SessionRecord) -> None:
-        """Raise `Conflict` when `session`'s running turn belongs to another live engine."""
-        if session.status != "running":
+    @contextlib.asynccontextmanager
+    async def _stopping(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the session's lease while a stop is written by an engine that does not run its turn: a live
+        owner's running turn is refused (`Conflict`); a lapsed owner's lease is taken over first, so that it
+        cannot renew it and run on past the stop (it is cut off instead), and no turn starts meanwhile."""
+        if self.leases.holds(session_id):
+            yield
             return
-        lease = await self.store.get_lease(session.id)
-        if lease is None or lease.expired or lease.owner == self.leases.owner:
+        owner = self.leases.owner
+        if await self.store.acquire_lease(session_id, owner, self.leases.ttl):
+            try:
+                yield
+            finally:
+                with contextlib.suppress(Exception):  # (it expires on its own)
+                    await self.store.release_lease(session_id, owner)
             return
-        raise Conflict(
-            f"{session.name} ({session.id}) is running a turn in another engine ({lease.owner}); stop it through "
-            "that engine's service (`agentwatch stop --server URL`, or POST /api/tools/agent_stop), or with Ctrl-C "
-            "in the `agentwatch run` that runs it, or wait until its turn ends"
-        )
+        session = await self.store.get_session(session_id)
+        lease = await self.store.get_lease(session_id)
+        if session.status == "running" and lease is not None and not lease.expired:
+            raise Conflict(
+                f"{session.name} ({session.id}) is running a turn in another engine ({lease.owner}); stop it "
+                "through that engine's service (`agentwatch stop --server URL`, or POST /api/tools/agent_stop), or "
+                "with Ctrl-C in the `agentwatch run` that runs it, or wait until its turn ends"
+            )
+        yield  # a paused or settled session another engine holds: its stop is written as before
 
     def stop_reason(self, session_id: str) -> str:
         """Who stopped the session's turn (consumed by the turn that ends)."""
