@@ -29,6 +29,10 @@ def test_a_bad_variable_is_named_not_a_file_that_does_not_exist(
     message = caught.value.message
     assert message.startswith(f"the configuration has problems: {name}={value!r}: "), message
     assert "agentwatch.toml" not in message and field not in message
+    (tmp_path / "agentwatch.toml").write_text("[sessions]\nstuck_after_seconds = 60\n")  # a good file beside
+    with pytest.raises(InvalidArgument) as beside:
+        load_config(tmp_path, env={name: value})
+    assert beside.value.message == message  # the file is not blamed for the variable
 
 
 def test_a_variable_over_a_section_the_file_got_wrong_is_an_error_not_a_crash(tmp_path: Path) -> None:
@@ -73,6 +77,9 @@ def test_a_relative_sqlite_path_of_the_project_is_under_its_root(tmp_path: Path)
     (project / "agentwatch.toml").write_text('store = "postgresql://u@h/db"\n')
     assert load_config(project, env={}).store == "postgresql://u@h/db"
     assert load_config(".", env={}).store == DEFAULT_STORE_URL
+    odd = tmp_path / "odd?dir"  # a path a URL cannot carry: the store stays where it was (the working directory)
+    odd.mkdir()
+    assert load_config(odd, env={}).store == DEFAULT_STORE_URL
 
 
 async def test_an_engine_opened_on_a_project_root_keeps_its_store_there(

@@ -254,8 +254,10 @@ def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) ->
         return Config.model_validate(raw)
     except ValidationError as exc:
         from_env = {fields: name for name, fields in _ENV_FIELDS.items() if name in env}
-        problems = "; ".join(_problem(err, from_env, env) for err in exc.errors())
-        where = f"{str(path)!r} has problems" if path.is_file() else "the configuration has problems"
+        errors = exc.errors()
+        problems = "; ".join(_problem(err, from_env, env) for err in errors)
+        by_file = path.is_file() and not any(tuple(map(str, err["loc"])) in from_env for err in errors)
+        where = f"{str(path)!r} has problems" if by_file else "the configuration has problems"
         raise InvalidArgument(f"{where}: {problems}") from None
 
 
@@ -296,6 +298,7 @@ def _under_root(url: object, root: Path) -> object:
         or root == Path(".")
         or not url.startswith("sqlite:///")
         or url.startswith("sqlite:////")
+        or any(mark in str(root) for mark in "?#")  # (a URL cannot carry them in its path: left as it was)
     ):
         return url
     return f"sqlite:///{root / url.removeprefix('sqlite:///')}"

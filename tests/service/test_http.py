@@ -52,12 +52,32 @@ async def test_get_tools_lists_every_callable_tool_with_its_schema(open_engine: 
     by_name = {t["name"]: t for t in listed}
     expected = {name for name, tool in engine.tools.items() if not (tool.asks_user or tool.agents_only)}
     assert set(by_name) == expected
-    # `ObserverReport` was once listed as callable, though it answers only an observer agent's call.
     assert "_report" in engine.tools and "_report" not in by_name
     for name in expected:
         assert by_name[name]["parameters"] == engine.tools[name].parameters
         assert by_name[name]["grant"] == engine.tools[name].grant
         assert by_name[name]["callable"] is True
+
+
+async def test_observer_report_is_not_offered(open_engine: Any) -> None:
+    """Once listed (and callable by a read-only token), though it answers only an observer agent's call from
+    inside its turn."""
+    async with (
+        open_engine(extensions=None) as engine,  # the default extensions: observer agents, and their tool
+        served(create_app(engine, TOKENS_FOR_REPORT)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        listed = {t["name"] for t in (await http.get("/api/tools", headers=_bearer("full"))).json()["tools"]}
+        called = await http.post("/api/tools/ObserverReport", json={"report": "x"}, headers=_bearer("reads"))
+    assert "ObserverReport" in engine.tools and "ObserverReport" not in listed and "agent_list" in listed
+    assert called.status_code == 403
+
+
+TOKENS_FOR_REPORT = ServiceSettings(token="full", read_token="reads")
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
 
 
 async def test_refused_calls_are_structured_errors_with_their_status(open_engine: Any) -> None:

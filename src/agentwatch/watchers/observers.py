@@ -22,11 +22,12 @@ as a `runtime.warning` on the session):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from agentwatch.errors import NotFound, UserError
+from agentwatch.errors import Conflict, NotFound, UserError
 from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnEnded, TurnStarted
 from agentwatch.runtime.leases import leases_of
 from agentwatch.runtime.roster import AgentDefinition
@@ -122,9 +123,12 @@ class ObserverAgents:
         pairing = await self.pairing_for(observed_session_id)
         if pairing is None or pairing.state in ("stopped", "blocked"):
             return False
-        if pairing.observer_session_id is not None:
-            await self.engine.stop(pairing.observer_session_id, by=by)
+        # The tombstone first: should the observer's turn run in another live engine (its stop then refused),
+        # the pairing is still over for good, and its reports are refused from now on.
         await self.registry.stop(pairing, f"stopped by {by}")
+        if pairing.observer_session_id is not None:
+            with contextlib.suppress(Conflict):
+                await self.engine.stop(pairing.observer_session_id, by=by)
         return True
 
     async def pairing_for(self, observed_session_id: str, *, fresh: bool = False) -> Pairing | None:
