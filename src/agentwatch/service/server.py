@@ -22,7 +22,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,33 +163,48 @@ async def serve(
     """Open the engine on `config`'s store, serve it on `host:port` until stopped, drain, close."""
     say = announce or (lambda text: print(text, file=sys.stderr, flush=True))
     hold = deploy_hold_minutes(config, hold_minutes) * 60
-    with _listen(host, port) as listener:  # first: a host or port that cannot be had fails before anything else
+    with _listen(host, port) as listeners:  # first: a host or port that cannot be had fails before anything else
         settings = settings or settings_from_env(host, announce=say)
         if settings.open and not is_loopback(host):
             raise InvalidArgument(f"binding {host!r} needs a token: set AGENTWATCH_TOKEN")
-        await _serve_on(listener, host, config, hold, settings, say, engine_args)
+        await _serve_on(listeners, host, config, hold, settings, say, engine_args)
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """The service's listening socket, or an error that says why it cannot be had and what to do (uvicorn's
-    own bind only logged it, and the process exited 3, the code for a timeout)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn's own bind chooses
+@contextlib.contextmanager
+def _listen(host: str, port: int) -> Iterator[list[socket.socket]]:
+    """The service's listening sockets, one per address `host` names (as uvicorn's own bind made them: `localhost`
+    on 127.0.0.1 and ::1), all on one port; or an error that says why they cannot be had and what to do (uvicorn
+    only logged its bind error, and the process exited 3, the code for a timeout). Closed on the way out."""
     try:
-        return socket.create_server((host, port), family=family, backlog=2048)
-    except OSError as exc:
-        if isinstance(exc, socket.gaierror) or (exc.errno or 0) < 0:  # (a name lookup's errors are negative)
-            raise InvalidArgument(
-                f"cannot serve on host {host!r} (no such name or address here); pass --host with a name or address "
-                "of this machine"
-            ) from None
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
         raise InvalidArgument(
-            f"cannot listen on {host}:{port} ({reason}); pass another --port, or stop what uses it"
+            f"cannot serve on host {host!r} (no such name or address here); pass --host with a name or address of "
+            "this machine"
         ) from None
+    with contextlib.ExitStack() as stack:
+        listeners: list[socket.socket] = []
+        for family, kind, protocol, _, address in dict.fromkeys(found):
+            listener = stack.enter_context(socket.socket(family, kind, protocol))
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # the IPv4 address is its own
+            if listeners:  # port 0: every address on the port the first one got
+                address = (address[0], listeners[0].getsockname()[1], *address[2:])
+            try:
+                listener.bind(address)
+            except OSError as exc:
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise InvalidArgument(
+                    f"cannot listen on {host}:{port} ({reason}); pass another --port (or --host), or stop what uses it"
+                ) from None
+            listener.listen(2048)
+            listeners.append(listener)
+        yield listeners
 
 
 async def _serve_on(
-    listener: socket.socket,
+    listeners: list[socket.socket],
     host: str,
     config: Config,
     hold: float,
@@ -204,7 +219,7 @@ async def _serve_on(
             uvicorn.Config(
                 app,
                 host=host,
-                port=listener.getsockname()[1],
+                port=listeners[0].getsockname()[1],
                 lifespan="on",
                 log_level="warning",
                 ws_max_size=settings.max_message_bytes,
@@ -222,7 +237,7 @@ async def _serve_on(
             loop.add_signal_handler(signum, drain.signal)
         logging.getLogger("uvicorn.error").addFilter(_not_a_cancelled_lifespan)
         try:
-            serving = asyncio.create_task(server.serve(sockets=[listener]))
+            serving = asyncio.create_task(server.serve(sockets=listeners))
             # uvicorn offers no event for "listening"; its startup takes a few ms
             while not server.started and not serving.done():  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
