@@ -63,6 +63,48 @@ async def test_a_hung_observer_is_recorded_and_a_fresh_one_takes_the_next_batch(
         release.set()
 
 
+async def test_a_hung_observer_is_no_tombstone_after_a_restart(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Once: the engine's own stop of a hung observer was read, once the engine had restarted, as a person's:
+    the pairing was `blocked` for good ("a person stopped this observer") and no fresh observer ever came."""
+    release = asyncio.Event()
+    calls: list[str] = []
+
+    async def ponder() -> str:
+        """Think it over."""
+        calls.append("ponder")
+        if len(calls) == 1:
+            await asyncio.wait_for(release.wait(), 60)  # the first observer hangs here
+        return "thought"
+
+    def watcher_script(ctx: Any) -> Any:
+        return CallTool("ponder", {}) if not ctx.tool_results else Reply("nothing to report")
+
+    coder_model = scripted("coder-hang-restart", ScriptedModel(function=lambda ctx: Reply("done")))
+    watcher_model = scripted("watcher-hang-restart", ScriptedModel(function=watcher_script))
+    roles = (
+        role("coder", coder_model, observer="watcher", grant=("spawn",)),
+        role("watcher", watcher_model, tools=("ponder",)),
+    )
+    async with open_engine(*roles, tools=[function_tool(ponder)]) as engine:
+        with_timeout(engine, 0.5)
+        session = await engine.create("coder", source="chat")
+        await engine.enqueue(session.id, "one")
+        (hung,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: _status_is(engine, hung.id, "cancelled"))
+        release.set()
+    async with open_engine(*roles, tools=[function_tool(ponder)]) as engine:
+        await engine.enqueue(session.id, "two")
+        fresh = await eventually(lambda: _other_observer(engine, session.id, hung.id))
+        pairing = await eventually(lambda: _armed_pairing(engine, session.id))
+        assert pairing.observer_session_id == fresh.id
+        assert "blocked" not in [state for state, _ in await states(engine, session.id)]
+
+
+async def _armed_pairing(engine: Engine, session_id: str) -> Any:
+    pairing = observer_agents(engine).pairing(session_id)
+    return pairing if pairing is not None and pairing.state == "armed" else None
+
+
 async def _hung_warnings(engine: Engine, session_id: str) -> list[str]:
     return [w for w in await warnings(engine, session_id) if "recorded as hung" in w]
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from agentwatch.errors import NotFound
 from agentwatch.events import Origin
 from agentwatch.runtime.leases import claimed
-from agentwatch.store import InputDraft, SessionRecord, Write
+from agentwatch.store import InputDraft, ObserverRef, SessionRecord, Write
 from agentwatch.watchers.digest import Batch, Digest, TurnEndedItem, envelope_tag, safe_name
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, stopped_by_person
 from agentwatch.watchers.rules import RuleCourier
@@ -217,6 +217,11 @@ async def _give_up_on_hung(registry: PairingRegistry, pairing: Pairing, timeout:
         return
     registry.by_observer.pop(hung, None)  # detached first: stopping it below is not a person's stop
     pairing.observer_session_id = None
+    # Nor after a restart: the ref no longer names it, so the next arm starts a fresh observer instead of reading
+    # the hung session's stop as a person's (a tombstone, for good).
+    await registry.engine.store.set_observer_ref(
+        ObserverRef(observed_session_id=pairing.observed_session_id, observer_type=pairing.observer_type)
+    )
     await registry.warn(
         pairing,
         f"the observer did not deal with a batch within {timeout:g} s and is recorded as hung: its turn is "

@@ -396,8 +396,9 @@ def configured_verdict(config: ObserverConfig, observer_type: str) -> Verdict | 
 
 
 def stopped_by_person(session: SessionRecord) -> bool:
-    """An observer session someone deleted, or whose turn someone stopped (the engine never cancels on its
-    own: a shutdown leaves turns running, to be continued)."""
+    """An observer session someone deleted, or whose turn someone stopped (the engine cancels one on its own
+    only when it hung, and first takes it out of the observer ref; a shutdown leaves turns running, to be
+    continued)."""
     return session.deleted_at is not None or session.status == "cancelled"
 
 
