@@ -15,7 +15,8 @@ pairing: the observer type and definition, the observer's session, a buffer of d
   request the engine would make (`purpose="observer_arm"`), whose grant check denies a model observer to an
   agent without the `spawn` grant (a rule observer spawns nothing and needs none). Anything but allow
   leaves the pairing `denied`, with a `runtime.warning`. The same gate runs before every batch
-  (`observer_delivery`), so a policy or config change stops delivery.
+  (`observer_delivery`), so a policy change stops delivery (and a change of `[observers]`, which the engine
+  reads when it opens, once it has restarted).
 - **reattach or fresh**: the observer ref kept with the observed session names the previous observer. It is
   reattached when the type still matches, it was not stopped and its session still exists; otherwise a new
   observer session starts. A rule observer has no session: its `armed` state names it (a ref is written for
