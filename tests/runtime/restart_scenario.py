@@ -1,7 +1,8 @@
 """One turn that streams for a while and then runs a slow tool: the scenario the restart fault test kills.
 
-Used both by the child process (`python -m tests.runtime.restart_scenario DB MARKERS [SESSION]`) and by
-the test, which continues the turn in its own engine after the kill.
+Used both by the child process (`python -m tests.runtime.restart_scenario DB MARKERS [approval]`) and by
+the test, which continues the turn in its own engine after the kill. With `approval`, the tool needs a
+person's approval: the turn pauses on it, and the child approves it (the call then runs in the answer turn).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ def _script(ctx: Any) -> Any:
     return Reply(f"Finished after: {' | '.join(r.output for r in ctx.tool_results)}")
 
 
-def setup(markers: Path) -> tuple[AgentDefinition, list[Any]]:
-    """The role and its tool; the tool appends `start`/`end` lines to `markers` so runs can be counted."""
+def setup(markers: Path, *, approval: bool = False) -> tuple[AgentDefinition, list[Any]]:
+    """The role and its tool (approved by a person first, with `approval`); the tool appends `start`/`end`
+    lines to `markers` so runs can be counted."""
     register_scripted_model("restart-scenario", ScriptedModel(function=_script, chunk_delay=0.01))
 
     async def slow_tool(label: str) -> str:
@@ -38,7 +40,11 @@ def setup(markers: Path) -> tuple[AgentDefinition, list[Any]]:
         return f"did {label}"
 
     definition = AgentDefinition(
-        name="worker", model="scripted:restart-scenario", instructions="You work.", tools=("slow_tool",)
+        name="worker",
+        model="scripted:restart-scenario",
+        instructions="You work.",
+        tools=("slow_tool",),
+        approval_tools=("slow_tool",) if approval else (),
     )
     return definition, [slow_tool]
 
@@ -53,8 +59,8 @@ class Reporter:
         pass
 
 
-async def child(db: Path, markers: Path) -> None:
-    definition, tools = setup(markers)
+async def child(db: Path, markers: Path, *, approval: bool = False) -> None:
+    definition, tools = setup(markers, approval=approval)
     async with Engine.open(
         f"sqlite:///{db}", agents_dir=db.parent / "none", root=db.parent, definitions=[definition], tools=tools
     ) as engine:
@@ -62,9 +68,13 @@ async def child(db: Path, markers: Path) -> None:
         session = await engine.create("worker")
         print(f"session {session.id}", flush=True)
         await engine.enqueue(session.id, "work")
-        await engine.wait(session.id, 60)
+        settled, _ = await engine.wait(session.id, 60)
+        if approval and settled.status == "awaiting_input":
+            [request] = await engine.store.list_requests(session_id=session.id, status="pending")
+            await engine.answer(request.id, True)
+            await asyncio.sleep(60)  # the approved call runs now; the test kills this process while it does
         print("settled", flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(child(Path(sys.argv[1]), Path(sys.argv[2])))
+    asyncio.run(child(Path(sys.argv[1]), Path(sys.argv[2]), approval=sys.argv[3:] == ["approval"]))

@@ -108,3 +108,49 @@ async def test_a_killed_engine_continues_its_turn_without_losing_or_doubling_eve
             assert runs.count("start x") == 1
             assert runs.count("end x") == 1
             assert session.last_text == "Finished after: did x"
+
+
+def kill_while_the_approved_call_runs(db: Path, markers: Path) -> str:
+    """Start the child engine with the approval scenario, kill it with SIGKILL while the approved call runs;
+    returns the session id."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.runtime.restart_scenario", str(db), str(markers), "approval"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "AGENTWATCH_LEASE_SECONDS": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        session_id = process.stdout.readline().split()[1]
+        deadline = time.monotonic() + 60
+        while not (markers.exists() and "start x" in markers.read_text()):  # the approved call is running
+            if time.monotonic() > deadline or process.poll() is not None:
+                pytest.fail("the approved call never started")
+            time.sleep(0.01)
+        time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+    return session_id
+
+
+@pytest.mark.slow
+async def test_a_killed_engine_running_an_approved_call_never_runs_it_again(tmp_path: Path) -> None:
+    """Once: an answer turn's start was deferred to its next write, so an approved call ran with nothing durable
+    saying the turn had resumed; killed meanwhile, the engine left the session waiting on the answered request,
+    and the next engine could plan the same answer turn and run the call again."""
+    db, markers = tmp_path / "approval.db", tmp_path / "approval.log"
+    session_id = kill_while_the_approved_call_runs(db, markers)
+    definition, tools = setup(markers, approval=True)
+    async with Engine.open(
+        f"sqlite:///{db}", agents_dir=tmp_path / "none", root=tmp_path, definitions=[definition], tools=tools
+    ) as engine:
+        session, timed_out = await engine.wait(session_id, 30)
+        events = await engine.store.read_events(session_id, limit=10_000)
+    assert not timed_out and session.status == "completed", session.status
+    assert [e.payload.status for e in events if isinstance(e.payload, ToolResult)] == ["interrupted"]
+    assert markers.read_text().split("\n").count("start x") == 1

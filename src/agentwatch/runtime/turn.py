@@ -416,6 +416,10 @@ def _gated(turn: _Turn, name: str, call: Any) -> Any:
     """`call`, run only once this engine holds the session and the policy chain allows the call."""
 
     async def run(context: ToolContext, args: dict[str, Any]) -> JsonValue:
+        # Everything the turn wrote is durable before a tool runs: a call's response was waited for already, but
+        # an answer turn's start is deferred, and an approved call ran with nothing durable saying the turn had
+        # resumed (a crash then let the next engine run it again, and watchers saw nothing while it ran).
+        await turn.emitter.barrier()
         await ensure_held(turn.runtime, turn.session_id)  # leases: never run a tool another engine may own
         verdict = await turn.runtime.policy.decide(
             ToolRequest(
