@@ -150,6 +150,36 @@ def stopped_seq(events: list[Any]) -> int:
     return next(e.seq for e in events if isinstance(e.payload, TurnEnded))
 
 
+async def test_an_owner_that_lost_its_lease_while_a_tool_ran_writes_nothing_of_it(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once: an owner paused (or starved) past its lease while a tool ran came back and committed the tool's
+    result into the turn another engine had taken over (a second result for one call, in the middle of the new
+    owner's turn). The result is written only once the store confirms the lease."""
+    model = scripted("leases-paused", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 3.0)]) as a:
+        session = await a.create("slow")
+        await a.enqueue(session.id, "go")
+        await until(lambda: bool(runs))
+
+        async def paused() -> list[str]:  # the process stopped: nothing renews
+            return []
+
+        a.leases.renew = paused  # type: ignore[method-assign]
+        async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 0.1)]) as b:
+            settled, timed_out = await b.wait(session.id, 15)  # b takes the lapsed lease over and continues
+            await until(lambda: runs.count(("a", "end", runs[0][2])) == 1, timeout=10)  # a's tool came back
+            await asyncio.sleep(0.5)
+            events = await check_log(b, session.id)
+    assert not timed_out and settled.status == "completed"
+    results = [(e.payload.tool_call_id, e.payload.status) for e in events if isinstance(e.payload, ToolResult)]
+    assert len(results) == len({call for call, _ in results}), results  # one result per call
+    assert results[0][1] == "interrupted"  # a's call, as b found it
+
+
 async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path, url: str, scripted: Scripted) -> None:
     model = scripted("leases-queue", ScriptedModel(function=one_call_per_prompt))
     runs: Runs = []

@@ -433,6 +433,10 @@ def _gated(turn: _Turn, name: str, call: Any) -> Any:
         if verdict.decision != "allow":
             raise ToolRefused(f"{name} was not allowed ({verdict.decision}): {verdict.reason or 'by policy'}")
         result: JsonValue = await call(context, args)
+        # A tool may take long, or the process be paused meanwhile: its result is written only once the store
+        # says this engine still holds the lease, when the local view is no longer sure (another engine may have
+        # continued the turn meanwhile, and must be its only writer).
+        await ensure_held(turn.runtime, turn.session_id)
         return result
 
     return run
