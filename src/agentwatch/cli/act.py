@@ -224,7 +224,10 @@ def _say(result: dict[str, Any], as_json: bool, text: str) -> None:
         click.echo(text)
 
 
-_LEFT = "the engine that runs the agent continues it (a running service at once; else the next `agentwatch serve`)"
+_LEFT = (
+    "the engine that runs the agent continues it (a running service at once; else the next engine to open the "
+    "store: `agentwatch serve`)"
+)
 
 
 # -- answer, approve, deny ------------------------------------------------------------------------------
