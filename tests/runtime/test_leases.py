@@ -7,8 +7,9 @@ processes killed at random moments are in `test_leases_processes.py`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,34 @@ async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(
     assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
 
 
+@contextlib.asynccontextmanager
+async def owner_in_a_tool(
+    tmp_path: Path, url: str, scripted: Scripted, name: str, seconds: float
+) -> AsyncIterator[tuple[Engine, str, Runs]]:
+    """Engine `a` (a lease of `LEASE`) with a session of role `slow` whose turn is inside a `seconds`-long tool
+    call: the engine, the session id and the tool runs."""
+    model = scripted(name, ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    definition = role("slow", model, tools=("slow_tool",))
+    config = lease_config(tmp_path)
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", seconds)]) as a:
+        session = await a.create("slow")
+        await a.enqueue(session.id, "go")
+        await until(lambda: bool(runs))
+        yield a, session.id, runs
+
+
+def pause_renewals(engine: Engine) -> Callable[[], Awaitable[list[str]]]:
+    """Stop `engine` renewing its leases (as a paused or starved process); returns its renewal, to put back."""
+    renew = engine.leases.renew
+
+    async def paused() -> list[str]:
+        return []
+
+    engine.leases.renew = paused  # type: ignore[method-assign]
+    return renew
+
+
 @pytest.mark.parametrize("runs_turns", [True, False], ids=["engine", "acting-engine"])
 async def test_stop_and_delete_beside_a_live_owner_are_refused_and_leave_its_turn_alone(
     tmp_path: Path, url: str, scripted: Scripted, runs_turns: bool
@@ -89,27 +118,21 @@ async def test_stop_and_delete_beside_a_live_owner_are_refused_and_leave_its_tur
     """Once: a second engine's `agent_stop` answered `stopped: true` and wrote the turn's end, while the owner
     went on and ended the same turn `completed` (two `turn.ended`); `agent_delete` deleted an agent whose turn
     then finished. Only the owner can stop its turn: the others refuse, and write nothing."""
-    model = scripted("leases-stop", ScriptedModel(function=one_call_per_prompt))
-    runs: Runs = []
-    config = lease_config(tmp_path)
-    definition = role("slow", model, tools=("slow_tool",))
-    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 1.5)]) as a:
-        session = await a.create("slow")
-        await a.enqueue(session.id, "go")
-        await until(lambda: bool(runs))
+    async with owner_in_a_tool(tmp_path, url, scripted, "leases-stop", 1.5) as (a, session_id, runs):
+        definition = a.roster.get("slow")
         b_args: dict[str, Any] = (
             {"definitions": [definition], "tools": [slow_tool(runs, "b", 1.5)]} if runs_turns else {"runs_turns": False}
         )
-        async with Engine.open(url, config=config, **b_args) as b:
-            before = (await b.store.get_session(session.id)).last_seq
+        async with Engine.open(url, config=a.config, **b_args) as b:
+            before = (await b.store.get_session(session_id)).last_seq
             for tool in ("agent_stop", "agent_delete"):
-                answer = await b.call_tool(tool, {"id": session.id})
+                answer = await b.call_tool(tool, {"id": session_id})
                 assert answer["error"]["code"] == "conflict", answer
                 assert "another engine" in answer["error"]["message"]
-            after = await b.store.get_session(session.id)
+            after = await b.store.get_session(session_id)
             assert after.status == "running" and after.deleted_at is None and after.last_seq == before
-        settled, timed_out = await a.wait(session.id, 15)
-        events = await check_log(a, session.id)
+        settled, timed_out = await a.wait(session_id, 15)
+        events = await check_log(a, session_id)
     assert not timed_out and settled.status == "completed"
     assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["completed"]
 
@@ -120,26 +143,14 @@ async def test_a_stop_beside_an_owner_whose_lease_lapsed_takes_it_over_and_cuts_
     """Once: an owner's renewal that came late (its lease lapsed in the store) let an acting engine write the
     stop, and the owner's late renewal then went through: its turn ran on to `completed` (two `turn.ended`).
     The stop takes the lapsed lease first, so the owner loses it and its turn is cut off."""
-    model = scripted("leases-lapsed", ScriptedModel(function=one_call_per_prompt))
-    runs: Runs = []
-    config = lease_config(tmp_path)
-    definition = role("slow", model, tools=("slow_tool",))
-    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 3.0)]) as a:
-        session = await a.create("slow")
-        await a.enqueue(session.id, "go")
-        await until(lambda: bool(runs))
-        renew = a.leases.renew
-
-        async def late() -> list[str]:  # renewals stuck behind other writes, as under load
-            return []
-
-        a.leases.renew = late  # type: ignore[method-assign]
+    async with owner_in_a_tool(tmp_path, url, scripted, "leases-lapsed", 3.0) as (a, session_id, _runs):
+        renew = pause_renewals(a)  # renewals stuck behind other writes, as under load
         await asyncio.sleep(LEASE * 1.3)  # the lease lapses in the store; the owner and its turn go on
-        async with Engine.open(url, config=config, runs_turns=False) as b:
-            stopped = await b.call_tool("agent_stop", {"id": session.id})
+        async with Engine.open(url, config=a.config, runs_turns=False) as b:
+            stopped = await b.call_tool("agent_stop", {"id": session_id})
         a.leases.renew = renew  # type: ignore[method-assign]
         await until(lambda: not a.running_turns(), timeout=15)
-        events = await check_log(a, session.id)
+        events = await check_log(a, session_id)
     assert stopped["stopped"] is True and stopped["status"] == "cancelled"
     assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["cancelled"]
     assert not [e for e in events if isinstance(e.payload, ToolResult) and e.seq > stopped_seq(events)]
@@ -156,24 +167,14 @@ async def test_an_owner_that_lost_its_lease_while_a_tool_ran_writes_nothing_of_i
     """Once: an owner paused (or starved) past its lease while a tool ran came back and committed the tool's
     result into the turn another engine had taken over (a second result for one call, in the middle of the new
     owner's turn). The result is written only once the store confirms the lease."""
-    model = scripted("leases-paused", ScriptedModel(function=one_call_per_prompt))
-    runs: Runs = []
-    config = lease_config(tmp_path)
-    definition = role("slow", model, tools=("slow_tool",))
-    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 3.0)]) as a:
-        session = await a.create("slow")
-        await a.enqueue(session.id, "go")
-        await until(lambda: bool(runs))
-
-        async def paused() -> list[str]:  # the process stopped: nothing renews
-            return []
-
-        a.leases.renew = paused  # type: ignore[method-assign]
-        async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 0.1)]) as b:
-            settled, timed_out = await b.wait(session.id, 15)  # b takes the lapsed lease over and continues
+    async with owner_in_a_tool(tmp_path, url, scripted, "leases-paused", 3.0) as (a, session_id, runs):
+        pause_renewals(a)  # the process stopped: nothing renews
+        definition = a.roster.get("slow")
+        async with Engine.open(url, config=a.config, definitions=[definition], tools=[slow_tool(runs, "b", 0.1)]) as b:
+            settled, timed_out = await b.wait(session_id, 15)  # b takes the lapsed lease over and continues
             await until(lambda: runs.count(("a", "end", runs[0][2])) == 1, timeout=10)  # a's tool came back
             await asyncio.sleep(0.5)
-            events = await check_log(b, session.id)
+            events = await check_log(b, session_id)
     assert not timed_out and settled.status == "completed"
     results = [(e.payload.tool_call_id, e.payload.status) for e in events if isinstance(e.payload, ToolResult)]
     assert len(results) == len({call for call, _ in results}), results  # one result per call

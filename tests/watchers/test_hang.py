@@ -4,6 +4,7 @@ digests the buffer bound dropped in the next batch."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentwatch.runtime.engine import Engine
@@ -19,10 +20,9 @@ def with_timeout(engine: Engine, seconds: float) -> None:
     engine.config = engine.config.model_copy(update={"observers": observers})
 
 
-async def test_a_hung_observer_is_recorded_and_a_fresh_one_takes_the_next_batch(
-    open_engine: OpenEngine, scripted: Scripted
-) -> None:
-    release = asyncio.Event()
+def hanging_first(release: asyncio.Event) -> tuple[Callable[[], Awaitable[str]], Callable[[Any], Any]]:
+    """A `ponder` tool whose first call hangs until `release` is set, and an observer's script that calls it
+    once a batch, then reports nothing."""
     calls: list[str] = []
 
     async def ponder() -> str:
@@ -35,6 +35,14 @@ async def test_a_hung_observer_is_recorded_and_a_fresh_one_takes_the_next_batch(
     def watcher_script(ctx: Any) -> Any:
         return CallTool("ponder", {}) if not ctx.tool_results else Reply("nothing to report")
 
+    return ponder, watcher_script
+
+
+async def test_a_hung_observer_is_recorded_and_a_fresh_one_takes_the_next_batch(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    release = asyncio.Event()
+    ponder, watcher_script = hanging_first(release)
     coder_model = scripted("coder-hang", ScriptedModel(function=lambda ctx: Reply("done")))
     watcher_model = scripted("watcher-hang", ScriptedModel(function=watcher_script))
     async with open_engine(
@@ -67,18 +75,7 @@ async def test_a_hung_observer_is_no_tombstone_after_a_restart(open_engine: Open
     """Once: the engine's own stop of a hung observer was read, once the engine had restarted, as a person's:
     the pairing was `blocked` for good ("a person stopped this observer") and no fresh observer ever came."""
     release = asyncio.Event()
-    calls: list[str] = []
-
-    async def ponder() -> str:
-        """Think it over."""
-        calls.append("ponder")
-        if len(calls) == 1:
-            await asyncio.wait_for(release.wait(), 60)  # the first observer hangs here
-        return "thought"
-
-    def watcher_script(ctx: Any) -> Any:
-        return CallTool("ponder", {}) if not ctx.tool_results else Reply("nothing to report")
-
+    ponder, watcher_script = hanging_first(release)
     coder_model = scripted("coder-hang-restart", ScriptedModel(function=lambda ctx: Reply("done")))
     watcher_model = scripted("watcher-hang-restart", ScriptedModel(function=watcher_script))
     roles = (
