@@ -17,10 +17,19 @@ from typing import Any
 import pytest
 
 from agentwatch.config import load_config
-from agentwatch.events import NewEvent, RuntimeNotice, ToolResult, TurnEnded, TurnId, TurnStarted, UserMessage
+from agentwatch.events import (
+    CompletionFinished,
+    NewEvent,
+    RuntimeNotice,
+    ToolResult,
+    TurnEnded,
+    TurnId,
+    TurnStarted,
+    UserMessage,
+)
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, new_owner
-from agentwatch.runtime.models import ScriptedModel
+from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.store import SessionDraft, SessionPatch, Write, connect_store
 from tests.runtime.support import LEASE, Scripted, lease_config, one_call_per_prompt, role, until
 
@@ -179,6 +188,33 @@ async def test_an_owner_that_lost_its_lease_while_a_tool_ran_writes_nothing_of_i
     results = [(e.payload.tool_call_id, e.payload.status) for e in events if isinstance(e.payload, ToolResult)]
     assert len(results) == len({call for call, _ in results}), results  # one result per call
     assert results[0][1] == "interrupted"  # a's call, as b found it
+
+
+async def test_an_owner_that_lost_its_lease_while_its_model_streamed_writes_nothing_of_the_response(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """As with a tool's result: an owner paused past its lease while its model streamed committed the response
+    into the turn another engine had continued. The response is written only once the store confirms the lease."""
+    words = " ".join(f"w{i}" for i in range(60))
+    model = scripted("leases-streaming", ScriptedModel(function=lambda ctx: Reply(words), chunk_delay=0.05))
+    definition = role("talker", model)
+    config = lease_config(tmp_path)
+    async with Engine.open(url, config=config, definitions=[definition]) as a:
+        session = await a.create("talker")
+        await a.enqueue(session.id, "talk")
+        await until(lambda: bool(a.running_turns()))
+        await asyncio.sleep(0.3)  # streaming
+        pause_renewals(a)
+        async with Engine.open(url, config=config, definitions=[definition]) as b:
+            settled, timed_out = await b.wait(session.id, 15)  # b takes the lapsed lease over and continues
+            await until(lambda: not a.running_turns(), timeout=15)  # a's stream ended, and its turn with it
+            await asyncio.sleep(0.3)
+            events = await check_log(b, session.id)
+    assert not timed_out and settled.status == "completed"
+    finished = [e for e in events if isinstance(e.payload, CompletionFinished)]
+    ended = [e for e in events if isinstance(e.payload, TurnEnded)]
+    assert len(ended) == 1 and len(finished) == 1, [e.type for e in events]  # b's response alone
+    assert finished[0].seq < ended[0].seq
 
 
 async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path, url: str, scripted: Scripted) -> None:

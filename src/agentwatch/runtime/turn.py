@@ -45,7 +45,7 @@ from agentwatch.events import (
 from agentwatch.events.truncate import displayable
 from agentwatch.runtime.compaction import ContextFill
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
-from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held
+from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held, leases_of
 from agentwatch.runtime.models import PendingCall, ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
 from agentwatch.runtime.plan import Plan, lives_on, next_plan
 from agentwatch.runtime.policy import ToolRequest
@@ -157,6 +157,9 @@ class _Sink:
             elif isinstance(payload, AssistantMessage) and payload.text:
                 fields["last_text"] = displayable(payload.text)
         write = turn.write(payloads, messages=messages, patch=SessionPatch(**fields) if fields else None, usage=usage)
+        leases = leases_of(turn.runtime)
+        if leases is not None and not leases.holds(turn.session_id):
+            return self._once_held(write)  # whatever the write: nothing is deferred or pipelined past a lost lease
         if wait and _answers_only(payloads):
             # A response without tool calls: nothing runs on it, so nothing waits for it to be durable. It goes
             # to the store with the turn's next write, which is normally its end (`_end` waits for both and
@@ -170,6 +173,14 @@ class _Sink:
         else:  # the opening of a model request: it may share its commit with the response
             emitter.submit(write, turn=True, defer=GROUP_COMMIT_SECONDS)
         return _done()
+
+    async def _once_held(self, write: Write) -> object:
+        """Submit a response's write once the store says this engine still holds the lease: the local view is
+        no longer sure (a long model request, or a paused process), and another engine may have continued the
+        turn meanwhile, which must then be its only writer (this one is cut off instead)."""
+        turn = self._turn
+        await ensure_held(turn.runtime, turn.session_id)
+        return await turn.emitter.submit(write, turn=True)
 
     def stream(self, payload: Payload) -> None:
         self._turn.emitter.stream(payload, self._turn.turn_id)
