@@ -175,9 +175,9 @@ class _Sink:
         return _done()
 
     async def _once_held(self, write: Write) -> object:
-        """Submit a response's write once the store says this engine still holds the lease: the local view is
-        no longer sure (a long model request, or a paused process), and another engine may have continued the
-        turn meanwhile, which must then be its only writer (this one is cut off instead)."""
+        """Submit the turn's `write` (a response, tool results) once the store says this engine still holds the
+        lease: the local view is no longer sure (a long model request or tool, a paused process), and another
+        engine may have continued the turn meanwhile, which must then be its only writer (this one is cut off)."""
         turn = self._turn
         await ensure_held(turn.runtime, turn.session_id)
         return await turn.emitter.submit(write, turn=True)
@@ -443,11 +443,9 @@ def _gated(turn: _Turn, name: str, call: Any) -> Any:
         )
         if verdict.decision != "allow":
             raise ToolRefused(f"{name} was not allowed ({verdict.decision}): {verdict.reason or 'by policy'}")
+        # (Its result is written through the sink, which confirms the lease first when the local view is no
+        # longer sure: a long tool, or a paused process.)
         result: JsonValue = await call(context, args)
-        # A tool may take long, or the process be paused meanwhile: its result is written only once the store
-        # says this engine still holds the lease, when the local view is no longer sure (another engine may have
-        # continued the turn meanwhile, and must be its only writer).
-        await ensure_held(turn.runtime, turn.session_id)
         return result
 
     return run
