@@ -8,9 +8,10 @@ can be stored the same way on SQLite and PostgreSQL, nor encoded as UTF-8), so b
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator, JsonValue, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, JsonValue, StringConstraints, TypeAdapter, ValidationError
 
 from agentwatch.errors import InvalidArgument
 
@@ -78,19 +79,6 @@ def _not_blank(value: str) -> str:
     return value
 
 
-def check_prompt(text: str) -> str:
-    """`text`, when it is a prompt the tools would take (see `Prompt`); `InvalidArgument` naming the problem
-    otherwise. For the Python API, which takes a prompt without a tool's argument model."""
-    try:
-        if not isinstance(text, str):
-            raise ValueError(f"a prompt is text, got {type(text).__name__}")
-        if len(text) > MAX_PROMPT_CHARS:
-            raise ValueError(f"the prompt has {len(text):,} characters, over the {MAX_PROMPT_CHARS:,} allowed")
-        return _not_blank(check_text(text))
-    except ValueError as exc:
-        raise InvalidArgument(f"prompt: {exc}", fields=["prompt"]) from None
-
-
 Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS), AfterValidator(check_text)]
 """An id: 1..128 characters."""
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(check_text)]
@@ -102,6 +90,23 @@ Prompt = Annotated[
     AfterValidator(_not_blank),
 ]
 """A prompt: 1..100,000 characters, not only whitespace."""
+
+
+@cache
+def _prompt_adapter() -> TypeAdapter[str]:
+    return TypeAdapter(Prompt)  # built on first use: importing the tools builds no validator
+
+
+def check_prompt(text: str) -> str:
+    """`text`, when it is a `Prompt` (what the tools take); `InvalidArgument` naming the problem otherwise. For
+    the Python API, which takes a prompt without a tool's argument model."""
+    try:
+        return _prompt_adapter().validate_python(text)
+    except ValidationError as exc:
+        problem = exc.errors(include_input=False, include_url=False)[0]["msg"].removeprefix("Value error, ")
+        raise InvalidArgument(f"prompt: {problem}", fields=["prompt"]) from None
+
+
 Cursor = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CURSOR_CHARS), AfterValidator(check_text)]
 """A cursor a previous answer returned: 1..1024 characters (its content is checked where it is decoded)."""
 Text = Annotated[
