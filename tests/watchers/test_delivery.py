@@ -162,6 +162,49 @@ async def test_an_observer_stopped_by_a_person_is_terminal_and_never_brought_bac
         assert len(await digests_received(engine, observer.id)) == 1
 
 
+async def test_stopping_an_idle_observer_session_stops_it_for_good(open_engine: OpenEngine, scripted: Scripted) -> None:
+    coder, watcher = definitions(scripted, "idle-stop")
+    async with open_engine(coder, watcher) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: settled_observer(engine, observer.id, 1))
+        assert await engine.stop(observer.id, by="bob") is True  # between its turns
+        assert (await engine.store.get_session(observer.id)).status == "cancelled"
+        assert await eventually(lambda: _last_state(engine, session.id, "stopped")) == [
+            ("armed", "observer started"),
+            ("stopped", "the observer was stopped by bob"),
+        ]
+        await turn(engine, session.id, "two")
+        assert len(await digests_received(engine, observer.id)) == 1
+        assert await engine.stop(observer.id, by="bob") is False  # stopped already
+    async with open_engine(coder, watcher) as engine:
+        await turn(engine, session.id, "three")
+        assert await eventually(lambda: _last_state(engine, session.id, "blocked"))
+        assert [o.id for o in await observers_of(engine, session.id)] == [observer.id]
+
+
+async def test_an_idle_observer_stopped_by_another_engine_gets_no_more_deliveries(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    coder, watcher = definitions(scripted, "idle-stop-elsewhere")
+    async with open_engine(coder, watcher) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: settled_observer(engine, observer.id, 1))
+        async with open_engine(coder, watcher, recover=False) as acting:  # as the CLI's `stop` opens one
+            assert await acting.stop(observer.id, by="carol") is True
+        await turn(engine, session.id, "two")
+        assert await eventually(lambda: _last_state(engine, session.id, "stopped")) == [
+            ("armed", "observer started"),
+            ("stopped", "a person stopped the observer"),
+        ]
+        assert len(await digests_received(engine, observer.id)) == 1
+        ref = await engine.store.get_observer_ref(session.id)
+        assert ref is not None and ref.stopped
+
+
 async def test_deleting_the_observer_stops_it(open_engine: OpenEngine, scripted: Scripted) -> None:
     async with open_engine(*definitions(scripted, "delete")) as engine:
         session = await engine.create("coder", source="chat")

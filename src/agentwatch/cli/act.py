@@ -374,8 +374,9 @@ def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
 @server_option
 @json_option
 def stop(agent: str, store_url: str | None, as_json: bool) -> None:
-    """Stop AGENT's (a name or an id) turn: it ends `cancelled` and its pending requests are dismissed. This is
-    the `agent_stop` tool. Exits 1 when the turn runs in another engine (stop it through that one).
+    """Stop AGENT's (a name or an id) turn: it ends `cancelled` and its pending requests are dismissed. An
+    observer agent is stopped for good, between its turns too (it is never brought back). This is the
+    `agent_stop` tool. Exits 1 when the turn runs in another engine (stop it through that one).
 
     \b
     Example:

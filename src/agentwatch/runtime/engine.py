@@ -409,15 +409,23 @@ class Engine:
     async def stop(self, session_id: str, *, by: str = "a person") -> bool:
         """Stop the session's turn (it ends `cancelled`); returns whether there was one to stop.
 
+        An observer session is stopped even between turns: it ends `cancelled` at once, which ends its pairing
+        for good (the observed session's engine reads that as a person's stop and writes the tombstone).
+
         Raises `Conflict` when the turn runs in another live engine (its lease is held elsewhere and not
         expired): only that engine can stop it."""
+        return await self._stop(session_id, by, idle_observer=True)
+
+    async def _stop(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
         driver = await self.driver(session_id)
         async with self._stopping(session_id):
             self._stop_reasons[session_id] = by
             if await driver.stop_turn():
                 return True
             session = await self.store.get_session(session_id)
-            if session.status in ("awaiting_input", "running"):
+            if session.status in ("awaiting_input", "running") or (
+                idle_observer and session.is_observer and session.status != "cancelled"
+            ):
                 await end_stopped_turn(self, driver, session_id, session.current_turn_id, by)
                 return True
             self._stop_reasons.pop(session_id, None)
@@ -458,7 +466,7 @@ class Engine:
         session = await self.store.get_session(session_id)
         if session.deleted_at is not None:
             return session
-        await self.stop(session_id, by=by)
+        await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
         reap_at = datetime.now(UTC) + self.config.retention.deleted_ttl
         return await self.store.soft_delete(session_id, reap_at=reap_at)
 

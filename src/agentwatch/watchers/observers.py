@@ -174,10 +174,11 @@ class ObserverAgents:
             self._deliver(pairing)
 
     def observer_turn_stopped(self, observer_session_id: str, reason: str | None) -> None:
-        """An observer's turn ended cancelled: someone stopped it, which ends the pairing for good."""
+        """An observer was stopped (its turn, or the observer between turns, ended `cancelled`): the pairing is
+        over for good."""
         pairing = self.registry.of_observer(observer_session_id)
         if pairing is not None and pairing.state not in ("stopped", "blocked"):
-            self.spawn(self.registry.stop(pairing, f"the observer's turn was {reason or 'stopped'}"))
+            self.spawn(self.registry.stop(pairing, f"the observer was {reason or 'stopped'}"))
 
     # -- resolving and arming -------------------------------------------------------------------------
 

@@ -372,7 +372,8 @@ def drive_tools() -> list[Tool]:
         ),
         _tool(
             "agent_stop",
-            "Stop an agent's turn: it ends cancelled (its pending requests are dismissed); says who stopped it.",
+            "Stop an agent's turn: it ends cancelled (its pending requests are dismissed); says who stopped it. "
+            "An observer agent is stopped for good, between its turns too.",
             agent_stop,
             StopArgs,
             Stopped,
