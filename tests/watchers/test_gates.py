@@ -260,3 +260,31 @@ def test_agents_check_says_an_observer_types_own_observer_does_not_unobserve_the
         "watches only 'critic' sessions that observe nothing"
     ) in flat
     assert "runs unobserved" not in flat
+
+
+async def test_a_pairing_left_armed_is_retired_once_its_role_names_no_observer(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = replying(scripted, "m11")
+    observed, watcher = role("coder", model, observer="watcher", grant=("spawn",)), role("watcher", model)
+    async with open_engine(observed, watcher) as engine:
+        sid = await two_turns(engine, "coder")
+        (observer,) = await eventually(lambda: observers_of(engine, sid))
+        assert (await states(engine, sid))[-1][0] == "armed"
+    reason = "runs unobserved: the role 'coder' names no observer"
+    async with open_engine(role("coder", model, grant=("spawn",)), watcher) as engine:
+        await engine.enqueue(sid, "three")
+        await engine.wait(sid, 10)
+        assert await eventually(lambda: _last_is(engine, sid, ("retired", reason)))
+        shown = await describe(engine.store, await engine.store.get_session(sid))
+        assert shown is not None and (shown["state"], shown["reason"]) == ("retired", reason)
+    async with open_engine(observed, watcher) as engine:  # named again: the same observer goes on
+        await engine.enqueue(sid, "four")
+        await engine.wait(sid, 10)
+        assert await eventually(lambda: _last_is(engine, sid, ("armed", "reattached to its observer")))
+        assert [o.id for o in await observers_of(engine, sid)] == [observer.id]
+
+
+async def _last_is(engine: object, session_id: str, expected: tuple[str, str]) -> bool:
+    found = await states(engine, session_id)  # type: ignore[arg-type]
+    return bool(found) and found[-1] == expected

@@ -28,7 +28,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from agentwatch.errors import Conflict, NotFound, UserError
-from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnEnded, TurnStarted
+from agentwatch.events import Event, NewEvent, ObserverStateChanged, RuntimeNotice, TurnEnded, TurnStarted
 from agentwatch.runtime.leases import leases_of
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.thread_observer import ReplaySnapshot
@@ -203,12 +203,27 @@ class ObserverAgents:
             session = await self.engine.store.get_session(session_id)
         except NotFound:
             return None
+        target = await self._target(session)
+        if isinstance(target, str):
+            if not fresh:
+                await self._retire_left_armed(session, target)
+            return None
+        definition = self.engine.roster.get(session.role)
+        pairing = Pairing(
+            session.id, session.name, session.boss, target, definition.observer_message, observed_role=session.role
+        )
+        self.registry.pairings[session.id] = pairing
+        await self._arm(pairing, fresh=fresh)
+        return pairing
+
+    async def _target(self, session: SessionRecord) -> AgentDefinition | str:
+        """The observer definition the session is to be paired with here, or why it runs unobserved."""
         roster = self.engine.roster
         if session.role not in roster:
-            return None
+            return f"the role {session.role!r} is not defined in this engine"
         definition = roster.get(session.role)
         if definition.observer is None:
-            return None
+            return f"the role {session.role!r} names no observer"
         if session.is_observer:
             await self._warn_once(
                 session,
@@ -216,15 +231,15 @@ class ObserverAgents:
                 f"the observer {definition.observer!r} declared for {session.role!r} is ignored: this session "
                 "runs as an observer itself, and observers are not chained",
             )
-            return None
+            return "observers are not chained"
         if not self.engine.config.observer_agents_enabled:
-            return None
+            return "observer agents are turned off"
         # No chaining, as the seeds resolve it: only a session that runs as an observer ignores its own
         # declaration (above); the observer type declaring an observer of its own does not unobserve this one.
         target = roster.observer_of(session.role, is_observer=session.is_observer)
         if target is None:
             await self._warn_once(session, "unavailable", _unavailable(definition))
-            return None
+            return f"the observer {definition.observer!r} is not an agent type here"
         if target.kind == "rule" and target.name not in self.rules:
             await self._warn_once(
                 session,
@@ -232,13 +247,27 @@ class ObserverAgents:
                 f"{target.name!r} is a rule observer with no registered function, so {session.role!r} runs "
                 f"unobserved; register one with register_rule_observer({target.name!r}, ...)",
             )
-            return None
-        pairing = Pairing(
-            session.id, session.name, session.boss, target, definition.observer_message, observed_role=session.role
+            return f"the rule observer {target.name!r} has no registered function"
+        return target
+
+    async def _retire_left_armed(self, session: SessionRecord, reason: str) -> None:
+        """A session that runs unobserved here but whose pairing an earlier engine left armed (its role no
+        longer names the observer, say): record it retired, so that `agent_get` does not show an observer that
+        no longer watches. One read, for a session that had turns before. (An engine with observer agents
+        turned off watches no session at all, and leaves the last state recorded as it was.)"""
+        store = self.engine.store
+        found = await store.read_events_backward(session.id, types=["observer.state"], limit=1)
+        left = found[0].payload if found else None
+        if not isinstance(left, ObserverStateChanged) or left.state != "armed":
+            return
+        retired = ObserverStateChanged(
+            observer_type=left.observer_type,
+            observer_session_id=left.observer_session_id,
+            state="retired",
+            reason=f"runs unobserved: {reason}",
         )
-        self.registry.pairings[session.id] = pairing
-        await self._arm(pairing, fresh=fresh)
-        return pairing
+        driver = await self.engine.driver(session.id)
+        await driver.commit(Write(session.id, events=[NewEvent(retired)], touch=False), rides=True)
 
     async def _arm(self, pairing: Pairing, *, fresh: bool = False) -> None:
         try:

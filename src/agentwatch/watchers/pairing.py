@@ -26,6 +26,8 @@ pairing: the observer type and definition, the observer's session, a buffer of d
   in one store transaction (so no crash leaves an observer without its ref, and the store refuses a second
   live observer for one pairing: the loser of a race reattaches to the winner's). The mark is read back
   before the pairing arms; deliveries check it again and refuse an observer whose mark cannot be confirmed.
+- **no longer named**: an engine in which the observed role names no observer (any more) records a pairing
+  left `armed` as `retired`, and reattaches the same observer once the role names its type again.
 - **owner only**: only the engine that owns the observed session (holds its lease, see
   `agentwatch.runtime.leases`) resolves and arms its pairing; other engines leave it alone.
 
