@@ -277,3 +277,17 @@ async def test_a_person_takes_an_agent_over_and_hands_it_back(
         assert len(notes) == 2  # taken over, handed back
         again = await asyncio.to_thread(invoke, "hand-back", "helper", "--store", store_url)
         assert again.exit_code == 1
+
+
+def test_await_waits_for_a_paused_turn_whose_answer_no_engine_took_up_yet(
+    store_url: str, waiting: dict[str, str]
+) -> None:
+    """Once: an answered request left the session `awaiting_input` (word `working`) until an engine took it up,
+    and `await` returned at once as if the agent had settled. Its turn goes on: `await` waits for it."""
+    before = _json(invoke("await", "deployer", "--timeout", "5", "--json", "--store", store_url))
+    assert (before["word"], before["timedOut"]) == ("needs_you", False)
+    assert invoke("approve", "deployer", "--store", store_url).exit_code == 0
+    started = time.monotonic()
+    after = _json(invoke("await", "deployer", "--timeout", "1", "--json", "--store", store_url))
+    assert (after["status"], after["word"], after["timedOut"]) == ("awaiting_input", "working", True)
+    assert time.monotonic() - started >= 1

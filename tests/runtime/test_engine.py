@@ -212,6 +212,28 @@ async def test_approval_tools_run_only_when_approved(open_engine: OpenEngine, sc
         assert [(r.status, r.output) for r in results] == [("denied", "keep b")]
 
 
+async def test_a_wait_goes_on_while_an_answered_request_waits_for_an_engine_to_take_it_up(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: `wait` (and `agent_await`) returned at once for a turn paused on a request that was answered but
+    not yet taken up by an engine (`awaiting_input`, word `working`): the agent had not settled."""
+    ran: list[str] = []
+    delete_file, script = _deleter(ran)
+    model = scripted("deleter-taken-up", ScriptedModel(function=script))
+    definition = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(definition, tools=[delete_file]) as engine:
+        paused = await engine.task("cleaner", "a.txt", timeout=10)
+    async with open_engine(runs_turns=False, extensions=[]) as acting:
+        await acting.answer(paused["pendingHitl"]["hitlId"], True)
+        session, timed_out = await acting.wait(paused["agentId"], 0.3)
+        assert (session.status, timed_out, ran) == ("awaiting_input", True, [])
+        awaited = await acting.call_tool("agent_await", {"agentId": paused["agentId"], "timeoutMs": 300})
+        assert (awaited["word"], awaited["timedOut"]) == ("working", True)
+    async with open_engine(definition, tools=[delete_file]) as engine:
+        session, timed_out = await engine.wait(paused["agentId"], 10)
+        assert (session.status, timed_out, ran) == ("completed", False, ["a.txt"])
+
+
 async def test_an_approval_answer_that_gives_no_verdict_is_refused_and_the_call_waits(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -248,7 +248,8 @@ async def wait_until_settled(
 
     With `spinner` on a terminal, a line shows what it waits for and for how long (gone once it returns).
     """
-    from agentwatch.reads.current import is_settled, status_snapshot
+    from agentwatch.reads.current import status_snapshot
+    from agentwatch.runtime.plan import settled
 
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -257,13 +258,10 @@ async def wait_until_settled(
     with status or contextlib.nullcontext():
         while True:
             session = await reader.store.get_session(agent_id)
-            timed_out = loop.time() >= deadline
-            if is_settled(session) or timed_out:
+            done = await settled(reader.store, session)  # as an engine's own wait reads it
+            if done or loop.time() >= deadline:
                 return await status_snapshot(
-                    reader.store,
-                    session,
-                    stuck_after=reader.stuck_after(session.role),
-                    timed_out=not is_settled(session),
+                    reader.store, session, stuck_after=reader.stuck_after(session.role), timed_out=not done
                 )
             if status is not None:
                 waited = int(loop.time() - started)

@@ -63,8 +63,10 @@ class Plan:
 async def settled(store: Store, session: SessionRecord) -> bool:
     """Whether a wait on `session` is over: no turn runs and none would start now. Inputs no turn takes yet
     (observer reports kept for the next turn the session is given, inputs waiting while a person holds the
-    session) do not keep a wait going, as they do not keep the session from settling."""
-    if is_settled(session):
+    session) do not keep a wait going, as they do not keep the session from settling. A turn paused on requests
+    that are all answered is not settled: it goes on once an engine takes the answers up (its status word says
+    `working` meanwhile)."""
+    if is_settled(session) and not (session.status == "awaiting_input" and session.deleted_at is None):
         return True
     return session.status != "running" and await next_plan(store, session) is None
 
