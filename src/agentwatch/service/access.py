@@ -8,6 +8,8 @@
 - **Origins.** A request that names an `Origin` other than the service's own, or one of `allowed_origins`,
   is refused: CORS is closed by default, and this also stops cross-site WebSockets, which CORS does not
   cover. Tool calls must be `application/json`, so a cross-site form cannot make one without a preflight.
+- **The dashboard's page** (`/` and `/dashboard/...`) is served without a token: it holds no data, and asks
+  for the token before it shows any.
 - **Sizes.** A request body larger than `max_body_bytes` is refused with 413 before it is read in full.
 
 Every refusal is a structured error `{"error": {"code", "message"}}` (a WebSocket is accepted first, told
@@ -25,6 +27,7 @@ from typing import Any, Literal
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentwatch.service._wire import error, status_for
+from agentwatch.service.dashboard import is_page
 
 __all__ = ["ACCESS_KEY", "Access", "Guard", "ServiceSettings", "access_of", "is_loopback"]
 
@@ -125,6 +128,8 @@ class Guard:
             if not (is_loopback(hostname) or hostname in settings.extra_hosts):
                 return error("forbidden", f"this service answers only to loopback host names, not {host!r}"), "read"
             return None, "full"
+        if scope["type"] == "http" and is_page(scope["path"]):
+            return None, "read"  # the dashboard's page holds no data: what it shows, it asks for with the token
         presented = _presented_token(scope, headers)
         if presented is None:
             return error("unauthenticated", "pass the service's token as `Authorization: Bearer <token>`"), "read"

@@ -19,6 +19,7 @@ from agentwatch.service.access import Guard, ServiceSettings
 from agentwatch.service.api import call_tool_endpoint, callable_tools, json_error, list_tools_endpoint
 from agentwatch.service.attach import SendWatch, events_sse, events_websocket
 from agentwatch.service.broadcast import Broadcaster, shared_ring
+from agentwatch.service.dashboard import dashboard_routes
 from agentwatch.service.mcp import mcp_http_app, mcp_server
 from agentwatch.service.openapi import openapi_document
 
@@ -95,6 +96,7 @@ def create_app(
             Route("/api/agents/{id}/events", events_sse, methods=["GET"]),
             WebSocketRoute("/api/agents/{id}/events", events_websocket),
             Route("/mcp", mcp_app),
+            *dashboard_routes(),
         ],
         middleware=[Middleware(Guard, settings=settings)],
         exception_handlers={HTTPException: json_error, Exception: json_error},

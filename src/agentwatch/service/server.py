@@ -243,7 +243,9 @@ async def _serve_on(
                 await asyncio.sleep(0.01)
             if server.started:
                 shown = f"[{host}]" if ":" in host else host
-                say(f"agentwatch serving on http://{shown}:{bound_port(server)} (store {hide_password(config.store)})")
+                url = f"http://{shown}:{bound_port(server)}"
+                say(f"agentwatch serving on {url} (store {hide_password(config.store)})")
+                say(f"dashboard {url}/ · tools {url}/api/tools · MCP {url}/mcp")
                 found = _announce(config, host, bound_port(server), token_needed=not settings.open)
             await serving
         finally:

@@ -1,0 +1,193 @@
+"""The dashboard in a real browser (Chromium, driven by Playwright) against a real service on a socket: the
+page lists the agents, watches one live, and acts through the service's API as a person would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from agentwatch.events import ToolResult
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.service import ServiceSettings, create_app
+from agentwatch.store import SessionFilter
+from tests.conftest import IN_CI
+from tests.service.support import role, served
+
+playwright_api = pytest.importorskip("playwright.async_api")
+expect = playwright_api.expect
+TOKEN = "dashboard-test-token"
+WAIT_MS = 10_000
+
+
+def _chromium() -> str:
+    found = os.environ.get("AGENTWATCH_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    message = "the dashboard's browser tests need Chromium (apt-get install chromium, or set AGENTWATCH_TEST_CHROMIUM)"
+    if IN_CI:
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    executable = _chromium()
+    async with playwright_api.async_playwright() as driver:
+        launched = await driver.chromium.launch(
+            executable_path=executable,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def _page(browser: Any, url: str) -> tuple[Any, list[str]]:
+    """A new page at `url`, and the list its script errors land in (a test ends by asserting it is empty)."""
+    page = await browser.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # the Stop button's confirm()
+    await page.goto(url)
+    return page, problems
+
+
+def _cleaner(ran: list[str]) -> tuple[Any, Any]:
+    """A `delete_file` tool that needs approval, and a script that calls it on the prompt, then says so."""
+
+    def delete_file(path: str) -> str:
+        ran.append(path)
+        return f"deleted {path}"
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("delete_file", {"path": ctx.prompt})
+        return Reply(f"Done: {ctx.tool_results[0].output}")
+
+    return delete_file, script
+
+
+async def test_a_person_sees_what_waits_on_them_and_answers_it_from_the_page(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    ran: list[str] = []
+    delete_file, script = _cleaner(ran)
+    model = scripted("dashboard-cleaner", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with (
+        open_engine(cleaner, tools=[delete_file]) as engine,
+        served(create_app(engine, ServiceSettings(token=TOKEN))) as base,
+    ):
+        paused = await engine.task("cleaner", "a.txt", timeout=10)
+        agent_id = paused["agentId"]
+        page, problems = await _page(browser, f"{base}/#token={TOKEN}")
+        assert "#token" not in page.url  # taken off the address bar, kept in the tab
+
+        row = page.locator(f'#agents tr[data-id="{agent_id}"]')
+        await expect(row).to_contain_text("needs you", timeout=WAIT_MS)
+        await expect(row).to_contain_text("approve delete_file(path='a.txt')")
+        await expect(page.locator('#words [data-word="needs_you"]')).to_have_text("needs you 1")
+
+        await row.click()
+        needs = page.locator("#needs")
+        await expect(needs).to_contain_text("Needs you: approve delete_file(path='a.txt')", timeout=WAIT_MS)
+        await expect(page.locator("#log")).to_contain_text("delete_file")
+        await needs.get_by_role("button", name="Approve").click()
+
+        log = page.locator("#log")
+        await expect(log).to_contain_text("Done: deleted a.txt", timeout=WAIT_MS)
+        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+        await expect(needs).to_be_hidden()
+        assert ran == ["a.txt"]
+
+        # A message for its next turn, from the page: the turn asks again, and is denied with a note.
+        await page.locator("#send textarea").fill("b.txt")
+        await page.locator("#send button").click()
+        await expect(needs).to_contain_text("approve delete_file(path='b.txt')", timeout=WAIT_MS)
+        await needs.get_by_role("textbox").fill("keep b")
+        await needs.get_by_role("button", name="Deny").click()
+        await expect(log).to_contain_text("keep b", timeout=WAIT_MS)
+        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+        results = [e.payload for e in await engine.store.read_events(agent_id, limit=1000)]
+        denied = [(r.status, r.output) for r in results if isinstance(r, ToolResult) and r.status == "denied"]
+        assert ran == ["a.txt"] and denied == [("denied", "keep b")]
+        assert problems == []
+
+
+async def test_the_page_asks_for_the_token_and_shows_nothing_without_it(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    model = scripted("dashboard-helper", ScriptedModel.replying("All done."))
+    async with (
+        open_engine(role("helper", model)) as engine,
+        served(create_app(engine, ServiceSettings(token=TOKEN))) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        done = await engine.task("helper", "go", timeout=10)
+        page_response = await http.get("/")
+        assert page_response.status_code == 200 and "text/html" in page_response.headers["content-type"]
+        assert "frame-ancestors 'none'" in page_response.headers["content-security-policy"]
+        assert (await http.post("/api/tools/agent_list", json={})).status_code == 401  # the data still needs it
+        assert (await http.get("/dashboard/missing.js")).json()["error"]["code"] == "not_found"
+
+        page = await browser.new_page()
+        await page.goto(base)
+        login = page.locator("#login")
+        await expect(login).to_be_visible(timeout=WAIT_MS)
+        await expect(page.locator("#agents tbody tr")).to_have_count(0)
+        await login.locator("input").fill(TOKEN)
+        await login.get_by_role("button", name="Connect").click()
+        await expect(page.locator(f'#agents tr[data-id="{done["agentId"]}"]')).to_contain_text("done", timeout=WAIT_MS)
+
+
+async def test_a_person_starts_an_agent_watches_it_work_and_stops_it(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    release = asyncio.Event()
+
+    async def wait_for_release() -> str:
+        await release.wait()
+        return "released"
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("wait_for_release", {})
+        return Reply("Finished after the wait.")
+
+    model = scripted("dashboard-waiter", ScriptedModel(function=script))
+    waiter = role("waiter", model, tools=("wait_for_release",))
+    async with (
+        open_engine(waiter, tools=[wait_for_release]) as engine,
+        served(create_app(engine)) as base,  # no token: a loopback service
+    ):
+        page, problems = await _page(browser, base)
+        await expect(page.locator("#agents-empty")).to_contain_text("No agents yet", timeout=WAIT_MS)
+        await page.locator("#new-agent summary").click()
+        await page.locator('#create input[name="role"]').fill("waiter")
+        await page.locator('#create textarea[name="prompt"]').fill("wait, then finish")
+        await page.locator("#create button").click()
+
+        await expect(page.locator("#d-word")).to_have_text("working", timeout=WAIT_MS)
+        await expect(page.locator("#log")).to_contain_text("wait_for_release", timeout=WAIT_MS)
+        (session,) = (await engine.store.list_sessions(SessionFilter())).items
+        await page.locator("#stop").click()  # (its confirm() is accepted)
+        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+        await expect(page.locator("#log")).to_contain_text("turn cancelled", timeout=WAIT_MS)
+        assert (await engine.store.get_session(session.id)).status == "cancelled"
+        assert problems == []
+
+        # A role that does not exist: the service's own message, on the page.
+        await page.locator("#new-agent summary").click()
+        await page.locator('#create input[name="role"]').fill("nobody")
+        await page.locator('#create textarea[name="prompt"]').fill("anything")
+        await page.locator("#create button").click()
+        await expect(page.locator("#toast")).to_contain_text("nobody", timeout=WAIT_MS)
+        assert [p for p in problems if "404" not in p] == []  # (the browser logs the refused call's status)
