@@ -27,6 +27,7 @@ from agentwatch.store import (
     RequestClose,
     RequestDraft,
     RunDraft,
+    RunFilter,
     RunPatch,
     SessionDraft,
     SessionFilter,
@@ -682,6 +683,59 @@ async def test_runs_spans_and_journal(store: Store) -> None:
         await store.update_span("spn_nope", SpanPatch(status="x"))
     with pytest.raises(InvalidArgument):
         await store.read_journal(run.id, limit=0)
+
+
+async def test_runs_listed_newest_first_and_what_their_turns_billed(store: Store) -> None:
+    first = await store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
+    other = await store.create_run(RunDraft(kind="heartbeat", entity="heartbeat:digest"))
+    second = await store.create_run(RunDraft(kind="workflow", entity="workflow:report", status="completed"))
+    assert [r.id for r in await store.list_runs(RunFilter())] == [second.id, other.id, first.id]
+    assert [r.id for r in await store.list_runs(RunFilter(entity="workflow:report"))] == [second.id, first.id]
+    assert [r.id for r in await store.list_runs(RunFilter(kind="heartbeat"))] == [other.id]
+    assert [r.id for r in await store.list_runs(RunFilter(status=("completed",)))] == [second.id]
+    assert [r.id for r in await store.list_runs(RunFilter(started_before=second.started_at))] == [other.id, first.id]
+    page = await store.list_runs(RunFilter(), limit=2)
+    rest = await store.list_runs(RunFilter(), limit=2, after=(page[-1].started_at, page[-1].id))
+    assert [r.id for r in page + rest] == [second.id, other.id, first.id]
+
+    session = await store.create_session(SessionDraft(name="researcher", role="researcher", run_id=first.id))
+    at = datetime.now(UTC)
+    billed = [
+        UsageEntry(
+            turn_id="trn_a", run_id=first.id, role="researcher", usage=Usage(input_tokens=10, cost_usd=0.5), at=at
+        ),
+        UsageEntry(
+            turn_id="trn_a",
+            run_id=first.id,
+            role="researcher",
+            usage=Usage(output_tokens=5),
+            at=at + timedelta(seconds=2),
+        ),
+        UsageEntry(
+            turn_id="trn_b",
+            run_id=first.id,
+            role="researcher",
+            usage=Usage(input_tokens=1),
+            at=at + timedelta(seconds=3),
+        ),
+        UsageEntry(turn_id="trn_c", run_id=other.id, usage=Usage(input_tokens=100)),
+    ]
+    await store.write(Write(session.id, usage=billed))
+    turns = await store.run_usage(first.id)
+    assert [(t.turn_id, t.usage.total_tokens, t.usage.cost_usd, t.role) for t in turns] == [
+        ("trn_a", 15, 0.5, "researcher"),
+        ("trn_b", 1, None, "researcher"),
+    ]
+    assert (turns[0].first_at, turns[0].last_at) == (at, at + timedelta(seconds=2))
+    assert await store.run_usage("run_nope") == []
+    totals = await store.run_totals([first.id, other.id, second.id])
+    assert {k: (v.total_tokens, v.cost_usd) for k, v in totals.items()} == {
+        first.id: (16, 0.5),
+        other.id: (100, None),
+        second.id: (0, None),
+    }
+    with pytest.raises(InvalidArgument):
+        await store.list_runs(RunFilter(), limit=0)
 
 
 async def test_info_reports_schema_and_sizes(store: Store, backend: str) -> None:

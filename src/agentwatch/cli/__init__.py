@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prompt": ("agentwatch.cli.reads:prompt", "Show the exact prompt a turn was dispatched with."),
     "mcp": ("agentwatch.cli.serve:mcp", "Serve the tools as an MCP server on stdin/stdout."),
     "run": ("agentwatch.cli.run:run", "Run an agent on a prompt and stream its turn."),
+    "runs": ("agentwatch.cli.runs:runs", "Runs (workflows, heartbeat ticks): list, trace, compare, history."),
     "send": ("agentwatch.cli.act:send", "Queue input for an agent's next turn."),
     "serve": ("agentwatch.cli.serve:serve", "Run the engine as a service: HTTP tools, live attach and MCP."),
     "stop": ("agentwatch.cli.act:stop", "Stop an agent's turn (it ends cancelled)."),
@@ -113,7 +114,7 @@ def cli() -> None:
 
 SHORT_COMMANDS = frozenset(
     {"agents", "answer", "approve", "db", "delete", "deny", "escalate", "export", "get", "hand-back", "history"}
-    | {"ls", "prompt", "send", "stop", "summary", "take-over"}
+    | {"ls", "prompt", "runs", "send", "stop", "summary", "take-over"}
 )
 """Commands that end as soon as they have done one thing. The `agentwatch` process runs them with the cyclic
 garbage collector off: it would pause a few times while the command imports what it needs, with nothing to

@@ -118,6 +118,62 @@ def _agent_export() -> Tool:
     )
 
 
+def _run_list() -> Tool:
+    from agentwatch.reads.runs import RunListAnswer, RunListArgs, run_list
+
+    return typed_tool(
+        "run_list",
+        "List runs (workflow runs, heartbeat ticks, hook fires), newest first; filter by entity, kind, status; "
+        "page with nextCursor.",
+        run_list,
+        args=RunListArgs,
+        answer=RunListAnswer,
+        reads_only=True,
+    )
+
+
+def _run_trace() -> Tool:
+    from agentwatch.reads.runs import TraceAnswer, TraceArgs, run_trace
+
+    return typed_tool(
+        "run_trace",
+        "A run's spans: phases, tasks and their attempts, back-offs, the requests it waited on and the turns its "
+        "agents billed, with status, times and cost; honesty says what the trace cannot show.",
+        run_trace,
+        args=TraceArgs,
+        answer=TraceAnswer,
+        reads_only=True,
+    )
+
+
+def _run_compare() -> Tool:
+    from agentwatch.reads.runs import CompareAnswer, CompareArgs, run_compare
+
+    return typed_tool(
+        "run_compare",
+        "Compare a run with another (default: the previous finished run of the same entity): deltas, spans "
+        "aligned by label path, input changes leaf by leaf, brain sha.",
+        run_compare,
+        args=CompareArgs,
+        answer=CompareAnswer,
+        reads_only=True,
+    )
+
+
+def _run_history() -> Tool:
+    from agentwatch.reads.runs import HistoryArgs, RunHistoryAnswer, run_history
+
+    return typed_tool(
+        "run_history",
+        "A run's log, newest page first (each page oldest first): its agents' events, its pipeline (the run and "
+        "its spans starting and ending) and its journal; narrow by source, agentId or q; nextCursor reads older.",
+        run_history,
+        args=HistoryArgs,
+        answer=RunHistoryAnswer,
+        reads_only=True,
+    )
+
+
 _READ_TOOLS: dict[str, Callable[[], Tool]] = {
     "agent_list": _agent_list,
     "agent_summary": _agent_summary,
@@ -126,6 +182,10 @@ _READ_TOOLS: dict[str, Callable[[], Tool]] = {
     "agent_tail": _agent_tail,
     "agent_prompt": _agent_prompt,
     "agent_export": _agent_export,
+    "run_list": _run_list,
+    "run_trace": _run_trace,
+    "run_compare": _run_compare,
+    "run_history": _run_history,
 }
 """Tool name → what builds it, in the order `read_tools` lists them."""
 
@@ -139,5 +199,6 @@ def read_tool(name: str) -> Tool:
 
 
 def read_tools() -> list[Tool]:
-    """`agent_list`, `agent_summary`, `agent_get`, `agent_history`, `agent_tail`, `agent_prompt`, `agent_export`."""
+    """`agent_list`, `agent_summary`, `agent_get`, `agent_history`, `agent_tail`, `agent_prompt`, `agent_export`,
+    and the run reads `run_list`, `run_trace`, `run_compare`, `run_history`."""
     return [build() for build in _READ_TOOLS.values()]

@@ -40,6 +40,7 @@ from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
+from agentwatch.runtime.runs import Run, start_run
 from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.tools import builtin_tools
@@ -405,6 +406,20 @@ class Engine:
         await self.enqueue(session.id, prompt)
         session, timed_out = await self.wait(session.id, timeout)
         return await self.snapshot(session, timed_out=timed_out)
+
+    def run(
+        self, name: str, *, kind: str = "workflow", input: JsonValue = None, brain_sha: str | None = None
+    ) -> contextlib.AbstractAsyncContextManager[Run]:
+        """Record a run of `name`, its phases and its tasks (agent sessions of the run), for the run reads
+        (`run_trace`, `run_compare`, `run_history`); see `agentwatch.runtime.runs`:
+
+        ```python
+        async with engine.run("report", input={"topic": "tides"}) as run:
+            async with run.span("Research") as research:
+                found = await research.task("researcher", "Collect sources", attempts=3)
+        ```
+        """
+        return start_run(self, name, kind=kind, input=input, brain_sha=brain_sha)
 
     async def stop(self, session_id: str, *, by: str = "a person") -> bool:
         """Stop the session's turn (it ends `cancelled`); returns whether there was one to stop.

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TypeVar
 
-from agentwatch.events import new_id
+from agentwatch.events import Usage, new_id
 from agentwatch.store._sql import (
     Tx,
+    aware,
     check_limit,
     from_row,
+    in_list,
 )
 from agentwatch.store._sqlbase import (
     JOURNAL_COLUMNS,
@@ -18,19 +22,23 @@ from agentwatch.store._sqlbase import (
     RUN_JSON,
     SPAN_COLUMNS,
     SPAN_JSON,
+    USAGE_SUMS,
     SqlBase,
     patch_fields,
     select,
+    usage_from_sums,
     utc_now,
 )
 from agentwatch.store.records import (
     JournalEntry,
     RunDraft,
+    RunFilter,
     RunPatch,
     RunRecord,
     SpanDraft,
     SpanPatch,
     SpanRecord,
+    TurnUsage,
 )
 
 __all__ = ["RunMethods"]
@@ -72,6 +80,66 @@ class RunMethods(SqlBase):
             return await self._run(tx, run_id)
 
         return await self._write(update)
+
+    async def list_runs(
+        self, where: RunFilter, *, limit: int = 50, after: tuple[datetime, str] | None = None
+    ) -> list[RunRecord]:
+        """Runs matching `where`, newest first (by start, then id); `after`: the (started_at, id) of the last run
+        of the previous page."""
+        check_limit(limit, LIST_LIMIT)
+        time = self._dialect.time_param
+        conditions: list[str] = []
+        params: list[Any] = []
+        for column in ("entity", "kind"):
+            if (value := getattr(where, column)) is not None:
+                conditions.append(f"{column} = ?")
+                params.append(value)
+        if where.status is not None:
+            condition, values = in_list("status", list(where.status))
+            conditions.append(condition)
+            params += values
+        if where.started_before is not None:
+            conditions.append("started_at < ?")
+            params.append(time(aware(where.started_before)))
+        if after is not None:
+            conditions.append("(started_at < ? OR (started_at = ? AND id < ?))")
+            params += [time(aware(after[0])), time(aware(after[0])), after[1]]
+        sql = select(RUN_COLUMNS, "runs")
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [*params, limit]))
+        return [from_row(RunRecord, RUN_COLUMNS, row, RUN_JSON) for row in rows]
+
+    async def run_usage(self, run_id: str) -> list[TurnUsage]:
+        """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""
+        sql = (
+            f"SELECT session_id, turn_id, MIN(role), MIN(model), MIN(at), MAX(at), {USAGE_SUMS} FROM usage_ledger "
+            "WHERE run_id = ? GROUP BY session_id, turn_id ORDER BY MIN(at), session_id"
+        )
+        rows = await self._read(lambda tx: tx.fetch(sql, [run_id]))
+        return [
+            TurnUsage(
+                session_id=row[0],
+                turn_id=row[1],
+                role=row[2],
+                model=row[3],
+                first_at=_moment(row[4]),
+                last_at=_moment(row[5]),
+                usage=usage_from_sums(row[6:]),
+            )
+            for row in rows
+        ]
+
+    async def run_totals(self, run_ids: Sequence[str]) -> dict[str, Usage]:
+        """What each run billed in all, from the spend ledger (a run that billed nothing: zero)."""
+        wanted = list(dict.fromkeys(run_ids))
+        condition, params = in_list("run_id", wanted)
+        sql = f"SELECT run_id, {USAGE_SUMS} FROM usage_ledger WHERE {condition} GROUP BY run_id"
+        rows = await self._read(lambda tx: tx.fetch(sql, params))
+        totals = {run_id: Usage() for run_id in wanted}
+        totals.update({row[0]: usage_from_sums(row[1:]) for row in rows})
+        return totals
 
     async def open_span(self, draft: SpanDraft) -> SpanRecord:
         """Record a span of a run."""
@@ -124,3 +192,8 @@ class RunMethods(SqlBase):
         sql = f"{select(JOURNAL_COLUMNS, 'journal')} WHERE run_id = ? ORDER BY at, id LIMIT ?"
         rows = await self._read(lambda tx: tx.fetch(sql, [run_id, limit]))
         return [from_row(JournalEntry, JOURNAL_COLUMNS, row, JOURNAL_JSON) for row in rows]
+
+
+def _moment(value: Any) -> datetime:
+    """A time an aggregate returned: text on SQLite, a datetime on PostgreSQL."""
+    return aware(value if isinstance(value, datetime) else datetime.fromisoformat(value))

@@ -35,6 +35,7 @@ from agentwatch.store.records import (
     RequestRecord,
     RequestStatus,
     RunDraft,
+    RunFilter,
     RunPatch,
     RunRecord,
     SessionDraft,
@@ -49,12 +50,13 @@ from agentwatch.store.records import (
     SpanRecord,
     StateCount,
     StoreInfo,
+    TurnUsage,
     Write,
 )
 
 __all__ = ["SCHEMA_VERSION", "EventValues", "RunStore", "Store"]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 
@@ -88,6 +90,18 @@ class RunStore(Protocol):
 
     async def update_span(self, span_id: str, patch: SpanPatch) -> SpanRecord:
         """Change a span (end it, set its cost)."""
+
+    async def list_runs(
+        self, where: RunFilter, *, limit: int = 50, after: tuple[datetime, str] | None = None
+    ) -> list[RunRecord]:
+        """Runs matching `where`, newest first (by start, then id); `after`: the (started_at, id) of the last run
+        of the previous page."""
+
+    async def run_usage(self, run_id: str) -> list[TurnUsage]:
+        """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""
+
+    async def run_totals(self, run_ids: Sequence[str]) -> dict[str, Usage]:
+        """What each run billed in all, from the spend ledger (a run that billed nothing: zero)."""
 
     async def list_spans(self, run_id: str) -> list[SpanRecord]:
         """A run's spans in start order."""

@@ -26,6 +26,7 @@ __all__ = [
     "RequestRecord",
     "RequestStatus",
     "RunDraft",
+    "RunFilter",
     "RunPatch",
     "RunRecord",
     "SessionClause",
@@ -42,6 +43,7 @@ __all__ = [
     "SpanRecord",
     "StateCount",
     "StoreInfo",
+    "TurnUsage",
     "UsageEntry",
     "Write",
 ]
@@ -475,6 +477,34 @@ class SpanPatch(BaseModel):
     ended_at: AwareDatetime | None = None
     cost_usd: float | None = None
     tokens: int | None = None
+
+
+class RunFilter(BaseModel):
+    """Which runs to list (every field ANDed; None: any)."""
+
+    model_config = _FROZEN
+
+    entity: str | None = None
+    kind: str | None = None
+    status: tuple[str, ...] | None = None
+    started_before: AwareDatetime | None = None
+    """Only runs that started before this moment (the runs before another one of the same entity)."""
+
+
+class TurnUsage(BaseModel):
+    """What one turn of one session billed to a run, from the spend ledger (it outlives the session)."""
+
+    model_config = _FROZEN
+
+    session_id: str
+    turn_id: str | None
+    role: str | None
+    model: str | None
+    first_at: AwareDatetime
+    """When its first model request was billed."""
+    last_at: AwareDatetime
+    """When its last one was."""
+    usage: Usage
 
 
 class JournalEntry(BaseModel):

@@ -1,0 +1,253 @@
+"""`agentwatch runs`: the run reads (`run_list`, `run_trace`, `run_compare`, `run_history`) on the command line.
+
+Each subcommand calls its tool exactly as an agent would (through a running service when there is one, else on
+the store, read-only); `--json` prints the tool's dict and nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from agentwatch.cli._common import json_option, print_json, store_option
+from agentwatch.cli.remote import read as call_tool
+from agentwatch.cli.remote import server_option
+
+__all__ = ["runs"]
+
+
+@click.group("runs", short_help="Runs (workflows, heartbeat ticks): list, trace, compare, history.")
+def runs() -> None:
+    """Runs: a workflow's phases and tasks (`engine.run` in Python), a heartbeat tick, a hook fire. They are read
+    from what outlives their agents (the run, its spans and journal, the spend ledger).
+
+    \b
+    Examples:
+      agentwatch runs ls --entity workflow:report
+      agentwatch runs trace run_...          the spans: phases, tasks, attempts, waits, turns, cost
+      agentwatch runs compare run_...        against the previous finished run of the same entity
+      agentwatch runs history run_... -q error
+    """
+
+
+@runs.command("ls", short_help="List runs, newest first.")
+@click.option("--entity", help="Runs of one entity: workflow:report, heartbeat:digest.")
+@click.option("--kind", help="workflow, pipeline, heartbeat, hook, ...")
+@click.option("--status", multiple=True, help="Status (repeatable): running, completed, failed, skipped, ...")
+@click.option("--limit", default=20, show_default=True, help="Runs per page (1..100).")
+@click.option("--cursor", help="The cursor a previous page printed.")
+@store_option
+@server_option
+@json_option
+def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | None, status: tuple[str, ...],
+       limit: int, cursor: str | None) -> None:  # fmt: skip
+    """List runs, newest first (the `run_list` tool).
+
+    \b
+    Example:
+      agentwatch runs ls --entity workflow:report --status failed
+    """
+    args: dict[str, Any] = {"limit": limit}
+    for name, value in (("entity", entity), ("kind", kind), ("cursor", cursor)):
+        if value is not None:
+            args[name] = value
+    if status:
+        args["status"] = list(status)
+    flags = {"entity": "--entity", "kind": "--kind", "status": "--status", "limit": "--limit", "cursor": "--cursor"}
+    answer = call_tool(store_url, "run_list", args, flags)
+    if as_json:
+        print_json(answer)
+        return
+    from rich.markup import escape  # (a command's --help loads no rich)
+
+    from agentwatch.cli._table import print_note, print_table
+    rows = [
+        [run["id"], escape(run["entity"] or run["kind"]), _status(run["status"]), run["startedAt"][:19],
+         _duration(run["durationMs"]), _spend(run)]
+        for run in answer["runs"]
+    ]  # fmt: skip
+    if not rows:
+        print_note("[dim]no runs[/]")
+        return
+    print_table(["RUN", "ENTITY", "STATUS", "STARTED", "TOOK", "SPENT"], rows, box=None, header_style="bold")
+    if answer["nextCursor"]:
+        print_note(f"[dim]more: --cursor {answer['nextCursor']}[/]")
+
+
+@runs.command("trace", short_help="A run's spans: phases, tasks, attempts, waits, turns, cost.")
+@click.argument("run_id", metavar="RUN")
+@store_option
+@server_option
+@json_option
+def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
+    """A run's spans as a tree (the `run_trace` tool): phases and tasks with their attempts and back-offs, the
+    requests its agents waited on and the turns they billed, each with its status, time and cost.
+
+    \b
+    Example:
+      agentwatch runs trace run_01...
+    """
+    answer = call_tool(store_url, "run_trace", {"id": run_id}, {"id": "RUN"})
+    if as_json:
+        print_json(answer)
+        return
+    from rich.markup import escape  # (a command's --help loads no rich)
+
+    from agentwatch.cli._common import console
+    from agentwatch.cli._table import print_note
+    run = answer["run"]
+    console.print(
+        f"[bold]{escape(run['entity'] or run['kind'])}[/] [dim]{run['id']}[/]  {_status(run['status'])}  "
+        f"{_duration(run['durationMs'])}  {_spend(run)}"
+    )
+    if run["statusReason"] and run["status"] != "completed":
+        console.print(f"  [red]{escape(run['statusReason'])}[/]")
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for span in answer["spans"]:
+        children.setdefault(span["parentSpanId"], []).append(span)
+
+    def show(parent: str | None, depth: int) -> None:
+        for span in children.get(parent, []):
+            attempt = f" (attempt {span['attempt']}/{span['attempts']})" if span["attempts"] > 1 else ""
+            console.print(
+                f"{'  ' * (depth + 1)}[dim]{span['kind']}[/] {escape(span['label'])}{attempt}  "
+                f"{_status(span['status'])}  {_duration(span['durationMs'])}  {_spend(span)}",
+                soft_wrap=True,
+            )
+            show(span["id"], depth + 1)
+
+    show(None, 0)
+    honesty = answer["honesty"]
+    if honesty["reapedAgents"]:
+        print_note(
+            f"[dim]reaped agents (timing and cost kept, transcript gone): {', '.join(honesty['reapedAgents'])}[/]"
+        )
+    if honesty["costCoverage"] == "partial":
+        print_note("[dim]cost coverage partial: the ledger no longer holds all the run billed[/]")
+    if honesty["truncated"]:
+        print_note("[dim]more turns than a trace draws[/]")
+
+
+@runs.command("compare", short_help="Compare a run with the previous one of its entity (or --against).")
+@click.argument("run_id", metavar="RUN")
+@click.option("--against", help="The run to compare with (default: the previous finished run of the same entity).")
+@store_option
+@server_option
+@json_option
+def compare(run_id: str, against: str | None, store_url: str | None, as_json: bool) -> None:
+    """What changed between two runs (the `run_compare` tool): time, cost, status, the spans aligned by their
+    label path, the inputs leaf by leaf, the brain sha.
+
+    \b
+    Example:
+      agentwatch runs compare run_01... --against run_01...
+    """
+    args: dict[str, Any] = {"id": run_id} | ({"against": against} if against else {})
+    answer = call_tool(store_url, "run_compare", args, {"id": "RUN", "against": "--against"})
+    if as_json:
+        print_json(answer)
+        return
+    from rich.markup import escape  # (a command's --help loads no rich)
+
+    from agentwatch.cli._common import console
+    from agentwatch.cli._table import print_note, print_table
+    if answer["against"] is None:
+        print_note("[dim]nothing to compare with: no earlier finished run of the same entity[/]")
+        return
+    deltas = answer["deltas"]
+    console.print(
+        f"[bold]{answer['run']['id']}[/] against [bold]{answer['against']['id']}[/]: "
+        f"time {_signed(deltas['durationMs'], 'ms')}, tokens {_signed(deltas['tokens'], '')}, "
+        f"cost {_signed(deltas['costUsd'], '$')}, status {escape(deltas['status'])}"
+    )
+    rows = [[escape(span["path"]), _side(span["this"]), _side(span["that"])] for span in answer["spans"]]
+    if rows:
+        print_table(["SPAN", "THIS RUN", "THAT RUN"], rows, box=None, header_style="bold")
+    for change in answer["input"]:
+        console.print(f"[dim]input[/] {escape(change['path'])}: {change['that']!r} → {change['this']!r}")
+    if answer["brainSha"] and answer["brainSha"]["changed"]:
+        console.print(f"[dim]brain[/] {answer['brainSha']['that']} → {answer['brainSha']['this']}")
+
+
+@runs.command("history", short_help="A run's log: its agents, pipeline and journal, newest page first.")
+@click.argument("run_id", metavar="RUN")
+@click.option("--source", multiple=True, type=click.Choice(["agent", "pipeline", "journal"]), help="Only these logs.")
+@click.option("--agent", "agent_id", help="Only the events of this agent of the run (and what it spawned).")
+@click.option("-q", "query", help="Only entries whose text or type holds this.")
+@click.option("--limit", default=50, show_default=True, help="Entries per page (1..200).")
+@click.option("--cursor", help="The cursor a previous page printed (reads further back).")
+@store_option
+@server_option
+@json_option
+def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: str | None, limit: int,
+            cursor: str | None, store_url: str | None, as_json: bool) -> None:  # fmt: skip
+    """A run's log (the `run_history` tool): its agents' events, the run and its spans starting and ending, and
+    its journal (retries, notes), in one order; the newest page first.
+
+    \b
+    Example:
+      agentwatch runs history run_01... --agent researcher-x1y2z3 -q error
+    """
+    args: dict[str, Any] = {"id": run_id, "limit": limit}
+    for name, value in (("agentId", agent_id), ("q", query), ("cursor", cursor)):
+        if value is not None:
+            args[name] = value
+    if source:
+        args["source"] = list(source)
+    flags = {
+        "id": "RUN",
+        "agentId": "--agent",
+        "q": "-q",
+        "limit": "--limit",
+        "cursor": "--cursor",
+        "source": "--source",
+    }
+    answer = call_tool(store_url, "run_history", args, flags)
+    if as_json:
+        print_json(answer)
+        return
+    from rich.markup import escape  # (a command's --help loads no rich)
+
+    from agentwatch.cli._table import print_note, print_table
+    rows = [
+        [entry["at"][11:19], entry["source"], escape(entry["title"] or entry["type"]),
+         escape((entry["detail"] or "").replace("\n", " ")[:120])]
+        for entry in answer["entries"]
+    ]  # fmt: skip
+    print_table(["AT", "SOURCE", "WHAT", "DETAIL"], rows, box=None, header_style="bold")
+    if answer["nextCursor"]:
+        print_note(f"[dim]older: --cursor {answer['nextCursor']}[/]")
+
+
+def _status(status: str) -> str:
+    from rich.markup import escape
+
+    color = {"completed": "green", "failed": "red", "timed_out": "red", "running": "cyan"}.get(status, "yellow")
+    return f"[{color}]{escape(status)}[/]"
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "[cyan]running[/]"
+    return f"{ms / 1000:.1f} s" if ms < 120_000 else f"{ms / 60_000:.1f} min"
+
+
+def _spend(item: dict[str, Any]) -> str:
+    cost = f" ${item['costUsd']:.4f}" if item.get("costUsd") is not None else ""
+    return f"{item['tokens']:,} tokens{cost}"
+
+
+def _signed(value: float | int | None, unit: str) -> str:
+    if value is None:
+        return "?"
+    if unit == "$":
+        return f"{value:+.4f} $"
+    return f"{value:+,}{(' ' + unit) if unit else ''}"
+
+
+def _side(side: dict[str, Any] | None) -> str:
+    if side is None:
+        return "[dim]-[/]"
+    attempts = f", {side['attempts']} attempts" if side["attempts"] > 1 else ""
+    return f"{_status(side['status'])} {_duration(side['durationMs'])}{attempts}"

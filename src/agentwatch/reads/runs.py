@@ -1,0 +1,669 @@
+"""The run reads: `run_list`, `run_trace`, `run_compare`, `run_history`.
+
+A run (a workflow run, a heartbeat tick, a hook fire: see `agentwatch.runtime.runs`) is read from what outlives
+its agents: its row, its spans and journal, and the spend ledger. What its agents' sessions still hold (their
+requests, their events) is added while they exist; `honesty` says what a trace can no longer show.
+
+- `run_trace {id}`: the spans of the run (phases, tasks and their attempts, back-offs), every request its agents
+  waited on (`hitl_wait`) and every turn its agents billed (`turn`; a sub-agent's under the task of the agent
+  that spawned it). A span's cost is its turns' (the run's cost is all of them); a task's cost is the one it
+  recorded when the ledger holds less (`costCoverage: "partial"`).
+- `run_compare {id, against?}`: deltas with another run, by default the previous finished run of the same entity;
+  the spans aligned by their label path (`Research / Collect sources`), the inputs leaf by leaf, the brain sha.
+- `run_history {id, source?, agentId?, q?, cursor?, limit}`: the run's log, newest page first and each page
+  oldest first: its agents' events (as `agent_tail` shows them), its pipeline (the run and its spans starting
+  and ending) and its journal (retries, notes), in one order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, JsonValue
+
+from agentwatch.errors import InvalidArgument
+from agentwatch.events import PageCursor, TurnEnded, query_digest
+from agentwatch.reads._args import field_named
+from agentwatch.reads._view import EngineView
+from agentwatch.reads.tail import project
+from agentwatch.store import RunFilter, RunRecord, SessionFilter, SessionRecord, SpanRecord, TurnUsage
+from agentwatch.tools import Answer, Args, Caller, Cursor, Id, Name
+
+__all__ = [
+    "CompareAnswer",
+    "CompareArgs",
+    "HistoryArgs",
+    "RunHistoryAnswer",
+    "RunListAnswer",
+    "RunListArgs",
+    "TraceAnswer",
+    "TraceArgs",
+    "run_compare",
+    "run_history",
+    "run_list",
+    "run_trace",
+]
+
+FINISHED = ("completed", "failed", "cancelled", "timed_out", "skipped")
+"""The statuses of a run that is over."""
+MAX_TURNS = 1000
+"""Turn spans a trace draws at most (`honesty.truncated` beyond)."""
+MAX_EVENTS = 20_000
+"""Events of a run's agents that `run_history` reads at most (`truncated` beyond)."""
+_SOURCES = ("agent", "pipeline", "journal")
+_SOURCE_ORDER = {source: index for index, source in enumerate(_SOURCES)}
+_ALIGNED = ("phase", "task", "step")
+"""The spans `run_compare` aligns (turns, waits and back-offs differ from run to run by nature)."""
+
+
+# -- answers ------------------------------------------------------------------------------------------
+
+
+class RunSummary(Answer):
+    """A run as every run read shows it."""
+
+    id: str
+    kind: str
+    entity: str | None
+    status: str
+    status_reason: str | None
+    started_at: str
+    ended_at: str | None = Field(description="Null while it runs.")
+    duration_ms: int | None
+    cost_usd: float | None = Field(description="What its turns billed, from the spend ledger; null: no price known.")
+    tokens: int
+    input: JsonValue
+    error: JsonValue
+    parent_run_id: str | None
+    brain_sha: str | None
+
+
+class RunListArgs(Args):
+    """Arguments of `run_list`."""
+
+    entity: Name | None = Field(None, description="Runs of one entity: 'workflow:report', 'heartbeat:digest'.")
+    kind: Name | None = Field(None, description="workflow, heartbeat, hook, ...")
+    status: list[Name] | None = Field(None, max_length=50, description="Statuses to include.")
+    limit: int = Field(20, ge=1, le=100, description="Runs per page, 1..100.")
+    cursor: Cursor | None = Field(None, description="nextCursor of the previous page (same filters).")
+
+
+class RunListAnswer(Answer):
+    """The `run_list` answer: runs newest first."""
+
+    runs: list[RunSummary]
+    next_cursor: str | None
+
+
+class TraceArgs(Args):
+    """Arguments of `run_trace`."""
+
+    id: Id = Field(description="The run's id (run_...).")
+
+
+class TraceSpan(Answer):
+    """One span of a trace."""
+
+    id: str
+    parent_span_id: str | None
+    kind: str = Field(description="phase, task, step, backoff, turn, hitl_wait, ...")
+    label: str
+    status: str
+    started_at: str
+    ended_at: str | None = Field(description="Null: still running.")
+    duration_ms: int | None
+    attempt: int
+    attempts: int = Field(description="How many attempts its task or step had in all.")
+    attempt_of: str | None = Field(description="The first attempt's span, for the later ones.")
+    ref: dict[str, JsonValue] | None = Field(description="What to open: {agentId}, {agentId, turnId}, {hitlId}.")
+    cost_usd: float | None
+    tokens: int
+
+
+class Honesty(Answer):
+    """What the trace cannot show."""
+
+    reaped_agents: list[str] = Field(description="Agents whose spans keep timing and cost; their transcript is gone.")
+    cost_coverage: Literal["full", "partial"] = Field(
+        description="partial: the ledger no longer holds everything the run billed (recorded costs are shown)."
+    )
+    truncated: bool = Field(description=f"The run had more turns than a trace draws ({MAX_TURNS}).")
+
+
+class TraceAnswer(Answer):
+    """The `run_trace` answer."""
+
+    run: RunSummary
+    spans: list[TraceSpan]
+    honesty: Honesty
+
+
+class CompareArgs(Args):
+    """Arguments of `run_compare`."""
+
+    id: Id = Field(description="The run's id (run_...).")
+    against: Id | None = Field(
+        None, description="The run to compare with; default: the previous finished run of the same entity."
+    )
+
+
+class SpanSide(Answer):
+    """One run's side of an aligned span (its attempts merged)."""
+
+    status: str
+    duration_ms: int | None
+    cost_usd: float | None
+    attempts: int
+
+
+class AlignedSpan(Answer):
+    """A span path and each run's side of it (null: that run had no such span)."""
+
+    path: str
+    this: SpanSide | None
+    that: SpanSide | None
+
+
+class InputChange(Answer):
+    """A leaf where the two inputs differ (null: absent on that side)."""
+
+    path: str
+    this: JsonValue
+    that: JsonValue
+
+
+class Deltas(Answer):
+    """This run minus the other."""
+
+    duration_ms: int | None
+    cost_usd: float | None
+    tokens: int
+    status: str = Field(description="'same', or 'that → this'.")
+
+
+class BrainSha(Answer):
+    """The brain commits the two runs ran on."""
+
+    this: str | None
+    that: str | None
+    changed: bool
+
+
+class CompareAnswer(Answer):
+    """The `run_compare` answer."""
+
+    run: RunSummary
+    against: RunSummary | None = Field(description="Null: there is no earlier finished run of the same entity.")
+    deltas: Deltas | None
+    spans: list[AlignedSpan]
+    input: list[InputChange]
+    brain_sha: BrainSha | None
+
+
+class HistoryArgs(Args):
+    """Arguments of `run_history`."""
+
+    id: Id = Field(description="The run's id (run_...).")
+    source: list[Literal["agent", "pipeline", "journal"]] | None = Field(
+        None, max_length=3, description="Only these logs: agent (its agents' events), pipeline, journal."
+    )
+    agent_id: Id | None = Field(None, description="Only the events of one of the run's agents (and what it spawned).")
+    q: Name | None = Field(None, description="Only entries whose text or type holds this (any case).")
+    cursor: Cursor | None = Field(None, description="nextCursor of the previous page: older entries.")
+    limit: int = Field(50, ge=1, le=200, description="Entries per page, 1..200.")
+    max_chars: int = Field(2000, ge=1, le=4000, description="Cap on each entry's detail, 1..4000.")
+
+
+class HistoryEntry(Answer):
+    """One line of a run's log."""
+
+    at: str
+    source: Literal["agent", "pipeline", "journal"]
+    agent_id: str | None
+    type: str
+    title: str | None
+    detail: str | None
+    status: str | None
+
+
+class RunHistoryAnswer(Answer):
+    """The `run_history` answer: a page of entries, oldest first; nextCursor reads older ones."""
+
+    entries: list[HistoryEntry]
+    next_cursor: str | None
+    truncated: bool = Field(description=f"Its agents had more events than a history reads ({MAX_EVENTS}).")
+
+
+# -- run_list -----------------------------------------------------------------------------------------
+
+
+async def run_list(engine: EngineView, caller: Caller, args: RunListArgs) -> RunListAnswer:
+    """The `run_list` tool."""
+    where = RunFilter(entity=args.entity, kind=args.kind, status=tuple(args.status) if args.status else None)
+    digest = query_digest(where.model_dump(mode="json"))
+    after = None
+    if args.cursor is not None:
+        with field_named("cursor"):
+            key = PageCursor.decode(args.cursor, query=digest).key
+            after = (datetime.fromisoformat(str(key[0])), str(key[1]))
+    runs = await engine.store.list_runs(where, limit=args.limit + 1, after=after)
+    page, more = runs[: args.limit], len(runs) > args.limit
+    totals = await engine.store.run_totals([run.id for run in page])
+    last = page[-1] if page else None
+    cursor = PageCursor(digest, (last.started_at.isoformat(), last.id)).encode() if more and last else None
+    return RunListAnswer(runs=[_summary(run, totals[run.id]) for run in page], next_cursor=cursor)
+
+
+def _summary(run: RunRecord, usage: Any) -> RunSummary:
+    return RunSummary(
+        id=run.id,
+        kind=run.kind,
+        entity=run.entity,
+        status=run.status,
+        status_reason=run.status_reason,
+        started_at=run.started_at.isoformat(),
+        ended_at=run.ended_at.isoformat() if run.ended_at else None,
+        duration_ms=_ms(run.started_at, run.ended_at),
+        cost_usd=usage.cost_usd,
+        tokens=usage.total_tokens,
+        input=run.input,
+        error=run.error,
+        parent_run_id=run.parent_run_id,
+        brain_sha=run.brain_sha,
+    )
+
+
+# -- run_trace ----------------------------------------------------------------------------------------
+
+
+async def run_trace(engine: EngineView, caller: Caller, args: TraceArgs) -> TraceAnswer:
+    """The `run_trace` tool."""
+    store = engine.store
+    run = await store.get_run(args.id)
+    stored = await store.list_spans(run.id)
+    turns = await store.run_usage(run.id)
+    sessions = await _sessions(engine, run.id)
+    truncated = len(turns) > MAX_TURNS
+    spans = [_stored_span(span, stored) for span in stored]
+    task_of = _task_spans(stored)
+    times = await _turn_times(engine, sessions)
+    for turn in turns[:MAX_TURNS]:
+        owner = _owner(turn.session_id, sessions, task_of)
+        spans.append(_turn_span(turn, owner, sessions.get(turn.session_id), times.get((turn.session_id, turn.turn_id))))
+    for session in sessions.values():
+        for request in await store.list_requests(session_id=session.id, status=None, limit=1000):
+            spans.append(
+                TraceSpan(
+                    id=request.id,
+                    parent_span_id=_owner(session.id, sessions, task_of),
+                    kind="hitl_wait",
+                    label=request.summary,
+                    status=request.status,
+                    started_at=request.created_at.isoformat(),
+                    ended_at=request.closed_at.isoformat() if request.closed_at else None,
+                    duration_ms=_ms(request.created_at, request.closed_at),
+                    attempt=1,
+                    attempts=1,
+                    attempt_of=None,
+                    ref={"hitlId": request.id, "agentId": session.id},
+                    cost_usd=None,
+                    tokens=0,
+                )
+            )
+    partial = _roll_up_costs(spans, stored)
+    spans.sort(key=lambda span: (span.started_at, span.id))
+    referenced = [str(span.ref["agentId"]) for span in stored if span.ref and span.ref.get("agentId")]
+    reaped = sorted({agent for agent in referenced if agent not in sessions})
+    total = (await store.run_totals([run.id]))[run.id]
+    return TraceAnswer(
+        run=_summary(run, total),
+        spans=spans,
+        honesty=Honesty(reaped_agents=reaped, cost_coverage="partial" if partial else "full", truncated=truncated),
+    )
+
+
+async def _sessions(engine: EngineView, run_id: str) -> dict[str, SessionRecord]:
+    """The run's sessions that still exist (soft-deleted ones too), by id."""
+    found: dict[str, SessionRecord] = {}
+    cursor = None
+    while True:
+        page = await engine.store.list_sessions(
+            SessionFilter(run_id=run_id, deleted=True), sort="oldest", limit=100, cursor=cursor
+        )
+        found.update((session.id, session) for session in page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            return found
+
+
+def _attempts(spans: Sequence[SpanRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for span in spans:
+        first = span.attempt_of or span.id
+        counts[first] = counts.get(first, 0) + 1
+    return counts
+
+
+def _stored_span(span: SpanRecord, every: Sequence[SpanRecord]) -> TraceSpan:
+    attempts = _attempts(every)
+    return TraceSpan(
+        id=span.id,
+        parent_span_id=span.parent_span_id,
+        kind=span.kind,
+        label=span.label,
+        status=span.status,
+        started_at=span.started_at.isoformat(),
+        ended_at=span.ended_at.isoformat() if span.ended_at else None,
+        duration_ms=_ms(span.started_at, span.ended_at),
+        attempt=span.attempt,
+        attempts=attempts.get(span.attempt_of or span.id, 1),
+        attempt_of=span.attempt_of,
+        ref=span.ref,
+        cost_usd=span.cost_usd,
+        tokens=span.tokens,
+    )
+
+
+def _task_spans(spans: Iterable[SpanRecord]) -> dict[str, str]:
+    """The span that ran each agent: agent id → span id."""
+    return {str(s.ref["agentId"]): s.id for s in spans if s.ref and isinstance(s.ref.get("agentId"), str)}
+
+
+def _owner(session_id: str, sessions: dict[str, SessionRecord], task_of: dict[str, str]) -> str | None:
+    """The task span a session's work belongs under: its own, else the one of the agent that spawned it."""
+    seen: set[str] = set()
+    current: str | None = session_id
+    while current is not None and current not in seen:
+        if current in task_of:
+            return task_of[current]
+        seen.add(current)
+        session = sessions.get(current)
+        current = session.parent_id if session is not None else None
+    return None
+
+
+async def _turn_times(
+    engine: EngineView, sessions: dict[str, SessionRecord]
+) -> dict[tuple[str, str | None], tuple[datetime, datetime | None, str | None]]:
+    """When each turn of the run's sessions started and ended, and how, from their events (one read a session);
+    a reaped session's turns keep only the ledger's times."""
+    times: dict[tuple[str, str | None], tuple[datetime, datetime | None, str | None]] = {}
+    for session_id in sessions:
+        marks = await engine.store.read_events(session_id, types=["turn.started", "turn.ended"], limit=10_000)
+        for event in marks:
+            key = (session_id, event.turn_id)
+            start, _end, _outcome = times.get(key, (event.at, None, None))
+            if isinstance(event.payload, TurnEnded):
+                times[key] = (start, event.at, event.payload.outcome)
+            else:
+                times.setdefault(key, (start, None, None))
+    return times
+
+
+def _turn_span(
+    turn: TurnUsage,
+    parent: str | None,
+    session: SessionRecord | None,
+    times: tuple[datetime, datetime | None, str | None] | None,
+) -> TraceSpan:
+    role = turn.role or (session.role if session else "agent")
+    start, end, outcome = times or (turn.first_at, turn.last_at, "completed")
+    return TraceSpan(
+        id=f"turn:{turn.session_id}:{turn.turn_id or '-'}",
+        parent_span_id=parent,
+        kind="turn",
+        label=f"{role} turn",
+        status=outcome or "running",
+        started_at=start.isoformat(),
+        ended_at=end.isoformat() if end else None,
+        duration_ms=_ms(start, end),
+        attempt=1,
+        attempts=1,
+        attempt_of=None,
+        ref={"agentId": turn.session_id, "turnId": turn.turn_id},
+        cost_usd=turn.usage.cost_usd,
+        tokens=turn.usage.total_tokens,
+    )
+
+
+def _roll_up_costs(spans: list[TraceSpan], stored: Sequence[SpanRecord]) -> bool:
+    """Give every stored span the cost and tokens of the turns under it; True when a task recorded more than
+    the ledger still holds for it (its recorded cost is kept, and the coverage is partial)."""
+    children: dict[str | None, list[TraceSpan]] = {}
+    for span in spans:
+        children.setdefault(span.parent_span_id, []).append(span)
+    recorded = {span.id: (span.cost_usd, span.tokens) for span in stored}
+    partial = False
+
+    def total(span: TraceSpan) -> tuple[float | None, int]:
+        nonlocal partial
+        if span.kind in ("turn", "hitl_wait"):
+            return span.cost_usd, span.tokens
+        cost: float | None = None
+        tokens = 0
+        for child in children.get(span.id, []):
+            child_cost, child_tokens = total(child)
+            cost = child_cost if cost is None else cost + (child_cost or 0.0)
+            tokens += child_tokens
+        kept_cost, kept_tokens = recorded.get(span.id, (0.0, 0))
+        if span.kind == "task" and (kept_tokens > tokens or kept_cost > (cost or 0.0)):
+            partial = True
+            cost, tokens = kept_cost, kept_tokens
+        span.cost_usd, span.tokens = cost, tokens
+        return cost, tokens
+
+    for root in children.get(None, []):
+        total(root)
+    return partial
+
+
+# -- run_compare --------------------------------------------------------------------------------------
+
+
+async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> CompareAnswer:
+    """The `run_compare` tool."""
+    store = engine.store
+    run = await store.get_run(args.id)
+    if args.against is not None:
+        other: RunRecord | None = await store.get_run(args.against)
+    else:
+        earlier = await store.list_runs(
+            RunFilter(entity=run.entity, status=FINISHED, started_before=run.started_at), limit=1
+        )
+        other = earlier[0] if earlier and run.entity is not None else None
+    totals = await store.run_totals([run.id] + ([other.id] if other else []))
+    this = _summary(run, totals[run.id])
+    if other is None:
+        return CompareAnswer(run=this, against=None, deltas=None, spans=[], input=[], brain_sha=None)
+    that = _summary(other, totals[other.id])
+    mine, theirs = _aligned(await store.list_spans(run.id)), _aligned(await store.list_spans(other.id))
+    paths = list(dict.fromkeys([*mine, *theirs]))
+    return CompareAnswer(
+        run=this,
+        against=that,
+        deltas=Deltas(
+            duration_ms=_minus(this.duration_ms, that.duration_ms),
+            cost_usd=_minus(this.cost_usd, that.cost_usd),
+            tokens=this.tokens - that.tokens,
+            status="same" if this.status == that.status else f"{that.status} → {this.status}",
+        ),
+        spans=[AlignedSpan(path=path, this=mine.get(path), that=theirs.get(path)) for path in paths],
+        input=[
+            InputChange(path=path, this=a, that=b) for path, (a, b) in _leaf_changes(run.input, other.input).items()
+        ],
+        brain_sha=BrainSha(this=run.brain_sha, that=other.brain_sha, changed=run.brain_sha != other.brain_sha),
+    )
+
+
+def _aligned(spans: Sequence[SpanRecord]) -> dict[str, SpanSide]:
+    """Each phase, task or step by its label path, its attempts merged (the last one's status, the time from the
+    first one's start to the last one's end, their costs summed)."""
+    by_id = {span.id: span for span in spans}
+
+    def path(span: SpanRecord) -> str:
+        labels = [span.label]
+        parent = by_id.get(span.parent_span_id) if span.parent_span_id else None
+        while parent is not None:
+            labels.append(parent.label)
+            parent = by_id.get(parent.parent_span_id) if parent.parent_span_id else None
+        return " / ".join(reversed(labels))
+
+    grouped: dict[str, list[SpanRecord]] = {}
+    for span in spans:
+        if span.kind in _ALIGNED:
+            grouped.setdefault(path(span), []).append(span)
+    sides: dict[str, SpanSide] = {}
+    for key, attempts in grouped.items():
+        last = max(attempts, key=lambda s: (s.attempt, s.started_at))
+        ends = [s.ended_at for s in attempts]
+        end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+        sides[key] = SpanSide(
+            status=last.status,
+            duration_ms=_ms(min(s.started_at for s in attempts), end),
+            cost_usd=sum(s.cost_usd for s in attempts),
+            attempts=len(attempts),
+        )
+    return sides
+
+
+def _leaf_changes(this: JsonValue, that: JsonValue) -> dict[str, tuple[JsonValue, JsonValue]]:
+    mine, theirs = dict(_leaves(this)), dict(_leaves(that))
+    return {
+        path: (mine.get(path), theirs.get(path))
+        for path in dict.fromkeys([*mine, *theirs])
+        if mine.get(path) != theirs.get(path) or (path in mine) != (path in theirs)
+    }
+
+
+def _leaves(value: JsonValue, path: str = "") -> Iterable[tuple[str, JsonValue]]:
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            yield from _leaves(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list) and value:
+        for index, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{index}]")
+    else:
+        yield path or "$", value
+
+
+def _minus(a: float | int | None, b: float | int | None) -> Any:
+    return None if a is None or b is None else a - b
+
+
+# -- run_history --------------------------------------------------------------------------------------
+
+
+async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> RunHistoryAnswer:
+    """The `run_history` tool."""
+    store = engine.store
+    run = await store.get_run(args.id)
+    query = query_digest(args.model_dump(mode="json", exclude={"cursor", "limit", "max_chars"}))
+    before: tuple[str, int, str] | None = None
+    if args.cursor is not None:
+        with field_named("cursor"):
+            key = PageCursor.decode(args.cursor, query=query).key
+            if len(key) != 3:
+                raise InvalidArgument("the cursor is not a run history cursor")
+            before = (str(key[0]), int(key[1]), str(key[2]))
+    sources = set(args.source or _SOURCES) & ({"agent"} if args.agent_id else set(_SOURCES))
+    entries: list[tuple[tuple[str, int, str], HistoryEntry]] = []
+    truncated = False
+    if "pipeline" in sources:
+        entries += _pipeline(run, await store.list_spans(run.id))
+    if "journal" in sources:
+        for line in await store.read_journal(run.id, limit=10_000):
+            at = line.at.isoformat() if line.at else run.started_at.isoformat()
+            entry = HistoryEntry(
+                at=at, source="journal", agent_id=None, type=line.kind, title=line.message, detail=None, status=None
+            )
+            entries.append(((at, _SOURCE_ORDER["journal"], line.id or ""), entry))
+    if "agent" in sources:
+        sessions = await _sessions(engine, run.id)
+        wanted = _with_descendants(args.agent_id, sessions) if args.agent_id else list(sessions)
+        read = 0
+        for session_id in wanted:
+            events = await store.read_events(session_id, limit=min(10_000, MAX_EVENTS - read + 1))
+            read += len(events)
+            if read > MAX_EVENTS:
+                truncated = True
+                events = events[: len(events) - (read - MAX_EVENTS)]
+            for event in events:
+                row = project(event, max_chars=args.max_chars)
+                entry = HistoryEntry(
+                    at=row["at"],
+                    source="agent",
+                    agent_id=session_id,
+                    type=row["type"],
+                    title=row["title"],
+                    detail=row["detail"],
+                    status=row["status"],
+                )
+                entries.append(((row["at"], _SOURCE_ORDER["agent"], event.id), entry))
+            if truncated:
+                break
+    if args.q:
+        needle = args.q.casefold()
+        entries = [
+            e for e in entries if needle in " ".join(filter(None, (e[1].type, e[1].title, e[1].detail))).casefold()
+        ]
+    entries.sort(key=lambda item: item[0])
+    if before is not None:
+        entries = [item for item in entries if item[0] < before]
+    page = entries[-args.limit :]
+    more = len(entries) > len(page)
+    cursor = PageCursor(query, page[0][0]).encode() if more and page else None
+    return RunHistoryAnswer(entries=[entry for _, entry in page], next_cursor=cursor, truncated=truncated)
+
+
+def _pipeline(run: RunRecord, spans: Sequence[SpanRecord]) -> list[tuple[tuple[str, int, str], HistoryEntry]]:
+    order = _SOURCE_ORDER["pipeline"]
+
+    def entry(at: datetime, key: str, kind: str, title: str, status: str | None) -> tuple[Any, HistoryEntry]:
+        text = at.isoformat()
+        line = HistoryEntry(
+            at=text, source="pipeline", agent_id=None, type=kind, title=title, detail=None, status=status
+        )
+        return (text, order, key), line
+
+    found = [entry(run.started_at, f"0{run.id}", "run.started", f"{run.kind} {run.entity or run.id} started", None)]
+    for span in spans:
+        name = f"{span.kind} {span.label}" + (f" (attempt {span.attempt})" if span.attempt > 1 else "")
+        found.append(entry(span.started_at, f"1{span.id}", "span.started", name, None))
+        if span.ended_at is not None:
+            found.append(entry(span.ended_at, f"2{span.id}", "span.ended", f"{name} {span.status}", span.status))
+    if run.ended_at is not None:
+        title = f"{run.kind} {run.entity or run.id} {run.status}" + (
+            f": {run.status_reason}" if run.status_reason else ""
+        )
+        found.append(entry(run.ended_at, f"3{run.id}", "run.ended", title, run.status))
+    return found
+
+
+def _text_of(entry: HistoryEntry) -> str:
+    return " ".join(filter(None, (entry.type, entry.title, entry.detail))).casefold()
+
+
+def _with_descendants(agent_id: str, sessions: dict[str, SessionRecord]) -> list[str]:
+    """`agent_id` and every session of the run it spawned, directly or not."""
+    if agent_id not in sessions:
+        raise InvalidArgument(
+            f"agentId: {agent_id!r} is not an agent of this run (or it was reaped)", fields=["agentId"]
+        )
+    chosen = [agent_id]
+    for session in sessions.values():
+        current = session.parent_id
+        seen: set[str] = set()
+        while current is not None and current not in seen:
+            if current == agent_id:
+                chosen.append(session.id)
+                break
+            seen.add(current)
+            parent = sessions.get(current)
+            current = parent.parent_id if parent is not None else None
+    return chosen
+
+
+def _ms(start: datetime, end: datetime | None) -> int | None:
+    return None if end is None else max(0, round((end - start).total_seconds() * 1000))

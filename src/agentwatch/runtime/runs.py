@@ -1,0 +1,241 @@
+"""Runs: a workflow's phases and tasks, recorded as spans of one run; each task is an agent session of the run.
+
+```python
+async with engine.run("report", input={"topic": "tides"}) as run:
+    async with run.span("Research") as research:
+        found = await research.task("researcher", "Collect sources on tides", attempts=3, backoff_seconds=5)
+    written = await run.task("writer", f"Write it up: {found['lastAssistantText']}")
+```
+
+- A run is a row of the store (`kind`, `entity` = `<kind>:<name>`, `input`, `status`): `running` while the block
+  runs, then `completed`, `failed` when the block raises (its `error` holds the exception's class and message)
+  or `cancelled`.
+- `run.span(label)` is a phase (any named part of the work); spans nest, and end as their block does.
+- `span.task(role, prompt)` runs one agent session for the run (its `run_id` is the run's, its origin the run)
+  and waits until its turn is over, a person's answer included (a turn paused on a request keeps waiting, up to
+  `timeout`); it returns the session's status snapshot (as `agent_task` answers). The task's span names the
+  session (`ref.agentId`) and keeps its cost and tokens from the spend ledger, which outlives the session.
+- A task that does not complete (it failed, was stopped, or had no answer within `timeout`, and is then stopped)
+  is tried again, up to `attempts` times, after `backoff_seconds` (doubling): one span per attempt sharing
+  `attempt_of`, a `backoff` span over each wait, and a `retry` line in the run's journal. When every attempt
+  failed, `TaskFailed` is raised: the run fails with it unless the workflow catches it.
+
+`run_trace`, `run_compare` and `run_history` (the run reads) read all of this back, after its agents were
+reaped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from pydantic import JsonValue
+
+from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument
+from agentwatch.events import Origin
+from agentwatch.store import JournalEntry, RunDraft, RunPatch, RunRecord, SpanDraft, SpanPatch, SpanRecord
+from agentwatch.tools import check_prompt
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.services import Runtime
+
+__all__ = ["Run", "Span", "TaskFailed", "start_run"]
+
+_PAUSED_POLL_S = 0.5
+"""How often a task whose turn waits on a person looks whether it was answered."""
+
+
+class TaskFailed(AgentwatchError):
+    """Every attempt of a run's task ended without completing."""
+
+    code = "task_failed"
+
+
+class Span:
+    """A part of a run (the run itself is the outermost): opens spans inside it and runs tasks under it."""
+
+    def __init__(self, runtime: Runtime, run_id: str, record: SpanRecord | None) -> None:
+        self._runtime = runtime
+        self.run_id = run_id
+        self.record = record
+        """The stored span (None for the run itself)."""
+
+    @asynccontextmanager
+    async def span(self, label: str, *, kind: str = "phase") -> AsyncIterator[Span]:
+        """A span inside this one, ended as its block ends (`completed`, `failed` when it raises, `cancelled`)."""
+        store = self._runtime.store
+        opened = await store.open_span(
+            SpanDraft(run_id=self.run_id, parent_span_id=self._parent, kind=kind, label=_label(label))
+        )
+        status = "completed"
+        try:
+            yield Span(self._runtime, self.run_id, opened)
+        except asyncio.CancelledError:
+            status = "cancelled"
+            raise
+        except BaseException:
+            status = "failed"
+            raise
+        finally:
+            await store.update_span(opened.id, SpanPatch(status=status, ended_at=_now()))
+
+    async def task(
+        self,
+        role: str,
+        prompt: str,
+        *,
+        label: str | None = None,
+        attempts: int = 1,
+        backoff_seconds: float = 1.0,
+        timeout: float = 600.0,
+    ) -> dict[str, JsonValue]:
+        """Run an agent of `role` on `prompt` for the run and wait for it (see the module docs); its status
+        snapshot. Raises `TaskFailed` when no attempt completed."""
+        check_prompt(prompt)
+        if attempts < 1 or backoff_seconds < 0 or timeout <= 0:
+            raise InvalidArgument(
+                f"a task needs attempts >= 1, backoff_seconds >= 0 and timeout > 0 (got {attempts}, "
+                f"{backoff_seconds}, {timeout})"
+            )
+        runtime, store = self._runtime, self._runtime.store
+        name = _label(label or role)
+        first: str | None = None
+        wait = backoff_seconds
+        for attempt in range(1, attempts + 1):
+            session = await runtime.create(role, run_id=self.run_id, origin=Origin(kind="run", ref=self.run_id))
+            span = await store.open_span(
+                SpanDraft(
+                    run_id=self.run_id,
+                    parent_span_id=self._parent,
+                    kind="task",
+                    label=name,
+                    attempt=attempt,
+                    attempt_of=first,
+                    ref={"agentId": session.id},
+                )
+            )
+            first = first or span.id
+            await runtime.enqueue(session.id, prompt, origin=Origin(kind="run", ref=self.run_id))
+            snapshot, status = await self._outcome(session.id, timeout)
+            usage = (await store.usage_totals([session.id]))[session.id]
+            await store.update_span(
+                span.id,
+                SpanPatch(status=status, ended_at=_now(), cost_usd=usage.cost_usd or 0.0, tokens=usage.total_tokens),
+            )
+            if status == "completed":
+                return snapshot
+            if attempt < attempts:
+                await self._back_off(name, attempt, status, wait)
+                wait *= 2
+        raise TaskFailed(
+            f"{name}: none of {attempts} attempt(s) completed (the last one {status})",
+            label=name,
+            attempts=attempts,
+            last=snapshot,
+        )
+
+    async def _outcome(self, session_id: str, timeout: float) -> tuple[dict[str, JsonValue], str]:
+        """Wait for the session's turn to be over (a turn paused on a request goes on waiting); its snapshot and
+        the task's status: `completed`, `failed`, `cancelled` or `timed_out` (the turn is then stopped)."""
+        runtime = self._runtime
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            session, timed_out = await runtime.wait(session_id, max(0.0, deadline - loop.time()))
+            if timed_out or session.status != "awaiting_input":
+                break
+            if loop.time() >= deadline:
+                timed_out = True
+                break
+            await asyncio.sleep(min(_PAUSED_POLL_S, deadline - loop.time()))
+        if timed_out:
+            with contextlib.suppress(Conflict):
+                await runtime.stop(session_id, by=f"run {self.run_id} (no answer within {timeout:g} s)")
+            session = await runtime.store.get_session(session_id)
+        snapshot = await runtime.snapshot(session, timed_out=timed_out)
+        if timed_out:
+            return snapshot, "timed_out"
+        return snapshot, "completed" if session.status in ("completed", "idle") else session.status
+
+    async def _back_off(self, name: str, attempt: int, status: str, wait: float) -> None:
+        store = self._runtime.store
+        message = f"{name}: attempt {attempt} {status}; trying again in {wait:g} s"
+        await store.append_journal(
+            JournalEntry(run_id=self.run_id, kind="retry", message=message, detail={"attempt": attempt})
+        )
+        backoff = await store.open_span(
+            SpanDraft(run_id=self.run_id, parent_span_id=self._parent, kind="backoff", label=f"{name} backoff")
+        )
+        try:
+            await asyncio.sleep(wait)
+        finally:
+            await store.update_span(backoff.id, SpanPatch(status="completed", ended_at=_now()))
+
+    @property
+    def _parent(self) -> str | None:
+        return self.record.id if self.record is not None else None
+
+
+class Run(Span):
+    """A run in progress: its spans and tasks (as a `Span`), its record and its journal."""
+
+    def __init__(self, runtime: Runtime, record: RunRecord) -> None:
+        super().__init__(runtime, record.id, None)
+        self.run = record
+
+    @property
+    def id(self) -> str:
+        """The run's id (`run_...`): what the run reads take."""
+        return self.run_id
+
+    async def journal(self, kind: str, message: str, detail: JsonValue = None) -> None:
+        """Add a line to the run's journal (`run_history` shows it beside its agents' work)."""
+        await self._runtime.store.append_journal(
+            JournalEntry(run_id=self.run_id, kind=kind, message=message, detail=detail)
+        )
+
+
+@asynccontextmanager
+async def start_run(
+    runtime: Runtime,
+    name: str,
+    *,
+    kind: str = "workflow",
+    input: JsonValue = None,
+    brain_sha: str | None = None,
+    parent_run_id: str | None = None,
+) -> AsyncIterator[Run]:
+    """Record a run of `name` (its entity `<kind>:<name>`: runs of one entity are compared with each other) and
+    end it as the block ends (see the module docs)."""
+    if not name.strip() or not kind.strip():
+        raise InvalidArgument("a run needs a name and a kind")
+    record = await runtime.store.create_run(
+        RunDraft(kind=kind, entity=f"{kind}:{name}", input=input, brain_sha=brain_sha, parent_run_id=parent_run_id)
+    )
+    patch = RunPatch(status="completed")
+    try:
+        yield Run(runtime, record)
+    except asyncio.CancelledError:
+        patch = RunPatch(status="cancelled", status_reason="cancelled")
+        raise
+    except BaseException as exc:
+        error: JsonValue = {"class": type(exc).__name__, "message": str(exc)}
+        patch = RunPatch(status="failed", status_reason=str(exc) or type(exc).__name__, error=error)
+        raise
+    finally:
+        await runtime.store.update_run(record.id, patch.model_copy(update={"ended_at": _now()}))
+
+
+def _label(text: str) -> str:
+    label = " ".join(text.split())
+    if not label or len(label) > 200:
+        raise InvalidArgument(f"a span's label needs 1 to 200 characters, not {len(label)}")
+    return label
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

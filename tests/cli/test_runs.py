@@ -1,0 +1,80 @@
+"""`agentwatch runs`: the run reads on the command line, as JSON (the tools' dicts) and for people."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from agentwatch.cli import cli
+from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.runtime.runs import TaskFailed
+from tests.runtime.support import OpenEngine, Scripted, role
+
+
+def invoke(*argv: str) -> Result:
+    return CliRunner().invoke(cli, list(argv))
+
+
+def _json(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Scripted, store_url: str) -> None:
+    calls = [0]
+
+    def script(ctx: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RuntimeError("the provider is down")
+        return Reply(f"notes on {ctx.prompt}")
+
+    researcher = role("researcher", scripted("cli-runs", ScriptedModel(function=script)))
+    broken = role("broken", scripted("cli-runs-broken", ScriptedModel(function=lambda ctx: 1 / 0)))
+
+    async def record() -> list[str]:
+        made = []
+        async with open_engine(researcher, broken) as engine:
+            for topic in ("tides", "moons"):
+                async with engine.run("report", input={"topic": topic}) as run, run.span("Research") as research:
+                    await research.task("researcher", topic, attempts=2, backoff_seconds=0)
+                made.append(run.id)
+            try:
+                async with engine.run("doomed") as doomed:
+                    await doomed.task("broken", "x", attempts=1)
+            except TaskFailed:
+                pass
+        return made
+
+    (first, second) = asyncio.run(record())[:2]
+    listed = _json(invoke("runs", "ls", "--entity", "workflow:report", "--json", "--store", store_url))
+    assert [r["id"] for r in listed["runs"]] == [second, first]
+
+    trace = _json(invoke("runs", "trace", second, "--json", "--store", store_url))
+    assert [s["status"] for s in trace["spans"] if s["kind"] == "task"] == ["failed", "completed"]
+    shown = invoke("runs", "trace", second, "--store", store_url)
+    assert shown.exit_code == 0, shown.output
+    assert "workflow:report" in shown.output and "attempt 2/2" in shown.output and "phase Research" in shown.output
+
+    compared = _json(invoke("runs", "compare", second, "--json", "--store", store_url))
+    assert compared["against"]["id"] == first
+    assert compared["input"] == [{"path": "topic", "this": "moons", "that": "tides"}]
+    text = invoke("runs", "compare", second, "--store", store_url)
+    assert "Research / researcher" in text.output and "'tides' → 'moons'" in text.output
+
+    journal = _json(invoke("runs", "history", second, "--source", "journal", "--json", "--store", store_url))
+    assert [e["title"] for e in journal["entries"]] == ["researcher: attempt 1 failed; trying again in 0 s"]
+    table = invoke("runs", "history", second, "--store", store_url)
+    assert table.exit_code == 0 and "run.started" not in table.output  # titles, not types, for people
+    assert "workflow workflow:report started" in table.output
+
+    failed = _json(invoke("runs", "ls", "--status", "failed", "--json", "--store", store_url))
+    assert [r["entity"] for r in failed["runs"]] == ["workflow:doomed"]
+
+    missing = invoke("runs", "trace", "run_nope", "--store", store_url)
+    assert missing.exit_code == 1 and "run_nope" in missing.output
+    bad = invoke("runs", "ls", "--limit", "0", "--store", store_url)
+    assert bad.exit_code == 2 and "--limit" in bad.output

@@ -1,0 +1,249 @@
+"""Runs: a workflow's phases and tasks recorded by `engine.run`, and read back by `run_list`, `run_trace`,
+`run_compare` and `run_history` (through `engine.call_tool`, as every surface calls them)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.runs import TaskFailed
+from agentwatch.store import RunPatch
+from tests.runtime.support import OpenEngine, Scripted, role
+
+
+def _flaky(failures: int) -> ScriptedModel:
+    """A model whose first `failures` requests fail (the turn fails), then answers."""
+    calls = [0]
+
+    def script(ctx: Any) -> Any:
+        calls[0] += 1
+        if calls[0] <= failures:
+            raise RuntimeError(f"the provider is down (call {calls[0]})")
+        return Reply(f"sources for {ctx.prompt}")
+
+    return ScriptedModel(function=script)
+
+
+async def _call(engine: Engine, tool: str, **args: Any) -> dict[str, Any]:
+    answer = await engine.call_tool(tool, args)
+    assert "error" not in answer, answer
+    return answer
+
+
+async def test_a_workflow_records_phases_tasks_attempts_and_backoffs_that_the_trace_reads_back(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    researcher = role("researcher", scripted("runs-researcher", _flaky(1)))
+    writer = role("writer", scripted("runs-writer", ScriptedModel(function=lambda ctx: Reply("the report"))))
+    async with open_engine(researcher, writer) as engine:
+        async with engine.run("report", input={"topic": "tides", "depth": 2}) as run:
+            async with run.span("Research") as research:
+                found = await research.task("researcher", "tides", attempts=3, backoff_seconds=0.01)
+            written = await run.task("writer", f"write up {found['lastAssistantText']}")
+        assert (found["status"], written["lastAssistantText"]) == ("completed", "the report")
+
+        trace = await _call(engine, "run_trace", id=run.id)
+        assert trace["run"]["status"] == "completed" and trace["run"]["entity"] == "workflow:report"
+        assert trace["run"]["input"] == {"topic": "tides", "depth": 2}
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for span in trace["spans"]:
+            by_kind.setdefault(span["kind"], []).append(span)
+        (phase,) = by_kind["phase"]
+        first, second, third = by_kind["task"]
+        assert (phase["label"], phase["status"]) == ("Research", "completed")
+        assert [(t["label"], t["attempt"], t["attempts"], t["status"]) for t in (first, second)] == [
+            ("researcher", 1, 2, "failed"),
+            ("researcher", 2, 2, "completed"),
+        ]
+        assert second["attemptOf"] == first["id"] and first["attemptOf"] is None
+        assert first["parentSpanId"] == second["parentSpanId"] == phase["id"]
+        assert (third["label"], third["parentSpanId"], third["status"]) == ("writer", None, "completed")
+        (backoff,) = by_kind["backoff"]
+        assert backoff["parentSpanId"] == phase["id"] and first["endedAt"] <= backoff["startedAt"]
+        turns = by_kind["turn"]
+        assert [t["parentSpanId"] for t in turns] == [first["id"], second["id"], third["id"]]
+        assert [t["status"] for t in turns] == ["failed", "completed", "completed"]
+        assert all(first["startedAt"] <= t["startedAt"] <= t["endedAt"] for t in turns)
+        assert phase["tokens"] == second["tokens"] > 0  # a span's cost and tokens are its turns'
+        assert trace["run"]["tokens"] == sum(t["tokens"] for t in turns)
+        assert trace["honesty"] == {"reapedAgents": [], "costCoverage": "full", "truncated": False}
+        assert [s["startedAt"] for s in trace["spans"]] == sorted(s["startedAt"] for s in trace["spans"])
+
+        history = await _call(engine, "run_history", id=run.id, source=["journal"])
+        assert [(e["type"], e["title"]) for e in history["entries"]] == [
+            ("retry", "researcher: attempt 1 failed; trying again in 0.01 s")
+        ]
+
+
+async def test_a_task_that_never_completes_fails_the_run_with_its_reason(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    async with open_engine(role("researcher", scripted("runs-down", _flaky(10)))) as engine:
+        with pytest.raises(TaskFailed, match="none of 2 attempt"):
+            async with engine.run("report") as run:
+                await run.task("researcher", "tides", attempts=2, backoff_seconds=0)
+        trace = await _call(engine, "run_trace", id=run.id)
+        assert trace["run"]["status"] == "failed"
+        assert trace["run"]["error"]["class"] == "TaskFailed"
+        assert [s["status"] for s in trace["spans"] if s["kind"] == "task"] == ["failed", "failed"]
+        listed = await _call(engine, "run_list", entity="workflow:report")
+        assert [(r["id"], r["status"]) for r in listed["runs"]] == [(run.id, "failed")]
+
+
+async def test_a_task_paused_on_a_person_waits_and_its_wait_is_a_span(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    ran: list[str] = []
+
+    def deploy(target: str) -> str:
+        ran.append(target)
+        return f"deployed to {target}"
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("deploy", {"target": ctx.prompt})
+        return Reply(ctx.tool_results[0].output)
+
+    deployer = role(
+        "deployer",
+        scripted("runs-deployer", ScriptedModel(function=script)),
+        tools=("deploy",),
+        approval_tools=("deploy",),
+    )
+    async with open_engine(deployer, tools=[deploy]) as engine:
+
+        async def approve_when_asked() -> None:
+            while True:
+                waiting = await engine.call_tool("agent_list", {"word": ["needs_you"]})
+                if waiting["agents"]:
+                    request = waiting["agents"][0]["oldestRequest"]["id"]
+                    await engine.answer(request, True)
+                    return
+                await asyncio.sleep(0.05)
+
+        async with engine.run("release", kind="pipeline") as run:
+            approver = asyncio.create_task(approve_when_asked())
+            done = await run.task("deployer", "staging", timeout=10)
+            await approver
+        assert done["lastAssistantText"] == "deployed to staging" and ran == ["staging"]
+        trace = await _call(engine, "run_trace", id=run.id)
+        (task,) = [s for s in trace["spans"] if s["kind"] == "task"]
+        (wait,) = [s for s in trace["spans"] if s["kind"] == "hitl_wait"]
+        assert (wait["label"], wait["status"], wait["parentSpanId"]) == (
+            "approve deploy(target='staging')",
+            "resolved",
+            task["id"],
+        )
+        assert wait["endedAt"] is not None and wait["ref"]["agentId"] == task["ref"]["agentId"]
+        assert trace["run"]["entity"] == "pipeline:release"
+
+
+async def test_compare_aligns_spans_by_path_and_diffs_the_inputs_leaf_by_leaf(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    researcher = role("researcher", scripted("runs-compare", _flaky(0)))
+    async with open_engine(researcher) as engine:
+        for depth, extra in ((1, False), (2, True)):
+            async with (
+                engine.run("report", input={"topic": "tides", "depth": depth}) as run,
+                run.span("Research") as research,
+            ):
+                await research.task("researcher", "tides", label="Collect sources")
+                if extra:
+                    await research.task("researcher", "moons", label="Check facts")
+            if depth == 1:
+                first = run.id
+        compared = await _call(engine, "run_compare", id=run.id)
+        assert compared["against"]["id"] == first
+        assert compared["input"] == [{"path": "depth", "this": 2, "that": 1}]
+        assert [(s["path"], s["this"] is not None, s["that"] is not None) for s in compared["spans"]] == [
+            ("Research", True, True),
+            ("Research / Collect sources", True, True),
+            ("Research / Check facts", True, False),
+        ]
+        assert compared["deltas"]["status"] == "same" and compared["deltas"]["tokens"] > 0
+        assert compared["brainSha"] == {"this": None, "that": None, "changed": False}
+        first_one = await _call(engine, "run_compare", id=first)
+        assert (first_one["against"], first_one["deltas"], first_one["spans"]) == (None, None, [])
+        explicit = await _call(engine, "run_compare", id=first, against=run.id)
+        assert explicit["input"] == [{"path": "depth", "this": 1, "that": 2}]
+
+
+async def test_history_pages_back_through_agents_pipeline_and_journal_in_one_order(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    researcher = role("researcher", scripted("runs-history", _flaky(0)))
+    async with open_engine(researcher) as engine:
+        async with engine.run("report") as run:
+            await run.journal("note", "collecting from two sources", {"sources": 2})
+            async with run.span("Research") as research:
+                first = await research.task("researcher", "tides")
+                await research.task("researcher", "moons")
+        whole = await _call(engine, "run_history", id=run.id, limit=200)
+        assert whole["nextCursor"] is None and not whole["truncated"]
+        entries = whole["entries"]
+        assert [e["at"] for e in entries] == sorted(e["at"] for e in entries)
+        assert entries[0]["type"] == "run.started" and entries[-1]["type"] == "run.ended"
+        assert {e["source"] for e in entries} == {"agent", "pipeline", "journal"}
+        assert ("journal", "note", "collecting from two sources") in {
+            (e["source"], e["type"], e["title"]) for e in entries
+        }
+
+        pages: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            page = await _call(engine, "run_history", id=run.id, limit=3, **({"cursor": cursor} if cursor else {}))
+            pages.insert(0, page)  # newest page first: each older page goes before it
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert [e for page in pages for e in page["entries"]] == entries
+
+        one = await _call(engine, "run_history", id=run.id, agentId=first["agentId"], limit=200)
+        assert {e["agentId"] for e in one["entries"]} == {first["agentId"]}
+        assert any(e["detail"] == "tides" for e in one["entries"])
+        found = await _call(engine, "run_history", id=run.id, q="MOONS", source=["agent"])
+        assert found["entries"] and all("moons" in (e["detail"] or "").lower() for e in found["entries"])
+
+        stranger = await engine.call_tool("run_history", {"id": run.id, "agentId": "ses_nope"})
+        assert stranger["error"]["code"] == "invalid_argument" and stranger["error"]["details"]["fields"] == ["agentId"]
+        bad_cursor = await engine.call_tool("run_history", {"id": run.id, "cursor": "p1.nope"})
+        assert bad_cursor["error"]["code"] == "invalid_argument"
+        missing = await engine.call_tool("run_trace", {"id": "run_nope"})
+        assert missing["error"]["code"] == "not_found"
+
+
+async def test_a_trace_outlives_the_runs_agents(open_engine: OpenEngine, scripted: Scripted) -> None:
+    researcher = role("researcher", scripted("runs-reaped", _flaky(0)))
+    async with open_engine(researcher) as engine:
+        async with engine.run("report") as run:
+            done = await run.task("researcher", "tides")
+        before = await _call(engine, "run_trace", id=run.id)
+        assert await engine.store.reap([done["agentId"]]) == 1
+        after = await _call(engine, "run_trace", id=run.id)
+        assert after["honesty"]["reapedAgents"] == [done["agentId"]]
+        assert [(s["kind"], s["tokens"]) for s in after["spans"]] == [(s["kind"], s["tokens"]) for s in before["spans"]]
+        assert after["run"]["tokens"] == before["run"]["tokens"] > 0
+        history = await _call(engine, "run_history", id=run.id, limit=200)
+        assert {e["source"] for e in history["entries"]} == {"pipeline"}  # the transcript went with the agent
+
+
+async def test_run_list_pages_newest_first_and_filters(open_engine: OpenEngine, scripted: Scripted) -> None:
+    async with open_engine() as engine:
+        made = []
+        for name in ("a", "b", "a", "a"):
+            async with engine.run(name) as run:
+                made.append(run.id)
+        await engine.store.update_run(made[-1], RunPatch(status="skipped", status_reason="gate"))
+        first = await _call(engine, "run_list", entity="workflow:a", limit=2)
+        rest = await _call(engine, "run_list", entity="workflow:a", limit=2, cursor=first["nextCursor"])
+        assert [r["id"] for r in first["runs"] + rest["runs"]] == [made[3], made[2], made[0]]
+        assert rest["nextCursor"] is None
+        skipped = await _call(engine, "run_list", status=["skipped"])
+        assert [(r["id"], r["statusReason"]) for r in skipped["runs"]] == [(made[3], "gate")]
+        other_filters = await engine.call_tool("run_list", {"entity": "workflow:b", "cursor": first["nextCursor"]})
+        assert other_filters["error"]["code"] == "invalid_argument"
