@@ -191,3 +191,86 @@ async def test_a_person_starts_an_agent_watches_it_work_and_stops_it(
         await page.locator("#create button").click()
         await expect(page.locator("#toast")).to_contain_text("nobody", timeout=WAIT_MS)
         assert [p for p in problems if "404" not in p] == []  # (the browser logs the refused call's status)
+
+
+async def test_a_failed_agent_shows_its_record_and_switching_fast_shows_the_agent_picked(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once: a failed agent's own `error` field was taken for a refused call (a blank header and an empty
+    error box); and picking another agent while the first one's log was loading left the second log empty."""
+    broken = role("broken", scripted("dashboard-broken", ScriptedModel(function=lambda ctx: 1 / 0)))
+    chatty = role(
+        "chatty", scripted("dashboard-chatty", ScriptedModel(function=lambda ctx: Reply(f"echo {ctx.prompt}")))
+    )
+    async with open_engine(broken, chatty) as engine, served(create_app(engine)) as base:
+        failed = await engine.task("broken", "anything", timeout=10)
+        first = await engine.task("chatty", "first words", timeout=10)
+        second = await engine.task("chatty", "second words", timeout=10)
+        page, problems = await _page(browser, base)
+
+        await page.locator(f'#agents tr[data-id="{failed["agentId"]}"]').click()
+        await expect(page.locator("#d-word")).to_have_text("failed", timeout=WAIT_MS)
+        await expect(page.locator("#d-name")).not_to_be_empty()
+        await expect(page.locator("#log")).to_contain_text("turn failed")
+        assert await page.locator("#toast").is_hidden()
+
+        async def slow(route: Any) -> None:
+            await asyncio.sleep(0.4)
+            await route.continue_()
+
+        await page.route("**/api/tools/agent_tail", slow)  # a slow network
+        await page.locator(f'#agents tr[data-id="{first["agentId"]}"]').click()
+        await page.locator(f'#agents tr[data-id="{second["agentId"]}"]').click()
+        await expect(page.locator("#log")).to_contain_text("echo second words", timeout=WAIT_MS)
+        await expect(page.locator("#log")).not_to_contain_text("first words")
+        assert problems == []
+
+
+async def test_keyboard_focus_survives_the_refresh_and_nothing_shows_before_a_pick(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    model = scripted("dashboard-focus", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        done = await engine.task("helper", "go", timeout=10)
+        for _ in range(101):
+            await engine.create("helper")
+        page, problems = await _page(browser, base)
+        await expect(page.locator("#agents-empty")).to_contain_text("100 most recently active of 102", timeout=WAIT_MS)
+        assert await page.locator("#detail").is_hidden() and await page.locator("#pick").is_visible()
+
+        row = page.locator("#agents tbody tr").first
+        await row.focus()
+        await page.wait_for_timeout(2500)  # past the list's refresh
+        assert await page.evaluate("document.activeElement.dataset.id") == await row.get_attribute("data-id")
+        await page.locator("#q").fill(done["name"])
+        await expect(page.locator("#agents tbody tr")).to_have_count(1, timeout=WAIT_MS)
+        await page.keyboard.press("Tab")  # from the filter to the one row
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#d-name")).to_have_text(done["name"], timeout=WAIT_MS)
+        assert problems == []
+
+
+async def test_a_read_only_token_watches_and_a_refused_token_is_said_so(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    ran: list[str] = []
+    delete_file, script = _cleaner(ran)
+    model = scripted("dashboard-read-only", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    settings = ServiceSettings(token=TOKEN, read_token="read-only-token")
+    async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine, settings)) as base:
+        paused = await engine.task("cleaner", "a.txt", timeout=10)
+        page, problems = await _page(browser, f"{base}/#token=read-only-token")
+        await expect(page.locator("#mode")).to_have_text("read-only", timeout=WAIT_MS)
+        await page.locator(f'#agents tr[data-id="{paused["agentId"]}"]').click()
+        needs = page.locator("#needs")
+        await expect(needs).to_contain_text("only reads", timeout=WAIT_MS)
+        await expect(needs.get_by_role("button", name="Approve")).to_be_hidden()
+        await expect(page.locator("#send")).to_be_hidden()
+        await expect(page.locator("#stop")).to_be_hidden()
+        assert problems == []
+
+        refused = await browser.new_page()
+        await refused.goto(f"{base}/#token=not-the-token")
+        await expect(refused.locator("#login-error")).to_be_visible(timeout=WAIT_MS)
+        assert ran == []

@@ -9,6 +9,7 @@
   const LABELS = { needs_you: "needs you", working: "working", stuck: "stuck", failed: "failed", idle: "idle", done: "done" };
   const REFRESH_MS = 2000;
   const TAIL_PAGE = 200;
+  const MAX_CHARS = 4000; // the most a tail line's detail holds (a longer one ends with its full length)
   const LOG_KEPT = 1000;
   const TOKEN_KEY = "agentwatch.token";
 
@@ -21,11 +22,14 @@
     agent: null, // its last `agent_get` answer
     cursor: null, // the last event of it shown in the log
     source: null, // its live stream
-    tailing: null, // the `agent_tail` call in flight
+    tailing: null, // the `agent_tail` reads in flight
+    tailingFor: null, // the agent they are for
     tailAgain: false, // events arrived while it was in flight
     detailTimer: null,
     refreshTimer: null,
     typing: null, // the log line that shows text still streaming
+    canAct: true, // false with a read-only token: the page only watches
+    refused: false, // the service refused the token the page holds
   };
 
   class ServiceError extends Error {
@@ -63,11 +67,18 @@
     } catch {
       // not JSON: said below
     }
-    if (body && body.error) throw new ServiceError(body.error.code, body.error.message, response.status);
+    if (refusal(body)) throw new ServiceError(body.error.code, body.error.message, response.status);
     if (!response.ok || body === null) {
       throw new ServiceError("bad_response", `The service answered HTTP ${response.status}.`, response.status);
     }
     return body;
+  }
+
+  function refusal(body) {
+    // A refused call answers `{"error": {"code", "message"}}` and nothing else; an answer may hold an
+    // `error` field of its own (`agent_get` of a failed agent).
+    return Boolean(body && typeof body.error === "object" && body.error !== null
+      && typeof body.error.code === "string" && Object.keys(body).length === 1);
   }
 
   function complain(error) {
@@ -88,7 +99,25 @@
 
   function askToken() {
     const dialog = $("login");
+    // A 401 while the page holds a token: the service refused that one.
+    $("login-error").hidden = !state.token;
     if (!dialog.open) dialog.showModal();
+  }
+
+  async function checkAccess() {
+    // What the token may call (`GET /api/tools` says it per tool): a read-only one only watches.
+    const headers = state.token ? { authorization: `Bearer ${state.token}` } : {};
+    try {
+      const response = await fetch("/api/tools", { headers });
+      if (!response.ok) return;
+      const { tools } = await response.json();
+      const answer = tools.find((tool) => tool.name === "agent_answer");
+      state.canAct = Boolean(answer && answer.callable);
+    } catch {
+      return; // offline: the list says so
+    }
+    document.body.classList.toggle("read-only", !state.canAct);
+    $("mode").hidden = state.canAct;
   }
 
   // -- small helpers -------------------------------------------------------------------------------
@@ -127,12 +156,12 @@
 
   async function refresh() {
     try {
-      const args = { limit: 100, sort: "newest" };
+      const args = { limit: 100, sort: "newest", counts: true };
       if (state.word) args.word = [state.word];
       if (state.q) args.q = state.q;
       const [summary, page] = await Promise.all([call("agent_summary", { words: true }), call("agent_list", args)]);
       showWords(summary.words || {});
-      showAgents(page.agents);
+      showAgents(page.agents, page.counts ? page.counts.total : page.agents.length);
       setConnection(true);
     } catch (error) {
       setConnection(false, error);
@@ -153,35 +182,53 @@
   }
 
   function showWords(counts) {
+    // Updated in place, never rebuilt: a chip that has the focus keeps it.
     const nav = $("words");
-    const chip = (word, label, count) =>
-      el("button", { type: "button", "aria-pressed": String(state.word === word), "data-word": word || "all",
-                     onclick: () => { state.word = word; refresh(); } }, `${label} ${count}`);
     const total = Object.values(counts).reduce((a, b) => a + b, 0);
-    nav.replaceChildren(chip(null, "all", total), ...WORDS.map((w) => chip(w, LABELS[w], counts[w] || 0)));
+    [[null, "all", total], ...WORDS.map((w) => [w, LABELS[w], counts[w] || 0])].forEach(([word, label, count], i) => {
+      let chip = nav.children[i];
+      if (!chip) {
+        chip = el("button", { type: "button", "data-word": word || "all",
+                              onclick: () => { state.word = word; refresh(); } });
+        nav.append(chip);
+      }
+      chip.textContent = `${label} ${count}`;
+      chip.setAttribute("aria-pressed", String(state.word === word));
+    });
   }
 
-  function showAgents(agents) {
+  function showAgents(agents, total) {
+    // Rows are kept by agent and updated in place; a row moves only when its place changed, so the row that
+    // has the focus keeps it while the list refreshes.
     const body = $("agents").tBodies[0];
-    const rows = agents.map((agent) => {
+    const kept = new Map([...body.rows].map((row) => [row.dataset.id, row]));
+    agents.forEach((agent, index) => {
+      let row = kept.get(agent.id);
+      kept.delete(agent.id);
+      if (!row) {
+        row = el("tr", { tabindex: 0, "data-id": agent.id, onclick: () => select(agent.id),
+                         onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(agent.id); } } },
+                 el("td"), el("td"), el("td"), el("td", { class: "muted" }));
+      }
       const waiting = agent.oldestRequest ? agent.oldestRequest.summary : null;
-      const row = el(
-        "tr",
-        { tabindex: 0, "data-id": agent.id, "aria-selected": String(agent.id === state.selected),
-          onclick: () => select(agent.id), onkeydown: (e) => { if (e.key === "Enter") select(agent.id); } },
-        el("td", {}, agent.displayName || agent.name, waiting ? el("span", { class: "sub" }, waiting) : null),
-        el("td", {}, agent.role),
-        el("td", {}, wordBadge(agent.word)),
-        el("td", { class: "muted" }, ago(agent.lastActiveAt)),
-      );
-      return row;
+      const [who, role, word, active] = row.cells;
+      who.replaceChildren(agent.displayName || agent.name, waiting ? el("span", { class: "sub" }, waiting) : "");
+      role.textContent = agent.role;
+      word.replaceChildren(wordBadge(agent.word));
+      active.textContent = ago(agent.lastActiveAt);
+      if (agent.id === state.selected) row.setAttribute("aria-current", "true");
+      else row.removeAttribute("aria-current");
+      if (body.rows[index] !== row) body.insertBefore(row, body.rows[index] || null);
     });
-    body.replaceChildren(...rows);
+    for (const gone of kept.values()) gone.remove();
     const empty = $("agents-empty");
-    empty.hidden = agents.length > 0;
-    empty.textContent = state.word || state.q
-      ? "No agent matches."
-      : "No agents yet. Start one below, or with `agentwatch run ROLE \"TASK\"`.";
+    const more = total > agents.length;
+    empty.hidden = agents.length > 0 && !more;
+    empty.textContent = more
+      ? `Showing the ${agents.length} most recently active of ${total}: filter by status or name to find the others.`
+      : state.word || state.q
+        ? "No agent matches."
+        : "No agents yet. Start one below, or with `agentwatch run ROLE \"TASK\"`.";
     const roles = new Set(agents.map((a) => a.role));
     $("roles").replaceChildren(...[...roles].sort().map((role) => el("option", { value: role })));
   }
@@ -191,10 +238,14 @@
   async function select(id) {
     if (state.source) state.source.close();
     Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null });
-    for (const row of $("agents").tBodies[0].rows) row.setAttribute("aria-selected", String(row.dataset.id === id));
+    for (const row of $("agents").tBodies[0].rows) {
+      if (row.dataset.id === id) row.setAttribute("aria-current", "true");
+      else row.removeAttribute("aria-current");
+    }
     $("log").replaceChildren();
     $("detail").hidden = false;
     $("pick").hidden = true;
+    if (window.matchMedia("(max-width: 800px)").matches) $("detail").scrollIntoView();
     try {
       await Promise.all([showDetail(), tail()]);
     } catch (error) {
@@ -215,6 +266,7 @@
       const event = JSON.parse(message.data).event;
       if (event.type === "content.delta") showTyping(event);
       else {
+        clearTyping(); // what streamed is durable now (or was cut off): the tail shows it
         tail();
         laterDetail();
       }
@@ -228,18 +280,20 @@
   }
 
   async function tail() {
-    if (state.tailing) {
+    const id = state.selected;
+    if (state.tailing && state.tailingFor === id) {
       state.tailAgain = true;
       return state.tailing;
     }
-    const id = state.selected;
-    state.tailing = (async () => {
+    state.tailAgain = false;
+    state.tailingFor = id;
+    const reading = (async () => {
       try {
         do {
           state.tailAgain = false;
           let more = true;
           while (more && state.selected === id) {
-            const args = { id, maxEvents: TAIL_PAGE };
+            const args = { id, maxEvents: TAIL_PAGE, maxChars: MAX_CHARS };
             if (state.cursor) args.afterId = state.cursor;
             const answer = await call("agent_tail", args);
             if (state.selected !== id) return;
@@ -249,20 +303,18 @@
           }
         } while (state.tailAgain && state.selected === id);
       } finally {
-        state.tailing = null;
+        if (state.tailing === reading) state.tailing = null;
       }
     })();
-    return state.tailing;
+    state.tailing = reading;
+    return reading;
   }
 
   function showLines(lines) {
     if (!lines.length) return;
     const log = $("log");
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
-    if (state.typing) {
-      state.typing.remove();
-      state.typing = null;
-    }
+    clearTyping();
     for (const line of lines) {
       const kind = line.itemType === "tool_call" || line.itemType === "tool_result" ? "tool" : "";
       log.append(el(
@@ -276,6 +328,11 @@
     }
     while (log.children.length > LOG_KEPT) log.firstElementChild.remove();
     if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  function clearTyping() {
+    if (state.typing) state.typing.remove();
+    state.typing = null;
   }
 
   function showTyping(event) {
@@ -338,8 +395,11 @@
       if (hitl.multiple) {
         const boxes = hitl.options.map((option) => el("input", { type: "checkbox", value: option, "aria-label": option }));
         parts.push(el("div", { class: "choices" }, ...boxes.map((b) => el("label", {}, b, ` ${b.value}`)),
-          el("button", { type: "button", class: "primary",
-                         onclick: () => answer(boxes.filter((b) => b.checked).map((b) => b.value)) }, "Answer")));
+          el("button", { type: "button", class: "primary", onclick: () => {
+            const picked = boxes.filter((b) => b.checked).map((b) => b.value);
+            if (picked.length) answer(picked);
+            else toast("Tick at least one option.");
+          } }, "Answer")));
       } else {
         parts.push(el("div", { class: "choices" },
           ...hitl.options.map((option) => el("button", { type: "button", onclick: () => answer(option) }, option))));
@@ -349,6 +409,7 @@
       parts.push(text, el("div", { class: "choices" },
         el("button", { type: "button", class: "primary", onclick: () => { if (text.value.trim()) answer(text.value); } }, "Answer")));
     }
+    if (!state.canAct) parts.push(el("p", { class: "muted" }, "This token only reads: someone with the service's full token can answer."));
     box.replaceChildren(...parts);
     box.hidden = false;
   }
@@ -383,7 +444,7 @@
       }
     });
     $("stop").addEventListener("click", async () => {
-      if (!state.agent || !confirm(`Stop ${state.agent.name}'s turn?`)) return;
+      if (!state.agent || !confirm(`Stop ${state.agent.displayName || state.agent.name}?`)) return;
       try {
         await call("agent_stop", { id: state.selected });
         await showDetail();
@@ -416,11 +477,14 @@
       const token = $("login-form").elements.token.value.trim();
       sessionStorage.setItem(TOKEN_KEY, token);
       state.token = token;
+      checkAccess();
+      refresh();
       if (state.selected) select(state.selected);
     });
   }
 
   takeToken();
   wire();
+  checkAccess();
   refresh();
 })();
