@@ -25,6 +25,11 @@ delivery_timeout_seconds = 300             # one batch, the observer's turn incl
 bind = "127.0.0.1:8765"
 deploy_hold_minutes = 60   # on SIGTERM, how long running turns may go on (0 = do not wait)
 
+[heartbeats.digest]         # a role run on a schedule: each tick a run of its own (agentwatch serve ticks it)
+role = "digester"
+every = "1h"
+prompt = "Summarize what arrived since the last digest."
+
 [providers.local]           # refs local:<model> go to this OpenAI-compatible server
 base_url = "http://127.0.0.1:11434/v1"
 
@@ -54,6 +59,7 @@ __all__ = [
     "CONFIG_FILE",
     "DEFAULT_STORE_URL",
     "Config",
+    "HeartbeatConfig",
     "ModelsConfig",
     "ProviderConfig",
     "RetentionConfig",
@@ -115,6 +121,26 @@ class RetentionConfig(BaseModel):
     """Hook sessions are reaped this long after their last activity."""
     deleted_ttl: Duration = timedelta(days=7)
     """A soft-deleted session stays readable by id this long."""
+
+
+class HeartbeatConfig(BaseModel):
+    """A role run on a schedule (see `agentwatch.runtime.heartbeats`)."""
+
+    model_config = _STRICT
+
+    role: str = Field(min_length=1)
+    every: Duration
+    """How often it ticks (at least a second): ticks fall on the multiples of it since the Unix epoch."""
+    prompt: str = Field(min_length=1)
+    timeout: Duration = timedelta(minutes=10)
+    """How long a tick's turn may take (a paused one included) before it is stopped and the tick fails."""
+
+    @field_validator("every")
+    @classmethod
+    def _at_least_a_second(cls, value: timedelta) -> timedelta:
+        if value < timedelta(seconds=1):
+            raise ValueError(f"a heartbeat ticks at most once a second, not every {value.total_seconds():g} s")
+        return value
 
 
 class ProviderConfig(BaseModel):
@@ -196,6 +222,7 @@ class Config(BaseModel):
     retention: RetentionConfig = RetentionConfig()
     observers: ObserverConfig = ObserverConfig()
     server: ServerConfig = ServerConfig()
+    heartbeats: dict[str, HeartbeatConfig] = {}
     providers: dict[str, ProviderConfig] = {}
     models: ModelsConfig = ModelsConfig()
 

@@ -28,6 +28,8 @@ from tests.runtime.support import OpenEngine, Scripted, role
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_IDS = ("ses_01jdq3v9c8k2m6n4p7r0s5t8w1", "ses_...")
 """The ids the help texts show; the test puts the id of its own `coder` session in their place."""
+EXAMPLE_RUN = "run_..."
+"""The run id the help texts show; the test puts the id of its own run of `report` in its place."""
 
 
 def help_examples() -> list[tuple[str, str]]:
@@ -51,9 +53,10 @@ def test_every_command_has_an_example_here() -> None:
 
 
 @pytest.fixture
-def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tuple[Path, str]:
+def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tuple[Path, str, str]:
     """A project as the examples assume one: `agents/coder.md`, the default store with a `coder` that has
-    run two turns, a `nova` in chat 42:bot1, and the demo's agents under `examples/`."""
+    run two turns, a `nova` in chat 42:bot1, two runs of the workflow `report`, and the demo's agents under
+    `examples/`; its root, the coder's id and the second run's id."""
     model = scripted("cli-examples", ScriptedModel.replying(*["done"] * 8))
     agents = tmp_path / "agents"
     agents.mkdir(exist_ok=True)
@@ -61,13 +64,17 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     url = f"sqlite:///{tmp_path / '.agentwatch' / 'agentwatch.db'}"
 
-    async def prepare() -> str:
+    async def prepare() -> tuple[str, str]:
         async with open_engine(store=url, extensions=[]) as engine:
             session = await engine.create("coder", name="coder", source="cli")
             for prompt in ("one", "two"):
                 await engine.enqueue(session.id, prompt)
                 await engine.wait(session.id, 10)
             coder_id: str = session.id
+            for topic in ("tides", "moons"):
+                async with engine.run("report", input={"topic": topic}) as run:
+                    await run.task("coder", f"notes on {topic}")
+                    await run.journal("retry", "an example retry line")
         async with open_store(url) as store:
             await store.create_session(SessionDraft(name="nova", role="coder", scope="42:bot1"))
             await _waiting(store, "asker", RequestDraft(kind="question", summary="Which DB?", questions=["Which DB?"]))
@@ -81,9 +88,9 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
             taken = await store.create_session(SessionDraft(name="held", role="coder"))
             interception: dict[str, JsonValue] = {"by": "ada", "since": datetime.now(UTC).isoformat()}
             await store.write(Write(taken.id, session=SessionPatch(interception=interception)))
-        return coder_id
+        return coder_id, run.id
 
-    return tmp_path, asyncio.run(prepare())
+    return tmp_path, *asyncio.run(prepare())
 
 
 async def _waiting(store: Store, name: str, request: RequestDraft, parent_id: str | None = None) -> None:
@@ -95,8 +102,9 @@ async def _waiting(store: Store, name: str, request: RequestDraft, parent_id: st
 
 
 @pytest.mark.parametrize(("name", "example"), EXAMPLES, ids=[example for _, example in EXAMPLES])
-def test_the_help_example_works(project: tuple[Path, str], name: str, example: str) -> None:
-    root, coder_id = project
+def test_the_help_example_works(project: tuple[Path, str, str], name: str, example: str) -> None:
+    root, coder_id, run_id = project
+    example = example.replace(EXAMPLE_RUN, run_id)
     for shown in EXAMPLE_IDS:
         example = example.replace(shown, coder_id)
     argv = shlex.split(example)[1:]

@@ -96,6 +96,10 @@ async def test_a_read_only_token_calls_only_the_read_tools(open_engine: Any, scr
         "agent_prompt",
         "agent_summary",
         "agent_tail",
+        "run_compare",
+        "run_history",
+        "run_list",
+        "run_trace",
     }
 
 

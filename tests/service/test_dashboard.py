@@ -274,3 +274,34 @@ async def test_a_read_only_token_watches_and_a_refused_token_is_said_so(
         await refused.goto(f"{base}/#token=not-the-token")
         await expect(refused.locator("#login-error")).to_be_visible(timeout=WAIT_MS)
         assert ran == []
+
+
+async def test_the_runs_view_shows_a_runs_trace_and_opens_its_agents(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    calls = [0]
+
+    def flaky(ctx: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("the provider is down")
+        return Reply(f"sources on {ctx.prompt}")
+
+    researcher = role("researcher", scripted("dashboard-runs", ScriptedModel(function=flaky)))
+    async with open_engine(researcher) as engine, served(create_app(engine)) as base:
+        for topic in ("tides", "moons"):
+            async with engine.run("report", input={"topic": topic}) as run, run.span("Research") as research:
+                found = await research.task("researcher", topic, attempts=2, backoff_seconds=0)
+        page, problems = await _page(browser, base)
+        await page.get_by_role("button", name="Runs").click()
+        row = page.locator(f'#runs tr[data-id="{run.id}"]')
+        await expect(row).to_contain_text("workflow:report", timeout=WAIT_MS)
+        await expect(row).to_contain_text("completed")
+        await row.click()
+        spans = page.locator("#spans")
+        await expect(spans).to_contain_text("phaseResearch", timeout=WAIT_MS)
+        await expect(page.locator("#r-compare")).to_contain_text('topic: "tides" → "moons"', timeout=WAIT_MS)
+        await spans.locator("li[data-kind=task]").get_by_text("open agent").last.click()
+        await expect(page.locator("#agents-view")).to_be_visible()
+        await expect(page.locator("#d-name")).to_have_text(found["name"], timeout=WAIT_MS)
+        assert problems == []

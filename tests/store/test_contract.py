@@ -728,6 +728,10 @@ async def test_runs_listed_newest_first_and_what_their_turns_billed(store: Store
     ]
     assert (turns[0].first_at, turns[0].last_at) == (at, at + timedelta(seconds=2))
     assert await store.run_usage("run_nope") == []
+    claimed = await store.create_run(RunDraft(id="run_tick_1", kind="heartbeat", entity="heartbeat:digest"))
+    with pytest.raises(Conflict, match="run_tick_1"):
+        await store.create_run(RunDraft(id="run_tick_1", kind="heartbeat", entity="heartbeat:digest"))
+    assert await store.get_run("run_tick_1") == claimed
     totals = await store.run_totals([first.id, other.id, second.id])
     assert {k: (v.total_tokens, v.cost_usd) for k, v in totals.items()} == {
         first.id: (16, 0.5),

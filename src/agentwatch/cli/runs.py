@@ -62,6 +62,7 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
     from rich.markup import escape  # (a command's --help loads no rich)
 
     from agentwatch.cli._table import print_note, print_table
+
     rows = [
         [run["id"], escape(run["entity"] or run["kind"]), _status(run["status"]), run["startedAt"][:19],
          _duration(run["durationMs"]), _spend(run)]
@@ -86,7 +87,7 @@ def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
 
     \b
     Example:
-      agentwatch runs trace run_01...
+      agentwatch runs trace run_...
     """
     answer = call_tool(store_url, "run_trace", {"id": run_id}, {"id": "RUN"})
     if as_json:
@@ -96,6 +97,7 @@ def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
 
     from agentwatch.cli._common import console
     from agentwatch.cli._table import print_note
+
     run = answer["run"]
     console.print(
         f"[bold]{escape(run['entity'] or run['kind'])}[/] [dim]{run['id']}[/]  {_status(run['status'])}  "
@@ -141,7 +143,7 @@ def compare(run_id: str, against: str | None, store_url: str | None, as_json: bo
 
     \b
     Example:
-      agentwatch runs compare run_01... --against run_01...
+      agentwatch runs compare run_... --against run_...
     """
     args: dict[str, Any] = {"id": run_id} | ({"against": against} if against else {})
     answer = call_tool(store_url, "run_compare", args, {"id": "RUN", "against": "--against"})
@@ -152,6 +154,7 @@ def compare(run_id: str, against: str | None, store_url: str | None, as_json: bo
 
     from agentwatch.cli._common import console
     from agentwatch.cli._table import print_note, print_table
+
     if answer["against"] is None:
         print_note("[dim]nothing to compare with: no earlier finished run of the same entity[/]")
         return
@@ -187,7 +190,7 @@ def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: s
 
     \b
     Example:
-      agentwatch runs history run_01... --agent researcher-x1y2z3 -q error
+      agentwatch runs history run_... --source journal -q retry
     """
     args: dict[str, Any] = {"id": run_id, "limit": limit}
     for name, value in (("agentId", agent_id), ("q", query), ("cursor", cursor)):
@@ -210,6 +213,7 @@ def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: s
     from rich.markup import escape  # (a command's --help loads no rich)
 
     from agentwatch.cli._table import print_note, print_table
+
     rows = [
         [entry["at"][11:19], entry["source"], escape(entry["title"] or entry["type"]),
          escape((entry["detail"] or "").replace("\n", " ")[:120])]

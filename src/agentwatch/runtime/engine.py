@@ -35,6 +35,7 @@ from agentwatch.runtime import compaction, requests
 from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, SessionDriver, evict_idle
 from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
+from agentwatch.runtime.heartbeats import Heartbeat, HeartbeatTicker, heartbeats_from_config
 from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases, commit_claimed
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
@@ -103,6 +104,9 @@ class Engine:
         """The session leases this engine holds: it runs a session's turns only while it holds its lease."""
         self.extensions: list[Extension] = []
         """The extensions installed in this engine, in install order."""
+        self.heartbeats: list[Heartbeat] = []
+        """The heartbeats of this engine (they tick only where it recovers: see `open`)."""
+        self._ticker: HeartbeatTicker | None = None
         self.tool_set_hooks: list[ToolSetHook] = []
         """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
 
@@ -130,6 +134,7 @@ class Engine:
         extensions: Iterable[Extension] | None = None,
         models: Mapping[str, ScriptedModel] | None = None,
         runs_turns: bool = True,
+        heartbeats: Iterable[Heartbeat] = (),
     ) -> AsyncIterator[Engine]:
         """Open the store and live ring, load the roster, continue cut-off turns; close everything after.
 
@@ -147,6 +152,9 @@ class Engine:
         queues is left for the engine that runs the session, which picks it up after its current turn; when
         the session has no live owner, its lease is written expired, so a running engine's sweep (or the next
         engine to open the store) takes it over at once.
+
+        `heartbeats` run roles on a schedule, beside those `[heartbeats]` in `agentwatch.toml` declares; they tick
+        in an engine that recovers (`recover=True`) with background tasks on (see `agentwatch.runtime.heartbeats`).
         """
         if not runs_turns and extensions:
             raise UserError("an engine opened with runs_turns=False runs no turn: it takes no extensions")
@@ -166,6 +174,7 @@ class Engine:
                     engine.add_extension(extension)
                 for problem in engine.roster.problems:
                     log.warning("%s", problem)
+                engine.heartbeats = _checked_heartbeats(engine.roster, [*heartbeats_from_config(config), *heartbeats])
                 await engine._start(recover=recover)
             else:
                 engine.leases = _HandOver(engine.store, ttl=HAND_OVER_SECONDS)
@@ -220,6 +229,9 @@ class Engine:
                     cursor = page.next_cursor
         self._maintenance = asyncio.create_task(self._maintain(), name="agentwatch-maintenance")
         self.leases.start(self, sweep=recover)  # renew held leases; take over expired ones
+        if recover and self.config.background_tasks and self.heartbeats:
+            self._ticker = HeartbeatTicker(self, self.heartbeats)
+            self._ticker.start()
 
     # -- draining (a deploy) ---------------------------------------------------------------------------
 
@@ -237,6 +249,8 @@ class Engine:
             return
         self._draining = True
         self.leases.sweeping = False
+        if self._ticker is not None:
+            self._ticker.stop()
         for driver in list(self._drivers.values()):
             driver.drain()
 
@@ -254,6 +268,8 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        if self._ticker is not None:
+            await self._ticker.close()
         for extension in reversed(self.extensions):
             try:
                 await extension.close()
@@ -600,3 +616,16 @@ def _freeze_start_up() -> None:
 
 def _is_a_runtime(engine: Engine) -> Runtime:
     return engine  # mypy checks here that Engine keeps the `Runtime` protocol the lower layers rely on
+
+
+def _checked_heartbeats(roster: Roster, heartbeats: list[Heartbeat]) -> list[Heartbeat]:
+    """`heartbeats`, once each names a role of the roster and no name is given twice."""
+    seen: set[str] = set()
+    for beat in heartbeats:
+        if beat.name in seen:
+            raise UserError(f"two heartbeats are named {beat.name!r}; give each its own name")
+        seen.add(beat.name)
+        if beat.role not in roster:
+            known = ", ".join(roster.names()) or "none"
+            raise UserError(f"heartbeat {beat.name!r} runs role {beat.role!r}, which is not defined (roles: {known})")
+    return heartbeats

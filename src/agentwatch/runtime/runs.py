@@ -92,9 +92,12 @@ class Span:
         attempts: int = 1,
         backoff_seconds: float = 1.0,
         timeout: float = 600.0,
+        source: str = "task",
+        group_key: str | None = None,
     ) -> dict[str, JsonValue]:
         """Run an agent of `role` on `prompt` for the run and wait for it (see the module docs); its status
-        snapshot. Raises `TaskFailed` when no attempt completed."""
+        snapshot. Raises `TaskFailed` when no attempt completed. `source` and `group_key` are the session's
+        (`heartbeat` and `hb:<name>` for a heartbeat's tick)."""
         check_prompt(prompt)
         if attempts < 1 or backoff_seconds < 0 or timeout <= 0:
             raise InvalidArgument(
@@ -106,7 +109,9 @@ class Span:
         first: str | None = None
         wait = backoff_seconds
         for attempt in range(1, attempts + 1):
-            session = await runtime.create(role, run_id=self.run_id, origin=Origin(kind="run", ref=self.run_id))
+            session = await runtime.create(
+                role, run_id=self.run_id, origin=Origin(kind="run", ref=self.run_id), source=source, group_key=group_key
+            )
             span = await store.open_span(
                 SpanDraft(
                     run_id=self.run_id,
@@ -186,11 +191,18 @@ class Run(Span):
     def __init__(self, runtime: Runtime, record: RunRecord) -> None:
         super().__init__(runtime, record.id, None)
         self.run = record
+        self.ending = RunPatch(status="completed")
+        """How the run ends when its block exits without an error (`end_as` changes it)."""
 
     @property
     def id(self) -> str:
         """The run's id (`run_...`): what the run reads take."""
         return self.run_id
+
+    def end_as(self, status: str, reason: str | None = None, error: JsonValue = None) -> None:
+        """End the run with `status` (why, and what went wrong) rather than `completed` when its block exits
+        without an exception: `skipped`, say."""
+        self.ending = RunPatch(status=status, status_reason=reason, error=error)
 
     async def journal(self, kind: str, message: str, detail: JsonValue = None) -> None:
         """Add a line to the run's journal (`run_history` shows it beside its agents' work)."""
@@ -208,17 +220,22 @@ async def start_run(
     input: JsonValue = None,
     brain_sha: str | None = None,
     parent_run_id: str | None = None,
+    id: str | None = None,
 ) -> AsyncIterator[Run]:
     """Record a run of `name` (its entity `<kind>:<name>`: runs of one entity are compared with each other) and
-    end it as the block ends (see the module docs)."""
+    end it as the block ends (see the module docs). An `id` that is taken raises `Conflict` before the block
+    runs (of several processes, one records a heartbeat's tick)."""
     if not name.strip() or not kind.strip():
         raise InvalidArgument("a run needs a name and a kind")
-    record = await runtime.store.create_run(
-        RunDraft(kind=kind, entity=f"{kind}:{name}", input=input, brain_sha=brain_sha, parent_run_id=parent_run_id)
+    draft = RunDraft(
+        id=id, kind=kind, entity=f"{kind}:{name}", input=input, brain_sha=brain_sha, parent_run_id=parent_run_id
     )
-    patch = RunPatch(status="completed")
+    record = await runtime.store.create_run(draft)
+    run = Run(runtime, record)
+    patch = run.ending
     try:
-        yield Run(runtime, record)
+        yield run
+        patch = run.ending
     except asyncio.CancelledError:
         patch = RunPatch(status="cancelled", status_reason="cancelled")
         raise

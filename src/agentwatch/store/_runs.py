@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from agentwatch.errors import Conflict
 from agentwatch.events import Usage, new_id
 from agentwatch.store._sql import (
     Tx,
@@ -52,11 +53,18 @@ class RunMethods(SqlBase):
     # -- runs -----------------------------------------------------------------------------------------
 
     async def create_run(self, draft: RunDraft) -> RunRecord:
-        """Record a new run."""
+        """Record a new run. A run given an `id` that is taken raises `Conflict` (of several processes that
+        record the same run, one does: a heartbeat's tick)."""
         values = draft.model_dump() | {"id": draft.id or new_id("run"), "started_at": utc_now()}
+        params = self._params(values, RUN_JSON)
+        sql = (
+            f"INSERT INTO runs ({', '.join(params)}) VALUES ({', '.join('?' * len(params))}) "
+            "ON CONFLICT (id) DO NOTHING RETURNING id"
+        )
 
         async def create(tx: Tx) -> RunRecord:
-            await self._insert(tx, "runs", values, RUN_JSON)
+            if not await tx.fetch(sql, list(params.values())):
+                raise Conflict(f"a run with id {values['id']!r} already exists; leave `id` unset for a new one")
             return await self._run(tx, values["id"])
 
         return await self._write(create)

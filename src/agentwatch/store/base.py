@@ -77,7 +77,7 @@ class RunStore(Protocol):
     includes. Every backend keeps them in the same database as the sessions."""
 
     async def create_run(self, draft: RunDraft) -> RunRecord:
-        """Record a new run."""
+        """Record a new run; a given `id` that is taken raises `Conflict`."""
 
     async def get_run(self, run_id: str) -> RunRecord:
         """One run by id. Raises `NotFound`."""

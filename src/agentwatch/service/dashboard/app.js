@@ -29,6 +29,8 @@
     refreshTimer: null,
     typing: null, // the log line that shows text still streaming
     canAct: true, // false with a read-only token: the page only watches
+    view: "agents", // or "runs"
+    run: null, // the id of the run shown on the right of the runs view
     refused: false, // the service refused the token the page holds
   };
 
@@ -159,9 +161,13 @@
       const args = { limit: 100, sort: "newest", counts: true };
       if (state.word) args.word = [state.word];
       if (state.q) args.q = state.q;
-      const [summary, page] = await Promise.all([call("agent_summary", { words: true }), call("agent_list", args)]);
-      showWords(summary.words || {});
-      showAgents(page.agents, page.counts ? page.counts.total : page.agents.length);
+      if (state.view === "runs") {
+        showRuns((await call("run_list", { limit: 50 })).runs);
+      } else {
+        const [summary, page] = await Promise.all([call("agent_summary", { words: true }), call("agent_list", args)]);
+        showWords(summary.words || {});
+        showAgents(page.agents, page.counts ? page.counts.total : page.agents.length);
+      }
       setConnection(true);
     } catch (error) {
       setConnection(false, error);
@@ -231,6 +237,131 @@
         : "No agents yet. Start one below, or with `agentwatch run ROLE \"TASK\"`.";
     const roles = new Set(agents.map((a) => a.role));
     $("roles").replaceChildren(...[...roles].sort().map((role) => el("option", { value: role })));
+  }
+
+  // -- runs ----------------------------------------------------------------------------------------------
+
+  function showView(view) {
+    state.view = view;
+    for (const button of $("views").children) button.setAttribute("aria-pressed", String(button.dataset.view === view));
+    $("agents-view").hidden = view !== "agents";
+    $("runs-view").hidden = view !== "runs";
+    document.body.classList.toggle("runs", view === "runs");
+    refresh();
+  }
+
+  function took(ms) {
+    if (ms === null || ms === undefined) return "running";
+    return ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${(ms / 60000).toFixed(1)} min`;
+  }
+
+  function spent(item) {
+    const cost = item.costUsd === null || item.costUsd === undefined ? "" : ` · $${item.costUsd.toFixed(4)}`;
+    return `${item.tokens.toLocaleString()} tokens${cost}`;
+  }
+
+  function statusBadge(status) {
+    return el("span", { class: `word ${status}` }, status.replace("_", " "));
+  }
+
+  function showRuns(runs) {
+    const body = $("runs").tBodies[0];
+    const kept = new Map([...body.rows].map((row) => [row.dataset.id, row]));
+    runs.forEach((run, index) => {
+      let row = kept.get(run.id);
+      kept.delete(run.id);
+      if (!row) {
+        row = el("tr", { tabindex: 0, "data-id": run.id, onclick: () => selectRun(run.id),
+                         onkeydown: (e) => { if (e.key === "Enter") selectRun(run.id); } },
+                 el("td"), el("td"), el("td", { class: "muted" }), el("td"), el("td", { class: "muted" }));
+      }
+      const [name, status, started, time, cost] = row.cells;
+      name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, run.statusReason || run.id));
+      status.replaceChildren(statusBadge(run.status));
+      started.textContent = ago(run.startedAt);
+      time.textContent = took(run.durationMs);
+      cost.textContent = spent(run);
+      if (run.id === state.run) row.setAttribute("aria-current", "true");
+      else row.removeAttribute("aria-current");
+      if (body.rows[index] !== row) body.insertBefore(row, body.rows[index] || null);
+    });
+    for (const gone of kept.values()) gone.remove();
+    $("runs-empty").hidden = runs.length > 0;
+    if (state.run) showRun(state.run).catch(complain);
+  }
+
+  async function selectRun(id) {
+    state.run = id;
+    for (const row of $("runs").tBodies[0].rows) {
+      if (row.dataset.id === id) row.setAttribute("aria-current", "true");
+      else row.removeAttribute("aria-current");
+    }
+    $("run").hidden = false;
+    $("pick-run").hidden = true;
+    try {
+      await showRun(id);
+      const compared = await call("run_compare", { id });
+      if (state.run === id) showComparison(compared);
+    } catch (error) {
+      complain(error);
+    }
+  }
+
+  async function showRun(id) {
+    const trace = await call("run_trace", { id });
+    if (state.run !== id) return;
+    const run = trace.run;
+    $("r-name").textContent = run.entity || run.kind;
+    $("r-meta").textContent = [run.id, took(run.durationMs), spent(run), run.statusReason].filter(Boolean).join(" · ");
+    $("r-status").replaceWith(Object.assign(statusBadge(run.status), { id: "r-status" }));
+    const children = new Map();
+    for (const span of trace.spans) {
+      const siblings = children.get(span.parentSpanId) || [];
+      siblings.push(span);
+      children.set(span.parentSpanId, siblings);
+    }
+    const lines = [];
+    const walk = (parent, depth) => {
+      for (const span of children.get(parent) || []) {
+        const attempt = span.attempts > 1 ? ` (attempt ${span.attempt}/${span.attempts})` : "";
+        const agent = span.ref && span.ref.agentId && span.kind === "task"
+          ? el("a", { role: "link", tabindex: 0, onclick: () => openAgent(span.ref.agentId) }, " open agent")
+          : null;
+        const line = el("li", { "data-kind": span.kind },
+          el("span", {}, el("span", { class: "kind" }, span.kind), `${span.label}${attempt}`, agent),
+          statusBadge(span.status), el("span", { class: "num" }, took(span.durationMs)),
+          el("span", { class: "num" }, spent(span)));
+        line.style.setProperty("--depth", String(depth)); // (through the CSSOM: the page's policy allows no inline style)
+        lines.push(line);
+        walk(span.id, depth + 1);
+      }
+    };
+    walk(null, 0);
+    $("spans").replaceChildren(...lines);
+    const honesty = trace.honesty;
+    $("r-honesty").textContent = [
+      honesty.reapedAgents.length ? `reaped agents: ${honesty.reapedAgents.join(", ")} (timing and cost kept)` : "",
+      honesty.costCoverage === "partial" ? "the ledger no longer holds all it billed" : "",
+      honesty.truncated ? "more turns than a trace draws" : "",
+    ].filter(Boolean).join(" · ");
+  }
+
+  function showComparison(compared) {
+    const box = $("r-compare");
+    if (!compared.against) {
+      box.textContent = "No earlier finished run of the same entity to compare with.";
+      return;
+    }
+    const d = compared.deltas;
+    const sign = (v, unit) => (v === null || v === undefined ? "?" : `${v >= 0 ? "+" : ""}${v}${unit}`);
+    const inputs = compared.input.map((c) => `${c.path}: ${JSON.stringify(c.that)} → ${JSON.stringify(c.this)}`);
+    box.textContent = [`Against ${compared.against.id}: time ${sign(d.durationMs, " ms")}, tokens ${sign(d.tokens, "")}`,
+      d.status === "same" ? "" : `status ${d.status}`, ...inputs].filter(Boolean).join(" · ");
+  }
+
+  function openAgent(id) {
+    showView("agents");
+    select(id);
   }
 
   // -- one agent, live -------------------------------------------------------------------------------
@@ -427,6 +558,7 @@
   // -- acting ----------------------------------------------------------------------------------------
 
   function wire() {
+    for (const button of $("views").children) button.addEventListener("click", () => showView(button.dataset.view));
     $("q").addEventListener("input", (e) => {
       state.q = e.target.value.trim();
       clearTimeout(wire.search);

@@ -1,0 +1,196 @@
+"""Heartbeats: a role run on a schedule, each tick a run of its own (`heartbeat:<name>`).
+
+```toml
+[heartbeats.digest]          # in agentwatch.toml: `agentwatch serve` ticks it
+role = "digester"
+every = "1h"
+prompt = "Summarize what arrived since the last digest."
+```
+
+In Python, with a gate:
+
+```python
+Engine.open(heartbeats=[Heartbeat("digest", "digester", every=3600, prompt="...", gate=has_news)])
+```
+
+- Ticks fall on the multiples of `every` since the Unix epoch, so every engine on one store agrees on them. Each
+  tick is a run whose id is made from the heartbeat's name and the tick's number: when several engines (service
+  processes on one store) tick at once, one records it and the others leave it.
+- The gate (Python only) is asked first, with the `Tick`: False skips the tick (the run ends `skipped`,
+  statusReason `gate`, and no session is made); a gate that raises fails it (`failed`, statusReason
+  `gate_error`, error class `gate_error` with its message).
+- A tick while the heartbeat's previous session still runs (or waits on a person) is `skipped` (`overlap`).
+- Otherwise the tick runs a task: a session of `role` (source `heartbeat`, group key `hb:<name>`, so
+  `agent_list {groupKey: "hb:digest"}` lists every tick), given `prompt`; the run ends as its turn does.
+- Heartbeats tick in an engine that runs the store's background work (`Engine.open()` with `recover=True`, the
+  default, as `agentwatch serve` opens it) with background tasks on (`AGENTWATCH_BACKGROUND_TASKS`), and stop
+  once it drains. A heartbeat's sessions are reaped after `retention.heartbeat_ttl`; its runs stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import logging
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from agentwatch.config import Config
+from agentwatch.errors import Conflict, InvalidArgument
+from agentwatch.runtime.runs import Run, TaskFailed, start_run
+from agentwatch.store import SessionFilter
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.services import Runtime
+
+__all__ = ["Gate", "Heartbeat", "HeartbeatTicker", "Tick", "heartbeats_from_config", "tick"]
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """One tick of a heartbeat, as its gate is asked about it."""
+
+    name: str
+    number: int
+    """Ticks of `every` since the Unix epoch."""
+    due_at: datetime
+
+
+Gate = Callable[[Tick], bool | Awaitable[bool]]
+"""Whether a tick should run (a plain or an async function)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A role run on a schedule: every `every` seconds, a tick gives it `prompt` (see the module docs)."""
+
+    name: str
+    role: str
+    every: float
+    prompt: str
+    gate: Gate | None = None
+    timeout: float = 600.0
+    """How long a tick's turn may take (a paused one included) before it is stopped and the tick fails."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise InvalidArgument(f"a heartbeat's name is 1-100 letters, digits, '_', '.' or '-', not {self.name!r}")
+        if not (self.every > 0 and math.isfinite(self.every)):
+            raise InvalidArgument(f"heartbeat {self.name!r}: `every` must be a positive number of seconds")
+        if not self.prompt.strip():
+            raise InvalidArgument(f"heartbeat {self.name!r} has no prompt")
+
+
+def heartbeats_from_config(config: Config) -> list[Heartbeat]:
+    """The heartbeats `[heartbeats.<name>]` in `agentwatch.toml` declares."""
+    return [
+        Heartbeat(name, beat.role, beat.every.total_seconds(), beat.prompt, timeout=beat.timeout.total_seconds())
+        for name, beat in config.heartbeats.items()
+    ]
+
+
+def tick_id(name: str, number: int) -> str:
+    """The run id of a heartbeat's tick: the same in every engine."""
+    return "run_hb" + hashlib.blake2b(f"{name}\0{number}".encode(), digest_size=12).hexdigest()
+
+
+async def tick(runtime: Runtime, heartbeat: Heartbeat, number: int) -> str | None:
+    """Run tick `number` of `heartbeat` (see the module docs); the run's id, or None when another engine
+    recorded this tick."""
+    due = datetime.fromtimestamp(number * heartbeat.every, UTC)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                run = await stack.enter_async_context(
+                    start_run(
+                        runtime,
+                        heartbeat.name,
+                        kind="heartbeat",
+                        input={"tick": number, "dueAt": due.isoformat()},
+                        id=tick_id(heartbeat.name, number),
+                    )
+                )
+            except Conflict:
+                return None  # another engine has this tick
+            await _run_tick(runtime, heartbeat, Tick(heartbeat.name, number, due), run)
+    except TaskFailed:
+        pass  # the run ended `failed` with it
+    return run.id
+
+
+async def _run_tick(runtime: Runtime, heartbeat: Heartbeat, due: Tick, run: Run) -> None:
+    if heartbeat.gate is not None:
+        try:
+            verdict = heartbeat.gate(due)
+            passed = await verdict if inspect.isawaitable(verdict) else verdict
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            run.end_as("failed", "gate_error", {"class": "gate_error", "message": message})
+            return
+        if not passed:
+            run.end_as("skipped", "gate")
+            return
+    group = f"hb:{heartbeat.name}"
+    busy = await runtime.store.list_sessions(
+        SessionFilter(group_key=group, status=["running", "awaiting_input"]), limit=1
+    )
+    if busy.items:
+        run.end_as("skipped", "overlap")
+        return
+    await run.task(heartbeat.role, heartbeat.prompt, timeout=heartbeat.timeout, source="heartbeat", group_key=group)
+
+
+class HeartbeatTicker:
+    """Ticks an engine's heartbeats until it closes (or drains)."""
+
+    def __init__(self, runtime: Runtime, heartbeats: Iterable[Heartbeat]) -> None:
+        self._runtime = runtime
+        self.heartbeats = list(heartbeats)
+        self._beats: list[asyncio.Task[None]] = []
+        self._ticks: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        """Start ticking every heartbeat."""
+        self._beats = [
+            asyncio.create_task(self._beat(beat), name=f"agentwatch-heartbeat-{beat.name}") for beat in self.heartbeats
+        ]
+
+    async def _beat(self, heartbeat: Heartbeat) -> None:
+        while True:
+            now = time.time()
+            number = math.floor(now / heartbeat.every) + 1
+            await asyncio.sleep(number * heartbeat.every - now)
+            # A tick runs beside the schedule: a long one does not push the next one back (it is skipped as an
+            # overlap instead, and says so).
+            task = asyncio.create_task(self._tick(heartbeat, number), name=f"agentwatch-tick-{heartbeat.name}")
+            self._ticks.add(task)
+            task.add_done_callback(self._ticks.discard)
+
+    async def _tick(self, heartbeat: Heartbeat, number: int) -> None:
+        try:
+            await tick(self._runtime, heartbeat, number)
+        except Exception as exc:  # a tick that cannot be recorded must not stop the next ones
+            log.warning("heartbeat %s: tick %d failed: %s", heartbeat.name, number, exc)
+
+    def stop(self) -> None:
+        """Tick no more (running ticks go on)."""
+        for beat in self._beats:
+            beat.cancel()
+
+    async def close(self) -> None:
+        """Tick no more, and cut off running ticks (their runs end `cancelled`)."""
+        self.stop()
+        for task in list(self._ticks):
+            task.cancel()
+        await asyncio.gather(*self._beats, *self._ticks, return_exceptions=True)
