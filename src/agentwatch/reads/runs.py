@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from agentwatch.errors import InvalidArgument
-from agentwatch.events import PageCursor, TurnEnded, query_digest
+from agentwatch.events import PageCursor, TurnEnded, Usage, query_digest
 from agentwatch.reads._args import field_named
 from agentwatch.reads._view import EngineView
 from agentwatch.reads.tail import project
@@ -252,19 +252,19 @@ async def run_list(engine: EngineView, caller: Caller, args: RunListArgs) -> Run
     page, more = runs[: args.limit], len(runs) > args.limit
     totals = await engine.store.run_totals([run.id for run in page])
     last = page[-1] if page else None
-    cursor = PageCursor(digest, (last.started_at.isoformat(), last.id)).encode() if more and last else None
+    cursor = PageCursor(digest, (_iso(last.started_at), last.id)).encode() if more and last else None
     return RunListAnswer(runs=[_summary(run, totals[run.id]) for run in page], next_cursor=cursor)
 
 
-def _summary(run: RunRecord, usage: Any) -> RunSummary:
+def _summary(run: RunRecord, usage: Usage) -> RunSummary:
     return RunSummary(
         id=run.id,
         kind=run.kind,
         entity=run.entity,
         status=run.status,
         status_reason=run.status_reason,
-        started_at=run.started_at.isoformat(),
-        ended_at=run.ended_at.isoformat() if run.ended_at else None,
+        started_at=_iso(run.started_at),
+        ended_at=_iso(run.ended_at) if run.ended_at else None,
         duration_ms=_ms(run.started_at, run.ended_at),
         cost_usd=usage.cost_usd,
         tokens=usage.total_tokens,
@@ -286,7 +286,8 @@ async def run_trace(engine: EngineView, caller: Caller, args: TraceArgs) -> Trac
     turns = await store.run_usage(run.id)
     sessions = await _sessions(engine, run.id)
     truncated = len(turns) > MAX_TURNS
-    spans = [_stored_span(span, stored) for span in stored]
+    attempts = _attempts(stored)
+    spans = [_stored_span(span, attempts) for span in stored]
     task_of = _task_spans(stored)
     times = await _turn_times(engine, sessions)
     for turn in turns[:MAX_TURNS]:
@@ -301,8 +302,8 @@ async def run_trace(engine: EngineView, caller: Caller, args: TraceArgs) -> Trac
                     kind="hitl_wait",
                     label=request.summary,
                     status=request.status,
-                    started_at=request.created_at.isoformat(),
-                    ended_at=request.closed_at.isoformat() if request.closed_at else None,
+                    started_at=_iso(request.created_at),
+                    ended_at=_iso(request.closed_at) if request.closed_at else None,
                     duration_ms=_ms(request.created_at, request.closed_at),
                     attempt=1,
                     attempts=1,
@@ -346,16 +347,15 @@ def _attempts(spans: Sequence[SpanRecord]) -> dict[str, int]:
     return counts
 
 
-def _stored_span(span: SpanRecord, every: Sequence[SpanRecord]) -> TraceSpan:
-    attempts = _attempts(every)
+def _stored_span(span: SpanRecord, attempts: dict[str, int]) -> TraceSpan:
     return TraceSpan(
         id=span.id,
         parent_span_id=span.parent_span_id,
         kind=span.kind,
         label=span.label,
         status=span.status,
-        started_at=span.started_at.isoformat(),
-        ended_at=span.ended_at.isoformat() if span.ended_at else None,
+        started_at=_iso(span.started_at),
+        ended_at=_iso(span.ended_at) if span.ended_at else None,
         duration_ms=_ms(span.started_at, span.ended_at),
         attempt=span.attempt,
         attempts=attempts.get(span.attempt_of or span.id, 1),
@@ -416,8 +416,8 @@ def _turn_span(
         kind="turn",
         label=f"{role} turn",
         status=outcome or "running",
-        started_at=start.isoformat(),
-        ended_at=end.isoformat() if end else None,
+        started_at=_iso(start),
+        ended_at=_iso(end) if end else None,
         duration_ms=_ms(start, end),
         attempt=1,
         attempts=1,
@@ -574,7 +574,7 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
         entries += _pipeline(run, await store.list_spans(run.id))
     if "journal" in sources:
         for line in await store.read_journal(run.id, limit=10_000):
-            at = line.at.isoformat() if line.at else run.started_at.isoformat()
+            at = _iso(line.at) if line.at else _iso(run.started_at)
             entry = HistoryEntry(
                 at=at, source="journal", agent_id=None, type=line.kind, title=line.message, detail=None, status=None
             )
@@ -592,7 +592,7 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
             for event in events:
                 row = project(event, max_chars=args.max_chars)
                 entry = HistoryEntry(
-                    at=row["at"],
+                    at=_iso(event.at),
                     source="agent",
                     agent_id=session_id,
                     type=row["type"],
@@ -600,7 +600,7 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
                     detail=row["detail"],
                     status=row["status"],
                 )
-                entries.append(((row["at"], _SOURCE_ORDER["agent"], event.id), entry))
+                entries.append(((entry.at, _SOURCE_ORDER["agent"], event.id), entry))
             if truncated:
                 break
     if args.q:
@@ -621,7 +621,7 @@ def _pipeline(run: RunRecord, spans: Sequence[SpanRecord]) -> list[tuple[tuple[s
     order = _SOURCE_ORDER["pipeline"]
 
     def entry(at: datetime, key: str, kind: str, title: str, status: str | None) -> tuple[Any, HistoryEntry]:
-        text = at.isoformat()
+        text = _iso(at)
         line = HistoryEntry(
             at=text, source="pipeline", agent_id=None, type=kind, title=title, detail=None, status=status
         )
@@ -663,6 +663,11 @@ def _with_descendants(agent_id: str, sessions: dict[str, SessionRecord]) -> list
             parent = sessions.get(current)
             current = parent.parent_id if parent is not None else None
     return chosen
+
+
+def _iso(moment: datetime) -> str:
+    """A moment as ISO 8601 text of one width (microseconds always), so that text order is time order."""
+    return moment.isoformat(timespec="microseconds")
 
 
 def _ms(start: datetime, end: datetime | None) -> int | None:

@@ -85,13 +85,7 @@ class InboxMethods(SqlBase):
 
     async def usage_totals(self, session_ids: Sequence[str]) -> dict[str, Usage]:
         """Lifetime usage per session, from the ledger (reaped sessions included)."""
-        wanted = list(dict.fromkeys(session_ids))
-        condition, params = in_list("session_id", wanted)
-        sql = f"SELECT session_id, {USAGE_SUMS} FROM usage_ledger WHERE {condition} GROUP BY session_id"
-        rows = await self._read(lambda tx: tx.fetch(sql, params))
-        totals = {session_id: Usage() for session_id in wanted}
-        totals.update({row[0]: usage_from_sums(row[1:]) for row in rows})
-        return totals
+        return await self._usage_by("session_id", session_ids)
 
     async def usage_between(self, start: datetime, end: datetime, *, roles: Sequence[str] | None = None) -> Usage:
         """Total usage of ledger entries with start <= at < end."""

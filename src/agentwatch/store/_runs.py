@@ -141,13 +141,7 @@ class RunMethods(SqlBase):
 
     async def run_totals(self, run_ids: Sequence[str]) -> dict[str, Usage]:
         """What each run billed in all, from the spend ledger (a run that billed nothing: zero)."""
-        wanted = list(dict.fromkeys(run_ids))
-        condition, params = in_list("run_id", wanted)
-        sql = f"SELECT run_id, {USAGE_SUMS} FROM usage_ledger WHERE {condition} GROUP BY run_id"
-        rows = await self._read(lambda tx: tx.fetch(sql, params))
-        totals = {run_id: Usage() for run_id in wanted}
-        totals.update({row[0]: usage_from_sums(row[1:]) for row in rows})
-        return totals
+        return await self._usage_by("run_id", run_ids)
 
     async def open_span(self, draft: SpanDraft) -> SpanRecord:
         """Record a span of a run."""

@@ -21,6 +21,7 @@ from agentwatch.store._sql import (
     Tx,
     check_text,
     from_row,
+    in_list,
     to_params,
 )
 from agentwatch.store.records import (
@@ -132,6 +133,17 @@ class SqlBase(ABC):
 
     def _params(self, values: dict[str, Any], json_columns: frozenset[str]) -> dict[str, Any]:
         return to_params(self._dialect, values, json_columns)
+
+    async def _usage_by(self, column: str, keys: Sequence[str]) -> dict[str, Usage]:
+        """The spend ledger summed per value of `column` (`session_id`, `run_id`) among `keys`; a key with no
+        entry sums to zero."""
+        wanted = list(dict.fromkeys(keys))
+        condition, params = in_list(column, wanted)
+        sql = f"SELECT {column}, {USAGE_SUMS} FROM usage_ledger WHERE {condition} GROUP BY {column}"
+        rows = await self._read(lambda tx: tx.fetch(sql, params))
+        totals = {key: Usage() for key in wanted}
+        totals.update({row[0]: usage_from_sums(row[1:]) for row in rows})
+        return totals
 
     async def _insert(self, tx: Tx, table: str, values: dict[str, Any], json_columns: frozenset[str]) -> None:
         params = self._params(values, json_columns)
