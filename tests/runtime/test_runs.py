@@ -247,3 +247,35 @@ async def test_run_list_pages_newest_first_and_filters(open_engine: OpenEngine, 
         assert [(r["id"], r["statusReason"]) for r in skipped["runs"]] == [(made[3], "gate")]
         other_filters = await engine.call_tool("run_list", {"entity": "workflow:b", "cursor": first["nextCursor"]})
         assert other_filters["error"]["code"] == "invalid_argument"
+
+
+async def test_a_cancelled_run_stops_the_agent_its_task_waits_on(open_engine: OpenEngine, scripted: Scripted) -> None:
+    started = asyncio.Event()
+
+    async def slow_search() -> str:
+        started.set()
+        await asyncio.sleep(30)
+        return "found"
+
+    def script(ctx: Any) -> Any:
+        return CallTool("slow_search", {}) if not ctx.tool_results else Reply("done")
+
+    searcher = role("searcher", scripted("runs-cancelled", ScriptedModel(function=script)), tools=("slow_search",))
+    async with open_engine(searcher, tools=[slow_search]) as engine:
+        ids: list[str] = []
+
+        async def workflow() -> None:
+            async with engine.run("search") as run:
+                ids.append(run.id)
+                await run.task("searcher", "everything")
+
+        running = asyncio.create_task(workflow())
+        await asyncio.wait_for(started.wait(), 10)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        trace = await _call(engine, "run_trace", id=ids[0])
+        (task,) = [s for s in trace["spans"] if s["kind"] == "task"]
+        assert (trace["run"]["status"], task["status"]) == ("cancelled", "cancelled")
+        session = await engine.store.get_session(task["ref"]["agentId"])
+        assert session.status == "cancelled"

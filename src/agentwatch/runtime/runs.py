@@ -15,6 +15,7 @@ async with engine.run("report", input={"topic": "tides"}) as run:
   and waits until its turn is over, a person's answer included (a turn paused on a request keeps waiting, up to
   `timeout`); it returns the session's status snapshot (as `agent_task` answers). The task's span names the
   session (`ref.agentId`) and keeps its cost and tokens from the spend ledger, which outlives the session.
+- A run cancelled while a task waits stops the task's agent (its span and the run end `cancelled`).
 - A task that does not complete (it failed, was stopped, or had no answer within `timeout`, and is then stopped)
   is tried again, up to `attempts` times, after `backoff_seconds` (doubling): one span per attempt sharing
   `attempt_of`, a `backoff` span over each wait, and a `retry` line in the run's journal. When every attempt
@@ -125,7 +126,13 @@ class Span:
             )
             first = first or span.id
             await runtime.enqueue(session.id, prompt, origin=Origin(kind="run", ref=self.run_id))
-            snapshot, status = await self._outcome(session.id, timeout)
+            try:
+                snapshot, status = await self._outcome(session.id, timeout)
+            except asyncio.CancelledError:  # the run was cancelled: its agent stops too
+                with contextlib.suppress(Exception):
+                    await runtime.stop(session.id, by=f"run {self.run_id} (cancelled)")
+                    await store.update_span(span.id, SpanPatch(status="cancelled", ended_at=_now()))
+                raise
             usage = (await store.usage_totals([session.id]))[session.id]
             await store.update_span(
                 span.id,
