@@ -304,4 +304,7 @@ async def test_the_runs_view_shows_a_runs_trace_and_opens_its_agents(
         await spans.locator("li[data-kind=task]").get_by_text("open agent").last.click()
         await expect(page.locator("#agents-view")).to_be_visible()
         await expect(page.locator("#d-name")).to_have_text(found["name"], timeout=WAIT_MS)
+        await page.locator("#d-meta a").click()  # and back to its run
+        await expect(page.locator("#r-name")).to_have_text("workflow:report", timeout=WAIT_MS)
+        await expect(page.locator(f'#runs tr[data-id="{run.id}"]')).to_have_attribute("aria-current", "true")
         assert problems == []

@@ -359,6 +359,11 @@
       d.status === "same" ? "" : `status ${d.status}`, ...inputs].filter(Boolean).join(" · ");
   }
 
+  function openRun(id) {
+    showView("runs");
+    selectRun(id);
+  }
+
   function openAgent(id) {
     showView("agents");
     select(id);
@@ -490,7 +495,11 @@
     state.agent = agent;
     $("d-name").textContent = agent.displayName || agent.name;
     const tokens = agent.usage ? `${agent.usage.tokens} tokens` : "";
-    $("d-meta").textContent = [agent.role, agent.status, agent.modelRef, tokens, agent.id].filter(Boolean).join(" · ");
+    const meta = [agent.role, agent.status, agent.modelRef, tokens, agent.id].filter(Boolean).join(" · ");
+    const run = agent.runId
+      ? el("a", { role: "link", tabindex: 0, onclick: () => openRun(agent.runId) }, ` · run ${agent.runId}`)
+      : "";
+    $("d-meta").replaceChildren(meta, run);
     $("d-word").replaceWith(Object.assign(wordBadge(agent.word), { id: "d-word" }));
     const held = agent.interception;
     const take = $("take");
