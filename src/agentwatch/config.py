@@ -51,7 +51,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from agentwatch.errors import InvalidArgument, did_you_mean
 
@@ -88,6 +88,8 @@ def parse_duration(value: object) -> timedelta:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+HEARTBEAT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+"""A heartbeat's name: 1-100 letters, digits, '_', '.' or '-' (it is part of its runs' entity and lineage)."""
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -140,6 +142,13 @@ class HeartbeatConfig(BaseModel):
     def _at_least_a_second(cls, value: timedelta) -> timedelta:
         if value < timedelta(seconds=1):
             raise ValueError(f"a heartbeat ticks at most once a second, not every {value.total_seconds():g} s")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _some_time(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError(f"a tick's turn needs some time: a timeout above 0, not {value.total_seconds():g} s")
         return value
 
 
@@ -222,7 +231,7 @@ class Config(BaseModel):
     retention: RetentionConfig = RetentionConfig()
     observers: ObserverConfig = ObserverConfig()
     server: ServerConfig = ServerConfig()
-    heartbeats: dict[str, HeartbeatConfig] = {}
+    heartbeats: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HeartbeatConfig] = {}
     providers: dict[str, ProviderConfig] = {}
     models: ModelsConfig = ModelsConfig()
 

@@ -113,7 +113,8 @@ async def test_an_engine_that_recovers_ticks_on_schedule_and_others_do_not(
         assert await _runs(engine, "fast") == []
     async with open_engine(digester, heartbeats=[beat]) as engine:
         await asyncio.sleep(1.1)
-        engine.drain()  # no tick after this
+        engine.drain()  # no tick after this (one already begun records its run)
+        await asyncio.sleep(0.1)
         ticked = await _runs(engine, "fast")
         await asyncio.sleep(0.6)
         assert len(ticked) >= 3 and [r.id for r in await _runs(engine, "fast")] == [r.id for r in ticked]
@@ -135,8 +136,18 @@ def test_heartbeats_from_agentwatch_toml(tmp_path: Path) -> None:
     (tmp_path / "agentwatch.toml").write_text('[heartbeats.digest]\nrole = "digester"\nevery = "10ms"\nprompt = "x"\n')
     with pytest.raises(InvalidArgument, match="at most once a second"):
         load_config(tmp_path, env={})
+    (tmp_path / "agentwatch.toml").write_text(
+        '[heartbeats.digest]\nrole = "d"\nevery = "1h"\nprompt = "x"\ntimeout = "0s"\n'
+    )
+    with pytest.raises(InvalidArgument, match="timeout above 0"):
+        load_config(tmp_path, env={})
+    (tmp_path / "agentwatch.toml").write_text('[heartbeats."my digest"]\nrole = "d"\nevery = "1h"\nprompt = "x"\n')
+    with pytest.raises(InvalidArgument, match=r"agentwatch\.toml"):
+        load_config(tmp_path, env={})
     with pytest.raises(InvalidArgument, match="name"):
         Heartbeat("no spaces please", "digester", every=60, prompt="x")
+    with pytest.raises(InvalidArgument, match="timeout"):
+        Heartbeat("digest", "digester", every=60, prompt="x", timeout=0)
 
 
 async def test_a_heartbeat_of_an_unknown_role_or_a_repeated_name_is_refused_at_open(

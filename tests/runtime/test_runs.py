@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from agentwatch.errors import InvalidArgument
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
-from agentwatch.store import RunPatch
+from agentwatch.store import RunFilter, RunPatch, SessionFilter
 from tests.runtime.support import OpenEngine, Scripted, role
 
 
@@ -279,3 +280,27 @@ async def test_a_cancelled_run_stops_the_agent_its_task_waits_on(open_engine: Op
         assert (trace["run"]["status"], task["status"]) == ("cancelled", "cancelled")
         session = await engine.store.get_session(task["ref"]["agentId"])
         assert session.status == "cancelled"
+
+
+async def test_bad_run_and_task_arguments_are_refused_before_anything_is_stored(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    researcher = role("researcher", scripted("runs-bad-args", _flaky(0)))
+    async with open_engine(researcher) as engine:
+        for name in ("", "x" * 101, "two\nlines"):
+            with pytest.raises(InvalidArgument, match="name"):
+                async with engine.run(name):
+                    pass
+        with pytest.raises(InvalidArgument, match="input is JSON"):
+            async with engine.run("report", input={1, 2}):  # type: ignore[arg-type]
+                pass
+        assert await engine.store.list_runs(RunFilter()) == []
+        async with engine.run("report") as run:
+            for bad in ({"attempts": 2.5}, {"attempts": 0}, {"timeout": float("nan")}, {"backoff_seconds": -1}):
+                with pytest.raises(InvalidArgument):
+                    await run.task("researcher", "tides", **bad)
+            with pytest.raises(InvalidArgument, match="a run ends"):
+                run.end_as("running")
+            run.end_as("skipped", "nothing to do")
+        assert (await engine.store.get_run(run.id)).status == "skipped"
+        assert (await engine.store.list_sessions(SessionFilter())).items == []

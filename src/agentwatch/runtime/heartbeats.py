@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from agentwatch.config import HEARTBEAT_NAME as NAME_PATTERN
 from agentwatch.config import Config
 from agentwatch.errors import Conflict, InvalidArgument
 from agentwatch.runtime.runs import Run, TaskFailed, start_run
@@ -54,7 +55,7 @@ __all__ = ["Gate", "Heartbeat", "HeartbeatTicker", "Tick", "heartbeats_from_conf
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_NAME = re.compile(NAME_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,8 @@ class Heartbeat:
             raise InvalidArgument(f"heartbeat {self.name!r}: `every` must be a positive number of seconds")
         if not self.prompt.strip():
             raise InvalidArgument(f"heartbeat {self.name!r} has no prompt")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise InvalidArgument(f"heartbeat {self.name!r}: `timeout` must be a positive number of seconds")
 
 
 def heartbeats_from_config(config: Config) -> list[Heartbeat]:

@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument
 from agentwatch.events import Origin
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "Span", "TaskFailed", "start_run"]
 
+ENDINGS = ("completed", "failed", "cancelled", "skipped", "timed_out", "interrupted")
+"""The statuses a run ends with."""
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\- ]{0,99}$")
 _PAUSED_POLL_S = 0.5
 """How often a task whose turn waits on a person looks whether it was answered."""
 
@@ -100,11 +105,12 @@ class Span:
         snapshot. Raises `TaskFailed` when no attempt completed. `source` and `group_key` are the session's
         (`heartbeat` and `hb:<name>` for a heartbeat's tick)."""
         check_prompt(prompt)
-        if attempts < 1 or backoff_seconds < 0 or timeout <= 0:
-            raise InvalidArgument(
-                f"a task needs attempts >= 1, backoff_seconds >= 0 and timeout > 0 (got {attempts}, "
-                f"{backoff_seconds}, {timeout})"
-            )
+        if not isinstance(attempts, int) or attempts < 1:
+            raise InvalidArgument(f"a task's attempts is a whole number >= 1, not {attempts!r}")
+        if not (math.isfinite(backoff_seconds) and backoff_seconds >= 0):
+            raise InvalidArgument(f"a task's backoff_seconds is a number >= 0, not {backoff_seconds!r}")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise InvalidArgument(f"a task's timeout is a number of seconds > 0, not {timeout!r}")
         runtime, store = self._runtime, self._runtime.store
         name = _label(label or role)
         first: str | None = None
@@ -131,6 +137,7 @@ class Span:
             except asyncio.CancelledError:  # the run was cancelled: its agent stops too
                 with contextlib.suppress(Exception):
                     await runtime.stop(session.id, by=f"run {self.run_id} (cancelled)")
+                with contextlib.suppress(Exception):
                     await store.update_span(span.id, SpanPatch(status="cancelled", ended_at=_now()))
                 raise
             usage = (await store.usage_totals([session.id]))[session.id]
@@ -208,7 +215,9 @@ class Run(Span):
 
     def end_as(self, status: str, reason: str | None = None, error: JsonValue = None) -> None:
         """End the run with `status` (why, and what went wrong) rather than `completed` when its block exits
-        without an exception: `skipped`, say."""
+        without an exception: `skipped`, say (one of `ENDINGS`)."""
+        if status not in ENDINGS:
+            raise InvalidArgument(f"a run ends {', '.join(ENDINGS)}; not {status!r}")
         self.ending = RunPatch(status=status, status_reason=reason, error=error)
 
     async def journal(self, kind: str, message: str, detail: JsonValue = None) -> None:
@@ -232,11 +241,17 @@ async def start_run(
     """Record a run of `name` (its entity `<kind>:<name>`: runs of one entity are compared with each other) and
     end it as the block ends (see the module docs). An `id` that is taken raises `Conflict` before the block
     runs (of several processes, one records a heartbeat's tick)."""
-    if not name.strip() or not kind.strip():
-        raise InvalidArgument("a run needs a name and a kind")
-    draft = RunDraft(
-        id=id, kind=kind, entity=f"{kind}:{name}", input=input, brain_sha=brain_sha, parent_run_id=parent_run_id
-    )
+    for what, value in (("name", name), ("kind", kind)):
+        if not _NAME.match(value):
+            raise InvalidArgument(f"a run's {what} is 1-100 letters, digits, '_', '.', '-' or ' ', not {value!r}")
+    try:
+        draft = RunDraft(
+            id=id, kind=kind, entity=f"{kind}:{name}", input=input, brain_sha=brain_sha, parent_run_id=parent_run_id
+        )
+    except ValidationError as exc:
+        raise InvalidArgument(
+            f"a run's input is JSON (objects, lists, text, numbers, true, false, null): {exc}"
+        ) from None
     record = await runtime.store.create_run(draft)
     run = Run(runtime, record)
     patch = run.ending
