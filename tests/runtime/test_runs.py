@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +15,9 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
 from agentwatch.store import RunFilter, RunPatch, SessionFilter
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import OpenEngine, Scripted, lease_config, role
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _flaky(failures: int) -> ScriptedModel:
@@ -304,3 +308,36 @@ async def test_bad_run_and_task_arguments_are_refused_before_anything_is_stored(
             run.end_as("skipped", "nothing to do")
         assert (await engine.store.get_run(run.id)).status == "skipped"
         assert (await engine.store.list_sessions(SessionFilter())).items == []
+
+
+async def test_a_run_whose_process_was_killed_ends_interrupted(open_engine: OpenEngine, tmp_path: Path) -> None:
+    """Once: a run (and its spans) whose process died stayed `running` for ever. Its process is killed for
+    real here (SIGKILL, while the run's task runs); another engine's maintenance ends the run once it lapsed."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.runtime.run_scenario", url, str(tmp_path),
+        stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+    )  # fmt: skip
+    assert child.stdout is not None
+    line = (await asyncio.wait_for(child.stdout.readline(), 30)).decode().split()
+    assert line[:1] == ["running"], line
+    run_id = line[1]
+    child.kill()
+    await child.wait()
+    async with open_engine(store=url, config=lease_config(tmp_path), extensions=[]) as engine:
+        assert (await engine.store.get_run(run_id)).status == "running"  # not lapsed yet
+
+        async def ended() -> bool:
+            return (await engine.store.get_run(run_id)).status != "running"
+
+        deadline = asyncio.get_running_loop().time() + 20
+        while not await ended():
+            assert asyncio.get_running_loop().time() < deadline, "the lapsed run was never ended"
+            await asyncio.sleep(0.25)
+        trace = await _call(engine, "run_trace", id=run_id)
+    assert (trace["run"]["status"], trace["run"]["statusReason"]) == (
+        "interrupted",
+        "its process stopped before the run ended",
+    )
+    assert {s["status"] for s in trace["spans"] if s["kind"] == "task"} == {"interrupted"}
+    assert trace["run"]["endedAt"] is not None

@@ -742,6 +742,35 @@ async def test_runs_listed_newest_first_and_what_their_turns_billed(store: Store
         await store.list_runs(RunFilter(), limit=0)
 
 
+async def test_a_run_that_is_not_renewed_lapses_and_is_ended_interrupted_with_its_open_spans(store: Store) -> None:
+    now = datetime.now(UTC)
+    soon, later = now + timedelta(seconds=5), now + timedelta(seconds=60)
+    lapsing = await store.create_run(RunDraft(kind="workflow", entity="workflow:a", expires_at=soon))
+    renewed = await store.create_run(RunDraft(kind="workflow", entity="workflow:b", expires_at=soon))
+    forever = await store.create_run(RunDraft(kind="workflow", entity="workflow:c"))
+    open_span = await store.open_span(SpanDraft(run_id=lapsing.id, kind="task", label="t"))
+    done = await store.open_span(SpanDraft(run_id=lapsing.id, kind="task", label="u"))
+    await store.update_span(done.id, SpanPatch(status="completed", ended_at=now))
+    await store.renew_runs([renewed.id], later)
+    assert await store.end_lapsed_runs(now) == []
+    assert await store.end_lapsed_runs(soon + timedelta(seconds=1)) == [lapsing.id]
+    ended = await store.get_run(lapsing.id)
+    assert (ended.status, ended.status_reason, ended.ended_at) == (
+        "interrupted",
+        "its process stopped before the run ended",
+        soon + timedelta(seconds=1),
+    )
+    assert {(s.label, s.status) for s in await store.list_spans(lapsing.id)} == {
+        ("t", "interrupted"),
+        ("u", "completed"),
+    }
+    assert (await store.get_run(renewed.id)).status == (await store.get_run(forever.id)).status == "running"
+    assert open_span.status == "running"
+    await store.update_run(renewed.id, RunPatch(status="completed", ended_at=now))
+    await store.renew_runs([renewed.id], now - timedelta(seconds=1))  # an ended run is not moved
+    assert await store.end_lapsed_runs(later + timedelta(seconds=1)) == []
+
+
 async def test_info_reports_schema_and_sizes(store: Store, backend: str) -> None:
     session = await store.create_session(SessionDraft(name="nova", role="chat"))
     await store.append(session.id, [said("a"), said("b")])

@@ -290,6 +290,7 @@ class Engine:
             try:
                 await self.escalate_due()
                 await reap_due(self.store, self.config.retention)
+                await self.store.end_lapsed_runs(datetime.now(UTC))
                 evict_idle(self._drivers, idle_for=DRIVER_IDLE_SECONDS)
             except Exception as exc:  # housekeeping must never take the engine down
                 log.warning("maintenance failed: %s", exc)

@@ -16,6 +16,9 @@ async with engine.run("report", input={"topic": "tides"}) as run:
   `timeout`); it returns the session's status snapshot (as `agent_task` answers). The task's span names the
   session (`ref.agentId`) and keeps its cost and tokens from the spend ledger, which outlives the session.
 - A run cancelled while a task waits stops the task's agent (its span and the run end `cancelled`).
+- A run whose process dies lapses: its process renews its expiry while the block runs, and an engine's
+  maintenance (every few seconds, in any engine on the store) ends a lapsed run `interrupted`, with its open
+  spans, about four session leases (a minute by default) after the last renewal.
 - A task that does not complete (it failed, was stopped, or had no answer within `timeout`, and is then stopped)
   is tried again, up to `attempts` times, after `backoff_seconds` (doubling): one span per attempt sharing
   `attempt_of`, a `backoff` span over each wait, and a `retry` line in the run's journal. When every attempt
@@ -29,11 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import JsonValue, ValidationError
@@ -52,6 +56,7 @@ ENDINGS = ("completed", "failed", "cancelled", "skipped", "timed_out", "interrup
 """The statuses a run ends with."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\- ]{0,99}$")
 _PAUSED_POLL_S = 0.5
+log = logging.getLogger(__name__)
 """How often a task whose turn waits on a person looks whether it was answered."""
 
 
@@ -244,9 +249,16 @@ async def start_run(
     for what, value in (("name", name), ("kind", kind)):
         if not _NAME.match(value):
             raise InvalidArgument(f"a run's {what} is 1-100 letters, digits, '_', '.', '-' or ' ', not {value!r}")
+    lapse = _lapse_seconds(runtime)
     try:
         draft = RunDraft(
-            id=id, kind=kind, entity=f"{kind}:{name}", input=input, brain_sha=brain_sha, parent_run_id=parent_run_id
+            id=id,
+            kind=kind,
+            entity=f"{kind}:{name}",
+            input=input,
+            brain_sha=brain_sha,
+            parent_run_id=parent_run_id,
+            expires_at=_now() + timedelta(seconds=lapse),
         )
     except ValidationError as exc:
         raise InvalidArgument(
@@ -255,6 +267,7 @@ async def start_run(
     record = await runtime.store.create_run(draft)
     run = Run(runtime, record)
     patch = run.ending
+    renewing = asyncio.create_task(_renew(runtime, record.id, lapse), name=f"agentwatch-run-{record.id}")
     try:
         yield run
         patch = run.ending
@@ -266,7 +279,23 @@ async def start_run(
         patch = RunPatch(status="failed", status_reason=str(exc) or type(exc).__name__, error=error)
         raise
     finally:
+        renewing.cancel()
         await runtime.store.update_run(record.id, patch.model_copy(update={"ended_at": _now()}))
+
+
+def _lapse_seconds(runtime: Runtime) -> float:
+    """How long a run outlives its process's last renewal: four session leases (60 s by default)."""
+    return 4 * runtime.config.sessions.lease_seconds
+
+
+async def _renew(runtime: Runtime, run_id: str, lapse: float) -> None:
+    """Keep the run from lapsing while its block runs: renewed every quarter of `lapse`."""
+    while True:
+        await asyncio.sleep(lapse / 4)
+        try:
+            await runtime.store.renew_runs([run_id], _now() + timedelta(seconds=lapse))
+        except Exception as exc:  # the next renewal may go through; a lapse ends the run `interrupted`
+            log.warning("run %s: its expiry could not be renewed: %s", run_id, exc)
 
 
 def _label(text: str) -> str:

@@ -119,6 +119,36 @@ class RunMethods(SqlBase):
         rows = await self._read(lambda tx: tx.fetch(sql, [*params, limit]))
         return [from_row(RunRecord, RUN_COLUMNS, row, RUN_JSON) for row in rows]
 
+    async def renew_runs(self, run_ids: Sequence[str], expires_at: datetime) -> None:
+        """Move the expiry of the runs among `run_ids` that still run to `expires_at`."""
+        condition, params = in_list("id", list(run_ids))
+        sql = f"UPDATE runs SET expires_at = ? WHERE {condition} AND status = 'running'"
+        moment = self._dialect.time_param(aware(expires_at))
+        await self._write(lambda tx: tx.execute(sql, [moment, *params]))
+
+    async def end_lapsed_runs(self, now: datetime) -> list[str]:
+        """End `interrupted` every run still running whose expiry passed by `now` (its process stopped before
+        it ended the run), with its spans that had not ended; their ids."""
+        moment = self._dialect.time_param(aware(now))
+        reason = "its process stopped before the run ended"
+
+        async def end(tx: Tx) -> list[str]:
+            rows = await tx.fetch(
+                "UPDATE runs SET status = 'interrupted', status_reason = ?, ended_at = ? "
+                "WHERE status = 'running' AND expires_at IS NOT NULL AND expires_at < ? RETURNING id",
+                [reason, moment, moment],
+            )
+            ended = [str(row[0]) for row in rows]
+            if ended:
+                condition, params = in_list("run_id", ended)
+                await tx.execute(
+                    f"UPDATE spans SET status = 'interrupted', ended_at = ? WHERE ended_at IS NULL AND {condition}",
+                    [moment, *params],
+                )
+            return ended
+
+        return await self._write(end)
+
     async def run_usage(self, run_id: str) -> list[TurnUsage]:
         """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""
         sql = (

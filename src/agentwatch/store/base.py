@@ -56,7 +56,7 @@ from agentwatch.store.records import (
 
 __all__ = ["SCHEMA_VERSION", "EventValues", "RunStore", "Store"]
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 
@@ -96,6 +96,13 @@ class RunStore(Protocol):
     ) -> list[RunRecord]:
         """Runs matching `where`, newest first (by start, then id); `after`: the (started_at, id) of the last run
         of the previous page."""
+
+    async def renew_runs(self, run_ids: Sequence[str], expires_at: datetime) -> None:
+        """Move the expiry of the runs among `run_ids` that still run to `expires_at`."""
+
+    async def end_lapsed_runs(self, now: datetime) -> list[str]:
+        """End `interrupted` every run still running whose expiry passed by `now` (its process stopped before
+        it ended the run), with its spans that had not ended; their ids."""
 
     async def run_usage(self, run_id: str) -> list[TurnUsage]:
         """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""

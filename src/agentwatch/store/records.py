@@ -418,6 +418,9 @@ class RunDraft(BaseModel):
     input: JsonValue = None
     parent_run_id: str | None = None
     brain_sha: str | None = None
+    expires_at: AwareDatetime | None = None
+    """While it runs: when it lapses unless its process renews it (`renew_runs`); a lapsed run is ended
+    `interrupted` (`end_lapsed_runs`). None: it never lapses."""
 
 
 class RunRecord(RunDraft):
