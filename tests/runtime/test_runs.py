@@ -341,3 +341,30 @@ async def test_a_run_whose_process_was_killed_ends_interrupted(open_engine: Open
     )
     assert {s["status"] for s in trace["spans"] if s["kind"] == "task"} == {"interrupted"}
     assert trace["run"]["endedAt"] is not None
+
+
+async def test_compare_tells_repeated_labels_apart_rolls_costs_up_and_diffs_json_as_json(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: two tasks with one label were merged as attempts of one; a phase's cost read 0.0 (its turns' cost
+    was not rolled up, and an unknown cost read as 0.0); `true` and `1`, or `{"a.b": 1}` and `{"a": {"b": 1}}`,
+    compared equal."""
+    researcher = role("researcher", scripted("runs-compare-edges", _flaky(0)))
+    inputs = ({"a.b": 1, "flag": True, "list": [1, 2]}, {"a": {"b": 1}, "flag": 1, "list": [1]})
+    async with open_engine(researcher) as engine:
+        for given in inputs:
+            async with engine.run("edges", input=given) as run, run.span("Research") as research:
+                await research.task("researcher", "one")
+                await research.task("researcher", "two")
+        compared = await _call(engine, "run_compare", id=run.id)
+    by_path = {s["path"]: s for s in compared["spans"]}
+    assert list(by_path) == ["Research", "Research / researcher", "Research / researcher #2"]
+    assert [by_path[p]["this"]["attempts"] for p in by_path] == [1, 1, 1]
+    phase = by_path["Research"]["this"]
+    assert phase["costUsd"] is None  # no price is known for a scripted model: unknown, not 0.0
+    assert {c["path"]: (c["this"], c["that"]) for c in compared["input"]} == {
+        '["a.b"]': (None, 1),
+        "a": ({"b": 1}, None),
+        "flag": (1, True),
+        "list[1]": (None, 2),
+    }

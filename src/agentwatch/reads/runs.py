@@ -17,6 +17,8 @@ requests, their events) is added while they exist; `honesty` says what a trace c
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -55,6 +57,7 @@ MAX_EVENTS = 20_000
 _SOURCES = ("agent", "pipeline", "journal")
 _SOURCE_ORDER = {source: index for index, source in enumerate(_SOURCES)}
 _ALIGNED = ("phase", "task", "step")
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """The spans `run_compare` aligns (turns, waits and back-offs differ from run to run by nature)."""
 
 
@@ -280,8 +283,16 @@ def _summary(run: RunRecord, usage: Usage) -> RunSummary:
 
 async def run_trace(engine: EngineView, caller: Caller, args: TraceArgs) -> TraceAnswer:
     """The `run_trace` tool."""
+    run = await engine.store.get_run(args.id)
+    spans, honesty = await _trace(engine, run)
+    total = (await engine.store.run_totals([run.id]))[run.id]
+    return TraceAnswer(run=_summary(run, total), spans=spans, honesty=honesty)
+
+
+async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], Honesty]:
+    """A run's spans, the turns and waits of its agents among them and every cost rolled up, in start order;
+    and what the trace cannot show."""
     store = engine.store
-    run = await store.get_run(args.id)
     stored = await store.list_spans(run.id)
     turns = await store.run_usage(run.id)
     sessions = await _sessions(engine, run.id)
@@ -317,12 +328,7 @@ async def run_trace(engine: EngineView, caller: Caller, args: TraceArgs) -> Trac
     spans.sort(key=lambda span: (span.started_at, span.id))
     referenced = [str(span.ref["agentId"]) for span in stored if span.ref and span.ref.get("agentId")]
     reaped = sorted({agent for agent in referenced if agent not in sessions})
-    total = (await store.run_totals([run.id]))[run.id]
-    return TraceAnswer(
-        run=_summary(run, total),
-        spans=spans,
-        honesty=Honesty(reaped_agents=reaped, cost_coverage="partial" if partial else "full", truncated=truncated),
-    )
+    return spans, Honesty(reaped_agents=reaped, cost_coverage="partial" if partial else "full", truncated=truncated)
 
 
 async def _sessions(engine: EngineView, run_id: str) -> dict[str, SessionRecord]:
@@ -478,7 +484,7 @@ async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> 
     if other is None:
         return CompareAnswer(run=this, against=None, deltas=None, spans=[], input=[], brain_sha=None)
     that = _summary(other, totals[other.id])
-    mine, theirs = _aligned(await store.list_spans(run.id)), _aligned(await store.list_spans(other.id))
+    mine, theirs = _aligned((await _trace(engine, run))[0]), _aligned((await _trace(engine, other))[0])
     paths = list(dict.fromkeys([*mine, *theirs]))
     return CompareAnswer(
         run=this,
@@ -497,12 +503,13 @@ async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> 
     )
 
 
-def _aligned(spans: Sequence[SpanRecord]) -> dict[str, SpanSide]:
-    """Each phase, task or step by its label path, its attempts merged (the last one's status, the time from the
-    first one's start to the last one's end, their costs summed)."""
+def _aligned(spans: Sequence[TraceSpan]) -> dict[str, SpanSide]:
+    """Each phase, task or step by its label path, the attempts of one merged (the last one's status, the time
+    from the first one's start to the last one's end, their costs summed). Two spans of one path that are not
+    attempts of each other are told apart as `path #2`, `path #3`, in start order."""
     by_id = {span.id: span for span in spans}
 
-    def path(span: SpanRecord) -> str:
+    def path(span: TraceSpan) -> str:
         labels = [span.label]
         parent = by_id.get(span.parent_span_id) if span.parent_span_id else None
         while parent is not None:
@@ -510,42 +517,66 @@ def _aligned(spans: Sequence[SpanRecord]) -> dict[str, SpanSide]:
             parent = by_id.get(parent.parent_span_id) if parent.parent_span_id else None
         return " / ".join(reversed(labels))
 
-    grouped: dict[str, list[SpanRecord]] = {}
+    chains: dict[str, list[TraceSpan]] = {}  # the first attempt's id → its attempts
     for span in spans:
         if span.kind in _ALIGNED:
-            grouped.setdefault(path(span), []).append(span)
+            chains.setdefault(span.attempt_of or span.id, []).append(span)
     sides: dict[str, SpanSide] = {}
-    for key, attempts in grouped.items():
+    for attempts in chains.values():  # in start order (the spans are)
+        key = base = path(attempts[0])
+        repeat = 1
+        while key in sides:
+            repeat += 1
+            key = f"{base} #{repeat}"
         last = max(attempts, key=lambda s: (s.attempt, s.started_at))
         ends = [s.ended_at for s in attempts]
         end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+        costs = [s.cost_usd for s in attempts if s.cost_usd is not None]
         sides[key] = SpanSide(
             status=last.status,
-            duration_ms=_ms(min(s.started_at for s in attempts), end),
-            cost_usd=sum(s.cost_usd for s in attempts),
+            duration_ms=_ms(
+                datetime.fromisoformat(attempts[0].started_at), datetime.fromisoformat(end) if end else None
+            ),
+            cost_usd=sum(costs) if costs else None,
             attempts=len(attempts),
         )
     return sides
 
 
-def _leaf_changes(this: JsonValue, that: JsonValue) -> dict[str, tuple[JsonValue, JsonValue]]:
-    mine, theirs = dict(_leaves(this)), dict(_leaves(that))
-    return {
-        path: (mine.get(path), theirs.get(path))
-        for path in dict.fromkeys([*mine, *theirs])
-        if mine.get(path) != theirs.get(path) or (path in mine) != (path in theirs)
-    }
+def _leaf_changes(this: JsonValue, that: JsonValue, path: str = "") -> dict[str, tuple[JsonValue, JsonValue]]:
+    """Where two JSON values differ, leaf by leaf: objects by key (`a.b`, `a["odd key"]`) and lists by index
+    (`a[0]`), the rest (a leaf, or values of two kinds) as a whole (`$` for the whole input); a key or index one
+    side lacks shows as null on that side."""
+    if isinstance(this, dict) and isinstance(that, dict):
+        changes: dict[str, tuple[JsonValue, JsonValue]] = {}
+        for key in dict.fromkeys([*this, *that]):
+            where = (f"{path}.{key}" if path else key) if _PLAIN_KEY.match(key) else f"{path}[{json.dumps(key)}]"
+            if key in this and key in that:
+                changes |= _leaf_changes(this[key], that[key], where)
+            else:
+                changes[where] = (this.get(key), that.get(key))
+        return changes
+    if isinstance(this, list) and isinstance(that, list):
+        changes = {}
+        for index in range(max(len(this), len(that))):
+            where = f"{path}[{index}]"
+            if index < len(this) and index < len(that):
+                changes |= _leaf_changes(this[index], that[index], where)
+            else:
+                changes[where] = (_item(this, index), _item(that, index))
+        return changes
+    return {} if _same(this, that) else {path or "$": (this, that)}
 
 
-def _leaves(value: JsonValue, path: str = "") -> Iterable[tuple[str, JsonValue]]:
-    if isinstance(value, dict) and value:
-        for key, item in value.items():
-            yield from _leaves(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list) and value:
-        for index, item in enumerate(value):
-            yield from _leaves(item, f"{path}[{index}]")
-    else:
-        yield path or "$", value
+def _item(values: list[JsonValue], index: int) -> JsonValue:
+    return values[index] if index < len(values) else None
+
+
+def _same(a: JsonValue, b: JsonValue) -> bool:
+    """Equal as JSON values: `true` is not `1` (as Python's `True == 1` says), `1` is `1.0`."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
 
 
 def _minus(a: float | int | None, b: float | int | None) -> Any:
@@ -663,6 +694,10 @@ def _with_descendants(agent_id: str, sessions: dict[str, SessionRecord]) -> list
             parent = sessions.get(current)
             current = parent.parent_id if parent is not None else None
     return chosen
+
+
+def _moment(text: str) -> datetime:
+    return datetime.fromisoformat(text)
 
 
 def _iso(moment: datetime) -> str:
