@@ -2,7 +2,8 @@
 
 - A soft-deleted session stays readable by id (and listed with `deleted: true`) until its `reap_at`.
 - A heartbeat or hook session (source `heartbeat` / `hook`) that is not running or waiting is reaped once its
-  last activity is older than `retention.heartbeat_ttl` / `retention.hook_ttl` (default 24 h).
+  last activity is older than `retention.heartbeat_ttl` / `retention.hook_ttl` (default 24 h), together with
+  the sub-agents it spawned (and theirs), once none of them runs or waits.
 - A reap takes the whole transcript (conversations, events, inbox, requests); the spend ledger stays. A
   reaped id answers `not_found`.
 - A session that holds a resource watch is kept until the watch ends. There is no watch table yet: whoever
@@ -63,11 +64,36 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
         cursor: str | None = None
         while len(due) < limit:
             page = await store.list_sessions(where, sort="oldest", limit=_PAGE, cursor=cursor)
-            due += [s.id for s in page.items if not keep(s) and s.id not in due]
+            for session in page.items:
+                if keep(session) or session.id in due:
+                    continue
+                spawned = await _descendants(store, session.id)
+                if any(s.status in ("running", "awaiting_input") or keep(s) for s in spawned):
+                    continue  # reaped with what it spawned, once that has settled
+                due += [session.id, *(s.id for s in spawned if s.id not in due)]
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
     return due[:limit]
+
+
+async def _descendants(store: Store, session_id: str) -> list[SessionRecord]:
+    """The sessions `session_id` spawned, and theirs, and so on (soft-deleted ones too)."""
+    found: list[SessionRecord] = []
+    parents = [session_id]
+    while parents:
+        parent = parents.pop()
+        cursor: str | None = None
+        while True:
+            page = await store.list_sessions(
+                SessionFilter(parent_id=parent, deleted=True), sort="oldest", limit=_PAGE, cursor=cursor
+            )
+            found += page.items
+            parents += [child.id for child in page.items]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    return found
 
 
 async def reap_due(store: Store, retention: RetentionConfig, *, now: datetime | None = None) -> int:

@@ -60,3 +60,27 @@ async def test_heartbeat_and_hook_sessions_are_reaped_after_their_ttl_unless_a_w
 
         # The watch ends: the next pass takes it.
         assert await reap_due(engine.store, retention, now=later + timedelta(hours=2)) == 1
+
+
+async def test_what_a_heartbeat_session_spawned_is_reaped_with_it_once_it_settled(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: a heartbeat tick's sub-agents (source `task`) were never reaped, their transcripts kept for ever."""
+    model = scripted("tick-spawn", ScriptedModel(function=lambda ctx: Reply("tick")))
+    async with open_engine(role("digest", model)) as engine:
+        tick = await engine.create("digest", name="tick", source="heartbeat", group_key="hb:digest")
+        helper = await engine.create("digest", name="helper", source="task", parent_id=tick.id)
+        grandchild = await engine.create("digest", name="grandchild", source="task", parent_id=helper.id)
+        busy_tick = await engine.create("digest", name="busy-tick", source="heartbeat", group_key="hb:digest")
+        busy = await engine.create("digest", name="busy", source="task", parent_id=busy_tick.id)
+        await engine.store.update_session(busy.id, SessionPatch(status="running"))
+        retention = RetentionConfig(heartbeat_ttl="24h")
+        later = datetime.now(UTC) + timedelta(hours=25)
+
+        assert await reap_due(engine.store, retention, now=later) == 3
+        for gone in (tick, helper, grandchild):
+            assert (await engine.call_tool("agent_get", {"id": gone.id}))["error"]["code"] == "not_found"
+        for kept in (busy_tick, busy):  # what it spawned still runs: both wait
+            assert not isinstance((await engine.call_tool("agent_get", {"id": kept.id})).get("error"), dict)
+        await engine.store.update_session(busy.id, SessionPatch(status="completed"))
+        assert await reap_due(engine.store, retention, now=later) == 2
