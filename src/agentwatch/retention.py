@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentwatch.config import RetentionConfig
-from agentwatch.store import SessionFilter, SessionRecord, Store
+from agentwatch.store import SessionFilter, SessionRecord, Store, descendants
 
 __all__ = ["HELD_UNTIL", "held_until", "reap_due", "sessions_due"]
 
@@ -67,7 +67,7 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
             for session in page.items:
                 if keep(session) or session.id in due:
                     continue
-                spawned = await _descendants(store, session.id)
+                spawned = await descendants(store, session.id)
                 if any(s.status in ("running", "awaiting_input") or keep(s) for s in spawned):
                     continue  # reaped with what it spawned, once that has settled
                 due += [session.id, *(s.id for s in spawned if s.id not in due)]
@@ -75,25 +75,6 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
                 break
             cursor = page.next_cursor
     return due[:limit]
-
-
-async def _descendants(store: Store, session_id: str) -> list[SessionRecord]:
-    """The sessions `session_id` spawned, and theirs, and so on (soft-deleted ones too)."""
-    found: list[SessionRecord] = []
-    parents = [session_id]
-    while parents:
-        parent = parents.pop()
-        cursor: str | None = None
-        while True:
-            page = await store.list_sessions(
-                SessionFilter(parent_id=parent, deleted=True), sort="oldest", limit=_PAGE, cursor=cursor
-            )
-            found += page.items
-            parents += [child.id for child in page.items]
-            if page.next_cursor is None:
-                break
-            cursor = page.next_cursor
-    return found
 
 
 async def reap_due(store: Store, retention: RetentionConfig, *, now: datetime | None = None) -> int:

@@ -368,3 +368,33 @@ async def test_compare_tells_repeated_labels_apart_rolls_costs_up_and_diffs_json
         "flag": (1, True),
         "list[1]": (None, 2),
     }
+
+
+async def test_a_sub_agents_turns_stay_under_their_task_after_the_agents_were_reaped(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: after the reap, a sub-agent's turn moved out of the task that spawned it, and the task's cost
+    dropped by the sub-agent's, with the coverage still `full` and the sub-agent missing from `reapedAgents`."""
+
+    def boss(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("agent_task", {"role": "helper", "prompt": "count to 3"})
+        return Reply("the helper counted")
+
+    lead = role("lead", scripted("runs-lead", ScriptedModel(function=boss)), tools=("agent_task",), grant=("spawn",))
+    helper = role("helper", scripted("runs-helper", ScriptedModel(function=lambda ctx: Reply("1 2 3"))))
+    async with open_engine(lead, helper, extensions=[]) as engine:
+        async with engine.run("delegate") as run:
+            done = await run.task("lead", "get it counted")
+        before = await _call(engine, "run_trace", id=run.id)
+        (task,) = [s for s in before["spans"] if s["kind"] == "task"]
+        (spawned,) = task["ref"]["subAgents"]
+        turns = [s for s in before["spans"] if s["kind"] == "turn"]
+        assert {t["ref"]["agentId"] for t in turns} == {done["agentId"], spawned}
+        assert {t["parentSpanId"] for t in turns} == {task["id"]}
+        assert await engine.store.reap([done["agentId"], spawned]) == 2
+        after = await _call(engine, "run_trace", id=run.id)
+    (task_after,) = [s for s in after["spans"] if s["kind"] == "task"]
+    assert {t["parentSpanId"] for t in after["spans"] if t["kind"] == "turn"} == {task["id"]}
+    assert task_after["tokens"] == task["tokens"] == sum(t["tokens"] for t in turns) > 0
+    assert after["honesty"]["reapedAgents"] == sorted([done["agentId"], spawned])

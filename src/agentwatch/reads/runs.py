@@ -326,8 +326,7 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
             )
     partial = _roll_up_costs(spans, stored)
     spans.sort(key=lambda span: (span.started_at, span.id))
-    referenced = [str(span.ref["agentId"]) for span in stored if span.ref and span.ref.get("agentId")]
-    reaped = sorted({agent for agent in referenced if agent not in sessions})
+    reaped = sorted({agent for span in stored for agent in _agents_of(span) if agent not in sessions})
     return spans, Honesty(reaped_agents=reaped, cost_coverage="partial" if partial else "full", truncated=truncated)
 
 
@@ -373,8 +372,21 @@ def _stored_span(span: SpanRecord, attempts: dict[str, int]) -> TraceSpan:
 
 
 def _task_spans(spans: Iterable[SpanRecord]) -> dict[str, str]:
-    """The span that ran each agent: agent id → span id."""
-    return {str(s.ref["agentId"]): s.id for s in spans if s.ref and isinstance(s.ref.get("agentId"), str)}
+    """The span each agent's work belongs under, by agent id: a task's own agent, and the sub-agents it spawned
+    (named in its ref once it ended, so that their turns stay under it after they were reaped)."""
+    owners: dict[str, str] = {}
+    for span in spans:
+        for agent in _agents_of(span):
+            owners.setdefault(agent, span.id)
+    return owners
+
+
+def _agents_of(span: SpanRecord) -> list[str]:
+    """The agents a span names in its ref: its own, then its sub-agents."""
+    ref = span.ref or {}
+    agent, spawned = ref.get("agentId"), ref.get("subAgents")
+    named = [agent] if isinstance(agent, str) else []
+    return named + [a for a in spawned if isinstance(a, str)] if isinstance(spawned, list) else named
 
 
 def _owner(session_id: str, sessions: dict[str, SessionRecord], task_of: dict[str, str]) -> str | None:

@@ -43,8 +43,17 @@ from typing import TYPE_CHECKING
 from pydantic import JsonValue, ValidationError
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument
-from agentwatch.events import Origin
-from agentwatch.store import JournalEntry, RunDraft, RunPatch, RunRecord, SpanDraft, SpanPatch, SpanRecord
+from agentwatch.events import Origin, Usage
+from agentwatch.store import (
+    JournalEntry,
+    RunDraft,
+    RunPatch,
+    RunRecord,
+    SpanDraft,
+    SpanPatch,
+    SpanRecord,
+    descendants,
+)
 from agentwatch.tools import check_prompt
 
 if TYPE_CHECKING:
@@ -145,10 +154,16 @@ class Span:
                 with contextlib.suppress(Exception):
                     await store.update_span(span.id, SpanPatch(status="cancelled", ended_at=_now()))
                 raise
-            usage = (await store.usage_totals([session.id]))[session.id]
+            # Its cost is its agent's and its sub-agents' (named in its ref: the trace places their turns under it
+            # after they were reaped too).
+            spawned = [child.id for child in await descendants(store, session.id)]
+            usage = sum((await store.usage_totals([session.id, *spawned])).values(), Usage())
+            ref: dict[str, JsonValue] = {"agentId": session.id, **({"subAgents": list(spawned)} if spawned else {})}
             await store.update_span(
                 span.id,
-                SpanPatch(status=status, ended_at=_now(), cost_usd=usage.cost_usd or 0.0, tokens=usage.total_tokens),
+                SpanPatch(
+                    status=status, ended_at=_now(), cost_usd=usage.cost_usd or 0.0, tokens=usage.total_tokens, ref=ref
+                ),
             )
             if status == "completed":
                 return snapshot

@@ -88,6 +88,7 @@ __all__ = [
     "UsageEntry",
     "Write",
     "connect_store",
+    "descendants",
     "hide_password",
     "open_store",
 ]
@@ -136,3 +137,22 @@ async def open_store(url: str) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close()
+
+
+async def descendants(store: Store, session_id: str) -> list[SessionRecord]:
+    """The sessions `session_id` spawned, and theirs, and so on (soft-deleted ones too), parents first."""
+    found: list[SessionRecord] = []
+    parents = [session_id]
+    while parents:
+        parent = parents.pop(0)
+        cursor: str | None = None
+        while True:
+            page = await store.list_sessions(
+                SessionFilter(parent_id=parent, deleted=True), sort="oldest", limit=100, cursor=cursor
+            )
+            found += page.items
+            parents += [child.id for child in page.items]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    return found

@@ -480,6 +480,8 @@ class SpanPatch(BaseModel):
     ended_at: AwareDatetime | None = None
     cost_usd: float | None = None
     tokens: int | None = None
+    ref: dict[str, JsonValue] | None = None
+    """What to open, replacing the one it had (a task adds the sub-agents its agent spawned)."""
 
 
 class RunFilter(BaseModel):
