@@ -34,7 +34,8 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
     """Run the engine as a service: turns, observers and held requests keep running, and the tools are served
     over HTTP, WebSocket/SSE attach and MCP. While it runs, the other commands on this machine find it (through
     a file beside the store that it removes when it stops) and go through it: `run` hands sessions to it and
-    `tail -f` attaches to its live stream.
+    `tail -f` attaches to its live stream. It ticks the heartbeats `[heartbeats]` in agentwatch.toml declares,
+    and serves a dashboard at its address.
 
     \b
     Binding an address other than 127.0.0.1 needs a token: AGENTWATCH_TOKEN (or one is generated and

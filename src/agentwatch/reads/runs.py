@@ -54,6 +54,8 @@ MAX_TURNS = 1000
 """Turn spans a trace draws at most (`honesty.truncated` beyond)."""
 MAX_EVENTS = 20_000
 """Events of a run's agents that `run_history` reads at most (`truncated` beyond)."""
+_PAGE_EVENTS = 10_000
+"""Events of one agent that `run_history` reads at most (`truncated` beyond)."""
 _SOURCES = ("agent", "pipeline", "journal")
 _SOURCE_ORDER = {source: index for index, source in enumerate(_SOURCES)}
 _ALIGNED = ("phase", "task", "step")
@@ -236,7 +238,9 @@ class RunHistoryAnswer(Answer):
 
     entries: list[HistoryEntry]
     next_cursor: str | None
-    truncated: bool = Field(description=f"Its agents had more events than a history reads ({MAX_EVENTS}).")
+    truncated: bool = Field(
+        description=f"Its agents had more events than a history reads ({MAX_EVENTS}; {_PAGE_EVENTS} per agent)."
+    )
 
 
 # -- run_list -----------------------------------------------------------------------------------------
@@ -627,11 +631,12 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
         wanted = _with_descendants(args.agent_id, sessions) if args.agent_id else list(sessions)
         read = 0
         for session_id in wanted:
-            events = await store.read_events(session_id, limit=min(10_000, MAX_EVENTS - read + 1))
-            read += len(events)
-            if read > MAX_EVENTS:
+            budget = MAX_EVENTS - read
+            events = await store.read_events(session_id, limit=min(_PAGE_EVENTS, budget + 1))
+            if len(events) > budget or len(events) == _PAGE_EVENTS:  # this agent had more than is read
                 truncated = True
-                events = events[: len(events) - (read - MAX_EVENTS)]
+                events = events[:budget]
+            read += len(events)
             for event in events:
                 row = project(event, max_chars=args.max_chars)
                 entry = HistoryEntry(
@@ -644,7 +649,7 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
                     status=row["status"],
                 )
                 entries.append(((entry.at, _SOURCE_ORDER["agent"], event.id), entry))
-            if truncated:
+            if read >= MAX_EVENTS:
                 break
     if args.q:
         needle = args.q.casefold()
