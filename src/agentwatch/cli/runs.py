@@ -71,7 +71,9 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
     if not rows:
         print_note("[dim]no runs[/]")
         return
-    print_table(["RUN", "ENTITY", "STATUS", "STARTED", "TOOK", "SPENT"], rows, box=None, header_style="bold")
+    columns = [{"no_wrap": True}, {"overflow": "ellipsis", "max_width": 32}] + [{"no_wrap": True}] * 4
+    headers = ["RUN", "ENTITY", "STATUS", "STARTED", "TOOK", "SPENT"]
+    print_table(headers, rows, columns=columns, box=None, header_style="bold")
     if answer["nextCursor"]:
         print_note(f"[dim]more: --cursor {answer['nextCursor']}[/]")
 
@@ -179,12 +181,13 @@ def compare(run_id: str, against: str | None, store_url: str | None, as_json: bo
 @click.option("--agent", "agent_id", help="Only the events of this agent of the run (and what it spawned).")
 @click.option("-q", "query", help="Only entries whose text or type holds this.")
 @click.option("--limit", default=50, show_default=True, help="Entries per page (1..200).")
+@click.option("--max-chars", default=2000, show_default=True, help="Cap on each entry's detail (1..4000).")
 @click.option("--cursor", help="The cursor a previous page printed (reads further back).")
 @store_option
 @server_option
 @json_option
 def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: str | None, limit: int,
-            cursor: str | None, store_url: str | None, as_json: bool) -> None:  # fmt: skip
+            max_chars: int, cursor: str | None, store_url: str | None, as_json: bool) -> None:  # fmt: skip
     """A run's log (the `run_history` tool): its agents' events, the run and its spans starting and ending, and
     its journal (retries, notes), in one order; the newest page first.
 
@@ -192,7 +195,7 @@ def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: s
     Example:
       agentwatch runs history run_... --source journal -q retry
     """
-    args: dict[str, Any] = {"id": run_id, "limit": limit}
+    args: dict[str, Any] = {"id": run_id, "limit": limit, "maxChars": max_chars}
     for name, value in (("agentId", agent_id), ("q", query), ("cursor", cursor)):
         if value is not None:
             args[name] = value
@@ -204,6 +207,7 @@ def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: s
         "q": "-q",
         "limit": "--limit",
         "cursor": "--cursor",
+        "maxChars": "--max-chars",
         "source": "--source",
     }
     answer = call_tool(store_url, "run_history", args, flags)
