@@ -71,7 +71,8 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
     if not rows:
         print_note("[dim]no runs[/]")
         return
-    columns = [{"no_wrap": True}, {"overflow": "ellipsis", "max_width": 32}] + [{"no_wrap": True}] * 4
+    columns: list[dict[str, Any]] = [{"no_wrap": True}, {"overflow": "ellipsis", "max_width": 32}]
+    columns += [{"no_wrap": True}] * 4
     headers = ["RUN", "ENTITY", "STATUS", "STARTED", "TOOK", "SPENT"]
     print_table(headers, rows, columns=columns, box=None, header_style="bold")
     if answer["nextCursor"]:
