@@ -30,7 +30,7 @@ from agentwatch.events import PageCursor, TurnEnded, Usage, query_digest
 from agentwatch.reads._args import field_named
 from agentwatch.reads._view import EngineView
 from agentwatch.reads.tail import project
-from agentwatch.store import RunFilter, RunRecord, SessionFilter, SessionRecord, SpanRecord, TurnUsage
+from agentwatch.store import RUN_ENDINGS, RunFilter, RunRecord, SessionFilter, SessionRecord, SpanRecord, TurnUsage
 from agentwatch.tools import Answer, Args, Caller, Cursor, Id, Name
 
 __all__ = [
@@ -48,8 +48,7 @@ __all__ = [
     "run_trace",
 ]
 
-FINISHED = ("completed", "failed", "cancelled", "timed_out", "skipped")
-"""The statuses of a run that is over."""
+
 MAX_TURNS = 1000
 """Turn spans a trace draws at most (`honesty.truncated` beyond)."""
 MAX_EVENTS = 20_000
@@ -492,7 +491,7 @@ async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> 
         other: RunRecord | None = await store.get_run(args.against)
     else:
         earlier = await store.list_runs(
-            RunFilter(entity=run.entity, status=FINISHED, started_before=run.started_at), limit=1
+            RunFilter(entity=run.entity, status=RUN_ENDINGS, started_before=run.started_at), limit=1
         )
         other = earlier[0] if earlier and run.entity is not None else None
     totals = await store.run_totals([run.id] + ([other.id] if other else []))

@@ -45,6 +45,7 @@ from pydantic import JsonValue, ValidationError
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument
 from agentwatch.events import Origin, Usage
 from agentwatch.store import (
+    RUN_ENDINGS,
     JournalEntry,
     RunDraft,
     RunPatch,
@@ -61,11 +62,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "Span", "TaskFailed", "start_run"]
 
-ENDINGS = ("completed", "failed", "cancelled", "skipped", "timed_out", "interrupted")
-"""The statuses a run ends with."""
+log = logging.getLogger(__name__)
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\- ]{0,99}$")
 _PAUSED_POLL_S = 0.5
-log = logging.getLogger(__name__)
 """How often a task whose turn waits on a person looks whether it was answered."""
 
 
@@ -235,9 +235,9 @@ class Run(Span):
 
     def end_as(self, status: str, reason: str | None = None, error: JsonValue = None) -> None:
         """End the run with `status` (why, and what went wrong) rather than `completed` when its block exits
-        without an exception: `skipped`, say (one of `ENDINGS`)."""
-        if status not in ENDINGS:
-            raise InvalidArgument(f"a run ends {', '.join(ENDINGS)}; not {status!r}")
+        without an exception: `skipped`, say (one of `RUN_ENDINGS`)."""
+        if status not in RUN_ENDINGS:
+            raise InvalidArgument(f"a run ends {', '.join(RUN_ENDINGS)}; not {status!r}")
         self.ending = RunPatch(status=status, status_reason=reason, error=error)
 
     async def journal(self, kind: str, message: str, detail: JsonValue = None) -> None:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from agentwatch.errors import InvalidArgument
 from agentwatch.store.base import SCHEMA_VERSION, EventValues, RunStore, Store
 from agentwatch.store.records import (
+    RUN_ENDINGS,
     TERMINAL_STATUSES,
     ConversationRecord,
     InputDraft,
@@ -51,6 +52,7 @@ from agentwatch.store.records import (
 )
 
 __all__ = [
+    "RUN_ENDINGS",
     "SCHEMA_VERSION",
     "TERMINAL_STATUSES",
     "ConversationRecord",

@@ -12,6 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, JsonValue
 from agentwatch.events import NewEvent, Origin, RequestKind, Usage, WaitsOn
 
 __all__ = [
+    "RUN_ENDINGS",
     "TERMINAL_STATUSES",
     "ConversationEndReason",
     "ConversationRecord",
@@ -402,6 +403,10 @@ class Page(Generic[T]):
     items: list[T]
     next_cursor: str | None
     """Pass back to read the next page; None on the last one."""
+
+
+RUN_ENDINGS = ("completed", "failed", "cancelled", "skipped", "timed_out", "interrupted")
+"""The statuses a run ends with (before: `running`)."""
 
 
 class RunDraft(BaseModel):
