@@ -71,6 +71,16 @@ async def test_a_response_with_a_number_json_cannot_carry_keeps_its_own_body(sto
     assert await store.read_messages(session.conversation_id) == [odd]
 
 
+_UNDO_LATER = """
+    DROP INDEX runs_open;
+    ALTER TABLE runs DROP COLUMN expires_at;
+    DROP INDEX runs_newest;
+    DROP INDEX usage_ledger_run;
+"""
+"""What the migrations after the ones these tests undo added (9, 10), undone too: the file is then as the
+older version left it, and opening it applies them again."""
+
+
 async def test_messages_of_a_schema_4_file_move_with_their_bodies(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     store = await connect_store(f"sqlite:///{path}")
@@ -94,6 +104,7 @@ async def test_messages_of_a_schema_4_file_move_with_their_bodies(tmp_path: Path
         DELETE FROM schema_migrations WHERE version >= 5;
         COMMIT;
         """
+        + _UNDO_LATER
     )
     connection.close()
     store = await connect_store(f"sqlite:///{path}")
@@ -187,6 +198,7 @@ async def test_messages_of_a_schema_5_file_keep_their_bodies(tmp_path: Path) -> 
         DELETE FROM schema_migrations WHERE version >= 6;
         COMMIT;
         """
+        + _UNDO_LATER
     )
     connection.close()
     store = await connect_store(f"sqlite:///{path}")
