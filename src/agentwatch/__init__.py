@@ -23,9 +23,11 @@ from agentwatch.runtime.extensions import register_default_extension
 if TYPE_CHECKING:
     from agentwatch.errors import AgentwatchError
     from agentwatch.runtime.engine import Engine, run_task
+    from agentwatch.runtime.heartbeats import Heartbeat, Tick
     from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think, register_scripted_model
     from agentwatch.runtime.policy import Policy, PolicyChain, ToolRequest, Verdict
     from agentwatch.runtime.roster import AgentDefinition
+    from agentwatch.runtime.runs import TaskFailed
     from agentwatch.runtime.thread_observer import EventCollector, ReplaySnapshot, ThreadObserver
     from agentwatch.tools import Tool, function_tool
     from agentwatch.watchers import register_rule_observer, rule_observer
@@ -38,13 +40,16 @@ _EXPORTS: dict[str, str] = {
     "CallTool": "agentwatch.runtime.models",
     "Engine": "agentwatch.runtime.engine",
     "EventCollector": "agentwatch.runtime.thread_observer",
+    "Heartbeat": "agentwatch.runtime.heartbeats",
     "Policy": "agentwatch.runtime.policy",
     "PolicyChain": "agentwatch.runtime.policy",
     "Reply": "agentwatch.runtime.models",
     "ReplaySnapshot": "agentwatch.runtime.thread_observer",
     "ScriptedModel": "agentwatch.runtime.models",
+    "TaskFailed": "agentwatch.runtime.runs",
     "Think": "agentwatch.runtime.models",
     "ThreadObserver": "agentwatch.runtime.thread_observer",
+    "Tick": "agentwatch.runtime.heartbeats",
     "Tool": "agentwatch.tools",
     "ToolRequest": "agentwatch.runtime.policy",
     "Verdict": "agentwatch.runtime.policy",
@@ -61,13 +66,16 @@ __all__ = [
     "CallTool",
     "Engine",
     "EventCollector",
+    "Heartbeat",
     "Policy",
     "PolicyChain",
     "ReplaySnapshot",
     "Reply",
     "ScriptedModel",
+    "TaskFailed",
     "Think",
     "ThreadObserver",
+    "Tick",
     "Tool",
     "ToolRequest",
     "Verdict",
