@@ -44,7 +44,8 @@ def _ttl(retention: RetentionConfig, source: str) -> timedelta:
 
 
 async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetime, limit: int = _PAGE) -> list[str]:
-    """Ids of at most `limit` sessions to reap at `now` (soft-deleted past `reap_at`, heartbeat/hook past TTL)."""
+    """Ids of the sessions to reap at `now` (soft-deleted past `reap_at`, heartbeat/hook past TTL, with what they
+    spawned): about `limit`, more only when one session's family alone is larger."""
     due: list[str] = []
 
     def keep(session: SessionRecord) -> bool:
@@ -70,11 +71,14 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
                 spawned = await descendants(store, session.id)
                 if any(s.status in ("running", "awaiting_input") or keep(s) for s in spawned):
                     continue  # reaped with what it spawned, once that has settled
-                due += [session.id, *(s.id for s in spawned if s.id not in due)]
+                family = [session.id, *(s.id for s in spawned if s.id not in due)]
+                if due and len(due) + len(family) > limit:
+                    return due  # never a family split over two passes: its parent would go, the rest stay
+                due += family
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
-    return due[:limit]
+    return due
 
 
 async def reap_due(store: Store, retention: RetentionConfig, *, now: datetime | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentwatch.config import RetentionConfig
-from agentwatch.retention import HELD_UNTIL, reap_due
+from agentwatch.retention import HELD_UNTIL, reap_due, sessions_due
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.store import SessionPatch
 from tests.runtime.support import OpenEngine, Scripted, role
@@ -84,3 +84,19 @@ async def test_what_a_heartbeat_session_spawned_is_reaped_with_it_once_it_settle
             assert not isinstance((await engine.call_tool("agent_get", {"id": kept.id})).get("error"), dict)
         await engine.store.update_session(busy.id, SessionPatch(status="completed"))
         assert await reap_due(engine.store, retention, now=later) == 2
+
+
+async def test_a_family_is_never_split_over_two_reaps(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Once: the list of sessions due was cut at its limit inside a family: the heartbeat session was reaped,
+    the sub-agents past the cut stayed, and nothing found them again (their parent was gone)."""
+    model = scripted("tick-family", ScriptedModel(function=lambda ctx: Reply("tick")))
+    async with open_engine(role("digest", model)) as engine:
+        first = await engine.create("digest", name="first", source="heartbeat", group_key="hb:digest")
+        children = [await engine.create("digest", source="task", parent_id=first.id) for _ in range(3)]
+        second = await engine.create("digest", name="second", source="heartbeat", group_key="hb:digest")
+        later = datetime.now(UTC) + timedelta(hours=25)
+        retention = RetentionConfig(heartbeat_ttl="24h")
+        due = await sessions_due(engine.store, retention, now=later, limit=2)
+        assert sorted(due) == sorted([first.id, *(c.id for c in children)])  # whole, past the limit
+        assert second.id not in due
+        assert await reap_due(engine.store, retention, now=later) == 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -398,3 +399,39 @@ async def test_a_sub_agents_turns_stay_under_their_task_after_the_agents_were_re
     assert {t["parentSpanId"] for t in after["spans"] if t["kind"] == "turn"} == {task["id"]}
     assert task_after["tokens"] == task["tokens"] == sum(t["tokens"] for t in turns) > 0
     assert after["honesty"]["reapedAgents"] == sorted([done["agentId"], spawned])
+
+
+async def test_a_run_ends_its_open_spans_and_does_not_undo_a_lapse(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Once: a span still open when its run ended stayed `running` for ever; and a process cut off from the store
+    past its run's expiry wrote `completed` over the `interrupted` that another engine had recorded."""
+    release = asyncio.Event()
+
+    async def slow_search() -> str:
+        await release.wait()
+        return "found"
+
+    def script(ctx: Any) -> Any:
+        return CallTool("slow_search", {}) if not ctx.tool_results else Reply("done")
+
+    searcher = role("searcher", scripted("runs-open-spans", ScriptedModel(function=script)), tools=("slow_search",))
+    async with open_engine(searcher, tools=[slow_search]) as engine:
+        started: list[Any] = []
+
+        async def broken_workflow() -> None:
+            async with engine.run("broken") as broken:
+                started.append(broken)
+                started.append(asyncio.create_task(broken.task("searcher", "x")))  # not awaited by the block
+                while not (await engine.store.list_spans(broken.id)):
+                    await asyncio.sleep(0.02)
+                raise RuntimeError("the workflow broke")
+
+        with pytest.raises(RuntimeError, match="the workflow broke"):
+            await broken_workflow()
+        broken, background = started
+        assert {(s.kind, s.status) for s in await engine.store.list_spans(broken.id)} == {("task", "failed")}
+        release.set()
+        await background
+
+        async with engine.run("lapsed") as lapsed:
+            assert await engine.store.end_lapsed_runs(datetime.now(UTC) + timedelta(hours=1)) == [lapsed.id]
+        assert (await engine.store.get_run(lapsed.id)).status == "interrupted"

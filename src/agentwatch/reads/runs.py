@@ -53,13 +53,17 @@ MAX_TURNS = 1000
 """Turn spans a trace draws at most (`honesty.truncated` beyond)."""
 MAX_EVENTS = 20_000
 """Events of a run's agents that `run_history` reads at most (`truncated` beyond)."""
-_PAGE_EVENTS = 10_000
-"""Events of one agent that `run_history` reads at most (`truncated` beyond)."""
+_PAGE_EVENTS = 9_999
+"""Events of one agent that `run_history` reads at most, its newest (`truncated` beyond: one more is asked for,
+within the store's 10,000 a read)."""
 _SOURCES = ("agent", "pipeline", "journal")
 _SOURCE_ORDER = {source: index for index, source in enumerate(_SOURCES)}
+_COMPARABLE = tuple(status for status in RUN_ENDINGS if status != "skipped")
+"""The runs `run_compare` takes as "the previous finished run": a skipped one did no work to compare with."""
 _ALIGNED = ("phase", "task", "step")
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """The spans `run_compare` aligns (turns, waits and back-offs differ from run to run by nature)."""
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+"""An input's key that a path shows bare (`a.b`); any other is quoted (`a["odd key"]`)."""
 
 
 # -- answers ------------------------------------------------------------------------------------------
@@ -149,7 +153,8 @@ class CompareArgs(Args):
 
     id: Id = Field(description="The run's id (run_...).")
     against: Id | None = Field(
-        None, description="The run to compare with; default: the previous finished run of the same entity."
+        None,
+        description="The run to compare with; default: the previous finished (not skipped) run of the same entity.",
     )
 
 
@@ -491,7 +496,7 @@ async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> 
         other: RunRecord | None = await store.get_run(args.against)
     else:
         earlier = await store.list_runs(
-            RunFilter(entity=run.entity, status=RUN_ENDINGS, started_before=run.started_at), limit=1
+            RunFilter(entity=run.entity, status=_COMPARABLE, started_before=run.started_at), limit=1
         )
         other = earlier[0] if earlier and run.entity is not None else None
     totals = await store.run_totals([run.id] + ([other.id] if other else []))
@@ -630,11 +635,14 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
         wanted = _with_descendants(args.agent_id, sessions) if args.agent_id else list(sessions)
         read = 0
         for session_id in wanted:
-            budget = MAX_EVENTS - read
-            events = await store.read_events(session_id, limit=min(_PAGE_EVENTS, budget + 1))
-            if len(events) > budget or len(events) == _PAGE_EVENTS:  # this agent had more than is read
+            budget = min(_PAGE_EVENTS, MAX_EVENTS - read)
+            newest = await store.read_events_backward(
+                session_id, limit=budget + 1
+            )  # (the newest: a history pages back)
+            if len(newest) > budget:  # this agent had more than is read: its oldest are left out
                 truncated = True
-                events = events[:budget]
+                newest = newest[:budget]
+            events = newest[::-1]
             read += len(events)
             for event in events:
                 row = project(event, max_chars=args.max_chars)
@@ -652,9 +660,7 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
                 break
     if args.q:
         needle = args.q.casefold()
-        entries = [
-            e for e in entries if needle in " ".join(filter(None, (e[1].type, e[1].title, e[1].detail))).casefold()
-        ]
+        entries = [item for item in entries if needle in _text_of(item[1])]
     entries.sort(key=lambda item: item[0])
     if before is not None:
         entries = [item for item in entries if item[0] < before]
@@ -710,10 +716,6 @@ def _with_descendants(agent_id: str, sessions: dict[str, SessionRecord]) -> list
             parent = sessions.get(current)
             current = parent.parent_id if parent is not None else None
     return chosen
-
-
-def _moment(text: str) -> datetime:
-    return datetime.fromisoformat(text)
 
 
 def _iso(moment: datetime) -> str:

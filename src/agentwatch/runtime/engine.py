@@ -17,7 +17,7 @@ import contextlib
 import gc
 import importlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -105,7 +105,7 @@ class Engine:
         self.extensions: list[Extension] = []
         """The extensions installed in this engine, in install order."""
         self.heartbeats: list[Heartbeat] = []
-        """The heartbeats of this engine (they tick only where it recovers: see `open`)."""
+        """The heartbeats this engine ticks (none where it does not: see `open`)."""
         self._ticker: HeartbeatTicker | None = None
         self.tool_set_hooks: list[ToolSetHook] = []
         """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
@@ -135,6 +135,7 @@ class Engine:
         models: Mapping[str, ScriptedModel] | None = None,
         runs_turns: bool = True,
         heartbeats: Iterable[Heartbeat] = (),
+        tick: bool = True,
     ) -> AsyncIterator[Engine]:
         """Open the store and live ring, load the roster, continue cut-off turns; close everything after.
 
@@ -153,8 +154,10 @@ class Engine:
         the session has no live owner, its lease is written expired, so a running engine's sweep (or the next
         engine to open the store) takes it over at once.
 
-        `heartbeats` run roles on a schedule, beside those `[heartbeats]` in `agentwatch.toml` declares; they tick
-        in an engine that recovers (`recover=True`) with background tasks on (see `agentwatch.runtime.heartbeats`).
+        `heartbeats` run roles on a schedule, beside those `[heartbeats]` in `agentwatch.toml` declares; they are
+        checked (each names a role of the roster) and tick in an engine that recovers (`recover=True`) with
+        background tasks on, unless `tick=False` (a short-lived server such as `agentwatch mcp`): see
+        `agentwatch.runtime.heartbeats`.
         """
         if not runs_turns and extensions:
             raise UserError("an engine opened with runs_turns=False runs no turn: it takes no extensions")
@@ -174,7 +177,9 @@ class Engine:
                     engine.add_extension(extension)
                 for problem in engine.roster.problems:
                     log.warning("%s", problem)
-                engine.heartbeats = _checked_heartbeats(engine.roster, [*heartbeats_from_config(config), *heartbeats])
+                if recover and tick and config.background_tasks:
+                    declared = [*heartbeats_from_config(config), *heartbeats]
+                    engine.heartbeats = _checked_heartbeats(engine.roster, declared)
                 await engine._start(recover=recover)
             else:
                 engine.leases = _HandOver(engine.store, ttl=HAND_OVER_SECONDS)
@@ -229,7 +234,7 @@ class Engine:
                     cursor = page.next_cursor
         self._maintenance = asyncio.create_task(self._maintain(), name="agentwatch-maintenance")
         self.leases.start(self, sweep=recover)  # renew held leases; take over expired ones
-        if recover and self.config.background_tasks and self.heartbeats:
+        if self.heartbeats:  # (set only where they tick: see `open`)
             self._ticker = HeartbeatTicker(self, self.heartbeats)
             self._ticker.start()
 
@@ -287,13 +292,17 @@ class Engine:
     async def _maintain(self) -> None:
         while True:
             await asyncio.sleep(MAINTENANCE_SECONDS)
-            try:
-                await self.escalate_due()
-                await reap_due(self.store, self.config.retention)
-                await self.store.end_lapsed_runs(datetime.now(UTC))
-                evict_idle(self._drivers, idle_for=DRIVER_IDLE_SECONDS)
-            except Exception as exc:  # housekeeping must never take the engine down
-                log.warning("maintenance failed: %s", exc)
+            steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+                ("handing held requests over", self.escalate_due),
+                ("reaping", lambda: reap_due(self.store, self.config.retention)),
+                ("ending lapsed runs", lambda: self.store.end_lapsed_runs(datetime.now(UTC))),
+            ]
+            for what, step in steps:  # one failing step does not keep the others from running
+                try:
+                    await step()
+                except Exception as exc:  # housekeeping must never take the engine down
+                    log.warning("maintenance (%s) failed: %s", what, exc)
+            evict_idle(self._drivers, idle_for=DRIVER_IDLE_SECONDS)
 
     # -- drivers and observers ------------------------------------------------------------------------
 

@@ -24,7 +24,8 @@ Engine.open(heartbeats=[Heartbeat("digest", "digester", every=3600, prompt="..."
   `agent_list {groupKey: "hb:digest"}` lists every tick), given `prompt`; the run ends as its turn does.
 - Heartbeats tick in an engine that runs the store's background work (`Engine.open()` with `recover=True`, the
   default, as `agentwatch serve` opens it) with background tasks on (`AGENTWATCH_BACKGROUND_TASKS`), and stop
-  once it drains. A heartbeat's sessions are reaped after `retention.heartbeat_ttl`; its runs stay.
+  once it drains; not in `agentwatch run` nor `agentwatch mcp` (`tick=False`), which do not check them either.
+  A heartbeat's sessions are reaped after `retention.heartbeat_ttl` (with what they spawned); its runs stay.
 """
 
 from __future__ import annotations

@@ -15,10 +15,12 @@ async with engine.run("report", input={"topic": "tides"}) as run:
   and waits until its turn is over, a person's answer included (a turn paused on a request keeps waiting, up to
   `timeout`); it returns the session's status snapshot (as `agent_task` answers). The task's span names the
   session (`ref.agentId`) and keeps its cost and tokens from the spend ledger, which outlives the session.
-- A run cancelled while a task waits stops the task's agent (its span and the run end `cancelled`).
+- A run cancelled while a task waits stops the task's agent (its span and the run end `cancelled`). A run ends
+  every span of it still open with its own status.
 - A run whose process dies lapses: its process renews its expiry while the block runs, and an engine's
   maintenance (every few seconds, in any engine on the store) ends a lapsed run `interrupted`, with its open
-  spans, about four session leases (a minute by default) after the last renewal.
+  spans, about four session leases (a minute by default) after the last renewal. Its agents' turns are not
+  stopped: like any cut-off turn, another engine continues them (their cost shows in the run's trace).
 - A task that does not complete (it failed, was stopped, or had no answer within `timeout`, and is then stopped)
   is tried again, up to `attempts` times, after `backoff_seconds` (doubling): one span per attempt sharing
   `attempt_of`, a `backoff` span over each wait, and a `retry` line in the run's journal. When every attempt
@@ -145,26 +147,25 @@ class Span:
                 )
             )
             first = first or span.id
-            await runtime.enqueue(session.id, prompt, origin=Origin(kind="run", ref=self.run_id))
             try:
+                await runtime.enqueue(session.id, prompt, origin=Origin(kind="run", ref=self.run_id))
                 snapshot, status = await self._outcome(session.id, timeout)
-            except asyncio.CancelledError:  # the run was cancelled: its agent stops too
+                # Its cost is its agent's and its sub-agents' (named in its ref: the trace places their turns under
+                # it after they were reaped too).
+                spawned = [child.id for child in await descendants(store, session.id)]
+                usage = sum((await store.usage_totals([session.id, *spawned])).values(), Usage())
+                ref: dict[str, JsonValue] = {
+                    "agentId": session.id,
+                    **({"subAgents": list[JsonValue](spawned)} if spawned else {}),
+                }
+                cost, tokens = usage.cost_usd or 0.0, usage.total_tokens
+                await store.update_span(
+                    span.id, SpanPatch(status=status, ended_at=_now(), cost_usd=cost, tokens=tokens, ref=ref)
+                )
+            except asyncio.CancelledError:  # the run was cancelled: its agent stops too (its span ends with the run)
                 with contextlib.suppress(Exception):
                     await runtime.stop(session.id, by=f"run {self.run_id} (cancelled)")
-                with contextlib.suppress(Exception):
-                    await store.update_span(span.id, SpanPatch(status="cancelled", ended_at=_now()))
                 raise
-            # Its cost is its agent's and its sub-agents' (named in its ref: the trace places their turns under it
-            # after they were reaped too).
-            spawned = [child.id for child in await descendants(store, session.id)]
-            usage = sum((await store.usage_totals([session.id, *spawned])).values(), Usage())
-            ref: dict[str, JsonValue] = {"agentId": session.id, **({"subAgents": list(spawned)} if spawned else {})}
-            await store.update_span(
-                span.id,
-                SpanPatch(
-                    status=status, ended_at=_now(), cost_usd=usage.cost_usd or 0.0, tokens=usage.total_tokens, ref=ref
-                ),
-            )
             if status == "completed":
                 return snapshot
             if attempt < attempts:
@@ -295,7 +296,20 @@ async def start_run(
         raise
     finally:
         renewing.cancel()
-        await runtime.store.update_run(record.id, patch.model_copy(update={"ended_at": _now()}))
+        await asyncio.gather(renewing, return_exceptions=True)
+        await _end(runtime, record.id, patch.model_copy(update={"ended_at": _now()}))
+
+
+async def _end(runtime: Runtime, run_id: str, patch: RunPatch) -> None:
+    """End the run and every span of it still open with its status; not a run another engine already ended
+    `interrupted` (it lapsed: this process was cut off from the store for longer than its expiry)."""
+    store = runtime.store
+    if (await store.get_run(run_id)).status != "running":
+        return
+    for span in await store.list_spans(run_id):
+        if span.ended_at is None:
+            await store.update_span(span.id, SpanPatch(status=patch.status, ended_at=patch.ended_at))
+    await store.update_run(run_id, patch)
 
 
 def _lapse_seconds(runtime: Runtime) -> float:

@@ -23,7 +23,7 @@ async def run_mcp_stdio(config: Config, *, read_only: bool = False, **engine_arg
     """
     # stdout carries the protocol: everything else goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    async with Engine.open(config=config, **engine_args) as engine:
+    async with Engine.open(config=config, tick=False, **engine_args) as engine:  # (a client's server: `serve` ticks)
         settings = ServiceSettings()
         state = ServiceState(engine, settings, Broadcaster())
         await run_stdio(state, access="read" if read_only else "full")

@@ -287,7 +287,8 @@
     });
     for (const gone of kept.values()) gone.remove();
     $("runs-empty").hidden = runs.length > 0;
-    if (state.run) showRun(state.run).catch(complain);
+    const shown = runs.find((run) => run.id === state.run);
+    if (shown && shown.status === "running") showRun(state.run).catch(complain); // (an ended trace stays as it is)
   }
 
   async function selectRun(id) {
