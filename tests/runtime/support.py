@@ -52,3 +52,25 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting")
         await asyncio.sleep(0.01)
+
+
+class HeldTool:
+    """An async tool that returns only once `release` is set (`started` is set when a call begins), and the
+    script of a model that calls it once, then answers with its output."""
+
+    def __init__(self, name: str, output: str = "done") -> None:
+        self.name = name
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+        async def tool() -> str:
+            self.started.set()
+            await self.release.wait()
+            return output
+
+        tool.__name__ = name
+        self.tool = tool
+
+    def script(self, ctx: Any) -> Any:
+        """Call the tool once, then answer with what it returned."""
+        return CallTool(self.name, {}) if not ctx.tool_results else Reply(str(ctx.tool_results[0].output))

@@ -12,9 +12,9 @@ from agentwatch.config import load_config
 from agentwatch.errors import InvalidArgument, UserError
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.heartbeats import Heartbeat, Tick, heartbeats_from_config, tick
-from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.store import RunFilter, SessionFilter
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
 
 def _digester(scripted: Scripted, name: str) -> Any:
@@ -76,23 +76,15 @@ async def test_a_gate_skips_a_tick_or_fails_it_and_no_session_is_made(
 async def test_a_tick_while_the_previous_one_runs_is_skipped_as_an_overlap(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    release = asyncio.Event()
-
-    async def slow_inbox() -> str:
-        await release.wait()
-        return "3 new mails"
-
-    def script(ctx: Any) -> Any:
-        return CallTool("slow_inbox", {}) if not ctx.tool_results else Reply("digested")
-
-    slow = role("digester", scripted("hb-slow", ScriptedModel(function=script)), tools=("slow_inbox",))
+    inbox = HeldTool("slow_inbox", "3 new mails")
+    slow = role("digester", scripted("hb-slow", ScriptedModel(function=inbox.script)), tools=("slow_inbox",))
     beat = Heartbeat("digest", "digester", every=60, prompt="the inbox")
-    async with open_engine(slow, tools=[slow_inbox]) as engine:
+    async with open_engine(slow, tools=[inbox.tool]) as engine:
         first = asyncio.create_task(tick(engine, beat, 1))
         while not (await engine.store.list_sessions(SessionFilter(group_key="hb:digest", status=["running"]))).items:
             await asyncio.sleep(0.02)
         await tick(engine, beat, 2)
-        release.set()
+        inbox.release.set()
         await first
         by_tick = {run.input["tick"]: (run.status, run.status_reason) for run in await _runs(engine, "digest")}
         assert by_tick == {1: ("completed", None), 2: ("skipped", "overlap")}

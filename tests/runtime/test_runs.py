@@ -16,7 +16,7 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
 from agentwatch.store import RunFilter, RunPatch, SessionFilter
-from tests.runtime.support import OpenEngine, Scripted, lease_config, role
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, lease_config, role
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -256,18 +256,11 @@ async def test_run_list_pages_newest_first_and_filters(open_engine: OpenEngine, 
 
 
 async def test_a_cancelled_run_stops_the_agent_its_task_waits_on(open_engine: OpenEngine, scripted: Scripted) -> None:
-    started = asyncio.Event()
-
-    async def slow_search() -> str:
-        started.set()
-        await asyncio.sleep(30)
-        return "found"
-
-    def script(ctx: Any) -> Any:
-        return CallTool("slow_search", {}) if not ctx.tool_results else Reply("done")
-
-    searcher = role("searcher", scripted("runs-cancelled", ScriptedModel(function=script)), tools=("slow_search",))
-    async with open_engine(searcher, tools=[slow_search]) as engine:
+    search = HeldTool("slow_search")
+    searcher = role(
+        "searcher", scripted("runs-cancelled", ScriptedModel(function=search.script)), tools=("slow_search",)
+    )
+    async with open_engine(searcher, tools=[search.tool]) as engine:
         ids: list[str] = []
 
         async def workflow() -> None:
@@ -276,7 +269,7 @@ async def test_a_cancelled_run_stops_the_agent_its_task_waits_on(open_engine: Op
                 await run.task("searcher", "everything")
 
         running = asyncio.create_task(workflow())
-        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(search.started.wait(), 10)
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
             await running
@@ -404,17 +397,11 @@ async def test_a_sub_agents_turns_stay_under_their_task_after_the_agents_were_re
 async def test_a_run_ends_its_open_spans_and_does_not_undo_a_lapse(open_engine: OpenEngine, scripted: Scripted) -> None:
     """Once: a span still open when its run ended stayed `running` for ever; and a process cut off from the store
     past its run's expiry wrote `completed` over the `interrupted` that another engine had recorded."""
-    release = asyncio.Event()
-
-    async def slow_search() -> str:
-        await release.wait()
-        return "found"
-
-    def script(ctx: Any) -> Any:
-        return CallTool("slow_search", {}) if not ctx.tool_results else Reply("done")
-
-    searcher = role("searcher", scripted("runs-open-spans", ScriptedModel(function=script)), tools=("slow_search",))
-    async with open_engine(searcher, tools=[slow_search]) as engine:
+    search = HeldTool("slow_search")
+    searcher = role(
+        "searcher", scripted("runs-open-spans", ScriptedModel(function=search.script)), tools=("slow_search",)
+    )
+    async with open_engine(searcher, tools=[search.tool]) as engine:
         started: list[Any] = []
 
         async def broken_workflow() -> None:
@@ -429,7 +416,7 @@ async def test_a_run_ends_its_open_spans_and_does_not_undo_a_lapse(open_engine: 
             await broken_workflow()
         broken, background = started
         assert {(s.kind, s.status) for s in await engine.store.list_spans(broken.id)} == {("task", "failed")}
-        release.set()
+        search.release.set()
         await background
 
         async with engine.run("lapsed") as lapsed:

@@ -17,6 +17,7 @@ from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import SessionFilter
 from tests.conftest import IN_CI
+from tests.runtime.support import HeldTool
 from tests.service.support import role, served
 
 playwright_api = pytest.importorskip("playwright.async_api")
@@ -151,21 +152,11 @@ async def test_the_page_asks_for_the_token_and_shows_nothing_without_it(
 async def test_a_person_starts_an_agent_watches_it_work_and_stops_it(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:
-    release = asyncio.Event()
-
-    async def wait_for_release() -> str:
-        await release.wait()
-        return "released"
-
-    def script(ctx: Any) -> Any:
-        if not ctx.tool_results:
-            return CallTool("wait_for_release", {})
-        return Reply("Finished after the wait.")
-
-    model = scripted("dashboard-waiter", ScriptedModel(function=script))
+    held = HeldTool("wait_for_release")
+    model = scripted("dashboard-waiter", ScriptedModel(function=held.script))
     waiter = role("waiter", model, tools=("wait_for_release",))
     async with (
-        open_engine(waiter, tools=[wait_for_release]) as engine,
+        open_engine(waiter, tools=[held.tool]) as engine,
         served(create_app(engine)) as base,  # no token: a loopback service
     ):
         page, problems = await _page(browser, base)
