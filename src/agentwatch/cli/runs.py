@@ -19,7 +19,7 @@ __all__ = ["runs"]
 
 @click.group("runs", short_help="Runs (workflows, heartbeat ticks): list, trace, compare, history.")
 def runs() -> None:
-    """Runs: a workflow's phases and tasks (`engine.run` in Python), a heartbeat tick, a hook fire. They are read
+    """Runs: a workflow's phases and tasks (`engine.run` in Python), or a heartbeat's tick. They are read
     from what outlives their agents (the run, its spans and journal, the spend ledger).
 
     \b
