@@ -333,7 +333,7 @@ def next_steps(name: str, *, answer_planner: bool) -> None:
         steps.append((f'{agentwatch} answer planner "PostgreSQL" {store}', "answer the planner's question"))
         resume = shlex.join([_here(sys.executable), _here(HERE / "run.py"), "--resume"])
         steps.append((resume, "then the demo's engine again: the planner goes on"))
-    steps.append((f"{agentwatch} serve {store}", "the same agents over HTTP, live attach and MCP"))
+    steps.append((f"{agentwatch} serve {store}", "the same agents in a browser (its address), over HTTP and MCP"))
     console.print(Rule("what to do next"))
     width = max(len(command) for command, _ in steps)
     for command, what in steps:
