@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentwatch.config import RetentionConfig
-from agentwatch.store import SessionFilter, SessionRecord, Store, descendants
+from agentwatch.store import SessionFilter, SessionRecord, Store, descendants, every_session
 
 __all__ = ["HELD_UNTIL", "held_until", "reap_due", "sessions_due"]
 
@@ -62,22 +62,18 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
             active_to=now - _ttl(retention, source),
             deleted=True,
         )
-        cursor: str | None = None
-        while len(due) < limit:
-            page = await store.list_sessions(where, sort="oldest", limit=_PAGE, cursor=cursor)
-            for session in page.items:
-                if keep(session) or session.id in due:
-                    continue
-                spawned = await descendants(store, session.id)
-                if any(s.status in ("running", "awaiting_input") or keep(s) for s in spawned):
-                    continue  # reaped with what it spawned, once that has settled
-                family = [session.id, *(s.id for s in spawned if s.id not in due)]
-                if due and len(due) + len(family) > limit:
-                    return due  # never a family split over two passes: its parent would go, the rest stay
-                due += family
-            if page.next_cursor is None:
+        async for session in every_session(store, where):
+            if len(due) >= limit:
                 break
-            cursor = page.next_cursor
+            if keep(session) or session.id in due:
+                continue
+            spawned = await descendants(store, session.id)
+            if any(s.status in ("running", "awaiting_input") or keep(s) for s in spawned):
+                continue  # reaped with what it spawned, once that has settled
+            family = [session.id, *(s.id for s in spawned if s.id not in due)]
+            if due and len(due) + len(family) > limit:
+                return due  # never a family split over two passes: its parent would go, the rest stay
+            due += family
     return due
 
 

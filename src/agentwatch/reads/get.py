@@ -18,7 +18,7 @@ from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import AgentRecord, MailboxEntry, ObserverEntry, SubagentUsage
 from agentwatch.reads.current import current
 from agentwatch.reads.observer import observer_entry
-from agentwatch.store import SessionFilter, SessionRecord
+from agentwatch.store import SessionFilter, SessionRecord, descendants
 from agentwatch.tools import Args, Caller, Id, Name
 
 __all__ = ["GetArgs", "agent_get", "agent_record", "observer_info", "resolve_agent"]
@@ -94,25 +94,10 @@ SUBAGENT_LIMIT = 1000
 async def usage_with_subagents(view: EngineView, session: SessionRecord) -> SubagentUsage:
     """The session's lifetime usage plus that of every sub-agent it spawned, directly or not (soft-deleted
     ones included; reaped ones are gone from the tree, though the ledger keeps what they spent)."""
-    tokens, cost, found = session.tokens, session.cost_usd, 0
-    parents = [session.id]
-    while parents and found < SUBAGENT_LIMIT:
-        children = []
-        for parent_id in parents:
-            cursor: str | None = None
-            while True:
-                page = await view.store.list_sessions(
-                    SessionFilter(parent_id=parent_id, deleted=True), limit=100, cursor=cursor
-                )
-                children += page.items
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
-        for child in children[: SUBAGENT_LIMIT - found]:
-            tokens, cost = tokens + child.tokens, cost + child.cost_usd
-        found += len(children)
-        parents = [child.id for child in children]
-    return SubagentUsage(tokens=tokens, cost_usd=cost, subagents=min(found, SUBAGENT_LIMIT))
+    spawned = await descendants(view.store, session.id, limit=SUBAGENT_LIMIT)
+    tokens = session.tokens + sum(child.tokens for child in spawned)
+    cost = session.cost_usd + sum(child.cost_usd for child in spawned)
+    return SubagentUsage(tokens=tokens, cost_usd=cost, subagents=len(spawned))
 
 
 async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:

@@ -30,7 +30,18 @@ from agentwatch.events import PageCursor, TurnEnded, Usage, query_digest
 from agentwatch.reads._args import field_named
 from agentwatch.reads._view import EngineView
 from agentwatch.reads.tail import project
-from agentwatch.store import RUN_ENDINGS, RunFilter, RunRecord, SessionFilter, SessionRecord, SpanRecord, TurnUsage
+from agentwatch.store import (
+    RUN_ENDINGS,
+    RunFilter,
+    RunRecord,
+    SessionFilter,
+    SessionRecord,
+    SpanRecord,
+    Store,
+    TurnUsage,
+    descendants,
+    every_session,
+)
 from agentwatch.tools import Answer, Args, Caller, Cursor, Id, Name
 
 __all__ = [
@@ -340,16 +351,8 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
 
 async def _sessions(engine: EngineView, run_id: str) -> dict[str, SessionRecord]:
     """The run's sessions that still exist (soft-deleted ones too), by id."""
-    found: dict[str, SessionRecord] = {}
-    cursor = None
-    while True:
-        page = await engine.store.list_sessions(
-            SessionFilter(run_id=run_id, deleted=True), sort="oldest", limit=100, cursor=cursor
-        )
-        found.update((session.id, session) for session in page.items)
-        cursor = page.next_cursor
-        if cursor is None:
-            return found
+    where = SessionFilter(run_id=run_id, deleted=True)
+    return {session.id: session async for session in every_session(engine.store, where)}
 
 
 def _attempts(spans: Sequence[SpanRecord]) -> dict[str, int]:
@@ -632,13 +635,12 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
             entries.append(((at, _SOURCE_ORDER["journal"], line.id or ""), entry))
     if "agent" in sources:
         sessions = await _sessions(engine, run.id)
-        wanted = _with_descendants(args.agent_id, sessions) if args.agent_id else list(sessions)
+        wanted = await _with_descendants(store, args.agent_id, sessions) if args.agent_id else list(sessions)
         read = 0
         for session_id in wanted:
             budget = min(_PAGE_EVENTS, MAX_EVENTS - read)
-            newest = await store.read_events_backward(
-                session_id, limit=budget + 1
-            )  # (the newest: a history pages back)
+            # The newest: a history pages back from the end.
+            newest = await store.read_events_backward(session_id, limit=budget + 1)
             if len(newest) > budget:  # this agent had more than is read: its oldest are left out
                 truncated = True
                 newest = newest[:budget]
@@ -698,24 +700,13 @@ def _text_of(entry: HistoryEntry) -> str:
     return " ".join(filter(None, (entry.type, entry.title, entry.detail))).casefold()
 
 
-def _with_descendants(agent_id: str, sessions: dict[str, SessionRecord]) -> list[str]:
+async def _with_descendants(store: Store, agent_id: str, sessions: dict[str, SessionRecord]) -> list[str]:
     """`agent_id` and every session of the run it spawned, directly or not."""
     if agent_id not in sessions:
         raise InvalidArgument(
             f"agentId: {agent_id!r} is not an agent of this run (or it was reaped)", fields=["agentId"]
         )
-    chosen = [agent_id]
-    for session in sessions.values():
-        current = session.parent_id
-        seen: set[str] = set()
-        while current is not None and current not in seen:
-            if current == agent_id:
-                chosen.append(session.id)
-                break
-            seen.add(current)
-            parent = sessions.get(current)
-            current = parent.parent_id if parent is not None else None
-    return chosen
+    return [agent_id, *(child.id for child in await descendants(store, agent_id) if child.id in sessions)]
 
 
 def _iso(moment: datetime) -> str:

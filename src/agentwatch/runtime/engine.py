@@ -59,6 +59,7 @@ from agentwatch.store import (
     Store,
     Write,
     connect_store,
+    every_session,
 )
 from agentwatch.tools import call_tool, check_prompt
 
@@ -220,18 +221,8 @@ class Engine:
         if recover:
             unfinished: tuple[SessionStatus, ...] = ("running", "awaiting_input")
             for status in unfinished:
-                cursor: str | None = None
-                while True:
-                    page = await self.store.list_sessions(
-                        SessionFilter(status=[status]),
-                        limit=100,
-                        cursor=cursor,
-                    )
-                    for session in page.items:
-                        (await self.driver(session.id)).kick()
-                    if page.next_cursor is None:
-                        break
-                    cursor = page.next_cursor
+                async for session in every_session(self.store, SessionFilter(status=[status]), sort="newest"):
+                    (await self.driver(session.id)).kick()
         self._maintenance = asyncio.create_task(self._maintain(), name="agentwatch-maintenance")
         self.leases.start(self, sweep=recover)  # renew held leases; take over expired ones
         if self.heartbeats:  # (set only where they tick: see `open`)

@@ -91,6 +91,7 @@ __all__ = [
     "Write",
     "connect_store",
     "descendants",
+    "every_session",
     "hide_password",
     "open_store",
 ]
@@ -141,20 +142,28 @@ async def open_store(url: str) -> AsyncIterator[Store]:
         await store.close()
 
 
-async def descendants(store: Store, session_id: str) -> list[SessionRecord]:
-    """The sessions `session_id` spawned, and theirs, and so on (soft-deleted ones too), parents first."""
+async def every_session(
+    store: Store, where: SessionFilter, *, sort: SessionSort = "oldest"
+) -> AsyncIterator[SessionRecord]:
+    """Every session `where` matches, page after page (a caller may stop at any one)."""
+    cursor: str | None = None
+    while True:
+        page = await store.list_sessions(where, sort=sort, limit=100, cursor=cursor)
+        for session in page.items:
+            yield session
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+async def descendants(store: Store, session_id: str, *, limit: int | None = None) -> list[SessionRecord]:
+    """The sessions `session_id` spawned, and theirs, and so on (soft-deleted ones too), parents first; with
+    `limit`, the first that many."""
     found: list[SessionRecord] = []
     parents = [session_id]
-    while parents:
+    while parents and (limit is None or len(found) < limit):
         parent = parents.pop(0)
-        cursor: str | None = None
-        while True:
-            page = await store.list_sessions(
-                SessionFilter(parent_id=parent, deleted=True), sort="oldest", limit=100, cursor=cursor
-            )
-            found += page.items
-            parents += [child.id for child in page.items]
-            if page.next_cursor is None:
-                break
-            cursor = page.next_cursor
-    return found
+        async for child in every_session(store, SessionFilter(parent_id=parent, deleted=True)):
+            found.append(child)
+            parents.append(child.id)
+    return found if limit is None else found[:limit]
