@@ -771,6 +771,21 @@ async def test_a_run_that_is_not_renewed_lapses_and_is_ended_interrupted_with_it
     assert await store.end_lapsed_runs(later + timedelta(seconds=1)) == []
 
 
+async def test_ending_a_run_ends_its_open_spans_once(store: Store) -> None:
+    run = await store.create_run(RunDraft(kind="workflow", entity="workflow:a"))
+    open_span = await store.open_span(SpanDraft(run_id=run.id, kind="task", label="t"))
+    done = await store.open_span(SpanDraft(run_id=run.id, kind="task", label="u"))
+    at = datetime.now(UTC)
+    await store.update_span(done.id, SpanPatch(status="completed", ended_at=at))
+    assert await store.end_run(run.id, RunPatch(status="failed", status_reason="boom", ended_at=at)) is True
+    ended = await store.get_run(run.id)
+    assert (ended.status, ended.status_reason, ended.ended_at) == ("failed", "boom", at)
+    spans = {s.id: (s.status, s.ended_at) for s in await store.list_spans(run.id)}
+    assert spans == {open_span.id: ("failed", at), done.id: ("completed", at)}
+    assert await store.end_run(run.id, RunPatch(status="completed")) is False  # ended already: left as it is
+    assert (await store.get_run(run.id)).status == "failed"
+
+
 async def test_info_reports_schema_and_sizes(store: Store, backend: str) -> None:
     session = await store.create_session(SessionDraft(name="nova", role="chat"))
     await store.append(session.id, [said("a"), said("b")])

@@ -297,19 +297,8 @@ async def start_run(
     finally:
         renewing.cancel()
         await asyncio.gather(renewing, return_exceptions=True)
-        await _end(runtime, record.id, patch.model_copy(update={"ended_at": _now()}))
-
-
-async def _end(runtime: Runtime, run_id: str, patch: RunPatch) -> None:
-    """End the run and every span of it still open with its status; not a run another engine already ended
-    `interrupted` (it lapsed: this process was cut off from the store for longer than its expiry)."""
-    store = runtime.store
-    if (await store.get_run(run_id)).status != "running":
-        return
-    for span in await store.list_spans(run_id):
-        if span.ended_at is None:
-            await store.update_span(span.id, SpanPatch(status=patch.status, ended_at=patch.ended_at))
-    await store.update_run(run_id, patch)
+        # (not over the `interrupted` another engine wrote when this one was cut off past the run's expiry)
+        await runtime.store.end_run(record.id, patch.model_copy(update={"ended_at": _now()}))
 
 
 def _lapse_seconds(runtime: Runtime) -> float:

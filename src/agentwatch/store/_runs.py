@@ -139,15 +139,32 @@ class RunMethods(SqlBase):
                 [reason, moment, moment],
             )
             ended = [str(row[0]) for row in rows]
-            if ended:
-                condition, params = in_list("run_id", ended)
-                await tx.execute(
-                    f"UPDATE spans SET status = 'interrupted', ended_at = ? WHERE ended_at IS NULL AND {condition}",
-                    [moment, *params],
-                )
+            await self._end_open_spans(tx, ended, "interrupted", moment)
             return ended
 
         return await self._write(end)
+
+    async def end_run(self, run_id: str, patch: RunPatch) -> bool:
+        """End a run that still runs with `patch` (its status, why, when: now when it gives no time), and every
+        span of it still open with the same status; False, writing nothing, when the run had ended already
+        (another engine ended it `interrupted` when it lapsed)."""
+        ended_at = patch.ended_at or utc_now()
+        patch = patch.model_copy(update={"ended_at": ended_at})
+
+        async def end(tx: Tx) -> bool:
+            if (await self._run(tx, run_id)).status != "running":
+                return False
+            await self._end_open_spans(tx, [run_id], patch.status, self._dialect.time_param(aware(ended_at)))
+            await self._update(tx, "runs", ("id", run_id), patch_fields(patch), RUN_JSON)
+            return True
+
+        return await self._write(end)
+
+    async def _end_open_spans(self, tx: Tx, run_ids: Sequence[str], status: str | None, moment: Any) -> None:
+        if run_ids:
+            condition, params = in_list("run_id", list(run_ids))
+            sql = f"UPDATE spans SET status = ?, ended_at = ? WHERE ended_at IS NULL AND {condition}"
+            await tx.execute(sql, [status, moment, *params])
 
     async def run_usage(self, run_id: str) -> list[TurnUsage]:
         """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""

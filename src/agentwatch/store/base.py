@@ -104,6 +104,10 @@ class RunStore(Protocol):
         """End `interrupted` every run still running whose expiry passed by `now` (its process stopped before
         it ended the run), with its spans that had not ended; their ids."""
 
+    async def end_run(self, run_id: str, patch: RunPatch) -> bool:
+        """End a run that still runs with `patch`, and every span of it still open with the same status; False,
+        writing nothing, when the run had ended already."""
+
     async def run_usage(self, run_id: str) -> list[TurnUsage]:
         """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""
 
