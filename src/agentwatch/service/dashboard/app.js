@@ -203,30 +203,42 @@
     });
   }
 
-  function showAgents(agents, total) {
-    // Rows are kept by agent and updated in place; a row moves only when its place changed, so the row that
-    // has the focus keeps it while the list refreshes.
-    const body = $("agents").tBodies[0];
+  function syncRows(table, items, cells, pick, fill, current) {
+    // Rows are kept by id and updated in place; a row moves only when its place changed, so the row that has
+    // the focus keeps it while the list refreshes.
+    const body = table.tBodies[0];
     const kept = new Map([...body.rows].map((row) => [row.dataset.id, row]));
-    agents.forEach((agent, index) => {
-      let row = kept.get(agent.id);
-      kept.delete(agent.id);
+    items.forEach((item, index) => {
+      let row = kept.get(item.id);
+      kept.delete(item.id);
       if (!row) {
-        row = el("tr", { tabindex: 0, "data-id": agent.id, onclick: () => select(agent.id),
-                         onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(agent.id); } } },
-                 el("td"), el("td"), el("td"), el("td", { class: "muted" }));
+        const open = () => pick(item.id);
+        row = el("tr", { tabindex: 0, "data-id": item.id, onclick: open,
+                         onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } },
+                 ...cells.map((cls) => el("td", cls ? { class: cls } : {})));
       }
+      fill(item, row.cells);
+      if (body.rows[index] !== row) body.insertBefore(row, body.rows[index] || null);
+    });
+    for (const gone of kept.values()) gone.remove();
+    markCurrent(table, current);
+  }
+
+  function markCurrent(table, id) {
+    for (const row of table.tBodies[0].rows) {
+      if (row.dataset.id === id) row.setAttribute("aria-current", "true");
+      else row.removeAttribute("aria-current");
+    }
+  }
+
+  function showAgents(agents, total) {
+    syncRows($("agents"), agents, ["", "", "", "muted"], select, (agent, [who, role, word, active]) => {
       const waiting = agent.oldestRequest ? agent.oldestRequest.summary : null;
-      const [who, role, word, active] = row.cells;
       who.replaceChildren(agent.displayName || agent.name, waiting ? el("span", { class: "sub" }, waiting) : "");
       role.textContent = agent.role;
       word.replaceChildren(wordBadge(agent.word));
       active.textContent = ago(agent.lastActiveAt);
-      if (agent.id === state.selected) row.setAttribute("aria-current", "true");
-      else row.removeAttribute("aria-current");
-      if (body.rows[index] !== row) body.insertBefore(row, body.rows[index] || null);
-    });
-    for (const gone of kept.values()) gone.remove();
+    }, state.selected);
     const empty = $("agents-empty");
     const more = total > agents.length;
     empty.hidden = agents.length > 0 && !more;
@@ -265,27 +277,13 @@
   }
 
   function showRuns(runs) {
-    const body = $("runs").tBodies[0];
-    const kept = new Map([...body.rows].map((row) => [row.dataset.id, row]));
-    runs.forEach((run, index) => {
-      let row = kept.get(run.id);
-      kept.delete(run.id);
-      if (!row) {
-        row = el("tr", { tabindex: 0, "data-id": run.id, onclick: () => selectRun(run.id),
-                         onkeydown: (e) => { if (e.key === "Enter") selectRun(run.id); } },
-                 el("td"), el("td"), el("td", { class: "muted" }), el("td"), el("td", { class: "muted" }));
-      }
-      const [name, status, started, time, cost] = row.cells;
+    syncRows($("runs"), runs, ["", "", "muted", "", "muted"], selectRun, (run, [name, status, started, time, cost]) => {
       name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, run.statusReason || run.id));
       status.replaceChildren(statusBadge(run.status));
       started.textContent = ago(run.startedAt);
       time.textContent = took(run.durationMs);
       cost.textContent = spent(run);
-      if (run.id === state.run) row.setAttribute("aria-current", "true");
-      else row.removeAttribute("aria-current");
-      if (body.rows[index] !== row) body.insertBefore(row, body.rows[index] || null);
-    });
-    for (const gone of kept.values()) gone.remove();
+    }, state.run);
     $("runs-empty").hidden = runs.length > 0;
     const shown = runs.find((run) => run.id === state.run);
     if (shown && shown.status === "running") showRun(state.run).catch(complain); // (an ended trace stays as it is)
@@ -293,10 +291,7 @@
 
   async function selectRun(id) {
     state.run = id;
-    for (const row of $("runs").tBodies[0].rows) {
-      if (row.dataset.id === id) row.setAttribute("aria-current", "true");
-      else row.removeAttribute("aria-current");
-    }
+    markCurrent($("runs"), id);
     $("run").hidden = false;
     $("pick-run").hidden = true;
     try {
@@ -375,10 +370,7 @@
   async function select(id) {
     if (state.source) state.source.close();
     Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null });
-    for (const row of $("agents").tBodies[0].rows) {
-      if (row.dataset.id === id) row.setAttribute("aria-current", "true");
-      else row.removeAttribute("aria-current");
-    }
+    markCurrent($("agents"), id);
     $("log").replaceChildren();
     $("detail").hidden = false;
     $("pick").hidden = true;
