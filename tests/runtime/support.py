@@ -74,3 +74,7 @@ class HeldTool:
     def script(self, ctx: Any) -> Any:
         """Call the tool once, then answer with what it returned."""
         return CallTool(self.name, {}) if not ctx.tool_results else Reply(str(ctx.tool_results[0].output))
+
+    def role(self, name: str, scripted: Scripted, model: str) -> AgentDefinition:
+        """A role `name` that may call the tool, on a scripted model (registered as `model`) playing `script`."""
+        return role(name, scripted(model, ScriptedModel(function=self.script)), tools=(self.name,))

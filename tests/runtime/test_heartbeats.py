@@ -77,7 +77,7 @@ async def test_a_tick_while_the_previous_one_runs_is_skipped_as_an_overlap(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
     inbox = HeldTool("slow_inbox", "3 new mails")
-    slow = role("digester", scripted("hb-slow", ScriptedModel(function=inbox.script)), tools=("slow_inbox",))
+    slow = inbox.role("digester", scripted, "hb-slow")
     beat = Heartbeat("digest", "digester", every=60, prompt="the inbox")
     async with open_engine(slow, tools=[inbox.tool]) as engine:
         first = asyncio.create_task(tick(engine, beat, 1))

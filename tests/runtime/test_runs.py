@@ -257,9 +257,7 @@ async def test_run_list_pages_newest_first_and_filters(open_engine: OpenEngine, 
 
 async def test_a_cancelled_run_stops_the_agent_its_task_waits_on(open_engine: OpenEngine, scripted: Scripted) -> None:
     search = HeldTool("slow_search")
-    searcher = role(
-        "searcher", scripted("runs-cancelled", ScriptedModel(function=search.script)), tools=("slow_search",)
-    )
+    searcher = search.role("searcher", scripted, "runs-cancelled")
     async with open_engine(searcher, tools=[search.tool]) as engine:
         ids: list[str] = []
 
@@ -398,9 +396,7 @@ async def test_a_run_ends_its_open_spans_and_does_not_undo_a_lapse(open_engine: 
     """Once: a span still open when its run ended stayed `running` for ever; and a process cut off from the store
     past its run's expiry wrote `completed` over the `interrupted` that another engine had recorded."""
     search = HeldTool("slow_search")
-    searcher = role(
-        "searcher", scripted("runs-open-spans", ScriptedModel(function=search.script)), tools=("slow_search",)
-    )
+    searcher = search.role("searcher", scripted, "runs-open-spans")
     async with open_engine(searcher, tools=[search.tool]) as engine:
         started: list[Any] = []
 

@@ -153,8 +153,7 @@ async def test_a_person_starts_an_agent_watches_it_work_and_stops_it(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:
     held = HeldTool("wait_for_release")
-    model = scripted("dashboard-waiter", ScriptedModel(function=held.script))
-    waiter = role("waiter", model, tools=("wait_for_release",))
+    waiter = held.role("waiter", scripted, "dashboard-waiter")
     async with (
         open_engine(waiter, tools=[held.tool]) as engine,
         served(create_app(engine)) as base,  # no token: a loopback service
