@@ -14,6 +14,8 @@ lease_seconds = 15                # a dead engine's turns continue elsewhere aft
 heartbeat_ttl = "24h"
 hook_ttl = "24h"
 deleted_ttl = "7d"
+run_ttl = "30d"                   # runs, with their spans and journal, after they ended
+skipped_run_ttl = "24h"           # a heartbeat's skipped ticks
 
 [observers]
 enabled = true
@@ -123,6 +125,10 @@ class RetentionConfig(BaseModel):
     """Hook sessions are reaped this long after their last activity."""
     deleted_ttl: Duration = timedelta(days=7)
     """A soft-deleted session stays readable by id this long."""
+    run_ttl: Duration = timedelta(days=30)
+    """A run (workflow or heartbeat tick) is reaped, with its spans and journal, this long after it ended."""
+    skipped_run_ttl: Duration = timedelta(hours=24)
+    """A skipped heartbeat tick's run is reaped this long after it was skipped."""
 
 
 class HeartbeatConfig(BaseModel):

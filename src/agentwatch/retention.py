@@ -4,6 +4,9 @@
 - A heartbeat or hook session (source `heartbeat` / `hook`) that is not running or waiting is reaped once its
   last activity is older than `retention.heartbeat_ttl` / `retention.hook_ttl` (default 24 h), together with
   the sub-agents it spawned (and theirs), once none of them runs or waits.
+- A run (a workflow's or a heartbeat tick's) is reaped with its spans and journal once it ended longer ago than
+  `retention.run_ttl` (30 days); a skipped tick after `retention.skipped_run_ttl` (24 h). Its sessions follow
+  their own rules above; the spend ledger keeps what its turns billed.
 - A reap takes the whole transcript (conversations, events, inbox, requests); the spend ledger stays. A
   reaped id answers `not_found`.
 - A session that holds a resource watch is kept until the watch ends. There is no watch table yet: whoever
@@ -18,12 +21,13 @@ from datetime import UTC, datetime, timedelta
 from agentwatch.config import RetentionConfig
 from agentwatch.store import SessionFilter, SessionRecord, Store, descendants, every_session
 
-__all__ = ["HELD_UNTIL", "held_until", "reap_due", "sessions_due"]
+__all__ = ["HELD_UNTIL", "held_until", "reap_due", "reap_runs_due", "sessions_due"]
 
 HELD_UNTIL = "held_until"
 """The settings key a watch sets to keep its session until the watch ends."""
 
 _PAGE = 100
+_RUN_PAGE = 500
 _TTL_SOURCES = ("heartbeat", "hook")
 
 
@@ -87,4 +91,15 @@ async def reap_due(store: Store, retention: RetentionConfig, *, now: datetime | 
             return removed
         removed += await store.reap(due)
         if len(due) < _PAGE:
+            return removed
+
+
+async def reap_runs_due(store: Store, retention: RetentionConfig, *, now: datetime | None = None) -> int:
+    """Reap every run that is due (see the module docs); returns how many were removed."""
+    now = now or datetime.now(UTC)
+    removed = 0
+    while True:
+        count = await store.reap_runs(now - retention.run_ttl, now - retention.skipped_run_ttl, limit=_RUN_PAGE)
+        removed += count
+        if count < _RUN_PAGE:
             return removed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentwatch.config import RetentionConfig
-from agentwatch.retention import HELD_UNTIL, reap_due, sessions_due
+from agentwatch.retention import HELD_UNTIL, reap_due, reap_runs_due, sessions_due
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.store import SessionPatch
 from tests.runtime.support import OpenEngine, Scripted, role
@@ -100,3 +100,23 @@ async def test_a_family_is_never_split_over_two_reaps(open_engine: OpenEngine, s
         assert sorted(due) == sorted([first.id, *(c.id for c in children)])  # whole, past the limit
         assert second.id not in due
         assert await reap_due(engine.store, retention, now=later) == 5
+
+
+async def test_runs_are_reaped_after_their_ttl_and_the_ledger_keeps_what_they_billed(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("worker", ScriptedModel(function=lambda ctx: Reply("done")))
+    async with open_engine(role("worker", model)) as engine:
+        async with engine.run("report") as run:
+            snapshot = await run.task("worker", "work")
+        retention = RetentionConfig(run_ttl=timedelta(days=2), skipped_run_ttl=timedelta(hours=1))
+        now = datetime.now(UTC)
+
+        assert await reap_runs_due(engine.store, retention, now=now + timedelta(days=1)) == 0
+        assert (await engine.call_tool("run_trace", {"id": run.id}))["run"]["status"] == "completed"
+
+        assert await reap_runs_due(engine.store, retention, now=now + timedelta(days=3)) == 1
+        assert (await engine.call_tool("run_trace", {"id": run.id}))["error"]["code"] == "not_found"
+        assert (await engine.call_tool("run_list", {}))["runs"] == []
+        assert (await engine.call_tool("agent_get", {"id": snapshot["agentId"]}))["status"] == "completed"
+        assert (await engine.store.usage_totals([snapshot["agentId"]]))[snapshot["agentId"]].total_tokens > 0

@@ -771,6 +771,37 @@ async def test_a_run_that_is_not_renewed_lapses_and_is_ended_interrupted_with_it
     assert await store.end_lapsed_runs(later + timedelta(seconds=1)) == []
 
 
+async def test_runs_that_ended_long_ago_are_reaped_with_their_spans_and_journal(store: Store) -> None:
+    now = datetime.now(UTC)
+    old, recent = now - timedelta(days=40), now - timedelta(hours=2)
+
+    async def ended(status: str, at: datetime) -> str:
+        run = await store.create_run(RunDraft(kind="heartbeat", entity="heartbeat:h"))
+        await store.open_span(SpanDraft(run_id=run.id, kind="task", label="t"))
+        await store.append_journal(JournalEntry(run_id=run.id, kind="note", message="hi"))
+        await store.end_run(run.id, RunPatch(status=status, ended_at=at))
+        return run.id
+
+    old_done, old_failed = await ended("completed", old), await ended("failed", old)
+    recent_done, recent_skipped, old_skipped = (
+        await ended("completed", recent),
+        await ended("skipped", recent),
+        await ended("skipped", now - timedelta(days=2)),
+    )
+    running = (await store.create_run(RunDraft(kind="workflow", entity="workflow:w"))).id
+
+    assert await store.reap_runs(now - timedelta(days=30), now - timedelta(days=1), limit=2) == 2
+    assert await store.reap_runs(now - timedelta(days=30), now - timedelta(days=1)) == 1
+    assert await store.reap_runs(now - timedelta(days=30), now - timedelta(days=1)) == 0
+    for gone in (old_done, old_failed, old_skipped):
+        with pytest.raises(NotFound):
+            await store.get_run(gone)
+        assert await store.list_spans(gone) == [] and await store.read_journal(gone) == []
+    kept = {run.id for run in await store.list_runs(RunFilter())}
+    assert kept == {recent_done, recent_skipped, running}
+    assert len(await store.list_spans(recent_done)) == 1 and len(await store.read_journal(recent_skipped)) == 1
+
+
 async def test_ending_a_run_ends_its_open_spans_once(store: Store) -> None:
     run = await store.create_run(RunDraft(kind="workflow", entity="workflow:a"))
     open_span = await store.open_span(SpanDraft(run_id=run.id, kind="task", label="t"))

@@ -30,7 +30,7 @@ from agentwatch.errors import Conflict, InvalidArgument, UserError
 from agentwatch.events import NewEvent, Origin, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
-from agentwatch.retention import reap_due
+from agentwatch.retention import reap_due, reap_runs_due
 from agentwatch.runtime import compaction, requests
 from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, SessionDriver, evict_idle
 from agentwatch.runtime.extensions import Extension, default_extensions
@@ -286,6 +286,7 @@ class Engine:
             steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
                 ("handing held requests over", self.escalate_due),
                 ("reaping", lambda: reap_due(self.store, self.config.retention)),
+                ("reaping runs", lambda: reap_runs_due(self.store, self.config.retention)),
                 ("ending lapsed runs", lambda: self.store.end_lapsed_runs(datetime.now(UTC))),
             ]
             for what, step in steps:  # one failing step does not keep the others from running

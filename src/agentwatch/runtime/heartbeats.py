@@ -25,7 +25,8 @@ Engine.open(heartbeats=[Heartbeat("digest", "digester", every=3600, prompt="..."
 - Heartbeats tick in an engine that runs the store's background work (`Engine.open()` with `recover=True`, the
   default, as `agentwatch serve` opens it) with background tasks on (`AGENTWATCH_BACKGROUND_TASKS`), and stop
   once it drains; not in `agentwatch run` nor `agentwatch mcp` (`tick=False`), which do not check them either.
-  A heartbeat's sessions are reaped after `retention.heartbeat_ttl` (with what they spawned); its runs stay.
+  A heartbeat's sessions are reaped after `retention.heartbeat_ttl` (with what they spawned); its runs after
+  `retention.run_ttl` (a skipped tick's after `retention.skipped_run_ttl`).
 """
 
 from __future__ import annotations

@@ -144,6 +144,30 @@ class RunMethods(SqlBase):
 
         return await self._write(end)
 
+    async def reap_runs(self, ended_before: datetime, skipped_before: datetime, *, limit: int = 500) -> int:
+        """Delete, with their spans and journal, up to `limit` runs that ended before `ended_before`, and
+        skipped ones (a heartbeat's tick that did not run) that ended before `skipped_before`, oldest first; how
+        many went. The spend ledger keeps what their turns billed."""
+        check_limit(limit, 500)
+        ended, skipped = (self._dialect.time_param(aware(moment)) for moment in (ended_before, skipped_before))
+
+        async def reap(tx: Tx) -> int:
+            rows = await tx.fetch(
+                "SELECT id FROM runs WHERE ended_at IS NOT NULL AND status <> 'running' "
+                "AND (ended_at < ? OR (status = 'skipped' AND ended_at < ?)) ORDER BY ended_at LIMIT ?",
+                [ended, skipped, limit],
+            )
+            run_ids = [str(row[0]) for row in rows]
+            if run_ids:
+                condition, params = in_list("run_id", run_ids)
+                for table in ("spans", "journal"):
+                    await tx.execute(f"DELETE FROM {table} WHERE {condition}", params)
+                condition, params = in_list("id", run_ids)
+                await tx.execute(f"DELETE FROM runs WHERE {condition}", params)
+            return len(run_ids)
+
+        return await self._write(reap)
+
     async def end_run(self, run_id: str, patch: RunPatch) -> bool:
         """End a run that still runs with `patch` (its status, why, when: now when it gives no time), and every
         span of it still open with the same status; False, writing nothing, when the run had ended already

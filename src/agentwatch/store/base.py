@@ -56,7 +56,7 @@ from agentwatch.store.records import (
 
 __all__ = ["SCHEMA_VERSION", "EventValues", "RunStore", "Store"]
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 
@@ -103,6 +103,10 @@ class RunStore(Protocol):
     async def end_lapsed_runs(self, now: datetime) -> list[str]:
         """End `interrupted` every run still running whose expiry passed by `now` (its process stopped before
         it ended the run), with its spans that had not ended; their ids."""
+
+    async def reap_runs(self, ended_before: datetime, skipped_before: datetime, *, limit: int = 500) -> int:
+        """Delete, with their spans and journal, up to `limit` runs that ended before `ended_before`, and
+        skipped ones that ended before `skipped_before`, oldest first; how many went (not the ledger)."""
 
     async def end_run(self, run_id: str, patch: RunPatch) -> bool:
         """End a run that still runs with `patch`, and every span of it still open with the same status; False,
