@@ -55,6 +55,11 @@ def test_every_command_is_documented_with_an_example(name: str, command: click.C
         (["history", "{id}", "--limit", "3"], "agent_history", {"id": "{id}", "limit": 3}),
         (["tail", "{id}", "--max-chars", "20"], "agent_tail", {"id": "{id}", "maxChars": 20, "maxEvents": 50}),
         (["prompt", "{id}", "--against", "previous"], "agent_prompt", {"id": "{id}", "against": "previous"}),
+        (
+            ["tail", "{id}", "--before", "{evt}", "--max-events", "3"],
+            "agent_tail",
+            {"id": "{id}", "beforeId": "{evt}", "maxChars": 500, "maxEvents": 3},
+        ),
     ],
 )
 def test_json_output_is_exactly_the_tools_answer(
@@ -71,17 +76,24 @@ def test_json_output_is_exactly_the_tools_answer(
     agents.mkdir()
     (agents / "helper.md").write_text(role("helper", model).to_markdown())
 
-    async def prepare() -> tuple[str, dict[str, object]]:
+    def filled(value: str, ids: dict[str, str]) -> str:
+        for key, replacement in ids.items():
+            value = value.replace(key, replacement)
+        return value
+
+    async def prepare() -> tuple[dict[str, str], dict[str, object]]:
         async with open_engine(extensions=[]) as engine:
             session = await engine.create("helper", name="helper", source="chat")
             for prompt in ("one", "two"):
                 await engine.enqueue(session.id, prompt)
                 await engine.wait(session.id, 10)
-            fill = {k: (v.replace("{id}", session.id) if isinstance(v, str) else v) for k, v in args.items()}
-            return session.id, await engine.call_tool(tool, fill)
+            [newest] = await engine.store.read_events_backward(session.id, limit=1)
+            ids = {"{id}": session.id, "{evt}": newest.id}
+            fill = {k: (filled(v, ids) if isinstance(v, str) else v) for k, v in args.items()}
+            return ids, await engine.call_tool(tool, fill)
 
-    session_id, expected = asyncio.run(prepare())
-    argv = [a.replace("{id}", session_id) for a in argv]
+    ids, expected = asyncio.run(prepare())
+    argv = [filled(a, ids) for a in argv]
     result = CliRunner(env={"AGENTWATCH_AGENTS_DIR": str(agents)}).invoke(
         cli, [*argv, "--store", store_url, "--json"], catch_exceptions=False
     )

@@ -128,3 +128,40 @@ async def test_deltas_come_from_the_live_ring_only_when_asked(open_engine: OpenE
         assert kinds[-1] == "item.completed" and kinds.count("content.delta") == len(deltas["events"])
         after = await engine.call_tool("agent_tail", {"id": sid, "afterId": with_messages["cursor"], "types": ["*"]})
         assert after["events"] == [] or after["events"][0]["type"] != "content.delta"
+
+        # A delta's row id places a read as well as a stored event's does, while the ring holds it.
+        first_delta, last_delta = deltas["events"][0]["id"], deltas["events"][-1]["id"]
+        from_delta = await engine.call_tool("agent_tail", {"id": sid, "afterId": first_delta, "types": ["content.*"]})
+        assert [row["id"] for row in from_delta["events"]] == [row["id"] for row in deltas["events"][1:]]
+        before_delta = await engine.call_tool("agent_tail", {"id": sid, "beforeId": last_delta, "types": ["message.*"]})
+        assert [row["title"] for row in before_delta["events"]] == ["user"]  # not the answer the deltas made
+
+
+async def test_before_id_reads_back_page_by_page_to_the_first_event(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("shouter", ScriptedModel(function=echo_script))
+    async with open_engine(role("shouter", model, tools=("shout",)), tools=[shout]) as engine:
+        sid = (await engine.task("shouter", "first"))["agentId"]
+        for prompt in ("second", "third"):
+            await engine.enqueue(sid, prompt)
+            await engine.wait(sid, 10)
+        stored = [e.id for e in await engine.store.read_events(sid, limit=1000) if e.type in DEFAULT_TYPES]
+        newest = await engine.call_tool("agent_tail", {"id": sid, "maxEvents": 4})
+        shown = [row["id"] for row in newest["events"]]
+        assert shown == stored[-4:]
+        while True:  # what the dashboard's "earlier" button does
+            page = await engine.call_tool("agent_tail", {"id": sid, "beforeId": shown[0], "maxEvents": 4})
+            shown = [row["id"] for row in page["events"]] + shown
+            if not page["hasMore"]:
+                break
+        assert shown == stored
+        by_cursor = await engine.call_tool("agent_tail", {"id": sid, "beforeId": newest["cursor"], "maxEvents": 1})
+        assert [row["id"] for row in by_cursor["events"]] == stored[-1:] and by_cursor["hasMore"] is True
+
+        both = await engine.call_tool("agent_tail", {"id": sid, "beforeId": shown[1], "afterId": shown[0]})
+        assert both["error"]["code"] == "invalid_argument" and "beforeId" in both["error"]["message"]
+        stranger = await engine.call_tool("agent_tail", {"id": "ses_nobody", "beforeId": shown[0]})
+        assert stranger["error"]["code"] == "not_found"
+        missing = await engine.call_tool("agent_tail", {"id": sid, "beforeId": "evt_nope"})
+        assert missing["error"]["code"] == "not_found"

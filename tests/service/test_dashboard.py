@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentwatch.events import ToolResult
+from agentwatch.events import NewEvent, ToolResult, UserMessage
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import SessionFilter
@@ -297,4 +297,33 @@ async def test_the_runs_view_shows_a_runs_trace_and_opens_its_agents(
         await page.locator("#d-meta a").click()  # and back to its run
         await expect(page.locator("#r-name")).to_have_text("workflow:report", timeout=WAIT_MS)
         await expect(page.locator(f'#runs tr[data-id="{run.id}"]')).to_have_attribute("aria-current", "true")
+        assert problems == []
+
+
+async def test_earlier_events_are_read_back_page_by_page_and_the_filter_finds_display_names(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    model = scripted("dashboard-long", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        session = await engine.create("helper", display_name="Night Shift")
+        await engine.create("helper", display_name="Day Shift")
+        await engine.store.append(session.id, [NewEvent(UserMessage(text=f"note {i}")) for i in range(450)])
+        page, problems = await _page(browser, base)
+        await page.locator("#q").fill("night")
+        rows = page.locator("#agents tbody tr")
+        await expect(rows).to_have_count(1, timeout=WAIT_MS)
+        await rows.first.click()
+
+        log, earlier = page.locator("#log li"), page.locator("#earlier")
+        await expect(log).to_have_count(200, timeout=WAIT_MS)
+        await expect(log.first).to_contain_text("note 250")
+        await earlier.click()
+        await expect(log).to_have_count(400, timeout=WAIT_MS)
+        await expect(log.first).to_contain_text("note 50")
+        await expect(earlier).to_be_visible()
+        await earlier.click()
+        await expect(log).to_have_count(450, timeout=WAIT_MS)
+        await expect(log.first).to_contain_text("note 0")
+        await expect(log.last).to_contain_text("note 449")
+        await expect(earlier).to_be_hidden()
         assert problems == []

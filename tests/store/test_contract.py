@@ -163,7 +163,9 @@ async def test_filters_are_all_anded(store: Store) -> None:
         SessionDraft(name="alpha-worker", role="worker", parent_id=parent.id, feature="jobs", run_id="run_1")
     )
     await store.create_session(SessionDraft(name="beta_worker", role="worker", scope="42:bot1", group_key="g"))
-    watcher = await store.create_session(SessionDraft(name="watcher", role="observer", is_observer=True))
+    watcher = await store.create_session(
+        SessionDraft(name="watcher", display_name="Night Watch", role="observer", is_observer=True)
+    )
     await store.update_session(watcher.id, SessionPatch(status="completed", interception={"by": "ana"}))
 
     assert await names(store, SessionFilter(role=["worker"]), sort="name") == ["alpha-worker", "beta_worker"]
@@ -171,6 +173,7 @@ async def test_filters_are_all_anded(store: Store) -> None:
     assert await names(store, SessionFilter(q="ALPHA"), sort="name") == ["Boss-Alpha", "alpha-worker"]
     assert await names(store, SessionFilter(q="_")) == ["beta_worker"]  # `_` is a character, not a wildcard
     assert await names(store, SessionFilter(q="a%")) == []
+    assert await names(store, SessionFilter(q="night w")) == ["watcher"]  # the display name too
     assert await names(store, SessionFilter(parent_id=parent.id)) == ["alpha-worker"]
     assert await names(store, SessionFilter(run_id="run_1")) == ["alpha-worker"]
     assert await names(store, SessionFilter(scope="42:bot1", group_key="g")) == ["beta_worker"]

@@ -55,7 +55,7 @@ def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any
 )
 @click.option("--group-key", help="One lineage, e.g. hb:digest.")
 @click.option("--parent", "parent_id", help="What this agent (a name or an id) spawned.")
-@click.option("-q", "query", help="A part of the name.")
+@click.option("-q", "query", help="A part of the name or display name (any case).")
 @click.option("--window", help="Active within this long: 1h, 24h, 7d.")
 @click.option(
     "--sort",
@@ -192,6 +192,7 @@ def history(
 @click.argument("agent_id", metavar="AGENT")
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing new events as they happen.")
 @click.option("--after", "after_id", help="Start strictly after this cursor (or event id).")
+@click.option("--before", "before_id", help="Read back: the events before this event id (or cursor); not with -f.")
 @click.option("--types", multiple=True, help="Event types or globs (repeatable): turn.*, item.completed, hitl.*, ...")
 @click.option("--max-chars", default=500, show_default=True, help="Cap on each detail (1..4000).")
 @click.option("--max-events", default=50, show_default=True, help="Events per read (1..200).")
@@ -202,6 +203,7 @@ def tail(
     agent_id: str,
     follow_: bool,
     after_id: str | None,
+    before_id: str | None,
     types: tuple[str, ...],
     max_chars: int,
     max_events: int,
@@ -218,15 +220,21 @@ def tail(
     Examples:
       agentwatch tail ses_01jdq3v9c8k2m6n4p7r0s5t8w1 -f
       agentwatch tail ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --types 'runtime.*' --types item.completed --json
+      agentwatch tail coder --before evt_01jdq3w2k9m8n7p6q5r4s3t2v1   # the page before that event
     """
+    if before_id and follow_:
+        raise click.UsageError("--before reads back; it cannot follow (-f): leave one out")
     args: dict[str, Any] = {"id": agent_id, "maxChars": max_chars, "maxEvents": max_events}
     if after_id:
         args["afterId"] = after_id
+    if before_id:
+        args["beforeId"] = before_id
     if types:
         args["types"] = list(types)
     flags = {
         "id": "AGENT",
         "afterId": "--after",
+        "beforeId": "--before",
         "types": "--types",
         "maxChars": "--max-chars",
         "maxEvents": "--max-events",

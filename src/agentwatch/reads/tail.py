@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue
 
-from agentwatch.errors import InvalidArgument, InvalidCursor
+from agentwatch.errors import InvalidArgument, InvalidCursor, NotFound
 from agentwatch.events import (
     PAYLOAD_TYPES,
     AssistantMessage,
@@ -127,6 +127,11 @@ class TailArgs(Args):
     after_id: Cursor | None = Field(
         None,
         description="A cursor (current.cursor, or a previous tail's cursor) or an event id: read strictly after it.",
+    )
+    before_id: Cursor | None = Field(
+        None,
+        description="An event id or a cursor: read back, the stored events before it (a cursor's own event too), "
+        "oldest first; hasMore then says older ones remain (pass the first row's id as beforeId). Not with afterId.",
     )
     max_chars: int = Field(500, ge=1, le=4000, description="Cap on each detail, 1..4000.")
     max_events: int = Field(50, ge=1, le=200, description="Events per answer, 1..200.")
@@ -264,6 +269,8 @@ async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
         types = resolve_types(args.types)
         durable = [name for name in types if is_durable_type(name)]
     limit = args.max_events
+    if args.before_id is not None:
+        return await _read_back(view, args, durable)
     if args.after_id is None:
         # The session's last_seq and the newest events up to it, in one read: the head cursor promises them.
         last_seq, newest = await view.store.read_event_values(args.id, limit=limit, types=durable)
@@ -275,13 +282,7 @@ async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
         # With durable types only this is exactly the head, agent_get's current.cursor.
         end = max([head, *(StreamCursor(args.id, seq, sub) for seq, sub, _ in items)])
         return _answer(items, end, has_more=False, max_chars=args.max_chars)
-    if args.after_id.startswith("evt_"):
-        after = (await view.store.get_event(args.id, args.after_id)).cursor
-    else:
-        with field_named("afterId"):
-            after = StreamCursor.decode(args.after_id, session_id=args.id)
-            if after.seq > MAX_SEQ or after.sub > MAX_SEQ:
-                raise InvalidCursor("the cursor names a position past any stream; pass back a cursor unchanged")
+    after = await _position_of(view, args.id, args.after_id, "afterId")
     # The session's last_seq first, then the events after the cursor, in one read.
     last_seq, stored = await view.store.read_event_values(args.id, after_seq=after.seq, limit=limit + 1, types=durable)
     head = StreamCursor(args.id, last_seq)
@@ -298,6 +299,41 @@ async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
     else:
         end = max([after, head, *(StreamCursor(args.id, seq, sub) for seq, sub, _ in items)])
     return _answer(items, end, has_more=has_more, max_chars=args.max_chars)
+
+
+async def _read_back(view: EngineView, args: TailArgs, durable: list[str]) -> dict[str, Any]:
+    """`agent_tail` with `beforeId`: the stored events before it, oldest first; its cursor is the last one's."""
+    if args.after_id is not None:
+        raise InvalidArgument("pass afterId or beforeId, not both", fields=["afterId", "beforeId"])
+    assert args.before_id is not None
+    before = await _position_of(view, args.id, args.before_id, "beforeId")
+    # A stored event is not before itself; a cursor stands just after the event it names, which is before it,
+    # and an ephemeral event comes after the stored one of its seq.
+    before_seq = before.seq if args.before_id.startswith("evt_") and not before.sub else before.seq + 1
+    await view.store.get_session(args.id)  # an unknown agent is not_found, not an empty page
+    limit = args.max_events
+    found = await view.store.read_events_backward(args.id, before_seq=before_seq, limit=limit + 1, types=durable)
+    items = _live(list(reversed(found[:limit])))
+    end = StreamCursor(args.id, items[-1][0]) if items else before
+    return _answer(items, end, has_more=len(found) > limit, max_chars=args.max_chars)
+
+
+async def _position_of(view: EngineView, session_id: str, given: str, field: str) -> StreamCursor:
+    """The stream position an event id (stored, or ephemeral while the live ring holds it: a row's id) or a
+    cursor (`field`'s value) names."""
+    if given.startswith("evt_"):
+        try:
+            return (await view.store.get_event(session_id, given)).cursor
+        except NotFound:
+            held = [e for e in await view.ring.recent(session_id, limit=_RING_SCAN) if e.id == given]
+            if not held:
+                raise
+            return held[0].cursor
+    with field_named(field):
+        position = StreamCursor.decode(given, session_id=session_id)
+        if position.seq > MAX_SEQ or position.sub > MAX_SEQ:
+            raise InvalidCursor("the cursor names a position past any stream; pass back a cursor unchanged")
+    return position
 
 
 _Item = tuple[int, int, EventValues]

@@ -250,7 +250,7 @@ def session_where(dialect: Dialect, where: SessionFilter) -> tuple[list[str], li
             add(f"{column} = ?", value)
     if where.q is not None:
         pattern = where.q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        add("lower(name) LIKE ? ESCAPE '\\'", f"%{pattern}%")
+        add("(lower(name) LIKE ? ESCAPE '\\' OR lower(display_name) LIKE ? ESCAPE '\\')", *[f"%{pattern}%"] * 2)
     if where.is_observer is not None:
         add("is_observer = ?", where.is_observer)
     if where.intercepted is not None:

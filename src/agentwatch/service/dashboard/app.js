@@ -372,6 +372,7 @@
     Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null });
     markCurrent($("agents"), id);
     $("log").replaceChildren();
+    $("earlier").hidden = true;
     $("detail").hidden = false;
     $("pick").hidden = true;
     if (window.matchMedia("(max-width: 800px)").matches) $("detail").scrollIntoView();
@@ -426,6 +427,7 @@
             if (state.cursor) args.afterId = state.cursor;
             const answer = await call("agent_tail", args);
             if (state.selected !== id) return;
+            if (!args.afterId) $("earlier").hidden = answer.events.length < TAIL_PAGE; // the newest page: older ones?
             showLines(answer.events);
             state.cursor = answer.cursor;
             more = Boolean(answer.hasMore);
@@ -439,24 +441,48 @@
     return reading;
   }
 
+  function lineItem(line) {
+    const kind = line.itemType === "tool_call" || line.itemType === "tool_result" ? "tool" : "";
+    return el(
+      "li",
+      { class: `${kind} ${line.status || ""} ${line.type.replace(/\W/g, "-")}`, "data-type": line.type, "data-id": line.id },
+      el("time", { datetime: line.at }, clock(line.at)),
+      el("div", {},
+        el("span", { class: "title" }, line.title || line.type),
+        line.detail && line.detail !== line.title ? el("span", { class: "detail" }, line.detail) : null),
+    );
+  }
+
   function showLines(lines) {
     if (!lines.length) return;
     const log = $("log");
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
     clearTyping();
-    for (const line of lines) {
-      const kind = line.itemType === "tool_call" || line.itemType === "tool_result" ? "tool" : "";
-      log.append(el(
-        "li",
-        { class: `${kind} ${line.status || ""} ${line.type.replace(/\W/g, "-")}`, "data-type": line.type },
-        el("time", { datetime: line.at }, clock(line.at)),
-        el("div", {},
-          el("span", { class: "title" }, line.title || line.type),
-          line.detail && line.detail !== line.title ? el("span", { class: "detail" }, line.detail) : null),
-      ));
-    }
+    log.append(...lines.map(lineItem));
+    if (log.children.length > LOG_KEPT) $("earlier").hidden = false; // what is let go can be read back
     while (log.children.length > LOG_KEPT) log.firstElementChild.remove();
     if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  async function showEarlier() {
+    const id = state.selected;
+    const log = $("log");
+    const first = log.querySelector("li[data-id]");
+    const button = $("earlier");
+    if (!first) return;
+    button.disabled = true;
+    try {
+      const answer = await call("agent_tail", { id, beforeId: first.dataset.id, maxEvents: TAIL_PAGE, maxChars: MAX_CHARS });
+      if (state.selected !== id) return;
+      const height = log.scrollHeight;
+      log.prepend(...answer.events.map(lineItem));
+      log.scrollTop += log.scrollHeight - height; // what was in view stays where it was
+      button.hidden = !answer.hasMore;
+    } catch (error) {
+      complain(error);
+    } finally {
+      button.disabled = false;
+    }
   }
 
   function clearTyping() {
@@ -577,6 +603,7 @@
         complain(error);
       }
     });
+    $("earlier").addEventListener("click", showEarlier);
     $("stop").addEventListener("click", async () => {
       if (!state.agent || !confirm(`Stop ${state.agent.displayName || state.agent.name}?`)) return;
       try {
