@@ -15,9 +15,11 @@ import pytest
 from agentwatch.errors import StoreError
 from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnId, UserMessage
 from agentwatch.live import LiveRing, connect_live
+from agentwatch.runtime import emitter as emitter_module
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.runtime.roster import RoleSessions
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.store import SessionDraft, SessionRecord, Store, Write, connect_store
 from tests.runtime.support import OpenEngine, Scripted, role
@@ -240,3 +242,21 @@ async def test_an_in_memory_ring_that_refuses_an_event_is_logged_and_the_observe
     assert seen[:-1] == stored
     assert (seen[-1].seq, seen[-1].sub) == (stored[-1].seq, 1)  # the ephemeral one, right after
     assert caplog.text.count("live ring publish failed") == 2
+
+
+async def test_a_session_that_only_streams_is_active_and_never_reads_stuck(
+    open_engine: OpenEngine, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(emitter_module, "STREAM_TOUCH_SECONDS", 0.1)
+    model = scripted("slow-talker", ScriptedModel([Reply("word " * 30)], chunk_delay=0.1))  # about 3 s of deltas
+    talker = role("talker", model, sessions=RoleSessions(stuck_after_seconds=0.6))
+    async with open_engine(talker) as engine:
+        session = await engine.create("talker", source="chat")
+        await engine.enqueue(session.id, "talk")
+        words = []
+        while (await engine.store.get_session(session.id)).status in ("idle", "running") and len(words) < 12:
+            await asyncio.sleep(0.25)
+            (row,) = (await engine.call_tool("agent_list", {}))["agents"]
+            if row["status"] == "running":
+                words.append(row["word"])
+        assert len(words) >= 6 and set(words) == {"working"}, words

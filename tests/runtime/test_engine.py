@@ -394,6 +394,26 @@ async def test_a_turn_cut_off_more_often_than_allowed_ends_interrupted(
     assert (done.status, done.error, snapshot["word"]) == ("interrupted", "Interrupted", "failed")
 
 
+async def test_a_chat_turn_that_is_not_continued_says_so_in_the_chat(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    from agentwatch.runtime.roster import RoleSessions
+
+    model = scripted("forever-chat", ScriptedModel([[Hang()]] * 2))
+    definition = role("chatter", model, sessions=RoleSessions(continue_after_restart=0))
+    async with open_engine(definition) as engine:
+        session = await engine.create("chatter", source="chat")
+        await engine.enqueue(session.id, "go")
+        while (await engine.store.get_session(session.id)).status != "running":
+            await asyncio.sleep(0.01)
+    async with open_engine(definition) as engine:
+        done, _ = await engine.wait(session.id, 10)
+        tail = await engine.call_tool("agent_tail", {"id": session.id})
+    said = "[agentwatch] This turn was not continued: it was cut off by a restart; continuing is turned off"
+    assert done.status == "interrupted" and (done.last_text or "").startswith(said)
+    assert any(row["detail"].startswith(said) for row in tail["events"] if row["detail"])
+
+
 async def test_a_failing_model_fails_the_turn_with_its_error(open_engine: OpenEngine, scripted: Scripted) -> None:
     model = scripted("broken", ScriptedModel.failing("provider said 503"))
     async with open_engine(role("fragile", model)) as engine:

@@ -3,6 +3,7 @@ stopped observer, and an observer whose marker cannot be confirmed."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from agentwatch.runtime.engine import Engine
@@ -81,6 +82,32 @@ async def test_a_gate_error_drops_that_batch_only(open_engine: OpenEngine, scrip
         (received,) = await eventually(lambda: digests_received(engine, observer.id))
         assert "answer to two" in received and "answer to one" not in received
         assert await states(engine, session.id) == [("armed", "observer started")]
+
+
+async def test_a_policy_check_that_hangs_drops_that_batch_after_the_delivery_timeout(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    hangs = [True]
+
+    async def stuck(request: ToolRequest) -> Verdict | None:
+        if request.purpose == "observer_delivery" and hangs:
+            hangs.pop()
+            await asyncio.sleep(3600)  # a policy server that never answers
+        return None
+
+    async with open_engine(*definitions(scripted, "hang"), policies=[Policy("stuck", stuck)]) as engine:
+        observers = engine.config.observers.model_copy(update={"delivery_timeout_seconds": 0.3})
+        engine.config = engine.config.model_copy(update={"observers": observers})
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        assert await eventually(lambda: warnings(engine, session.id)) == [
+            "the policy check before a delivery failed (TimeoutError: policy 'stuck' did not decide within 0.3 s); "
+            "1 digest(s) dropped"
+        ]
+        await turn(engine, session.id, "two")
+        (observer,) = await observers_of(engine, session.id)
+        (received,) = await eventually(lambda: digests_received(engine, observer.id))
+        assert "answer to two" in received and "answer to one" not in received
 
 
 class CutWire(SessionCourier):

@@ -119,6 +119,23 @@ async def test_anything_but_allow_at_arm_time_leaves_the_pairing_denied(
         assert described is not None and described["state"] == "denied"
 
 
+async def test_a_role_whose_agent_task_a_person_approves_arms_no_model_observer(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = replying(scripted, "approved-spawn")
+    async with open_engine(
+        role("coder", model, observer="watcher", grant=("spawn",), approval_tools=("agent_task",)),
+        role("guarded", model, observer="loop-guard", approval_tools=("agent_task",)),
+        role("watcher", model),
+    ) as engine:
+        sid = await two_turns(engine, "coder")
+        reason = "ask: role 'coder' has agent_task approved by a person (approval_tools)"
+        assert await eventually(lambda: states(engine, sid)) == [("denied", reason)]
+        assert await observers_of(engine, sid) == []
+        guarded = await two_turns(engine, "guarded")  # a rule observer spawns nothing: nothing to approve
+        assert await eventually(lambda: states(engine, guarded)) == [("armed", "rule observer")]
+
+
 async def test_a_policy_that_raises_at_arm_time_leaves_the_pairing_denied(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

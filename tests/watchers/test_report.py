@@ -224,6 +224,69 @@ async def test_messages_run_one_way(open_engine: OpenEngine, scripted: Scripted)
         assert engine.tools_for(session, engine.roster.get("lead")) == ("agent_enqueue", "agent_task")
 
 
+async def test_only_a_person_acts_on_an_observer_and_an_observer_acts_on_no_agent(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def probe(question: str) -> str:
+        return f"probed {question}"
+
+    def lead_script(ctx: Any) -> Any:
+        words = (ctx.prompt or "").split()
+        if words and words[0] == "stop" and not ctx.tool_results:
+            return CallTool("agent_stop", {"id": words[1]})  # the agent tries to silence its observer
+        return Reply(f"results: {[r.output for r in ctx.tool_results]}")
+
+    def watcher_script(ctx: Any) -> Any:
+        return CallTool("probe", {"question": "may I?"}) if not ctx.tool_results else Reply("nothing")
+
+    acting = ("agent_stop", "agent_delete", "agent_take_over", "agent_hand_back", "agent_answer", "agent_escalate")
+    lead_model = scripted("acting-lead", ScriptedModel(function=lead_script))
+    lead = role("lead", lead_model, tools=acting, grant=("spawn",), observer="watcher")
+    watcher = role(
+        "watcher",
+        scripted("acting-watcher", ScriptedModel(function=watcher_script)),
+        tools=("probe", *acting),
+        grant=("spawn",),
+        approval_tools=("probe",),
+    )
+    async with open_engine(lead, watcher, tools=[function_tool(probe)]) as engine:
+        session = await engine.create("lead", source="chat")
+        await engine.enqueue(session.id, "go")
+        await engine.wait(session.id, 10)
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        (request,) = await eventually(lambda: engine.store.list_requests(session_id=observer.id, limit=10))
+        assert request.waits_on == "person"  # never on its parent, the agent it watches
+
+        async def verdict(tool: str, arguments: dict[str, Any], caller: str | None) -> tuple[str, str]:
+            asked = ToolRequest(tool, arguments, session_id=caller, role="lead", grant=frozenset({"spawn"}))
+            found = await engine.policy.decide(asked)
+            return found.decision, str(found.reason)
+
+        for tool in ("agent_stop", "agent_delete", "agent_take_over", "agent_hand_back"):
+            decision, reason = await verdict(tool, {"id": observer.id}, session.id)
+            assert decision == "deny" and "only a person acts on it" in reason, tool
+            decision, reason = await verdict(tool, {"id": session.id}, observer.id)
+            assert decision == "deny" and "only through ObserverReport" in reason, tool
+            assert (await verdict(tool, {"id": observer.id}, None))[0] == "allow", tool  # a person may
+        for tool in ("agent_answer", "agent_escalate"):
+            decision, reason = await verdict(tool, {"hitlId": request.id, "answer": True}, session.id)
+            assert decision == "deny" and "only a person acts on it" in reason, tool
+        definition = engine.roster.get("watcher")
+        observer = await engine.store.get_session(observer.id)
+        assert engine.tools_for(observer, definition) == ("probe", "ObserverReport")
+
+        await engine.enqueue(session.id, f"stop {observer.id}")  # for real, from the agent's own turn
+        await engine.wait(session.id, 10)
+        (stopping,) = [
+            e.payload
+            for e in await engine.store.read_events(session.id, limit=1000)
+            if isinstance(e.payload, ToolResult)
+        ]
+        assert stopping.status == "error" and "only a person acts on it" in str(stopping.output)
+        assert (await describe(engine.store, await engine.store.get_session(session.id)) or {})["state"] == "armed"
+        assert (await engine.store.get_session(observer.id)).status != "cancelled"
+
+
 async def test_a_report_during_a_turn_that_reports_alone_started_is_answered_at_once_and_kept(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

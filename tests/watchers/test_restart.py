@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agentwatch.events import UserMessage
 from agentwatch.runtime.engine import Engine
 from tests.watchers.pairing_scenario import setup
 from tests.watchers.support import eventually, observers_of, states
@@ -64,6 +65,10 @@ async def test_a_pairing_killed_mid_turn_is_re_armed_on_the_same_observer(tmp_pa
         ]
         inputs = await engine.store.list_inputs(observer_id, pending_only=False)
         assert sum(i.origin is not None and i.origin.ref == "observer-framing" for i in inputs) == 1
+        # The continued turn's note names no observer as a sub-agent of the agent it watches.
+        messages = [e.payload for e in await engine.store.read_events(session_id, limit=1000)]
+        (note,) = [m.text for m in messages if isinstance(m, UserMessage) and "sub-agents" in m.text]
+        assert "You have no sub-agents still running." in note and observer_id not in note
 
 
 async def _digests(engine: Engine, observer_id: str, count: int) -> list[str]:

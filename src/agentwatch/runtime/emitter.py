@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from pydantic import JsonValue
@@ -84,6 +85,9 @@ then waits behind the opening's."""
 SLOW_OBSERVER_SECONDS = 0.1
 """An on_event call slower than this is recorded as a warning (at most once a minute per observer)."""
 _WARNING_INTERVAL = 60.0
+STREAM_TOUCH_SECONDS = 5.0
+"""While only ephemeral events flow (a long streamed answer or thinking), the session's activity time is
+moved on at most this often: a session that streams is active, so it never reads `stuck`."""
 _OBSERVER_SOURCE = "thread_observer"
 
 _Ephemeral = tuple[Payload, TurnId | None, datetime]
@@ -162,6 +166,7 @@ class SessionEmitter:
         # An in-memory ring publishes with a plain call (`publish_now`), at once; other rings are awaited.
         self._inline = ring if isinstance(ring, MemoryRing) else None
         self._busy = False  # an event or an attach is being handed out right now
+        self._touched = time.monotonic()  # when a write last moved the session's activity time on
 
     def add_observer(self, observer: ThreadObserver[Any]) -> None:
         """Attach one more observer instance; it receives events from the next one dispatched."""
@@ -201,6 +206,8 @@ class SessionEmitter:
         its commit).
         """
         done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
+        if write.touch:
+            self._touched = time.monotonic()
         pending = _Pending(write, done, turn, self._turn_no, rides=rides)
         self._writes.append(pending)
         self._tail = pending
@@ -364,7 +371,10 @@ class SessionEmitter:
     # -- ephemeral events -----------------------------------------------------------------------------
 
     def stream(self, payload: Payload, turn_id: str | None) -> None:
-        """Emit an ephemeral event (a delta, tool progress): never stored, never waits."""
+        """Emit an ephemeral event (a delta, tool progress): never stored, never waits (but for the activity
+        time it moves on now and then: `STREAM_TOUCH_SECONDS`)."""
+        if time.monotonic() - self._touched > STREAM_TOUCH_SECONDS:
+            self.submit(Write(self.session_id, touch=True)).add_done_callback(partial(_log_failure, "its activity"))
         tid = TurnId(turn_id) if turn_id else None
         tail = self._tail
         if tail is not None:
@@ -467,7 +477,7 @@ class SessionEmitter:
         """Record a `runtime.warning` about an observer on the session (without waiting for it)."""
         notice = RuntimeNotice(type="runtime.warning", message=message, source=_OBSERVER_SOURCE, detail=detail)
         written = self.submit(Write(self.session_id, events=[NewEvent(notice, turn_id)], touch=False))
-        written.add_done_callback(_log_failure)
+        written.add_done_callback(partial(_log_failure, "a thread observer's trouble"))
 
     # -- attach ---------------------------------------------------------------------------------------
 
@@ -562,9 +572,9 @@ class SessionEmitter:
             await self.drain()
 
 
-def _log_failure(future: asyncio.Future[list[Event]]) -> None:
+def _log_failure(what: str, future: asyncio.Future[list[Event]]) -> None:
     if not future.cancelled() and (error := future.exception()) is not None:
-        log.warning("could not record a thread observer's trouble: %s", error)
+        log.warning("could not record %s: %s", what, error)
 
 
 def _mergeable(pending: _Pending) -> bool:

@@ -504,9 +504,10 @@ class Engine:
         return await self.store.soft_delete(session_id, reap_at=reap_at)
 
     async def live_children(self, session_id: str) -> list[SessionRecord]:
-        """Sub-agents of a session that have not ended."""
+        """Sub-agents of a session that have not ended (not its observer, which is no sub-agent of it)."""
         page = await self.store.list_sessions(
-            SessionFilter(parent_id=session_id, status=["idle", "running", "awaiting_input"]), limit=100
+            SessionFilter(parent_id=session_id, status=["idle", "running", "awaiting_input"], is_observer=False),
+            limit=100,
         )
         return page.items
 

@@ -7,6 +7,7 @@ PreToolUse hooks, a policy sees the tool name and its input, and who is calling.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -68,13 +69,24 @@ class PolicyChain:
         """Add a policy at the end of the chain."""
         self.policies.append(policy)
 
-    async def decide(self, request: ToolRequest) -> Verdict:
-        """The chain's verdict. An exception from a policy propagates: callers treat it as a gate error."""
+    async def decide(self, request: ToolRequest, *, timeout: float | None = None) -> Verdict:
+        """The chain's verdict. An exception from a policy propagates: callers treat it as a gate error. With
+        `timeout`, the policies that answer later (async ones) have that many seconds between them, or the
+        chain raises `TimeoutError` naming the one that kept it (a chain that answers at once sets no timer)."""
         verdict = Verdict("allow")
+        deadline: float | None = None
         for policy in self.policies:
             answer = policy.decide(request)
             if inspect.isawaitable(answer):
-                answer = await answer
+                if timeout is None:
+                    answer = await answer
+                else:
+                    deadline = deadline or asyncio.get_running_loop().time() + timeout
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            answer = await answer
+                    except TimeoutError:
+                        raise TimeoutError(f"policy {policy.name!r} did not decide within {timeout:g} s") from None
             if answer is None:
                 continue
             answer = Verdict(answer.decision, answer.reason, answer.policy or policy.name)

@@ -156,7 +156,7 @@ class Runtime(Protocol):
         """Hand a request held for the parent agent over to a person now."""
 
     async def live_children(self, session_id: str) -> list[SessionRecord]:
-        """Sub-agents of a session that have not ended."""
+        """Sub-agents of a session that have not ended (not its observer)."""
 
     async def note_spawn(self, parent_id: str, child: SessionRecord, tool_call_id: str | None) -> None:
         """Record on the parent that it spawned `child`."""

@@ -33,6 +33,7 @@ from agentwatch.events import (
     Payload,
     RequestDismissed,
     RequestOpened,
+    RuntimeNotice,
     SubtaskEnded,
     ToolCall,
     TurnEnded,
@@ -331,7 +332,13 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
             if limit == 0
             else f"cut off by a restart {continued + 1} times (continue_after_restart is {limit})"
         )
-        await _end(turn, "interrupted", TurnEnded(outcome="interrupted", reason=reason), error="Interrupted")
+        said = None
+        if session.source == "chat":  # a person is talking to it: the chat itself says what became of the turn
+            said = f"[agentwatch] This turn was not continued: it was {reason}. Send your message again to go on."
+            notice = RuntimeNotice(type="runtime.warning", message=said, source="restart")
+            await turn.commit([notice])
+        ended = TurnEnded(outcome="interrupted", reason=reason)
+        await _end(turn, "interrupted", ended, error="Interrupted", last_text=said)
         return _INTERRUPTED
     alive = await turn.runtime.live_children(session.id)
     note = restart_note(alive)
@@ -544,7 +551,8 @@ async def _tell_parent(turn: _Turn, status: SessionStatus) -> None:
 async def _pause(turn: _Turn, result: TurnResult) -> None:
     session = turn.session
     hold = turn.runtime.config.sessions.hold_for_parent_seconds
-    held = session.parent_id is not None and hold > 0
+    # An observer's parent is the agent it watches, which must never answer for it: its requests go to a person.
+    held = session.parent_id is not None and not session.is_observer and hold > 0
     deliver_at = datetime.now(UTC) + timedelta(seconds=hold) if held else None
     drafts: list[RequestDraft] = []
     opened: list[Payload] = []

@@ -208,11 +208,13 @@ class PairingRegistry:
 
     async def gate(self, pairing: Pairing, purpose: str) -> Verdict:
         """Ask what a background `agent_task` by the observed agent, with its real grant, would be told
-        (may raise): the project's deny rules and allowed observer types first, then the policy chain.
+        (may raise; raises `TimeoutError` past `[observers] delivery_timeout_seconds`): the project's deny
+        rules and allowed observer types first, then the policy chain.
 
         A model observer needs the observed agent's `spawn` grant (the policy chain's grant check denies it
-        otherwise). A rule observer spawns no agent and no model reads the activity, so it needs none; the
-        project's rules and the policy chain still decide on it."""
+        otherwise), and is told `ask` when the observed role has `agent_task` approved by a person
+        (`approval_tools`): only a clean allow arms it. A rule observer spawns no agent and no model reads the
+        activity, so it needs neither; the project's rules and the policy chain still decide on it."""
         engine = self.engine
         configured = configured_verdict(engine.config.observers, pairing.observer_type)
         if configured is not None:
@@ -222,7 +224,10 @@ class PairingRegistry:
         role = pairing.observed_role
         grant: frozenset[str] = frozenset()
         if role in engine.roster:  # read at each ask: a changed definition changes the answer
-            grant = frozenset(engine.roster.get(role).grant)
+            observed = engine.roster.get(role)
+            grant = frozenset(observed.grant)
+            if pairing.definition.kind != "rule" and "agent_task" in observed.approval_tools:
+                return Verdict("ask", f"role {role!r} has agent_task approved by a person (approval_tools)")
         if pairing.definition.kind == "rule":
             grant |= {"spawn"}
         request = ToolRequest(
@@ -238,7 +243,8 @@ class PairingRegistry:
             grant=grant,
             purpose="observer_arm" if purpose == "observer_arm" else "observer_delivery",
         )
-        return await engine.policy.decide(request)
+        # A check that hangs fails, as one that raises does.
+        return await engine.policy.decide(request, timeout=engine.config.observers.delivery_timeout_seconds)
 
     # -- arming ---------------------------------------------------------------------------------------
 

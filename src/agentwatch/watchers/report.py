@@ -28,14 +28,16 @@ When the observed agent was spawned by another agent that is still working (runn
 the report also reaches that parent as a meta input from `observer:<type>@<child session id>`, worded as news
 about its sub-agent (read in the parent's turn that follows, under the same rules).
 
-**One way.** An observer cannot message, spawn or answer anyone (those tools are withheld, and the policy
-refuses them all the same), and no agent can `agent_enqueue` to an observer session.
+**One way.** An observer cannot message, spawn, answer, stop or take over anyone (every tool of the `spawn`
+grant is withheld, and the policy refuses them all the same). No agent can `agent_enqueue` to an observer
+session, nor act on one in any other way (stop, delete, take over, hand back, await, answer or escalate its
+requests): a person does that, through the API or the CLI, and only a person's stop is a tombstone.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,6 +48,7 @@ from agentwatch.events import NewEvent, ObserverReported, Origin
 from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.plan import WORKING, lives_on, new_report_held
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
+from agentwatch.runtime.roster import GRANTS
 from agentwatch.runtime.tools import Args, Caller, Tool, parse_args
 from agentwatch.store import InputDraft, SessionRecord, Store, Write
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, observer_source
@@ -65,11 +68,12 @@ __all__ = [
 ]
 
 REPORT_TOOL = "ObserverReport"
-MESSAGING_TOOLS = frozenset(
-    {"agent_create", "agent_enqueue", "agent_task", "agent_answer", "agent_await", "agent_delete"}
-)
-"""Tools that talk to or start other agents: never available to an observer."""
+MESSAGING_TOOLS = GRANTS["spawn"]
+"""Tools that talk to, start or act on other agents (all that the `spawn` grant allows: a message, a task, an
+answer, a stop, a take-over, ...): never available to an observer."""
 _WITHHELD = MESSAGING_TOOLS | {"ask_user"}  # an observer holds no consent: it opens no requests either
+_TARGET_KEYS = ("agentId", "agent_id", "id")
+"""Where a call of one of `MESSAGING_TOOLS` names the agent it acts on (the others name a request)."""
 
 DESCRIPTION = (
     "Pass a report to the agent you observe; it reaches that agent alone, so there is no recipient to name. "
@@ -249,26 +253,54 @@ def observer_tool_set(session: SessionRecord, names: Sequence[str]) -> Sequence[
 
 
 def one_way_policy(store: Store) -> Policy:
-    """Refuse an observer every messaging tool, and every agent a message to an observer."""
+    """Refuse an observer every tool that talks to or acts on an agent; refuse every agent a message to an
+    observer, and any other act on one (a stop, a delete, a take-over, an answer to its request): an
+    observer's only master is a person, whose stop is its tombstone."""
 
-    async def decide(request: ToolRequest) -> Verdict | None:
+    def decide(request: ToolRequest) -> Awaitable[Verdict | None] | None:
         if request.purpose != "call" or request.tool_name not in MESSAGING_TOOLS:
-            return None
+            return None  # at once: the observers' own gates, asked before every batch, wait on nothing here
+        return decide_call(request)
+
+    async def decide_call(request: ToolRequest) -> Verdict | None:
         if request.session_id is not None and await _is_observer(store, request.session_id):
             return Verdict(
                 "deny",
                 f"observers speak only through {REPORT_TOOL}; {request.tool_name} is not available to an observer",
             )
-        target = request.input.get("agentId", request.input.get("agent_id"))
-        if request.tool_name == "agent_enqueue" and isinstance(target, str) and await _is_observer(store, target):
+        if request.tool_name != "agent_enqueue" and request.session_id is None:
+            return None  # a person (the API, the CLI) acts on any agent
+        target = await _target(store, request.input)
+        if target is None or not await _is_observer(store, target):
+            return None
+        if request.tool_name == "agent_enqueue":
             return Verdict(
                 "deny",
                 "that agent is a background observer and takes no messages: it reads your activity and reports "
                 "to you on its own",
             )
-        return None
+        return Verdict(
+            "deny",
+            f"that agent is a background observer: only a person acts on it, so {request.tool_name} is not "
+            "available to an agent; it reads your activity and reports to you on its own",
+        )
 
     return Policy("observer-one-way", decide)
+
+
+async def _target(store: Store, arguments: Mapping[str, Any]) -> str | None:
+    """The session a call acts on: the agent it names, or the one whose request it answers or escalates."""
+    for key in _TARGET_KEYS:
+        value = arguments.get(key)
+        if isinstance(value, str):
+            return value
+    hitl_id = arguments.get("hitlId", arguments.get("hitl_id"))
+    if not isinstance(hitl_id, str):
+        return None
+    try:
+        return (await store.get_request(hitl_id)).session_id
+    except NotFound:
+        return None
 
 
 async def _is_observer(store: Store, session_id: str) -> bool:
