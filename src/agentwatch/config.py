@@ -4,6 +4,7 @@
 store = "sqlite:///.agentwatch/agentwatch.db"   # or postgresql://user@host:5432/db
 live = "memory://"                               # or redis://127.0.0.1:6379/0
 agents_dir = "agents"
+setup = "myproject.agents:setup"                # your tools, policies, ... for serve, run and mcp
 
 [sessions]
 stuck_after_seconds = 600
@@ -41,7 +42,7 @@ aliases = { sonnet = "anthropic:claude-sonnet-4-5", fast = "local:llama3.1", inh
 
 Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
 `AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included),
-`AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`.
+`AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`, `AGENTWATCH_SETUP`.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def parse_duration(value: object) -> timedelta:
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 HEARTBEAT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 """A heartbeat's name: 1-100 letters, digits, '_', '.' or '-' (it is part of its runs' entity and lineage)."""
+SETUP_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+"""`setup`: a module, a colon, then a name in it (dots reach further in)."""
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -240,6 +243,9 @@ class Config(BaseModel):
     heartbeats: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HeartbeatConfig] = {}
     providers: dict[str, ProviderConfig] = {}
     models: ModelsConfig = ModelsConfig()
+    setup: Annotated[str, StringConstraints(pattern=SETUP_REF)] | None = None
+    """`module:name` of the project's Python for the commands that run agents (`serve`, `run`, `mcp`): tools,
+    policies, models, ... as `Engine.open` takes them (see `agentwatch.runtime.setup`)."""
 
     @property
     def observer_agents_enabled(self) -> bool:
@@ -262,6 +268,7 @@ _ENV_FIELDS: dict[str, tuple[str, ...]] = {
     "AGENTWATCH_AGENTS_DIR": ("agents_dir",),
     "AGENTWATCH_LEASE_SECONDS": ("sessions", "lease_seconds"),
     "AGENTWATCH_DEPLOY_HOLD_MINUTES": ("server", "deploy_hold_minutes"),
+    "AGENTWATCH_SETUP": ("setup",),
 }
 """The variables that set a field as given (the switches are read by `_env_flag`), by the field they set."""
 

@@ -28,6 +28,10 @@ from tests.runtime.support import OpenEngine, Scripted, role
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_IDS = ("ses_01jdq3v9c8k2m6n4p7r0s5t8w1", "ses_...")
 """The ids the help texts show; the test puts the id of its own `coder` session in their place."""
+SETUP = 'def note(text: str) -> str:\n    """Keep a note."""\n    return text\n\n\nsetup = {"tools": [note]}\n'
+"""The project's setup the examples name (`--setup myproject.agents:setup`)."""
+EXAMPLE_EVENT = "evt_..."
+"""The event id the help texts show; the test puts the id of its `coder`'s newest event in its place."""
 EXAMPLE_RUN = "run_..."
 """The run id the help texts show; the test puts the id of its own run of `report` in its place."""
 
@@ -53,18 +57,22 @@ def test_every_command_has_an_example_here() -> None:
 
 
 @pytest.fixture
-def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tuple[Path, str, str]:
-    """A project as the examples assume one: `agents/coder.md`, the default store with a `coder` that has
-    run two turns, a `nova` in chat 42:bot1, two runs of the workflow `report`, and the demo's agents under
-    `examples/`; its root, the coder's id and the second run's id."""
+def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tuple[Path, str, str, str]:
+    """A project as the examples assume one: `agents/coder.md`, a setup in `myproject/agents.py`, the default
+    store with a `coder` that has run two turns, a `nova` in chat 42:bot1, two runs of the workflow `report`,
+    and the demo's agents under `examples/`; its root, the coder's id, its newest event's id and the second
+    run's id."""
     model = scripted("cli-examples", ScriptedModel.replying(*["done"] * 8))
     agents = tmp_path / "agents"
     agents.mkdir(exist_ok=True)
     (agents / "coder.md").write_text(role("coder", model).to_markdown())
     (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "myproject").mkdir()
+    (tmp_path / "myproject" / "__init__.py").write_text("")
+    (tmp_path / "myproject" / "agents.py").write_text(SETUP)
     url = f"sqlite:///{tmp_path / '.agentwatch' / 'agentwatch.db'}"
 
-    async def prepare() -> tuple[str, str]:
+    async def prepare() -> tuple[str, str, str]:
         async with open_engine(store=url, extensions=[]) as engine:
             session = await engine.create("coder", name="coder", source="cli")
             for prompt in ("one", "two"):
@@ -88,7 +96,8 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
             taken = await store.create_session(SessionDraft(name="held", role="coder"))
             interception: dict[str, JsonValue] = {"by": "ada", "since": datetime.now(UTC).isoformat()}
             await store.write(Write(taken.id, session=SessionPatch(interception=interception)))
-        return coder_id, run.id
+            [newest] = await store.read_events_backward(coder_id, limit=1)
+        return coder_id, newest.id, run.id
 
     return tmp_path, *asyncio.run(prepare())
 
@@ -102,9 +111,9 @@ async def _waiting(store: Store, name: str, request: RequestDraft, parent_id: st
 
 
 @pytest.mark.parametrize(("name", "example"), EXAMPLES, ids=[example for _, example in EXAMPLES])
-def test_the_help_example_works(project: tuple[Path, str, str], name: str, example: str) -> None:
-    root, coder_id, run_id = project
-    example = example.replace(EXAMPLE_RUN, run_id)
+def test_the_help_example_works(project: tuple[Path, str, str, str], name: str, example: str) -> None:
+    root, coder_id, event_id, run_id = project
+    example = example.replace(EXAMPLE_RUN, run_id).replace(EXAMPLE_EVENT, event_id)
     for shown in EXAMPLE_IDS:
         example = example.replace(shown, coder_id)
     argv = shlex.split(example)[1:]

@@ -246,14 +246,35 @@ async def open_reader(config: Config) -> AsyncIterator[Reader]:
         await store.close()
 
 
-def resolve_config(store_url: str | None = None, root: Path | None = None) -> Config:
-    """The project configuration, with `--store` applied over it."""
+def resolve_config(store_url: str | None = None, root: Path | None = None, *, setup: str | None = None) -> Config:
+    """The project configuration, with `--store` (and `--setup`) applied over it."""
     from agentwatch.config import load_config
 
     config = load_config(root or Path("."))
     if store_url:
         config = config.model_copy(update={"store": store_url})
+    if setup:
+        import re
+
+        from agentwatch.config import SETUP_REF
+
+        if not re.match(SETUP_REF, setup):
+            raise click.BadParameter(f"{setup!r} is not MODULE:NAME (myproject.agents:setup)", param_hint="--setup")
+        config = config.model_copy(update={"setup": setup})
     return config
+
+
+def setup_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--setup MODULE:NAME`: the project's Python for the engine (see `agentwatch.runtime.setup`)."""
+    return click.option(
+        "--setup",
+        "setup",
+        metavar="MODULE:NAME",
+        default=None,
+        help="Your project's tools, policies, models, heartbeats or definitions for the engine: a mapping of "
+        "them (or a function returning one) in a module of the project. Default: $AGENTWATCH_SETUP, then setup "
+        "in agentwatch.toml.",
+    )(fn)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agentwatch.cli._common import AGENTS_DIR_HELP, DIRECTORY, resolve_config
+from agentwatch.cli._common import AGENTS_DIR_HELP, DIRECTORY, resolve_config, setup_option
 
 if TYPE_CHECKING:
     from agentwatch.config import Config
@@ -40,12 +40,14 @@ def _names(values: tuple[str, ...]) -> set[str]:
     multiple=True,
     help="A scripted model your project hands the engine in Python, by name (repeatable, or a, b, c).",
 )
-def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, ...]) -> None:
+@setup_option
+def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, ...], setup: str | None) -> None:
     """Run every check that loading and `run` do; list each problem (file, key, what to do); exit 1 on an error.
 
-    What this accepts, `agentwatch run` runs: tools are checked against the built-in ones and those given with
-    --tool, model refs and aliases against agentwatch.toml ([providers], [models] aliases), scripted models
-    against those given with --scripted, and observers, grants and session settings as the engine checks them.
+    What this accepts, `agentwatch run` runs: tools are checked against the built-in ones, those of the
+    project's setup (--setup, or setup in agentwatch.toml) and those given with --tool, model refs and aliases
+    against agentwatch.toml ([providers], [models] aliases), scripted models against the setup's and those
+    given with --scripted, and observers, grants and session settings as the engine checks them.
     A key a model needs that is not set here (OPENAI_API_KEY, ...) is a warning: set it where the agents run.
 
     \b
@@ -60,14 +62,18 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
     from agentwatch.runtime.models.refs import ModelResolver
     from agentwatch.runtime.models.scripted import ScriptedModel
     from agentwatch.runtime.roster import DefinitionProblem, load_roster
-    from agentwatch.runtime.tools import builtin_tools
+    from agentwatch.runtime.setup import load_setup
+    from agentwatch.runtime.tools import Tool, builtin_tools, function_tool
     from agentwatch.watchers.rules import default_rules, rule_definition
 
-    config = resolve_config()
+    config = resolve_config(setup=setup)
     directory = agents_dir or (config.root / config.agents_dir)
+    project = load_setup(config)
     known = {t.name for t in builtin_tools()} | _names(tools)
+    known |= {t.name if isinstance(t, Tool) else function_tool(t).name for t in project.get("tools", ())}
     # A declared scripted model stands in as an empty script: only its name matters to a check.
-    resolver = ModelResolver.from_config(config, models={name: ScriptedModel([]) for name in _names(scripted)})
+    models = {name: ScriptedModel([]) for name in _names(scripted)} | dict(project.get("models", {}))
+    resolver = ModelResolver.from_config(config, models=models)
     roster = load_roster(directory, known_tools=known, models=resolver, check_models=True)
     for name in default_rules():  # the rule observers every engine carries
         if name not in roster:

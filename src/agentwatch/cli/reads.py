@@ -220,7 +220,7 @@ def tail(
     Examples:
       agentwatch tail ses_01jdq3v9c8k2m6n4p7r0s5t8w1 -f
       agentwatch tail ses_01jdq3v9c8k2m6n4p7r0s5t8w1 --types 'runtime.*' --types item.completed --json
-      agentwatch tail coder --before evt_01jdq3w2k9m8n7p6q5r4s3t2v1   # the page before that event
+      agentwatch tail coder --before evt_...   (the page before that event: a row's id)
     """
     if before_id and follow_:
         raise click.UsageError("--before reads back; it cannot follow (-f): leave one out")

@@ -27,6 +27,7 @@ from agentwatch.cli._common import (
     print_json,
     resolve_config,
     run_async,
+    setup_option,
     store_option,
 )
 from agentwatch.cli.remote import Service, find_service, server_option
@@ -56,7 +57,9 @@ async def _run(
     # Only this agent (and its observers and sub-agents): other sessions' cut-off turns are left to `serve`, or
     # to an engine opened in Python. (Once, every `run` took them over, printed them, and cut them off again on
     # exit: a few short runs used up another agent's `continue_after_restart`.)
-    async with Engine.open(config=config, recover=False) as engine:
+    from agentwatch.runtime.setup import load_setup
+
+    async with Engine.open(config=config, recover=False, **load_setup(config)) as engine:
         printer = LivePrinter(console)
         if not as_json:
             engine.start_with_observer(lambda _thread_id: printer)
@@ -288,6 +291,7 @@ def _say_pending(name: str, request_id: str, question: str) -> None:
 @click.option("--agents-dir", type=DIRECTORY, help=AGENTS_DIR_HELP)
 @store_option
 @server_option
+@setup_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the final status snapshot, as JSON.")
 def run(
     agent: str,
@@ -296,6 +300,7 @@ def run(
     timeout: float,
     agents_dir: Path | None,
     store_url: str | None,
+    setup: str | None,
     as_json: bool,
 ) -> None:
     """Run AGENT (a role in the agents directory) on PROMPT and stream its turn.
@@ -310,8 +315,9 @@ def run(
     3 when the timeout passed first.
 
     \b
-    Example:
+    Examples:
       agentwatch run coder "Add a --verbose flag to the CLI" --agents-dir agents
+      agentwatch run coder "Fix the tests" --setup myproject.agents:setup   (with your own tools)
     """
     from agentwatch.cli._common import flag_error
     from agentwatch.errors import InvalidArgument
@@ -321,7 +327,7 @@ def run(
         check_prompt(prompt)
     except InvalidArgument as exc:
         raise flag_error(exc, {"prompt": "PROMPT"}, {"prompt": prompt}) from None
-    config = resolve_config(store_url)
+    config = resolve_config(store_url, setup=setup)
     if agents_dir is not None:
         config = config.model_copy(update={"agents_dir": agents_dir})
     service = find_service(store_url)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentwatch.cli._common import MINUTES, resolve_config, run_async
+from agentwatch.cli._common import MINUTES, resolve_config, run_async, setup_option
 from agentwatch.errors import MissingDependency
 
 __all__ = ["mcp", "serve"]
@@ -30,7 +30,10 @@ _EXTRA = "the service needs its extra: pip install 'agentwatch[service]'"
         "deploy_hold_minutes or $AGENTWATCH_DEPLOY_HOLD_MINUTES, then 60; 0 = do not wait)."
     ),
 )
-def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold_minutes: float | None) -> None:
+@setup_option
+def serve(
+    host: str | None, port: int | None, store_url: str | None, deploy_hold_minutes: float | None, setup: str | None
+) -> None:
     """Run the engine as a service: turns, observers and held requests keep running, and the tools are served
     over HTTP, WebSocket/SSE attach and MCP. While it runs, the other commands on this machine find it (through
     a file beside the store that it removes when it stops) and go through it: `run` hands sessions to it and
@@ -45,6 +48,7 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
     \b
     Examples:
       agentwatch serve                                  http://127.0.0.1:8765
+      agentwatch serve --setup myproject.agents:setup   with your own tools and policies
       AGENTWATCH_TOKEN=s3cret agentwatch serve --host 0.0.0.0 --port 9000
       curl -X POST localhost:8765/api/tools/agent_list -H 'content-type: application/json' -d '{}'
     """
@@ -52,7 +56,9 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
         from agentwatch.service.server import serve as run_service
     except ImportError as exc:
         raise MissingDependency(f"{_EXTRA} ({exc.name} is missing)") from None
-    config = resolve_config(store_url)
+    from agentwatch.runtime.setup import load_setup
+
+    config = resolve_config(store_url, setup=setup)
     bind_host, _, bind_port = config.server.bind.rpartition(":")
     run_async(
         run_service(
@@ -60,6 +66,7 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
             port=port if port is not None else int(bind_port or 8765),
             config=config,
             hold_minutes=deploy_hold_minutes,
+            engine_args=load_setup(config),
         )
     )
 
@@ -67,7 +74,8 @@ def serve(host: str | None, port: int | None, store_url: str | None, deploy_hold
 @click.command(short_help="Serve the tools as an MCP server on stdin/stdout.")
 @click.option("--store", "store_url", metavar="URL", default=None, help="Store URL (default: $AGENTWATCH_STORE).")
 @click.option("--read-only", is_flag=True, help="Offer only the read tools (and agent_await).")
-def mcp(store_url: str | None, read_only: bool) -> None:
+@setup_option
+def mcp(store_url: str | None, read_only: bool, setup: str | None) -> None:
     """Serve the tools as an MCP server on stdin/stdout (for an MCP client that starts it).
 
     \b
@@ -85,4 +93,7 @@ def mcp(store_url: str | None, read_only: bool) -> None:
         from agentwatch.service.stdio import run_mcp_stdio
     except ImportError as exc:
         raise MissingDependency(f"{_EXTRA} ({exc.name} is missing)") from None
-    run_async(run_mcp_stdio(resolve_config(store_url), read_only=read_only))
+    from agentwatch.runtime.setup import load_setup
+
+    config = resolve_config(store_url, setup=setup)
+    run_async(run_mcp_stdio(config, read_only=read_only, **load_setup(config)))

@@ -1,0 +1,78 @@
+"""A project's own Python for the commands that run agents: `setup = "module:name"` in agentwatch.toml.
+
+`agentwatch serve`, `agentwatch run` and `agentwatch mcp` open their engine with what the setup names (`--setup`
+or `AGENTWATCH_SETUP` over the file): a mapping of `Engine.open` options, or a function of no arguments that
+returns one.
+
+```python
+# myproject/agents.py  (agentwatch.toml: setup = "myproject.agents:setup")
+def setup():
+    return {"tools": [read_file, write_file], "policies": [no_pushes], "heartbeats": [...]}
+```
+
+The options it may hold are `SETUP_OPTIONS`. The module is imported with the project root (where
+agentwatch.toml is) first on `sys.path`, so a package of the project loads without being installed. What
+fails (a module that does not import, a name it lacks, an option no engine takes) is an error that says which
+and what to do; the command then runs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any, Final
+
+from agentwatch.config import Config
+from agentwatch.errors import InvalidArgument
+
+__all__ = ["SETUP_OPTIONS", "load_setup"]
+
+log = logging.getLogger(__name__)
+
+SETUP_OPTIONS: Final = ("tools", "definitions", "policies", "models", "heartbeats")
+"""The `Engine.open` options a setup may give."""
+
+
+def load_setup(config: Config) -> dict[str, Any]:
+    """The engine options `config.setup` names (none without one)."""
+    if config.setup is None:
+        return {}
+    module_name, _, path = config.setup.partition(":")
+    where = f"setup {config.setup!r}"
+    root = str(config.root.resolve())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise InvalidArgument(
+            f"{where}: no module {exc.name!r} (looked under {root} and the installed packages); "
+            "name a module of the project, relative to where agentwatch.toml is"
+        ) from None
+    except Exception as exc:
+        log.error("importing the setup module %r failed", module_name, exc_info=True)
+        raise InvalidArgument(f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    for part in path.split("."):
+        if not hasattr(target, part):
+            raise InvalidArgument(f"{where}: {getattr(target, '__name__', module_name)!r} has no {part!r}")
+        target = getattr(target, part)
+    if callable(target):
+        try:
+            target = target()
+        except Exception as exc:
+            log.error("the setup function %r failed", config.setup, exc_info=True)
+            raise InvalidArgument(f"{where} failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(target, Mapping):
+        raise InvalidArgument(
+            f"{where} gave a {type(target).__name__}; it must be a mapping of engine options (or a function of "
+            f"no arguments that returns one) with any of: {', '.join(SETUP_OPTIONS)}"
+        )
+    unknown = sorted(str(key) for key in target if key not in SETUP_OPTIONS)
+    if unknown:
+        raise InvalidArgument(
+            f"{where}: {', '.join(unknown)} is not an option it may give; it may give any of: "
+            f"{', '.join(SETUP_OPTIONS)}"
+        )
+    return dict(target)

@@ -1,0 +1,122 @@
+"""A project's own Python for the commands that run agents (`setup = "module:name"`): `run`, `serve` and
+`agents check` take its tools and scripted models from a package of the project, and a bad setup is an error
+that says what is wrong, before anything runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from agentwatch.cli._common import resolve_config
+from agentwatch.cli.remote import discovery_file
+from tests.cli.test_remote_serve import environment, stopped
+
+SETUP = '''
+from agentwatch import CallTool, Reply, ScriptedModel
+
+
+def shout(text: str) -> str:
+    """Say it louder."""
+    return text.upper() + "!"
+
+
+def _script(ctx):
+    if not ctx.tool_results:
+        return CallTool("shout", {"text": ctx.prompt})
+    return Reply(f"heard {ctx.tool_results[0].output}")
+
+
+def setup():
+    return {"tools": [shout], "models": {"shouter": ScriptedModel(function=_script)}}
+
+
+WRONG = {"tool": [shout]}
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project whose `shouter` agent needs the tool and the scripted model its package's setup gives."""
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").write_text("")
+    (tmp_path / "shop" / "agents.py").write_text(SETUP)
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "shouter.md").write_text(
+        textwrap.dedent(
+            """\
+            ---
+            name: shouter
+            model: scripted:shouter
+            tools: [shout]
+            ---
+            You shout.
+            """
+        )
+    )
+    (tmp_path / "agentwatch.toml").write_text('setup = "shop.agents:setup"\n')
+    return tmp_path
+
+
+def agentwatch(project: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "agentwatch.cli", *argv]
+    env = environment()
+    env.pop("AGENTWATCH_STORE", None)
+    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_run_and_check_take_the_projects_tools_and_models_from_its_setup(project: Path) -> None:
+    checked = agentwatch(project, "agents", "check")
+    assert checked.returncode == 0, checked.stderr
+    ran = agentwatch(project, "run", "shouter", "hello", "--server", "none", "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["lastAssistantText"] == "heard HELLO!"
+
+
+def test_serve_takes_the_setup_and_run_hands_its_agent_over(project: Path) -> None:
+    store = f"sqlite:///{project / '.agentwatch' / 'agentwatch.db'}"
+    found = discovery_file(resolve_config(store, project))
+    command = [sys.executable, "-m", "agentwatch.cli", "serve", "--port", "0", "--deploy-hold-minutes", "0"]
+    env = environment()
+    env.pop("AGENTWATCH_STORE", None)
+    service = subprocess.Popen(command, cwd=project, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not found.exists():
+            assert service.poll() is None and time.monotonic() < deadline, service.stderr and service.stderr.read()
+            time.sleep(0.05)
+        ran = agentwatch(project, "run", "shouter", "hello", "--json")
+        assert ran.returncode == 0, ran.stderr
+        assert "handed" in ran.stderr or "service" in ran.stderr  # it says where the turn ran
+        assert json.loads(ran.stdout)["lastAssistantText"] == "heard HELLO!"
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(30) == 0
+    finally:
+        stopped(service)
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("shop.missing:setup", "no module 'shop.missing'"),
+        ("shop.agents:nothing", "'shop.agents' has no 'nothing'"),
+        ("shop.agents:WRONG", "tool is not an option it may give; it may give any of: tools, definitions"),
+        ("shop.agents:shout.__doc__", "gave a str; it must be a mapping of engine options"),
+    ],
+)
+def test_a_bad_setup_is_an_error_that_says_what_is_wrong(project: Path, setup: str, message: str) -> None:
+    for argv in (["run", "shouter", "hi", "--server", "none"], ["agents", "check"]):
+        done = agentwatch(project, *argv, "--setup", setup)
+        assert done.returncode == 1 and message in done.stderr, (argv, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
+def test_a_setup_that_is_not_module_colon_name_is_a_usage_error(project: Path) -> None:
+    done = agentwatch(project, "run", "shouter", "hi", "--setup", "shop.agents")
+    assert done.returncode == 2 and "is not MODULE:NAME" in done.stderr
