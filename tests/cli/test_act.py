@@ -214,9 +214,7 @@ async def test_input_sent_while_another_engine_runs_a_turn_waits_for_it(
         sent = await asyncio.to_thread(invoke, "send", "worker", "second", "--store", store_url, "--json")
         assert sent.exit_code == 0, sent.output
         assert _json(sent) == {"agentId": session.id, "pendingInputs": 1}
-        refused = await asyncio.to_thread(invoke, "stop", "worker", "--store", store_url, "--json")
-        assert refused.exit_code == 1 and "another engine" in _json(refused)["error"]["message"]
-        assert (await engine.store.get_session(session.id)).status == "running"  # the refusal wrote nothing
+        assert (await engine.store.get_session(session.id)).status == "running"  # the input waits its turn
         release.set()
 
         async def second_done() -> bool:

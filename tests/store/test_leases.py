@@ -101,6 +101,26 @@ async def test_renew_returns_only_the_leases_the_owner_holds_in_the_order_given(
     assert lease.expires_at < datetime.now(UTC) + timedelta(seconds=61)
 
 
+async def test_a_stop_is_asked_of_the_live_lease_holder_and_taken_once(store: Store) -> None:
+    held, other, free = await _session(store), await _session(store), await _session(store)
+    assert await store.acquire_lease(held, "engine-a", 30)
+    assert await store.acquire_lease(other, "engine-a", 30)
+
+    asked = await store.request_stop(held, "ses_boss")
+    assert asked is not None and (asked.session_id, asked.owner, asked.expired) == (held, "engine-a", False)
+    assert await store.request_stop(free, "a person") is None  # nobody runs it: the caller stops it itself
+    assert await store.take_stop_requests("engine-b") == {}
+    assert await store.take_stop_requests("engine-a") == {held: "ses_boss"}
+    assert await store.take_stop_requests("engine-a") == {}  # taken once
+
+    short = await _session(store)
+    assert await store.acquire_lease(short, "engine-a", SHORT)
+    await asyncio.sleep(SHORT * 2)
+    assert await store.request_stop(short, "a person") is None  # a lapsed lease runs nothing
+    with pytest.raises(InvalidArgument):
+        await store.request_stop(held, " ")
+
+
 async def test_release_frees_the_lease_only_for_its_owner(store: Store) -> None:
     session_id = await _session(store)
     assert await store.acquire_lease(session_id, "engine-a", 60)

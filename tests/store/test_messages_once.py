@@ -72,13 +72,14 @@ async def test_a_response_with_a_number_json_cannot_carry_keeps_its_own_body(sto
 
 
 _UNDO_LATER = """
+    ALTER TABLE leases DROP COLUMN stop_by;
     DROP INDEX runs_ended;
     DROP INDEX runs_open;
     ALTER TABLE runs DROP COLUMN expires_at;
     DROP INDEX runs_newest;
     DROP INDEX usage_ledger_run;
 """
-"""What the migrations after the ones these tests undo added (9 to 11), undone too: the file is then as the
+"""What the migrations after the ones these tests undo added (9 to 12), undone too: the file is then as the
 older version left it, and opening it applies them again."""
 
 

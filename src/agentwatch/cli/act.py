@@ -12,7 +12,7 @@ its own running turns too. Otherwise the command writes through an engine that r
 (`acting_engine`): an answer or an input is recorded and left for the engine that runs the session (a `run`
 still going), which picks it up after its current turn; when no engine is running, the next one to start
 continues the session. There `stop` and `delete` act at once on a session whose turn is paused or not
-running; a turn running in another engine is refused (stop it through that engine's service). The output
+running; a turn running in another engine is stopped by that engine, asked through the store. The output
 and exit codes are the same either way: one code path renders the tool's answer.
 """
 

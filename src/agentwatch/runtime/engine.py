@@ -36,7 +36,7 @@ from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, Session
 from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
 from agentwatch.runtime.heartbeats import Heartbeat, HeartbeatTicker, heartbeats_from_config
-from agentwatch.runtime.leases import HAND_OVER_SECONDS, Leases, commit_claimed
+from agentwatch.runtime.leases import HAND_OVER_SECONDS, STOP_CHECK_SECONDS, Leases, commit_claimed
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
@@ -69,6 +69,12 @@ log = logging.getLogger(__name__)
 
 MAINTENANCE_SECONDS = 5.0
 """How often the engine hands held requests whose time came over to a person."""
+STOP_POLL_SECONDS = 0.1
+"""How often a stop asked of another engine looks whether the turn ended."""
+
+
+class _RunsElsewhere(Exception):
+    """The session's turn runs in another live engine: only that engine can stop it (`Engine._stop_elsewhere`)."""
 
 
 class Engine:
@@ -445,30 +451,56 @@ class Engine:
         An observer session is stopped even between turns: it ends `cancelled` at once, which ends its pairing
         for good (the observed session's engine reads that as a person's stop and writes the tombstone).
 
-        Raises `Conflict` when the turn runs in another live engine (its lease is held elsewhere and not
-        expired): only that engine can stop it."""
+        A turn running in another live engine (its lease is held elsewhere and not expired) is stopped by that
+        engine, asked through the store (it looks about once a second); this returns once the turn ended, or
+        raises `Conflict` when it still runs after a lease's time (the other engine hangs)."""
         return await self._stop(session_id, by, idle_observer=True)
 
     async def _stop(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
         driver = await self.driver(session_id)
-        async with self._stopping(session_id):
-            self._stop_reasons[session_id] = by
-            if await driver.stop_turn():
-                return True
+        try:
+            async with self._stopping(session_id):
+                self._stop_reasons[session_id] = by
+                if await driver.stop_turn():
+                    return True
+                session = await self.store.get_session(session_id)
+                if session.status in ("awaiting_input", "running") or (
+                    idle_observer and session.is_observer and session.status != "cancelled"
+                ):
+                    await end_stopped_turn(self, driver, session_id, session.current_turn_id, by)
+                    return True
+                self._stop_reasons.pop(session_id, None)
+                return False
+        except _RunsElsewhere:
+            return await self._stop_elsewhere(session_id, by, idle_observer=idle_observer)
+
+    async def _stop_elsewhere(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
+        """Ask the engine running the session's turn to stop it, and wait until it did (or its lease lapsed:
+        then the stop is this engine's to make)."""
+        deadline = asyncio.get_running_loop().time() + self.leases.ttl + 2 * STOP_CHECK_SECONDS
+        asked = await self.store.request_stop(session_id, by)
+        while asked is not None:
+            await asyncio.sleep(STOP_POLL_SECONDS)
             session = await self.store.get_session(session_id)
-            if session.status in ("awaiting_input", "running") or (
-                idle_observer and session.is_observer and session.status != "cancelled"
-            ):
-                await end_stopped_turn(self, driver, session_id, session.current_turn_id, by)
-                return True
-            self._stop_reasons.pop(session_id, None)
-            return False
+            if session.status != "running":
+                return session.status == "cancelled"
+            lease = await self.store.get_lease(session_id)
+            if lease is None or lease.expired or lease.owner == self.leases.owner:
+                break  # nobody runs it any more, or this engine took it over: stop it here
+            if asyncio.get_running_loop().time() > deadline:
+                raise Conflict(
+                    f"{session.name} ({session.id}) is running a turn in another engine ({lease.owner}), which was "
+                    f"asked to stop it and has not within {self.leases.ttl:g} s; it may hang: its lease lapses "
+                    "unless it renews it, and the turn can be stopped then"
+                )
+        return await self._stop(session_id, by, idle_observer=idle_observer)
 
     @contextlib.asynccontextmanager
     async def _stopping(self, session_id: str) -> AsyncIterator[None]:
         """Hold the session's lease while a stop is written by an engine that does not run its turn: a live
-        owner's running turn is refused (`Conflict`); a lapsed owner's lease is taken over first, so that it
-        cannot renew it and run on past the stop (it is cut off instead), and no turn starts meanwhile."""
+        owner's running turn is left to that owner (`_RunsElsewhere`); a lapsed owner's lease is taken over
+        first, so that it cannot renew it and run on past the stop (it is cut off instead), and no turn starts
+        meanwhile."""
         if self.leases.holds(session_id):
             yield
             return
@@ -483,11 +515,7 @@ class Engine:
         session = await self.store.get_session(session_id)
         lease = await self.store.get_lease(session_id)
         if session.status == "running" and lease is not None and not lease.expired:
-            raise Conflict(
-                f"{session.name} ({session.id}) is running a turn in another engine ({lease.owner}); stop it "
-                "through that engine's service (`agentwatch stop --server URL`, or POST /api/tools/agent_stop), or "
-                "with Ctrl-C in the `agentwatch run` that runs it, or wait until its turn ends"
-            )
+            raise _RunsElsewhere
         yield  # a paused or settled session another engine holds: its stop is written as before
 
     def stop_reason(self, session_id: str) -> str:

@@ -15,6 +15,9 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
   recovers turns sweeps the store for expired leases about once a second, so an orphaned turn continues
   within the lease plus about a second, and records a `runtime.info` note (source `leases`) naming the
   previous owner. The restart note and `continue_after_restart` apply as after a restart;
+- a stop sent to an engine that does not run the turn (through another service) is asked of the lease's
+  holder in the store (`Store.request_stop`); the holder reads it about once a second while it holds leases
+  and stops the turn itself, as whoever asked;
 - a lease is lost only when the store says so: a renewal (or a confirmation) finds the row held by
   another owner, who took it over after it expired. A renewal that fails or comes back late loses nothing:
   under load it waits behind other writes, the store renews an expired lease nobody took over, and a busy
@@ -74,6 +77,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS = 15.0
+STOP_CHECK_SECONDS = 1.0
+"""How often an engine that holds leases looks for the stops other engines asked of it."""
 SWEEP_SECONDS = 0.25
 """How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal)."""
 HAND_OVER_SECONDS = 0.001
@@ -289,7 +294,7 @@ class Leases:
 
     async def _run(self, runtime: Runtime, *, sweep: bool) -> None:
         pause = min(SWEEP_SECONDS, self.renew_every)
-        next_renewal = time.monotonic() + self.renew_every
+        next_renewal, next_stops = time.monotonic() + self.renew_every, time.monotonic()
         sweeping: asyncio.Task[None] | None = None
         try:
             while True:
@@ -305,12 +310,25 @@ class Leases:
                         for session_id in await self.renew():
                             log.warning("lost the lease of %s; its turn is cut off here", session_id)
                             await _cut_off(runtime, session_id)
+                    if self._held and time.monotonic() >= next_stops:
+                        next_stops = time.monotonic() + STOP_CHECK_SECONDS
+                        await self._stop_as_asked(runtime)
                 except Exception as exc:  # housekeeping must never take the engine down
                     log.warning("lease upkeep failed: %s", exc)
         finally:
             if sweeping is not None:
                 sweeping.cancel()
                 await asyncio.gather(sweeping, return_exceptions=True)
+
+    async def _stop_as_asked(self, runtime: Runtime) -> None:
+        """Stop the turns another engine asked this one to stop (`Store.request_stop`: a stop sent to a service
+        that does not run the turn), as whoever asked."""
+        for session_id, by in (await self.store.take_stop_requests(self.owner)).items():
+            if session_id in self._held:
+                try:
+                    await runtime.stop(session_id, by=by)
+                except AgentwatchError as exc:
+                    log.warning("could not stop %s as %s asked: %s", session_id, by, exc)
 
     async def _sweep_once(self, runtime: Runtime) -> None:
         try:

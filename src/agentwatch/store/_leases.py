@@ -138,6 +138,37 @@ class LeaseMethods(ABC):
         held = await self._write(renew)
         return [session_id for session_id in wanted if session_id in held]
 
+    async def request_stop(self, session_id: str, by: str) -> LeaseRecord | None:
+        """Ask the engine holding `session_id`'s live lease to stop its turn, as `by`; that lease, or None when
+        no live lease stands (nobody runs the turn: the caller stops it itself). The holder reads the request
+        with `take_stop_requests`; one that lets its lease lapse first leaves it to the lease's next holder."""
+        if not isinstance(by, str) or not by.strip() or len(by) > _MAX_OWNER:
+            raise InvalidArgument(f"who asks for a stop must be a non-blank text of at most {_MAX_OWNER} characters")
+
+        async def ask(tx: Tx) -> list[Row]:
+            now, now_params = self._clock()
+            return await tx.fetch(
+                f"UPDATE leases SET stop_by = ? WHERE session_id = ? AND expires_at > {now} "
+                f"RETURNING {_COLUMNS}, 1 = 0",
+                [by, session_id, *now_params],
+            )
+
+        rows = await self._write(ask)
+        return _record(rows[0]) if rows else None
+
+    async def take_stop_requests(self, owner: str) -> dict[str, str]:
+        """The stops asked of the leases `owner` holds (session id -> who asked), cleared as they are taken."""
+        _check_owner(owner)
+        sql = "SELECT session_id, stop_by FROM leases WHERE owner = ? AND stop_by IS NOT NULL"
+        rows = await self._read(lambda tx: tx.fetch(sql, [owner]))
+        if not rows:
+            return {}
+        asked = {str(row[0]): str(row[1]) for row in rows}
+        condition, params = in_list("session_id", list(asked))
+        clear = f"UPDATE leases SET stop_by = NULL WHERE owner = ? AND {condition}"
+        await self._write(lambda tx: tx.execute(clear, [owner, *params]))
+        return asked
+
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Give up `session_id`'s lease if `owner` holds it (expired or not); otherwise change nothing."""
         _check_owner(owner)

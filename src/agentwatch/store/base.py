@@ -56,7 +56,7 @@ from agentwatch.store.records import (
 
 __all__ = ["SCHEMA_VERSION", "EventValues", "RunStore", "Store"]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 
@@ -323,6 +323,13 @@ class Store(RunStore, Protocol):
         """Extend to now + `ttl` the leases among `session_ids` still held by `owner` (an expired one too, as
         long as nobody took it over since); returns the ids held, in the order given. A lease taken over by
         another owner after it expired is not renewed (and not returned)."""
+
+    async def request_stop(self, session_id: str, by: str) -> LeaseRecord | None:
+        """Ask the engine holding the session's live lease to stop its turn, as `by` (it reads the request with
+        `take_stop_requests`); that lease, or None when no live lease stands."""
+
+    async def take_stop_requests(self, owner: str) -> dict[str, str]:
+        """The stops asked of the leases `owner` holds (session id -> who asked), cleared as they are taken."""
 
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Give up the session's lease if `owner` holds it; otherwise nothing changes."""
