@@ -212,7 +212,7 @@ async def test_a_socket_that_sends_garbage_is_told_and_closed(open_engine: Any, 
                 frames, code = await read_until_closed(ws)
                 assert all(frame["kind"] == "error" for frame in frames) and code in (1008, 1009)
         async with httpx.AsyncClient(base_url=base) as http:
-            assert (await http.get("/api/health")).json() == {"status": "ok"}
+            assert (await http.get("/api/health")).json() == {"status": "ok", "store": "ok", "live": "ok"}
 
 
 async def read_until_closed(ws: Any) -> tuple[list[dict[str, Any]], int | None]:

@@ -79,13 +79,14 @@ async def test_sigterm_lets_the_running_turn_finish_and_refuses_new_work(tmp_pat
             agent_id = await start_slow_turn(http)
             process.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.3)
-            health = (await http.get("/api/health")).json()
+            health = await http.get("/api/health")
             refused = await http.post("/api/tools/agent_task", json={"role": "slow", "prompt": "more"})
             row = (await http.post("/api/tools/agent_get", json={"id": agent_id})).json()
             listed = (await http.post("/api/tools/agent_list", json={"word": ["working"]})).json()
             # Once refused with the tools that start work: a wait starts nothing (a `run` following it died).
             waited = await http.post("/api/tools/agent_await", json={"agentId": agent_id, "timeoutMs": 50})
-        assert health == {"status": "draining"}
+        assert health.status_code == 503  # a load balancer sends no new work here
+        assert health.json() == {"status": "draining", "store": "ok", "live": "ok"}
         assert waited.status_code == 200 and waited.json()["timedOut"] is True
         assert [agent["id"] for agent in listed["agents"]] == [agent_id]
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "unavailable"

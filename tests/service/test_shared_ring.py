@@ -102,3 +102,53 @@ async def test_a_watcher_on_another_engine_sees_every_event_once(tmp_path: Path,
         assert cursors == sorted(cursors), f"{kind}: out of order"
     deltas = [f for f in watched["ws"] if f["kind"] == "event" and f["event"]["sub"] > 0]
     assert deltas, "the streamed text did not reach the watcher through the ring"
+
+
+async def test_after_the_ring_lost_its_streams_a_watcher_on_another_engine_gets_the_stored_log(
+    tmp_path: Path, redis_url: str, scripted: Any
+) -> None:
+    """Once: after a Redis restart (its streams gone), an attach through a service that did not run the turn got an
+    empty snapshot at seq 0 and then nothing, for ever: it caught up only as far as the ring's newest event."""
+    import redis.asyncio as redis
+
+    definition = role("finder", scripted("shared-lost", script()), tools=("lookup",))
+    args: dict[str, Any] = {
+        "store": f"sqlite:///{tmp_path / 'aw.db'}",
+        "live": redis_url,
+        "root": tmp_path,
+        "agents_dir": tmp_path / "agents",
+        "definitions": [definition],
+        "tools": [lookup],
+        "extensions": [],
+    }
+    async with Engine.open(**args) as runner, Engine.open(**args) as server, served(create_app(server)) as base:
+        session = await runner.create("finder")
+        early: list[dict[str, Any]] = []  # a watcher before the turn: the serving engine makes its driver
+        watching = asyncio.create_task(collect("sse", base, session.id, early))
+        await asyncio.sleep(0.5)
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+        assert [f["kind"] for f in early] == ["snapshot"]
+        await runner.enqueue(session.id, "find a and b")
+        _, timed_out = await runner.wait(session.id, 20)
+        assert not timed_out
+        client = redis.from_url(redis_url)
+        try:
+            await client.flushdb()  # as a restart of a Redis that keeps nothing on disk
+        finally:
+            await client.aclose()
+        durable = [e.id for e in await runner.store.read_events(session.id, limit=1000)]
+        for kind in ("sse", "ws"):
+            frames: list[dict[str, Any]] = []
+            task = asyncio.create_task(collect(kind, base, session.id, frames))
+            for _ in range(100):
+                history = [e["id"] for f in frames if f["kind"] == "snapshot" for e in f["history"]]
+                ids = history + [f["event"]["id"] for f in frames if f["kind"] == "event"]
+                if len(ids) >= len(durable):
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)  # a doubled event would arrive now
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            history = [e["id"] for f in frames if f["kind"] == "snapshot" for e in f["history"]]
+            assert history + [f["event"]["id"] for f in frames if f["kind"] == "event"] == durable, kind

@@ -414,7 +414,7 @@ class SessionEmitter:
         try:
             ring.publish_now(event)
         except Exception as exc:  # the ring is a view; losing it must not stop the session
-            log.warning("live ring publish failed for %s: %s", self.session_id, exc)
+            _RING_TROUBLE.report(self.session_id, exc)
 
     def _after_publish(self, event: Event) -> None:
         self._partial.track(event)
@@ -438,7 +438,7 @@ class SessionEmitter:
                         try:
                             await self._ring.publish(item)
                         except Exception as exc:  # the ring is a view; losing it must not stop the session
-                            log.warning("live ring publish failed for %s: %s", self.session_id, exc)
+                            _RING_TROUBLE.report(self.session_id, exc)
                     self._after_publish(item)
                 finally:
                     self._busy = False
@@ -570,6 +570,33 @@ class SessionEmitter:
         while self._dispatcher is not None:
             await asyncio.gather(self._dispatcher, return_exceptions=True)
             await self.drain()
+
+
+class _RingTrouble:
+    """Warns that publishing to the live ring failed, at most once per `_WARNING_INTERVAL` in a process: a ring
+    that is down fails every event (every delta), and one line a minute says as much as thousands."""
+
+    def __init__(self) -> None:
+        self._last = -math.inf
+        self._quiet = 0
+
+    def report(self, session_id: str, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last < _WARNING_INTERVAL:
+            self._quiet += 1
+            return
+        more = f" ({self._quiet} more failure(s) since the last warning)" if self._quiet else ""
+        log.warning(
+            "live ring publish failed for %s: %s%s; watchers miss live events until it is back (the store has the "
+            "durable ones)",
+            session_id,
+            exc,
+            more,
+        )
+        self._last, self._quiet = now, 0
+
+
+_RING_TROUBLE = _RingTrouble()
 
 
 def _log_failure(what: str, future: asyncio.Future[list[Event]]) -> None:

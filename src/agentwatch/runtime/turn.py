@@ -223,8 +223,9 @@ def restart_note(alive: Sequence[SessionRecord]) -> str:
     else:
         subagents = "You have no sub-agents still running."
     return (
-        "[agentwatch] The engine restarted while this turn was running, so the turn was cut off and is now "
-        "continued. Tool calls that were in flight are gone: each is reported to you as interrupted and none "
+        "[agentwatch] The engine running this turn stopped in the middle of it (a restart, a deploy, or its "
+        "process died), so the turn was cut off and is now continued, here or by another engine. Tool calls "
+        "that were in flight are gone: each is reported to you as interrupted and none "
         f"was run again. {subagents} Check what is already done before redoing anything, then carry on."
     )
 

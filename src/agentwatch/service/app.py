@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -57,6 +58,34 @@ class ServiceState:
         return self._stopped
 
 
+_HEALTH_TIMEOUT = 2.0
+_PROBE_ID = "ses_health_probe"
+"""A session id no session has: reading its lease and its live stream asks the store and the ring something."""
+log = logging.getLogger(__name__)
+
+
+async def health_answer(state: ServiceState) -> Response:
+    """`GET /api/health`, for a load balancer or an orchestrator: 200 `ok` when the store and the live ring
+    answer within 2 s; 503 `draining` once a stop was asked for (no new work here), or `unavailable` naming
+    which failed (`store`, `live`: `ok` or `failing`; why goes to the service's log, not to this open path)."""
+    checks: dict[str, str] = {}
+    engine = state.engine
+    for name, probe in (
+        ("store", lambda: engine.store.get_lease(_PROBE_ID)),
+        ("live", lambda: engine.ring.head(_PROBE_ID)),
+    ):
+        try:
+            async with asyncio.timeout(_HEALTH_TIMEOUT):
+                await probe()
+            checks[name] = "ok"
+        except Exception as exc:
+            log.warning("health check: the %s failed: %s", name, exc)
+            checks[name] = "failing"
+    failing = any(value != "ok" for value in checks.values())
+    status = "draining" if state.draining else "unavailable" if failing else "ok"
+    return JSONResponse({"status": status, **checks}, status_code=200 if status == "ok" else 503)
+
+
 def create_app(
     engine: Engine, settings: ServiceSettings | None = None, *, state: ServiceState | None = None
 ) -> Starlette:
@@ -73,7 +102,7 @@ def create_app(
     mcp_app, manager = mcp_http_app(mcp_server(state), max_body_bytes=settings.max_body_bytes)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "draining" if state.draining else "ok"})
+        return await health_answer(state)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document(callable_tools(engine.tools)))

@@ -19,10 +19,11 @@ A client that falls behind (its queue in the broadcaster fills up) is cut loose 
 slowing the session; its stream then catches up from the store from the last event it was given and
 attaches again, still with no gap.
 
-With a live ring shared by several service processes (Redis), the session may run in another process: the
-stream then also catches up to the ring's newest event right after attaching, and fills from the ring (or
-the store) any event missing before the next one it is given, so it is the same exactly-once stream on
-every process. A client that stops reading altogether is disconnected once a send has
+The session may run in another process (several services on one store): right after attaching, the stream
+catches up to the store's newest event and, with a live ring shared by the processes (Redis), to the ring's
+(so a ring that lost its streams in a restart still leaves nothing out); it then fills from the ring (or the
+store) any event missing before the next one it is given, so it is the same exactly-once stream on every
+process. A client that stops reading altogether is disconnected once a send has
 waited `send_timeout` seconds (one watch per service looks every quarter of that).
 """
 
@@ -146,13 +147,16 @@ class Attachment:
                     cursor = max(cursor, position)
                 del snapshot  # sent: an attached client holds its queue, not its session's history
                 shared = broadcaster.ring
-                if shared is not None:  # events of a turn running in another process
-                    head = await shared.head(session_id)
-                    if head is not None and head > cursor:
-                        async for event in _between(self.state, session_id, cursor, head):
-                            if event.cursor > cursor:
-                                yield _event_frame(event)
-                                cursor = event.cursor
+                # Events this engine did not write (a turn running in another process): as far as the shared
+                # ring's newest, and at least as far as the store's (a ring that lost its streams has none).
+                head = StreamCursor(session_id, (await engine.store.get_session(session_id)).last_seq)
+                if shared is not None:
+                    head = max(head, await shared.head(session_id) or head)
+                if head > cursor:
+                    async for event in _between(self.state, session_id, cursor, head):
+                        if event.cursor > cursor:
+                            yield _event_frame(event)
+                            cursor = event.cursor
                 # Live: (seq, sub) tuples rather than cursors, as this runs per client per event.
                 last = (cursor.seq, cursor.sub)
                 try:
@@ -402,12 +406,16 @@ class _SSEResponse:
         )
         pump = asyncio.create_task(self._pump(send, frames))
         gone = asyncio.create_task(_disconnected(receive))
+        refusal: dict[str, Any] | None = None
         try:
             await asyncio.wait((pump, gone, state.stopped()), return_when=FIRST_COMPLETED)
             if pump.done() and not pump.cancelled() and pump.exception() is not None:
                 failure = pump.exception()
-                if not isinstance(failure, TimeoutError | OSError):
-                    log.warning("attach stream of %s failed: %r", self.session_id, failure, exc_info=failure)
+                if isinstance(failure, AgentwatchError):  # the live ring or the store failed: say so, as a socket does
+                    refusal = failure.to_dict()
+                elif not isinstance(failure, TimeoutError | OSError):  # (those two: the client is gone)
+                    log.warning("attach stream of %s failed: %r", self.session_id, failure)
+                    refusal = error("internal", "the attach stream failed; reconnect with your cursor")
         finally:
             for task in (pump, gone):
                 task.cancel()
@@ -416,21 +424,24 @@ class _SSEResponse:
             attachment.close()
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):
+                if refusal is not None:
+                    await send(_sse_chunk(Frame("error", None, refusal)))
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _pump(self, send: Send, frames: AsyncGenerator[Frame, None]) -> None:
         timeout = self.state.settings.send_timeout
-        ready: asyncio.Queue[Frame] = asyncio.Queue(maxsize=1)
+        ready: asyncio.Queue[Frame | Exception] = asyncio.Queue(maxsize=1)
 
         async def produce() -> None:
-            async for frame in frames:
-                await ready.put(frame)
+            try:
+                async for frame in frames:
+                    await ready.put(frame)
+            except Exception as exc:  # handed on at once: the stream ends now, not at the next keep-alive
+                await ready.put(exc)
 
         producer = asyncio.create_task(produce())
         try:
             while True:
-                if producer.done():
-                    producer.result()  # re-raise what ended it
                 try:
                     async with asyncio.timeout(_KEEPALIVE_SECONDS):
                         frame = await ready.get()
@@ -438,6 +449,8 @@ class _SSEResponse:
                     async with asyncio.timeout(timeout):
                         await send(_KEEPALIVE)
                     continue
+                if isinstance(frame, Exception):
+                    raise frame
                 async with asyncio.timeout(timeout):
                     await send(_sse_chunk(frame))
         finally:

@@ -50,7 +50,18 @@ def openapi_document(tools: Iterable[Tool], *, version: str = "0") -> dict[str, 
         }
         for status in _ERROR_STATUSES
     }
+    health = {"type": "object", "properties": {k: {"type": "string"} for k in ("status", "store", "live")}}
     paths: dict[str, Any] = {
+        "/api/health": {
+            "get": {
+                "operationId": "health",
+                "summary": "ok when the store and the live ring answer; draining or unavailable otherwise (no token)",
+                "responses": {
+                    status: {"description": text, "content": {"application/json": {"schema": health}}}
+                    for status, text in (("200", "Ready"), ("503", "Draining, or the store or the live ring failing"))
+                },
+            }
+        },
         "/api/tools": {
             "get": {
                 "operationId": "list_tools",

@@ -9,7 +9,8 @@ on this machine where it is; it is removed when the service stops.
 Stopping (SIGTERM, or Ctrl-C) drains, as a deploy expects: no new turn starts and tools that start work are
 refused (503 `unavailable`), reads and attach streams keep answering, and running turns go on for up to
 `deploy_hold_minutes` counted from the signal (0 = do not wait). Then the service stops; a turn still
-running is cut off and continues on the next start, as after a crash. A second signal stops at once.
+running is cut off and continues in another engine on the store (within about a second), or on the next
+start, as after a crash. A second signal stops at once.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class Drain:
         """A stop was asked for."""
         self.signals += 1
         if self.signals > 1:
-            self.announce("stopping now; running turns continue on the next start")
+            self.announce("stopping now; running turns continue in another engine on the store, or on the next start")
             self._finish(force=True)
             return
         self.state.draining = True
@@ -111,7 +112,9 @@ class Drain:
             await asyncio.sleep(0.1)
         left = len(self.engine.running_turns())
         if left:
-            self.announce(f"hold over: {left} turn(s) cut off; they continue on the next start")
+            self.announce(
+                f"hold over: {left} turn(s) cut off; they continue in another engine on the store, or on the next start"
+            )
         self._finish(force=False)
 
     def _finish(self, *, force: bool) -> None:
