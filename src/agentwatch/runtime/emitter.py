@@ -37,6 +37,7 @@ import dataclasses
 import logging
 import math
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -167,6 +168,7 @@ class SessionEmitter:
         self._inline = ring if isinstance(ring, MemoryRing) else None
         self._busy = False  # an event or an attach is being handed out right now
         self._touched = time.monotonic()  # when a write last moved the session's activity time on
+        self._ring_trouble = _trouble_of(ring)
 
     def add_observer(self, observer: ThreadObserver[Any]) -> None:
         """Attach one more observer instance; it receives events from the next one dispatched."""
@@ -414,7 +416,7 @@ class SessionEmitter:
         try:
             ring.publish_now(event)
         except Exception as exc:  # the ring is a view; losing it must not stop the session
-            _RING_TROUBLE.report(self.session_id, exc)
+            self._ring_trouble.report(self.session_id, exc)
 
     def _after_publish(self, event: Event) -> None:
         self._partial.track(event)
@@ -438,7 +440,7 @@ class SessionEmitter:
                         try:
                             await self._ring.publish(item)
                         except Exception as exc:  # the ring is a view; losing it must not stop the session
-                            _RING_TROUBLE.report(self.session_id, exc)
+                            self._ring_trouble.report(self.session_id, exc)
                     self._after_publish(item)
                 finally:
                     self._busy = False
@@ -573,8 +575,8 @@ class SessionEmitter:
 
 
 class _RingTrouble:
-    """Warns that publishing to the live ring failed, at most once per `_WARNING_INTERVAL` in a process: a ring
-    that is down fails every event (every delta), and one line a minute says as much as thousands."""
+    """Warns that publishing to a live ring failed, at most once per `_WARNING_INTERVAL`: a ring that is down
+    fails every event (every delta) of every session, and one line a minute says as much as thousands."""
 
     def __init__(self) -> None:
         self._last = -math.inf
@@ -596,7 +598,15 @@ class _RingTrouble:
         self._last, self._quiet = now, 0
 
 
-_RING_TROUBLE = _RingTrouble()
+_RING_TROUBLE: weakref.WeakKeyDictionary[LiveRing, _RingTrouble] = weakref.WeakKeyDictionary()
+"""One `_RingTrouble` per live ring (an engine's): the sessions of one engine share its warnings."""
+
+
+def _trouble_of(ring: LiveRing) -> _RingTrouble:
+    trouble = _RING_TROUBLE.get(ring)
+    if trouble is None:
+        trouble = _RING_TROUBLE[ring] = _RingTrouble()
+    return trouble
 
 
 def _log_failure(what: str, future: asyncio.Future[list[Event]]) -> None:

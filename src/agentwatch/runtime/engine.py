@@ -482,8 +482,10 @@ class Engine:
         while asked is not None:
             await asyncio.sleep(STOP_POLL_SECONDS)
             session = await self.store.get_session(session_id)
+            if session.status == "cancelled":
+                return True
             if session.status != "running":
-                return session.status == "cancelled"
+                break  # it ended or paused meanwhile: what is left to stop (a paused turn) is stopped here
             lease = await self.store.get_lease(session_id)
             if lease is None or lease.expired or lease.owner == self.leases.owner:
                 break  # nobody runs it any more, or this engine took it over: stop it here

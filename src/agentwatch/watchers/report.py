@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
 
 __all__ = [
-    "MESSAGING_TOOLS",
+    "AGENT_TOOLS",
     "REPORT_TOOL",
     "ReportHub",
     "ReportNotDelivered",
@@ -68,12 +68,12 @@ __all__ = [
 ]
 
 REPORT_TOOL = "ObserverReport"
-MESSAGING_TOOLS = GRANTS["spawn"]
+AGENT_TOOLS = GRANTS["spawn"]
 """Tools that talk to, start or act on other agents (all that the `spawn` grant allows: a message, a task, an
 answer, a stop, a take-over, ...): never available to an observer."""
-_WITHHELD = MESSAGING_TOOLS | {"ask_user"}  # an observer holds no consent: it opens no requests either
+_WITHHELD = AGENT_TOOLS | {"ask_user"}  # an observer holds no consent: it opens no requests either
 _TARGET_KEYS = ("agentId", "agent_id", "id")
-"""Where a call of one of `MESSAGING_TOOLS` names the agent it acts on (the others name a request)."""
+"""Where a call of one of `AGENT_TOOLS` names the agent it acts on (the others name a request)."""
 
 DESCRIPTION = (
     "Pass a report to the agent you observe; it reaches that agent alone, so there is no recipient to name. "
@@ -258,7 +258,7 @@ def one_way_policy(store: Store) -> Policy:
     observer's only master is a person, whose stop is its tombstone."""
 
     def decide(request: ToolRequest) -> Awaitable[Verdict | None] | None:
-        if request.purpose != "call" or request.tool_name not in MESSAGING_TOOLS:
+        if request.purpose != "call" or request.tool_name not in AGENT_TOOLS:
             return None  # at once: the observers' own gates, asked before every batch, wait on nothing here
         return decide_call(request)
 
