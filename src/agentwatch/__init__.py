@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from agentwatch.errors import AgentwatchError
     from agentwatch.runtime.engine import Engine, run_task
     from agentwatch.runtime.heartbeats import Heartbeat, Tick
+    from agentwatch.runtime.hooks import Hook
     from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think, register_scripted_model
     from agentwatch.runtime.policy import Policy, PolicyChain, ToolRequest, Verdict
     from agentwatch.runtime.roster import AgentDefinition
@@ -41,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "Engine": "agentwatch.runtime.engine",
     "EventCollector": "agentwatch.runtime.thread_observer",
     "Heartbeat": "agentwatch.runtime.heartbeats",
+    "Hook": "agentwatch.runtime.hooks",
     "Policy": "agentwatch.runtime.policy",
     "PolicyChain": "agentwatch.runtime.policy",
     "Reply": "agentwatch.runtime.models",
@@ -67,6 +69,7 @@ __all__ = [
     "Engine",
     "EventCollector",
     "Heartbeat",
+    "Hook",
     "Policy",
     "PolicyChain",
     "ReplaySnapshot",

@@ -33,6 +33,10 @@ role = "digester"
 every = "1h"
 prompt = "Summarize what arrived since the last digest."
 
+[hooks.deploy-check]        # a role run when something outside asks: hook_fire {name, input, key}
+role = "checker"
+prompt = "Check the deploy described in the input."
+
 [providers.local]           # refs local:<model> go to this OpenAI-compatible server
 base_url = "http://127.0.0.1:11434/v1"
 
@@ -129,9 +133,28 @@ class RetentionConfig(BaseModel):
     deleted_ttl: Duration = timedelta(days=7)
     """A soft-deleted session stays readable by id this long."""
     run_ttl: Duration = timedelta(days=30)
-    """A run (workflow or heartbeat tick) is reaped, with its spans and journal, this long after it ended."""
+    """A run (a workflow's, a heartbeat tick's, a hook's fire) is reaped, with its spans and journal, this long
+    after it ended."""
     skipped_run_ttl: Duration = timedelta(hours=24)
     """A skipped heartbeat tick's run is reaped this long after it was skipped."""
+
+
+class HookConfig(BaseModel):
+    """A role run when something outside asks: `hook_fire` (see `agentwatch.runtime.hooks`)."""
+
+    model_config = _STRICT
+
+    role: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    timeout: Duration = timedelta(minutes=10)
+    """How long a fire's turn may take (a paused one included) before it is stopped and the run fails."""
+
+    @field_validator("timeout")
+    @classmethod
+    def _some_time(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError(f"a fire's turn needs some time: a timeout above 0, not {value.total_seconds():g} s")
+        return value
 
 
 class HeartbeatConfig(BaseModel):
@@ -241,6 +264,7 @@ class Config(BaseModel):
     observers: ObserverConfig = ObserverConfig()
     server: ServerConfig = ServerConfig()
     heartbeats: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HeartbeatConfig] = {}
+    hooks: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HookConfig] = {}
     providers: dict[str, ProviderConfig] = {}
     models: ModelsConfig = ModelsConfig()
     setup: Annotated[str, StringConstraints(pattern=SETUP_REF)] | None = None

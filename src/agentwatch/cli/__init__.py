@@ -38,7 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prompt": ("agentwatch.cli.reads:prompt", "Show the exact prompt a turn was dispatched with."),
     "mcp": ("agentwatch.cli.serve:mcp", "Serve the tools as an MCP server on stdin/stdout."),
     "run": ("agentwatch.cli.run:run", "Run an agent on a prompt and stream its turn."),
-    "runs": ("agentwatch.cli.runs:runs", "Runs (workflows, heartbeat ticks): list, trace, compare, history."),
+    "runs": (
+        "agentwatch.cli.runs:runs",
+        "Runs (workflows, heartbeat ticks, hook fires): list, trace, compare, history.",
+    ),
     "send": ("agentwatch.cli.act:send", "Queue input for an agent's next turn."),
     "serve": ("agentwatch.cli.serve:serve", "Run the engine as a service: HTTP tools, live attach and MCP."),
     "stop": ("agentwatch.cli.act:stop", "Stop an agent's turn (it ends cancelled)."),

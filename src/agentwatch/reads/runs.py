@@ -1,6 +1,6 @@
 """The run reads: `run_list`, `run_trace`, `run_compare`, `run_history`.
 
-A run (a workflow run or a heartbeat tick: see `agentwatch.runtime.runs`) is read from what outlives
+A run (a workflow run, a heartbeat tick or a hook fire: see `agentwatch.runtime.runs`) is read from what outlives
 its agents: its row, its spans and journal, and the spend ledger. What its agents' sessions still hold (their
 requests, their events) is added while they exist; `honesty` says what a trace can no longer show.
 

@@ -123,7 +123,7 @@ def _run_list() -> Tool:
 
     return typed_tool(
         "run_list",
-        "List runs (workflow runs, heartbeat ticks), newest first; filter by entity, kind, status; "
+        "List runs (workflow runs, heartbeat ticks, hook fires), newest first; filter by entity, kind, status; "
         "page with nextCursor.",
         run_list,
         args=RunListArgs,

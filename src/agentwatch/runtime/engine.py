@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import JsonValue
 
@@ -36,6 +36,7 @@ from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, Session
 from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
 from agentwatch.runtime.heartbeats import Heartbeat, HeartbeatTicker, heartbeats_from_config
+from agentwatch.runtime.hooks import Hook, HookFired, HookRunner, hooks_from_config
 from agentwatch.runtime.leases import HAND_OVER_SECONDS, STOP_CHECK_SECONDS, Leases, commit_claimed
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
@@ -114,6 +115,8 @@ class Engine:
         self.heartbeats: list[Heartbeat] = []
         """The heartbeats this engine ticks (none where it does not: see `open`)."""
         self._ticker: HeartbeatTicker | None = None
+        self.hooks: HookRunner | None = None
+        """Fires this engine's hooks (None where it runs no turn: see `open`)."""
         self.tool_set_hooks: list[ToolSetHook] = []
         """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
 
@@ -143,6 +146,7 @@ class Engine:
         runs_turns: bool = True,
         heartbeats: Iterable[Heartbeat] = (),
         tick: bool = True,
+        hooks: Iterable[Hook] = (),
     ) -> AsyncIterator[Engine]:
         """Open the store and live ring, load the roster, continue cut-off turns; close everything after.
 
@@ -164,7 +168,8 @@ class Engine:
         `heartbeats` run roles on a schedule, beside those `[heartbeats]` in `agentwatch.toml` declares; they are
         checked (each names a role of the roster) and tick in an engine that recovers (`recover=True`) with
         background tasks on, unless `tick=False` (a short-lived server such as `agentwatch mcp`): see
-        `agentwatch.runtime.heartbeats`.
+        `agentwatch.runtime.heartbeats`. `hooks` run roles when something outside asks (`hook_fire`), beside those
+        `[hooks]` declares: see `agentwatch.runtime.hooks`.
         """
         if not runs_turns and extensions:
             raise UserError("an engine opened with runs_turns=False runs no turn: it takes no extensions")
@@ -186,7 +191,9 @@ class Engine:
                     log.warning("%s", problem)
                 if recover and tick and config.background_tasks:
                     declared = [*heartbeats_from_config(config), *heartbeats]
-                    engine.heartbeats = _checked_heartbeats(engine.roster, declared)
+                    engine.heartbeats = _checked_schedule(engine.roster, "heartbeat", declared)
+                declared_hooks = [*hooks_from_config(config), *hooks]
+                engine.hooks = HookRunner(engine, _checked_schedule(engine.roster, "hook", declared_hooks))
                 await engine._start(recover=recover)
             else:
                 engine.leases = _HandOver(engine.store, ttl=HAND_OVER_SECONDS)
@@ -272,6 +279,8 @@ class Engine:
         self._closed = True
         if self._ticker is not None:
             await self._ticker.close()
+        if self.hooks is not None:
+            await self.hooks.close()
         for extension in reversed(self.extensions):
             try:
                 await extension.close()
@@ -520,6 +529,15 @@ class Engine:
             raise _RunsElsewhere
         yield  # a paused or settled session another engine holds: its stop is written as before
 
+    async def fire_hook(self, name: str, input: JsonValue = None, *, key: str | None = None) -> HookFired:
+        """Start a run of hook `name` with `input` (once per `key`, when given); returns once the run is recorded
+        (see `agentwatch.runtime.hooks`)."""
+        if self.hooks is None:
+            raise Conflict("this engine runs no turns, so it fires no hook: fire it through `agentwatch serve`")
+        if self._draining:
+            raise Conflict("this engine is draining for a restart: it starts no run; fire the hook again in a moment")
+        return await self.hooks.fire(name, input, key)
+
     def stop_reason(self, session_id: str) -> str:
         """Who stopped the session's turn (consumed by the turn that ends)."""
         return self._stop_reasons.pop(session_id, "a person")
@@ -651,14 +669,17 @@ def _is_a_runtime(engine: Engine) -> Runtime:
     return engine  # mypy checks here that Engine keeps the `Runtime` protocol the lower layers rely on
 
 
-def _checked_heartbeats(roster: Roster, heartbeats: list[Heartbeat]) -> list[Heartbeat]:
-    """`heartbeats`, once each names a role of the roster and no name is given twice."""
+Scheduled = TypeVar("Scheduled", Heartbeat, Hook)
+
+
+def _checked_schedule(roster: Roster, what: str, declared: list[Scheduled]) -> list[Scheduled]:
+    """The `declared` heartbeats (or hooks), once each names a role of the roster and no name is given twice."""
     seen: set[str] = set()
-    for beat in heartbeats:
-        if beat.name in seen:
-            raise UserError(f"two heartbeats are named {beat.name!r}; give each its own name")
-        seen.add(beat.name)
-        if beat.role not in roster:
+    for item in declared:
+        if item.name in seen:
+            raise UserError(f"two {what}s are named {item.name!r}; give each its own name")
+        seen.add(item.name)
+        if item.role not in roster:
             known = ", ".join(roster.names()) or "none"
-            raise UserError(f"heartbeat {beat.name!r} runs role {beat.role!r}, which is not defined (roles: {known})")
-    return heartbeats
+            raise UserError(f"{what} {item.name!r} runs role {item.role!r}, which is not defined (roles: {known})")
+    return declared

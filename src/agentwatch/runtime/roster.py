@@ -84,6 +84,7 @@ GRANTS: Mapping[str, frozenset[str]] = MappingProxyType(
                 "agent_take_over",
                 "agent_hand_back",
                 "agent_delete",
+                "hook_fire",
             }
         )
     }

@@ -22,6 +22,7 @@ from agentwatch.store import RequestRecord, SessionRecord, Store, Write
 
 if TYPE_CHECKING:
     from agentwatch.events import Event
+    from agentwatch.runtime.hooks import HookFired
     from agentwatch.runtime.leases import Leases
     from agentwatch.runtime.models import ModelResolver
     from agentwatch.runtime.policy import PolicyChain
@@ -154,6 +155,9 @@ class Runtime(Protocol):
 
     async def escalate(self, request_id: str, *, reason: str = "escalated") -> RequestRecord:
         """Hand a request held for the parent agent over to a person now."""
+
+    async def fire_hook(self, name: str, input: JsonValue = None, *, key: str | None = None) -> HookFired:
+        """Start a run of hook `name` (see `agentwatch.runtime.hooks`); returns once the run is recorded."""
 
     async def live_children(self, session_id: str) -> list[SessionRecord]:
         """Sub-agents of a session that have not ended (not its observer)."""

@@ -92,6 +92,28 @@ class AnswerArgs(Args):
     )
 
 
+class FireArgs(Args):
+    """Arguments of `hook_fire`."""
+
+    name: Name = Field(description="The hook to fire ([hooks.<name>] in agentwatch.toml).")
+    input: BoundedJson = Field(
+        None, description="JSON for this fire: the run's input, given to the agent after the hook's prompt."
+    )
+    key: Name | None = Field(
+        None,
+        description="Fire once per key: a fire with a key that fired before starts nothing and answers that run "
+        "(duplicate: true), so a scheduler may send it again safely.",
+    )
+
+
+class Fired(Answer):
+    """The `hook_fire` answer."""
+
+    run_id: str
+    hook: str
+    duplicate: bool
+
+
 class EscalateArgs(Args):
     """Arguments of `agent_escalate`."""
 
@@ -247,6 +269,11 @@ async def agent_answer(engine: Runtime, caller: Caller, args: AnswerArgs) -> Ans
     return AnswerResult(hitl_id=request.id, agent_id=request.session_id, status=request.status)
 
 
+async def hook_fire(engine: Runtime, caller: Caller, args: FireArgs) -> Fired:
+    fired = await engine.fire_hook(args.name, args.input, key=args.key)
+    return Fired(run_id=fired.run_id, hook=args.name, duplicate=fired.duplicate)
+
+
 async def agent_escalate(engine: Runtime, caller: Caller, args: EscalateArgs) -> Escalated:
     request = await engine.store.get_request(args.hitl_id)
     if request.status != "pending":
@@ -399,5 +426,13 @@ def drive_tools() -> list[Tool]:
             agent_delete,
             DeleteArgs,
             Deleted,
+        ),
+        _tool(
+            "hook_fire",
+            "Fire a hook: start a run of its role on its prompt and this input; answers at once with the run's id "
+            "(follow it with run_trace). With a key, a fire runs once however often it is sent.",
+            hook_fire,
+            FireArgs,
+            Fired,
         ),
     ]

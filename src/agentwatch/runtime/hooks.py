@@ -1,0 +1,145 @@
+"""Hooks: a role run when something outside asks (a scheduler, a webhook, a CI job), each fire a run of its own
+(`hook:<name>`).
+
+```toml
+[hooks.deploy-check]         # in agentwatch.toml
+role = "checker"
+prompt = "Check the deploy described in the input."
+timeout = "10m"
+```
+
+or `Engine.open(hooks=[Hook("deploy-check", "checker", prompt="...")])` in Python.
+
+- `hook_fire {name, input?, key?}` (`POST /api/tools/hook_fire`, MCP, `engine.fire_hook`) records the run and
+  answers at once with its id; `run_trace {id}` (or `agent_await` on the run's agent) follows it to its end.
+- `input` (any JSON) is the run's input (`run_compare` compares it leaf by leaf with the previous fire's) and
+  is given to the agent after the hook's prompt.
+- `key` fires once: the run's id is made from the hook's name and the key, so a scheduler that sends a fire
+  again (a retry, a second scheduler) gets the first run back (`duplicate: true`) and starts nothing.
+- The fire runs a task: a session of `role` (source `hook`, group key `hook:<name>`: `agent_list {groupKey:
+  "hook:deploy-check"}` lists every fire), reaped after `retention.hook_ttl`; the run ends as its turn does,
+  and is reaped after `retention.run_ttl`.
+- A fire runs in the engine that took it (one that runs turns: `agentwatch serve`, `Engine.open()`); one whose
+  process dies lapses and ends `interrupted`, as any run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pydantic import JsonValue
+
+from agentwatch.config import HEARTBEAT_NAME as NAME_PATTERN
+from agentwatch.config import Config
+from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.runtime.runs import TaskFailed, start_run
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.services import Runtime
+
+__all__ = ["Hook", "HookFired", "HookRunner", "hooks_from_config"]
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(NAME_PATTERN)
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """A role run when something outside asks (see the module docs)."""
+
+    name: str
+    role: str
+    prompt: str
+    timeout: float = 600.0
+    """How long a fire's turn may take (a paused one included) before it is stopped and the run fails."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise InvalidArgument(f"a hook's name is 1-100 letters, digits, '_', '.' or '-', not {self.name!r}")
+        if not self.prompt.strip():
+            raise InvalidArgument(f"hook {self.name!r} has no prompt")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise InvalidArgument(f"hook {self.name!r}: `timeout` must be a positive number of seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class HookFired:
+    """What a fire started: its run, and whether an earlier fire with the same key had started it."""
+
+    run_id: str
+    duplicate: bool
+
+
+def hooks_from_config(config: Config) -> list[Hook]:
+    """The hooks `[hooks.<name>]` in `agentwatch.toml` declares."""
+    return [Hook(name, hook.role, hook.prompt, hook.timeout.total_seconds()) for name, hook in config.hooks.items()]
+
+
+def fire_id(name: str, key: str) -> str:
+    """The run id of the fire of hook `name` with `key`: the same in every engine."""
+    return "run_hk" + hashlib.blake2b(f"{name}\0{key}".encode(), digest_size=12).hexdigest()
+
+
+def task_prompt(hook: Hook, input: JsonValue) -> str:
+    """What the fire's agent is given: the hook's prompt, then its input."""
+    if input is None:
+        return hook.prompt
+    return f"{hook.prompt}\n\nInput:\n{json.dumps(input, ensure_ascii=False, indent=2)}"
+
+
+class HookRunner:
+    """Fires an engine's hooks, each in a task of its own, until the engine closes."""
+
+    def __init__(self, runtime: Runtime, hooks: Iterable[Hook]) -> None:
+        self._runtime = runtime
+        self.hooks = {hook.name: hook for hook in hooks}
+        self._fires: set[asyncio.Task[None]] = set()
+
+    async def fire(self, name: str, input: JsonValue = None, key: str | None = None) -> HookFired:
+        """Start a run of hook `name` (see the module docs); returns once the run is recorded."""
+        hook = self.hooks.get(name)
+        if hook is None:
+            known = ", ".join(sorted(self.hooks)) or "none: declare one under [hooks.<name>] in agentwatch.toml"
+            raise NotFound(f"no hook named {name!r}; the hooks are {known}")
+        recorded: asyncio.Future[HookFired] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._run(hook, input, key, recorded), name=f"agentwatch-hook-{name}")
+        self._fires.add(task)
+        task.add_done_callback(self._fires.discard)
+        return await asyncio.shield(recorded)
+
+    async def _run(self, hook: Hook, input: JsonValue, key: str | None, recorded: asyncio.Future[HookFired]) -> None:
+        run_id = fire_id(hook.name, key) if key is not None else None
+        try:
+            async with start_run(self._runtime, hook.name, kind="hook", input=input, id=run_id) as run:
+                recorded.set_result(HookFired(run.id, duplicate=False))
+                await run.task(
+                    hook.role,
+                    task_prompt(hook, input),
+                    timeout=hook.timeout,
+                    source="hook",
+                    group_key=f"hook:{hook.name}",
+                )
+        except TaskFailed:
+            pass  # the run ended `failed` with it
+        except Exception as exc:
+            if recorded.done():  # after the run was recorded: it ended `failed` with the error
+                log.warning("hook %s: its run failed: %s", hook.name, exc)
+            elif isinstance(exc, Conflict) and run_id is not None:
+                recorded.set_result(HookFired(run_id, duplicate=True))  # this key fired before: that run is the one
+            else:
+                recorded.set_exception(exc)
+
+    async def close(self) -> None:
+        """Cut off the fires still running (their runs end `cancelled`)."""
+        for task in list(self._fires):
+            task.cancel()
+        await asyncio.gather(*self._fires, return_exceptions=True)

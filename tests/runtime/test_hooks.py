@@ -1,0 +1,103 @@
+"""Hooks: a role run when something outside asks (`hook_fire`), each fire a run of its own; a key fires once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentwatch.config import load_config
+from agentwatch.errors import InvalidArgument, UserError
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.hooks import Hook, hooks_from_config
+from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.runtime.policy import ToolRequest
+from agentwatch.store import RunFilter, SessionFilter
+from tests.runtime.support import OpenEngine, Scripted, role
+
+CHECK = Hook("deploy-check", "checker", prompt="Check the deploy.", timeout=30)
+
+
+def _checker(scripted: Scripted, name: str, prompts: list[str]) -> Any:
+    def script(ctx: Any) -> Any:
+        prompts.append(ctx.prompt)
+        return Reply(f"checked {len(prompts)}")
+
+    return role("checker", scripted(name, ScriptedModel(function=script)))
+
+
+async def _settled(engine: Engine, run_id: str) -> dict[str, Any]:
+    for _ in range(500):
+        trace = await engine.call_tool("run_trace", {"id": run_id})
+        if trace["run"]["status"] != "running":
+            return trace
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"run {run_id} did not end")
+
+
+async def test_a_fire_is_a_run_with_a_session_of_the_hooks_lineage_given_the_input(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    prompts: list[str] = []
+    async with open_engine(_checker(scripted, "hook-checker", prompts), hooks=[CHECK]) as engine:
+        fired = await engine.call_tool("hook_fire", {"name": "deploy-check", "input": {"service": "api", "v": 7}})
+        assert fired["hook"] == "deploy-check" and fired["duplicate"] is False
+        trace = await _settled(engine, fired["runId"])
+        assert trace["run"]["status"] == "completed" and trace["run"]["entity"] == "hook:deploy-check"
+        (session,) = (await engine.store.list_sessions(SessionFilter(group_key="hook:deploy-check"))).items
+        assert (session.source, session.run_id, session.last_text) == ("hook", fired["runId"], "checked 1")
+        assert prompts[0].startswith("Check the deploy.\n\nInput:\n") and '"service": "api"' in prompts[0]
+        (run,) = await engine.store.list_runs(RunFilter(entity="hook:deploy-check"))
+        assert run.input == {"service": "api", "v": 7}
+
+
+async def test_a_key_fires_once_however_often_the_fire_is_sent(open_engine: OpenEngine, scripted: Scripted) -> None:
+    prompts: list[str] = []
+    async with (
+        open_engine(_checker(scripted, "hook-once", prompts), hooks=[CHECK]) as first,
+        open_engine(_checker(scripted, "hook-once", prompts), hooks=[CHECK]) as second,
+    ):
+        args = {"name": "deploy-check", "key": "2026-12-05T10:00"}
+        fired = await first.call_tool("hook_fire", args)
+        again = await second.call_tool("hook_fire", args)  # a scheduler's retry, through another service
+        assert again == {**fired, "duplicate": True}
+        other = await first.call_tool("hook_fire", {**args, "key": "2026-12-05T11:00"})
+        assert other["runId"] != fired["runId"] and other["duplicate"] is False
+        for run_id in (fired["runId"], other["runId"]):
+            await _settled(first, run_id)
+        assert len(prompts) == 2
+        assert len(await first.store.list_runs(RunFilter(entity="hook:deploy-check"))) == 2
+
+
+async def test_bad_fires_are_refused_with_what_to_do(
+    open_engine: OpenEngine, scripted: Scripted, tmp_path: Path
+) -> None:
+    prompts: list[str] = []
+    checker = _checker(scripted, "hook-refused", prompts)
+    async with open_engine(checker, hooks=[CHECK]) as engine:
+        unknown = await engine.call_tool("hook_fire", {"name": "nope"})
+        assert unknown["error"]["code"] == "not_found" and "the hooks are deploy-check" in unknown["error"]["message"]
+        agent = await engine.create("checker")  # an agent's turn asks the policy chain: it needs the spawn grant
+        asked = ToolRequest("hook_fire", {"name": "deploy-check"}, session_id=agent.id, role="checker")
+        refused = await engine.policy.decide(asked)
+        assert refused.decision == "deny" and "'spawn' grant" in str(refused.reason)
+    async with open_engine(checker, runs_turns=False) as acting:  # as an acting CLI command opens one
+        idle = await acting.call_tool("hook_fire", {"name": "deploy-check"})
+        assert idle["error"]["code"] == "conflict" and "agentwatch serve" in idle["error"]["message"]
+    assert prompts == []
+    with pytest.raises(UserError, match="runs role 'ghost', which is not defined"):
+        async with open_engine(checker, hooks=[Hook("haunt", "ghost", prompt="boo")]):
+            pass
+    with pytest.raises(InvalidArgument):
+        Hook("bad name!", "checker", prompt="x")
+
+
+def test_hooks_come_from_agentwatch_toml(tmp_path: Path) -> None:
+    (tmp_path / "agentwatch.toml").write_text(
+        '[hooks.deploy-check]\nrole = "checker"\nprompt = "Check the deploy."\ntimeout = "2m"\n'
+    )
+    assert hooks_from_config(load_config(tmp_path, env={})) == [
+        Hook("deploy-check", "checker", prompt="Check the deploy.", timeout=120.0)
+    ]
