@@ -376,7 +376,9 @@ def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
 def stop(agent: str, store_url: str | None, as_json: bool) -> None:
     """Stop AGENT's (a name or an id) turn: it ends `cancelled` and its pending requests are dismissed. An
     observer agent is stopped for good, between its turns too (it is never brought back). This is the
-    `agent_stop` tool. Exits 1 when the turn runs in another engine (stop it through that one).
+    `agent_stop` tool. A turn running in another engine (another service, a `run`) is stopped by that engine,
+    asked through the store, and this waits until it has (about a second); exits 1 if it does not within its
+    lease's time.
 
     \b
     Example:
@@ -416,7 +418,8 @@ def escalate(request_id: str, store_url: str | None, as_json: bool) -> None:
 @json_option
 def delete(agent: str, store_url: str | None, as_json: bool) -> None:
     """Soft-delete AGENT (a name or an id): its turn is stopped, and it stays readable by id until it is
-    reaped. This is the `agent_delete` tool. Exits 1 when its turn runs in another engine.
+    reaped. This is the `agent_delete` tool. A turn running in another engine is stopped by that engine first,
+    as `stop` does.
 
     \b
     Example:
