@@ -58,7 +58,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from agentwatch.errors import InvalidArgument, did_you_mean
 
@@ -95,6 +104,16 @@ def parse_duration(value: object) -> timedelta:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _some_time(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError(f"a turn needs some time: a timeout above 0, not {value.total_seconds():g} s")
+    return value
+
+
+TurnTimeout = Annotated[Duration, AfterValidator(_some_time)]
+"""How long a scheduled turn (a heartbeat's tick, a hook's fire) may take: a duration above 0."""
 HEARTBEAT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 """A heartbeat's name: 1-100 letters, digits, '_', '.' or '-' (it is part of its runs' entity and lineage)."""
 SETUP_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
@@ -146,15 +165,8 @@ class HookConfig(BaseModel):
 
     role: str = Field(min_length=1)
     prompt: str = Field(min_length=1)
-    timeout: Duration = timedelta(minutes=10)
+    timeout: TurnTimeout = timedelta(minutes=10)
     """How long a fire's turn may take (a paused one included) before it is stopped and the run fails."""
-
-    @field_validator("timeout")
-    @classmethod
-    def _some_time(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError(f"a fire's turn needs some time: a timeout above 0, not {value.total_seconds():g} s")
-        return value
 
 
 class HeartbeatConfig(BaseModel):
@@ -166,7 +178,7 @@ class HeartbeatConfig(BaseModel):
     every: Duration
     """How often it ticks (at least a second): ticks fall on the multiples of it since the Unix epoch."""
     prompt: str = Field(min_length=1)
-    timeout: Duration = timedelta(minutes=10)
+    timeout: TurnTimeout = timedelta(minutes=10)
     """How long a tick's turn may take (a paused one included) before it is stopped and the tick fails."""
 
     @field_validator("every")
@@ -174,13 +186,6 @@ class HeartbeatConfig(BaseModel):
     def _at_least_a_second(cls, value: timedelta) -> timedelta:
         if value < timedelta(seconds=1):
             raise ValueError(f"a heartbeat ticks at most once a second, not every {value.total_seconds():g} s")
-        return value
-
-    @field_validator("timeout")
-    @classmethod
-    def _some_time(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError(f"a tick's turn needs some time: a timeout above 0, not {value.total_seconds():g} s")
         return value
 
 

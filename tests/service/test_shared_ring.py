@@ -50,17 +50,21 @@ async def collect(kind: str, base: str, agent_id: str, frames: list[dict[str, An
             frames.append(await stream.next())
 
 
-async def test_a_watcher_on_another_engine_sees_every_event_once(tmp_path: Path, redis_url: str, scripted: Any) -> None:
-    definition = role("finder", scripted("shared-finder", script()), tools=("lookup",))
-    args: dict[str, Any] = {
+def engine_args(tmp_path: Path, redis_url: str, model: str) -> dict[str, Any]:
+    """Engine options for one store and one Redis ring, with the `finder` role on `model`."""
+    return {
         "store": f"sqlite:///{tmp_path / 'aw.db'}",
         "live": redis_url,
         "root": tmp_path,
         "agents_dir": tmp_path / "agents",
-        "definitions": [definition],
+        "definitions": [role("finder", model, tools=("lookup",))],
         "tools": [lookup],
         "extensions": [],
     }
+
+
+async def test_a_watcher_on_another_engine_sees_every_event_once(tmp_path: Path, redis_url: str, scripted: Any) -> None:
+    args = engine_args(tmp_path, redis_url, scripted("shared-finder", script()))
     async with Engine.open(**args) as runner, Engine.open(**args) as server:
         app = create_app(server)
         async with served(app) as base:
@@ -111,16 +115,7 @@ async def test_after_the_ring_lost_its_streams_a_watcher_on_another_engine_gets_
     empty snapshot at seq 0 and then nothing, for ever: it caught up only as far as the ring's newest event."""
     import redis.asyncio as redis
 
-    definition = role("finder", scripted("shared-lost", script()), tools=("lookup",))
-    args: dict[str, Any] = {
-        "store": f"sqlite:///{tmp_path / 'aw.db'}",
-        "live": redis_url,
-        "root": tmp_path,
-        "agents_dir": tmp_path / "agents",
-        "definitions": [definition],
-        "tools": [lookup],
-        "extensions": [],
-    }
+    args = engine_args(tmp_path, redis_url, scripted("shared-lost", script()))
     async with Engine.open(**args) as runner, Engine.open(**args) as server, served(create_app(server)) as base:
         session = await runner.create("finder")
         early: list[dict[str, Any]] = []  # a watcher before the turn: the serving engine makes its driver

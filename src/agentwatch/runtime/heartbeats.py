@@ -87,14 +87,19 @@ class Heartbeat:
     """How long a tick's turn may take (a paused one included) before it is stopped and the tick fails."""
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise InvalidArgument(f"a heartbeat's name is 1-100 letters, digits, '_', '.' or '-', not {self.name!r}")
+        check_scheduled("heartbeat", self.name, self.prompt, self.timeout)
         if not (self.every > 0 and math.isfinite(self.every)):
             raise InvalidArgument(f"heartbeat {self.name!r}: `every` must be a positive number of seconds")
-        if not self.prompt.strip():
-            raise InvalidArgument(f"heartbeat {self.name!r} has no prompt")
-        if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise InvalidArgument(f"heartbeat {self.name!r}: `timeout` must be a positive number of seconds")
+
+
+def check_scheduled(what: str, name: str, prompt: str, timeout: float) -> None:
+    """Refuse a heartbeat's or a hook's (`what`) bad name, empty prompt or timeout that is not a positive number."""
+    if not _NAME.match(name):
+        raise InvalidArgument(f"a {what}'s name is 1-100 letters, digits, '_', '.' or '-', not {name!r}")
+    if not prompt.strip():
+        raise InvalidArgument(f"{what} {name!r} has no prompt")
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise InvalidArgument(f"{what} {name!r}: `timeout` must be a positive number of seconds")
 
 
 def heartbeats_from_config(config: Config) -> list[Heartbeat]:

@@ -29,17 +29,15 @@ import asyncio
 import hashlib
 import json
 import logging
-import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
 
-from agentwatch.config import HEARTBEAT_NAME as NAME_PATTERN
 from agentwatch.config import Config
-from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.errors import Conflict, NotFound
+from agentwatch.runtime.heartbeats import check_scheduled
 from agentwatch.runtime.runs import TaskFailed, start_run
 
 if TYPE_CHECKING:
@@ -48,8 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["Hook", "HookFired", "HookRunner", "hooks_from_config"]
 
 log = logging.getLogger(__name__)
-
-_NAME = re.compile(NAME_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +59,7 @@ class Hook:
     """How long a fire's turn may take (a paused one included) before it is stopped and the run fails."""
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise InvalidArgument(f"a hook's name is 1-100 letters, digits, '_', '.' or '-', not {self.name!r}")
-        if not self.prompt.strip():
-            raise InvalidArgument(f"hook {self.name!r} has no prompt")
-        if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise InvalidArgument(f"hook {self.name!r}: `timeout` must be a positive number of seconds")
+        check_scheduled("hook", self.name, self.prompt, self.timeout)
 
 
 @dataclass(frozen=True, slots=True)
