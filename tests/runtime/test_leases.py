@@ -379,3 +379,43 @@ async def test_a_take_asked_after_a_release_is_never_undone_by_it(url: str) -> N
         assert await leases.renew() == []  # nothing this engine believes it holds is lost
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("runs_turns", [True, False], ids=["engine", "acting-engine"])
+async def test_a_stop_asked_of_an_owner_whose_turn_takes_long_to_end_lets_its_other_leases_be(
+    tmp_path: Path, url: str, scripted: Scripted, runs_turns: bool
+) -> None:
+    """Once: the owner stopped an asked-for turn inside its lease loop, so while the turn's tool cleaned up (3 s)
+    no lease of the owner was renewed, and another engine took over (and cut off) its other turns; and an acting
+    engine gave up on the stop after 2 s (its own leases' 0.001 s), saying the owner might hang."""
+    runs: list[str] = []
+
+    async def slow_tool(label: str) -> str:
+        runs.append("start")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(3.0)  # a tool's clean-up on cancel (closing a browser, a subprocess ...)
+            runs.append("cleaned")
+            raise
+        return "done"
+
+    model = scripted(f"leases-slow-cancel-{runs_turns}", ScriptedModel(function=one_call_per_prompt))
+    definition = role("slow", model, tools=("slow_tool",))
+    config = lease_config(tmp_path)
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool]) as a:
+        stopped, other = await a.create("slow"), await a.create("slow")
+        for session in (stopped, other):
+            await a.enqueue(session.id, "go")
+        await until(lambda: len(runs) == 2)
+        b_args: dict[str, Any] = (
+            {"definitions": [definition], "tools": [slow_tool]} if runs_turns else {"runs_turns": False}
+        )
+        async with Engine.open(url, config=config, **b_args) as b:
+            answer = await b.call_tool("agent_stop", {"id": stopped.id})
+            assert (answer.get("stopped"), answer.get("status")) == (True, "cancelled"), answer
+            assert b.leases.takeovers == 0 and a.leases.holds(other.id)
+            assert (await b.store.get_session(other.id)).status == "running"
+        events = await check_log(a, stopped.id)
+    assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["cancelled"]
+    assert runs.count("cleaned") == 2  # the stopped one, and the other one as `a` closed

@@ -72,6 +72,8 @@ MAINTENANCE_SECONDS = 5.0
 """How often the engine hands held requests whose time came over to a person."""
 STOP_POLL_SECONDS = 0.1
 """How often a stop asked of another engine looks whether the turn ended."""
+STOP_WAIT_SECONDS = 30.0
+"""How long a stop asked of another engine waits for the turn to end (at least a lease's time, and a bit)."""
 
 
 class _RunsElsewhere(Exception):
@@ -462,7 +464,7 @@ class Engine:
 
         A turn running in another live engine (its lease is held elsewhere and not expired) is stopped by that
         engine, asked through the store (it looks about once a second); this returns once the turn ended, or
-        raises `Conflict` when it still runs after a lease's time (the other engine hangs)."""
+        raises `Conflict` when it still runs after `STOP_WAIT_SECONDS` (the other engine hangs)."""
         return await self._stop(session_id, by, idle_observer=True)
 
     async def _stop(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
@@ -486,7 +488,11 @@ class Engine:
     async def _stop_elsewhere(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
         """Ask the engine running the session's turn to stop it, and wait until it did (or its lease lapsed:
         then the stop is this engine's to make)."""
-        deadline = asyncio.get_running_loop().time() + self.leases.ttl + 2 * STOP_CHECK_SECONDS
+        # As long as the owner renews its lease, it is alive and ending the turn (a tool may take its time to let
+        # go); one that lets the lease lapse leaves the stop to this engine. (Not this engine's own lease time: an
+        # acting engine hands its leases over at once.)
+        waits = max(STOP_WAIT_SECONDS, self.config.sessions.lease_seconds + 2 * STOP_CHECK_SECONDS)
+        deadline = asyncio.get_running_loop().time() + waits
         asked = await self.store.request_stop(session_id, by)
         while asked is not None:
             await asyncio.sleep(STOP_POLL_SECONDS)
@@ -501,8 +507,9 @@ class Engine:
             if asyncio.get_running_loop().time() > deadline:
                 raise Conflict(
                     f"{session.name} ({session.id}) is running a turn in another engine ({lease.owner}), which was "
-                    f"asked to stop it and has not within {self.leases.ttl:g} s; it may hang: its lease lapses "
-                    "unless it renews it, and the turn can be stopped then"
+                    f"asked to stop it and has not within {waits:g} s (it may hang); the stop stays asked: "
+                    "that engine stops the turn when it looks again, or whichever engine continues the turn once "
+                    "its lease lapses"
                 )
         return await self._stop(session_id, by, idle_observer=idle_observer)
 

@@ -48,6 +48,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentwatch.errors import AgentwatchError, NotFound
@@ -114,6 +115,7 @@ class Leases:
         self._changes: dict[str, _Change] = {}  # takes and releases under way, per session
         self._batch: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stops: dict[str, asyncio.Task[None]] = {}  # stops other engines asked for, under way, per session
         self.takeovers = 0
         """How many expired leases of other owners this engine took over."""
         self.sweeping = True
@@ -283,6 +285,10 @@ class Leases:
             self._batch.cancel()
             await asyncio.gather(self._batch, return_exceptions=True)
             self._batch = None
+        stops = list(self._stops.values())
+        for stop in stops:
+            stop.cancel()
+        await asyncio.gather(*stops, return_exceptions=True)
         ids, self._held = list(self._held), {}
         self._taken.clear()
         self._answer(set(self._asking), set())  # nothing is confirmed any more
@@ -322,13 +328,21 @@ class Leases:
 
     async def _stop_as_asked(self, runtime: Runtime) -> None:
         """Stop the turns another engine asked this one to stop (`Store.request_stop`: a stop sent to a service
-        that does not run the turn), as whoever asked."""
+        that does not run the turn), as whoever asked: each in a task of its own, beside the renewals (a stop
+        waits for its turn to end, and renewals that waited for it would let every other lease lapse)."""
         for session_id, by in (await self.store.take_stop_requests(self.owner)).items():
-            if session_id in self._held:
-                try:
-                    await runtime.stop(session_id, by=by)
-                except AgentwatchError as exc:
-                    log.warning("could not stop %s as %s asked: %s", session_id, by, exc)
+            if session_id in self._held and session_id not in self._stops:
+                task = asyncio.create_task(
+                    self._stop_one(runtime, session_id, by), name=f"agentwatch-stop-{session_id}"
+                )
+                self._stops[session_id] = task
+                task.add_done_callback(partial(_forget, self._stops, session_id))
+
+    async def _stop_one(self, runtime: Runtime, session_id: str, by: str) -> None:
+        try:
+            await runtime.stop(session_id, by=by)
+        except Exception as exc:  # one stop that fails leaves the others, and the engine, alone
+            log.warning("could not stop %s as %s asked: %s", session_id, by, exc)
 
     async def _sweep_once(self, runtime: Runtime) -> None:
         try:
@@ -385,6 +399,11 @@ class Leases:
         )
         channel = await runtime.driver(lease.session_id)
         await channel.commit(Write(lease.session_id, events=[NewEvent(notice)], touch=False))
+
+
+def _forget(tasks: dict[str, asyncio.Task[None]], key: str, task: asyncio.Task[None]) -> None:
+    if tasks.get(key) is task:
+        del tasks[key]
 
 
 ANSWERS_PER_LOOP_TURN = 4

@@ -164,9 +164,13 @@ class LeaseMethods(ABC):
         if not rows:
             return {}
         asked = {str(row[0]): str(row[1]) for row in rows}
-        condition, params = in_list("session_id", list(asked))
-        clear = f"UPDATE leases SET stop_by = NULL WHERE owner = ? AND {condition}"
-        await self._write(lambda tx: tx.execute(clear, [owner, *params]))
+        clear = "UPDATE leases SET stop_by = NULL WHERE session_id = ? AND owner = ? AND stop_by = ?"
+
+        async def take(tx: Tx) -> None:  # each as it was read: a request asked meanwhile stays for the next look
+            for session_id, by in asked.items():
+                await tx.execute(clear, [session_id, owner, by])
+
+        await self._write(take)
         return asked
 
     async def release_lease(self, session_id: str, owner: str) -> None:
