@@ -19,7 +19,7 @@ from agentwatch.cli.remote import discovery_file
 from tests.cli.test_remote_serve import environment, stopped
 
 SETUP = '''
-from agentwatch import CallTool, Reply, ScriptedModel
+from agentwatch import AgentDefinition, CallTool, Reply, ScriptedModel
 
 
 def shout(text: str) -> str:
@@ -38,6 +38,11 @@ def setup():
 
 
 WRONG = {"tool": [shout]}
+
+
+def with_a_role():
+    sloppy = AgentDefinition(name="sloppy", model="scripted:shouter", instructions="Be sloppy.", tools=["shuot"])
+    return {**setup(), "definitions": [sloppy]}
 '''
 
 
@@ -47,6 +52,7 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "shop").mkdir()
     (tmp_path / "shop" / "__init__.py").write_text("")
     (tmp_path / "shop" / "agents.py").write_text(SETUP)
+    (tmp_path / "shop" / "broken.py").write_text("import notinstalledlib\n\nsetup = {}\n")
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "shouter.md").write_text(
         textwrap.dedent(
@@ -108,6 +114,7 @@ def test_serve_takes_the_setup_and_run_hands_its_agent_over(project: Path) -> No
         ("shop.agents:nothing", "'shop.agents' has no 'nothing'"),
         ("shop.agents:WRONG", "tool is not an option it may give; it may give any of: tools, definitions"),
         ("shop.agents:shout.__doc__", "gave a str; it must be a mapping of engine options"),
+        ("shop.broken:setup", "importing 'shop.broken' failed: No module named 'notinstalledlib'; install what it"),
     ],
 )
 def test_a_bad_setup_is_an_error_that_says_what_is_wrong(project: Path, setup: str, message: str) -> None:
@@ -120,3 +127,8 @@ def test_a_bad_setup_is_an_error_that_says_what_is_wrong(project: Path, setup: s
 def test_a_setup_that_is_not_module_colon_name_is_a_usage_error(project: Path) -> None:
     done = agentwatch(project, "run", "shouter", "hi", "--setup", "shop.agents")
     assert done.returncode == 2 and "is not MODULE:NAME" in done.stderr
+
+
+def test_agents_check_checks_the_roles_the_setup_gives(project: Path) -> None:
+    done = agentwatch(project, "agents", "check", "--setup", "shop.agents:with_a_role")
+    assert done.returncode == 1 and "shuot" in done.stderr, done.stderr

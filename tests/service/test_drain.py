@@ -80,6 +80,7 @@ async def test_sigterm_lets_the_running_turn_finish_and_refuses_new_work(tmp_pat
             process.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.3)
             health = await http.get("/api/health")
+            alive = await http.get("/api/health/live")
             refused = await http.post("/api/tools/agent_task", json={"role": "slow", "prompt": "more"})
             row = (await http.post("/api/tools/agent_get", json={"id": agent_id})).json()
             listed = (await http.post("/api/tools/agent_list", json={"word": ["working"]})).json()
@@ -87,6 +88,7 @@ async def test_sigterm_lets_the_running_turn_finish_and_refuses_new_work(tmp_pat
             waited = await http.post("/api/tools/agent_await", json={"agentId": agent_id, "timeoutMs": 50})
         assert health.status_code == 503  # a load balancer sends no new work here
         assert health.json() == {"status": "draining", "store": "ok", "live": "ok"}
+        assert alive.status_code == 200 and alive.json() == {"status": "draining"}  # a liveness probe stays green
         assert waited.status_code == 200 and waited.json()["timedOut"] is True
         assert [agent["id"] for agent in listed["agents"]] == [agent_id]
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "unavailable"

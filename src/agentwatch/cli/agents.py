@@ -74,7 +74,9 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
     # A declared scripted model stands in as an empty script: only its name matters to a check.
     models = {name: ScriptedModel([]) for name in _names(scripted)} | dict(project.get("models", {}))
     resolver = ModelResolver.from_config(config, models=models)
-    roster = load_roster(directory, known_tools=known, models=resolver, check_models=True)
+    roster = load_roster(
+        directory, known_tools=known, extra=project.get("definitions", ()), models=resolver, check_models=True
+    )
     for name in default_rules():  # the rule observers every engine carries
         if name not in roster:
             roster.add(rule_definition(name))

@@ -332,6 +332,10 @@ def run(
         config = config.model_copy(update={"agents_dir": agents_dir})
     service = find_service(store_url)
     if service is not None:
+        if setup:
+            from agentwatch.cli._common import err_console
+
+            err_console.print(f"--setup is not used: the service at {service.url} runs the agent with its own setup")
         snapshot = _hand_over(service, agent, prompt, name, timeout, as_json)
     else:
         snapshot = run_async(_run(config, agent, prompt, name, timeout, as_json))

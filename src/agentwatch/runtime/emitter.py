@@ -376,7 +376,9 @@ class SessionEmitter:
         """Emit an ephemeral event (a delta, tool progress): never stored, never waits (but for the activity
         time it moves on now and then: `STREAM_TOUCH_SECONDS`)."""
         if time.monotonic() - self._touched > STREAM_TOUCH_SECONDS:
+            tail = self._tail
             self.submit(Write(self.session_id, touch=True)).add_done_callback(partial(_log_failure, "its activity"))
+            self._tail = tail  # it holds no event: what streams next need not wait for it
         tid = TurnId(turn_id) if turn_id else None
         tail = self._tail
         if tail is not None:

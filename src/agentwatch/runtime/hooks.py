@@ -15,7 +15,8 @@ or `Engine.open(hooks=[Hook("deploy-check", "checker", prompt="...")])` in Pytho
 - `input` (any JSON) is the run's input (`run_compare` compares it leaf by leaf with the previous fire's) and
   is given to the agent after the hook's prompt.
 - `key` fires once: the run's id is made from the hook's name and the key, so a scheduler that sends a fire
-  again (a retry, a second scheduler) gets the first run back (`duplicate: true`) and starts nothing.
+  again (a retry, a second scheduler) gets the first run back (`duplicate: true`) and starts nothing, for as long
+  as that run is kept (`retention.run_ttl`, 30 days).
 - The fire runs a task: a session of `role` (source `hook`, group key `hook:<name>`: `agent_list {groupKey:
   "hook:deploy-check"}` lists every fire), reaped after `retention.hook_ttl`; the run ends as its turn does,
   and is reaped after `retention.run_ttl`.

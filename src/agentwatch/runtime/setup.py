@@ -31,7 +31,7 @@ __all__ = ["SETUP_OPTIONS", "load_setup"]
 
 log = logging.getLogger(__name__)
 
-SETUP_OPTIONS: Final = ("tools", "definitions", "policies", "models", "heartbeats")
+SETUP_OPTIONS: Final = ("tools", "definitions", "policies", "models", "heartbeats", "hooks")
 """The `Engine.open` options a setup may give."""
 
 
@@ -47,6 +47,9 @@ def load_setup(config: Config) -> dict[str, Any]:
     try:
         target: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(f"{exc.name}.")):
+            # The module is there, but something it imports is not.
+            raise InvalidArgument(f"{where}: importing {module_name!r} failed: {exc}; install what it needs") from None
         raise InvalidArgument(
             f"{where}: no module {exc.name!r} (looked under {root} and the installed packages); "
             "name a module of the project, relative to where agentwatch.toml is"

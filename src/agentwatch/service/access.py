@@ -38,7 +38,7 @@ ACCESS_KEY = "agentwatch.access"
 """The ASGI scope key under which the guard records the caller's `Access`."""
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-_OPEN_PATHS = frozenset({"/api/health"})
+_OPEN_PATHS = frozenset({"/api/health", "/api/health/live"})
 
 
 def is_loopback(host: str) -> bool:

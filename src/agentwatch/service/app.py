@@ -65,9 +65,11 @@ log = logging.getLogger(__name__)
 
 
 async def health_answer(state: ServiceState) -> Response:
-    """`GET /api/health`, for a load balancer or an orchestrator: 200 `ok` when the store and the live ring
-    answer within 2 s; 503 `draining` once a stop was asked for (no new work here), or `unavailable` naming
-    which failed (`store`, `live`: `ok` or `failing`; why goes to the service's log, not to this open path)."""
+    """`GET /api/health`, a readiness probe for a load balancer or an orchestrator: 200 `ok` when the store and
+    the live ring answer within 2 s; 503 `draining` once a stop was asked for (no new work here), or
+    `unavailable` naming which failed (`store`, `live`: `ok` or `failing`; why goes to the service's log, not
+    to this open path). `GET /api/health/live` is the liveness probe: 200 while the process serves, draining
+    included (a deploy's hold must not get it killed)."""
     checks: dict[str, str] = {}
     engine = state.engine
     for name, probe in (
@@ -104,6 +106,9 @@ def create_app(
     async def health(request: Request) -> Response:
         return await health_answer(state)
 
+    async def alive(request: Request) -> Response:
+        return JSONResponse({"status": "draining" if state.draining else "alive"})
+
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document(callable_tools(engine.tools)))
 
@@ -119,6 +124,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/api/health", health, methods=["GET"]),
+            Route("/api/health/live", alive, methods=["GET"]),
             Route("/api/openapi.json", openapi, methods=["GET"]),
             Route("/api/tools", list_tools_endpoint, methods=["GET"]),
             Route("/api/tools/{name}", call_tool_endpoint, methods=["POST"]),

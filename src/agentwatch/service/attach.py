@@ -414,7 +414,7 @@ class _SSEResponse:
                 if isinstance(failure, AgentwatchError):  # the live ring or the store failed: say so, as a socket does
                     refusal = failure.to_dict()
                 elif not isinstance(failure, TimeoutError | OSError):  # (those two: the client is gone)
-                    log.warning("attach stream of %s failed: %r", self.session_id, failure)
+                    log.warning("attach stream of %s failed: %r", self.session_id, failure, exc_info=failure)
                     refusal = error("internal", "the attach stream failed; reconnect with your cursor")
         finally:
             for task in (pump, gone):

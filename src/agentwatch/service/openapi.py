@@ -62,6 +62,13 @@ def openapi_document(tools: Iterable[Tool], *, version: str = "0") -> dict[str, 
                 },
             }
         },
+        "/api/health/live": {
+            "get": {
+                "operationId": "alive",
+                "summary": "200 while the process serves, draining included: a liveness probe (no token)",
+                "responses": {"200": {"description": "Alive", "content": {"application/json": {}}}},
+            }
+        },
         "/api/tools": {
             "get": {
                 "operationId": "list_tools",

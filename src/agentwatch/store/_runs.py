@@ -152,10 +152,10 @@ class RunMethods(SqlBase):
         ended, skipped = (self._dialect.time_param(aware(moment)) for moment in (ended_before, skipped_before))
 
         async def reap(tx: Tx) -> int:
-            rows = await tx.fetch(
-                "SELECT id FROM runs WHERE ended_at IS NOT NULL AND status <> 'running' "
+            rows = await tx.fetch(  # (the first bound keeps the index's walk to the runs that may be due)
+                "SELECT id FROM runs WHERE ended_at IS NOT NULL AND ended_at < ? AND status <> 'running' "
                 "AND (ended_at < ? OR (status = 'skipped' AND ended_at < ?)) ORDER BY ended_at LIMIT ?",
-                [ended, skipped, limit],
+                [max(ended, skipped), ended, skipped, limit],
             )
             run_ids = [str(row[0]) for row in rows]
             if run_ids:

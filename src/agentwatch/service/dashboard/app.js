@@ -369,7 +369,7 @@
 
   async function select(id) {
     if (state.source) state.source.close();
-    Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null });
+    Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null, readBack: false });
     markCurrent($("agents"), id);
     $("log").replaceChildren();
     $("earlier").hidden = true;
@@ -459,21 +459,34 @@
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
     clearTyping();
     log.append(...lines.map(lineItem));
-    if (log.children.length > LOG_KEPT) $("earlier").hidden = false; // what is let go can be read back
-    while (log.children.length > LOG_KEPT) log.firstElementChild.remove();
+    // The oldest lines are let go (they can be read back), but not those a person just read back.
+    const kept = state.readBack ? LOG_KEPT * 5 : LOG_KEPT;
+    if (log.children.length > kept) $("earlier").hidden = false;
+    while (log.children.length > kept) log.firstElementChild.remove();
     if (atBottom) log.scrollTop = log.scrollHeight;
   }
 
   async function showEarlier() {
     const id = state.selected;
     const log = $("log");
-    const first = log.querySelector("li[data-id]");
     const button = $("earlier");
-    if (!first) return;
+    // The first line's event, or the next one's: a line of a passing event (tool progress) is placed only
+    // while the live ring holds it.
+    const firsts = [...log.querySelectorAll("li[data-id]")].slice(0, 5);
+    if (!firsts.length) return;
     button.disabled = true;
     try {
-      const answer = await call("agent_tail", { id, beforeId: first.dataset.id, maxEvents: TAIL_PAGE, maxChars: MAX_CHARS });
+      let answer = null;
+      for (const first of firsts) {
+        try {
+          answer = await call("agent_tail", { id, beforeId: first.dataset.id, maxEvents: TAIL_PAGE, maxChars: MAX_CHARS });
+          break;
+        } catch (error) {
+          if (!(error instanceof ServiceError && error.code === "not_found") || first === firsts[firsts.length - 1]) throw error;
+        }
+      }
       if (state.selected !== id) return;
+      state.readBack = true;
       const height = log.scrollHeight;
       log.prepend(...answer.events.map(lineItem));
       log.scrollTop += log.scrollHeight - height; // what was in view stays where it was
