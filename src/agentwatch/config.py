@@ -113,6 +113,16 @@ def _some_time(value: timedelta) -> timedelta:
 
 
 TurnTimeout = Annotated[Duration, AfterValidator(_some_time)]
+
+
+def _setup_ref(value: str) -> str:
+    if not re.match(SETUP_REF, value):
+        raise ValueError(
+            f"{value!r} is not MODULE:NAME (a module of the project, a colon, a name in it: myproject.agents:setup)"
+        )
+    return value
+
+
 """How long a scheduled turn (a heartbeat's tick, a hook's fire) may take: a duration above 0."""
 HEARTBEAT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 """A heartbeat's name: 1-100 letters, digits, '_', '.' or '-' (it is part of its runs' entity and lineage)."""
@@ -272,7 +282,7 @@ class Config(BaseModel):
     hooks: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HookConfig] = {}
     providers: dict[str, ProviderConfig] = {}
     models: ModelsConfig = ModelsConfig()
-    setup: Annotated[str, StringConstraints(pattern=SETUP_REF)] | None = None
+    setup: Annotated[str, AfterValidator(_setup_ref)] | None = None
     """`module:name` of the project's Python for the commands that run agents (`serve`, `run`, `mcp`): tools,
     policies, models, ... as `Engine.open` takes them (see `agentwatch.runtime.setup`)."""
 

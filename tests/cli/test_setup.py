@@ -40,10 +40,27 @@ def setup():
 WRONG = {"tool": [shout]}
 
 
+def agent_get(id: str) -> str:
+    """Not the built-in one."""
+    return "mine"
+
+
+def raising():
+    raise ValueError("the tools are not ready")
+
+
+def clashing():
+    return {"tools": [agent_get]}
+
+
 def with_a_role():
     sloppy = AgentDefinition(name="sloppy", model="scripted:shouter", instructions="Be sloppy.", tools=["shuot"])
     return {**setup(), "definitions": [sloppy]}
 '''
+
+
+RAISES_AT = SETUP.splitlines().index('    raise ValueError("the tools are not ready")') + 1
+"""The line of `shop/agents.py` where `raising` raises (an error names it)."""
 
 
 @pytest.fixture
@@ -115,6 +132,8 @@ def test_serve_takes_the_setup_and_run_hands_its_agent_over(project: Path) -> No
         ("shop.agents:WRONG", "tool is not an option it may give; it may give any of: tools, definitions"),
         ("shop.agents:shout.__doc__", "gave a str; it must be a mapping of engine options"),
         ("shop.broken:setup", "importing 'shop.broken' failed: No module named 'notinstalledlib'; install what it"),
+        ("shop.agents:clashing", "tool named 'agent_get', which is built in: give yours another name"),
+        ("shop.agents:raising", f"agents.py:{RAISES_AT}: ValueError: the tools are not ready"),
     ],
 )
 def test_a_bad_setup_is_an_error_that_says_what_is_wrong(project: Path, setup: str, message: str) -> None:
@@ -132,3 +151,21 @@ def test_a_setup_that_is_not_module_colon_name_is_a_usage_error(project: Path) -
 def test_agents_check_checks_the_roles_the_setup_gives(project: Path) -> None:
     done = agentwatch(project, "agents", "check", "--setup", "shop.agents:with_a_role")
     assert done.returncode == 1 and "shuot" in done.stderr, done.stderr
+
+
+def test_a_setup_in_agentwatch_toml_that_is_not_module_colon_name_says_what_to_write(project: Path) -> None:
+    (project / "agentwatch.toml").write_text('setup = "shop.agents"\n')
+    done = agentwatch(project, "agents", "check")
+    assert done.returncode == 1 and "'shop.agents' is not MODULE:NAME" in done.stderr, done.stderr
+
+
+def test_agents_check_refuses_a_heartbeat_or_hook_whose_role_is_not_defined(project: Path) -> None:
+    (project / "agentwatch.toml").write_text(
+        'setup = "shop.agents:setup"\n'
+        '[heartbeats.ping]\nrole = "shoutre"\nevery = "1h"\nprompt = "ping"\n'
+        '[hooks.deploy]\nrole = "shouter"\nprompt = "deploy"\n'
+    )
+    done = agentwatch(project, "agents", "check")
+    assert done.returncode == 1, done.stderr
+    assert "heartbeat 'ping' runs role 'shoutre', which is not defined (did you mean 'shouter'?)" in done.stderr
+    assert "hook 'deploy'" not in done.stderr

@@ -803,6 +803,9 @@ async def test_runs_that_ended_long_ago_are_reaped_with_their_spans_and_journal(
     kept = {run.id for run in await store.list_runs(RunFilter())}
     assert kept == {recent_done, recent_skipped, running}
     assert len(await store.list_spans(recent_done)) == 1 and len(await store.read_journal(recent_skipped)) == 1
+    # Each kind by its own time: skipped ticks kept longer than other runs stay past the others' time.
+    assert await store.reap_runs(now - timedelta(hours=1), now - timedelta(days=30)) == 1  # recent_done only
+    assert {run.id for run in await store.list_runs(RunFilter())} == {recent_skipped, running}
 
 
 async def test_ending_a_run_ends_its_open_spans_once(store: Store) -> None:

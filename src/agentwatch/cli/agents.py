@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -69,8 +69,9 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
     config = resolve_config(setup=setup)
     directory = agents_dir or (config.root / config.agents_dir)
     project = load_setup(config)
-    known = {t.name for t in builtin_tools()} | _names(tools)
-    known |= {t.name if isinstance(t, Tool) else function_tool(t).name for t in project.get("tools", ())}
+    builtin = {t.name for t in builtin_tools()}
+    given = [t.name if isinstance(t, Tool) else function_tool(t).name for t in project.get("tools", ())]
+    known = builtin | _names(tools) | set(given)
     # A declared scripted model stands in as an empty script: only its name matters to a check.
     models = {name: ScriptedModel([]) for name in _names(scripted)} | dict(project.get("models", {}))
     resolver = ModelResolver.from_config(config, models=models)
@@ -93,6 +94,10 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
             declare = "; a tool your project registers in Python is declared here with --tool NAME"
             problems[index] = dataclasses.replace(problem, message=problem.message + declare)
     problems.extend(_observer_gate_problems(roster, config))
+    problems.extend(_schedule_problems(roster, config, project))
+    for name in sorted(builtin.intersection(given)):
+        message = f"the setup gives a tool named {name!r}, which is built in: give yours another name"
+        problems.append(DefinitionProblem(Path(str(config.setup)), "tools", message, "error"))
     notes = _missing_variables(roster, resolver)
     for problem in problems:
         style = "red" if problem.severity == "error" else "yellow"
@@ -105,6 +110,31 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
         sys.exit(1)
     files = sum(1 for definition in roster if definition.source_path is not None)
     console.print(f"[green]ok[/]: {files} agent definition(s) in {escape(str(directory))}")
+
+
+def _schedule_problems(roster: Roster, config: Config, project: dict[str, Any]) -> list[DefinitionProblem]:
+    """A heartbeat or a hook (of agentwatch.toml, or of the setup) whose role is not defined: the engine would
+    refuse to open."""
+    from agentwatch.errors import did_you_mean
+    from agentwatch.runtime.roster import DefinitionProblem
+
+    declared = [
+        *(("heartbeat", name, beat.role) for name, beat in config.heartbeats.items()),
+        *(("hook", name, hook.role) for name, hook in config.hooks.items()),
+        *(("heartbeat", beat.name, beat.role) for beat in project.get("heartbeats", ())),
+        *(("hook", hook.name, hook.role) for hook in project.get("hooks", ())),
+    ]
+    roles = [definition.name for definition in roster if definition.kind != "rule"]
+    return [
+        DefinitionProblem(
+            config.root / "agentwatch.toml",
+            f"{what}s.{name}.role",
+            f"{what} {name!r} runs role {role!r}, which is not defined{did_you_mean(role, roles)}",
+            "error",
+        )
+        for what, name, role in declared
+        if role not in roster
+    ]
 
 
 def _observer_gate_problems(roster: Roster, config: Config) -> list[DefinitionProblem]:

@@ -19,8 +19,8 @@ and what to do; the command then runs nothing.
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
+import traceback
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -28,8 +28,6 @@ from agentwatch.config import Config
 from agentwatch.errors import InvalidArgument
 
 __all__ = ["SETUP_OPTIONS", "load_setup"]
-
-log = logging.getLogger(__name__)
 
 SETUP_OPTIONS: Final = ("tools", "definitions", "policies", "models", "heartbeats", "hooks")
 """The `Engine.open` options a setup may give."""
@@ -55,8 +53,9 @@ def load_setup(config: Config) -> dict[str, Any]:
             "name a module of the project, relative to where agentwatch.toml is"
         ) from None
     except Exception as exc:
-        log.error("importing the setup module %r failed", module_name, exc_info=True)
-        raise InvalidArgument(f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+        raise InvalidArgument(
+            f"{where}: importing {module_name!r} failed{_at(exc)}: {type(exc).__name__}: {exc}"
+        ) from None
     for part in path.split("."):
         if not hasattr(target, part):
             raise InvalidArgument(f"{where}: {getattr(target, '__name__', module_name)!r} has no {part!r}")
@@ -65,8 +64,7 @@ def load_setup(config: Config) -> dict[str, Any]:
         try:
             target = target()
         except Exception as exc:
-            log.error("the setup function %r failed", config.setup, exc_info=True)
-            raise InvalidArgument(f"{where} failed: {type(exc).__name__}: {exc}") from None
+            raise InvalidArgument(f"{where} failed{_at(exc)}: {type(exc).__name__}: {exc}") from None
     if not isinstance(target, Mapping):
         raise InvalidArgument(
             f"{where} gave a {type(target).__name__}; it must be a mapping of engine options (or a function of "
@@ -79,3 +77,11 @@ def load_setup(config: Config) -> dict[str, Any]:
             f"{', '.join(SETUP_OPTIONS)}"
         )
     return dict(target)
+
+
+def _at(exc: BaseException) -> str:
+    """Where in the project's code `exc` was raised (` at path:line`), or nothing when not known."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" at {exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""

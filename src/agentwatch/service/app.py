@@ -81,7 +81,7 @@ async def health_answer(state: ServiceState) -> Response:
                 await probe()
             checks[name] = "ok"
         except Exception as exc:
-            log.warning("health check: the %s failed: %s", name, exc)
+            log.warning("health check: the %s failed: %s", "live ring" if name == "live" else name, exc)
             checks[name] = "failing"
     failing = any(value != "ok" for value in checks.values())
     status = "draining" if state.draining else "unavailable" if failing else "ok"

@@ -154,7 +154,8 @@ class RunMethods(SqlBase):
         async def reap(tx: Tx) -> int:
             rows = await tx.fetch(  # (the first bound keeps the index's walk to the runs that may be due)
                 "SELECT id FROM runs WHERE ended_at IS NOT NULL AND ended_at < ? AND status <> 'running' "
-                "AND (ended_at < ? OR (status = 'skipped' AND ended_at < ?)) ORDER BY ended_at LIMIT ?",
+                "AND ((status <> 'skipped' AND ended_at < ?) OR (status = 'skipped' AND ended_at < ?)) "
+                "ORDER BY ended_at LIMIT ?",
                 [max(ended, skipped), ended, skipped, limit],
             )
             run_ids = [str(row[0]) for row in rows]
