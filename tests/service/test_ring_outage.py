@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,9 +59,10 @@ async def test_watchers_are_told_when_the_ring_goes_down_and_the_turn_goes_on(
     url, redis_server = redis_of_our_own
     held = HeldTool("wait_here", output="waited")
     definition = held.role("waiter", scripted, "outage-waiter")
+    store = f"sqlite:///{tmp_path / 'aw.db'}"
     async with (
         Engine.open(
-            f"sqlite:///{tmp_path / 'aw.db'}",
+            store,
             live=url,
             root=tmp_path,
             agents_dir=tmp_path / "agents",
@@ -84,6 +87,15 @@ async def test_watchers_are_told_when_the_ring_goes_down_and_the_turn_goes_on(
                 health = await http.get("/api/health")
             assert health.status_code == 503
             assert health.json() == {"status": "unavailable", "store": "ok", "live": "failing"}
+            # Reads that need only the store still answer: the tool, and the command line beside the service.
+            async with httpx.AsyncClient(base_url=base) as http:
+                tail = (await http.post("/api/tools/agent_tail", json={"id": session.id})).json()
+            assert tail["events"][-1]["type"] == "turn.ended", tail
+            command = [sys.executable, "-m", "agentwatch.cli", "tail", session.id, "--store", store, "--server", "none"]
+            env = {**os.environ, "AGENTWATCH_LIVE": url}
+            done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, env=env)
+            assert done.returncode == 0 and "reading the store alone" in done.stderr, done.stderr
+            assert "waited" in done.stdout
             for stream in (sse, ws):
                 frames = []
                 while True:

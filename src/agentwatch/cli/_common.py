@@ -237,7 +237,14 @@ async def open_reader(config: Config) -> AsyncIterator[Reader]:
     existing_store(config.store)
     store = await connect_store(config.store)
     try:
-        ring = await connect_live(config.live)
+        try:
+            ring = await connect_live(config.live)
+        except AgentwatchError as exc:  # a view only: what the store holds is read all the same
+            from rich.markup import escape
+
+            warn = __getattr__("err_console")
+            warn.print(f"[yellow]{escape(str(exc))}; reading the store alone (no streamed events)[/]")
+            ring = await connect_live("memory://")
         try:
             yield Reader(config, store, ring)
         finally:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, JsonValue
 
-from agentwatch.errors import InvalidArgument, InvalidCursor, NotFound
+from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor, NotFound
 from agentwatch.events import (
     PAYLOAD_TYPES,
     AssistantMessage,
@@ -67,6 +68,8 @@ __all__ = [
     "project",
     "read_tail",
 ]
+
+log = logging.getLogger(__name__)
 
 _RING_SCAN = 1000
 
@@ -254,8 +257,18 @@ async def _ephemeral(
     wanted = _DEFAULT_EPHEMERAL if types is _DEFAULT_TYPES else {name for name in types if not is_durable_type(name)}
     if not wanted:
         return []
-    recent = await view.ring.recent(session_id, after=after, limit=_RING_SCAN)
+    recent = await _held(view, session_id, after)
     return [e for e in recent if e.type in wanted and (up_to_seq is None or e.seq <= up_to_seq)]
+
+
+async def _held(view: EngineView, session_id: str, after: StreamCursor | None = None) -> list[Event]:
+    """What the live ring holds of the session after `after`; nothing when the ring fails (it is a view: the
+    stored events still answer)."""
+    try:
+        return await view.ring.recent(session_id, after=after, limit=_RING_SCAN)
+    except AgentwatchError as exc:
+        log.warning("agent_tail of %s without the live ring's events: %s", session_id, exc)
+        return []
 
 
 async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
@@ -325,7 +338,7 @@ async def _position_of(view: EngineView, session_id: str, given: str, field: str
         try:
             return (await view.store.get_event(session_id, given)).cursor
         except NotFound:
-            held = [e for e in await view.ring.recent(session_id, limit=_RING_SCAN) if e.id == given]
+            held = [e for e in await _held(view, session_id) if e.id == given]
             if not held:
                 raise
             return held[0].cursor
