@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("agentwatch.cli.run:run", "Run an agent on a prompt and stream its turn."),
     "runs": (
         "agentwatch.cli.runs:runs",
-        "Runs (workflows, heartbeats, hooks): list, trace, compare, history.",
+        "Runs (workflows, heartbeats, hooks): ls, trace, compare, history.",
     ),
     "send": ("agentwatch.cli.act:send", "Queue input for an agent's next turn."),
     "serve": ("agentwatch.cli.serve:serve", "Run the engine as a service: HTTP tools, live attach and MCP."),

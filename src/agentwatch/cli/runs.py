@@ -17,7 +17,7 @@ from agentwatch.cli.remote import server_option
 __all__ = ["runs"]
 
 
-@click.group("runs", short_help="Runs (workflows, heartbeats, hooks): list, trace, compare, history.")
+@click.group("runs", short_help="Runs (workflows, heartbeats, hooks): ls, trace, compare, history.")
 def runs() -> None:
     """Runs: a workflow's phases and tasks (`engine.run` in Python), or a heartbeat's tick. They are read
     from what outlives their agents (the run, its spans and journal, the spend ledger).
