@@ -169,3 +169,13 @@ def test_agents_check_refuses_a_heartbeat_or_hook_whose_role_is_not_defined(proj
     assert done.returncode == 1, done.stderr
     assert "heartbeat 'ping' runs role 'shoutre', which is not defined (did you mean 'shouter'?)" in done.stderr
     assert "hook 'deploy'" not in done.stderr
+
+
+def test_a_command_run_in_a_subdirectory_finds_the_project_above_it(project: Path) -> None:
+    deeper = project / "sub" / "deeper"
+    deeper.mkdir(parents=True)
+    checked = agentwatch(deeper, "agents", "check")
+    assert checked.returncode == 0 and "1 agent definition(s)" in checked.stdout, checked.stderr
+    ran = agentwatch(deeper, "run", "shouter", "hello", "--server", "none", "--json")
+    assert ran.returncode == 0 and json.loads(ran.stdout)["lastAssistantText"] == "heard HELLO!", ran.stderr
+    assert (project / ".agentwatch" / "agentwatch.db").exists() and not (deeper / ".agentwatch").exists()

@@ -253,11 +253,23 @@ async def open_reader(config: Config) -> AsyncIterator[Reader]:
         await store.close()
 
 
+def project_root(start: Path) -> Path:
+    """Where the project is for a command run at `start`: the nearest directory from it upwards that holds
+    agentwatch.toml (a command run in a subdirectory of the project), else `start` itself."""
+    from agentwatch.config import CONFIG_FILE
+
+    here = start.resolve()
+    for directory in (here, *here.parents):
+        if (directory / CONFIG_FILE).is_file():
+            return start if directory == here else directory
+    return start
+
+
 def resolve_config(store_url: str | None = None, root: Path | None = None, *, setup: str | None = None) -> Config:
     """The project configuration, with `--store` (and `--setup`) applied over it."""
     from agentwatch.config import load_config
 
-    config = load_config(root or Path("."))
+    config = load_config(root or project_root(Path(".")))
     if store_url:
         config = config.model_copy(update={"store": store_url})
     if setup:
