@@ -115,7 +115,8 @@ def _some_time(value: timedelta) -> timedelta:
 TurnTimeout = Annotated[Duration, AfterValidator(_some_time)]
 
 
-def _setup_ref(value: str) -> str:
+def setup_ref(value: str) -> str:
+    """`value` when it is MODULE:NAME (the `setup` setting); raises `ValueError` saying what to write otherwise."""
     if not re.match(SETUP_REF, value):
         raise ValueError(
             f"{value!r} is not MODULE:NAME (a module of the project, a colon, a name in it: myproject.agents:setup)"
@@ -282,7 +283,7 @@ class Config(BaseModel):
     hooks: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HookConfig] = {}
     providers: dict[str, ProviderConfig] = {}
     models: ModelsConfig = ModelsConfig()
-    setup: Annotated[str, AfterValidator(_setup_ref)] | None = None
+    setup: Annotated[str, AfterValidator(setup_ref)] | None = None
     """`module:name` of the project's Python for the commands that run agents (`serve`, `run`, `mcp`): tools,
     policies, models, ... as `Engine.open` takes them (see `agentwatch.runtime.setup`)."""
 

@@ -82,14 +82,18 @@ _consoles: dict[str, Console] = {}
 def __getattr__(name: str) -> Any:
     # rich costs ~0.2 s to import: the consoles are made when a command first prints, not for `--help`.
     if name in ("console", "err_console"):
-        if name not in _consoles:
-            from rich.console import Console
-
-            made = Console(stderr=name == "err_console")
-            made.soft_wrap = not made.is_terminal  # piped or redirected: lines are never wrapped nor cut
-            _consoles[name] = made
-        return _consoles[name]
+        return _console(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _console(name: str) -> Console:
+    if name not in _consoles:
+        from rich.console import Console
+
+        made = Console(stderr=name == "err_console")
+        made.soft_wrap = not made.is_terminal  # piped or redirected: lines are never wrapped nor cut
+        _consoles[name] = made
+    return _consoles[name]
 
 
 # -- options and parameter types -------------------------------------------------------------------------
@@ -242,8 +246,9 @@ async def open_reader(config: Config) -> AsyncIterator[Reader]:
         except AgentwatchError as exc:  # a view only: what the store holds is read all the same
             from rich.markup import escape
 
-            warn = __getattr__("err_console")
-            warn.print(f"[yellow]{escape(str(exc))}; reading the store alone (no streamed events)[/]")
+            _console("err_console").print(
+                f"[yellow]{escape(str(exc))}; reading the store alone (no streamed events)[/]"
+            )
             ring = await connect_live("memory://")
         try:
             yield Reader(config, store, ring)
@@ -273,13 +278,12 @@ def resolve_config(store_url: str | None = None, root: Path | None = None, *, se
     if store_url:
         config = config.model_copy(update={"store": store_url})
     if setup:
-        import re
+        from agentwatch.config import setup_ref
 
-        from agentwatch.config import SETUP_REF
-
-        if not re.match(SETUP_REF, setup):
-            raise click.BadParameter(f"{setup!r} is not MODULE:NAME (myproject.agents:setup)", param_hint="--setup")
-        config = config.model_copy(update={"setup": setup})
+        try:
+            config = config.model_copy(update={"setup": setup_ref(setup)})
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--setup") from None
     return config
 
 

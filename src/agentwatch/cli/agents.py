@@ -59,19 +59,25 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
     from rich.markup import escape
 
     from agentwatch.cli._common import console, err_console
+    from agentwatch.errors import UserError
     from agentwatch.runtime.models.refs import ModelResolver
     from agentwatch.runtime.models.scripted import ScriptedModel
     from agentwatch.runtime.roster import DefinitionProblem, load_roster
     from agentwatch.runtime.setup import load_setup
-    from agentwatch.runtime.tools import Tool, builtin_tools, function_tool
+    from agentwatch.runtime.tools import builtin_tools, project_tool
     from agentwatch.watchers.rules import default_rules, rule_definition
 
     config = resolve_config(setup=setup)
     directory = agents_dir or (config.root / config.agents_dir)
     project = load_setup(config)
-    builtin = {t.name for t in builtin_tools()}
-    given = [t.name if isinstance(t, Tool) else function_tool(t).name for t in project.get("tools", ())]
-    known = builtin | _names(tools) | set(given)
+    given: list[str] = []
+    refused: list[DefinitionProblem] = []
+    for item in project.get("tools", ()):
+        try:
+            given.append(project_tool(item).name)
+        except UserError as exc:  # named as a built-in tool: the engine would refuse it
+            refused.append(DefinitionProblem(Path(str(config.setup)), "tools", exc.message, "error"))
+    known = {t.name for t in builtin_tools()} | _names(tools) | set(given)
     # A declared scripted model stands in as an empty script: only its name matters to a check.
     models = {name: ScriptedModel([]) for name in _names(scripted)} | dict(project.get("models", {}))
     resolver = ModelResolver.from_config(config, models=models)
@@ -95,9 +101,7 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
             problems[index] = dataclasses.replace(problem, message=problem.message + declare)
     problems.extend(_observer_gate_problems(roster, config))
     problems.extend(_schedule_problems(roster, config, project))
-    for name in sorted(builtin.intersection(given)):
-        message = f"the setup gives a tool named {name!r}, which is built in: give yours another name"
-        problems.append(DefinitionProblem(Path(str(config.setup)), "tools", message, "error"))
+    problems.extend(refused)
     notes = _missing_variables(roster, resolver)
     for problem in problems:
         style = "red" if problem.severity == "error" else "yellow"
@@ -116,24 +120,24 @@ def _schedule_problems(roster: Roster, config: Config, project: dict[str, Any]) 
     """A heartbeat or a hook (of agentwatch.toml, or of the setup) whose role is not defined: the engine would
     refuse to open."""
     from agentwatch.errors import did_you_mean
+    from agentwatch.runtime.heartbeats import heartbeats_from_config
+    from agentwatch.runtime.hooks import hooks_from_config
     from agentwatch.runtime.roster import DefinitionProblem
 
     declared = [
-        *(("heartbeat", name, beat.role) for name, beat in config.heartbeats.items()),
-        *(("hook", name, hook.role) for name, hook in config.hooks.items()),
-        *(("heartbeat", beat.name, beat.role) for beat in project.get("heartbeats", ())),
-        *(("hook", hook.name, hook.role) for hook in project.get("hooks", ())),
+        *(("heartbeat", beat) for beat in [*heartbeats_from_config(config), *project.get("heartbeats", ())]),
+        *(("hook", hook) for hook in [*hooks_from_config(config), *project.get("hooks", ())]),
     ]
     roles = [definition.name for definition in roster if definition.kind != "rule"]
     return [
         DefinitionProblem(
             config.root / "agentwatch.toml",
-            f"{what}s.{name}.role",
-            f"{what} {name!r} runs role {role!r}, which is not defined{did_you_mean(role, roles)}",
+            f"{what}s.{item.name}.role",
+            f"{what} {item.name!r} runs role {item.role!r}, which is not defined{did_you_mean(item.role, roles)}",
             "error",
         )
-        for what, name, role in declared
-        if role not in roster
+        for what, item in declared
+        if item.role not in roster
     ]
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import importlib
 import logging
@@ -46,8 +45,8 @@ from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.runs import Run, start_run
 from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
-from agentwatch.runtime.tools import builtin_tools
-from agentwatch.runtime.tools.base import Caller, Tool, function_tool
+from agentwatch.runtime.tools import builtin_tools, project_tool
+from agentwatch.runtime.tools.base import Caller, Tool
 from agentwatch.runtime.toolservers import close_tool_servers
 from agentwatch.runtime.turn import end_stopped_turn
 from agentwatch.store import (
@@ -215,7 +214,7 @@ class Engine:
     ) -> Engine:
         registry = {tool.name: tool for tool in builtin_tools()}
         for item in tools:
-            tool = _project_tool(item)
+            tool = project_tool(item)
             registry[tool.name] = tool
         agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
         resolver = ModelResolver.from_config(config, models=models)  # its aliases apply to the roster too
@@ -602,7 +601,7 @@ class Engine:
 
     def add_tool(self, tool: Tool | Callable[..., Any]) -> Tool:
         """Register a tool (or a plain function, which becomes one) for roles that list it."""
-        registered = _project_tool(tool)
+        registered = project_tool(tool)
         self.tools[registered.name] = registered
         return registered
 
@@ -675,23 +674,6 @@ def _freeze_start_up() -> None:
 
 def _is_a_runtime(engine: Engine) -> Runtime:
     return engine  # mypy checks here that Engine keeps the `Runtime` protocol the lower layers rely on
-
-
-def _project_tool(item: Tool | Callable[..., Any]) -> Tool:
-    """A tool a project registers (a plain function becomes one); one named as a built-in tool is refused, as it
-    would replace that tool for every caller (the API, the CLI, the dashboard, every agent)."""
-    tool = item if isinstance(item, Tool) else function_tool(item)
-    if tool.name in _builtin_names():
-        raise UserError(
-            f"the project gives a tool named {tool.name!r}, which is built in: give yours another name (its "
-            "function's, or the Tool's)"
-        )
-    return tool
-
-
-@functools.cache
-def _builtin_names() -> frozenset[str]:
-    return frozenset(tool.name for tool in builtin_tools())
 
 
 Scheduled = TypeVar("Scheduled", Heartbeat, Hook)

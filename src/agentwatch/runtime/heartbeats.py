@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import inspect
 import logging
 import math
@@ -47,7 +46,7 @@ from typing import TYPE_CHECKING
 from agentwatch.config import HEARTBEAT_NAME as NAME_PATTERN
 from agentwatch.config import Config
 from agentwatch.errors import Conflict, InvalidArgument
-from agentwatch.runtime.runs import Run, TaskFailed, start_run
+from agentwatch.runtime.runs import Run, TaskFailed, stable_run_id, start_run
 from agentwatch.store import SessionFilter
 
 if TYPE_CHECKING:
@@ -112,7 +111,7 @@ def heartbeats_from_config(config: Config) -> list[Heartbeat]:
 
 def tick_id(name: str, number: int) -> str:
     """The run id of a heartbeat's tick: the same in every engine."""
-    return "run_hb" + hashlib.blake2b(f"{name}\0{number}".encode(), digest_size=12).hexdigest()
+    return stable_run_id("hb", name, str(number))
 
 
 async def tick(runtime: Runtime, heartbeat: Heartbeat, number: int) -> str | None:

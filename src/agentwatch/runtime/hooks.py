@@ -27,7 +27,6 @@ or `Engine.open(hooks=[Hook("deploy-check", "checker", prompt="...")])` in Pytho
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 from collections.abc import Iterable
@@ -39,7 +38,7 @@ from pydantic import JsonValue
 from agentwatch.config import Config
 from agentwatch.errors import Conflict, NotFound
 from agentwatch.runtime.heartbeats import check_scheduled
-from agentwatch.runtime.runs import TaskFailed, start_run
+from agentwatch.runtime.runs import TaskFailed, stable_run_id, start_run
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
@@ -78,7 +77,7 @@ def hooks_from_config(config: Config) -> list[Hook]:
 
 def fire_id(name: str, key: str) -> str:
     """The run id of the fire of hook `name` with `key`: the same in every engine."""
-    return "run_hk" + hashlib.blake2b(f"{name}\0{key}".encode(), digest_size=12).hexdigest()
+    return stable_run_id("hk", name, key)
 
 
 def task_prompt(hook: Hook, input: JsonValue) -> str:

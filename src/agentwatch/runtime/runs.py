@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import re
@@ -246,6 +247,12 @@ class Run(Span):
         await self._runtime.store.append_journal(
             JournalEntry(run_id=self.run_id, kind=kind, message=message, detail=detail)
         )
+
+
+def stable_run_id(prefix: str, name: str, occasion: str) -> str:
+    """The run id of one occasion of a scheduled run (a heartbeat's tick, a hook's keyed fire): the same in every
+    engine, so of several that record it, one does (`start_run` refuses an id that is taken)."""
+    return f"run_{prefix}" + hashlib.blake2b(f"{name}\0{occasion}".encode(), digest_size=12).hexdigest()
 
 
 @asynccontextmanager
