@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,6 +173,34 @@ def test_run_hands_the_session_to_the_service(service: tuple[str, str, Path], tm
     assert "worked on the report" in done.stdout  # the turn, printed from the attach stream
     record = call(url, "agent_get", {"name": "reporter"})
     assert record["status"] == "completed" and record["current"]["lastAssistantText"] == "worked on the report"
+
+
+def test_run_exits_1_when_the_handed_over_turn_is_stopped_from_elsewhere(
+    service: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    store, url, _ = service
+    runner = subprocess.Popen(cli("run", "worker", "the report", "--name", "halted", "--store", store), cwd=tmp_path,
+                              env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while (agent_id := _running(url, "halted")) is None:  # the turn waits PAUSE seconds in its tool
+            assert runner.poll() is None and time.monotonic() < deadline, runner.stderr
+            time.sleep(0.05)
+        assert call(url, "agent_stop", {"id": agent_id})["stopped"] is True
+        out, err = runner.communicate(timeout=60)
+        assert runner.returncode == 1, err
+        assert "cancelled" in out
+    finally:
+        stopped(runner)
+
+
+def _running(url: str, name: str) -> str | None:
+    """The id of the agent named `name` once its turn runs."""
+    try:
+        record = call(url, "agent_get", {"name": name})
+    except urllib.error.HTTPError:
+        return None  # not created yet
+    return str(record["id"]) if record["status"] == "running" else None
 
 
 def test_tail_follow_on_the_store_exits_130_on_ctrl_c(tmp_path: Path) -> None:

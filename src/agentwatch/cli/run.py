@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 __all__ = ["run"]
 
+_UNFINISHED = frozenset({"failed", "cancelled", "interrupted"})
+"""The statuses `run` exits 1 on: the turn failed, was stopped (here, from another terminal or from another
+service), or was cut off by restarts."""
+
 
 async def _run(
     config: Config, role: str, prompt: str, name: str | None, timeout: float, as_json: bool
@@ -311,8 +315,8 @@ def run(
     settled before it exits. It says which it did.
 
     When the agent asks a question or needs an approval, you are asked here; when standard input is not a
-    terminal, the request is left pending and how to answer it is printed. Exits 1 when the turn failed,
-    3 when the timeout passed first.
+    terminal, the request is left pending and how to answer it is printed. Exits 1 when the turn failed or
+    did not finish (stopped by someone, or cut off by restarts), 3 when the timeout passed first.
 
     \b
     Examples:
@@ -348,5 +352,5 @@ def run(
         console.print(f"\n[bold]{snapshot.get('name')}[/] [dim]{snapshot.get('agentId')}[/] → [bold]{word}[/]")
     if snapshot.get("timedOut"):
         click.get_current_context().exit(ExitCode.TIMED_OUT)
-    if snapshot.get("status") == "failed":
+    if snapshot.get("status") in _UNFINISHED:
         click.get_current_context().exit(ExitCode.FAILED)
