@@ -30,6 +30,8 @@ EXAMPLE_IDS = ("ses_01jdq3v9c8k2m6n4p7r0s5t8w1", "ses_...")
 """The ids the help texts show; the test puts the id of its own `coder` session in their place."""
 SETUP = 'def note(text: str) -> str:\n    """Keep a note."""\n    return text\n\n\nsetup = {"tools": [note]}\n'
 """The project's setup the examples name (`--setup myproject.agents:setup`)."""
+HOOKS = '[hooks.deploy-check]\nrole = "coder"\nprompt = "Check the deploy."\n'
+"""The project's hook the examples fire (`runs fire deploy-check`)."""
 EXAMPLE_EVENT = "evt_..."
 """The event id the help texts show; the test puts the id of its `coder`'s newest event in its place."""
 EXAMPLE_RUN = "run_..."
@@ -58,7 +60,7 @@ def test_every_command_has_an_example_here() -> None:
 
 @pytest.fixture
 def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tuple[Path, str, str, str]:
-    """A project as the examples assume one: `agents/coder.md`, a setup in `myproject/agents.py`, the default
+    """A project as the examples assume one: `agents/coder.md`, a setup in `myproject/agents.py`, a hook, the default
     store with a `coder` that has run two turns, a `nova` in chat 42:bot1, two runs of the workflow `report`,
     and the demo's agents under `examples/`; its root, the coder's id, its newest event's id and the second
     run's id."""
@@ -70,6 +72,7 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
     (tmp_path / "myproject").mkdir()
     (tmp_path / "myproject" / "__init__.py").write_text("")
     (tmp_path / "myproject" / "agents.py").write_text(SETUP)
+    (tmp_path / "agentwatch.toml").write_text(HOOKS)
     url = f"sqlite:///{tmp_path / '.agentwatch' / 'agentwatch.db'}"
 
     async def prepare() -> tuple[str, str, str]:

@@ -258,6 +258,7 @@ main()
         (["await", "asker", "--timeout", "0"], False),  # nothing to wait for: it ends as a short command
         (["await", "asker", "--timeout", "5"], True),  # it could have waited: the collector is back on
         (["tail", "asker"], False),
+        (["runs", "ls"], False),
         (["serve", "--help"], True),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
@@ -269,7 +270,7 @@ def test_commands_that_may_wait_start_without_the_collector_and_turn_it_on_befor
 
     from agentwatch.cli import WAITING_COMMANDS
 
-    assert {"tail", "await"} == WAITING_COMMANDS
+    assert {"tail", "await", "runs"} == WAITING_COMMANDS
     store = f"sqlite:///{tmp_path / 'gc.db'}"
     asyncio.run(prepare_store(store))
     command = [sys.executable, "-c", GC_AT_EXIT, *argv] + (["--store", store] if argv[-1] != "--help" else [])

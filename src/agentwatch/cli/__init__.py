@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("agentwatch.cli.run:run", "Run an agent on a prompt and stream its turn."),
     "runs": (
         "agentwatch.cli.runs:runs",
-        "Runs (workflows, heartbeats, hooks): ls, trace, compare, history.",
+        "Runs (workflows, heartbeats, hooks): read them; fire a hook.",
     ),
     "send": ("agentwatch.cli.act:send", "Queue input for an agent's next turn."),
     "serve": ("agentwatch.cli.serve:serve", "Run the engine as a service: HTTP tools, live attach and MCP."),
@@ -117,15 +117,15 @@ def cli() -> None:
 
 SHORT_COMMANDS = frozenset(
     {"agents", "answer", "approve", "db", "delete", "deny", "escalate", "export", "get", "hand-back", "history"}
-    | {"ls", "prompt", "runs", "send", "stop", "summary", "take-over"}
+    | {"ls", "prompt", "send", "stop", "summary", "take-over"}
 )
 """Commands that end as soon as they have done one thing. The `agentwatch` process runs them with the cyclic
 garbage collector off: it would pause a few times while the command imports what it needs, with nothing to
 collect after. The others may wait, follow or serve for hours (`run`, `serve`, `mcp`, `tail -f`, `await`)."""
 
-WAITING_COMMANDS = frozenset({"tail", "await"})
+WAITING_COMMANDS = frozenset({"tail", "await", "runs"})
 """Commands that start as the short ones do, with the collector off, and may then wait or follow for hours:
-they turn it back on (`collect_garbage`) before they wait."""
+they turn it back on (`collect_garbage`) before they wait (`runs fire` runs or waits for a run)."""
 
 
 def collect_garbage() -> None:

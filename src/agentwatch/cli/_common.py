@@ -294,7 +294,7 @@ def setup_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         "setup",
         metavar="MODULE:NAME",
         default=None,
-        help="Your project's tools, policies, models, heartbeats or definitions for the engine: a mapping of "
+        help="Your project's tools, policies, models, heartbeats, hooks or definitions for the engine: a mapping of "
         "them (or a function returning one) in a module of the project. Default: $AGENTWATCH_SETUP, then setup "
         "in agentwatch.toml.",
     )(fn)

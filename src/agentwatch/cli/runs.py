@@ -1,23 +1,46 @@
-"""`agentwatch runs`: the run reads (`run_list`, `run_trace`, `run_compare`, `run_history`) on the command line.
+"""`agentwatch runs`: the run reads (`run_list`, `run_trace`, `run_compare`, `run_history`) on the command line,
+and `runs fire` (`hook_fire`).
 
-Each subcommand calls its tool exactly as an agent would (through a running service when there is one, else on
-the store, read-only); `--json` prints the tool's dict and nothing else.
+Each read calls its tool exactly as an agent would (through a running service when there is one, else on the
+store, read-only); `--json` prints the tool's dict and nothing else. `fire` hands the fire to a running
+service, or, with none, runs it in this process and waits for its end (as `agentwatch run` does).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentwatch.cli._common import json_option, print_json, store_option
+from agentwatch.cli import collect_garbage
+from agentwatch.cli._common import (
+    SECONDS,
+    ExitCode,
+    json_option,
+    print_json,
+    resolve_config,
+    run_async,
+    setup_option,
+    store_option,
+)
+from agentwatch.cli.remote import find_service, server_option
 from agentwatch.cli.remote import read as call_tool
-from agentwatch.cli.remote import server_option
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+    from agentwatch.cli.remote import Service
+    from agentwatch.config import Config
 
 __all__ = ["runs"]
 
 
-@click.group("runs", short_help="Runs (workflows, heartbeats, hooks): ls, trace, compare, history.")
+@click.group("runs", short_help="Runs (workflows, heartbeats, hooks): read them; fire a hook.")
 def runs() -> None:
     """Runs: a workflow's phases and tasks (`engine.run` in Python), or a heartbeat's tick. They are read
     from what outlives their agents (the run, its spans and journal, the spend ledger).
@@ -28,6 +51,7 @@ def runs() -> None:
       agentwatch runs trace run_...          the spans: phases, tasks, attempts, waits, turns, cost
       agentwatch runs compare run_...        against the previous finished run of the same entity
       agentwatch runs history run_... -q error
+      agentwatch runs fire deploy-check '{"sha": "4f2a"}' --key 4f2a --wait
     """
 
 
@@ -227,6 +251,141 @@ def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: s
     print_table(["AT", "SOURCE", "WHAT", "DETAIL"], rows, box=None, header_style="bold")
     if answer["nextCursor"]:
         print_note(f"[dim]older: --cursor {answer['nextCursor']}[/]")
+
+
+@runs.command("fire", short_help="Fire a hook: start a run of its role with INPUT.")
+@click.argument("hook")
+@click.argument("input_json", metavar="[INPUT]", required=False)
+@click.option("--key", help="Fire once per key: a key that fired before starts nothing and shows that run.")
+@click.option("--wait", is_flag=True, help="With a service: wait until the run ends (alone, it always waits).")
+@click.option("--timeout", type=SECONDS, default=600.0, show_default=True, help="Seconds to wait for the run to end.")
+@store_option
+@server_option
+@setup_option
+@json_option
+def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout: float, store_url: str | None,
+         setup: str | None, as_json: bool) -> None:  # fmt: skip
+    """Fire HOOK ([hooks.<name>] in agentwatch.toml; the `hook_fire` tool): a run of its role, given the hook's
+    prompt and INPUT (JSON; `-` reads it from standard input).
+
+    With a service running (--server, AGENTWATCH_SERVER, or `agentwatch serve` on this store) the run starts
+    there and this prints its id at once (`--wait` waits for its end). Alone, the run goes in this process,
+    which waits for its end (a run still going at --timeout is cut off: it ends cancelled). Exits 1 when the
+    run did not complete, 3 when the timeout passed first.
+
+    \b
+    Examples:
+      agentwatch runs fire deploy-check '{"sha": "4f2a", "env": "prod"}' --key deploy-4f2a
+      echo '"nightly"' | agentwatch runs fire digest - --wait
+    """
+    collect_garbage()  # started without the collector (see WAITING_COMMANDS); a run may go on for long
+    args: dict[str, Any] = {"name": hook}
+    if input_json is not None:
+        args["input"] = _json_input(input_json)
+    if key is not None:
+        args["key"] = key
+    flags = {"name": "HOOK", "input": "INPUT", "key": "--key"}
+    service = find_service(store_url)
+    ended: str | None
+    if service is None:
+        config = resolve_config(store_url, setup=setup)
+        fired, ended = run_async(_fire_here(config, args, flags, timeout, as_json))
+    else:
+        if setup:
+            from agentwatch.cli._common import err_console
+
+            err_console.print(f"--setup is not used: the service at {service.url} fires the hook with its own setup")
+        fired = _fire_through(service, args, flags, as_json)
+        ended = run_async(_ended(_traced(service, fired["runId"]), timeout)) if wait else None
+    if ended is None:
+        if as_json:
+            print_json(fired)
+        return
+    if as_json:
+        print_json({**fired, "status": ended or None, "timedOut": not ended})
+    elif ended:
+        from agentwatch.cli._common import console
+
+        console.print(f"{fired['runId']} {_status(ended)}: `agentwatch runs trace {fired['runId']}` shows its spans")
+    if not ended:
+        click.get_current_context().exit(ExitCode.TIMED_OUT)
+    if ended != "completed":
+        click.get_current_context().exit(ExitCode.FAILED)
+
+
+def _json_input(given: str) -> JsonValue:
+    """INPUT as JSON (`-`: standard input's)."""
+    text = sys.stdin.read() if given == "-" else given
+    try:
+        value: JsonValue = json.loads(text)
+    except ValueError as exc:
+        example = """'{"sha": "4f2a"}', or text quoted as a JSON string: '"nightly"'"""
+        raise click.BadParameter(f"not JSON ({exc}); give an object, e.g. {example}", param_hint="INPUT") from None
+    return value
+
+
+def _said(fired: dict[str, Any], as_json: bool) -> dict[str, Any]:
+    """`fired` (the `hook_fire` answer), said at once on a terminal's run (JSON is printed at the end)."""
+    if not as_json:
+        from agentwatch.cli._common import console
+
+        if fired["duplicate"]:
+            console.print(f"{fired['hook']} fired before with this key: its run is {fired['runId']} (none started)")
+        else:
+            console.print(f"fired {fired['hook']}: run {fired['runId']}")
+    return fired
+
+
+def _fire_through(service: Service, args: dict[str, Any], flags: dict[str, str], as_json: bool) -> dict[str, Any]:
+    from agentwatch.cli._common import flag_error
+    from agentwatch.errors import InvalidArgument
+
+    try:
+        return _said(service.answer("hook_fire", args), as_json)
+    except InvalidArgument as exc:
+        raise flag_error(exc, flags, args) from None
+
+
+async def _fire_here(
+    config: Config, args: dict[str, Any], flags: dict[str, str], timeout: float, as_json: bool
+) -> tuple[dict[str, Any], str]:
+    """Fire in an engine of this process (no service runs) and wait for the run's end: its answer and status."""
+    from agentwatch.cli._common import err_console, flag_error
+    from agentwatch.errors import InvalidArgument
+    from agentwatch.runtime.engine import Engine
+    from agentwatch.runtime.setup import load_setup
+    from agentwatch.tools import Caller
+
+    async with Engine.open(config=config, recover=False, **load_setup(config)) as engine:
+        try:
+            fired = await engine.tools["hook_fire"].handler(engine, Caller(), args)
+        except InvalidArgument as exc:
+            raise flag_error(exc, flags, args) from None
+        assert isinstance(fired, dict)
+        err_console.print("[dim]no service running: the run goes in this process, which waits for its end[/]")
+        run_id = str(_said(fired, as_json)["runId"])
+
+        async def status() -> str:
+            return (await engine.store.get_run(run_id)).status
+
+        return fired, await _ended(status, timeout)
+
+
+def _traced(service: Service, run_id: str) -> Callable[[], Awaitable[str]]:
+    async def status() -> str:
+        return str(service.answer("run_trace", {"id": run_id})["run"]["status"])
+
+    return status
+
+
+async def _ended(status: Callable[[], Awaitable[str]], timeout: float) -> str:
+    """The run's status once it is no longer `running`, or "" when `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while (now := await status()) == "running":
+        if time.monotonic() >= deadline:
+            return ""
+        await asyncio.sleep(0.2)
+    return now
 
 
 def _status(status: str) -> str:
