@@ -419,6 +419,8 @@ class Roster:
         self._static_problems: list[DefinitionProblem] = []
         # Definitions left out because of errors, so a lookup (or an observer naming one) can say why.
         self._left_out: dict[str, Path | None] = {}
+        # ... and those of them that parsed: their observer is checked too, so one pass lists every problem.
+        self._refused: dict[str, AgentDefinition] = {}
         self.missing_directory: Path | None = None
         """The agents directory `load_roster` was given, when it does not exist (a lookup says so)."""
         for definition in definitions:
@@ -543,12 +545,14 @@ class Roster:
             self._static_problems.extend(problems)
             if definition.name not in self._definitions:
                 self._left_out[definition.name] = definition.source_path
+                self._refused[definition.name] = definition
         else:
             self._keep(definition, problems)
 
     def _keep(self, definition: AgentDefinition, warnings: list[DefinitionProblem]) -> None:
         self._definitions[definition.name] = definition
         self._left_out.pop(definition.name, None)
+        self._refused.pop(definition.name, None)
         self._static_problems.extend(warnings)
 
     def _with_refs(self, definition: AgentDefinition) -> AgentDefinition:
@@ -610,7 +614,7 @@ class Roster:
 
     def _observer_problems(self) -> list[DefinitionProblem]:
         problems: list[DefinitionProblem] = []
-        for definition in self._definitions.values():
+        for definition in [*self._definitions.values(), *self._refused.values()]:
             observer = definition.observer
             if observer is None:
                 continue
