@@ -99,6 +99,22 @@ async def test_sigterm_lets_the_running_turn_finish_and_refuses_new_work(tmp_pat
     assert status == "completed"
 
 
+async def test_a_draining_service_still_stops_the_turn_it_waits_for(tmp_path: Path) -> None:
+    # The hold waits for running turns: a person (the dashboard's Stop) may still end one, and the drain with it.
+    async with service(tmp_path, hold_minutes=60, pause_seconds=60) as (process, base):
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            agent_id = await start_slow_turn(http)
+            process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            refused = await http.post("/api/tools/agent_enqueue", json={"agentId": agent_id, "prompt": "more"})
+            stop = await http.post("/api/tools/agent_stop", json={"id": agent_id})
+        assert refused.status_code == 503  # work that would start a turn goes to another service
+        assert stop.status_code == 200 and stop.json()["stopped"] is True, stop.text
+        assert await stopped(process, within=20) < 10  # the drain ended with the turn, not after 60 minutes
+        assert process.returncode == 0
+    assert await final_status(tmp_path, agent_id, recover=False) == "cancelled"
+
+
 async def test_with_no_hold_the_turn_is_cut_off_and_continues_on_the_next_start(tmp_path: Path) -> None:
     async with service(tmp_path, hold_minutes=0, pause_seconds=2) as (process, base):
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:

@@ -11,6 +11,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+import agentwatch
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from tests.service.support import role, served
@@ -55,7 +56,9 @@ async def test_mcp_over_streamable_http(open_engine: Any, scripted: Any) -> None
     async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
         async with Client(f"{base}/mcp") as client:
             seen = await exercise(client, engine.tools)
+            server = client.server_info
         check(seen, "Done over HTTP.")
+    assert (server.name, server.version) == ("agentwatch", agentwatch.__version__)
 
 
 async def test_mcp_over_http_with_a_read_only_token_offers_only_reads(open_engine: Any) -> None:

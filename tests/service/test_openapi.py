@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import agentwatch
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import create_app
 from agentwatch.service._wire import STATUS_BY_CODE
@@ -57,6 +58,20 @@ async def test_served_document_matches_the_tools(open_engine: Any) -> None:
         assert openapi_document(engine.tools.values())["paths"].keys() >= {
             f"/api/tools/{name}" for name, tool in engine.tools.items() if not tool.asks_user
         }
+
+
+async def test_the_document_offers_only_the_tools_a_caller_outside_a_turn_reaches(open_engine: Any) -> None:
+    document = json.loads(DOCUMENT.read_text())
+    assert document["info"]["version"] == agentwatch.__version__
+    assert "/api/tools/ObserverReport" not in document["paths"] and "/api/tools/ask_user" not in document["paths"]
+    async with open_engine(extensions=None) as engine:  # the default extensions: observer agents, and their tool
+        assert "ObserverReport" in engine.tools
+        unknown = await engine.call_tool("agent_gte", {})
+        outside = await engine.call_tool("ObserverReport", {"report": "x"})
+    known = unknown["error"]["message"].split("the tools are: ")[1].split(", ")
+    assert "agent_get" in known and "ObserverReport" not in known and "ask_user" not in known
+    assert outside["error"]["code"] == "invalid_argument"
+    assert "called by an agent from inside its turn" in outside["error"]["message"]
 
 
 json_values = st.recursive(

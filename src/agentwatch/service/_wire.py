@@ -40,7 +40,6 @@ STATUS_BY_CODE: dict[str, int] = {
     "unsupported_media_type": 415,
     "invalid": 422,
     "not_delivered": 422,
-    "rate_limited": 429,
     "user_error": 400,
     "missing_dependency": 501,
     "tool_failed": 500,

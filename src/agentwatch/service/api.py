@@ -2,15 +2,16 @@
 answers its dict; `GET /api/tools` lists the tools with their JSON schemas.
 
 The HTTP status follows the error code (`invalid_argument` 400, `unauthenticated` 401, `forbidden` and
-`denied` 403, `not_found` 404, `conflict` and `ambiguous` 409, `too_large` 413, `invalid` 422, 429 when rate
-limited, 503 while the service drains or the store is down); a refused call is always a structured error.
+`denied` 403, `not_found` 404, `conflict` and `ambiguous` 409, `too_large` 413, `invalid` 422, `tool_failed`
+500 (a tool raised), 503 while the service drains or the store is down); a refused call is always a structured
+error.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
 from starlette.requests import Request
@@ -34,6 +35,12 @@ def callable_tools(tools: dict[str, Tool]) -> list[Tool]:
     return sorted((t for t in tools.values() if not (t.asks_user or t.agents_only)), key=lambda t: t.name)
 
 
+STARTS_NO_TURN: Final = frozenset({"agent_answer", "agent_escalate", "agent_stop", "agent_take_over", "agent_delete"})
+"""The drive tools a draining service still takes: they end or hold work, or answer a request a turn waits on
+(a turn the drain may be waiting for), and start no new turn. The others (create, enqueue, task, hand back,
+fire) answer 503, so that the work goes to another service."""
+
+
 def may_call(tool: Tool, access: str) -> bool:
     """Whether a caller of `access` may call `tool`: a read-only token only the tools that change nothing."""
     return access == "full" or tool.reads_only
@@ -45,7 +52,7 @@ def refusal_for(state: ServiceState, tool: Tool | None, access: str) -> dict[str
         return None
     if not may_call(tool, access):
         return error("forbidden", f"{tool.name} is not a read tool; a read-only token calls only the read tools")
-    if tool.grant is not None and not tool.reads_only and state.draining:
+    if tool.grant is not None and not tool.reads_only and tool.name not in STARTS_NO_TURN and state.draining:
         return error("unavailable", f"the service is draining for a restart; call {tool.name} again in a moment")
     return None
 

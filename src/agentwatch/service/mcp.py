@@ -16,6 +16,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 
+from agentwatch import __version__
 from agentwatch.service._wire import error
 from agentwatch.service.access import ACCESS_KEY, Access
 from agentwatch.service.api import callable_tools, may_call, refusal_for
@@ -71,6 +72,7 @@ def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Serve
 
     return Server(
         SERVER_NAME,
+        version=__version__,
         instructions="Read and drive agentwatch agents: the same tools as `engine.call_tool`.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,

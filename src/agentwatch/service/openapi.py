@@ -16,15 +16,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agentwatch import __version__
 from agentwatch.service._wire import STATUS_BY_CODE
+from agentwatch.service.api import callable_tools
 from agentwatch.tools import Tool
 
 __all__ = ["openapi_document"]
 
-_ERROR_STATUSES = ("400", "401", "403", "404", "409", "413", "415", "422", "429", "503")
+_ERROR_STATUSES = ("400", "401", "403", "404", "409", "413", "415", "422", "500", "503")
 
 
-def openapi_document(tools: Iterable[Tool], *, version: str = "0") -> dict[str, Any]:
+def openapi_document(tools: Iterable[Tool], *, version: str = __version__) -> dict[str, Any]:
     """OpenAPI 3.1 for `/api/tools`, each tool's `POST /api/tools/{name}`, and the attach stream."""
     components: dict[str, Any] = {
         "Error": {
@@ -153,7 +155,7 @@ async def _default_document() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as root:
         store = f"sqlite:///{Path(root) / 'openapi.db'}"
         async with Engine.open(store, root=root, agents_dir=Path(root) / "agents", recover=False) as engine:
-            return openapi_document(engine.tools.values())
+            return openapi_document(callable_tools(engine.tools))
 
 
 def main() -> None:

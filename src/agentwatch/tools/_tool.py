@@ -287,10 +287,12 @@ async def call_tool(
             )
         tool = tools.get(name)
         if tool is None:
-            known = ", ".join(sorted(tools))
+            known = ", ".join(sorted(n for n, t in tools.items() if not (t.asks_user or t.agents_only)))
             raise NotFound(f"no tool named {_shown(name)!r}; the tools are: {known}")
         if tool.asks_user:
             raise InvalidArgument(f"{name} opens a request from inside an agent's turn; an agent calls it")
+        if tool.agents_only and caller is None:
+            raise InvalidArgument(f"{name} is called by an agent from inside its turn, not from outside")
         result = await tool.handler(engine, caller or Caller(), args)  # type: ignore[arg-type]
     except AgentwatchError as exc:
         return exc.to_dict()
