@@ -420,6 +420,28 @@ async def test_expect_status_guards_a_write(store: Store) -> None:
     assert (await store.get_session(session.id)).status == "running"
 
 
+async def test_expect_unheld_lets_exactly_one_of_concurrent_take_overs_win(store: Store) -> None:
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+
+    async def take(by: str) -> str:
+        try:
+            await store.write(Write(session.id, [said(by)], session=SessionPatch(interception={"by": by}),
+                                    expect_unheld=True))  # fmt: skip
+        except Conflict as exc:
+            return exc.message
+        return by
+
+    outcomes = await asyncio.gather(*(take(f"p{n}") for n in range(6)))
+    won = [outcome for outcome in outcomes if outcome.startswith("p")]
+    assert len(won) == 1
+    assert all(f"is already held by {won[0]}" in outcome for outcome in outcomes if outcome not in won)
+    assert (await store.get_session(session.id)).interception == {"by": won[0]}
+    assert [e.payload.text for e in await store.read_events(session.id)] == won  # the losers wrote nothing
+    await store.write(Write(session.id, session=SessionPatch(interception=None)))  # handed back: free again
+    await store.write(Write(session.id, session=SessionPatch(interception={"by": "ada"}), expect_unheld=True))
+    assert (await store.get_session(session.id)).interception == {"by": "ada"}
+
+
 async def test_new_conversation_archives_the_old_one_with_its_reason(store: Store) -> None:
     session = await store.create_session(SessionDraft(name="nova", role="chat"))
     await store.write(Write(session.id, [said("one")], messages=[{"m": 1}, {"m": 2}]))

@@ -144,6 +144,11 @@ class EventMethods(SqlBase):
             raise NotFound(no_session(session_id))
         if write.expect_status is not None and session.status not in write.expect_status:
             raise Conflict(unexpected_status(session_id, session.status, write.expect_status))
+        if write.expect_unheld:
+            [(held,)] = await tx.fetch("SELECT interception FROM sessions WHERE id = ?", [session_id])
+            if held is not None:
+                by = (json.loads(held) if isinstance(held, str) else held).get("by")
+                raise Conflict(f"session {session_id!r} is already held by {by}; take it over once it is handed back")
         changes = session.changes
         deltas = {"pending_inputs": 0, "pending_requests": 0, "held_requests": 0}
 

@@ -232,6 +232,7 @@ def appends_only(write: Write) -> bool:
     its session but the counters: its seqs and totals can be handed out without reading the row first."""
     return (
         write.session is None
+        and not write.expect_unheld
         and write.new_conversation is None
         and not write.inputs_add
         and not write.inputs_take

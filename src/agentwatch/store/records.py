@@ -391,6 +391,9 @@ class Write:
     """Count the write as activity (`last_active_at`)."""
     expect_status: Sequence[SessionStatus] | None = field(default=None)
     """When given, the write fails with `Conflict` unless the session is in one of these statuses."""
+    expect_unheld: bool = False
+    """When True, the write fails with `Conflict` if someone holds the session (its `interception` is set): a
+    take-over, so that of two at once exactly one wins, in any number of engines."""
 
 
 T = TypeVar("T")

@@ -299,8 +299,6 @@ async def agent_take_over(engine: Runtime, caller: Caller, args: TakeOverArgs) -
     session = await engine.store.get_session(args.id)
     if session.deleted_at is not None:
         raise Conflict(f"session {args.id!r} was deleted; there is nothing to take over")
-    if session.interception is not None:
-        raise Conflict(f"session {args.id!r} is already held by {session.interception.get('by')}")
     by = args.by or caller.session_id or "a person"
     interception: dict[str, JsonValue] = {"by": by, "since": datetime.now(UTC).isoformat()}
     notice = RuntimeNotice(
@@ -310,7 +308,8 @@ async def agent_take_over(engine: Runtime, caller: Caller, args: TakeOverArgs) -
         detail=interception,
     )
     channel = await engine.driver(args.id)
-    await channel.commit(Write(args.id, events=[NewEvent(notice)], session=SessionPatch(interception=interception)))
+    held = SessionPatch(interception=interception)
+    await channel.commit(Write(args.id, events=[NewEvent(notice)], session=held, expect_unheld=True))
     session = await engine.store.get_session(args.id)
     return Held(id=session.id, interception=session.interception, pending_inputs=session.pending_inputs)
 
