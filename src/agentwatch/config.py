@@ -259,9 +259,28 @@ class ServerConfig(BaseModel):
     model_config = _STRICT
 
     bind: str = "127.0.0.1:8765"
+    """HOST:PORT `agentwatch serve` listens on (an IPv6 host in brackets: `[::1]:8765`)."""
     deploy_hold_minutes: float = Field(60, ge=0)
     """On SIGTERM, how long `agentwatch serve` lets running turns go on before they are cut off (they continue
     on the next start, as after a crash); 0 = do not wait (`AGENTWATCH_DEPLOY_HOLD_MINUTES`)."""
+
+    @field_validator("bind")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        host, colon, port = value.rpartition(":")
+        if not colon or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{value!r} is not HOST:PORT with a port of 1..65535; e.g. \"127.0.0.1:8765\"")
+        return value
+
+    @property
+    def host(self) -> str:
+        """The host part of `bind`."""
+        return self.bind.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        """The port part of `bind`."""
+        return int(self.bind.rpartition(":")[2])
 
 
 class Config(BaseModel):

@@ -59,11 +59,10 @@ def serve(
     from agentwatch.runtime.setup import load_setup
 
     config = resolve_config(store_url, setup=setup)
-    bind_host, _, bind_port = config.server.bind.rpartition(":")
     run_async(
         run_service(
-            host=host or bind_host.strip("[]") or "127.0.0.1",
-            port=port if port is not None else int(bind_port or 8765),
+            host=host or config.server.host,
+            port=port if port is not None else config.server.port,
             config=config,
             hold_minutes=deploy_hold_minutes,
             engine_args=load_setup(config),
