@@ -269,7 +269,7 @@ class ServerConfig(BaseModel):
     def _host_and_port(cls, value: str) -> str:
         host, colon, port = value.rpartition(":")
         if not colon or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{value!r} is not HOST:PORT with a port of 1..65535; e.g. \"127.0.0.1:8765\"")
+            raise ValueError(f'{value!r} is not HOST:PORT with a port of 1..65535; e.g. "127.0.0.1:8765"')
         return value
 
     @property

@@ -57,6 +57,39 @@ async def test_the_python_api_refuses_a_bad_prompt_as_the_tools_do_before_creati
         assert (after.sessions, after.events) == (before.sessions, before.events)
 
 
+BAD_NAMES = {
+    "blank": (" ", "no whitespace around it"),
+    "padded": ("  padded  ", "no whitespace around it"),
+    "newline": ("a\nb", "U+000A"),
+    "tab": ("a\tb", "U+0009"),
+    "bidi-override": ("x\u202ey", "U+202E"),
+    "an-id": ("ses_01m944ebaz6w8fg8jp3nbf9c4y", "looks like an agent id"),
+}
+
+
+@pytest.mark.parametrize(("name", "said"), BAD_NAMES.values(), ids=BAD_NAMES.keys())
+async def test_a_name_that_could_not_be_typed_back_or_looks_like_an_id_is_refused(
+    open_engine: OpenEngine, scripted: Scripted, name: str, said: str
+) -> None:
+    """Once: a name of another agent's id made that agent unreachable by it (the id wins), and names with a
+    tab or a newline could not be typed back from `ls`."""
+    model = scripted("bounds-name", ScriptedModel(function=lambda ctx: Reply("ok")))
+    async with open_engine(role("chat", model)) as engine:
+        before = await engine.store.info()
+        for tool in ("agent_create", "agent_task"):
+            answer = await engine.call_tool(tool, {"role": "chat", "prompt": "hi", "name": name})
+            assert answer["error"]["code"] == "invalid_argument" and answer["error"]["details"]["fields"] == ["name"]
+            assert said in answer["error"]["message"]
+        with pytest.raises(InvalidArgument, match=r"^name: ") as refused:
+            await engine.create("chat", name=name)
+        assert said in refused.value.message
+        taken = await engine.create("chat", name="fine name, with spaces")
+        held = await engine.call_tool("agent_take_over", {"id": taken.id, "by": name})
+        assert held["error"]["details"]["fields"] == ["by"]
+        after = await engine.store.info()
+        assert (after.sessions, after.events) == (before.sessions + 1, before.events)
+
+
 async def test_a_tool_that_raises_answers_tool_failed_from_outside_a_turn(open_engine: OpenEngine) -> None:
     """Once: `engine.call_tool` of a user tool that raised raised the tool's exception (a traceback; the
     service answered 500 `internal`). Now the answer says which tool failed and how."""

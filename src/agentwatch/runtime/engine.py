@@ -62,7 +62,7 @@ from agentwatch.store import (
     connect_store,
     every_session,
 )
-from agentwatch.tools import call_tool, check_prompt
+from agentwatch.tools import call_tool, check_agent_name, check_prompt
 
 __all__ = ["Engine", "ToolSetHook", "run_task"]
 
@@ -372,6 +372,11 @@ class Engine:
                 f"{role!r} is a rule observer: it watches agents (name it as an agent's `observer:`) and is not run "
                 "as an agent itself"
             )
+        if name is not None:
+            try:
+                check_agent_name(name)
+            except ValueError as exc:
+                raise InvalidArgument(f"name: {exc}", fields=["name"]) from None
         session_id = new_id("ses")
         draft = SessionDraft(
             id=session_id,

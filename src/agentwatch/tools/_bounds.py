@@ -8,6 +8,7 @@ can be stored the same way on SQLite and PostgreSQL, nor encoded as UTF-8), so b
 from __future__ import annotations
 
 import math
+import unicodedata
 from functools import cache
 from typing import Annotated
 
@@ -27,12 +28,14 @@ __all__ = [
     "MAX_PROMPT_CHARS",
     "MAX_SEQ",
     "MAX_TEXT_CHARS",
+    "AgentName",
     "BoundedJson",
     "Cursor",
     "Id",
     "Name",
     "Prompt",
     "Text",
+    "check_agent_name",
     "check_prompt",
     "check_text",
 ]
@@ -79,10 +82,28 @@ def _not_blank(value: str) -> str:
     return value
 
 
+def check_agent_name(value: str) -> str:
+    """`value`, when it can name an agent: typed back as it shows (no control or invisible formatting
+    character, no whitespace around it) and never taken for an id (`ses_...`); a ValueError otherwise."""
+    if value != value.strip() or not value:
+        raise ValueError(f"an agent's name has no whitespace around it, got {value!r}; send {value.strip()!r}")
+    odd = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if odd is not None:
+        raise ValueError(
+            f"an agent's name holds U+{ord(odd):04X} (a control or formatting character) at position "
+            f"{value.index(odd)}, which cannot be typed back; use letters, digits, spaces and punctuation"
+        )
+    if value.startswith("ses_"):
+        raise ValueError(f"{value!r} looks like an agent id (ses_...): a name cannot, or it could not be found by it")
+    return value
+
+
 Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS), AfterValidator(check_text)]
 """An id: 1..128 characters."""
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(check_text)]
 """A name, role, scope or key: 1..200 characters."""
+AgentName = Annotated[Name, AfterValidator(check_agent_name)]
+"""An agent's name: a `Name` that can be typed back and is never taken for an id (`check_agent_name`)."""
 Prompt = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS),

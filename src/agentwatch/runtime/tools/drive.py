@@ -22,7 +22,7 @@ from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.roster import capability_for
 from agentwatch.runtime.services import Runtime
 from agentwatch.store import SessionPatch, SessionRecord, Write
-from agentwatch.tools import Answer, Args, BoundedJson, Caller, Id, Name, Prompt, Tool, typed_tool
+from agentwatch.tools import AgentName, Answer, Args, BoundedJson, Caller, Id, Name, Prompt, Tool, typed_tool
 
 __all__ = [
     "AnswerArgs",
@@ -52,7 +52,9 @@ class CreateArgs(Args):
     """Arguments of `agent_create`."""
 
     role: Name = Field(description="The agent type (role) to run.")
-    name: Name | None = Field(None, description="A name unique among live agents of its scope; made up when absent.")
+    name: AgentName | None = Field(
+        None, description="A name unique among live agents of its scope; made up when absent."
+    )
     scope: Name | None = Field(None, description="The chat the agent belongs to (e.g. '42:bot1'); global when absent.")
     prompt: Prompt | None = Field(None, description="A first input to queue right away.")
     display_name: Name | None = Field(None, description="A friendlier name to show.")
@@ -78,7 +80,7 @@ class TaskArgs(Args):
 
     role: Name = Field(description="The agent type (role) to run.")
     prompt: Prompt = Field(description="The task.")
-    name: Name | None = Field(None, description="A name for the new agent; made up when absent.")
+    name: AgentName | None = Field(None, description="A name for the new agent; made up when absent.")
     timeout_ms: int = Field(600_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
 
 
@@ -130,7 +132,7 @@ class TakeOverArgs(Args):
     """Arguments of `agent_take_over`."""
 
     id: Id = Field(description="The agent's id (ses_...).")
-    by: Name | None = Field(None, description="Who takes it over (a person's name); 'a person' when absent.")
+    by: AgentName | None = Field(None, description="Who takes it over (a person's name); 'a person' when absent.")
 
 
 class HandBackArgs(Args):
