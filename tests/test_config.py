@@ -97,7 +97,7 @@ async def test_an_engine_opened_on_a_project_root_keeps_its_store_there(
     assert not (elsewhere / ".agentwatch").exists()
 
 
-@pytest.mark.parametrize("bind", ["127.0.0.1:99999", "127.0.0.1", "localhost:abc", ":8765", "127.0.0.1:0"])
+@pytest.mark.parametrize("bind", ["127.0.0.1:99999", "127.0.0.1", "localhost:abc", ":8765", "127.0.0.1:-1"])
 def test_a_bind_that_is_not_host_colon_port_is_refused_with_an_example(tmp_path: Path, bind: str) -> None:
     """Once: a port past 65535 bound another port, silently, and a bind without one crashed `serve`."""
     (tmp_path / "agentwatch.toml").write_text(f'[server]\nbind = "{bind}"\n')
@@ -105,10 +105,14 @@ def test_a_bind_that_is_not_host_colon_port_is_refused_with_an_example(tmp_path:
     with pytest.raises(InvalidArgument) as caught:
         load_config(tmp_path)
 
-    assert f"server.bind: {bind!r} is not HOST:PORT with a port of 1..65535; e.g. " in caught.value.message
+    said = f"server.bind: {bind!r} is not HOST:PORT with a port of 0..65535 (0: any free one); e.g. "
+    assert said in caught.value.message
 
 
-@pytest.mark.parametrize(("bind", "host", "port"), [("0.0.0.0:9000", "0.0.0.0", 9000), ("[::1]:8770", "::1", 8770)])
+@pytest.mark.parametrize(
+    ("bind", "host", "port"),
+    [("0.0.0.0:9000", "0.0.0.0", 9000), ("[::1]:8770", "::1", 8770), ("localhost:0", "localhost", 0)],
+)
 def test_bind_gives_the_host_and_port_serve_listens_on(tmp_path: Path, bind: str, host: str, port: int) -> None:
     (tmp_path / "agentwatch.toml").write_text(f'[server]\nbind = "{bind}"\n')
 

@@ -259,7 +259,7 @@ class ServerConfig(BaseModel):
     model_config = _STRICT
 
     bind: str = "127.0.0.1:8765"
-    """HOST:PORT `agentwatch serve` listens on (an IPv6 host in brackets: `[::1]:8765`)."""
+    """HOST:PORT `agentwatch serve` listens on (an IPv6 host in brackets: `[::1]:8765`; port 0: any free one)."""
     deploy_hold_minutes: float = Field(60, ge=0)
     """On SIGTERM, how long `agentwatch serve` lets running turns go on before they are cut off (they continue
     on the next start, as after a crash); 0 = do not wait (`AGENTWATCH_DEPLOY_HOLD_MINUTES`)."""
@@ -268,8 +268,10 @@ class ServerConfig(BaseModel):
     @classmethod
     def _host_and_port(cls, value: str) -> str:
         host, colon, port = value.rpartition(":")
-        if not colon or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f'{value!r} is not HOST:PORT with a port of 1..65535; e.g. "127.0.0.1:8765"')
+        if not colon or not host.strip("[]") or not port.isdigit() or int(port) > 65535:
+            raise ValueError(
+                f'{value!r} is not HOST:PORT with a port of 0..65535 (0: any free one); e.g. "127.0.0.1:8765"'
+            )
         return value
 
     @property
