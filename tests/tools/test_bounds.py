@@ -128,6 +128,10 @@ async def test_a_tool_that_raises_answers_tool_failed_from_outside_a_turn(open_e
         ("agent_tail", {"id": "{sid}", "afterId": "c1." + "A" * 2000}, "afterId"),
         ("agent_history", {"id": "{sid}", "cursor": "{forged_page}"}, "cursor"),
         ("agent_await", {"agentId": "{sid}", "timeoutMs": 2**64}, "timeoutMs"),
+        ("agent_await", {"agentId": "{sid}", "timeoutMs": True}, "timeoutMs"),  # (once: a 1 ms wait)
+        ("agent_list", {"limit": True}, "limit"),
+        ("agent_tail", {"id": "{sid}", "maxEvents": False}, "maxEvents"),
+        ("run_history", {"id": "run_x", "maxChars": True}, "maxChars"),
         ("agent_answer", {"hitlId": "req_x", "answer": {"a": [[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]}}, "answer"),
         ("agent_answer", {"hitlId": "req_x", "answer": float("nan")}, "answer"),
         ("agent_answer", {"hitlId": "req_x", "answer": {"k\x00": 1}}, "answer"),

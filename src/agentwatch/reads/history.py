@@ -18,7 +18,7 @@ from agentwatch.reads._events import event_entry, event_size, preview
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import ConversationEntry, EventEntry, HistoryAnswer
 from agentwatch.store import ConversationRecord, SessionRecord
-from agentwatch.tools import MAX_ANSWER_CHARS, MAX_SEQ, Args, Caller, Cursor, Id, dump
+from agentwatch.tools import MAX_ANSWER_CHARS, MAX_SEQ, Args, Caller, Count, Cursor, Id, dump
 
 __all__ = ["HistoryArgs", "agent_history", "conversations", "read_history"]
 
@@ -27,7 +27,7 @@ class HistoryArgs(Args):
     """Arguments of `agent_history`."""
 
     id: Id = Field(description="The agent's id (ses_...); soft-deleted ones too.")
-    limit: int = Field(50, ge=1, le=100, description="Events per page, 1..100.")
+    limit: Count = Field(50, ge=1, le=100, description="Events per page, 1..100.")
     cursor: Cursor | None = Field(None, description="nextCursor of the previous page: reads further back.")
     conversation_id: Id | None = Field(
         None, alias="conversationId", description="An archived conversation (from `conversations`) to read."

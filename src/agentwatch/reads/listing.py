@@ -25,7 +25,7 @@ from agentwatch.reads._view import EngineView, iso, stuck_thresholds
 from agentwatch.reads.answers import CountsAnswer
 from agentwatch.reads.words import WORDS, Word, word_filter
 from agentwatch.store import SessionFilter, SessionSort, SessionStatus
-from agentwatch.tools import MAX_LIST_ITEMS, MAX_NAME_CHARS, Args, Caller, Cursor, Id, Name, check_text, dump
+from agentwatch.tools import MAX_LIST_ITEMS, MAX_NAME_CHARS, Args, Caller, Count, Cursor, Id, Name, check_text, dump
 
 __all__ = ["RECENT_LIMIT", "ListArgs", "agent_list", "list_agents", "listing_filter"]
 
@@ -64,7 +64,7 @@ class ListArgs(Args):
     deleted: bool = Field(False, description="true also lists soft-deleted sessions.")
     group: Group = Field("none", description="none (a row per session), lineage (per groupKey) or run.")
     sort: SessionSort = Field("newest", description="newest, oldest (by last activity), name or status.")
-    limit: int = Field(20, ge=1, le=100, description="Rows per page, 1..100.")
+    limit: Count = Field(20, ge=1, le=100, description="Rows per page, 1..100.")
     cursor: Cursor | None = Field(None, description="nextCursor of the previous page (same filters, group, sort).")
     counts: bool = Field(False, description="On the first page, add per-word counts and the total.")
 

@@ -42,7 +42,7 @@ from agentwatch.store import (
     descendants,
     every_session,
 )
-from agentwatch.tools import Answer, Args, Caller, Cursor, Id, Name
+from agentwatch.tools import Answer, Args, Caller, Count, Cursor, Id, Name
 
 __all__ = [
     "CompareAnswer",
@@ -105,7 +105,7 @@ class RunListArgs(Args):
     entity: Name | None = Field(None, description="Runs of one entity: 'workflow:report', 'heartbeat:digest'.")
     kind: Name | None = Field(None, description="workflow, heartbeat, hook, ...")
     status: list[Name] | None = Field(None, max_length=50, description="Statuses to include.")
-    limit: int = Field(20, ge=1, le=100, description="Runs per page, 1..100.")
+    limit: Count = Field(20, ge=1, le=100, description="Runs per page, 1..100.")
     cursor: Cursor | None = Field(None, description="nextCursor of the previous page (same filters).")
 
 
@@ -232,8 +232,8 @@ class HistoryArgs(Args):
     agent_id: Id | None = Field(None, description="Only the events of one of the run's agents (and what it spawned).")
     q: Name | None = Field(None, description="Only entries whose text or type holds this (any case).")
     cursor: Cursor | None = Field(None, description="nextCursor of the previous page: older entries.")
-    limit: int = Field(50, ge=1, le=200, description="Entries per page, 1..200.")
-    max_chars: int = Field(2000, ge=1, le=4000, description="Cap on each entry's detail, 1..4000.")
+    limit: Count = Field(50, ge=1, le=200, description="Entries per page, 1..200.")
+    max_chars: Count = Field(2000, ge=1, le=4000, description="Cap on each entry's detail, 1..4000.")
 
 
 class HistoryEntry(Answer):

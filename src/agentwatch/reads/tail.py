@@ -57,7 +57,7 @@ from agentwatch.events import (
 from agentwatch.reads._args import field_named
 from agentwatch.reads._view import EngineView
 from agentwatch.store import EventValues
-from agentwatch.tools import MAX_LIST_ITEMS, MAX_SEQ, Args, Caller, Cursor, Id, Name
+from agentwatch.tools import MAX_LIST_ITEMS, MAX_SEQ, Args, Caller, Count, Cursor, Id, Name
 
 __all__ = [
     "DEFAULT_TYPES",
@@ -136,8 +136,8 @@ class TailArgs(Args):
         description="An event id or a cursor: read back, the stored events before it (a cursor's own event too), "
         "oldest first; hasMore then says older ones remain (pass the first row's id as beforeId). Not with afterId.",
     )
-    max_chars: int = Field(500, ge=1, le=4000, description="Cap on each detail, 1..4000.")
-    max_events: int = Field(50, ge=1, le=200, description="Events per answer, 1..200.")
+    max_chars: Count = Field(500, ge=1, le=4000, description="Cap on each detail, 1..4000.")
+    max_events: Count = Field(50, ge=1, le=200, description="Events per answer, 1..200.")
     types: list[Name] | None = Field(
         None,
         min_length=1,

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "AgentName",
     "BoundedJson",
+    "Count",
     "Cursor",
     "Id",
     "Name",
@@ -98,6 +99,15 @@ def check_agent_name(value: str) -> str:
     return value
 
 
+def _not_a_boolean(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError(f"a number is wanted, got {str(value).lower()}; send the number itself")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_not_a_boolean)]
+"""A whole number argument (a limit, a timeout): what pydantic takes for an int ("5" too), but never a boolean
+(`true` would be 1)."""
 Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS), AfterValidator(check_text)]
 """An id: 1..128 characters."""
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(check_text)]

@@ -22,7 +22,7 @@ from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.roster import capability_for
 from agentwatch.runtime.services import Runtime
 from agentwatch.store import SessionPatch, SessionRecord, Write
-from agentwatch.tools import AgentName, Answer, Args, BoundedJson, Caller, Id, Name, Prompt, Tool, typed_tool
+from agentwatch.tools import AgentName, Answer, Args, BoundedJson, Caller, Count, Id, Name, Prompt, Tool, typed_tool
 
 __all__ = [
     "AnswerArgs",
@@ -72,7 +72,7 @@ class AwaitArgs(Args):
     """Arguments of `agent_await` (`agentId` may be spelled `agent_id`)."""
 
     agent_id: Id = Field(description="The agent's id (ses_...).")
-    timeout_ms: int = Field(60_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
+    timeout_ms: Count = Field(60_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
 
 
 class TaskArgs(Args):
@@ -81,7 +81,7 @@ class TaskArgs(Args):
     role: Name = Field(description="The agent type (role) to run.")
     prompt: Prompt = Field(description="The task.")
     name: AgentName | None = Field(None, description="A name for the new agent; made up when absent.")
-    timeout_ms: int = Field(600_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
+    timeout_ms: Count = Field(600_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
 
 
 class AnswerArgs(Args):
