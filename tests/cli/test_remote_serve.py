@@ -160,6 +160,8 @@ def test_tail_follow_attaches_to_the_service_live_and_ctrl_c_exits_130(
         follower.send_signal(signal.SIGINT)
         assert follower.wait(30) == 130
         lines.join()
+        # JSON Lines to the end: the interruption is said on stderr, not as an error object on stdout.
+        assert all(json.loads(line) for _, line in lines.lines), lines.lines[-3:]
     finally:
         stopped(follower)
 

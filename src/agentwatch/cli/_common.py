@@ -452,7 +452,9 @@ def run_cli(group: click.Group, args: Sequence[str] | None = None, **extra: Any)
         result = click.Group.main(group, argv, standalone_mode=False, **extra)
         code = result if isinstance(result, int) else ExitCode.DONE
     except (click.exceptions.Abort, KeyboardInterrupt):
-        _report({"error": {"code": "interrupted", "message": "interrupted"}}, "interrupted", as_json)
+        # On stderr even with --json: standard output may be a stream of JSON lines (`tail -f --json`), which
+        # a multi-line error object would break; the exit status (130) says it.
+        click.echo("interrupted", err=True)
         code = ExitCode.INTERRUPTED
     except click.UsageError as exc:
         if as_json:
