@@ -209,3 +209,17 @@ async def test_history_pages_by_size_and_previews_an_event_too_large_to_send(
         cut = await engine.call_tool("agent_export", {"id": sid})
         assert cut["truncated"]["historyEvents"] == len(cut["history"]) < len(stored)
         assert "agent_history" in cut["truncated"]["reason"]
+
+
+async def test_a_name_where_an_id_goes_is_told_how_to_find_the_id(open_engine: OpenEngine) -> None:
+    """Once: `agent_history {id: "d1"}` said only that the session may have been reaped."""
+    async with open_engine() as engine:
+        for tool, key in (("agent_history", "id"), ("agent_tail", "id"), ("agent_await", "agentId")):
+            named = await engine.call_tool(tool, {key: "d1"})
+            assert named["error"]["code"] == "not_found"
+            assert (
+                "an agent's id starts with ses_; find one by its name with agent_get {name: 'd1'}"
+                in (named["error"]["message"])
+            )
+        gone = await engine.call_tool("agent_history", {"id": "ses_01m944ebaz6w8fg8jp3nbf9c4y"})
+        assert "(it may have been reaped)" in gone["error"]["message"]

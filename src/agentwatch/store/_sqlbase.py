@@ -268,6 +268,11 @@ def check_durable(write: Write) -> None:
 
 
 def no_session(session_id: str) -> str:
+    if not session_id.startswith("ses_"):  # a name where an id goes
+        return (
+            f"no session with id {session_id!r}: an agent's id starts with ses_; find one by its name with "
+            f"agent_get {{name: {session_id!r}}} (or `agentwatch get {session_id}`)"
+        )
     return f"no session with id {session_id!r} (it may have been reaped); `agentwatch ls --all` lists the ids"
 
 
