@@ -3,15 +3,17 @@ answers that could be megabytes are cut with a marker or paged."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 import agentwatch.reads.export
 from agentwatch.errors import InvalidArgument
 from agentwatch.events import PageCursor, StreamCursor, query_digest
+from agentwatch.reads.runs import RunStatus
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service._wire import status_for
+from agentwatch.store import RUN_ENDINGS
 from agentwatch.tools import MAX_ANSWER_CHARS, MAX_PROMPT_CHARS
 from tests.runtime.support import OpenEngine, Scripted, role
 
@@ -130,6 +132,8 @@ async def test_a_tool_that_raises_answers_tool_failed_from_outside_a_turn(open_e
         ("agent_await", {"agentId": "{sid}", "timeoutMs": 2**64}, "timeoutMs"),
         ("agent_await", {"agentId": "{sid}", "timeoutMs": True}, "timeoutMs"),  # (once: a 1 ms wait)
         ("agent_list", {"limit": True}, "limit"),
+        ("agent_list", {"from": "2030-01-01T00:00:00Z", "to": "2020-01-01T00:00:00Z"}, "from"),  # (once: [])
+        ("run_list", {"status": ["complete"]}, "status"),  # (once: no runs, for a typo)
         ("agent_tail", {"id": "{sid}", "maxEvents": False}, "maxEvents"),
         ("run_history", {"id": "run_x", "maxChars": True}, "maxChars"),
         ("agent_answer", {"hitlId": "req_x", "answer": {"a": [[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]}}, "answer"),
@@ -223,3 +227,7 @@ async def test_a_name_where_an_id_goes_is_told_how_to_find_the_id(open_engine: O
             )
         gone = await engine.call_tool("agent_history", {"id": "ses_01m944ebaz6w8fg8jp3nbf9c4y"})
         assert "(it may have been reaped)" in gone["error"]["message"]
+
+
+def test_run_list_takes_exactly_the_statuses_a_run_has() -> None:
+    assert get_args(RunStatus) == ("running", *RUN_ENDINGS)

@@ -74,6 +74,11 @@ def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> Sessio
     if args.window is not None and args.from_ is not None:
         raise InvalidArgument("window, from: pass either window or from/to, not both", fields=["from", "window"])
     active_from = now - args.window if args.window is not None else args.from_
+    if active_from is not None and args.to is not None and active_from >= args.to:
+        raise InvalidArgument(
+            f"from, to: {active_from.isoformat()} is not before {args.to.isoformat()}; the range is from..to",
+            fields=["from", "to"],
+        )
     where = SessionFilter(
         status=args.status,
         source=args.source,

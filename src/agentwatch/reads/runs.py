@@ -99,12 +99,16 @@ class RunSummary(Answer):
     brain_sha: str | None
 
 
+RunStatus = Literal["running", "completed", "failed", "cancelled", "skipped", "timed_out", "interrupted"]
+"""A run's status: `running`, then one of `RUN_ENDINGS`."""
+
+
 class RunListArgs(Args):
     """Arguments of `run_list`."""
 
     entity: Name | None = Field(None, description="Runs of one entity: 'workflow:report', 'heartbeat:digest'.")
     kind: Name | None = Field(None, description="workflow, heartbeat, hook, ...")
-    status: list[Name] | None = Field(None, max_length=50, description="Statuses to include.")
+    status: list[RunStatus] | None = Field(None, max_length=50, description="Statuses to include.")
     limit: Count = Field(20, ge=1, le=100, description="Runs per page, 1..100.")
     cursor: Cursor | None = Field(None, description="nextCursor of the previous page (same filters).")
 
