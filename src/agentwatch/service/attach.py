@@ -44,11 +44,12 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agentwatch.errors import AgentwatchError
+from agentwatch.errors import AgentwatchError, InvalidArgument
 from agentwatch.events import Event, StreamCursor
 from agentwatch.live import Lagged
 from agentwatch.service._wire import error, event_text, snapshot_text, status_for
 from agentwatch.service.broadcast import LiveClient
+from agentwatch.tools import MAX_ID_CHARS
 
 if TYPE_CHECKING:
     from agentwatch.runtime.thread_observer import ReplaySnapshot
@@ -118,6 +119,8 @@ class Attachment:
 
     async def open(self) -> None:
         """Attach; raises `AgentwatchError` when the session cannot be attached to."""
+        if len(self.session_id) > MAX_ID_CHARS:  # the tools' bound on an id, before the store is asked
+            raise InvalidArgument(f"id: an agent's id is 1..{MAX_ID_CHARS} characters, got {len(self.session_id)}")
         self._client = await self.state.broadcaster.attach(self.state.engine, self.session_id)
 
     def close(self) -> None:

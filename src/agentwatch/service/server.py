@@ -225,7 +225,9 @@ async def _serve_on(
                 port=listeners[0].getsockname()[1],
                 lifespan="on",
                 log_level="warning",
-                ws_max_size=settings.max_message_bytes,
+                # Above the app's own limit, so that a message past it reaches the app, which answers it with
+                # an error frame and 4413 (uvicorn's own refusal is a bare 1009).
+                ws_max_size=settings.max_message_bytes * 16,
                 # Compressing each frame once per client costs more CPU than the whole fan-out of an event.
                 ws_per_message_deflate=False,
                 timeout_graceful_shutdown=5,
