@@ -59,11 +59,12 @@ def start(store: str, root: Path) -> tuple[subprocess.Popen[str], str]:
     return process, str(record["url"])
 
 
-def stop(process: subprocess.Popen[str], found: Path) -> None:
-    """SIGTERM: the service drains (no hold), stops, and removes its discovery file."""
+def stop(process: subprocess.Popen[str], found: Path | None) -> None:
+    """SIGTERM: the service drains (no hold), stops, and removes its discovery file (`found`; None: another
+    service still runs, which the file then names)."""
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
-    assert not found.exists()
+    assert found is None or not found.exists()
     stopped(process)
 
 
@@ -164,6 +165,30 @@ def test_tail_follow_attaches_to_the_service_live_and_ctrl_c_exits_130(
         assert all(json.loads(line) for _, line in lines.lines), lines.lines[-3:]
     finally:
         stopped(follower)
+
+
+def test_when_one_of_two_services_stops_the_cli_finds_the_other(tmp_path: Path) -> None:
+    """Once: the second service's discovery file replaced the first's and went with it, so commands ran on the
+    store with the first service still running."""
+    store = f"sqlite:///{tmp_path / 'agentwatch.db'}"
+    found = discovery_file(resolve_config(store))
+    first, first_url = start(store, tmp_path)
+    try:
+        second, second_url = start(store, tmp_path)
+        try:
+            assert json.loads(found.read_text())["url"] == second_url  # the newest announces itself
+            stop(second, None)
+        finally:
+            stopped(second)
+        assert json.loads(found.read_text())["url"] == first_url  # the one still running, not no file
+        created = call(first_url, "agent_create", {"role": "worker", "name": "kept"})
+        listed = subprocess.run(cli("ls", "--store", store, "--json"), cwd=tmp_path, env=environment(),
+                                capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert [row["id"] for row in json.loads(listed.stdout)["agents"]] == [created["agentId"]], listed.stderr
+        stop(first, found)
+    finally:
+        stopped(first)
+    assert not list(tmp_path.glob(f".{found.name}.*"))  # every service withdrew its own record
 
 
 def test_run_hands_the_session_to_the_service(service: tuple[str, str, Path], tmp_path: Path) -> None:

@@ -86,23 +86,49 @@ def discovery_file(config: Config) -> Path:
 
 
 def write_discovery(config: Config, url: str, *, token_needed: bool) -> Path:
-    """Announce the service at `url` (written whole, then moved into place); returns the file."""
+    """Announce the service at `url`; returns the file.
+
+    Each service also keeps its own record beside the file (`.<file>.<pid>`), so that when the one the file
+    names stops, the file names another that still runs (`remove_discovery`) instead of none."""
     from agentwatch.store import hide_password
 
     path = discovery_file(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"url": url, "pid": os.getpid(), "token": token_needed, "store": hide_password(config.store)}
-    draft = path.with_name(f".{path.name}.{os.getpid()}")
-    draft.write_text(json.dumps(record) + "\n")
-    draft.replace(path)
+    _own_record(path).write_text(json.dumps(record) + "\n")
+    _announce(path, record)
     return path
 
 
 def remove_discovery(path: Path) -> None:
-    """Remove the discovery file if this process wrote it (another service may have replaced it since)."""
+    """Withdraw this process's announcement: the file then names another service of the store still running
+    (the newest), or is removed when none is."""
+    _own_record(path).unlink(missing_ok=True)
     record = _read_record(path)
-    if record is not None and record.get("pid") == os.getpid():
+    if record is None or record.get("pid") != os.getpid():
+        return  # another service announced itself since: the file is its
+    others = []
+    for kept in path.parent.glob(f".{path.name}.*"):
+        other = _read_record(kept)
+        if other is not None and _alive(other.get("pid")):
+            others.append((kept.stat().st_mtime, other))
+        elif other is not None:
+            kept.unlink(missing_ok=True)  # a service that died without withdrawing
+    if others:
+        _announce(path, max(others, key=lambda found: found[0])[1])
+    else:
         path.unlink(missing_ok=True)
+
+
+def _own_record(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}")
+
+
+def _announce(path: Path, record: dict[str, Any]) -> None:
+    """Write `record` as the discovery file `path` (written whole, then moved into place)."""
+    draft = path.with_name(f".{path.name}.{os.getpid()}.draft")
+    draft.write_text(json.dumps(record) + "\n")
+    draft.replace(path)
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
