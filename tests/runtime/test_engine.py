@@ -565,6 +565,36 @@ async def test_a_request_held_for_the_parent_reaches_a_person_when_escalated(
         assert (await engine.snapshot(kid))["word"] == "needs_you"
 
 
+async def test_a_sub_agents_question_goes_to_a_person_once_its_parents_turn_ends(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: `agent_task` came back with the child waiting on a question held for its parent; the parent's turn
+    ended without answering, and the question stayed unseen (not `needs_you`) for `hold_for_parent_seconds`."""
+
+    def child(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Which branch?"})
+        return Reply(f"Using {ctx.tool_results[0].output}.")
+
+    def lead(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("agent_task", {"role": "kid", "prompt": "start", "name": "kid"})
+        return Reply("The kid is on it.")
+
+    asker = scripted("release-asker", ScriptedModel(function=child))
+    boss = scripted("release-lead", ScriptedModel(function=lead))
+    kid_role = role("kid", asker, tools=("ask_user",))
+    lead_role = role("lead", boss, tools=("agent_task",), grant=("spawn",))
+    async with open_engine(kid_role, lead_role) as engine:
+        snapshot = await engine.task("lead", "delegate")
+        assert snapshot["status"] == "completed"
+        kid = await engine.store.get_session((await engine.call_tool("agent_get", {"name": "kid"}))["id"])
+        assert (kid.status, kid.pending_requests, kid.held_requests) == ("awaiting_input", 1, 0)
+        assert (await engine.snapshot(kid))["word"] == "needs_you"
+        notes = [e.payload for e in await all_events(engine, kid.id) if e.type == "runtime.info"]
+        assert any("its parent's turn ended without answering" in n.message for n in notes)  # type: ignore[union-attr]
+
+
 def test_function_tools_take_their_schema_from_the_signature() -> None:
     def read_file(path: str, limit: int = 100) -> str:
         """Read a text file."""

@@ -88,6 +88,21 @@ async def escalate_due(runtime: Runtime) -> int:
     return len(due)
 
 
+async def release_held(runtime: Runtime, parent_id: str) -> int:
+    """Hand to a person now the requests of `parent_id`'s sub-agents held for it: its turn ended, so nothing
+    would answer them before they come due (a sub-agent's question, returned by `agent_task` to a parent that
+    then finished, waited unseen for `hold_for_parent_seconds`). Returns how many."""
+    released = 0
+    for child in await runtime.live_children(parent_id):
+        if child.held_requests == 0:
+            continue
+        for request in await runtime.store.list_requests(session_id=child.id, status="pending", limit=100):
+            if request.waits_on == "parent":
+                await escalate(runtime, request.id, reason="its parent's turn ended without answering")
+                released += 1
+    return released
+
+
 def _multiple(request: RequestRecord) -> bool:
     args = request.body.get("input")
     return isinstance(args, dict) and args.get("multiple") is True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held, leases
 from agentwatch.runtime.models import PendingCall, ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
 from agentwatch.runtime.plan import Plan, lives_on, next_plan
 from agentwatch.runtime.policy import ToolRequest
+from agentwatch.runtime.requests import release_held
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.tools.ask import choices_of, read_approval
@@ -68,6 +70,8 @@ from agentwatch.store import (
 )
 
 __all__ = ["Plan", "ToolRefused", "end_stopped_turn", "next_plan", "restart_note", "run_plan"]
+
+log = logging.getLogger(__name__)
 
 
 class ToolRefused(AgentwatchError):
@@ -90,6 +94,9 @@ class _Turn:
     usage: Usage = field(default_factory=Usage)
     owed: bool = False
     """A response without tool calls was submitted and not waited for: the turn's end commits with it."""
+    spawned: bool = False
+    """The turn called a tool of the `spawn` grant (`agent_task`, ...): when it ends, its sub-agents' requests
+    held for it go to a person (`requests.release_held`)."""
 
     @property
     def session_id(self) -> str:
@@ -426,6 +433,7 @@ async def _server_tool_specs(turn: _Turn) -> list[ToolSpec]:
 def _runner(turn: _Turn, tool: Tool) -> Any:
     async def call(context: ToolContext, args: dict[str, Any]) -> JsonValue:
         caller = Caller(turn.session_id, turn.turn_id, context.tool_call_id, turn.session.scope)
+        turn.spawned = turn.spawned or tool.grant == "spawn"
         return await tool.handler(turn.runtime, caller, args)
 
     return _gated(turn, tool.name, call)
@@ -524,7 +532,17 @@ async def _end(
     else:
         await turn.commit([ended], patch=SessionPatch(**fields))
     await _tell_parent(turn, status)
+    await _release_held(turn)
     _release_servers(turn, status)
+
+
+async def _release_held(turn: _Turn) -> None:
+    if not turn.spawned:
+        return
+    try:
+        await release_held(turn.runtime, turn.session_id)
+    except AgentwatchError as exc:  # they still reach a person by their deliver_at
+        log.warning("handing %s's sub-agents' held requests to a person failed: %s", turn.session_id, exc)
 
 
 def _release_servers(turn: _Turn, status: SessionStatus) -> None:
@@ -609,6 +627,7 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
 async def _end_stopped(turn: _Turn, by: str) -> None:
     await end_stopped_turn(turn.runtime, turn.emitter, turn.session_id, turn.turn_id, by, usage=turn.usage)
     await _tell_parent(turn, "cancelled")
+    await _release_held(turn)
     _release_servers(turn, "cancelled")
 
 
