@@ -243,3 +243,30 @@ async def test_a_client_that_never_reads_does_not_slow_the_session(open_engine: 
             finally:
                 sock.close()
             await until_detached(app)
+
+
+async def test_a_deleted_agents_streams_end_with_the_notice_of_its_deletion(open_engine: Any, scripted: Any) -> None:
+    """Once: a stream attached to an agent that was deleted stayed open for good, with nothing to say so (and a
+    browser's EventSource, reconnecting whenever a stream ends, would have asked again and again)."""
+    model_ref = scripted("deleted-quiet", ScriptedModel.replying("hi"))
+    async with open_engine(role("quiet", model_ref)) as engine, served(create_app(engine)) as base:
+        snapshot = await engine.task("quiet", "hello")
+        agent_id = snapshot["agentId"]
+        async with connect(ws_url(base, agent_id)) as ws, attach("sse", base, agent_id) as sse:
+            assert json.loads(await ws.recv())["kind"] == "snapshot"
+            assert (await sse.next())["kind"] == "snapshot"
+            await engine.delete(agent_id, by="ada")
+            ws_frames, code = await read_until_closed(ws)
+            last = await sse.next()
+            with pytest.raises(EOFError):
+                await asyncio.wait_for(sse.next(), 10)  # the SSE response ended
+        assert code == 1000
+        for frame in (ws_frames[-1], last):
+            assert frame["event"]["type"] == "runtime.info" and frame["event"]["payload"]["source"] == "deletion"
+            assert frame["event"]["payload"]["message"].startswith("deleted by ada; readable by its id until ")
+        async with httpx.AsyncClient(base_url=base) as http:
+            again = await http.get(f"/api/agents/{agent_id}/events", headers={"last-event-id": last["event"]["cursor"]})
+        assert again.status_code == 204  # an EventSource stops reconnecting
+        async with connect(ws_url(base, agent_id)) as ws:  # a deleted agent is still readable: its snapshot
+            frames, code = await read_until_closed(ws)
+        assert [frame["kind"] for frame in frames] == ["snapshot"] and code == 1000

@@ -32,6 +32,7 @@ from agentwatch.events._request import (
     WaitsOn,
 )
 from agentwatch.events._runtime import (
+    DELETION_SOURCE,
     AuthRequired,
     ExternalEvent,
     ModelReroute,
@@ -58,6 +59,7 @@ from agentwatch.events.ids import (
 from agentwatch.events.truncate import Truncated, truncate, truncation_marker
 
 __all__ = [
+    "DELETION_SOURCE",
     "EVENT_ADAPTER",
     "PAYLOAD_ADAPTER",
     "PAYLOAD_TYPES",

@@ -9,6 +9,7 @@ from pydantic import JsonValue
 from agentwatch.events._base import BasePayload
 
 __all__ = [
+    "DELETION_SOURCE",
     "AuthRequired",
     "ExternalEvent",
     "ModelReroute",
@@ -17,6 +18,10 @@ __all__ = [
     "SubtaskEnded",
     "SubtaskStarted",
 ]
+
+
+DELETION_SOURCE = "deletion"
+"""The `source` of the notice a deletion writes, a session's last event: an attach stream ends with it."""
 
 
 class RuntimeNotice(BasePayload):

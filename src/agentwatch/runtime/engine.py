@@ -27,7 +27,7 @@ from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
 from agentwatch.errors import Conflict, InvalidArgument, UserError
-from agentwatch.events import NewEvent, Origin, SubtaskStarted, new_id
+from agentwatch.events import DELETION_SOURCE, NewEvent, Origin, RuntimeNotice, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
 from agentwatch.retention import reap_due, reap_runs_due
@@ -561,7 +561,16 @@ class Engine:
             return session
         await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
         reap_at = datetime.now(UTC) + self.config.retention.deleted_ttl
-        return await self.store.soft_delete(session_id, reap_at=reap_at)
+        deleted = await self.store.soft_delete(session_id, reap_at=reap_at)
+        # Its last event: attach streams end with it (`DELETION_SOURCE`), and its history says who and when.
+        notice = RuntimeNotice(
+            type="runtime.info",
+            message=f"deleted by {by}; readable by its id until {reap_at:%Y-%m-%d %H:%M} UTC",
+            source=DELETION_SOURCE,
+            detail={"by": by, "reap_at": reap_at.isoformat()},
+        )
+        await (await self.driver(session_id)).commit(Write(session_id, events=[NewEvent(notice)], touch=False))
+        return deleted
 
     async def live_children(self, session_id: str) -> list[SessionRecord]:
         """Sub-agents of a session that have not ended (not its observer, which is no sub-agent of it)."""

@@ -11,6 +11,10 @@ Frames are JSON objects told apart by `kind`:
 - `{"kind": "event", "event": {..., "cursor": ...}}`
 - `{"kind": "error", "error": {"code": ..., "message": ...}}`, after which the server closes the stream.
 
+A deleted agent's stream ends after its last event, the notice of its deletion (`runtime.info`, source
+`deletion`): the WebSocket closes with 1000, the SSE response ends (and a reconnect after that event is
+answered 204, which stops a browser's EventSource).
+
 Over SSE the frame's `kind` is the SSE event name and its cursor the SSE `id`. Over a WebSocket the server
 closes with code 4000 + the HTTP status of the error (4400, 4401, 4403, 4404, 4413), 1001 when the service
 stops, or 1008 when the client sent something other than `{"type": "ping"}`.
@@ -45,7 +49,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agentwatch.errors import AgentwatchError, InvalidArgument
-from agentwatch.events import Event, StreamCursor
+from agentwatch.events import DELETION_SOURCE, Event, RuntimeNotice, StreamCursor
 from agentwatch.live import Lagged
 from agentwatch.service._wire import error, event_text, snapshot_text, status_for
 from agentwatch.service.broadcast import LiveClient
@@ -109,7 +113,8 @@ def _snapshot_frame(snapshot: ReplaySnapshot) -> Frame:
 
 class Attachment:
     """One client's attach: `open()` attaches (or raises, e.g. no such session), `frames()` yields a snapshot
-    (or the events after `after`) and then every later event, forever; `close()` detaches."""
+    (or the events after `after`) and then every later event, until the session is deleted; `close()`
+    detaches."""
 
     def __init__(self, state: ServiceState, session_id: str, after: StreamCursor | None) -> None:
         self.state = state
@@ -152,7 +157,8 @@ class Attachment:
                 shared = broadcaster.ring
                 # Events this engine did not write (a turn running in another process): as far as the shared
                 # ring's newest, and at least as far as the store's (a ring that lost its streams has none).
-                head = StreamCursor(session_id, (await engine.store.get_session(session_id)).last_seq)
+                session = await engine.store.get_session(session_id)
+                head = StreamCursor(session_id, session.last_seq)
                 if shared is not None:
                     head = max(head, await shared.head(session_id) or head)
                 if head > cursor:
@@ -160,6 +166,8 @@ class Attachment:
                         if event.cursor > cursor:
                             yield _event_frame(event)
                             cursor = event.cursor
+                if session.deleted_at is not None and cursor >= head:
+                    return  # deleted, and every event given: nothing more will come
                 # Live: (seq, sub) tuples rather than cursors, as this runs per client per event.
                 last = (cursor.seq, cursor.sub)
                 try:
@@ -179,6 +187,8 @@ class Attachment:
                                 continue
                         yield _event_frame(event)
                         last = at
+                        if _ends_stream(event):
+                            return
                 except Lagged:
                     # The broadcaster cut this client loose: catch up from the store, then attach again.
                     cursor = StreamCursor(session_id, *last)
@@ -213,6 +223,12 @@ async def _between(
         if len(page) < _PAGE:
             return
         after_seq = page[-1].seq
+
+
+def _ends_stream(event: Event) -> bool:
+    """Whether `event` is a session's last: the notice its deletion writes."""
+    payload = event.payload
+    return isinstance(payload, RuntimeNotice) and payload.source == DELETION_SOURCE
 
 
 def _missing_before(last: tuple[int, int], event: Event) -> bool:
@@ -275,7 +291,9 @@ async def events_websocket(websocket: WebSocket) -> None:
         return
     if pump in done and not pump.cancelled():
         failure = pump.exception()
-        if isinstance(failure, AgentwatchError):
+        if failure is None:  # the stream ended: the agent was deleted
+            await _ws_close(websocket, 1000, "the agent was deleted")
+        elif isinstance(failure, AgentwatchError):
             await _ws_refuse(websocket, failure.to_dict())
         elif failure is not None and not isinstance(failure, WebSocketDisconnect | OSError):
             log.warning("attach stream of %s failed: %r", session_id, failure)
@@ -390,10 +408,19 @@ class _SSEResponse:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
         try:
-            attachment = Attachment(state, self.session_id, _parse_after(self.after, self.session_id))
+            after = _parse_after(self.after, self.session_id)
+            attachment = Attachment(state, self.session_id, after)
             await attachment.open()
+            session = await state.engine.store.get_session(self.session_id)
         except AgentwatchError as exc:
             await _send_json_error(send, exc.to_dict())
+            return
+        if session.deleted_at is not None and after is not None and after.seq >= session.last_seq:
+            # A deleted agent's stream that has had every event: 204 tells a browser's EventSource, which
+            # reconnects whenever a stream ends, to stop.
+            attachment.close()
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         frames = attachment.frames()
         await send(
@@ -433,7 +460,7 @@ class _SSEResponse:
 
     async def _pump(self, send: Send, frames: AsyncGenerator[Frame, None]) -> None:
         timeout = self.state.settings.send_timeout
-        ready: asyncio.Queue[Frame | Exception] = asyncio.Queue(maxsize=1)
+        ready: asyncio.Queue[Frame | Exception | None] = asyncio.Queue(maxsize=1)
 
         async def produce() -> None:
             try:
@@ -441,6 +468,8 @@ class _SSEResponse:
                     await ready.put(frame)
             except Exception as exc:  # handed on at once: the stream ends now, not at the next keep-alive
                 await ready.put(exc)
+            else:
+                await ready.put(None)  # the frames ended (the agent was deleted): so does the response
 
         producer = asyncio.create_task(produce())
         try:
@@ -452,6 +481,8 @@ class _SSEResponse:
                     async with asyncio.timeout(timeout):
                         await send(_KEEPALIVE)
                     continue
+                if frame is None:
+                    return
                 if isinstance(frame, Exception):
                     raise frame
                 async with asyncio.timeout(timeout):

@@ -394,6 +394,7 @@
     source.addEventListener("event", (message) => {
       if (state.source !== source) return;
       const event = JSON.parse(message.data).event;
+      if (event.type === "runtime.info" && event.payload.source === "deletion") source.close(); // its last event
       if (event.type === "content.delta") showTyping(event);
       else {
         clearTyping(); // what streamed is durable now (or was cut off): the tail shows it
