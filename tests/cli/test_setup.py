@@ -179,3 +179,19 @@ def test_a_command_run_in_a_subdirectory_finds_the_project_above_it(project: Pat
     ran = agentwatch(deeper, "run", "shouter", "hello", "--server", "none", "--json")
     assert ran.returncode == 0 and json.loads(ran.stdout)["lastAssistantText"] == "heard HELLO!", ran.stderr
     assert (project / ".agentwatch" / "agentwatch.db").exists() and not (deeper / ".agentwatch").exists()
+
+
+def test_a_broken_agentwatch_toml_does_not_keep_a_read_from_a_given_store(project: Path) -> None:
+    """Once: `ls --store URL` failed on the file's error, so nobody could read their agents (in an incident,
+    say) without moving the file away first."""
+    store = f"sqlite:///{project / '.agentwatch' / 'agentwatch.db'}"
+    ran = agentwatch(project, "run", "shouter", "hello", "--server", "none", "--json")
+    assert ran.returncode == 0, ran.stderr
+    (project / "agentwatch.toml").write_text('setup = "shop.agents:setup"\n[sessions\n')
+    listed = agentwatch(project, "ls", "--store", store, "--server", "none", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [row["role"] for row in json.loads(listed.stdout)["agents"]] == ["shouter"]
+    assert "is not valid TOML" in listed.stderr and "with the default settings" in listed.stderr
+    for argv in (["ls", "--server", "none"], ["run", "shouter", "hi", "--store", store, "--server", "none"]):
+        refused = agentwatch(project, *argv)  # no store given, or a command that runs agents: the error stands
+        assert refused.returncode == 1 and "is not valid TOML" in refused.stderr, (argv, refused.stderr)

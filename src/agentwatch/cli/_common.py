@@ -270,11 +270,27 @@ def project_root(start: Path) -> Path:
     return start
 
 
-def resolve_config(store_url: str | None = None, root: Path | None = None, *, setup: str | None = None) -> Config:
-    """The project configuration, with `--store` (and `--setup`) applied over it."""
-    from agentwatch.config import load_config
+def resolve_config(
+    store_url: str | None = None, root: Path | None = None, *, setup: str | None = None, reading: bool = False
+) -> Config:
+    """The project configuration, with `--store` (and `--setup`) applied over it.
 
-    config = load_config(root or project_root(Path(".")))
+    `reading`: a command that only reads, given a store (`--store`, AGENTWATCH_STORE), reads it with the
+    default settings when agentwatch.toml (or a variable) is broken, saying so: a broken file must not keep
+    anyone from reading their agents (in an incident, say)."""
+    from agentwatch.config import Config, load_config
+
+    root = root or project_root(Path("."))
+    try:
+        config = load_config(root)
+    except InvalidArgument as exc:
+        store = store_url or os.environ.get("AGENTWATCH_STORE")
+        if not (reading and store):
+            raise
+        from agentwatch.store import hide_password
+
+        _warn_once(f"{exc.message}; reading {hide_password(store)} with the default settings")
+        config = Config(root=root, store=store)
     if store_url:
         config = config.model_copy(update={"store": store_url})
     if setup:
@@ -285,6 +301,17 @@ def resolve_config(store_url: str | None = None, root: Path | None = None, *, se
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--setup") from None
     return config
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        from rich.markup import escape
+
+        _console("err_console").print(f"[yellow]{escape(text)}[/]", soft_wrap=True)
 
 
 def setup_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -344,7 +371,7 @@ def call_tool(
     handler = read_tool(tool).handler
 
     async def main() -> dict[str, Any]:
-        async with open_reader(resolve_config(store_url)) as reader:
+        async with open_reader(resolve_config(store_url, reading=True)) as reader:
             if agent is not None:
                 args[agent] = await resolve_id(reader, args[agent], scope=scope)
             result = await handler(reader, Caller(scope=scope), args)

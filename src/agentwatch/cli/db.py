@@ -37,7 +37,7 @@ def info(store_url: str | None, as_json: bool) -> None:
     Example:
       agentwatch db info --store sqlite:///.agentwatch/agentwatch.db
     """
-    config = resolve_config(store_url)
+    config = resolve_config(store_url, reading=True)
     answer = run_async(_info(config.store))
     if as_json:  # camelCase, as every other --json answer (the record itself is stored state: snake_case)
         from pydantic.alias_generators import to_camel

@@ -264,7 +264,7 @@ def tail(
         return
 
     async def main() -> None:
-        async with open_reader(resolve_config(store_url)) as reader:
+        async with open_reader(resolve_config(store_url, reading=True)) as reader:
             await follow_session(reader, session_id, answer["cursor"], wanted, max_chars, as_json)
 
     run_async(main())
@@ -341,7 +341,7 @@ def await_(agent_id: str, timeout: float, store_url: str | None, as_json: bool) 
     else:
 
         async def main() -> dict[str, Any]:
-            async with open_reader(resolve_config(store_url)) as reader:
+            async with open_reader(resolve_config(store_url, reading=True)) as reader:
                 session_id = await resolve_id(reader, agent_id, scope=None)
                 return await wait_until_settled(reader, session_id, timeout, spinner=not as_json)
 

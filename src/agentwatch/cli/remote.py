@@ -172,7 +172,7 @@ def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None
     from agentwatch.cli._common import resolve_config
     from agentwatch.store import hide_password
 
-    config = resolve_config(store_url)
+    config = resolve_config(store_url, reading=True)
     path = discovery_file(config)
     record = _read_record(path)
     if record is None or not _alive(record.get("pid")) or not isinstance(record.get("url"), str):
