@@ -257,6 +257,8 @@ async def test_a_person_takes_an_agent_over_and_hands_it_back(
         assert [row["name"] for row in _json(listed)["agents"]] == ["helper"]
         summary = await asyncio.to_thread(invoke, "summary", "--store", store_url, "--json")
         assert _json(summary)["intercepted"] == 1
+        shown = await asyncio.to_thread(invoke, "get", "helper", "--store", store_url)
+        assert "held by" in shown.output and "ada" in shown.output  # for people too, not only in --json
 
         back = await asyncio.to_thread(invoke, "hand-back", "helper", "--store", store_url, "--json")
         assert back.exit_code == 0, back.output

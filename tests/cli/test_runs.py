@@ -63,7 +63,7 @@ def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Sc
     assert compared["against"]["id"] == first
     assert compared["input"] == [{"path": "topic", "this": "moons", "that": "tides"}]
     text = invoke("runs", "compare", second, "--store", store_url)
-    assert "Research / researcher" in text.output and "'tides' → 'moons'" in text.output
+    assert "Research / researcher" in text.output and '"tides" → "moons"' in text.output  # JSON, not repr
 
     journal = _json(invoke("runs", "history", second, "--source", "journal", "--json", "--store", store_url))
     assert [e["title"] for e in journal["entries"]] == ["researcher: attempt 1 failed; trying again in 0 s"]
@@ -73,6 +73,8 @@ def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Sc
 
     failed = _json(invoke("runs", "ls", "--status", "failed", "--json", "--store", store_url))
     assert [r["entity"] for r in failed["runs"]] == ["workflow:doomed"]
+    why = invoke("runs", "ls", "--status", "failed", "--store", store_url)
+    assert "WHY" in why.output and failed["runs"][0]["statusReason"][:20] in why.output  # why it failed
 
     missing = invoke("runs", "trace", "run_nope", "--store", store_url)
     assert missing.exit_code == 1 and "run_nope" in missing.output

@@ -77,7 +77,7 @@ def render_list(answer: dict[str, Any]) -> None:
                 ago(row["lastActiveAt"]),
                 f"{row['usage']['tokens']:,}",
                 " ".join(waiting),
-                escape(names.get(parent, parent[-8:])),
+                escape(names.get(parent, parent)),  # (a parent not on the page: its whole id, to `get`)
             ]
         )
     headers = ["NAME", "ID", "ROLE", "WORD", "STATUS", "ACTIVE", "TOKENS", "WAITING", "PARENT"]
@@ -144,6 +144,8 @@ def render_get(record: dict[str, Any]) -> None:
         rows.append(("asks", f"[yellow]{escape(asks)}[/] [dim]({hitl['hitlId']})[/]"))
     if observer := record.get("observer"):
         rows.extend(_observer_rows(observer))
+    if held := record.get("interception"):
+        rows.append(("held by", f"[yellow]{escape(str(held.get('by')))}[/] since {held.get('since', '?')}"))
     if record["deletedAt"]:
         rows.append(("deleted", f"{record['deletedAt']} (reaped {record['reapAt']})"))
     cells = [[key, str(value)] for key, value in rows]

@@ -89,15 +89,15 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
 
     rows = [
         [run["id"], escape(run["entity"] or run["kind"]), _status(run["status"]), run["startedAt"][:19],
-         _duration(run["durationMs"]), _spend(run)]
+         _duration(run["durationMs"]), _spend(run), escape(run["statusReason"] or "")]
         for run in answer["runs"]
     ]  # fmt: skip
     if not rows:
         print_note("[dim]no runs[/]")
         return
     columns: list[dict[str, Any]] = [{"no_wrap": True}, {"overflow": "ellipsis", "max_width": 32}]
-    columns += [{"no_wrap": True}] * 4
-    headers = ["RUN", "ENTITY", "STATUS", "STARTED", "TOOK", "SPENT"]
+    columns += [{"no_wrap": True}] * 4 + [{"overflow": "ellipsis", "max_width": 48}]
+    headers = ["RUN", "ENTITY", "STATUS", "STARTED", "TOOK", "SPENT", "WHY"]
     print_table(headers, rows, columns=columns, box=None, header_style="bold")
     if answer["nextCursor"]:
         print_note(f"[dim]more: --cursor {answer['nextCursor']}[/]")
@@ -195,7 +195,8 @@ def compare(run_id: str, against: str | None, store_url: str | None, as_json: bo
     if rows:
         print_table(["SPAN", "THIS RUN", "THAT RUN"], rows, box=None, header_style="bold")
     for change in answer["input"]:
-        console.print(f"[dim]input[/] {escape(change['path'])}: {change['that']!r} → {change['this']!r}")
+        that, this = (json.dumps(change[side], ensure_ascii=False) for side in ("that", "this"))
+        console.print(f"[dim]input[/] {escape(change['path'])}: {escape(that)} → {escape(this)}")
     if answer["brainSha"] and answer["brainSha"]["changed"]:
         console.print(f"[dim]brain[/] {answer['brainSha']['that']} → {answer['brainSha']['this']}")
 
