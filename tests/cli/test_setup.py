@@ -53,6 +53,23 @@ def clashing():
     return {"tools": [agent_get]}
 
 
+async def nap() -> str:
+    """Rest a long while."""
+    import asyncio
+
+    await asyncio.sleep(60)
+    return "rested"
+
+
+def napping():
+    napper = AgentDefinition(name="napper", model="scripted:napper", instructions="Rest.", tools=["nap"])
+    return {"tools": [nap], "definitions": [napper], "models": {"napper": ScriptedModel(function=_naps)}}
+
+
+def _naps(ctx):
+    return Reply("rested") if ctx.tool_results else CallTool("nap", {})
+
+
 def with_a_role():
     sloppy = AgentDefinition(name="sloppy", model="scripted:shouter", instructions="Be sloppy.", tools=["shuot"])
     return {**setup(), "definitions": [sloppy]}
@@ -195,3 +212,12 @@ def test_a_broken_agentwatch_toml_does_not_keep_a_read_from_a_given_store(projec
     for argv in (["ls", "--server", "none"], ["run", "shouter", "hi", "--store", store, "--server", "none"]):
         refused = agentwatch(project, *argv)  # no store given, or a command that runs agents: the error stands
         assert refused.returncode == 1 and "is not valid TOML" in refused.stderr, (argv, refused.stderr)
+
+
+def test_a_local_run_cut_off_by_its_timeout_says_what_becomes_of_the_turn(project: Path) -> None:
+    """Once: it printed the snapshot (`working`) and exited 3, the session left `running` with no word of who
+    would run it on."""
+    ran = agentwatch(project, "run", "napper", "go", "--setup", "shop.agents:napping", "--server", "none",
+                     "--timeout", "1")  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+    assert "'s turn is cut off with this command; it goes on when an engine next opens the store" in ran.stderr

@@ -52,6 +52,7 @@ async def test_a_socket_without_the_token_is_told_and_closed(open_engine: Any) -
             frame = json.loads(await ws.recv())
             await ws.wait_closed()
         assert frame == {"kind": "error", "error": frame["error"]} and frame["error"]["code"] == "unauthenticated"
+        assert "?token=<token>" in frame["error"]["message"]  # what a socket (or an EventSource) can send
         assert ws.close_code == 4401
         async with connect(ws_url(base, "ses_any", token="full-secret")) as ws:
             frame = json.loads(await ws.recv())

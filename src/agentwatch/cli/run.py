@@ -84,6 +84,8 @@ async def _run(
         snapshot = await engine.snapshot(session, timed_out=timed_out)
         observer, settled = await _settle_observers(engine, session.id, deadline, spinner=True)
         _say_alone(session.name, observer, settled)
+        if timed_out and session.status == "running":
+            _say_cut_off(session.name)
         return snapshot
 
 
@@ -173,6 +175,18 @@ async def _settle_observers(
                 waited = int(loop.time() - started)
                 status.update(f"waiting for observer {escape(pairing.observer_type)} to settle · {waited}s")
             await asyncio.sleep(0.1)
+
+
+def _say_cut_off(name: str) -> None:
+    from rich.markup import escape
+
+    from agentwatch.cli._common import err_console
+
+    err_console.print(
+        f"[yellow]--timeout passed: {escape(name)}'s turn is cut off with this command; it goes on when an engine "
+        f"next opens the store (`agentwatch serve`), or `agentwatch stop {escape(name)}` ends it[/]",
+        soft_wrap=True,
+    )
 
 
 def _say_alone(name: str, observer: str | None, settled: bool) -> None:

@@ -42,7 +42,9 @@ def _duration(value: object) -> timedelta:
     try:
         return parse_duration(value)
     except (OverflowError, ValueError):
-        raise ValueError("not a duration of at most 3650d; write it like 30s, 90m, 24h or 7d") from None
+        raise ValueError(
+            "not a duration: a number with s, m, h, d or w (30s, 90m, 24h, 7d, 2w), at most 3650d"
+        ) from None
 
 
 def _window(value: timedelta) -> timedelta:

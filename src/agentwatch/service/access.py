@@ -132,7 +132,11 @@ class Guard:
             return None, "read"  # the dashboard's page holds no data: what it shows, it asks for with the token
         presented = _presented_token(scope, headers)
         if presented is None:
-            return error("unauthenticated", "pass the service's token as `Authorization: Bearer <token>`"), "read"
+            return error(
+                "unauthenticated",
+                "pass the service's token as `Authorization: Bearer <token>` (or, where a browser cannot set a "
+                "header, as an EventSource or a WebSocket, as `?token=<token>`)",
+            ), "read"
         if settings.token is not None and hmac.compare_digest(presented.encode(), settings.token.encode()):
             return None, "full"
         if settings.read_token is not None and hmac.compare_digest(presented.encode(), settings.read_token.encode()):
