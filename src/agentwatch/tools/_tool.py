@@ -291,8 +291,6 @@ async def call_tool(
             raise NotFound(f"no tool named {_shown(name)!r}; the tools are: {known}")
         if tool.asks_user:
             raise InvalidArgument(f"{name} opens a request from inside an agent's turn; an agent calls it")
-        if tool.agents_only and caller is None:
-            raise InvalidArgument(f"{name} is called by an agent from inside its turn, not from outside")
         result = await tool.handler(engine, caller or Caller(), args)  # type: ignore[arg-type]
     except AgentwatchError as exc:
         return exc.to_dict()
