@@ -97,7 +97,9 @@ async def test_an_engine_opened_on_a_project_root_keeps_its_store_there(
     assert not (elsewhere / ".agentwatch").exists()
 
 
-@pytest.mark.parametrize("bind", ["127.0.0.1:99999", "127.0.0.1", "localhost:abc", ":8765", "127.0.0.1:-1"])
+@pytest.mark.parametrize(
+    "bind", ["127.0.0.1:99999", "127.0.0.1", "localhost:abc", ":8765", "127.0.0.1:-1", "::1", "fe80::1:8765"]
+)
 def test_a_bind_that_is_not_host_colon_port_is_refused_with_an_example(tmp_path: Path, bind: str) -> None:
     """Once: a port past 65535 bound another port, silently, and a bind without one crashed `serve`."""
     (tmp_path / "agentwatch.toml").write_text(f'[server]\nbind = "{bind}"\n')

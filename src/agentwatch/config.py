@@ -268,7 +268,8 @@ class ServerConfig(BaseModel):
     @classmethod
     def _host_and_port(cls, value: str) -> str:
         host, colon, port = value.rpartition(":")
-        if not colon or not host.strip("[]") or not port.isdigit() or int(port) > 65535:
+        bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
+        if not colon or bare_ipv6 or not host.strip("[]") or not port.isdigit() or int(port) > 65535:
             raise ValueError(
                 f'{value!r} is not HOST:PORT with a port of 0..65535 (0: any free one); e.g. "127.0.0.1:8765"'
             )

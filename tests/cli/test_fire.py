@@ -88,3 +88,9 @@ def test_fire_refuses_input_that_is_not_json_and_a_hook_that_is_not_declared(hoo
     # Nothing ran: no run was recorded by either.
     listed = json.loads(agentwatch(hooked, "runs", "ls", "--json").stdout)
     assert listed["runs"] == []
+
+
+def test_fire_alone_cut_off_by_its_timeout_says_so_and_exits_3(hooked: Path) -> None:
+    done = agentwatch(hooked, "runs", "fire", "deploy", "--server", "none", "--timeout", "0")
+    assert done.returncode == 3, done.stderr
+    assert "--timeout passed before run run_" in done.stderr and "cut off with this command" in done.stderr

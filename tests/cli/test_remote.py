@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentwatch.cli import cli
 from agentwatch.cli._common import resolve_config
-from agentwatch.cli.remote import discovery_file, write_discovery
+from agentwatch.cli.remote import discovery_file, remove_discovery, write_discovery
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
@@ -340,3 +341,27 @@ async def test_run_shows_a_spinner_with_the_time_waited_while_a_turn_is_quiet(
                 assert f"napper-{terminal} running · 2s" in shown.getvalue()
             else:
                 assert shown.getvalue() == ""
+
+
+def test_a_withdrawn_announcement_hands_the_file_only_to_a_live_service_of_the_same_store(tmp_path: Path) -> None:
+    """Stores without a file of their own (PostgreSQL) share the project's discovery path: a service of another
+    store still running must not be named when this one stops; a dead one's record is cleared."""
+    from agentwatch.config import Config
+
+    config = Config(root=tmp_path, store="postgresql://127.0.0.1/one")
+    path = discovery_file(config)
+    path.parent.mkdir(parents=True)
+    alive, dead = os.getppid(), 2**22 + 12345
+    other_store = {"url": "http://127.0.0.1:1", "pid": alive, "token": False, "store": "postgresql://127.0.0.1/two"}
+    (path.parent / f".{path.name}.{alive}").write_text(json.dumps(other_store))
+    (path.parent / f".{path.name}.{dead}").write_text(json.dumps(other_store | {"pid": dead}))
+    write_discovery(config, "http://127.0.0.1:2", token_needed=False)
+    remove_discovery(path)
+    assert not path.exists()  # the other store's service is not this store's
+    assert not (path.parent / f".{path.name}.{dead}").exists()
+
+    same_store = other_store | {"store": "postgresql://127.0.0.1/one", "url": "http://127.0.0.1:3"}
+    (path.parent / f".{path.name}.{alive}").write_text(json.dumps(same_store))
+    write_discovery(config, "http://127.0.0.1:2", token_needed=False)
+    remove_discovery(path)
+    assert json.loads(path.read_text())["url"] == "http://127.0.0.1:3"

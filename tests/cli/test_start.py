@@ -270,7 +270,7 @@ def test_commands_that_may_wait_start_without_the_collector_and_turn_it_on_befor
 
     from agentwatch.cli import WAITING_COMMANDS
 
-    assert {"tail", "await", "runs"} == WAITING_COMMANDS
+    assert {"tail", "await"} == WAITING_COMMANDS
     store = f"sqlite:///{tmp_path / 'gc.db'}"
     asyncio.run(prepare_store(store))
     command = [sys.executable, "-c", GC_AT_EXIT, *argv] + (["--store", store] if argv[-1] != "--help" else [])
@@ -312,3 +312,16 @@ def test_short_commands_skip_pydantics_plugin_scan_unless_told_otherwise(
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=environment, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"plugins scanned: {scan}" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "short"),
+    [(["ls"], True), (["runs", "ls", "--json"], True), (["tail", "x", "-f"], True), (["run", "coder", "hi"], False),
+     (["runs", "fire", "deploy"], False), (["--json", "runs", "fire"], False), (["serve"], False), ([], False)],
+)  # fmt: skip
+def test_a_subcommand_that_runs_agents_starts_as_run_does(argv: list[str], short: bool) -> None:
+    """`runs fire` runs the user's setup, models and tool servers when no service runs: no plugin scan skipped
+    for it (nor for the processes it starts), no collector turned off."""
+    from agentwatch.cli import starts_short
+
+    assert starts_short(argv) is short

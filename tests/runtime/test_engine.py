@@ -595,6 +595,38 @@ async def test_a_sub_agents_question_goes_to_a_person_once_its_parents_turn_ends
         assert any("its parent's turn ended without answering" in n.message for n in notes)  # type: ignore[union-attr]
 
 
+async def test_a_sub_agents_held_question_waits_while_its_parent_pauses_and_is_released_when_it_ends(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    def child(ctx: Any) -> Any:
+        return Reply("done") if ctx.tool_results else CallTool("ask_user", {"question": "Which branch?"})
+
+    def lead(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("agent_task", {"role": "kid", "prompt": "start", "name": "kid"})
+        if "yes" not in [result.output for result in ctx.tool_results]:
+            return CallTool("ask_user", {"question": "Go on?"})
+        return Reply("Going on.")
+
+    asker = scripted("pause-asker", ScriptedModel(function=child))
+    boss = scripted("pause-lead", ScriptedModel(function=lead))
+    lead_role = role("lead", boss, tools=("agent_task", "ask_user"), grant=("spawn",))
+    async with open_engine(role("kid", asker, tools=("ask_user",)), lead_role) as engine:
+        paused = await engine.task("lead", "delegate")
+        assert paused["status"] == "awaiting_input"  # the lead waits on a person itself: it may still answer
+        kid_id = (await engine.call_tool("agent_get", {"name": "kid"}))["id"]
+        assert (await engine.store.get_session(kid_id)).held_requests == 1
+        await engine.answer(paused["pendingHitl"]["hitlId"], "yes")
+        for _ in range(200):  # (the answered turn goes on in the lead's driver)
+            if (await engine.store.get_session(paused["agentId"])).status == "completed":
+                break
+            await asyncio.sleep(0.02)
+        # A turn continued from the answer (a new turn object, after the pause): its end releases the question.
+        assert (await engine.store.get_session(paused["agentId"])).status == "completed"
+        kid = await engine.store.get_session(kid_id)
+        assert (kid.pending_requests, kid.held_requests) == (1, 0)
+
+
 def test_function_tools_take_their_schema_from_the_signature() -> None:
     def read_file(path: str, limit: int = 100) -> str:
         """Read a text file."""

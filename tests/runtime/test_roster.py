@@ -305,12 +305,14 @@ def test_a_name_defined_twice_keeps_the_first_file(write_agent: WriteAgent) -> N
 def test_names_must_be_lowercase_slugs(write_agent: WriteAgent) -> None:
     write_agent("My Agent.md", "---\nmodel: a:b\n---\n")
     write_agent("ok.md", "---\nname: Code Reviewer\nmodel: a:b\n---\n")
+    write_agent("ses_helper.md", "---\nmodel: a:b\n---\n")  # (its agents' names, ses_helper-..., read as ids)
 
     assert messages(load_roster(AGENTS)) == [
         "agents/My Agent.md: name: 'My Agent' is not a valid agent type; use lowercase letters, digits, '-' and '_' "
         "(e.g. 'my-agent')",
         "agents/ok.md: name: 'Code Reviewer' is not a valid agent type; use lowercase letters, digits, '-' and '_' "
         "(e.g. 'code-reviewer')",
+        "agents/ses_helper.md: name: 'ses_helper' is not a valid agent type: ses_ starts an agent's id; rename it",
     ]
 
 

@@ -19,7 +19,18 @@ import click
 from agentwatch import __version__
 from agentwatch.cli._common import ExitCode, harden, run_cli
 
-__all__ = ["COMMANDS", "SHORT_COMMANDS", "WAITING_COMMANDS", "ExitCode", "LazyGroup", "cli", "collect_garbage", "main"]
+__all__ = [
+    "COMMANDS",
+    "LONG_SUBCOMMANDS",
+    "SHORT_COMMANDS",
+    "WAITING_COMMANDS",
+    "ExitCode",
+    "LazyGroup",
+    "cli",
+    "collect_garbage",
+    "main",
+    "starts_short",
+]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "agents": ("agentwatch.cli.agents:agents", "The agent definitions in the agents directory."),
@@ -117,15 +128,19 @@ def cli() -> None:
 
 SHORT_COMMANDS = frozenset(
     {"agents", "answer", "approve", "db", "delete", "deny", "escalate", "export", "get", "hand-back", "history"}
-    | {"ls", "prompt", "send", "stop", "summary", "take-over"}
+    | {"ls", "prompt", "runs", "send", "stop", "summary", "take-over"}
 )
 """Commands that end as soon as they have done one thing. The `agentwatch` process runs them with the cyclic
 garbage collector off: it would pause a few times while the command imports what it needs, with nothing to
 collect after. The others may wait, follow or serve for hours (`run`, `serve`, `mcp`, `tail -f`, `await`)."""
 
-WAITING_COMMANDS = frozenset({"tail", "await", "runs"})
+WAITING_COMMANDS = frozenset({"tail", "await"})
 """Commands that start as the short ones do, with the collector off, and may then wait or follow for hours:
-they turn it back on (`collect_garbage`) before they wait (`runs fire` runs or waits for a run)."""
+they turn it back on (`collect_garbage`) before they wait."""
+
+LONG_SUBCOMMANDS = frozenset({("runs", "fire")})
+"""Subcommands of a short command's group that run agents (the user's setup, models and tool servers) and
+wait: they start as `run` does."""
 
 
 def collect_garbage() -> None:
@@ -133,9 +148,16 @@ def collect_garbage() -> None:
     gc.enable()
 
 
+def starts_short(argv: list[str]) -> bool:
+    """Whether the command line `argv` (without the program) starts as a short command: with the collector
+    off and no pydantic plugin scan (see `main`)."""
+    words = tuple(arg for arg in argv if not arg.startswith("-"))[:2]
+    return bool(words) and words[0] in SHORT_COMMANDS | WAITING_COMMANDS and words not in LONG_SUBCOMMANDS
+
+
 def main() -> None:
     """Entry point of the `agentwatch` script (and of `python -m agentwatch`)."""
-    if next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None) in SHORT_COMMANDS | WAITING_COMMANDS:
+    if starts_short(sys.argv[1:]):
         gc.disable()
         # pydantic looks for plugins (scanning every installed package's entry points) at the first model it
         # builds: a twentieth of such a command's start. These commands start no other process and load no

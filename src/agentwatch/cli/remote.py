@@ -101,19 +101,21 @@ def write_discovery(config: Config, url: str, *, token_needed: bool) -> Path:
 
 
 def remove_discovery(path: Path) -> None:
-    """Withdraw this process's announcement: the file then names another service of the store still running
-    (the newest), or is removed when none is."""
+    """Withdraw this process's announcement: the file then names another service of the same store still
+    running (the newest), or is removed when none is."""
     _own_record(path).unlink(missing_ok=True)
     record = _read_record(path)
     if record is None or record.get("pid") != os.getpid():
         return  # another service announced itself since: the file is its
     others = []
     for kept in path.parent.glob(f".{path.name}.*"):
-        other = _read_record(kept)
-        if other is not None and _alive(other.get("pid")):
-            others.append((kept.stat().st_mtime, other))
-        elif other is not None:
+        other = _read_record(kept) if not kept.name.endswith(".draft") else None
+        if other is None:
+            continue
+        if not _alive(other.get("pid")):
             kept.unlink(missing_ok=True)  # a service that died without withdrawing
+        elif other.get("store") == record.get("store"):  # (stores without a file of their own share the path)
+            others.append((kept.stat().st_mtime, other))
     if others:
         _announce(path, max(others, key=lambda found: found[0])[1])
     else:
@@ -172,7 +174,12 @@ def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None
     from agentwatch.cli._common import resolve_config
     from agentwatch.store import hide_password
 
-    config = resolve_config(store_url, reading=True)
+    try:
+        config = resolve_config(store_url)
+    except InvalidArgument:
+        if not (store_url or os.environ.get("AGENTWATCH_STORE")):
+            raise
+        return None  # a broken configuration: the command's own reading of it says what it does about it
     path = discovery_file(config)
     record = _read_record(path)
     if record is None or not _alive(record.get("pid")) or not isinstance(record.get("url"), str):

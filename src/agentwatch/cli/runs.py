@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentwatch.cli import collect_garbage
 from agentwatch.cli._common import (
     SECONDS,
     ExitCode,
@@ -279,7 +278,6 @@ def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout
       agentwatch runs fire deploy-check '{"sha": "4f2a", "env": "prod"}' --key deploy-4f2a
       echo '"nightly"' | agentwatch runs fire digest - --wait
     """
-    collect_garbage()  # started without the collector (see WAITING_COMMANDS); a run may go on for long
     args: dict[str, Any] = {"name": hook}
     if input_json is not None:
         args["input"] = _json_input(input_json)
@@ -309,6 +307,10 @@ def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout
 
         console.print(f"{fired['runId']} {_status(ended)}: `agentwatch runs trace {fired['runId']}` shows its spans")
     if not ended:
+        from agentwatch.cli._common import err_console
+
+        where = "it goes on in the service" if service is not None else "it was cut off with this command (cancelled)"
+        err_console.print(f"[yellow]--timeout passed before run {fired['runId']} ended: {where}[/]", soft_wrap=True)
         click.get_current_context().exit(ExitCode.TIMED_OUT)
     if ended != "completed":
         click.get_current_context().exit(ExitCode.FAILED)

@@ -97,9 +97,13 @@ async def release_held(runtime: Runtime, parent_id: str) -> int:
         if child.held_requests == 0:
             continue
         for request in await runtime.store.list_requests(session_id=child.id, status="pending", limit=100):
-            if request.waits_on == "parent":
+            if request.waits_on != "parent":
+                continue
+            try:
                 await escalate(runtime, request.id, reason="its parent's turn ended without answering")
-                released += 1
+            except Conflict:
+                continue  # escalated (or answered) meanwhile, by the maintenance step or a person
+            released += 1
     return released
 
 

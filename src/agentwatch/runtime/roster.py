@@ -229,6 +229,8 @@ class AgentDefinition(BaseModel):
             raise ValueError(
                 f"{value!r} is not a valid agent type; use lowercase letters, digits, '-' and '_' (e.g. {slug!r})"
             )
+        if value is not None and value.startswith("ses_"):  # its agents' made-up names would read as ids
+            raise ValueError(f"{value!r} is not a valid agent type: ses_ starts an agent's id; rename it")
         if info.field_name == "observer" and value is not None and value == info.data.get("name"):
             raise ValueError(f"{value!r} cannot observe itself; name another agent type or remove observer")
         return value

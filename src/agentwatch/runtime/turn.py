@@ -94,9 +94,6 @@ class _Turn:
     usage: Usage = field(default_factory=Usage)
     owed: bool = False
     """A response without tool calls was submitted and not waited for: the turn's end commits with it."""
-    spawned: bool = False
-    """The turn called a tool of the `spawn` grant (`agent_task`, ...): when it ends, its sub-agents' requests
-    held for it go to a person (`requests.release_held`)."""
 
     @property
     def session_id(self) -> str:
@@ -433,7 +430,6 @@ async def _server_tool_specs(turn: _Turn) -> list[ToolSpec]:
 def _runner(turn: _Turn, tool: Tool) -> Any:
     async def call(context: ToolContext, args: dict[str, Any]) -> JsonValue:
         caller = Caller(turn.session_id, turn.turn_id, context.tool_call_id, turn.session.scope)
-        turn.spawned = turn.spawned or tool.grant == "spawn"
         return await tool.handler(turn.runtime, caller, args)
 
     return _gated(turn, tool.name, call)
@@ -516,6 +512,7 @@ async def _end(
     }
     if last_text:
         fields["last_text"] = displayable(last_text)
+    await _release_held(turn)  # before the end is seen: whoever waits on this turn finds them with a person
     if turn.owed:
         # The last response was not waited for: the end shares its commit, as a write of the turn, so a failure
         # of either is the turn's, and the turn then ends failed.
@@ -532,12 +529,13 @@ async def _end(
     else:
         await turn.commit([ended], patch=SessionPatch(**fields))
     await _tell_parent(turn, status)
-    await _release_held(turn)
     _release_servers(turn, status)
 
 
 async def _release_held(turn: _Turn) -> None:
-    if not turn.spawned:
+    """Hand the requests of this agent's sub-agents held for it to a person: the turn ends without answering
+    them (only an agent that may spawn has sub-agents)."""
+    if "spawn" not in turn.definition.grant:
         return
     try:
         await release_held(turn.runtime, turn.session_id)
@@ -625,9 +623,9 @@ async def _pause(turn: _Turn, result: TurnResult) -> None:
 
 
 async def _end_stopped(turn: _Turn, by: str) -> None:
+    await _release_held(turn)
     await end_stopped_turn(turn.runtime, turn.emitter, turn.session_id, turn.turn_id, by, usage=turn.usage)
     await _tell_parent(turn, "cancelled")
-    await _release_held(turn)
     _release_servers(turn, "cancelled")
 
 

@@ -411,8 +411,13 @@ class _SSEResponse:
             after = _parse_after(self.after, self.session_id)
             attachment = Attachment(state, self.session_id, after)
             await attachment.open()
-            session = await state.engine.store.get_session(self.session_id)
         except AgentwatchError as exc:
+            await _send_json_error(send, exc.to_dict())
+            return
+        try:
+            session = await state.engine.store.get_session(self.session_id)
+        except AgentwatchError as exc:  # (reaped meanwhile, or the store is down)
+            attachment.close()
             await _send_json_error(send, exc.to_dict())
             return
         if session.deleted_at is not None and after is not None and after.seq >= session.last_seq:

@@ -226,7 +226,7 @@ async def _serve_on(
                 lifespan="on",
                 log_level="warning",
                 # Above the app's own limit, so that a message past it reaches the app, which answers it with
-                # an error frame and 4413 (uvicorn's own refusal is a bare 1009).
+                # a `too_large` error frame and 1008 (uvicorn's own refusal is a bare 1009).
                 ws_max_size=settings.max_message_bytes * 16,
                 # Compressing each frame once per client costs more CPU than the whole fan-out of an event.
                 ws_per_message_deflate=False,

@@ -36,6 +36,7 @@ __all__ = [
     "Name",
     "Prompt",
     "Text",
+    "TypedName",
     "check_agent_name",
     "check_prompt",
     "check_text",
@@ -83,17 +84,29 @@ def _not_blank(value: str) -> str:
     return value
 
 
-def check_agent_name(value: str) -> str:
-    """`value`, when it can name an agent: typed back as it shows (no control or invisible formatting
-    character, no whitespace around it) and never taken for an id (`ses_...`); a ValueError otherwise."""
+_INVISIBLE = frozenset("\u200b\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff")
+"""Characters that change how a name shows, or show nothing, without being part of a word (a zero-width space,
+bidi controls, a byte-order mark); a joiner in an emoji or a Persian name is part of a word and allowed."""
+
+
+def check_typed_name(value: str) -> str:
+    """`value`, when it can be typed back as it shows: no whitespace around it, no control character and no
+    invisible one (`_INVISIBLE`); a ValueError otherwise."""
     if value != value.strip() or not value:
-        raise ValueError(f"an agent's name has no whitespace around it, got {value!r}; send {value.strip()!r}")
-    odd = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf")), None)
+        raise ValueError(f"a name has no whitespace around it, got {value!r}; send {value.strip()!r}")
+    odd = next((c for c in value if c in _INVISIBLE or unicodedata.category(c) == "Cc"), None)
     if odd is not None:
         raise ValueError(
-            f"an agent's name holds U+{ord(odd):04X} (a control or formatting character) at position "
-            f"{value.index(odd)}, which cannot be typed back; use letters, digits, spaces and punctuation"
+            f"a name holds U+{ord(odd):04X} (a control or invisible character) at position {value.index(odd)}, "
+            "which cannot be typed back; use letters, digits, spaces and punctuation"
         )
+    return value
+
+
+def check_agent_name(value: str) -> str:
+    """`value`, when it can name an agent: typed back as it shows (`check_typed_name`) and never taken for an
+    id (`ses_...`); a ValueError otherwise."""
+    check_typed_name(value)
     if value.startswith("ses_"):
         raise ValueError(f"{value!r} looks like an agent id (ses_...): a name cannot, or it could not be found by it")
     return value
@@ -114,6 +127,8 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)
 """A name, role, scope or key: 1..200 characters."""
 AgentName = Annotated[Name, AfterValidator(check_agent_name)]
 """An agent's name: a `Name` that can be typed back and is never taken for an id (`check_agent_name`)."""
+TypedName = Annotated[Name, AfterValidator(check_typed_name)]
+"""A person's name (who took an agent over): a `Name` that can be typed back (`check_typed_name`)."""
 Prompt = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS),

@@ -22,7 +22,20 @@ from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.roster import capability_for
 from agentwatch.runtime.services import Runtime
 from agentwatch.store import SessionPatch, SessionRecord, Write
-from agentwatch.tools import AgentName, Answer, Args, BoundedJson, Caller, Count, Id, Name, Prompt, Tool, typed_tool
+from agentwatch.tools import (
+    AgentName,
+    Answer,
+    Args,
+    BoundedJson,
+    Caller,
+    Count,
+    Id,
+    Name,
+    Prompt,
+    Tool,
+    TypedName,
+    typed_tool,
+)
 
 __all__ = [
     "AnswerArgs",
@@ -132,7 +145,7 @@ class TakeOverArgs(Args):
     """Arguments of `agent_take_over`."""
 
     id: Id = Field(description="The agent's id (ses_...).")
-    by: AgentName | None = Field(None, description="Who takes it over (a person's name); 'a person' when absent.")
+    by: TypedName | None = Field(None, description="Who takes it over (a person's name); 'a person' when absent.")
 
 
 class HandBackArgs(Args):
