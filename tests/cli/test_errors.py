@@ -277,3 +277,8 @@ def test_no_option_value_makes_a_traceback(fixture: Fixture, name: str, command:
         assert_no_traceback(result, argv)
 
     run()
+
+
+def test_a_run_name_that_would_read_as_an_id_is_a_usage_error_of_its_flag() -> None:
+    done = CliRunner().invoke(cli, ["run", "coder", "hi", "--name", "ses_x"])
+    assert done.exit_code == 2 and "Invalid value for --name" in done.output and "looks like an agent id" in done.output

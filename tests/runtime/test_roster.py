@@ -484,8 +484,8 @@ def test_python_built_definitions_are_checked_like_files(write_agent: WriteAgent
     assert messages(roster) == [
         "agent 'coder': name: 'coder' is already defined by 'agents/coder.md'; rename one of them",
         "agent 'typo': tools: unknown tool 'raed_file' (did you mean 'read_file'?)",
-        "agent 'typo': warning: observer: no agent type 'nobody' in the roster; 'typo' runs unobserved until it is "
-        "defined",
+        "agent 'typo': warning: observer: no agent type 'nobody' in the roster; 'typo' (left out for its errors) "
+        "would run unobserved until it is defined",
     ]
 
 
@@ -539,8 +539,8 @@ def test_check_agents_lists_every_problem(write_agent: WriteAgent) -> None:
     assert [str(problem) for problem in problems] == [
         "agents/coder.md: tools: unknown tool 'raed_file' (did you mean 'read_file'?)",
         # (a file left out for an error has its observer checked all the same: one pass lists everything)
-        "agents/coder.md: warning: observer: no agent type 'critic' in the roster; 'coder' runs unobserved until "
-        "it is defined",
+        "agents/coder.md: warning: observer: no agent type 'critic' in the roster; 'coder' (left out for its "
+        "errors) would run unobserved until it is defined",
         "agents/writer.md: warning: observer: no agent type 'critic' in the roster; 'writer' runs unobserved until "
         "it is defined",
     ]

@@ -339,12 +339,17 @@ def run(
     """
     from agentwatch.cli._common import flag_error
     from agentwatch.errors import InvalidArgument
-    from agentwatch.tools import check_prompt
+    from agentwatch.tools import check_agent_name, check_prompt
 
     try:  # a usage error, before an engine or a service is asked anything
         check_prompt(prompt)
     except InvalidArgument as exc:
         raise flag_error(exc, {"prompt": "PROMPT"}, {"prompt": prompt}) from None
+    if name is not None:
+        try:
+            check_agent_name(name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--name") from None
     config = resolve_config(store_url, setup=setup)
     if agents_dir is not None:
         config = config.model_copy(update={"agents_dir": agents_dir})

@@ -75,9 +75,10 @@ def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> Sessio
         raise InvalidArgument("window, from: pass either window or from/to, not both", fields=["from", "window"])
     active_from = now - args.window if args.window is not None else args.from_
     if active_from is not None and args.to is not None and active_from >= args.to:
+        start = "window" if args.window is not None else "from"
         raise InvalidArgument(
-            f"from, to: {active_from.isoformat()} is not before {args.to.isoformat()}; the range is from..to",
-            fields=["from", "to"],
+            f"{start}, to: the range starts at {active_from.isoformat()}, not before its end {args.to.isoformat()}",
+            fields=[start, "to"],
         )
     where = SessionFilter(
         status=args.status,

@@ -561,8 +561,9 @@ class Engine:
             return session
         await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
         reap_at = datetime.now(UTC) + self.config.retention.deleted_ttl
-        deleted = await self.store.soft_delete(session_id, reap_at=reap_at)
         # Its last event: attach streams end with it (`DELETION_SOURCE`), and its history says who and when.
+        # Written first: if it fails, nothing is deleted and a retry writes both (the other way round, a retry
+        # would find the agent deleted and write no notice, and its streams would never end).
         notice = RuntimeNotice(
             type="runtime.info",
             message=f"deleted by {by}; readable by its id until {reap_at:%Y-%m-%d %H:%M} UTC",
@@ -570,7 +571,7 @@ class Engine:
             detail={"by": by, "reap_at": reap_at.isoformat()},
         )
         await (await self.driver(session_id)).commit(Write(session_id, events=[NewEvent(notice)], touch=False))
-        return deleted
+        return await self.store.soft_delete(session_id, reap_at=reap_at)
 
     async def live_children(self, session_id: str) -> list[SessionRecord]:
         """Sub-agents of a session that have not ended (not its observer, which is no sub-agent of it)."""

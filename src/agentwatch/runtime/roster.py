@@ -620,7 +620,8 @@ class Roster:
             observer = definition.observer
             if observer is None:
                 continue
-            unobserved = f"{definition.name!r} runs unobserved"
+            kept = definition.name in self._definitions
+            unobserved = f"{definition.name!r} {'runs' if kept else '(left out for its errors) would run'} unobserved"
             if observer in self._definitions:
                 chained = self._definitions[observer].observer
                 if chained is None:
