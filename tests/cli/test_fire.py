@@ -5,18 +5,11 @@ what to do."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from agentwatch.cli._common import resolve_config
-from agentwatch.cli.remote import discovery_file
-from tests.cli.test_remote_serve import environment, stopped
-from tests.cli.test_setup import agentwatch, project
+from tests.cli.test_setup import agentwatch, project, serving
 
 __all__ = ["project"]  # (the fixture)
 
@@ -49,34 +42,17 @@ def test_fire_alone_runs_the_hook_here_and_waits_for_its_end_once_per_key(hooked
 
 
 def test_fire_hands_the_run_to_the_service_and_waits_when_asked(hooked: Path) -> None:
-    store = f"sqlite:///{hooked / '.agentwatch' / 'agentwatch.db'}"
-    found = discovery_file(resolve_config(store, hooked))
-    command = [sys.executable, "-m", "agentwatch.cli", "serve", "--port", "0", "--deploy-hold-minutes", "0"]
-    env = environment()
-    env.pop("AGENTWATCH_STORE", None)
-    service = subprocess.Popen(command, cwd=hooked, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not found.exists():
-            assert service.poll() is None and time.monotonic() < deadline, service.stderr and service.stderr.read()
-            time.sleep(0.05)
+    with serving(hooked):
         at_once = agentwatch(hooked, "runs", "fire", "deploy", "--json")
         assert at_once.returncode == 0 and "no service running" not in at_once.stderr, at_once.stderr
         assert set(json.loads(at_once.stdout)) == {"runId", "hook", "duplicate"}  # no wait: no status
 
-        waited = subprocess.run(
-            [sys.executable, "-m", "agentwatch.cli", "runs", "fire", "deploy", "-", "--wait", "--json"],
-            cwd=hooked, env=env, input='"nightly"', capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        waited = agentwatch(hooked, "runs", "fire", "deploy", "-", "--wait", "--json", stdin='"nightly"')
         assert waited.returncode == 0, waited.stderr
         answer = json.loads(waited.stdout)
         assert answer["status"] == "completed" and answer["duplicate"] is False
         trace = json.loads(agentwatch(hooked, "runs", "trace", answer["runId"], "--json").stdout)
         assert trace["run"]["input"] == "nightly"
-        service.send_signal(signal.SIGTERM)
-        assert service.wait(30) == 0
-    finally:
-        stopped(service)
 
 
 def test_fire_refuses_input_that_is_not_json_and_a_hook_that_is_not_declared(hooked: Path) -> None:

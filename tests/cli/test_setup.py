@@ -4,12 +4,14 @@ that says what is wrong, before anything runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,11 +106,14 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def agentwatch(project: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def agentwatch(
+    project: Path, *argv: str, timeout: float = 60, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "agentwatch.cli", *argv]
     env = environment()
     env.pop("AGENTWATCH_STORE", None)
-    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(command, cwd=project, env=env, input=stdin, capture_output=True, text=True,
+                          timeout=timeout, check=False)  # fmt: skip
 
 
 def test_run_and_check_take_the_projects_tools_and_models_from_its_setup(project: Path) -> None:
@@ -119,7 +124,10 @@ def test_run_and_check_take_the_projects_tools_and_models_from_its_setup(project
     assert json.loads(ran.stdout)["lastAssistantText"] == "heard HELLO!"
 
 
-def test_serve_takes_the_setup_and_run_hands_its_agent_over(project: Path) -> None:
+@contextlib.contextmanager
+def serving(project: Path) -> Iterator[None]:
+    """`agentwatch serve` in `project` (its default store), once it has announced itself; stopped with SIGTERM
+    after, which it must exit 0 on."""
     store = f"sqlite:///{project / '.agentwatch' / 'agentwatch.db'}"
     found = discovery_file(resolve_config(store, project))
     command = [sys.executable, "-m", "agentwatch.cli", "serve", "--port", "0", "--deploy-hold-minutes", "0"]
@@ -131,14 +139,19 @@ def test_serve_takes_the_setup_and_run_hands_its_agent_over(project: Path) -> No
         while not found.exists():
             assert service.poll() is None and time.monotonic() < deadline, service.stderr and service.stderr.read()
             time.sleep(0.05)
-        ran = agentwatch(project, "run", "shouter", "hello", "--json")
-        assert ran.returncode == 0, ran.stderr
-        assert "handed" in ran.stderr or "service" in ran.stderr  # it says where the turn ran
-        assert json.loads(ran.stdout)["lastAssistantText"] == "heard HELLO!"
+        yield
         service.send_signal(signal.SIGTERM)
         assert service.wait(30) == 0
     finally:
         stopped(service)
+
+
+def test_serve_takes_the_setup_and_run_hands_its_agent_over(project: Path) -> None:
+    with serving(project):
+        ran = agentwatch(project, "run", "shouter", "hello", "--json")
+        assert ran.returncode == 0, ran.stderr
+        assert "handed" in ran.stderr or "service" in ran.stderr  # it says where the turn ran
+        assert json.loads(ran.stdout)["lastAssistantText"] == "heard HELLO!"
 
 
 @pytest.mark.parametrize(
