@@ -56,3 +56,6 @@ async def test_conversations_say_why_they_ended_and_an_archived_one_reads_back(
 
         unknown = await engine.call_tool("agent_history", {"id": session.id, "conversationId": "cnv_nope"})
         assert unknown["error"]["code"] == "not_found"
+        no_episode = await engine.call_tool("agent_history", {"id": session.id, "episodeId": "trn_nope"})
+        assert no_episode["error"]["code"] == "not_found"  # (once: an empty page, as if the turn wrote nothing)
+        assert "has no episode 'trn_nope'" in no_episode["error"]["message"]

@@ -85,6 +85,11 @@ async def history_answer(view: EngineView, args: HistoryArgs) -> HistoryAnswer:
         conversation_id=conversation_id,
         turn_id=args.episode_id,
     )
+    if args.episode_id is not None and args.cursor is None and not newest_first:
+        raise NotFound(
+            f"agent {session.id!r} has no episode {args.episode_id!r}; an episode is one of its turns (the "
+            "`turnId` of its events, trn_...)"
+        )
     kept: list[tuple[int, EventEntry]] = []
     budget = MAX_ANSWER_CHARS
     for event in newest_first[: args.limit]:
