@@ -72,6 +72,23 @@ def _naps(ctx):
     return Reply("rested") if ctx.tool_results else CallTool("nap", {})
 
 
+def doze() -> str:
+    """Rest a long while, blocking (a plain def: it runs in a worker thread)."""
+    import time
+
+    time.sleep(60)
+    return "rested"
+
+
+def dozing():
+    dozer = AgentDefinition(name="dozer", model="scripted:dozer", instructions="Rest.", tools=["doze"])
+    return {"tools": [doze], "definitions": [dozer], "models": {"dozer": ScriptedModel(function=_dozes)}}
+
+
+def _dozes(ctx):
+    return Reply("rested") if ctx.tool_results else CallTool("doze", {})
+
+
 def with_a_role():
     sloppy = AgentDefinition(name="sloppy", model="scripted:shouter", instructions="Be sloppy.", tools=["shuot"])
     return {**setup(), "definitions": [sloppy]}
@@ -234,3 +251,26 @@ def test_a_local_run_cut_off_by_its_timeout_says_what_becomes_of_the_turn(projec
                      "--timeout", "1")  # fmt: skip
     assert ran.returncode == 3, ran.stderr
     assert "'s turn is cut off with this command; it goes on when an engine next opens the store" in ran.stderr
+
+
+def test_ctrl_c_ends_a_local_run_while_a_plain_def_tool_still_runs(project: Path) -> None:
+    """Once: the interrupted process waited for the tool's thread to return (here, a minute)."""
+    command = [sys.executable, "-m", "agentwatch.cli", "run", "dozer", "go", "--setup", "shop.agents:dozing",
+               "--server", "none"]  # fmt: skip
+    env = environment()
+    env.pop("AGENTWATCH_STORE", None)
+    runner = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert runner.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in runner.stdout:  # the live lines of the turn: the call shows once it runs
+            if "doze" in line:
+                break
+            assert time.monotonic() < deadline
+        time.sleep(0.5)
+        runner.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        assert runner.wait(30) == 130
+        assert time.monotonic() - started < 15  # not the tool's minute
+    finally:
+        stopped(runner)

@@ -6,13 +6,13 @@ import asyncio
 import itertools
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from agentwatch.events import Event
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.thread_observer import ReplaySnapshot
 from agentwatch.tools import Caller, function_tool
+from agentwatch.tools._workers import MAX_WORKERS
 from tests.runtime.support import OpenEngine, Scripted, role
 
 NAP_SECONDS = 2.0
@@ -73,8 +73,8 @@ async def test_sync_tools_that_finish_together_resume_a_few_per_loop_turn() -> N
     """Outcomes of many worker threads that finish while the loop is busy do not all wake their callers in the
     same loop turn: they resume a chunk per turn, so the turns they drive do not move in step."""
     calls = 48
+    assert calls <= MAX_WORKERS  # every call in a thread at once
     loop = asyncio.get_running_loop()
-    loop.set_default_executor(ThreadPoolExecutor(max_workers=calls))  # every call in a thread at once
     gate = threading.Event()
     waiting = itertools.count(1)
     in_threads = [0]

@@ -16,6 +16,7 @@ from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, ToolEr
 from agentwatch.pacing import Mailboxes
 from agentwatch.tools._bounds import MAX_NAME_CHARS
 from agentwatch.tools._wire import dump
+from agentwatch.tools._workers import run_in_worker
 
 __all__ = [
     "Caller",
@@ -44,7 +45,7 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     finished while the loop was busy all at once: hundreds of turns then take their next steps (the tool's
     result, the next model request and its stream) in step, in the same loop turns, keeping the loop from
     everything else for the sum of them (with 1,000 turns at once, loop turns of 30-80 ms)."""
-    value = await asyncio.to_thread(fn, **kwargs)
+    value = await run_in_worker(fn, **kwargs)
     return await _mailboxes.of(asyncio.get_running_loop()).hand_back(value)
 
 
@@ -313,7 +314,7 @@ def function_tool(
 ) -> Tool:
     """A tool from a plain Python function (sync or async); its signature's type hints give the schema.
 
-    A plain `def` runs in a worker thread (`asyncio.to_thread`), so a slow one never pauses other
+    A plain `def` runs in a worker thread (a daemon one: `agentwatch.tools._workers`), so a slow one never pauses other
     sessions; an `async def` runs on the event loop and must not block it.
 
     ```python
