@@ -66,6 +66,14 @@ async def start_slow_turn(http: httpx.AsyncClient) -> str:
     raise AssertionError(f"the turn did not start: {row}")
 
 
+async def draining_during_a_turn(process: Any, http: httpx.AsyncClient) -> str:
+    """Start a slow turn, then SIGTERM the service (it drains); the turn's agent id."""
+    agent_id = await start_slow_turn(http)
+    process.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.3)
+    return agent_id
+
+
 async def stopped(process: Any, within: float) -> float:
     started = time.monotonic()
     async with asyncio.timeout(within):
@@ -76,9 +84,7 @@ async def stopped(process: Any, within: float) -> float:
 async def test_sigterm_lets_the_running_turn_finish_and_refuses_new_work(tmp_path: Path) -> None:
     async with service(tmp_path, hold_minutes=1, pause_seconds=3) as (process, base):
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-            agent_id = await start_slow_turn(http)
-            process.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)
+            agent_id = await draining_during_a_turn(process, http)
             health = await http.get("/api/health")
             alive = await http.get("/api/health/live")
             refused = await http.post("/api/tools/agent_task", json={"role": "slow", "prompt": "more"})
@@ -103,9 +109,7 @@ async def test_a_draining_service_still_stops_the_turn_it_waits_for(tmp_path: Pa
     # The hold waits for running turns: a person (the dashboard's Stop) may still end one, and the drain with it.
     async with service(tmp_path, hold_minutes=60, pause_seconds=60) as (process, base):
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-            agent_id = await start_slow_turn(http)
-            process.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)
+            agent_id = await draining_during_a_turn(process, http)
             refused = await http.post("/api/tools/agent_enqueue", json={"agentId": agent_id, "prompt": "more"})
             stop = await http.post("/api/tools/agent_stop", json={"id": agent_id})
         assert refused.status_code == 503  # work that would start a turn goes to another service

@@ -42,10 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["run"]
 
-_UNFINISHED = frozenset({"failed", "cancelled", "interrupted"})
-"""The statuses `run` exits 1 on: the turn failed, was stopped (here, from another terminal or from another
-service), or was cut off by restarts."""
-
 
 async def _run(
     config: Config, role: str, prompt: str, name: str | None, timeout: float, as_json: bool
@@ -371,5 +367,8 @@ def run(
         console.print(f"\n[bold]{snapshot.get('name')}[/] [dim]{snapshot.get('agentId')}[/] → [bold]{word}[/]")
     if snapshot.get("timedOut"):
         click.get_current_context().exit(ExitCode.TIMED_OUT)
-    if snapshot.get("status") in _UNFINISHED:
+    from agentwatch.store import TERMINAL_STATUSES
+
+    # Ended, and not completed: failed, stopped (here, from another terminal or service), or cut off by restarts.
+    if snapshot.get("status") in TERMINAL_STATUSES - {"completed"}:
         click.get_current_context().exit(ExitCode.FAILED)

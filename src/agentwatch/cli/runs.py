@@ -294,7 +294,7 @@ def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout
             from agentwatch.cli._common import err_console
 
             err_console.print(f"--setup is not used: the service at {service.url} fires the hook with its own setup")
-        fired = _fire_through(service, args, flags, as_json)
+        fired = _said(call_tool(store_url, "hook_fire", args, flags), as_json)  # (through `service`: found once)
         ended = run_async(_ended(_traced(service, fired["runId"]), timeout)) if wait else None
     if ended is None:
         if as_json:
@@ -339,32 +339,21 @@ def _said(fired: dict[str, Any], as_json: bool) -> dict[str, Any]:
     return fired
 
 
-def _fire_through(service: Service, args: dict[str, Any], flags: dict[str, str], as_json: bool) -> dict[str, Any]:
-    from agentwatch.cli._common import flag_error
-    from agentwatch.errors import InvalidArgument
-
-    try:
-        return _said(service.answer("hook_fire", args), as_json)
-    except InvalidArgument as exc:
-        raise flag_error(exc, flags, args) from None
-
-
 async def _fire_here(
     config: Config, args: dict[str, Any], flags: dict[str, str], timeout: float, as_json: bool
 ) -> tuple[dict[str, Any], str]:
     """Fire in an engine of this process (no service runs) and wait for the run's end: its answer and status."""
     from agentwatch.cli._common import err_console, flag_error
+    from agentwatch.cli.act import OnStore
     from agentwatch.errors import InvalidArgument
     from agentwatch.runtime.engine import Engine
     from agentwatch.runtime.setup import load_setup
-    from agentwatch.tools import Caller
 
     async with Engine.open(config=config, recover=False, **load_setup(config)) as engine:
         try:
-            fired = await engine.tools["hook_fire"].handler(engine, Caller(), args)
+            fired = await OnStore(engine).call("hook_fire", args)
         except InvalidArgument as exc:
             raise flag_error(exc, flags, args) from None
-        assert isinstance(fired, dict)
         err_console.print("[dim]no service running: the run goes in this process, which waits for its end[/]")
         run_id = str(_said(fired, as_json)["runId"])
 

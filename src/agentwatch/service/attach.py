@@ -414,13 +414,7 @@ class _SSEResponse:
         except AgentwatchError as exc:
             await _send_json_error(send, exc.to_dict())
             return
-        try:
-            session = await state.engine.store.get_session(self.session_id)
-        except AgentwatchError as exc:  # (reaped meanwhile, or the store is down)
-            attachment.close()
-            await _send_json_error(send, exc.to_dict())
-            return
-        if session.deleted_at is not None and after is not None and after.seq >= session.last_seq:
+        if after is not None and await self._past_the_end(after):
             # A deleted agent's stream that has had every event: 204 tells a browser's EventSource, which
             # reconnects whenever a stream ends, to stop.
             attachment.close()
@@ -462,6 +456,15 @@ class _SSEResponse:
                 if refusal is not None:
                     await send(_sse_chunk(Frame("error", None, refusal)))
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _past_the_end(self, after: StreamCursor) -> bool:
+        """Whether a reconnect `after` comes after a deleted agent's last event (a store error: not known, so
+        the stream goes on, and says it)."""
+        try:
+            session = await self.state.engine.store.get_session(self.session_id)
+        except AgentwatchError:
+            return False
+        return session.deleted_at is not None and after.seq >= session.last_seq
 
     async def _pump(self, send: Send, frames: AsyncGenerator[Frame, None]) -> None:
         timeout = self.state.settings.send_timeout
