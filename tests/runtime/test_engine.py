@@ -664,3 +664,19 @@ async def test_a_held_request_reaches_a_person_by_its_deliver_at(open_engine: Op
         assert (kid.pending_requests, kid.held_requests) == (1, 0)
         notes = [e.payload for e in await all_events(engine, kid.id) if e.type == "runtime.info"]
         assert any("its parent did not answer in time" in n.message for n in notes)  # type: ignore[union-attr]
+
+
+async def test_deletions_at_once_write_one_notice_with_it(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Once: each deletion wrote its notice, then deleted, so two at once wrote two notices, and between the
+    notice and the deletion a reconnecting stream found an agent with its last event that was not deleted."""
+    model = scripted("deleted-twice", ScriptedModel.replying("hi"))
+    async with open_engine(role("quiet", model)) as engine:
+        snapshot = await engine.call_tool("agent_task", {"role": "quiet", "prompt": "hello"})
+        agent_id = snapshot["agentId"]
+        deleted = await asyncio.gather(*(engine.delete(agent_id, by=by) for by in ("ada", "bo", "cy")))
+        assert len({(s.deleted_at, s.reap_at) for s in deleted}) == 1
+        events = await all_events(engine, agent_id)
+        notices = [e for e in events if e.type == "runtime.info" and e.payload.source == "deletion"]
+        assert len(notices) == 1 and notices[0].seq == deleted[0].last_seq == events[-1].seq
+        assert (await engine.delete(agent_id)).deleted_at == deleted[0].deleted_at  # again: nothing changes
+        assert len(await all_events(engine, agent_id)) == len(events)

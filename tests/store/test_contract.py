@@ -442,6 +442,27 @@ async def test_expect_unheld_lets_exactly_one_of_concurrent_take_overs_win(store
     assert (await store.get_session(session.id)).interception == {"by": "ada"}
 
 
+async def test_delete_until_deletes_with_the_writes_events_and_only_once(store: Store) -> None:
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+    reap_at = datetime.now(UTC) + timedelta(days=1)
+
+    async def delete(by: str) -> str:
+        try:
+            await store.write(Write(session.id, [said(by)], delete_until=reap_at, touch=False))
+        except Conflict as exc:
+            return exc.message
+        return by
+
+    outcomes = await asyncio.gather(*(delete(f"p{n}") for n in range(6)))
+    won = [outcome for outcome in outcomes if outcome.startswith("p")]
+    assert len(won) == 1
+    assert all("is deleted already" in outcome for outcome in outcomes if outcome not in won)
+    deleted = await store.get_session(session.id)
+    assert deleted.deleted_at is not None and deleted.reap_at == reap_at
+    assert [e.payload.text for e in await store.read_events(session.id)] == won  # the others wrote nothing
+    assert deleted.last_seq == 1
+
+
 async def test_new_conversation_archives_the_old_one_with_its_reason(store: Store) -> None:
     session = await store.create_session(SessionDraft(name="nova", role="chat"))
     await store.write(Write(session.id, [said("one")], messages=[{"m": 1}, {"m": 2}]))

@@ -561,17 +561,25 @@ class Engine:
             return session
         await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
         reap_at = datetime.now(UTC) + self.config.retention.deleted_ttl
-        # Its last event: attach streams end with it (`DELETION_SOURCE`), and its history says who and when.
-        # Written first: if it fails, nothing is deleted and a retry writes both (the other way round, a retry
-        # would find the agent deleted and write no notice, and its streams would never end).
+        # Its last event, in the same write as the deletion: attach streams end with it (`DELETION_SOURCE`),
+        # and its history says who and when. Of two deletions at once, the store lets one write (the other
+        # finds the agent deleted), so there is one such event, and no moment when the agent is deleted
+        # without it or has it without being deleted.
         notice = RuntimeNotice(
             type="runtime.info",
             message=f"deleted by {by}; readable by its id until {reap_at:%Y-%m-%d %H:%M} UTC",
             source=DELETION_SOURCE,
             detail={"by": by, "reap_at": reap_at.isoformat()},
         )
-        await (await self.driver(session_id)).commit(Write(session_id, events=[NewEvent(notice)], touch=False))
-        return await self.store.soft_delete(session_id, reap_at=reap_at)
+        write = Write(session_id, events=[NewEvent(notice)], touch=False, delete_until=reap_at)
+        try:
+            await (await self.driver(session_id)).commit(write)
+        except Conflict:
+            session = await self.store.get_session(session_id)
+            if session.deleted_at is None:
+                raise
+            return session  # deleted meanwhile by someone else
+        return await self.store.get_session(session_id)
 
     async def live_children(self, session_id: str) -> list[SessionRecord]:
         """Sub-agents of a session that have not ended (not its observer, which is no sub-agent of it)."""

@@ -150,6 +150,12 @@ class EventMethods(SqlBase):
                 by = (json.loads(held) if isinstance(held, str) else held).get("by")
                 raise Conflict(f"session {session_id!r} is already held by {by}; take it over once it is handed back")
         changes = session.changes
+        if write.delete_until is not None:
+            [(deleted_at,)] = await tx.fetch("SELECT deleted_at FROM sessions WHERE id = ?", [session_id])
+            if deleted_at is not None:
+                raise Conflict(f"session {session_id!r} is deleted already")
+            changes["deleted_at"] = now
+            changes["reap_at"] = write.delete_until
         deltas = {"pending_inputs": 0, "pending_requests": 0, "held_requests": 0}
 
         if write.new_conversation is not None:

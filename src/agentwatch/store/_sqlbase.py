@@ -233,6 +233,7 @@ def appends_only(write: Write) -> bool:
     return (
         write.session is None
         and not write.expect_unheld
+        and write.delete_until is None
         and write.new_conversation is None
         and not write.inputs_add
         and not write.inputs_take

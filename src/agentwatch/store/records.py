@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, JsonValue
@@ -394,6 +395,10 @@ class Write:
     expect_unheld: bool = False
     """When True, the write fails with `Conflict` if someone holds the session (its `interception` is set): a
     take-over, so that of two at once exactly one wins, in any number of engines."""
+    delete_until: datetime | None = None
+    """When given, soft-delete the session with the write: it stays readable by its id until this time, then it
+    is reaped. The write fails with `Conflict` when the session is deleted already, so that of two deletions
+    at once exactly one writes (its events are the deleted session's last)."""
 
 
 T = TypeVar("T")
