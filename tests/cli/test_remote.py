@@ -211,6 +211,7 @@ async def test_a_local_service_is_found_through_its_discovery_file(
             write_discovery(config, url, token_needed=True)
             needs_token = await run_cli("ls", "--store", store_url, "--json")
             assert needs_token.exit_code == 1 and "AGENTWATCH_TOKEN" in answer_of(needs_token)["error"]["message"]
+            assert answer_of(needs_token)["error"]["code"] == "unauthenticated"  # as the service answers it
 
             # A file whose process is dead, or whose port refuses connections, is ignored: the store answers.
             record = json.loads(path.read_text())

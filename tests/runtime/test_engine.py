@@ -15,6 +15,7 @@ from agentwatch.events import (
     CompactionApplied,
     ConversationCleared,
     Event,
+    Origin,
     RequestOpened,
     SubtaskEnded,
     SubtaskStarted,
@@ -56,11 +57,12 @@ async def test_agent_task_runs_a_turn_to_done(open_engine: OpenEngine, scripted:
             "turn.ended",
         ]
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        assert events[1].payload == UserMessage(text="Say hello")
+        assert events[1].payload == UserMessage(text="Say hello", origin=Origin(kind="person"))  # not from a turn
         ended = events[-1].payload
         assert isinstance(ended, TurnEnded) and ended.outcome == "completed" and ended.usage.total_tokens > 0
         session = await engine.store.get_session(snapshot["agentId"])
         assert session.context_fill is not None and session.context_fill["state"] == "measured"
+        assert session.origin == Origin(kind="person")  # started from outside a turn: by a person, as `run` does
         totals = await engine.store.usage_totals([session.id])
         assert totals[session.id].total_tokens == ended.usage.total_tokens
 

@@ -190,9 +190,15 @@ def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None
     if not service.healthy():
         return None  # the file outlived its service (or the port is someone else's now)
     if record.get("token") and token is None:
-        raise ServiceUnreachable(
-            f"the service at {service.url} (found in {str(path)!r}) needs a token: set {TOKEN_ENV} to the token "
-            "it printed, or pass --server none to use the store directly"
+        # The refusal the service itself would answer (`unauthenticated`), said before asking it.
+        raise_error(
+            {
+                "error": {
+                    "code": "unauthenticated",
+                    "message": f"the service at {service.url} (found in {str(path)!r}) needs a token: set "
+                    f"{TOKEN_ENV} to the token it printed, or pass --server none to use the store directly",
+                }
+            }
         )
     return service
 

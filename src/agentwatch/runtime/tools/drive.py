@@ -228,7 +228,7 @@ async def _create_child(engine: Runtime, caller: Caller, args: CreateArgs | Task
         scope=scope,
         parent_id=parent.id if parent else None,
         run_id=parent.run_id if parent else None,
-        origin=Origin(kind="session", ref=parent.id) if parent else None,
+        origin=_origin(caller),
         source=source,
         display_name=args.display_name if isinstance(args, CreateArgs) else None,
         group_key=args.group_key if isinstance(args, CreateArgs) else None,
@@ -238,8 +238,10 @@ async def _create_child(engine: Runtime, caller: Caller, args: CreateArgs | Task
     return session
 
 
-def _origin(caller: Caller) -> Origin | None:
-    return Origin(kind="session", ref=caller.session_id) if caller.session_id else None
+def _origin(caller: Caller) -> Origin:
+    """Who sends or starts something: the calling session, or else a person (a call from outside a turn: the
+    service's HTTP, WebSocket or MCP callers, the CLI, Python), as `by` says elsewhere."""
+    return Origin(kind="session", ref=caller.session_id) if caller.session_id else Origin(kind="person")
 
 
 async def _snapshot(engine: Runtime, session: SessionRecord, timed_out: bool) -> StatusSnapshot:
@@ -258,7 +260,7 @@ async def agent_create(engine: Runtime, caller: Caller, args: CreateArgs) -> Cre
 
 async def agent_enqueue(engine: Runtime, caller: Caller, args: EnqueueArgs) -> Enqueued:
     origin = _origin(caller)
-    if origin is None:  # a person's message to a session they hold is recorded as theirs
+    if caller.session_id is None:  # a person's message to a session they hold is recorded as theirs
         held = (await engine.store.get_session(args.agent_id)).interception
         if held is not None:
             origin = Origin(kind="person", ref=str(held.get("by")))
