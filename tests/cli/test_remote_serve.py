@@ -40,20 +40,24 @@ def environment() -> dict[str, str]:
 
 
 def start(store: str, root: Path) -> tuple[subprocess.Popen[str], str]:
-    """Start a real service on `store`; returns it and its URL once it has announced itself."""
+    """Start a real service on `store`; returns it and its URL once it has announced itself. What it says on
+    stderr goes to a file in `root`, not a pipe that nobody reads once it serves (a chatty service would fill
+    it and block)."""
     found = discovery_file(resolve_config(store))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.cli.remote_main", store, str(root), str(PAUSE)],
-        cwd=ROOT,
-        env=environment(),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = root / f"serve-{time.monotonic_ns()}.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.cli.remote_main", store, str(root), str(PAUSE)],
+            cwd=ROOT,
+            env=environment(),
+            stderr=sink,
+            text=True,
+        )
     deadline = time.monotonic() + 60
     while (record := json.loads(found.read_text()) if found.exists() else {}).get("pid") != process.pid:
         if process.poll() is not None or time.monotonic() > deadline:
             stopped(process)
-            raise AssertionError(f"serve did not announce itself: {process.stderr.read() if process.stderr else ''}")
+            raise AssertionError(f"serve did not announce itself: {log.read_text(errors='replace')}")
         time.sleep(0.05)
     assert record["token"] is False
     return process, str(record["url"])

@@ -150,11 +150,13 @@ def serving(project: Path) -> Iterator[None]:
     command = [sys.executable, "-m", "agentwatch.cli", "serve", "--port", "0", "--deploy-hold-minutes", "0"]
     env = environment()
     env.pop("AGENTWATCH_STORE", None)
-    service = subprocess.Popen(command, cwd=project, env=env, stderr=subprocess.PIPE, text=True)
+    log = project / "serve.log"  # a file, not a pipe that nobody reads once it serves (it could fill and block)
+    with log.open("w") as sink:
+        service = subprocess.Popen(command, cwd=project, env=env, stderr=sink, text=True)
     try:
         deadline = time.monotonic() + 60
         while not found.exists():
-            assert service.poll() is None and time.monotonic() < deadline, service.stderr and service.stderr.read()
+            assert service.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
             time.sleep(0.05)
         yield
         service.send_signal(signal.SIGTERM)

@@ -26,31 +26,39 @@ pytestmark = pytest.mark.slow
 
 @asynccontextmanager
 async def service(tmp_path: Path, hold_minutes: float, pause_seconds: float) -> AsyncIterator[tuple[Any, str]]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.service.serve_main",
-        f"sqlite:///{tmp_path / 'serve.db'}",
-        str(tmp_path),
-        str(hold_minutes),
-        str(pause_seconds),
-        cwd=ROOT,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
+    """A real service; what it says on stderr goes to a file (`said`), not a pipe that nobody reads once it
+    serves, which a chatty service (a failing turn's tracebacks) would fill until it blocks."""
+    with log_of(tmp_path).open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.service.serve_main",
+            f"sqlite:///{tmp_path / 'serve.db'}",
+            str(tmp_path),
+            str(hold_minutes),
+            str(pause_seconds),
+            cwd=ROOT,
+            stderr=log,
+        )
     try:
         async with asyncio.timeout(60):
-            while True:
-                line = (await process.stderr.readline()).decode()
-                assert line, "the service exited before it was serving"
-                found = re.search(r"serving on (http://\S+)", line)
-                if found:
-                    break
+            while not (found := re.search(r"serving on (http://\S+)", said(tmp_path))):
+                assert process.returncode is None, f"the service exited before it was serving: {said(tmp_path)}"
+                await asyncio.sleep(0.05)
         yield process, found.group(1)
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+def log_of(tmp_path: Path) -> Path:
+    return tmp_path / "serve.log"
+
+
+def said(tmp_path: Path) -> str:
+    """What the service wrote on stderr so far."""
+    return log_of(tmp_path).read_text(errors="replace")
 
 
 async def start_slow_turn(http: httpx.AsyncClient) -> str:
@@ -125,8 +133,8 @@ async def test_with_no_hold_the_turn_is_cut_off_and_continues_on_the_next_start(
             agent_id = await start_slow_turn(http)
         process.send_signal(signal.SIGTERM)
         assert await stopped(process, within=20) < 10
-        said = (await process.stderr.read()).decode()
-        assert "cut off" in said and "Traceback" not in said, said
+        output = said(tmp_path)
+        assert "cut off" in output and "Traceback" not in output, output
     assert await final_status(tmp_path, agent_id, recover=False) == "running"  # cut off, as after a crash
     assert await final_status(tmp_path, agent_id, recover=True) == "completed"  # continued on the next start
 
@@ -140,8 +148,8 @@ async def test_a_second_sigterm_does_not_wait(tmp_path: Path) -> None:
         assert process.returncode is None  # holding for the running turn
         process.send_signal(signal.SIGTERM)
         assert await stopped(process, within=20) < 10
-        said = (await process.stderr.read()).decode()
-        assert "stopping now" in said and "Traceback" not in said, said  # once: uvicorn's CancelledError
+        output = said(tmp_path)
+        assert "stopping now" in output and "Traceback" not in output, output  # once: uvicorn's CancelledError
 
 
 async def final_status(tmp_path: Path, agent_id: str, *, recover: bool) -> str:
