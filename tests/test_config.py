@@ -51,6 +51,17 @@ def test_a_variable_over_a_section_the_file_got_wrong_is_an_error_not_a_crash(tm
         ('stor = "sqlite:///x.db"\n', "stor: not a setting (did you mean 'store'?)"),
         ("[sessions]\nlease_second = 3\n", "sessions.lease_second: not a setting (did you mean 'lease_seconds'?)"),
         ("[server]\nzzz = 1\n", "server.zzz: not a setting"),
+        # A hook's own settings, not the file's top level (once: "did you mean 'agents_dir'?").
+        (
+            '[hooks.deploy]\nrole = "r"\nprompt = "p"\npromt = "x"\n',
+            "hooks.deploy.promt: not a setting (did you mean 'prompt'?)",
+        ),
+        # Once: pydantic's "String should match pattern '^[A-Za-z0-9]...'" at "hooks.bad name!.[key]".
+        (
+            '[heartbeats."bad name!"]\nrole = "r"\nprompt = "p"\nevery = "1h"\n',
+            "heartbeats.bad name!: not a name: use "
+            "letters, digits, '_', '.' and '-', starting with a letter or digit (at most 100)",
+        ),
     ],
 )
 def test_an_unknown_setting_gets_the_nearest_one(tmp_path: Path, toml: str, expected: str) -> None:

@@ -56,7 +56,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -392,14 +392,27 @@ def _problem(err: Any, from_env: Mapping[tuple[str, ...], str], env: Mapping[str
     if loc in from_env:
         return f"{from_env[loc]}={env[from_env[loc]]!r}: {message}"
     if err["type"] == "extra_forbidden":
-        model: type[BaseModel] = Config
-        for part in loc[:-1]:
-            annotation = model.model_fields[part].annotation if part in model.model_fields else None
-            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-                break
-            model = annotation
-        message = f"not a setting{did_you_mean(loc[-1], model.model_fields)}"
+        message = f"not a setting{did_you_mean(loc[-1], _table_at(loc[:-1]).model_fields)}"
+    elif loc[-1:] == ("[key]",) and err["type"] == "string_pattern_mismatch":  # a heartbeat's or hook's name
+        loc = loc[:-1]
+        message = "not a name: use letters, digits, '_', '.' and '-', starting with a letter or digit (at most 100)"
     return f"{'.'.join(loc)}: {message}"
+
+
+def _table_at(loc: tuple[str, ...]) -> type[BaseModel]:
+    """The settings model of the table at `loc` (as far as it names one): `hooks.NAME` is a hook's."""
+    model: type[BaseModel] = Config
+    parts = iter(loc)
+    for part in parts:
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        if get_origin(annotation) is dict:  # a table of named tables: the next part is a name
+            annotation = get_args(annotation)[1]
+            if next(parts, None) is None:
+                break
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            break
+        model = annotation
+    return model
 
 
 def _under_root(url: object, root: Path) -> object:
