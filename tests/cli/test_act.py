@@ -291,3 +291,33 @@ def test_await_waits_for_a_paused_turn_whose_answer_no_engine_took_up_yet(
     after = _json(invoke("await", "deployer", "--timeout", "1", "--json", "--store", store_url))
     assert (after["status"], after["word"], after["timedOut"]) == ("awaiting_input", "working", True)
     assert time.monotonic() - started >= 1
+
+
+async def test_create_makes_the_agent_at_once_and_the_next_engine_runs_it(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path
+) -> None:
+    model = scripted("cli-created", ScriptedModel.replying("made it"))
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "maker.md").write_text(role("maker", model).to_markdown())
+    flags = ("--agents-dir", str(agents), "--store", store_url)  # a new store: create makes it, as run does
+    created = await asyncio.to_thread(invoke, "create", "maker", "go", "--name", "m1", *flags, "--json")
+    assert created.exit_code == 0, created.output
+    answer = _json(created)
+    assert (answer["name"], answer["status"], answer["pendingInputs"]) == ("m1", "idle", 1)
+    said = await asyncio.to_thread(invoke, "create", "maker", *flags)  # no prompt: nothing waits
+    assert said.exit_code == 0 and said.output.startswith("created ") and "waiting" not in said.output
+    taken = await asyncio.to_thread(invoke, "create", "maker", "again", "--name", "m1", *flags, "--json")
+    assert taken.exit_code == 1 and _json(taken)["error"]["code"] == "conflict"
+    unknown = await asyncio.to_thread(invoke, "create", "nobody", *flags, "--json")
+    assert unknown.exit_code == 1 and "no agent type 'nobody'" in _json(unknown)["error"]["message"]
+    empty = await asyncio.to_thread(invoke, "create", "maker", "", *flags)
+    assert empty.exit_code == 2 and "PROMPT: the text is empty" in empty.output
+    async with open_engine() as engine:  # the next engine to open the store runs it
+
+        async def done() -> bool:
+            return (await engine.store.get_session(answer["agentId"])).status == "completed"
+
+        await _until(done)
+        session = await engine.store.get_session(answer["agentId"])
+        assert session.last_text == "made it" and session.origin is not None and session.origin.kind == "person"

@@ -194,6 +194,23 @@ async def test_acting_commands_go_through_the_service_which_stops_its_own_turns(
             assert {"agent_enqueue", "agent_stop", "agent_answer", "agent_export"} <= set(app.tools())
 
 
+async def test_create_through_the_service_starts_the_turn_there(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path
+) -> None:
+    model = scripted("remote-created", ScriptedModel(function=lambda ctx: Reply(f"got {ctx.prompt}")))
+    async with open_engine(role("helper", model), extensions=[]) as engine, service(engine) as (url, app):
+        created = await run_cli("create", "helper", "hello", "--server", url, "--store", nowhere(tmp_path), "--json")
+        assert created.exit_code == 0, created.output
+        agent_id = answer_of(created)["agentId"]
+        assert app.tools() == ["agent_create"]
+
+        async def done() -> bool:
+            return (await engine.store.get_session(agent_id)).status == "completed"
+
+        await until(done)  # the service's engine ran it, with no other command
+        assert (await engine.store.get_session(agent_id)).last_text == "got hello"
+
+
 async def test_a_local_service_is_found_through_its_discovery_file(
     open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path
 ) -> None:

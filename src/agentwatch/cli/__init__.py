@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "answer": ("agentwatch.cli.act:answer", "Answer an agent's question (or pick an option with --choice)."),
     "approve": ("agentwatch.cli.act:approve", "Approve a tool call an agent waits on."),
     "await": ("agentwatch.cli.reads:await_", "Wait until an agent settles; show its snapshot."),
+    "create": ("agentwatch.cli.act:create", "Create an agent, with a first input when given; returns at once."),
     "db": ("agentwatch.cli.db:db", "The store: where it is and what it holds."),
     "delete": ("agentwatch.cli.act:delete", "Delete an agent (stops its turn; readable by id until reaped)."),
     "deny": ("agentwatch.cli.act:deny", "Deny a tool call an agent waits on."),

@@ -1,10 +1,11 @@
-"""Acting commands: `answer`, `approve`, `deny`, `send`, `stop`, `escalate`, `take-over`, `hand-back`, `delete`.
+"""Acting commands: `create`, `answer`, `approve`, `deny`, `send`, `stop`, `escalate`, `take-over`, `hand-back`,
+`delete`.
 
-Each is one call of a drive tool (`agent_answer`, `agent_enqueue`, `agent_stop`, `agent_escalate`,
-`agent_take_over`, `agent_hand_back`, `agent_delete`) on the store, with the tool's JSON (`--json`) and its
-errors. Every command takes an agent's name or id; `answer`, `approve`, `deny` and `escalate` also take a
-request id (`req_...`), and given an agent they act on its one pending request (several are refused, with
-their ids).
+Each is one call of a drive tool (`agent_create`, `agent_answer`, `agent_enqueue`, `agent_stop`,
+`agent_escalate`, `agent_take_over`, `agent_hand_back`, `agent_delete`) on the store, with the tool's JSON
+(`--json`) and its errors. Every command takes an agent's name or id (`create` a role); `answer`, `approve`,
+`deny` and `escalate` also take a request id (`req_...`), and given an agent they act on its one pending
+request (several are refused, with their ids).
 
 With a running service (`--server`, `AGENTWATCH_SERVER`, or a local `agentwatch serve` on the same store)
 the tool is called through it (`POST /api/tools/{name}`), and the service's engine acts at once: it stops
@@ -25,18 +26,23 @@ from typing import TYPE_CHECKING, Any, Protocol
 import click
 
 from agentwatch.cli._common import (
+    AGENTS_DIR_HELP,
+    DIRECTORY,
     existing_store,
     flag_error,
     json_option,
     print_json,
     resolve_config,
     run_async,
+    setup_option,
     store_option,
 )
 from agentwatch.cli.remote import Service, find_service, server_option
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agentwatch.config import Config
     from agentwatch.runtime.engine import Engine
     from agentwatch.store import RequestRecord
@@ -48,6 +54,7 @@ __all__ = [
     "acting_engine",
     "answer",
     "approve",
+    "create",
     "delete",
     "deny",
     "escalate",
@@ -59,15 +66,17 @@ __all__ = [
 
 
 @contextlib.asynccontextmanager
-async def acting_engine(config: Config) -> AsyncIterator[Engine]:
-    """An engine on an existing store that writes (answers, inputs, stops) but never runs a turn: it starts
-    no turn loop, no sweep and no model layer, and takes no lease. Work it queues is left with an expired
-    lease when the session has no live owner, so whichever engine runs (or starts next) takes it over at once;
-    a live owner keeps its lease and picks the work up after its turn."""
+async def acting_engine(config: Config, *, existing: bool = True, **options: Any) -> AsyncIterator[Engine]:
+    """An engine on an existing store (a new one too, unless `existing`) that writes (answers, inputs, stops)
+    but never runs a turn: it starts no turn loop, no sweep and no model layer, and takes no lease. Work it
+    queues is left with an expired lease when the session has no live owner, so whichever engine runs (or
+    starts next) takes it over at once; a live owner keeps its lease and picks the work up after its turn.
+    `options` go to `Engine.open` (the project's setup, for the definitions it adds)."""
     from agentwatch.runtime.engine import Engine
 
-    existing_store(config.store)
-    async with Engine.open(config=config, runs_turns=False) as engine:
+    if existing:
+        existing_store(config.store)
+    async with Engine.open(config=config, runs_turns=False, **options) as engine:
         yield engine
 
 
@@ -154,12 +163,20 @@ class ThroughService:
 
 
 @contextlib.asynccontextmanager
-async def _link(store_url: str | None) -> AsyncIterator[Link]:
+async def _link(store_url: str | None, config: Config | None = None) -> AsyncIterator[Link]:
+    """The service when one runs, else the store; given `config` (a command that creates an agent), the
+    store may be new, and the project's setup adds its definitions."""
     service = find_service(store_url)
     if service is not None:
         yield ThroughService(service)
         return
-    async with acting_engine(resolve_config(store_url)) as engine:
+    if config is None:
+        async with acting_engine(resolve_config(store_url)) as engine:
+            yield OnStore(engine)
+        return
+    from agentwatch.runtime.setup import load_setup
+
+    async with acting_engine(config, existing=False, **load_setup(config)) as engine:
         yield OnStore(engine)
 
 
@@ -345,6 +362,60 @@ def deny(request_id: str, reason: str | None, store_url: str | None, as_json: bo
       agentwatch deny deployer --reason "Not on the production database"
     """
     _approval(request_id, False, reason, store_url, as_json)
+
+
+# -- create, send, stop, escalate, delete ----------------------------------------------------------------
+
+
+@click.command("create", short_help="Create an agent, with a first input when given; returns at once.")
+@click.argument("role")
+@click.argument("prompt", required=False)
+@click.option("--name", help="A name for the new agent, unique among live agents (made up when absent).")
+@click.option("--agents-dir", type=DIRECTORY, help=AGENTS_DIR_HELP)
+@store_option
+@server_option
+@setup_option
+@json_option
+def create(
+    role: str,
+    prompt: str | None,
+    name: str | None,
+    agents_dir: Path | None,
+    store_url: str | None,
+    setup: str | None,
+    as_json: bool,
+) -> None:
+    """Create an agent of ROLE (an agent type in the agents directory), with PROMPT queued as its first input
+    when given, and return at once: `run` follows the turn instead. This is the `agent_create` tool.
+
+    With a running service the agent is created there (its role from the service's agents directory) and its
+    turn starts at once; otherwise it is created in the store, and the next engine to open the store
+    (`agentwatch serve`) runs it.
+
+    \b
+    Examples:
+      agentwatch create coder "Fix the flaky test" --name fixer
+      agentwatch tail fixer -f
+    """
+    args: dict[str, Any] = {"role": role}
+    if prompt is not None:
+        args["prompt"] = prompt
+    if name is not None:
+        args["name"] = name
+    config = resolve_config(store_url, setup=setup)
+    if agents_dir is not None:
+        config = config.model_copy(update={"agents_dir": agents_dir})
+
+    async def main() -> dict[str, Any]:
+        async with _link(store_url, config) as link:
+            return await link.call("agent_create", args)
+
+    try:
+        result = run_async(main())
+    except InvalidArgument as exc:
+        raise flag_error(exc, {"role": "ROLE", "prompt": "PROMPT", "name": "--name"}, args) from None
+    waiting = f", with its first input waiting: {_LEFT}" if result["pendingInputs"] else ""
+    _say(result, as_json, f"created {result['name']} ({result['agentId']}){waiting}")
 
 
 # -- send, stop, escalate, delete -----------------------------------------------------------------------

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections.abc import Mapping
 from functools import cache
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, JsonValue, StringConstraints, TypeAdapter, ValidationError
 
@@ -40,6 +41,7 @@ __all__ = [
     "check_agent_name",
     "check_prompt",
     "check_text",
+    "problem_text",
 ]
 
 MAX_ID_CHARS = 128
@@ -143,13 +145,24 @@ def _prompt_adapter() -> TypeAdapter[str]:
     return TypeAdapter(Prompt)  # built on first use: importing the tools builds no validator
 
 
+def problem_text(error: Mapping[str, Any]) -> str:
+    """One of pydantic's validation errors (`ValidationError.errors()`) in our words, where pydantic's read
+    like its internals ("String should have at least 1 character" for a text left empty)."""
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown argument"
+    if kind == "string_too_short" and (error.get("ctx") or {}).get("min_length") == 1:
+        return "the text is empty; pass the words themselves"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
 def check_prompt(text: str) -> str:
     """`text`, when it is a `Prompt` (what the tools take); `InvalidArgument` naming the problem otherwise. For
     the Python API, which takes a prompt without a tool's argument model."""
     try:
         return _prompt_adapter().validate_python(text)
     except ValidationError as exc:
-        problem = exc.errors(include_input=False, include_url=False)[0]["msg"].removeprefix("Value error, ")
+        problem = problem_text(exc.errors(include_input=False, include_url=False)[0])
         raise InvalidArgument(f"prompt: {problem}", fields=["prompt"]) from None
 
 

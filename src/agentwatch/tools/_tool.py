@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationEr
 
 from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound, ToolError, UserError
 from agentwatch.pacing import Mailboxes
-from agentwatch.tools._bounds import MAX_NAME_CHARS
+from agentwatch.tools._bounds import MAX_NAME_CHARS, problem_text
 from agentwatch.tools._wire import dump
 from agentwatch.tools._workers import run_in_worker
 
@@ -185,10 +185,7 @@ def parse_args(model: type[A], tool_name: str, args: object) -> A:
         problems, fields = [], []
         for err in exc.errors(include_input=False, include_url=False):
             where = ".".join(_shown(p) for p in err["loc"]) or "arguments"
-            message = (
-                "unknown argument" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-            )
-            problems.append(f"{where}: {message}")
+            problems.append(f"{where}: {problem_text(err)}")
             fields.append(_shown(err["loc"][0]) if err["loc"] else "arguments")
         accepted = ", ".join((info.alias or name) for name, info in model.model_fields.items())
         raise InvalidArgument(
