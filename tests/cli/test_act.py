@@ -107,6 +107,11 @@ def test_answer_refusals_name_the_flag(store_url: str, waiting: dict[str, str]) 
     neither = invoke("answer", "picker", "--store", store_url)
     assert neither.exit_code == 2
     assert asyncio.run(_request(store_url, waiting["picker"])).status == "pending"  # nothing was written
+    for blank in ("", "   "):  # once: accepted, and the agent went on with nothing
+        said_nothing = invoke("answer", "asker", blank, "--store", store_url, "--json")
+        assert said_nothing.exit_code == 2 and _json(said_nothing)["error"]["details"]["flags"] == ["TEXT"]
+        assert "the TEXT is empty; give the reply itself" in _json(said_nothing)["error"]["message"]
+    assert asyncio.run(_request(store_url, waiting["asker"])).status == "pending"
 
 
 def test_approve_and_deny_answer_approvals_only(store_url: str, waiting: dict[str, str]) -> None:
@@ -241,6 +246,9 @@ async def test_a_person_takes_an_agent_over_and_hands_it_back(
             return bool(current.status == "idle" and current.last_text == "got one")
 
         await _until(idle)
+        nobody = await asyncio.to_thread(invoke, "take-over", "helper", "--by", "", "--store", store_url, "--json")
+        assert nobody.exit_code == 2 and _json(nobody)["error"]["details"]["flags"] == ["--by"]  # (once: "a person")
+        assert (await engine.store.get_session(session.id)).interception is None
         taken = await asyncio.to_thread(invoke, "take-over", "helper", "--by", "ada", "--store", store_url, "--json")
         assert taken.exit_code == 0, taken.output
         assert _json(taken)["interception"]["by"] == "ada"

@@ -329,6 +329,13 @@ def test_list_and_run_say_when_the_agents_directory_is_missing_or_a_file_is_left
     assert listed.exit_code == 0
     assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["name", "good"]
     assert "`agentwatch agents check` lists them" in listed.stderr
+    (project / "agents" / "bad.md").unlink()
+    (project / "agents" / "watched.md").write_text(
+        "---\nname: watched\nmodel: openai:gpt-4o\nobserver: loop-guard\n---\nx\n"
+    )
+    fine = CliRunner().invoke(cli, ["agents", "list"])  # a built-in rule observer is no problem (as `check` says)
+    assert fine.exit_code == 0 and fine.stderr == "", fine.stderr
+    assert [line.split("\t")[0] for line in fine.stdout.splitlines()] == ["name", "good", "watched"]
     missing = CliRunner().invoke(cli, ["agents", "list", "--dir", "nosuch"])
     assert missing.exit_code == 0 and missing.stdout == "" and "no agents directory at nosuch" in missing.stderr
     store = ["--store", f"sqlite:///{project / 'run.db'}"]

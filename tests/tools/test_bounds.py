@@ -64,7 +64,7 @@ async def test_the_python_api_refuses_a_bad_prompt_as_the_tools_do_before_creati
 
 
 BAD_NAMES = {
-    "blank": (" ", "no whitespace around it"),
+    "blank": (" ", "a name is empty (or only whitespace)"),  # (once: "no whitespace around it ... send ''")
     "padded": ("  padded  ", "no whitespace around it"),
     "newline": ("a\nb", "U+000A"),
     "tab": ("a\tb", "U+0009"),
@@ -150,6 +150,8 @@ async def test_a_tool_that_raises_answers_tool_failed_from_outside_a_turn(open_e
         ("agent_answer", {"hitlId": "req_x", "answer": ["y" * 60_000, "z" * 60_000]}, "answer"),
         ("agent_create", {"role": "chat", "name": "n" * 201}, "name"),
         ("agent_create", {"role": "chat", "scope": "a\ud800"}, "scope"),
+        ("agent_create", {"role": "chat", "displayName": "\u202eredoc"}, "displayName"),  # (once: shown reversed)
+        ("agent_create", {"role": "chat", "displayName": "  "}, "displayName"),
     ],
 )
 async def test_every_out_of_bounds_argument_is_refused_with_its_field(

@@ -516,7 +516,7 @@ def take_over(agent: str, by: str | None, store_url: str | None, as_json: bool) 
       agentwatch take-over coder --by ada
     """
     args: dict[str, Any] = {"id": agent}
-    if by:
+    if by is not None:  # (an empty one is refused, not taken for none)
         args["by"] = by
     result = act(store_url, "agent_take_over", args, {"id": "AGENT", "by": "--by"}, agent="id")
     held = result["interception"] or {}

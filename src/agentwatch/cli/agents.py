@@ -65,7 +65,6 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
     from agentwatch.runtime.roster import DefinitionProblem, load_roster
     from agentwatch.runtime.setup import load_setup
     from agentwatch.runtime.tools import builtin_tools, project_tool
-    from agentwatch.watchers.rules import default_rules, rule_definition
 
     config = resolve_config(setup=setup)
     directory = agents_dir or (config.root / config.agents_dir)
@@ -84,9 +83,7 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
     roster = load_roster(
         directory, known_tools=known, extra=project.get("definitions", ()), models=resolver, check_models=True
     )
-    for name in default_rules():  # the rule observers every engine carries
-        if name not in roster:
-            roster.add(rule_definition(name))
+    _add_rule_observers(roster)
     problems = list(roster.problems)
     if not directory.exists():
         problems.insert(
@@ -190,6 +187,15 @@ def _missing_variables(roster: Roster, resolver: ModelResolver) -> list[str]:
     return notes
 
 
+def _add_rule_observers(roster: Roster) -> None:
+    """Add the rule observers every engine carries, which a definition may name as its observer."""
+    from agentwatch.watchers.rules import default_rules, rule_definition
+
+    for name in default_rules():
+        if name not in roster:
+            roster.add(rule_definition(name))
+
+
 @agents.command("list")
 @click.option("--dir", "agents_dir", type=DIRECTORY, help=AGENTS_DIR_HELP)
 def list_agents(agents_dir: Path | None) -> None:
@@ -222,5 +228,6 @@ def list_agents(agents_dir: Path | None) -> None:
         for definition in roster
     ]
     print_table(["name", "model", "tools", "observer", "description"], rows)
+    _add_rule_observers(roster)  # (after the rows: the directory's own roles are listed)
     if problems := roster.problems:  # (checked without the project's tools: `check --tool NAME` declares them)
         print_note(f"[yellow]{len(problems)} problem(s) in these files; `agentwatch agents check` lists them[/]")

@@ -20,7 +20,7 @@ from agentwatch.errors import Conflict
 from agentwatch.events import NewEvent, RequestResolved, RuntimeNotice, TurnId
 from agentwatch.runtime.leases import claimed
 from agentwatch.runtime.services import Runtime
-from agentwatch.runtime.tools.ask import check_approval, check_choice
+from agentwatch.runtime.tools.ask import check_answer, check_approval, check_choice
 from agentwatch.runtime.toolservers import shown_answer
 from agentwatch.store import RequestClose, RequestRecord, Write
 
@@ -37,6 +37,8 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
         answer = check_choice(request.options, _multiple(request), answer)
     elif request.kind == "approval":  # a verdict, never guessed from an answer that gives none
         answer = check_approval(answer)
+    else:  # a reply: one that says nothing would end the wait with nothing
+        answer = check_answer(answer)
     # A paused turn waits on it; a tool server's sign-in tied to no call is for the session's next turns.
     for_a_turn = request.tool_call_id is not None or request.kind != "oauth"
     channel = await runtime.driver(request.session_id)

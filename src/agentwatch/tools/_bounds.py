@@ -94,7 +94,9 @@ bidi controls, a byte-order mark); a joiner in an emoji or a Persian name is par
 def check_typed_name(value: str) -> str:
     """`value`, when it can be typed back as it shows: no whitespace around it, no control character and no
     invisible one (`_INVISIBLE`); a ValueError otherwise."""
-    if value != value.strip() or not value:
+    if not value.strip():
+        raise ValueError("a name is empty (or only whitespace); give one, or leave it out")
+    if value != value.strip():
         raise ValueError(f"a name has no whitespace around it, got {value!r}; send {value.strip()!r}")
     odd = next((c for c in value if c in _INVISIBLE or unicodedata.category(c) == "Cc"), None)
     if odd is not None:
@@ -130,7 +132,8 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)
 AgentName = Annotated[Name, AfterValidator(check_agent_name)]
 """An agent's name: a `Name` that can be typed back and is never taken for an id (`check_agent_name`)."""
 TypedName = Annotated[Name, AfterValidator(check_typed_name)]
-"""A person's name (who took an agent over): a `Name` that can be typed back (`check_typed_name`)."""
+"""A name shown to people (who took an agent over, an agent's display name): a `Name` that can be typed back
+(`check_typed_name`)."""
 Prompt = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS),

@@ -21,6 +21,7 @@ __all__ = [
     "Choices",
     "UserAnswer",
     "ask_user_tool",
+    "check_answer",
     "check_approval",
     "check_choice",
     "choices_of",
@@ -109,6 +110,15 @@ def check_approval(answer: JsonValue) -> JsonValue:
             f"got {json.dumps(answer, ensure_ascii=False)[:200]}",
             fields=["answer"],
         )
+    return answer
+
+
+def check_answer(answer: JsonValue) -> JsonValue:
+    """`answer` when it says something (a question's reply, a sign-in's token); an `InvalidArgument` for one
+    that says nothing (null, blank text, an empty list or object), which would end the wait with nothing."""
+    empty = answer is None or (isinstance(answer, str | list | dict) and not answer)
+    if empty or (isinstance(answer, str) and not answer.strip()):
+        raise InvalidArgument("the answer is empty; give the reply itself", fields=["answer"])
     return answer
 
 

@@ -70,7 +70,7 @@ class CreateArgs(Args):
     )
     scope: Name | None = Field(None, description="The chat the agent belongs to (e.g. '42:bot1'); global when absent.")
     prompt: Prompt | None = Field(None, description="A first input to queue right away.")
-    display_name: Name | None = Field(None, description="A friendlier name to show.")
+    display_name: TypedName | None = Field(None, description="A friendlier name to show.")
     group_key: Name | None = Field(None, description="Its lineage key (e.g. 'hb:digest').")
 
 
