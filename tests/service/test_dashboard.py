@@ -7,6 +7,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ import pytest
 from agentwatch.events import NewEvent, ToolResult, UserMessage
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
-from agentwatch.store import SessionFilter
+from agentwatch.store import RequestDraft, SessionDraft, SessionFilter, SessionPatch, Write
 from tests.conftest import IN_CI
 from tests.runtime.support import HeldTool
 from tests.service.support import role, served
@@ -326,4 +327,60 @@ async def test_earlier_events_are_read_back_page_by_page_and_the_filter_finds_di
         await expect(log.first).to_contain_text("note 0")
         await expect(log.last).to_contain_text("note 449")
         await expect(earlier).to_be_hidden()
+        assert problems == []
+
+
+async def test_what_streams_survives_other_events_and_a_deleted_agent_says_so(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once: any other event mid-stream (a take-over) wiped the "writing…" line, and a deleted agent's page
+    still offered Take over and Send, with nothing to say it was deleted."""
+    words = " ".join(f"w{n}" for n in range(60))
+    model = scripted("dashboard-streamer", ScriptedModel([Reply(words)], chunk_delay=0.05))
+    async with open_engine(role("streamer", model)) as engine, served(create_app(engine)) as base:
+        session = await engine.create("streamer", name="streamer")
+        page, problems = await _page(browser, base)
+        await page.locator(f'#agents tr[data-id="{session.id}"]').click()
+        await expect(page.locator("#d-name")).to_have_text("streamer", timeout=WAIT_MS)
+        await engine.enqueue(session.id, "go")
+        typing = page.locator("#log .typing")
+        await expect(typing).to_contain_text("w3", timeout=WAIT_MS)
+        await engine.call_tool("agent_take_over", {"id": session.id, "by": "ada"})  # an event mid-stream
+        await expect(page.locator("#take")).to_have_text("Hand back (held by ada)", timeout=WAIT_MS)
+        await expect(typing).to_contain_text("w20", timeout=WAIT_MS)
+        await expect(typing).to_contain_text("writing…w0 w1 w2")  # what streamed before the take-over
+        await expect(page.locator("#log")).to_contain_text("w59", timeout=WAIT_MS)  # the answer, as stored
+        await expect(typing).to_have_count(0)
+
+        await engine.delete(session.id, by="ada")
+        await expect(page.locator("#d-meta")).to_contain_text("deleted, readable until", timeout=WAIT_MS)
+        await expect(page.locator("#take")).to_be_disabled()
+        await expect(page.locator("#send")).to_be_hidden()
+        assert problems == []
+
+
+async def test_a_question_held_for_the_parent_says_so_and_escalates_from_the_page(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once: it read "Needs you: It waits for an answer." under the word `working`, with no way to take it."""
+    model = scripted("dashboard-held", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        parent = await engine.create("helper", name="boss")
+        child = await engine.store.create_session(SessionDraft(name="scout", role="helper", parent_id=parent.id))
+        held = RequestDraft(
+            kind="question", summary="Which branch?", questions=["Which branch?"], waits_on="parent",
+            deliver_at=datetime.now(UTC) + timedelta(hours=1), turn_id="trn_test",
+        )  # fmt: skip
+        patch = SessionPatch(status="awaiting_input", current_turn_id="trn_test")
+        await engine.store.write(Write(child.id, session=patch, requests_open=[held]))
+        page, problems = await _page(browser, base)
+        await page.locator(f'#agents tr[data-id="{child.id}"]').click()
+        needs = page.locator("#needs")
+        await expect(needs).to_contain_text("Asks its parent agent: Which branch?", timeout=WAIT_MS)
+        await expect(needs).to_contain_text("It comes to you at")
+        await needs.get_by_role("button", name="Escalate to me now").click()
+        await expect(needs).to_contain_text("Needs you: Which branch?", timeout=WAIT_MS)
+        await expect(needs.get_by_role("textbox")).to_be_visible()
+        (request,) = await engine.store.list_requests(session_id=child.id)
+        assert request.waits_on == "person"
         assert problems == []

@@ -11,6 +11,8 @@
   const TAIL_PAGE = 200;
   const MAX_CHARS = 4000; // the most a tail line's detail holds (a longer one ends with its full length)
   const LOG_KEPT = 1000;
+  // The lines that hold what streamed (or say it was cut off): the "writing…" line goes once one is shown.
+  const STREAM_ENDS = new Set(["message.assistant", "thinking.completed", "completion.finished", "turn.ended"]);
   const TOKEN_KEY = "agentwatch.token";
 
   const $ = (id) => document.getElementById(id);
@@ -148,6 +150,11 @@
     if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
     if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
     return `${Math.round(seconds / 86400)} d ago`;
+  }
+
+  function when(iso) {
+    if (!iso) return "";
+    return new Date(iso).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
   }
 
   function clock(iso) {
@@ -397,8 +404,7 @@
       if (event.type === "runtime.info" && event.payload.source === "deletion") source.close(); // its last event
       if (event.type === "content.delta") showTyping(event);
       else {
-        clearTyping(); // what streamed is durable now (or was cut off): the tail shows it
-        tail();
+        tail(); // (what streamed stays until a line that holds it is shown: see STREAM_ENDS)
         laterDetail();
       }
     });
@@ -458,8 +464,9 @@
     if (!lines.length) return;
     const log = $("log");
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
-    clearTyping();
+    if (lines.some((line) => STREAM_ENDS.has(line.type))) clearTyping(); // what streamed is durable now
     log.append(...lines.map(lineItem));
+    if (state.typing) log.append(state.typing); // (moved after them: it goes on streaming)
     // The oldest lines are let go (they can be read back), but not those a person just read back.
     const kept = state.readBack ? LOG_KEPT * 5 : LOG_KEPT;
     if (log.children.length > kept) $("earlier").hidden = false;
@@ -532,13 +539,18 @@
     const run = agent.runId
       ? el("a", { role: "link", tabindex: 0, onclick: () => openRun(agent.runId) }, ` · run ${agent.runId}`)
       : "";
-    $("d-meta").replaceChildren(meta, run);
+    const deleted = agent.deletedAt
+      ? el("strong", { class: "deleted" }, ` · deleted, readable until ${when(agent.reapAt)}`)
+      : "";
+    $("d-meta").replaceChildren(meta, run, deleted);
     $("d-word").replaceWith(Object.assign(wordBadge(agent.word), { id: "d-word" }));
     const held = agent.interception;
     const take = $("take");
     take.textContent = held ? `Hand back (held by ${held.by})` : "Take over";
     take.dataset.held = held ? "yes" : "no";
-    $("stop").disabled = !["working", "stuck", "needs_you"].includes(agent.word);
+    take.disabled = Boolean(agent.deletedAt);
+    $("stop").disabled = Boolean(agent.deletedAt) || !["working", "stuck", "needs_you"].includes(agent.word);
+    $("send").hidden = Boolean(agent.deletedAt); // a deleted agent takes no input
     showNeeds(agent);
   }
 
@@ -553,12 +565,25 @@
       box.dataset.hitl = "";
       return;
     }
-    if (box.dataset.hitl === hitl.hitlId) return; // keep what the person is typing
-    box.dataset.hitl = hitl.hitlId;
-    const summary = (agent.oldestRequest && agent.oldestRequest.summary) || "It waits for an answer.";
+    const key = `${hitl.hitlId} ${hitl.deliverAt || ""}`;
+    if (box.dataset.hitl === key) return; // keep what the person is typing
+    box.dataset.hitl = key;
+    const asked = (agent.oldestRequest && agent.oldestRequest.summary) || (hitl.questions && hitl.questions[0]);
+    const summary = asked || "It waits for an answer.";
     const questions = (hitl.questions || []).filter((q) => q !== summary);
-    const parts = [el("h3", {}, `Needs you: ${summary}`), ...questions.map((q) => el("p", {}, q))];
     const answer = (value) => respond(hitl.hitlId, value);
+    if (hitl.deliverAt) {
+      // Held for its parent agent first: it comes to a person at deliverAt, or now with Escalate.
+      box.replaceChildren(
+        el("h3", {}, `Asks its parent agent: ${summary}`),
+        ...questions.map((q) => el("p", {}, q)),
+        el("p", { class: "muted" }, `It comes to you at ${when(hitl.deliverAt)} if the parent has not answered.`),
+        el("div", { class: "choices" }, el("button", { type: "button", onclick: () => escalate(hitl.hitlId) }, "Escalate to me now")),
+      );
+      box.hidden = false;
+      return;
+    }
+    const parts = [el("h3", {}, `Needs you: ${summary}`), ...questions.map((q) => el("p", {}, q))];
     if (hitl.kind === "approval") {
       const note = el("textarea", { rows: 1, placeholder: "A note for the agent (optional)", "aria-label": "Note" });
       parts.push(note, el("div", { class: "choices" },
@@ -585,6 +610,15 @@
     if (!state.canAct) parts.push(el("p", { class: "muted" }, "This token only reads: someone with the service's full token can answer."));
     box.replaceChildren(...parts);
     box.hidden = false;
+  }
+
+  async function escalate(hitlId) {
+    try {
+      await call("agent_escalate", { hitlId });
+      await showDetail();
+    } catch (error) {
+      complain(error);
+    }
   }
 
   async function respond(hitlId, value) {
