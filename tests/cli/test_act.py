@@ -329,3 +329,24 @@ async def test_create_makes_the_agent_at_once_and_the_next_engine_runs_it(
         await _until(done)
         session = await engine.store.get_session(answer["agentId"])
         assert session.last_text == "made it" and session.origin is not None and session.origin.kind == "person"
+
+
+def test_a_text_of_dash_is_read_from_standard_input(store_url: str, waiting: dict[str, str]) -> None:
+    """A long or many-line text that a shell could not pass as an argument (once: only as an argument)."""
+    text = "first line\nsecond line, with ünïcode\n" + "x" * 50_000 + "\n"
+    sent = CliRunner().invoke(cli, ["send", "asker", "-", "--store", store_url, "--json"], input=text)
+    assert sent.exit_code == 0, sent.output
+    answered = CliRunner().invoke(cli, ["answer", "asker", "-", "--store", store_url, "--json"], input="staging\n")
+    assert answered.exit_code == 0, answered.output
+
+    async def stored() -> tuple[list[str], Any]:
+        async with open_store(store_url) as store:
+            session = await store.get_session(_json(sent)["agentId"])
+            inputs = [i.text for i in await store.list_inputs(session.id)]
+            return inputs, await store.get_request(waiting["asker"])
+
+    inputs, request = asyncio.run(stored())
+    assert inputs == [text.removesuffix("\n")]  # as typed, without the last newline
+    assert request.answer == "staging"
+    empty = CliRunner().invoke(cli, ["send", "asker", "-", "--store", store_url], input="")
+    assert empty.exit_code == 2 and "TEXT: the text is empty" in empty.output

@@ -44,6 +44,7 @@ __all__ = [
     "MINUTES",
     "SECONDS",
     "TEXT",
+    "TEXT_OR_STDIN",
     "ExitCode",
     "Reader",
     "call_tool",
@@ -132,6 +133,16 @@ class Text(click.types.StringParamType):
         return text
 
 
+class TextOrStdin(Text):
+    """`Text`, or `-` for what standard input holds (without its last newline): a long or many-line text that
+    a shell could not pass as an argument."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "-":
+            value = sys.stdin.read().removesuffix("\n")
+        return super().convert(value, param, ctx)
+
+
 class Directory(click.Path):
     """A directory's path: click's own path, refusing a NUL byte (the file system cannot name it)."""
 
@@ -160,6 +171,7 @@ class Span(click.types.FloatParamType):
 
 
 TEXT = Text()
+TEXT_OR_STDIN = TextOrStdin()
 DIRECTORY = Directory()
 AGENTS_DIR_HELP = "The agents directory (default: agents_dir in agentwatch.toml, else agents/)."
 SECONDS = Span(7 * 86400.0, "seconds")

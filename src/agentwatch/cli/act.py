@@ -28,6 +28,7 @@ import click
 from agentwatch.cli._common import (
     AGENTS_DIR_HELP,
     DIRECTORY,
+    TEXT_OR_STDIN,
     existing_store,
     flag_error,
     json_option,
@@ -252,7 +253,7 @@ _LEFT = (
 
 @click.command("answer", short_help="Answer an agent's question (or pick an option with --choice).")
 @click.argument("request_id", metavar="ID")
-@click.argument("text", required=False)
+@click.argument("text", required=False, type=TEXT_OR_STDIN)
 @click.option(
     "--choice",
     "choices",
@@ -265,7 +266,8 @@ _LEFT = (
 @server_option
 @json_option
 def answer(request_id: str, text: str | None, choices: tuple[int, ...], store_url: str | None, as_json: bool) -> None:
-    """Answer the request ID with TEXT, or with option N of a choice (`--choice N`).
+    """Answer the request ID with TEXT (`-`: read it from standard input), or with option N of a choice
+    (`--choice N`).
 
     ID is a request id (req_..., `current.pendingHitl.hitlId`) or an agent's name or id whose one pending
     request is answered. This is the `agent_answer` tool.
@@ -369,7 +371,7 @@ def deny(request_id: str, reason: str | None, store_url: str | None, as_json: bo
 
 @click.command("create", short_help="Create an agent, with a first input when given; returns at once.")
 @click.argument("role")
-@click.argument("prompt", required=False)
+@click.argument("prompt", required=False, type=TEXT_OR_STDIN)
 @click.option("--name", help="A name for the new agent, unique among live agents (made up when absent).")
 @click.option("--agents-dir", type=DIRECTORY, help=AGENTS_DIR_HELP)
 @store_option
@@ -385,17 +387,17 @@ def create(
     setup: str | None,
     as_json: bool,
 ) -> None:
-    """Create an agent of ROLE (an agent type in the agents directory), with PROMPT queued as its first input
-    when given, and return at once: `run` follows the turn instead. This is the `agent_create` tool.
+    """Create an agent of ROLE (an agent type in the agents directory), with PROMPT (`-`: read it from
+    standard input) queued as its first input when given, and return at once: `run` follows the turn
+    instead. This is the `agent_create` tool.
 
     With a running service the agent is created there (its role from the service's agents directory) and its
     turn starts at once; otherwise it is created in the store, and the next engine to open the store
     (`agentwatch serve`) runs it.
 
     \b
-    Examples:
-      agentwatch create coder "Fix the flaky test" --name fixer
-      agentwatch tail fixer -f
+    Example:
+      agentwatch create coder "Fix the flaky test" --name fixer   (then: agentwatch tail fixer -f)
     """
     args: dict[str, Any] = {"role": role}
     if prompt is not None:
@@ -423,12 +425,13 @@ def create(
 
 @click.command("send", short_help="Queue input for an agent's next turn.")
 @click.argument("agent")
-@click.argument("text")
+@click.argument("text", type=TEXT_OR_STDIN)
 @store_option
 @server_option
 @json_option
 def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
-    """Queue TEXT for AGENT's (a name or an id) next turn. This is the `agent_enqueue` tool.
+    """Queue TEXT (`-`: read it from standard input) for AGENT's (a name or an id) next turn. This is the
+    `agent_enqueue` tool.
 
     \b
     Example:

@@ -23,6 +23,7 @@ from agentwatch.cli._common import (
     AGENTS_DIR_HELP,
     DIRECTORY,
     SECONDS,
+    TEXT_OR_STDIN,
     ExitCode,
     print_json,
     resolve_config,
@@ -297,7 +298,7 @@ def _say_pending(name: str, request_id: str, question: str) -> None:
 
 @click.command("run", short_help="Run an agent on a prompt and stream its turn.")
 @click.argument("agent")
-@click.argument("prompt")
+@click.argument("prompt", type=TEXT_OR_STDIN)
 @click.option("--name", help="A name for the new session (made up when absent).")
 @click.option(
     "--timeout", type=SECONDS, default=600.0, show_default=True, help="Seconds to wait for the turn to settle."
@@ -317,7 +318,8 @@ def run(
     setup: str | None,
     as_json: bool,
 ) -> None:
-    """Run AGENT (a role in the agents directory) on PROMPT and stream its turn.
+    """Run AGENT (a role in the agents directory) on PROMPT (`-`: read it from standard input) and stream its
+    turn.
 
     With a service running (--server, AGENTWATCH_SERVER, or `agentwatch serve` on this store), the session is
     handed to it (its role from the service's agents directory) and followed from here; it goes on there if
