@@ -350,3 +350,15 @@ def test_a_text_of_dash_is_read_from_standard_input(store_url: str, waiting: dic
     assert request.answer == "staging"
     empty = CliRunner().invoke(cli, ["send", "asker", "-", "--store", store_url], input="")
     assert empty.exit_code == 2 and "TEXT: the text is empty" in empty.output
+
+
+def test_ls_shows_a_question_held_for_the_parent(store_url: str, waiting: dict[str, str]) -> None:
+    """Once: a question held for the parent left WAITING empty (and the word `working`): a person could not
+    see what would come to them at its deliverAt."""
+    listed = invoke("ls", "--store", store_url, "--json")
+    rows = {row["name"]: row for row in _json(listed)["agents"]}
+    assert (rows["scout"]["heldRequests"], rows["scout"]["pendingRequests"]) == (1, 0)
+    assert (rows["asker"]["heldRequests"], rows["asker"]["pendingRequests"]) == (0, 1)
+    table = invoke("ls", "--store", store_url)
+    (scout,) = [line for line in table.stdout.splitlines() if line.startswith("scout\t")]
+    assert "1 held" in scout.split("\t")

@@ -63,6 +63,8 @@ def render_list(answer: dict[str, Any]) -> None:
             waiting.append(f"{row['pendingInputs']} in")
         if row["pendingRequests"]:
             waiting.append(f"[yellow]{row['pendingRequests']} asks[/]")
+        if row["heldRequests"]:  # asked of its parent first: a person's later
+            waiting.append(f"{row['heldRequests']} held")
         name = escape(row["name"]) + (f" [dim]×{row['sessionCount']}[/]" if row.get("sessionCount") else "")
         if row["deletedAt"]:
             name = f"[strike dim]{name}[/]"

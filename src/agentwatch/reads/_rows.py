@@ -56,6 +56,7 @@ def row_fields(
         "usage": SessionUsage.trusted(cost_usd=session.cost_usd, tokens=session.tokens),
         "pending_inputs": session.pending_inputs,
         "pending_requests": session.pending_requests,
+        "held_requests": session.held_requests,
         "oldest_request": oldest,
         "interception": session.interception,
         "parent_id": session.parent_id,
@@ -87,6 +88,7 @@ LISTED_FIELDS = (
     "parent_id",
     "run_id",
     "origin",
+    "held_requests",
 )
 """The session fields a listing row is made of, in the order `listed_rows` takes their values
 (`Store.list_session_values`)."""
@@ -137,6 +139,7 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
         parent_id,
         run_id,
         origin,
+        held_requests,
     ) in sessions:
         # `status_word`, reading the time only where it matters: running, and not waiting on a person.
         waits = pending_requests > 0
@@ -164,6 +167,7 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
                 "usage": {"costUsd": cost_usd, "tokens": tokens},
                 "pendingInputs": pending_inputs,
                 "pendingRequests": pending_requests,
+                "heldRequests": held_requests,
                 "oldestRequest": oldest.get(session_id) if waits else None,
                 "interception": interception,
                 "parentId": parent_id,

@@ -99,6 +99,10 @@ class SessionRow(Answer):
     usage: SessionUsage
     pending_inputs: int
     pending_requests: int
+    held_requests: int = Field(
+        description="Questions it asked that wait on its parent agent first (they come to a person at their "
+        "`deliverAt`, or at once with agent_escalate)."
+    )
     oldest_request: OldestRequest | None
     interception: dict[str, JsonValue] | None = Field(description="Who took the session over (stored form).")
     parent_id: str | None
