@@ -91,7 +91,9 @@ def _console(name: str) -> Console:
     if name not in _consoles:
         from rich.console import Console
 
-        made = Console(stderr=name == "err_console")
+        # No automatic highlighting: it coloured agents' own words as code (`request(s)` as a call); what
+        # matters is styled by the markup that prints it.
+        made = Console(stderr=name == "err_console", highlight=False)
         made.soft_wrap = not made.is_terminal  # piped or redirected: lines are never wrapped nor cut
         _consoles[name] = made
     return _consoles[name]
