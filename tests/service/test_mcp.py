@@ -30,12 +30,26 @@ async def exercise(client: Client, engine_tools: dict[str, Any] | None) -> dict[
             else:
                 assert by_name[name].input_schema == tool.parameters
                 assert by_name[name].description == tool.description
+                modelled = tool.output_schema is not None and tool.output_schema.get("type") == "object"
+                assert by_name[name].output_schema == (tool.output_schema if modelled else None)
+        assert by_name["agent_get"].output_schema is not None  # (once: no tool had one)
     task = await client.call_tool("agent_task", {"role": "helper", "prompt": "Do it"})
     assert not task.is_error, task
     snapshot = task.structured_content
     assert json.loads(task.content[0].text) == snapshot  # type: ignore[union-attr]
     agents = await client.call_tool("agent_list", {})
     tail = await client.call_tool("agent_tail", {"id": snapshot["agentId"]})
+    # The client checks each structured answer against the tool's outputSchema: these would raise if one did not
+    # match its own schema.
+    for read, args in (
+        ("agent_get", {"id": snapshot["agentId"]}),
+        ("agent_history", {"id": snapshot["agentId"]}),
+        ("agent_summary", {}),
+        ("agent_export", {"id": snapshot["agentId"]}),
+        ("agent_prompt", {"id": snapshot["agentId"]}),
+    ):
+        answered = await client.call_tool(read, args)
+        assert not answered.is_error, answered
     refused = await client.call_tool("agent_get", {"id": "ses_nobody"})
     bad = await client.call_tool("agent_list", {"bogus": True})
     return {"tools": set(by_name), "task": snapshot, "agents": agents, "tail": tail, "refused": refused, "bad": bad}

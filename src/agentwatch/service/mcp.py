@@ -10,6 +10,7 @@ decides what it sees: a read-only token lists and calls only the read tools.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -48,7 +49,12 @@ def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Serve
         level = access(ctx)
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=tool.name, description=tool.description, input_schema=dict(tool.parameters))
+                types.Tool(
+                    name=tool.name,
+                    description=tool.description,
+                    input_schema=dict(tool.parameters),
+                    output_schema=_object_schema(tool.output_schema),
+                )
                 for tool in callable_tools(state.engine.tools)
                 if may_call(tool, level)
             ]
@@ -97,3 +103,9 @@ async def run_stdio(state: ServiceState, *, access: Access = "full") -> None:
     server = mcp_server(state, default_access=access)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _object_schema(schema: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A tool's answer schema as MCP's `outputSchema`, which must describe an object (a function tool that
+    returns text has none there; a client then reads its text content)."""
+    return dict(schema) if schema is not None and schema.get("type") == "object" else None
