@@ -347,6 +347,7 @@ async def test_what_streams_survives_other_events_and_a_deleted_agent_says_so(
         await expect(typing).to_contain_text("w3", timeout=WAIT_MS)
         await engine.call_tool("agent_take_over", {"id": session.id, "by": "ada"})  # an event mid-stream
         await expect(page.locator("#take")).to_have_text("Hand back (held by ada)", timeout=WAIT_MS)
+        await expect(page.locator("#log")).to_contain_text("ada took this session over")  # (once: not in the log)
         await expect(typing).to_contain_text("w20", timeout=WAIT_MS)
         await expect(typing).to_contain_text("writing…w0 w1 w2")  # what streamed before the take-over
         await expect(page.locator("#log")).to_contain_text("w59", timeout=WAIT_MS)  # the answer, as stored
@@ -354,6 +355,7 @@ async def test_what_streams_survives_other_events_and_a_deleted_agent_says_so(
 
         await engine.delete(session.id, by="ada")
         await expect(page.locator("#d-meta")).to_contain_text("deleted, readable until", timeout=WAIT_MS)
+        await expect(page.locator("#log")).to_contain_text("deleted by ada")
         await expect(page.locator("#take")).to_be_disabled()
         await expect(page.locator("#send")).to_be_hidden()
         assert problems == []

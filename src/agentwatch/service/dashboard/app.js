@@ -11,6 +11,9 @@
   const TAIL_PAGE = 200;
   const MAX_CHARS = 4000; // the most a tail line's detail holds (a longer one ends with its full length)
   const LOG_KEPT = 1000;
+  // The tail's default event set, and the runtime's notes beside it (a take-over, a hand-back, a deletion):
+  // a person watching wants to see who did what to the agent.
+  const LOG_TYPES = ["turn.*", "item.*", "tool.progress", "subtask.*", "hitl.*", "model.reroute", "runtime.*", "observer.report"];
   // The lines that hold what streamed (or say it was cut off): the "writing…" line goes once one is shown.
   const STREAM_ENDS = new Set(["message.assistant", "thinking.completed", "completion.finished", "turn.ended"]);
   const TOKEN_KEY = "agentwatch.token";
@@ -430,7 +433,7 @@
           state.tailAgain = false;
           let more = true;
           while (more && state.selected === id) {
-            const args = { id, maxEvents: TAIL_PAGE, maxChars: MAX_CHARS };
+            const args = { id, maxEvents: TAIL_PAGE, maxChars: MAX_CHARS, types: LOG_TYPES };
             if (state.cursor) args.afterId = state.cursor;
             const answer = await call("agent_tail", args);
             if (state.selected !== id) return;
@@ -487,7 +490,7 @@
       let answer = null;
       for (const first of firsts) {
         try {
-          answer = await call("agent_tail", { id, beforeId: first.dataset.id, maxEvents: TAIL_PAGE, maxChars: MAX_CHARS });
+          answer = await call("agent_tail", { id, beforeId: first.dataset.id, maxEvents: TAIL_PAGE, maxChars: MAX_CHARS, types: LOG_TYPES });
           break;
         } catch (error) {
           if (!(error instanceof ServiceError && error.code === "not_found") || first === firsts[firsts.length - 1]) throw error;
