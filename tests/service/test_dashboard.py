@@ -386,3 +386,19 @@ async def test_a_question_held_for_the_parent_says_so_and_escalates_from_the_pag
         (request,) = await engine.store.list_requests(session_id=child.id)
         assert request.waits_on == "person"
         assert problems == []
+
+
+async def test_on_a_phone_the_status_stays_in_view(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once: at 390 px a long question under an agent's name pushed its status off the screen."""
+    ran: list[str] = []
+    delete_file, script = _cleaner(ran)
+    model = scripted("dashboard-phone", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
+        paused = await engine.task("cleaner", "a/very/long/path/" * 8 + "file.txt", timeout=10)
+        page = await browser.new_page(viewport={"width": 390, "height": 800})
+        await page.goto(base)
+        badge = page.locator(f'#agents tr[data-id="{paused["agentId"]}"] .word')
+        await expect(badge).to_have_text("needs you", timeout=WAIT_MS)
+        box = await badge.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= 390, box
