@@ -345,6 +345,7 @@ async def test_what_streams_survives_other_events_and_a_deleted_agent_says_so(
         await engine.enqueue(session.id, "go")
         typing = page.locator("#log .typing")
         await expect(typing).to_contain_text("w3", timeout=WAIT_MS)
+        await expect(typing).to_have_attribute("aria-hidden", "true")  # (not read out piece by piece)
         await engine.call_tool("agent_take_over", {"id": session.id, "by": "ada"})  # an event mid-stream
         await expect(page.locator("#take")).to_have_text("Hand back (held by ada)", timeout=WAIT_MS)
         await expect(page.locator("#log")).to_contain_text("ada took this session over")  # (once: not in the log)

@@ -517,7 +517,9 @@
   function showTyping(event) {
     const delta = event.payload.delta || "";
     if (!state.typing) {
-      state.typing = el("li", { class: "typing" }, el("time", { datetime: event.at }, clock(event.at)),
+      // Hidden from screen readers: the log is a live region, and a line that grows at every streamed piece
+      // would be read out piece by piece; the finished text is read once, as its own line.
+      state.typing = el("li", { class: "typing", "aria-hidden": "true" }, el("time", { datetime: event.at }, clock(event.at)),
                         el("div", {}, el("span", { class: "title" }, "writing…"), el("span", { class: "detail" }, "")));
       $("log").append(state.typing);
     }
