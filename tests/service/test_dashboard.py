@@ -162,6 +162,9 @@ async def test_a_person_starts_an_agent_watches_it_work_and_stops_it(
         page, problems = await _page(browser, base)
         await expect(page.locator("#agents-empty")).to_contain_text("No agents yet", timeout=WAIT_MS)
         await page.locator("#new-agent summary").click()
+        # The roles the engine runs, before any agent of them exists (once: only those of the agents listed).
+        await expect(page.locator("#roles option")).to_have_count(1, timeout=WAIT_MS)
+        assert await page.locator("#roles option").get_attribute("value") == "waiter"
         await page.locator('#create input[name="role"]').fill("waiter")
         await page.locator('#create textarea[name="prompt"]').fill("wait, then finish")
         await page.locator("#create button").click()

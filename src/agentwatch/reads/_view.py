@@ -22,6 +22,18 @@ class RoleView(Protocol):
     """The parts of an agent definition the reads show."""
 
     @property
+    def kind(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def tools(self) -> tuple[str, ...]: ...
+
+    @property
+    def observer(self) -> str | None: ...
+
+    @property
     def model(self) -> str | None: ...
 
     @property

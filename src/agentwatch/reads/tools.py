@@ -118,6 +118,20 @@ def _agent_export() -> Tool:
     )
 
 
+def _agent_roles() -> Tool:
+    from agentwatch.reads.roles import RolesAnswer, RolesArgs, agent_roles
+
+    return typed_tool(
+        "agent_roles",
+        "The agent types this engine runs (what agent_create and agent_task take as role): name, description, "
+        "model, tools and observer of each.",
+        agent_roles,
+        args=RolesArgs,
+        answer=RolesAnswer,
+        reads_only=True,
+    )
+
+
 def _run_list() -> Tool:
     from agentwatch.reads.runs import RunListAnswer, RunListArgs, run_list
 
@@ -182,6 +196,7 @@ _READ_TOOLS: dict[str, Callable[[], Tool]] = {
     "agent_tail": _agent_tail,
     "agent_prompt": _agent_prompt,
     "agent_export": _agent_export,
+    "agent_roles": _agent_roles,
     "run_list": _run_list,
     "run_trace": _run_trace,
     "run_compare": _run_compare,

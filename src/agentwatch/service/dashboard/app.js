@@ -257,8 +257,16 @@
       : state.word || state.q
         ? "No agent matches."
         : "No agents yet. Start one below, or with `agentwatch run ROLE \"TASK\"`.";
-    const roles = new Set(agents.map((a) => a.role));
-    $("roles").replaceChildren(...[...roles].sort().map((role) => el("option", { value: role })));
+  }
+
+  async function showRoles() {
+    // The roles the service's engine runs (not only those of the agents listed now), with what each is for.
+    try {
+      const { roles } = await call("agent_roles", {});
+      $("roles").replaceChildren(...roles.map((role) => el("option", { value: role.name, label: role.description || null })));
+    } catch (error) {
+      complain(error);
+    }
   }
 
   // -- runs ----------------------------------------------------------------------------------------------
@@ -686,6 +694,9 @@
       } catch (error) {
         complain(error);
       }
+    });
+    $("new-agent").addEventListener("toggle", () => {
+      if ($("new-agent").open) showRoles();
     });
     $("login-form").addEventListener("submit", () => {
       const token = $("login-form").elements.token.value.trim();
