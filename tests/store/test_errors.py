@@ -70,6 +70,23 @@ async def test_unreachable_postgres_fails_fast_naming_the_address() -> None:
     assert "secret" not in message
 
 
+async def test_a_postgres_url_without_a_database_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once: libpq took the user's name, and the schema went into the server's own `postgres` database."""
+    monkeypatch.delenv("PGDATABASE", raising=False)
+    with pytest.raises(InvalidArgument, match="names no database; name one"):
+        await connect_store("postgresql://postgres@127.0.0.1:1/")
+
+
+async def test_a_missing_postgres_database_says_to_create_it(postgres_url: str) -> None:
+    """Once: "cannot reach ...; is the server running ...?", though the server had answered."""
+    base = postgres_url.rsplit("/", 1)[0]
+    with pytest.raises(StoreUnavailable) as caught:
+        await connect_store(f"{base}/agentwatch_no_such_database")
+    message = caught.value.message
+    assert "PostgreSQL database 'agentwatch_no_such_database'" in message and "does not exist; create it" in message
+    assert "is the server running" not in message
+
+
 def test_missing_psycopg_names_the_extra_to_install() -> None:
     script = (
         "import asyncio, sys\n"

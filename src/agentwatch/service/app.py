@@ -81,7 +81,8 @@ async def health_answer(state: ServiceState) -> Response:
                 await probe()
             checks[name] = "ok"
         except Exception as exc:
-            log.warning("health check: the %s failed: %s", "live ring" if name == "live" else name, exc)
+            said = str(exc) or type(exc).__name__  # (a timeout says nothing of itself)
+            log.warning("health check: the %s failed: %s", "live ring" if name == "live" else name, said)
             checks[name] = "failing"
     failing = any(value != "ok" for value in checks.values())
     status = "draining" if state.draining else "unavailable" if failing else "ok"

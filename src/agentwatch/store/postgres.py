@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -118,7 +119,14 @@ def _address(url: str) -> tuple[str, str, str]:
     except psycopg.ProgrammingError as error:
         raise InvalidArgument(f"{hide_password(url)!r} is not a valid PostgreSQL URL ({error})") from None
     host = str(info.get("host") or "localhost")
-    return host, str(info.get("port") or 5432), str(info.get("dbname") or info.get("user") or "postgres")
+    if not info.get("dbname") and not os.environ.get("PGDATABASE"):
+        # libpq would take the user's name, so the schema would go into a database such as the server's own
+        # `postgres`, without a word.
+        raise InvalidArgument(
+            f"the store URL {hide_password(url)!r} names no database; name one, as in "
+            "postgresql://user@host:5432/agentwatch (create it first: createdb agentwatch)"
+        )
+    return host, str(info.get("port") or 5432), str(info.get("dbname") or os.environ["PGDATABASE"])
 
 
 class PostgresStore(SqlStore):
@@ -152,6 +160,11 @@ class PostgresStore(SqlStore):
             # libpq's last line, one line and untabbed; its own "Is the server running ...?" hint is ours below.
             said = str(error).strip().splitlines()[-1].strip() if str(error).strip() else type(error).__name__
             reason = said if not said.startswith("Is the server running") else "connection refused"
+            if f'database "{dbname}" does not exist' in said:  # the server answered: the database is missing
+                raise StoreUnavailable(
+                    f"{where} does not exist; create it (createdb -h {host} -p {port} {dbname}, or CREATE DATABASE "
+                    f"on that server), or point the store URL at another one"
+                ) from None
             raise StoreUnavailable(
                 f"cannot reach {where} ({reason}); is the server running and accepting connections there, "
                 f"and is the store URL {hide_password(url)!r} right?"
