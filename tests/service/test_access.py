@@ -95,6 +95,7 @@ async def test_a_read_only_token_calls_only_the_read_tools(open_engine: Any, scr
         "agent_history",
         "agent_list",
         "agent_prompt",
+        "agent_roles",
         "agent_summary",
         "agent_tail",
         "run_compare",

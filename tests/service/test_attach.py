@@ -270,3 +270,29 @@ async def test_a_deleted_agents_streams_end_with_the_notice_of_its_deletion(open
         async with connect(ws_url(base, agent_id)) as ws:  # a deleted agent is still readable: its snapshot
             frames, code = await read_until_closed(ws)
         assert [frame["kind"] for frame in frames] == ["snapshot"] and code == 1000
+
+
+async def test_a_turn_no_ring_brings_here_still_reaches_an_attach_from_the_store(
+    open_engine: Any, scripted: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two engines on one store, each with its own memory ring (or one whose Redis is down): once, an attach
+    to the service of the one that did not run the turn got its snapshot, then nothing, for good."""
+    import agentwatch.service.attach as attach_module
+
+    monkeypatch.setattr(attach_module, "_QUIET_FIRST", 0.2)
+    model_ref = scripted("elsewhere", ScriptedModel.replying("done over there"))
+    async with (
+        open_engine(role("worker", model_ref)) as here,
+        open_engine(role("worker", model_ref)) as there,
+        served(create_app(here)) as base,
+    ):
+        session = await there.create("worker", name="worker")
+        async with attach("sse", base, session.id) as stream:
+            assert (await stream.next())["kind"] == "snapshot"
+            await there.enqueue(session.id, "go")  # runs there: nothing of it reaches this engine's ring
+            seen: list[str] = []
+            while "turn.ended" not in seen:
+                frame = await asyncio.wait_for(stream.next(), 10)
+                seen.append(frame["event"]["type"])
+        stored = [e.type for e in await there.store.read_events(session.id)]
+        assert seen == stored  # every durable event, once, in order (late, and without deltas)

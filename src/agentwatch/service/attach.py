@@ -27,8 +27,11 @@ The session may run in another process (several services on one store): right af
 catches up to the store's newest event and, with a live ring shared by the processes (Redis), to the ring's
 (so a ring that lost its streams in a restart still leaves nothing out); it then fills from the ring (or the
 store) any event missing before the next one it is given, so it is the same exactly-once stream on every
-process. A client that stops reading altogether is disconnected once a send has
-waited `send_timeout` seconds (one watch per service looks every quarter of that).
+process. When nothing live comes for a while (`_QUIET_FIRST`, then less and less often), it looks in the store
+too: the durable events of a turn whose writer could not publish to the ring (Redis down there), or that runs
+in a process whose ring this one does not share (a memory ring), still come, late and without their deltas.
+A client that stops reading altogether is disconnected once a send has waited `send_timeout` seconds (one
+watch per service looks every quarter of that).
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ log = logging.getLogger(__name__)
 # a cancellation that lands as the send completes, and the stream would go on for a client that left.
 # WebSocket sends are watched by the service's `SendWatch` instead.
 _RING_LIMIT = 10_000
+_QUIET_FIRST = 2.0
+"""Seconds without a live event after which an attach first looks in the store for events no ring brought;
+the wait doubles at each quiet look, up to `_QUIET_MOST`, and starts again at the next live event."""
+_QUIET_MOST = 30.0
 _PAGE = 500
 _KEEPALIVE_SECONDS = 15.0
 
@@ -170,9 +177,26 @@ class Attachment:
                     return  # deleted, and every event given: nothing more will come
                 # Live: (seq, sub) tuples rather than cursors, as this runs per client per event.
                 last = (cursor.seq, cursor.sub)
+                quiet = _QUIET_FIRST
                 try:
                     while True:
-                        event = await client.next()
+                        given = await client.next(quiet)
+                        if given is None:
+                            # Nothing live for `quiet` seconds: the store may hold events that no ring brought
+                            # here (their writer's ring failed, or it is not shared with this process). Looked
+                            # at less often the longer the session stays quiet.
+                            quiet = min(quiet * 2, _QUIET_MOST)
+                            head = StreamCursor(session_id, (await engine.store.get_session(session_id)).last_seq)
+                            cursor = StreamCursor(session_id, *last)
+                            async for missed in _between(self.state, session_id, cursor, head):
+                                if missed.cursor > cursor:
+                                    yield _event_frame(missed)
+                                    cursor = missed.cursor
+                                    if _ends_stream(missed):
+                                        return
+                            last = (cursor.seq, cursor.sub)
+                            continue
+                        quiet, event = _QUIET_FIRST, given
                         at = (event.seq, event.sub)
                         if at <= last:
                             continue

@@ -65,7 +65,7 @@ class LiveClient:
         self.lagged: StreamCursor | None = None
         """Set when the client was cut loose: the cursor of the last event it was given."""
         self._queue: deque[Event] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[object] | None = None
         # (seq, sub) of the last event queued (or of the snapshot): tuples, as this runs per client per event.
         self._last = (0, 0)
         self.abandoned = False
@@ -105,24 +105,39 @@ class LiveClient:
         self.snapshot = snapshot
         self._last = (snapshot.position.seq, snapshot.position.sub)
 
-    async def next(self) -> Event:
-        """The next queued event; raises `Lagged` once the queue is drained after the client was cut loose."""
+    async def next(self, timeout: float | None = None) -> Event | None:
+        """The next queued event, or None once `timeout` seconds passed with none queued; raises `Lagged` once
+        the queue is drained after the client was cut loose."""
         queue = self._queue
         while not queue:
             if self.lagged is not None:
                 raise Lagged(self.session_id, self.lagged)
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout, _time_out, waiter) if timeout is not None else None
             try:
                 await waiter
             finally:
+                if timer is not None:
+                    timer.cancel()
                 if self._waiter is waiter:
                     self._waiter = None
+            if not queue and waiter.result() is _TIMED_OUT and self.lagged is None:
+                return None
         return queue.popleft()
 
     @property
     def queued(self) -> int:
         """Events waiting to be sent."""
         return len(self._queue)
+
+
+_TIMED_OUT = object()
+
+
+def _time_out(waiter: asyncio.Future[object]) -> None:
+    if not waiter.done():
+        waiter.set_result(_TIMED_OUT)
 
 
 def shared_ring(ring: LiveRing) -> LiveRing | None:

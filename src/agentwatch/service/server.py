@@ -251,6 +251,14 @@ async def _serve_on(
                 url = f"http://{shown}:{bound_port(server)}"
                 say(f"agentwatch serving on {url} (store {hide_password(config.store)})")
                 say(f"dashboard {url}/ · tools {url}/api/tools · MCP {url}/mcp")
+                if config.live.startswith("memory:") and not config.store.startswith("sqlite:"):
+                    # A store other processes may share, and a ring they cannot: their turns reach this
+                    # service's watchers from the store alone.
+                    say(
+                        "note: the live ring is in memory, so turns that other services on this store run "
+                        "reach watchers here late, from the store, without streamed text; give every service "
+                        "the same Redis (AGENTWATCH_LIVE=redis://...) to stream them live"
+                    )
                 found = _announce(config, host, bound_port(server), token_needed=not settings.open)
             await serving
         finally:
