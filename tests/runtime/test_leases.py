@@ -32,6 +32,7 @@ from agentwatch.runtime.leases import Leases, new_owner
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.store import SessionDraft, SessionPatch, Write, connect_store
 from tests.runtime.support import LEASE, Scripted, lease_config, one_call_per_prompt, role, until
+from tests.store.databases import postgres_schema
 
 Runs = list[tuple[str, str, str]]
 """(engine, event, label) for every start and end of a tool run."""
@@ -419,3 +420,88 @@ async def test_a_stop_asked_of_an_owner_whose_turn_takes_long_to_end_lets_its_ot
         events = await check_log(a, stopped.id)
     assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["cancelled"]
     assert runs.count("cleaned") == 2  # the stopped one, and the other one as `a` closed
+
+
+class _Proxy:
+    """A TCP proxy to a server, which `cut()` severs: the network between one engine and the store goes."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> _Proxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cut()
+
+    def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self._writers += [writer, up_writer]
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_an_owner_cut_off_from_the_store_stops_its_tool_before_another_engine_continues(
+    tmp_path: Path, postgres_url: str, scripted: Scripted
+) -> None:
+    """Once: an owner that could no longer reach the store ran its tool to the end, while another engine had
+    taken the turn over and told the model the call was gone: the tool's work was done twice at once. Now an
+    owner whose renewals fail stops its turn, tools included, once its lease's time has run out."""
+    from urllib.parse import urlsplit
+
+    model = scripted("leases-fenced", ScriptedModel(function=one_call_per_prompt))
+    definition = role("slow", model, tools=("slow_tool",))
+    runs: Runs = []
+    stopped_at: list[datetime] = []
+
+    def tool(engine: str, seconds: float) -> Callable[..., Any]:
+        async def slow_tool(label: str) -> str:
+            runs.append((engine, "start", label))
+            try:
+                await asyncio.sleep(seconds)
+            except asyncio.CancelledError:
+                runs.append((engine, "stopped", label))
+                stopped_at.append(datetime.now(UTC))
+                raise
+            runs.append((engine, "end", label))
+            return f"{engine} did {label}"
+
+        return slow_tool
+
+    with postgres_schema(postgres_url) as url:
+        parts = urlsplit(url)
+        async with _Proxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+            behind = parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}").geturl()
+            config = lease_config(tmp_path)
+            async with Engine.open(behind, config=config, definitions=[definition], tools=[tool("a", 30.0)]) as a:
+                session = await a.create("slow")
+                await a.enqueue(session.id, "go")
+                await until(lambda: bool(runs))
+                proxy.cut()  # a can no longer reach the store; b can
+                async with Engine.open(url, config=config, definitions=[definition], tools=[tool("b", 0.1)]) as b:
+                    settled, timed_out = await b.wait(session.id, 30)
+                    events = await check_log(b, session.id)
+    assert not timed_out and settled.status == "completed"
+    assert [(engine, event) for engine, event, _ in runs] == [("a", "start"), ("a", "stopped")]  # never ran on
+    (taken,) = [e for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.source == "leases"]
+    assert stopped_at[0] <= taken.at, (stopped_at, taken.at)  # stopped before b took the turn over
+    results = [e.payload.status for e in events if isinstance(e.payload, ToolResult)]
+    assert results == ["interrupted"]  # a's call, as b found it (not run again)

@@ -18,10 +18,13 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
 - a stop sent to an engine that does not run the turn (through another service) is asked of the lease's
   holder in the store (`Store.request_stop`); the holder reads it about once a second while it holds leases
   and stops the turn itself, as whoever asked;
-- a lease is lost only when the store says so: a renewal (or a confirmation) finds the row held by
-  another owner, who took it over after it expired. A renewal that fails or comes back late loses nothing:
-  under load it waits behind other writes, the store renews an expired lease nobody took over, and a busy
-  engine never fails its own turns. An engine that lost a lease cuts that turn off without recording
+- a lease is lost when the store says so: a renewal (or a confirmation) finds the row held by another
+  owner, who took it over after it expired. A renewal that comes back late loses nothing: under load it
+  waits behind other writes, the store renews an expired lease nobody took over, and a busy engine never
+  fails its own turns. One that fails (the store cannot be reached from here, though other engines may
+  reach it) loses the leases whose time has run out since the last renewal that worked (`run_out`): their
+  turns are cut off here, tools in flight included, as after a crash, so that a tool never runs on here
+  after another engine took the turn over. An engine that lost a lease cuts that turn off without recording
   anything (a turn's writes check the lease first): the new owner continues it. A tool call starts only
   once the lease is confirmed (in the store, when the local view has lapsed; confirmations asked at once
   share one store call), so a tool never runs in two engines at once;
@@ -51,7 +54,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentwatch.errors import AgentwatchError, NotFound
+from agentwatch.errors import AgentwatchError, NotFound, StoreUnavailable
 from agentwatch.events import NewEvent, RuntimeNotice, TurnEnded, TurnId
 from agentwatch.runtime.plan import Plan, next_plan
 from agentwatch.store import LeaseRecord, SessionPatch, SessionRecord, Store, Write
@@ -120,6 +123,7 @@ class Leases:
         """How many expired leases of other owners this engine took over."""
         self.sweeping = True
         """False stops taking over expired leases (a draining engine: the work goes to another one)."""
+        self._unreachable = False  # the last renewal failed, or a store call since (the store could not be asked)
 
     # -- holding --------------------------------------------------------------------------------------
 
@@ -264,10 +268,23 @@ class Leases:
         for session_id in answering:  # confirmations asked meanwhile join this renewal
             self._asking[session_id] = loop.create_future()
         try:
-            return await self._renew_in_store(ids, answering=answering)
+            lost = await self._renew_in_store(ids, answering=answering)
         except Exception as exc:
+            self._unreachable = True
             log.warning("renewing %d lease(s) failed (tried again in %.1f s): %s", len(ids), self.renew_every, exc)
             return []
+        self._unreachable = False
+        return lost
+
+    def run_out(self) -> list[str]:
+        """The held leases about to expire in the store while it cannot be reached to renew them (the last
+        renewal failed, and the sure hold the last one that worked bought is over: a margin before the
+        store's expiry, after which another engine may take them). A renewal that is only slow (a busy store)
+        makes none: the store renews an expired lease nobody took over."""
+        if not self._unreachable:
+            return []
+        now = time.monotonic()
+        return [session_id for session_id, deadline in self._held.items() if now >= deadline]
 
     # -- the background task --------------------------------------------------------------------------
 
@@ -302,6 +319,8 @@ class Leases:
         pause = min(SWEEP_SECONDS, self.renew_every)
         next_renewal, next_stops = time.monotonic() + self.renew_every, time.monotonic()
         sweeping: asyncio.Task[None] | None = None
+        # Beside the renewals and stops, which wait for the store (up to its time-outs when it cannot be reached).
+        fencing = asyncio.create_task(self._fence(runtime), name="agentwatch-lease-fence")
         try:
             while True:
                 await asyncio.sleep(pause)
@@ -320,11 +339,31 @@ class Leases:
                         next_stops = time.monotonic() + STOP_CHECK_SECONDS
                         await self._stop_as_asked(runtime)
                 except Exception as exc:  # housekeeping must never take the engine down
+                    self._note_failure(exc)
                     log.warning("lease upkeep failed: %s", exc)
         finally:
+            fencing.cancel()
             if sweeping is not None:
                 sweeping.cancel()
-                await asyncio.gather(sweeping, return_exceptions=True)
+            await asyncio.gather(fencing, *([sweeping] if sweeping is not None else []), return_exceptions=True)
+
+    async def _fence(self, runtime: Runtime) -> None:
+        """Cut off the turns whose leases run out while the store cannot be reached to renew them (`run_out`),
+        looking twice per margin: their tools stop here, as after a crash, before the store lets another engine
+        take the turn over."""
+        while True:
+            await asyncio.sleep(self._margin / 2)
+            for session_id in self.run_out():
+                log.warning(
+                    "the lease of %s ran out while the store could not be reached to renew it; its turn is cut "
+                    "off here (whichever engine takes the lease over continues it)",
+                    session_id,
+                )
+                self.forget(session_id)
+                try:
+                    await _cut_off(runtime, session_id)
+                except Exception as exc:  # (the driver may need the store): the turn's writes fail meanwhile
+                    log.warning("could not cut off the turn of %s: %s", session_id, exc)
 
     async def _stop_as_asked(self, runtime: Runtime) -> None:
         """Stop the turns another engine asked this one to stop (`Store.request_stop`: a stop sent to a service
@@ -348,7 +387,14 @@ class Leases:
         try:
             await self.sweep(runtime)
         except Exception as exc:  # housekeeping must never take the engine down
+            self._note_failure(exc)
             log.warning("lease upkeep failed: %s", exc)
+
+    def _note_failure(self, error: BaseException) -> None:
+        """A store call of the lease upkeep failed: when the store cannot be reached, the leases' renewal
+        cannot either (it may still be waiting for a connection), so their time counts down (`run_out`)."""
+        if isinstance(error, StoreUnavailable):
+            self._unreachable = True
 
     async def sweep(self, runtime: Runtime) -> int:
         """Take over sessions whose owner's lease expired and let their turn loops look for work (all at once);
