@@ -296,3 +296,35 @@ async def test_a_turn_no_ring_brings_here_still_reaches_an_attach_from_the_store
                 seen.append(frame["event"]["type"])
         stored = [e.type for e in await there.store.read_events(session.id)]
         assert seen == stored  # every durable event, once, in order (late, and without deltas)
+
+
+async def test_a_snapshot_on_an_engine_that_did_not_run_the_turn_is_of_the_store(
+    open_engine: Any, scripted: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: an engine whose driver of the session was made before another engine ran a turn gave a snapshot
+    as of then (no history, no pending question), and replayed the turn as events after it."""
+    import agentwatch.service.attach as attach_module
+
+    monkeypatch.setattr(attach_module, "_QUIET_FIRST", 0.2)
+
+    def ask(ctx: Any) -> Any:
+        return CallTool("ask_user", {"question": "Which database?"}) if not ctx.tool_results else Reply("ok")
+
+    model_ref = scripted("snapshot-elsewhere", ScriptedModel(function=ask))
+    asker = role("asker", model_ref, tools=("ask_user",))
+    async with (
+        open_engine(asker) as here,
+        open_engine(asker) as there,
+        served(create_app(here)) as base,
+    ):
+        session = await there.create("asker", name="asker")
+        async with attach("sse", base, session.id) as early:  # makes this engine's driver of the session
+            assert (await early.next())["kind"] == "snapshot"
+        await there.enqueue(session.id, "go")
+        settled, _ = await there.wait(session.id, 10)
+        assert settled.status == "awaiting_input"
+        async with attach("sse", base, session.id) as late:
+            snapshot = await late.next()
+        stored = await there.store.read_events(session.id)
+        assert snapshot["kind"] == "snapshot" and [e["type"] for e in snapshot["history"]] == [e.type for e in stored]
+        assert [c["questions"] for c in snapshot["pendingChoices"]] == [["Which database?"]], snapshot["pendingChoices"]

@@ -512,6 +512,11 @@ class SessionEmitter:
         position = StreamCursor(self.session_id, *self._dispatched)
         store = self._store
         session = await store.get_session(self.session_id)
+        if session.last_seq > position.seq and not (self._queue or self._writes or self._writer):
+            # Written elsewhere (a turn another engine runs), and nothing of this emitter is on its way (looked at
+            # after the read, so no write of its own committed meanwhile): the snapshot is of the store as it is.
+            self._dispatched = self._enqueued = (session.last_seq, 0)
+            position = StreamCursor(self.session_id, session.last_seq)
         history: list[Event] = []
         after = 0
         while after < position.seq:
