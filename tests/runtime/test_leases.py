@@ -164,9 +164,20 @@ async def test_a_stop_beside_an_owner_whose_lease_lapsed_takes_it_over_and_cuts_
         a.leases.renew = renew  # type: ignore[method-assign]
         await until(lambda: not a.running_turns(), timeout=15)
         events = await check_log(a, session_id)
+        await a.enqueue(session_id, "again")  # the next turn finds no call open: none is answered twice
+        settled, timed_out = await a.wait(session_id, 15)
+        after = await check_log(a, session_id)
+    assert not timed_out and settled.status == "completed"
+    calls = [e.payload.tool_call_id for e in after if isinstance(e.payload, ToolResult)]
+    assert len(calls) == len(set(calls)) == 2, calls
     assert stopped["stopped"] is True and stopped["status"] == "cancelled"
     assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["cancelled"]
     assert not [e for e in events if isinstance(e.payload, ToolResult) and e.seq > stopped_seq(events)]
+    # Written where the turn was not running, the stop still closes the call the turn left open and counts what
+    # the turn spent (once: no result for the call, and a usage of zero).
+    assert [e.payload.status for e in events if isinstance(e.payload, ToolResult)] == ["interrupted"]
+    (ended,) = [e.payload for e in events if isinstance(e.payload, TurnEnded)]
+    assert ended.usage.total_tokens > 0 and ended.usage.requests == 1
 
 
 def stopped_seq(events: list[Any]) -> int:

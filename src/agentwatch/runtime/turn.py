@@ -48,7 +48,16 @@ from agentwatch.events.truncate import displayable
 from agentwatch.runtime.compaction import ContextFill
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
 from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held, leases_of
-from agentwatch.runtime.models import PendingCall, ToolAnswer, ToolContext, ToolSpec, TurnInput, TurnResult, run_turn
+from agentwatch.runtime.models import (
+    PendingCall,
+    ToolAnswer,
+    ToolContext,
+    ToolSpec,
+    TurnInput,
+    TurnResult,
+    close_open_calls,
+    run_turn,
+)
 from agentwatch.runtime.plan import Plan, lives_on, next_plan
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.requests import release_held
@@ -639,11 +648,21 @@ async def end_stopped_turn(
     usage: Usage | None = None,
 ) -> None:
     """Record a stop through the session's `channel` (its driver or emitter): pending requests of the turn
-    are dismissed, the turn ends `cancelled`."""
-    requests = await runtime.store.list_requests(session_id=session_id, limit=1000)
+    are dismissed, the turn ends `cancelled`. Without `usage` (the turn was not running here: its owner is
+    gone), what the turn left is read back: the tool calls it left open get their `interrupted` results, as a
+    run cut off writes them, and its usage is the sum of its model requests'."""
+    store = runtime.store
+    requests = await store.list_requests(session_id=session_id, limit=1000)
     pending = [r for r in requests if r.turn_id == turn_id]
     reason = f"stopped by {by}"
     events: list[Payload] = [RequestDismissed(request_id=r.id, reason=reason) for r in pending]
+    messages: list[JsonValue] = []
+    if usage is None and turn_id is not None:
+        session = await store.get_session(session_id)
+        results, messages = close_open_calls(await store.read_messages(session.conversation_id))
+        events = results + events
+        finished = await store.read_events(session_id, limit=10_000, types=["completion.finished"], turn_id=turn_id)
+        usage = sum((e.payload.usage for e in finished if isinstance(e.payload, CompletionFinished)), Usage())
     events.append(TurnEnded(outcome="cancelled", reason=reason, usage=usage or Usage()))
     await channel.commit(
         Write(
@@ -651,6 +670,7 @@ async def end_stopped_turn(
             events=[NewEvent(e, TurnId(turn_id) if turn_id else None) for e in events],
             session=SessionPatch(status="cancelled", current_turn_id=None, turn_attempts=0),
             requests_close=[RequestClose(request_id=r.id, status="dismissed", by=by) for r in pending],
+            messages=messages,
         )
     )
 

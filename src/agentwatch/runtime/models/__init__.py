@@ -20,8 +20,12 @@ scripted model is first resolved), and a vendor's SDK when a model of that vendo
 """
 
 from collections.abc import Coroutine as _Coroutine
+from collections.abc import Sequence as _Sequence
 from typing import Any as _Any
 
+from pydantic import JsonValue as _JsonValue
+
+from agentwatch.events import Payload as _Payload
 from agentwatch.runtime.models._types import (
     PendingCall,
     RetryPolicy,
@@ -77,6 +81,15 @@ def run_turn(
     return run_on_model_layer(turn, sink, models=models)
 
 
+def close_open_calls(history: _Sequence[_JsonValue]) -> tuple[list[_Payload], list[_JsonValue]]:
+    """The `tool.result` payloads (`interrupted`) and the closing model message for the calls the stored
+    `history` (model-layer messages) leaves open, as a run cut off in its tools writes them: for a turn
+    stopped where it was not running."""
+    from agentwatch.runtime.models._adapter import close_open_calls as close_on_model_layer
+
+    return close_on_model_layer(history)
+
+
 __all__ = [
     "BUILTIN_PREFIXES",
     "KNOWN_CONTEXT_WINDOWS",
@@ -103,6 +116,7 @@ __all__ = [
     "TurnInput",
     "TurnResult",
     "TurnSink",
+    "close_open_calls",
     "known_context_window",
     "register_scripted_model",
     "registered_scripted_model",

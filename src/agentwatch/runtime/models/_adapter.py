@@ -204,6 +204,27 @@ def _interrupted_return(call: ToolCallPart) -> ToolReturnPart:
     )
 
 
+def close_open_calls(history: Sequence[JsonValue]) -> tuple[list[Payload], list[JsonValue]]:
+    """The `tool.result` payloads (`interrupted`) and the closing model message for the calls the stored
+    `history` leaves open: what a run cut off in its tools writes, for a turn stopped where it was not running
+    (its owner gone), so its record ends with no call unanswered and the next turn finds none open."""
+    open_calls = _open_calls(_load_history(history))
+    if not open_calls:
+        return [], []
+    closing = ModelRequest(parts=[_interrupted_return(call) for call in open_calls])
+    results: list[Payload] = [
+        ToolResult(
+            tool_call_id=part.tool_call_id,
+            tool_name=part.tool_name,
+            output=part.model_response_str(wrap_if_error=False),
+            status="interrupted",
+        )
+        for part in closing.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+    return results, [_dump_one(closing)]
+
+
 class _TurnRun:
     """The state of one `run_turn`: what is committed so far, and the usage of its requests."""
 
