@@ -68,6 +68,12 @@ def napping():
     return {"tools": [nap], "definitions": [napper], "models": {"napper": ScriptedModel(function=_naps)}}
 
 
+def shouting_and_napping():
+    shouting, resting = setup(), napping()
+    models = {**shouting["models"], **resting["models"]}
+    return {"tools": [shout, nap], "definitions": resting["definitions"], "models": models}
+
+
 def _naps(ctx):
     return Reply("rested") if ctx.tool_results else CallTool("nap", {})
 
@@ -200,6 +206,9 @@ def test_a_setup_that_is_not_module_colon_name_is_a_usage_error(project: Path) -
 def test_agents_check_checks_the_roles_the_setup_gives(project: Path) -> None:
     done = agentwatch(project, "agents", "check", "--setup", "shop.agents:with_a_role")
     assert done.returncode == 1 and "shuot" in done.stderr, done.stderr
+    fine = agentwatch(project, "agents", "check", "--setup", "shop.agents:shouting_and_napping")
+    assert fine.returncode == 0, fine.stderr  # (once: "ok: 1 agent definition(s) in agents", the setup's unsaid)
+    assert "ok: 1 agent definition(s) in agents and 1 from the setup shop.agents:shouting_and_napping" in fine.stdout
 
 
 def test_a_setup_in_agentwatch_toml_that_is_not_module_colon_name_says_what_to_write(project: Path) -> None:

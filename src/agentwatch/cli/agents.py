@@ -110,7 +110,9 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
         err_console.print(f"[bold red]{errors} error(s)[/] in {escape(str(directory))}")
         sys.exit(1)
     files = sum(1 for definition in roster if definition.source_path is not None)
-    console.print(f"[green]ok[/]: {files} agent definition(s) in {escape(str(directory))}")
+    defined = len(project.get("definitions", ()))
+    also = f" and {defined} from the setup {escape(str(config.setup))}" if defined else ""
+    console.print(f"[green]ok[/]: {files} agent definition(s) in {escape(str(directory))}{also}")
 
 
 def _schedule_problems(roster: Roster, config: Config, project: dict[str, Any]) -> list[DefinitionProblem]:
