@@ -232,6 +232,7 @@ async def test_a_local_service_is_found_through_its_discovery_file(
 
             # A file whose process is dead, or whose port refuses connections, is ignored: the store answers.
             record = json.loads(path.read_text())
+            path.with_name(f".{path.name}.{os.getpid()}").unlink()  # (no other service's own record either)
             dead = await asyncio.create_subprocess_exec("true")
             await dead.wait()
             path.write_text(json.dumps(record | {"token": False, "pid": dead.pid}))
@@ -245,6 +246,12 @@ async def test_a_local_service_is_found_through_its_discovery_file(
             other = await run_cli("ls", "--store", store_url, "--json")
             assert other.exit_code == 0
             assert app.tools() == ["agent_list"]  # none of these reached the service
+            # The file names a service that was killed, while another of the store runs (its own record beside
+            # the file): that one answers (once: the store did, beside a live service).
+            write_discovery(config, url, token_needed=False)
+            path.write_text(json.dumps(record | {"token": False, "pid": dead.pid}))
+            beside = await run_cli("ls", "--store", store_url, "--json")
+            assert beside.exit_code == 0 and app.tools() == ["agent_list", "agent_list"]
 
 
 def test_run_alone_waits_until_the_observer_has_read_the_turn(

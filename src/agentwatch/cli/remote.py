@@ -133,6 +133,26 @@ def _announce(path: Path, record: dict[str, Any]) -> None:
     draft.replace(path)
 
 
+def _announced(path: Path) -> Iterator[dict[str, Any]]:
+    """The services announced at `path`: the one the file names, then the others' own records, newest first
+    (the file's may name one that was killed, while another of the same store still runs)."""
+    named = _read_record(path)
+    if named is not None:
+        yield named
+    kept = [k for k in path.parent.glob(f".{path.name}.*") if not k.name.endswith(".draft")]
+    for record_path in sorted(kept, key=_modified, reverse=True):
+        record = _read_record(record_path)
+        if record is not None and record != named:
+            yield record
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def _read_record(path: Path) -> dict[str, Any] | None:
     try:
         record = json.loads(path.read_text())
@@ -181,14 +201,15 @@ def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None
             raise
         return None  # a broken configuration: the command's own reading of it says what it does about it
     path = discovery_file(config)
-    record = _read_record(path)
-    if record is None or not _alive(record.get("pid")) or not isinstance(record.get("url"), str):
+    store = hide_password(config.store)
+    for record in _announced(path):
+        if not _alive(record.get("pid")) or not isinstance(record.get("url"), str) or record.get("store") != store:
+            continue
+        service = Service(record["url"], token, str(path))
+        if service.healthy():  # (a record can outlive its service, or the port be someone else's now)
+            break
+    else:
         return None
-    if record.get("store") != hide_password(config.store):
-        return None
-    service = Service(record["url"], token, str(path))
-    if not service.healthy():
-        return None  # the file outlived its service (or the port is someone else's now)
     if record.get("token") and token is None:
         # The refusal the service itself would answer (`unauthenticated`), said before asking it.
         raise_error(
