@@ -362,3 +362,22 @@ def test_ls_shows_a_question_held_for_the_parent(store_url: str, waiting: dict[s
     table = invoke("ls", "--store", store_url)
     (scout,) = [line for line in table.stdout.splitlines() if line.startswith("scout\t")]
     assert "1 held" in scout.split("\t")
+
+
+def test_get_says_which_engine_owns_a_turn_and_when_it_is_gone(store_url: str) -> None:
+    """Once: a turn whose every engine had died read `working`, `running`, as if it ran on."""
+
+    async def orphan() -> str:
+        async with open_store(store_url) as store:
+            session = await store.create_session(SessionDraft(name="orphan", role="coder"))
+            await store.write(Write(session.id, session=SessionPatch(status="running", current_turn_id="trn_x")))
+            assert await store.acquire_lease(session.id, "own_host_1_dead", 0.05)
+            return session.id
+
+    session_id = asyncio.run(orphan())
+    time.sleep(0.1)  # the lease runs out: nobody renews it
+    record = _json(invoke("get", "orphan", "--store", store_url, "--json"))
+    assert record["id"] == session_id and record["lease"]["owner"] == "own_host_1_dead"
+    assert record["lease"]["expired"] is True
+    shown = invoke("get", "orphan", "--store", store_url)
+    assert "own_host_1_dead (gone: its lease ran out" in " ".join(shown.stdout.split())

@@ -148,6 +148,12 @@ def render_get(record: dict[str, Any]) -> None:
         rows.extend(_observer_rows(observer))
     if held := record.get("interception"):
         rows.append(("held by", f"[yellow]{escape(str(held.get('by')))}[/] since {held.get('since', '?')}"))
+    if lease := record.get("lease"):
+        runs_on = escape(str(lease["owner"]))
+        if lease["expired"]:  # its engine stopped (or lost the store): the next one to sweep continues it
+            ran_out = ago(lease["expiresAt"])
+            runs_on += f" [yellow](gone: its lease ran out {ran_out}; a running service continues it)[/]"
+        rows.append(("runs on", runs_on))
     if record["deletedAt"]:
         rows.append(("deleted", f"{record['deletedAt']} (reaped {record['reapAt']})"))
     cells = [[key, str(value)] for key, value in rows]

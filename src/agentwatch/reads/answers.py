@@ -230,6 +230,17 @@ class ObserverEntry(Answer):
     reports: list[ObserverReportEntry]
 
 
+class OwnerEntry(Answer):
+    """The engine that owns a session's turns (its lease), as `agent_get` shows it."""
+
+    owner: str = Field(description="The engine's identity (own_<host>_<pid>_<random>).")
+    expires_at: Timestamp
+    expired: bool = Field(
+        description="Nobody renewed the lease in time (its engine stopped or lost the store): the next engine to "
+        "sweep the store continues the turn (a running `agentwatch serve` does within about a second)."
+    )
+
+
 class AgentRecord(SessionRow):
     """The `agent_get` answer: the list row plus model, grant, prompt, output, fill, mailbox and `current`.
 
@@ -255,6 +266,7 @@ class AgentRecord(SessionRow):
     reap_at: Timestamp | None
     mailbox: list[MailboxEntry]
     observer: ObserverEntry | None
+    lease: OwnerEntry | None = Field(description="Which engine owns its turns, while one does.")
     current: CurrentSnapshot
 
 

@@ -15,7 +15,7 @@ from agentwatch.errors import Ambiguous, NotFound
 from agentwatch.events import TurnStarted
 from agentwatch.reads._rows import oldest_request, row_fields
 from agentwatch.reads._view import EngineView, iso
-from agentwatch.reads.answers import AgentRecord, MailboxEntry, ObserverEntry, SubagentUsage
+from agentwatch.reads.answers import AgentRecord, MailboxEntry, ObserverEntry, OwnerEntry, SubagentUsage
 from agentwatch.reads.current import current
 from agentwatch.reads.observer import observer_entry
 from agentwatch.store import SessionFilter, SessionRecord, descendants
@@ -127,8 +127,16 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
         reap_at=iso(session.reap_at),
         mailbox=[MailboxEntry(id=i.id, text=i.text, created_at=iso(i.created_at), meta=i.meta) for i in inbox],
         observer=await observer_info(view, session),
+        lease=await _owner(view, session),
         current=await current(view.store, session),
     )
+
+
+async def _owner(view: EngineView, session: SessionRecord) -> OwnerEntry | None:
+    lease = await view.store.get_lease(session.id)
+    if lease is None:
+        return None
+    return OwnerEntry(owner=lease.owner, expires_at=iso(lease.expires_at), expired=lease.expired)
 
 
 def _wire_fill(stored: dict[str, JsonValue] | None) -> dict[str, JsonValue]:
