@@ -242,10 +242,15 @@ def _say(result: dict[str, Any], as_json: bool, text: str) -> None:
         click.echo(text)
 
 
-_LEFT = (
-    "the engine that runs the agent continues it (a running service at once; else the next engine to open the "
-    "store: `agentwatch serve`)"
-)
+def _left(store_url: str | None) -> str:
+    """Who takes the work up: the service it went through, or the engine that runs the agent."""
+    service = find_service(store_url)  # (the one this command used: found once per command)
+    if service is not None:
+        return f"the service at {service.url} takes it up now"
+    return (
+        "the engine that runs the agent takes it up (a running `agentwatch run` after its turn; else the next "
+        "engine to open the store: `agentwatch serve`)"
+    )
 
 
 # -- answer, approve, deny ------------------------------------------------------------------------------
@@ -309,7 +314,7 @@ def answer(request_id: str, text: str | None, choices: tuple[int, ...], store_ur
         request="hitlId",
         prepare=pick,
     )
-    _say(result, as_json, f"answered {result['hitlId']} of {result['agentId']}: {_LEFT}")
+    _say(result, as_json, f"answered {result['hitlId']} of {result['agentId']}: {_left(store_url)}")
 
 
 def _approval(request_id: str, approved: bool, message: str | None, store_url: str | None, as_json: bool) -> None:
@@ -327,7 +332,7 @@ def _approval(request_id: str, approved: bool, message: str | None, store_url: s
     flags = {"hitlId": "ID", "answer": "--reason" if not approved else "--message"}
     result = act(store_url, "agent_answer", args, flags, request="hitlId", prepare=is_approval)
     word = "approved" if approved else "denied"
-    _say(result, as_json, f"{word} {result['hitlId']} of {result['agentId']}: {_LEFT}")
+    _say(result, as_json, f"{word} {result['hitlId']} of {result['agentId']}: {_left(store_url)}")
 
 
 @click.command("approve", short_help="Approve a tool call an agent waits on.")
@@ -416,7 +421,7 @@ def create(
         result = run_async(main())
     except InvalidArgument as exc:
         raise flag_error(exc, {"role": "ROLE", "prompt": "PROMPT", "name": "--name"}, args) from None
-    waiting = f", with its first input waiting: {_LEFT}" if result["pendingInputs"] else ""
+    waiting = f", with its first input waiting: {_left(store_url)}" if result["pendingInputs"] else ""
     _say(result, as_json, f"created {result['name']} ({result['agentId']}){waiting}")
 
 
@@ -439,7 +444,7 @@ def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
     """
     args: dict[str, Any] = {"agentId": agent, "prompt": text}
     result = act(store_url, "agent_enqueue", args, {"agentId": "AGENT", "prompt": "TEXT"}, agent="agentId")
-    _say(result, as_json, f"queued for {result['agentId']} ({result['pendingInputs']} waiting): {_LEFT}")
+    _say(result, as_json, f"queued for {result['agentId']} ({result['pendingInputs']} waiting): {_left(store_url)}")
 
 
 @click.command("stop", short_help="Stop an agent's turn (it ends cancelled).")
@@ -540,4 +545,5 @@ def hand_back(agent: str, store_url: str | None, as_json: bool) -> None:
       agentwatch hand-back held
     """
     result = act(store_url, "agent_hand_back", {"id": agent}, {"id": "AGENT"}, agent="id")
-    _say(result, as_json, f"{result['id']} is handed back ({result['pendingInputs']} input(s) waiting): {_LEFT}")
+    waiting = f"{result['pendingInputs']} input(s) waiting"
+    _say(result, as_json, f"{result['id']} is handed back ({waiting}): {_left(store_url)}")
