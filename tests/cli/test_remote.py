@@ -210,7 +210,7 @@ async def test_create_through_the_service_starts_the_turn_there(
         await until(done)  # the service's engine ran it, with no other command
         assert (await engine.store.get_session(agent_id)).last_text == "got hello"
         sent = await run_cli("send", agent_id, "more", "--server", url, "--store", nowhere(tmp_path))
-        assert sent.exit_code == 0 and f"the service at {url} takes it up now" in sent.stdout, sent.output
+        assert sent.exit_code == 0 and f"the service at {url} continues it now" in sent.stdout, sent.output
 
 
 async def test_a_local_service_is_found_through_its_discovery_file(

@@ -246,9 +246,9 @@ def _left(store_url: str | None) -> str:
     """Who takes the work up: the service it went through, or the engine that runs the agent."""
     service = find_service(store_url)  # (the one this command used: found once per command)
     if service is not None:
-        return f"the service at {service.url} takes it up now"
+        return f"the service at {service.url} continues it now"
     return (
-        "the engine that runs the agent takes it up (a running `agentwatch run` after its turn; else the next "
+        "the engine that runs the agent continues it (a running `agentwatch run` after its turn; else the next "
         "engine to open the store: `agentwatch serve`)"
     )
 
