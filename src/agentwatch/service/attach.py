@@ -230,7 +230,11 @@ async def _between(
     if position <= cursor:
         return
     engine = state.engine
-    retained = await engine.ring.recent(session_id, after=cursor, limit=_RING_LIMIT)
+    try:
+        retained = await engine.ring.recent(session_id, after=cursor, limit=_RING_LIMIT)
+    except Exception as exc:  # the ring is a view (Redis down): the store has every durable event
+        log.warning("the live ring could not be read for %s (%s): its events come from the store", session_id, exc)
+        retained = []
     if retained and (cursor.seq + 1, 0) >= (retained[0].seq, retained[0].sub) and retained[-1].cursor >= position:
         for event in retained:
             if event.cursor > position:
