@@ -116,7 +116,7 @@ async def test_a_person_sees_what_waits_on_them_and_answers_it_from_the_page(
         await expect(needs).to_contain_text("approve delete_file(path='b.txt')", timeout=WAIT_MS)
         await needs.get_by_role("textbox").fill("keep b")
         await needs.get_by_role("button", name="Deny").click()
-        await expect(log).to_contain_text("keep b", timeout=WAIT_MS)
+        await expect(log).to_contain_text("denied: keep b", timeout=WAIT_MS)  # (once: {"approved":false,...})
         await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
         results = [e.payload for e in await engine.store.read_events(agent_id, limit=1000)]
         denied = [(r.status, r.output) for r in results if isinstance(r, ToolResult) and r.status == "denied"]

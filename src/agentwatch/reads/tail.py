@@ -175,6 +175,17 @@ def _text(value: JsonValue) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _answer_text(answer: JsonValue) -> str:
+    """An answer in words: an approval's verdict (and its note) as such, anything else as its text."""
+    if isinstance(answer, bool):
+        return "approved" if answer else "denied"
+    if isinstance(answer, dict) and isinstance(answer.get("approved"), bool) and set(answer) <= {"approved", "message"}:
+        verdict = "approved" if answer["approved"] else "denied"
+        note = answer.get("message")
+        return f"{verdict}: {_text(note)}" if note else verdict
+    return _text(answer)
+
+
 # (title, toolName, detail, status) of a payload; one function per payload family keeps the table flat.
 _Facts = tuple[str | None, str | None, str | None, str | None]
 
@@ -199,7 +210,7 @@ _FACTS: dict[type[Any], Callable[[Any], _Facts]] = {
     SubtaskStarted: lambda p: (f"spawned {p.name} ({p.role})", None, p.child_session_id, "running"),
     SubtaskEnded: lambda p: (f"sub-agent {p.status}", None, p.child_session_id, p.status),
     RequestOpened: lambda p: (p.summary, None, "\n".join(p.questions or []) or p.summary, "pending"),
-    RequestResolved: lambda p: ("answered", None, _text(p.answer), "resolved"),
+    RequestResolved: lambda p: ("answered", None, _answer_text(p.answer), "resolved"),
     RequestDismissed: lambda p: ("dismissed", None, p.reason, "dismissed"),
     ModelReroute: lambda p: (f"{p.from_model} → {p.to_model}", None, p.reason, None),
     RuntimeNotice: lambda p: (p.message, None, p.message, None),
