@@ -224,9 +224,15 @@ async def _request_of(link: Link, given: str, *, held: bool = False) -> RequestR
         return await link.request(given)
     session_id = await link.session_id(given)
     pending = await link.pending(session_id)
+    with_a_person = [r for r in pending if r.waits_on != "parent"]
     if held:
         pending = [r for r in pending if r.waits_on == "parent"]
     what = "request held for its parent" if held else "pending request"
+    if not pending and held and with_a_person:  # escalated already (or asked of a person from the start)
+        ids = ", ".join(r.id for r in with_a_person)
+        raise Conflict(
+            f"agent {given!r} has no {what}: {ids} already wait(s) on a person; answer with `agentwatch answer`"
+        )
     if not pending:
         raise NotFound(f"agent {given!r} ({session_id}) has no {what}")
     if len(pending) > 1:
