@@ -128,6 +128,8 @@ def test_approve_and_deny_answer_approvals_only(store_url: str, waiting: dict[st
 def test_escalate_hands_a_held_request_to_a_person(store_url: str, waiting: dict[str, str]) -> None:
     not_held = invoke("escalate", "asker", "--store", store_url, "--json")
     assert not_held.exit_code == 1 and "held for its parent" in _json(not_held)["error"]["message"]
+    assert _json(not_held)["error"]["code"] == "conflict"  # it waits on a person already (once: not_found)
+    assert f"{waiting['asker']} already wait(s) on a person" in _json(not_held)["error"]["message"]
     result = invoke("escalate", "scout", "--store", store_url, "--json")
     assert result.exit_code == 0, result.output
     assert _json(result) == {"hitlId": waiting["scout"], "agentId": _json(result)["agentId"], "status": "pending",
