@@ -37,6 +37,7 @@ from agentwatch.events import (
     RuntimeNotice,
     SubtaskEnded,
     ToolCall,
+    ToolResult,
     TurnEnded,
     TurnId,
     TurnStarted,
@@ -658,11 +659,15 @@ async def end_stopped_turn(
     events: list[Payload] = [RequestDismissed(request_id=r.id, reason=reason) for r in pending]
     messages: list[JsonValue] = []
     if usage is None and turn_id is not None:
-        session = await store.get_session(session_id)
-        results, messages = close_open_calls(await store.read_messages(session.conversation_id))
-        events = results + events
-        finished = await store.read_events(session_id, limit=10_000, types=["completion.finished"], turn_id=turn_id)
-        usage = sum((e.payload.usage for e in finished if isinstance(e.payload, CompletionFinished)), Usage())
+        kinds = ["completion.finished", "tool.call", "tool.result"]
+        left = await store.read_events(session_id, limit=10_000, types=kinds, turn_id=turn_id)
+        usage = sum((e.payload.usage for e in left if isinstance(e.payload, CompletionFinished)), Usage())
+        called = {e.payload.tool_call_id for e in left if isinstance(e.payload, ToolCall)}
+        if called - {e.payload.tool_call_id for e in left if isinstance(e.payload, ToolResult)}:
+            # (only then the model layer: a command that stops a paused turn loads none)
+            session = await store.get_session(session_id)
+            results, messages = close_open_calls(await store.read_messages(session.conversation_id))
+            events = results + events
     events.append(TurnEnded(outcome="cancelled", reason=reason, usage=usage or Usage()))
     await channel.commit(
         Write(
