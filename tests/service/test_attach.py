@@ -294,8 +294,23 @@ async def test_a_turn_no_ring_brings_here_still_reaches_an_attach_from_the_store
             while "turn.ended" not in seen:
                 frame = await asyncio.wait_for(stream.next(), 10)
                 seen.append(frame["event"]["type"])
+                seen_cursor = frame["event"]["cursor"]
         stored = [e.type for e in await there.store.read_events(session.id)]
         assert seen == stored  # every durable event, once, in order (late, and without deltas)
+
+        # Another turn there, then a note here before the quiet look: the note comes live, and the turn's events
+        # before it still come first (once, they were skipped for good).
+        monkeypatch.setattr(attach_module, "_QUIET_FIRST", 30.0)
+        async with attach("sse", base, session.id, after=seen_cursor) as stream:
+            await there.enqueue(session.id, "again")
+            await there.wait(session.id, 10)
+            await here.call_tool("agent_take_over", {"id": session.id, "by": "ada"})
+            again: list[str] = []
+            while "runtime.info" not in again:
+                frame = await asyncio.wait_for(stream.next(), 10)
+                again.append(frame["event"]["type"])
+        stored = [e.type for e in await there.store.read_events(session.id)]
+        assert seen + again == stored
 
 
 async def test_a_snapshot_on_an_engine_that_did_not_run_the_turn_is_of_the_store(

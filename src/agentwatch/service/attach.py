@@ -200,7 +200,7 @@ class Attachment:
                         at = (event.seq, event.sub)
                         if at <= last:
                             continue
-                        if shared is not None and _missing_before(last, event):
+                        if _missing_before(last, event):  # (written elsewhere: no ring of ours brought it)
                             cursor = StreamCursor(session_id, *last)
                             async for missed in _between(self.state, session_id, cursor, event.cursor):
                                 if missed.cursor > cursor:
