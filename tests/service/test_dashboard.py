@@ -338,9 +338,18 @@ async def test_what_streams_survives_other_events_and_a_deleted_agent_says_so(
 ) -> None:
     """Once: any other event mid-stream (a take-over) wiped the "writing…" line, and a deleted agent's page
     still offered Take over and Send, with nothing to say it was deleted."""
-    words = " ".join(f"w{n}" for n in range(60))
-    model = scripted("dashboard-streamer", ScriptedModel([Reply(words)], chunk_delay=0.05))
-    async with open_engine(role("streamer", model)) as engine, served(create_app(engine)) as base:
+    words, then = " ".join(f"w{n}" for n in range(60)), " ".join(f"v{n}" for n in range(30))
+
+    def note(text: str) -> str:
+        """Keep a note."""
+        return text
+
+    steps = [[Reply(words), CallTool("note", {"text": "x"})], Reply(then)]  # two responses, a tool between
+    model = scripted("dashboard-streamer", ScriptedModel(steps, chunk_delay=0.05))
+    async with (
+        open_engine(role("streamer", model, tools=("note",)), tools=[note]) as engine,
+        served(create_app(engine)) as base,
+    ):
         session = await engine.create("streamer", name="streamer")
         page, problems = await _page(browser, base)
         await page.locator(f'#agents tr[data-id="{session.id}"]').click()
@@ -354,7 +363,11 @@ async def test_what_streams_survives_other_events_and_a_deleted_agent_says_so(
         await expect(page.locator("#log")).to_contain_text("ada took this session over")  # (once: not in the log)
         await expect(typing).to_contain_text("w20", timeout=WAIT_MS)
         await expect(typing).to_contain_text("writing…w0 w1 w2")  # what streamed before the take-over
-        await expect(page.locator("#log")).to_contain_text("w59", timeout=WAIT_MS)  # the answer, as stored
+        await expect(page.locator("#log")).to_contain_text("w59", timeout=WAIT_MS)  # the response, as stored
+        # The next response streams on a line of its own (once: after the first one's words, never cleared).
+        await expect(typing).to_contain_text("v5", timeout=WAIT_MS)
+        await expect(typing).not_to_contain_text("w59")
+        await expect(page.locator("#log")).to_contain_text("v29", timeout=WAIT_MS)
         await expect(typing).to_have_count(0)
 
         await engine.delete(session.id, by="ada")

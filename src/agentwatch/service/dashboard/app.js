@@ -14,8 +14,9 @@
   // The tail's default event set, and the runtime's notes beside it (a take-over, a hand-back, a deletion):
   // a person watching wants to see who did what to the agent.
   const LOG_TYPES = ["turn.*", "item.*", "tool.progress", "subtask.*", "hitl.*", "model.reroute", "runtime.*", "observer.report"];
-  // The lines that hold what streamed (or say it was cut off): the "writing…" line goes once one is shown.
-  const STREAM_ENDS = new Set(["message.assistant", "thinking.completed", "completion.finished", "turn.ended"]);
+  // A tail line that holds what streamed (the response's text or reasoning, as stored), or ends the turn: the
+  // "writing…" line goes once one is shown.
+  const endsStream = (line) => line.type === "turn.ended" || (line.type === "item.completed" && ["agent_message", "reasoning"].includes(line.itemType));
   const TOKEN_KEY = "agentwatch.token";
 
   const $ = (id) => document.getElementById(id);
@@ -415,7 +416,7 @@
       if (event.type === "runtime.info" && event.payload.source === "deletion") source.close(); // its last event
       if (event.type === "content.delta") showTyping(event);
       else {
-        tail(); // (what streamed stays until a line that holds it is shown: see STREAM_ENDS)
+        tail(); // (what streamed stays until a line that holds it is shown: see endsStream)
         laterDetail();
       }
     });
@@ -475,7 +476,7 @@
     if (!lines.length) return;
     const log = $("log");
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
-    if (lines.some((line) => STREAM_ENDS.has(line.type))) clearTyping(); // what streamed is durable now
+    if (lines.some(endsStream)) clearTyping(); // what streamed is durable now
     log.append(...lines.map(lineItem));
     if (state.typing) log.append(state.typing); // (moved after them: it goes on streaming)
     // The oldest lines are let go (they can be read back), but not those a person just read back.
