@@ -516,3 +516,22 @@ async def test_an_owner_cut_off_from_the_store_stops_its_tool_before_another_eng
     assert stopped_at[0] <= taken.at, (stopped_at, taken.at)  # stopped before b took the turn over
     results = [e.payload.status for e in events if isinstance(e.payload, ToolResult)]
     assert results == ["interrupted"]  # a's call, as b found it (not run again)
+
+
+async def test_a_failure_the_store_has_answered_since_makes_no_lease_run_out(tmp_path: Path) -> None:
+    """Once: a sweep that failed while no lease was held left the store marked unreachable, so a lease taken
+    later was cut off at its first slow (but working) renewal."""
+    from agentwatch.errors import StoreUnavailable
+
+    store = await connect_store(f"sqlite:///{tmp_path / 'aw.db'}")
+    try:
+        session = await store.create_session(SessionDraft(name="n", role="r"))
+        leases = Leases(store, ttl=LEASE)
+        leases._note_failure(StoreUnavailable("lost the store"))
+        assert await leases.acquire(session.id)  # the store answered
+        leases._held[session.id] = 0.0  # the sure hold is over (as while a renewal is slow)
+        assert leases.run_out() == []
+        leases._note_failure(StoreUnavailable("lost the store"))  # unreachable now
+        assert leases.run_out() == [session.id]
+    finally:
+        await store.close()

@@ -221,6 +221,7 @@ class Leases:
         async with self._one_change(session_id):
             sent = time.monotonic()
             taken = await self.store.take_lease(session_id, self.owner, self.ttl)
+            self._unreachable = False  # (the store answered)
             if taken is not False:
                 self._hold(session_id, sent)
             return taken
@@ -338,6 +339,7 @@ class Leases:
                     if self._held and time.monotonic() >= next_stops:
                         next_stops = time.monotonic() + STOP_CHECK_SECONDS
                         await self._stop_as_asked(runtime)
+                        self._unreachable = False  # (the store answered)
                 except Exception as exc:  # housekeeping must never take the engine down
                     self._note_failure(exc)
                     log.warning("lease upkeep failed: %s", exc)
@@ -389,10 +391,13 @@ class Leases:
         except Exception as exc:  # housekeeping must never take the engine down
             self._note_failure(exc)
             log.warning("lease upkeep failed: %s", exc)
+        else:
+            self._unreachable = False  # (the store answered)
 
     def _note_failure(self, error: BaseException) -> None:
         """A store call of the lease upkeep failed: when the store cannot be reached, the leases' renewal
-        cannot either (it may still be waiting for a connection), so their time counts down (`run_out`)."""
+        cannot either (it may still be waiting for a connection), so their time counts down (`run_out`) until
+        a store call of the leases succeeds again."""
         if isinstance(error, StoreUnavailable):
             self._unreachable = True
 

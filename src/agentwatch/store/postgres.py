@@ -49,6 +49,18 @@ __all__ = ["PostgresStore"]
 T = TypeVar("T")
 
 _CONNECT_TIMEOUT_S: Final = 5
+_CONNECTION_OPTIONS: Final[dict[str, Any]] = {
+    "connect_timeout": _CONNECT_TIMEOUT_S,
+    # A server that stops answering (a network that drops packets rather than refusing them) is found out in
+    # seconds, not when the kernel gives up: an idle connection is probed, and one whose sent bytes go
+    # unacknowledged for 5 s is closed, so the call fails (and an engine cut off from its store learns it
+    # before its leases can pass to another engine: see `agentwatch.runtime.leases`).
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 2,
+    "tcp_user_timeout": 5_000,
+}
 _POOL_MAX: Final = 10
 _MAX_GROUP: Final = 512
 """Append-only writes per transaction, at most."""
@@ -155,7 +167,7 @@ class PostgresStore(SqlStore):
         host, port, dbname = _address(url)
         where = f"PostgreSQL database {dbname!r} at {host}:{port}"
         try:
-            connection = await psycopg.AsyncConnection.connect(url, connect_timeout=_CONNECT_TIMEOUT_S)
+            connection = await psycopg.AsyncConnection.connect(url, **_CONNECTION_OPTIONS)
         except psycopg.OperationalError as error:
             # libpq's last line, one line and untabbed; its own "Is the server running ...?" hint is ours below.
             said = str(error).strip().splitlines()[-1].strip() if str(error).strip() else type(error).__name__
@@ -180,7 +192,7 @@ class PostgresStore(SqlStore):
             url,
             min_size=1,
             max_size=_POOL_MAX,
-            kwargs={"connect_timeout": _CONNECT_TIMEOUT_S},
+            kwargs=dict(_CONNECTION_OPTIONS),
             configure=_configure,
             open=False,
             name="agentwatch",
