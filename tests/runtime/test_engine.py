@@ -682,3 +682,16 @@ async def test_deletions_at_once_write_one_notice_with_it(open_engine: OpenEngin
         assert len(notices) == 1 and notices[0].seq == deleted[0].last_seq == events[-1].seq
         assert (await engine.delete(agent_id)).deleted_at == deleted[0].deleted_at  # again: nothing changes
         assert len(await all_events(engine, agent_id)) == len(events)
+
+
+async def test_stopping_a_paused_turn_counts_nothing_twice(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """A stop where the turn is not running reads back what it spent: since it paused, not what its pause's
+    `turn.ended` already counted."""
+    model = scripted("paused-stop", ScriptedModel(function=lambda ctx: CallTool("ask_user", {"question": "Which?"})))
+    async with open_engine(role("asker", model, tools=("ask_user",))) as engine:
+        snapshot = await engine.task("asker", "go", timeout=10)
+        assert snapshot["status"] == "awaiting_input"
+        await engine.stop(snapshot["agentId"], by="ada")
+        ended = [e.payload for e in await all_events(engine, snapshot["agentId"]) if isinstance(e.payload, TurnEnded)]
+    assert [e.outcome for e in ended] == ["paused", "cancelled"]
+    assert ended[0].usage.requests == 1 and ended[1].usage.requests == 0

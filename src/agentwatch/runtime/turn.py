@@ -650,8 +650,9 @@ async def end_stopped_turn(
 ) -> None:
     """Record a stop through the session's `channel` (its driver or emitter): pending requests of the turn
     are dismissed, the turn ends `cancelled`. Without `usage` (the turn was not running here: its owner is
-    gone), what the turn left is read back: the tool calls it left open get their `interrupted` results, as a
-    run cut off writes them, and its usage is the sum of its model requests'."""
+    gone, or it is paused), what the turn left is read back: the tool calls it left open get their
+    `interrupted` results, as a run cut off writes them, and its usage is that of its model requests since it
+    last paused."""
     store = runtime.store
     requests = await store.list_requests(session_id=session_id, limit=1000)
     pending = [r for r in requests if r.turn_id == turn_id]
@@ -659,9 +660,12 @@ async def end_stopped_turn(
     events: list[Payload] = [RequestDismissed(request_id=r.id, reason=reason) for r in pending]
     messages: list[JsonValue] = []
     if usage is None and turn_id is not None:
-        kinds = ["completion.finished", "tool.call", "tool.result"]
+        kinds = ["completion.finished", "tool.call", "tool.result", "turn.ended"]
         left = await store.read_events(session_id, limit=10_000, types=kinds, turn_id=turn_id)
-        usage = sum((e.payload.usage for e in left if isinstance(e.payload, CompletionFinished)), Usage())
+        # What the turn spent since it last paused (a pause's `turn.ended` counted what came before).
+        since = max((e.seq for e in left if isinstance(e.payload, TurnEnded)), default=0)
+        spent = (e.payload.usage for e in left if isinstance(e.payload, CompletionFinished) and e.seq > since)
+        usage = sum(spent, Usage())
         called = {e.payload.tool_call_id for e in left if isinstance(e.payload, ToolCall)}
         if called - {e.payload.tool_call_id for e in left if isinstance(e.payload, ToolResult)}:
             # (only then the model layer: a command that stops a paused turn loads none)
