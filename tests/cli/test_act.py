@@ -383,3 +383,10 @@ def test_get_says_which_engine_owns_a_turn_and_when_it_is_gone(store_url: str) -
     assert record["lease"]["expired"] is True
     shown = invoke("get", "orphan", "--store", store_url)
     assert "own_host_1_dead (gone: its lease ran out" in " ".join(shown.stdout.split())
+
+    async def settle() -> None:
+        async with open_store(store_url) as store:
+            await store.write(Write(session_id, session=SessionPatch(status="idle", current_turn_id=None)))
+
+    asyncio.run(settle())  # idle, with the lease a command left (a `send`'s): no turn runs anywhere to name
+    assert "runs on" not in invoke("get", "orphan", "--store", store_url).stdout

@@ -148,7 +148,7 @@ def render_get(record: dict[str, Any]) -> None:
         rows.extend(_observer_rows(observer))
     if held := record.get("interception"):
         rows.append(("held by", f"[yellow]{escape(str(held.get('by')))}[/] since {held.get('since', '?')}"))
-    if lease := record.get("lease"):
+    if (lease := record.get("lease")) and record["status"] == "running":  # (a lease left by a command says nothing)
         runs_on = escape(str(lease["owner"]))
         if lease["expired"]:  # its engine stopped (or lost the store): the next one to sweep continues it
             ran_out = ago(lease["expiresAt"])
