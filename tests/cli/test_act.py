@@ -352,6 +352,8 @@ def test_a_text_of_dash_is_read_from_standard_input(store_url: str, waiting: dic
     assert request.answer == "staging"
     empty = CliRunner().invoke(cli, ["send", "asker", "-", "--store", store_url], input="")
     assert empty.exit_code == 2 and "TEXT: the text is empty" in empty.output
+    latin = CliRunner().invoke(cli, ["send", "asker", "-", "--store", store_url], input=b"caf\xe9\n")
+    assert latin.exit_code == 2 and "standard input is not UTF-8 text" in latin.output  # (once: a traceback)
 
 
 def test_ls_shows_a_question_held_for_the_parent(store_url: str, waiting: dict[str, str]) -> None:

@@ -141,7 +141,13 @@ class TextOrStdin(Text):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value == "-":
-            value = sys.stdin.read().removesuffix("\n")
+            if sys.stdin.isatty():
+                click.echo("reading it from standard input: end with Ctrl-D", err=True)
+            try:
+                value = sys.stdin.read()
+            except UnicodeDecodeError:
+                self.fail("standard input is not UTF-8 text", param, ctx)
+            value = value.removesuffix("\n").removesuffix("\r")
         return super().convert(value, param, ctx)
 
 
