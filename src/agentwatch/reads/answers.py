@@ -32,6 +32,7 @@ __all__ = [
     "ObserverEntry",
     "ObserverReportEntry",
     "OldestRequest",
+    "OwnerEntry",
     "PartialUsage",
     "PendingHitl",
     "PromptAnswer",
