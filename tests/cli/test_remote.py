@@ -199,8 +199,10 @@ async def test_create_through_the_service_starts_the_turn_there(
 ) -> None:
     model = scripted("remote-created", ScriptedModel(function=lambda ctx: Reply(f"got {ctx.prompt}")))
     async with open_engine(role("helper", model), extensions=[]) as engine, service(engine) as (url, app):
-        created = await run_cli("create", "helper", "hello", "--server", url, "--store", nowhere(tmp_path), "--json")
+        away = ["--server", url, "--store", nowhere(tmp_path)]
+        created = await run_cli("create", "helper", "hello", "--agents-dir", str(tmp_path), *away, "--json")
         assert created.exit_code == 0, created.output
+        assert f"--agents-dir not used: the service at {url} has its own roles" in created.stderr
         agent_id = answer_of(created)["agentId"]
         assert app.tools() == ["agent_create"]
 

@@ -419,6 +419,13 @@ def create(
     if agents_dir is not None:
         config = config.model_copy(update={"agents_dir": agents_dir})
 
+    service = find_service(store_url)
+    if service is not None and (setup or agents_dir):
+        from agentwatch.cli._common import err_console
+
+        unused = " and ".join(flag for flag, given in (("--agents-dir", agents_dir), ("--setup", setup)) if given)
+        err_console.print(f"{unused} not used: the service at {service.url} has its own roles and setup")
+
     async def main() -> dict[str, Any]:
         async with _link(store_url, config) as link:
             return await link.call("agent_create", args)

@@ -186,7 +186,11 @@ class Attachment:
                             # here (their writer's ring failed, or it is not shared with this process). Looked
                             # at less often the longer the session stays quiet.
                             quiet = min(quiet * 2, _QUIET_MOST)
-                            head = StreamCursor(session_id, (await engine.store.get_session(session_id)).last_seq)
+                            try:
+                                head = StreamCursor(session_id, (await engine.store.get_session(session_id)).last_seq)
+                            except Exception as exc:  # (a store blip: the live stream goes on; looked at again)
+                                log.warning("an attach of %s could not look in the store: %s", session_id, exc)
+                                continue
                             cursor = StreamCursor(session_id, *last)
                             async for missed in _between(self.state, session_id, cursor, head):
                                 if missed.cursor > cursor:
