@@ -695,3 +695,16 @@ async def test_stopping_a_paused_turn_counts_nothing_twice(open_engine: OpenEngi
         ended = [e.payload for e in await all_events(engine, snapshot["agentId"]) if isinstance(e.payload, TurnEnded)]
     assert [e.outcome for e in ended] == ["paused", "cancelled"]
     assert ended[0].usage.requests == 1 and ended[1].usage.requests == 0
+
+
+async def test_enqueue_and_await_take_the_agent_as_id_too(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Every other tool names the agent `id`; these two took only `agentId`, so a client needed both spellings."""
+    model = scripted("id-spelling", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine:
+        session = await engine.create("helper")
+        queued = await engine.call_tool("agent_enqueue", {"id": session.id, "prompt": "hi"})
+        assert queued == {"agentId": session.id, "pendingInputs": 1}
+        awaited = await engine.call_tool("agent_await", {"id": session.id, "timeoutMs": 10_000})
+        assert awaited["status"] == "completed", awaited
+        both = await engine.call_tool("agent_await", {"id": session.id, "agentId": session.id})
+        assert both["error"]["code"] == "invalid_argument"  # one spelling at a time

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import Field, JsonValue
+from pydantic import AliasChoices, Field, JsonValue
 
 from agentwatch.errors import Conflict
 from agentwatch.events import NewEvent, Origin, RuntimeNotice
@@ -75,16 +75,22 @@ class CreateArgs(Args):
 
 
 class EnqueueArgs(Args):
-    """Arguments of `agent_enqueue` (`agentId` may be spelled `agent_id`)."""
+    """Arguments of `agent_enqueue` (`agentId` may be spelled `agent_id` or `id`)."""
 
-    agent_id: Id = Field(description="The agent's id (ses_...).")
+    agent_id: Id = Field(
+        description="The agent's id (ses_...); `id` is taken too, as the other tools name it.",
+        validation_alias=AliasChoices("agentId", "agent_id", "id"),
+    )
     prompt: Prompt = Field(description="The input for its next turn.")
 
 
 class AwaitArgs(Args):
-    """Arguments of `agent_await` (`agentId` may be spelled `agent_id`)."""
+    """Arguments of `agent_await` (`agentId` may be spelled `agent_id` or `id`)."""
 
-    agent_id: Id = Field(description="The agent's id (ses_...).")
+    agent_id: Id = Field(
+        description="The agent's id (ses_...); `id` is taken too, as the other tools name it.",
+        validation_alias=AliasChoices("agentId", "agent_id", "id"),
+    )
     timeout_ms: Count = Field(60_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
 
 
