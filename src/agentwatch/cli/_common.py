@@ -291,9 +291,14 @@ def project_root(start: Path) -> Path:
 
 
 def resolve_config(
-    store_url: str | None = None, root: Path | None = None, *, setup: str | None = None, reading: bool = False
+    store_url: str | None = None,
+    root: Path | None = None,
+    *,
+    setup: str | None = None,
+    agents_dir: Path | None = None,
+    reading: bool = False,
 ) -> Config:
-    """The project configuration, with `--store` (and `--setup`) applied over it.
+    """The project configuration, with `--store` (and `--setup`, `--agents-dir`) applied over it.
 
     `reading`: a command that only reads, given a store (`--store`, AGENTWATCH_STORE), reads it with the
     default settings when agentwatch.toml (or a variable) is broken, saying so: a broken file must not keep
@@ -320,6 +325,8 @@ def resolve_config(
             config = config.model_copy(update={"setup": setup_ref(setup)})
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--setup") from None
+    if agents_dir is not None:
+        config = config.model_copy(update={"agents_dir": agents_dir})
     return config
 
 

@@ -194,16 +194,18 @@ def act(
     request: str | None = None,
     held: bool = False,
     prepare: Prepare | None = None,
+    config: Config | None = None,
 ) -> dict[str, Any]:
     """Call the drive tool `tool` with `args` through the service, or on the store; returns its dict.
 
     `agent` names the argument that takes a session id (given as a name or an id); `request` the one that
     takes a request id (given as `req_...`, or an agent whose one pending request it is; `held` looks for one
     held for its parent). `prepare(link, args)` runs before the call (checks that need the requests).
+    `config` (a command that creates an agent): on the store, it may be new, and the setup adds definitions.
     """
 
     async def main() -> dict[str, Any]:
-        async with _link(store_url) as link:
+        async with _link(store_url, config) as link:
             if agent is not None:
                 args[agent] = await link.session_id(args[agent])
             if request is not None:
@@ -415,10 +417,6 @@ def create(
         args["prompt"] = prompt
     if name is not None:
         args["name"] = name
-    config = resolve_config(store_url, setup=setup)
-    if agents_dir is not None:
-        config = config.model_copy(update={"agents_dir": agents_dir})
-
     service = find_service(store_url)
     if service is not None and (setup or agents_dir):
         from agentwatch.cli._common import err_console
@@ -426,14 +424,8 @@ def create(
         unused = " and ".join(flag for flag, given in (("--agents-dir", agents_dir), ("--setup", setup)) if given)
         err_console.print(f"{unused} not used: the service at {service.url} has its own roles and setup")
 
-    async def main() -> dict[str, Any]:
-        async with _link(store_url, config) as link:
-            return await link.call("agent_create", args)
-
-    try:
-        result = run_async(main())
-    except InvalidArgument as exc:
-        raise flag_error(exc, {"role": "ROLE", "prompt": "PROMPT", "name": "--name"}, args) from None
+    config = resolve_config(store_url, setup=setup, agents_dir=agents_dir)
+    result = act(store_url, "agent_create", args, {"role": "ROLE", "prompt": "PROMPT", "name": "--name"}, config=config)
     waiting = f", with its first input waiting: {_left(store_url)}" if result["pendingInputs"] else ""
     _say(result, as_json, f"created {result['name']} ({result['agentId']}){waiting}")
 

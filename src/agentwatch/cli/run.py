@@ -348,9 +348,7 @@ def run(
             check_agent_name(name)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--name") from None
-    config = resolve_config(store_url, setup=setup)
-    if agents_dir is not None:
-        config = config.model_copy(update={"agents_dir": agents_dir})
+    config = resolve_config(store_url, setup=setup, agents_dir=agents_dir)
     service = find_service(store_url)
     if service is not None:
         if setup:

@@ -180,42 +180,38 @@ class Attachment:
                 quiet = _QUIET_FIRST
                 try:
                     while True:
-                        given = await client.next(quiet)
-                        if given is None:
+                        live = await client.next(quiet)
+                        if live is None:
                             # Nothing live for `quiet` seconds: the store may hold events that no ring brought
                             # here (their writer's ring failed, or it is not shared with this process). Looked
                             # at less often the longer the session stays quiet.
                             quiet = min(quiet * 2, _QUIET_MOST)
                             try:
-                                head = StreamCursor(session_id, (await engine.store.get_session(session_id)).last_seq)
+                                last_seq = (await engine.store.get_session(session_id)).last_seq
                             except Exception as exc:  # (a store blip: the live stream goes on; looked at again)
                                 log.warning("an attach of %s could not look in the store: %s", session_id, exc)
                                 continue
+                            fill_to: StreamCursor | None = StreamCursor(session_id, last_seq)
+                        else:
+                            quiet, at = _QUIET_FIRST, (live.seq, live.sub)
+                            if at <= last:
+                                continue
+                            # A durable event before it that no ring of ours brought (written elsewhere)?
+                            fill_to = live.cursor if _missing_before(last, live) else None
+                        if fill_to is not None:
                             cursor = StreamCursor(session_id, *last)
-                            async for missed in _between(self.state, session_id, cursor, head):
+                            async for missed in _between(self.state, session_id, cursor, fill_to):
                                 if missed.cursor > cursor:
                                     yield _event_frame(missed)
                                     cursor = missed.cursor
                                     if _ends_stream(missed):
                                         return
                             last = (cursor.seq, cursor.sub)
+                        if live is None or at <= last:
                             continue
-                        quiet, event = _QUIET_FIRST, given
-                        at = (event.seq, event.sub)
-                        if at <= last:
-                            continue
-                        if _missing_before(last, event):  # (written elsewhere: no ring of ours brought it)
-                            cursor = StreamCursor(session_id, *last)
-                            async for missed in _between(self.state, session_id, cursor, event.cursor):
-                                if missed.cursor > cursor:
-                                    yield _event_frame(missed)
-                                    cursor = missed.cursor
-                            last = (cursor.seq, cursor.sub)
-                            if at <= last:
-                                continue
-                        yield _event_frame(event)
+                        yield _event_frame(live)
                         last = at
-                        if _ends_stream(event):
+                        if _ends_stream(live):
                             return
                 except Lagged:
                     # The broadcaster cut this client loose: catch up from the store, then attach again.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, JsonValue
 
@@ -61,6 +61,16 @@ __all__ = [
 MAX_TIMEOUT_MS = 3_600_000
 
 
+AgentId = Annotated[
+    Id,
+    Field(
+        description="The agent's id (ses_...); `id` is taken too, as the other tools name it.",
+        validation_alias=AliasChoices("agentId", "agent_id", "id"),
+    ),
+]
+"""The agent a tool acts on, as `agentId` (also spelled `agent_id`, or `id` as in the other tools)."""
+
+
 class CreateArgs(Args):
     """Arguments of `agent_create`."""
 
@@ -77,20 +87,14 @@ class CreateArgs(Args):
 class EnqueueArgs(Args):
     """Arguments of `agent_enqueue` (`agentId` may be spelled `agent_id` or `id`)."""
 
-    agent_id: Id = Field(
-        description="The agent's id (ses_...); `id` is taken too, as the other tools name it.",
-        validation_alias=AliasChoices("agentId", "agent_id", "id"),
-    )
+    agent_id: AgentId
     prompt: Prompt = Field(description="The input for its next turn.")
 
 
 class AwaitArgs(Args):
     """Arguments of `agent_await` (`agentId` may be spelled `agent_id` or `id`)."""
 
-    agent_id: Id = Field(
-        description="The agent's id (ses_...); `id` is taken too, as the other tools name it.",
-        validation_alias=AliasChoices("agentId", "agent_id", "id"),
-    )
+    agent_id: AgentId
     timeout_ms: Count = Field(60_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
 
 
