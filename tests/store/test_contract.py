@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -420,21 +421,31 @@ async def test_expect_status_guards_a_write(store: Store) -> None:
     assert (await store.get_session(session.id)).status == "running"
 
 
-async def test_expect_unheld_lets_exactly_one_of_concurrent_take_overs_win(store: Store) -> None:
-    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+async def _at_once(store: Store, write: Callable[[str], Write]) -> tuple[list[str], list[str]]:
+    """Six writes `write(by)` at once (by: p0..p5): the `by` of those that went through, and the messages of
+    those refused with `Conflict`."""
 
-    async def take(by: str) -> str:
+    async def attempt(by: str) -> str:
         try:
-            await store.write(Write(session.id, [said(by)], session=SessionPatch(interception={"by": by}),
-                                    expect_unheld=True))  # fmt: skip
+            await store.write(write(by))
         except Conflict as exc:
             return exc.message
         return by
 
-    outcomes = await asyncio.gather(*(take(f"p{n}") for n in range(6)))
+    outcomes = await asyncio.gather(*(attempt(f"p{n}") for n in range(6)))
     won = [outcome for outcome in outcomes if outcome.startswith("p")]
+    return won, [outcome for outcome in outcomes if outcome not in won]
+
+
+async def test_expect_unheld_lets_exactly_one_of_concurrent_take_overs_win(store: Store) -> None:
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+
+    def take(by: str) -> Write:
+        return Write(session.id, [said(by)], session=SessionPatch(interception={"by": by}), expect_unheld=True)
+
+    won, refused = await _at_once(store, take)
     assert len(won) == 1
-    assert all(f"is already held by {won[0]}" in outcome for outcome in outcomes if outcome not in won)
+    assert all(f"is already held by {won[0]}" in message for message in refused)
     assert (await store.get_session(session.id)).interception == {"by": won[0]}
     assert [e.payload.text for e in await store.read_events(session.id)] == won  # the losers wrote nothing
     await store.write(Write(session.id, session=SessionPatch(interception=None)))  # handed back: free again
@@ -446,17 +457,9 @@ async def test_delete_until_deletes_with_the_writes_events_and_only_once(store: 
     session = await store.create_session(SessionDraft(name="nova", role="chat"))
     reap_at = datetime.now(UTC) + timedelta(days=1)
 
-    async def delete(by: str) -> str:
-        try:
-            await store.write(Write(session.id, [said(by)], delete_until=reap_at, touch=False))
-        except Conflict as exc:
-            return exc.message
-        return by
-
-    outcomes = await asyncio.gather(*(delete(f"p{n}") for n in range(6)))
-    won = [outcome for outcome in outcomes if outcome.startswith("p")]
+    won, refused = await _at_once(store, lambda by: Write(session.id, [said(by)], delete_until=reap_at, touch=False))
     assert len(won) == 1
-    assert all("is deleted already" in outcome for outcome in outcomes if outcome not in won)
+    assert all("is deleted already" in message for message in refused)
     deleted = await store.get_session(session.id)
     assert deleted.deleted_at is not None and deleted.reap_at == reap_at
     assert [e.payload.text for e in await store.read_events(session.id)] == won  # the others wrote nothing
