@@ -29,7 +29,7 @@ from agentwatch.events import (
 )
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, new_owner
-from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.store import SessionDraft, SessionPatch, Write, connect_store
 from tests.runtime.support import LEASE, Scripted, lease_config, one_call_per_prompt, role, until
 from tests.store.databases import postgres_schema
@@ -148,6 +148,28 @@ async def test_stop_and_delete_beside_a_live_owner_are_asked_of_the_owner_which_
     ended = [e.payload for e in events if isinstance(e.payload, TurnEnded)]
     assert [e.outcome for e in ended] == ["cancelled"] and "a person" in str(ended[0].reason)
     assert [event for _, event, _ in runs] == ["start"]  # the tool never finished, and ran nowhere else
+
+
+async def test_two_engines_stopping_one_paused_agent_at_once_end_its_turn_once(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once: both stops read the paused turn and both wrote its end (two `turn.ended`, its question dismissed
+    twice): the one that did not get the lease wrote without it. The stop's write expects the status it read, so
+    the later one finds the turn ended and says there was nothing left to stop."""
+    model = scripted(
+        "leases-two-stops", ScriptedModel(function=lambda ctx: CallTool("ask_user", {"question": "Which?"}))
+    )
+    config = lease_config(tmp_path)
+    async with Engine.open(url, config=config, definitions=[role("asker", model, tools=("ask_user",))]) as a:
+        snapshot = await a.task("asker", "go", timeout=10)
+        assert snapshot["status"] == "awaiting_input"
+        async with Engine.open(url, config=config, runs_turns=False) as b:
+            stopped = await asyncio.gather(a.stop(snapshot["agentId"], by="ada"), b.stop(snapshot["agentId"], by="bo"))
+        events = await check_log(a, snapshot["agentId"])
+    ended = [e.payload for e in events if isinstance(e.payload, TurnEnded)]
+    assert [e.outcome for e in ended] == ["paused", "cancelled"], ended
+    assert sorted(stopped) == [False, True]
+    assert len([e for e in events if e.type == "request.dismissed"]) == 1
 
 
 async def test_a_stop_beside_an_owner_whose_lease_lapsed_takes_it_over_and_cuts_the_owner_off(

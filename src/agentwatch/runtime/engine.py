@@ -480,15 +480,23 @@ class Engine:
                 if await driver.stop_turn():
                     return True
                 session = await self.store.get_session(session_id)
-                if session.status in ("awaiting_input", "running") or (
-                    idle_observer and session.is_observer and session.status != "cancelled"
+                if not (
+                    session.status in ("awaiting_input", "running")
+                    or (idle_observer and session.is_observer and session.status != "cancelled")
                 ):
-                    await end_stopped_turn(self, driver, session_id, session.current_turn_id, by)
+                    self._stop_reasons.pop(session_id, None)
+                    return False
+                try:
+                    await end_stopped_turn(self, driver, session_id, session.current_turn_id, by, status=session.status)
                     return True
-                self._stop_reasons.pop(session_id, None)
-                return False
+                except Conflict:
+                    if (await self.store.get_session(session_id)).status == session.status:
+                        raise
+                # The session moved on while the stop was written (another stop ended the turn, or it resumed
+                # elsewhere): what was read is stale, so look again.
         except _RunsElsewhere:
             return await self._stop_elsewhere(session_id, by, idle_observer=idle_observer)
+        return await self._stop(session_id, by, idle_observer=idle_observer)
 
     async def _stop_elsewhere(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
         """Ask the engine running the session's turn to stop it, and wait until it did (or its lease lapsed:

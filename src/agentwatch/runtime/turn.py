@@ -647,12 +647,14 @@ async def end_stopped_turn(
     by: str,
     *,
     usage: Usage | None = None,
+    status: SessionStatus | None = None,
 ) -> None:
     """Record a stop through the session's `channel` (its driver or emitter): pending requests of the turn
     are dismissed, the turn ends `cancelled`. Without `usage` (the turn was not running here: its owner is
     gone, or it is paused), what the turn left is read back: the tool calls it left open get their
     `interrupted` results, as a run cut off writes them, and its usage is that of its model requests since it
-    last paused."""
+    last paused. With `status` (the session's as the stopper read it), the write fails with `Conflict` when the
+    session moved on meanwhile (another stop ended the turn, or it resumed): what was read is stale."""
     store = runtime.store
     requests = await store.list_requests(session_id=session_id, limit=1000)
     pending = [r for r in requests if r.turn_id == turn_id]
@@ -680,6 +682,7 @@ async def end_stopped_turn(
             session=SessionPatch(status="cancelled", current_turn_id=None, turn_attempts=0),
             requests_close=[RequestClose(request_id=r.id, status="dismissed", by=by) for r in pending],
             messages=messages,
+            expect_status=None if status is None else [status],
         )
     )
 

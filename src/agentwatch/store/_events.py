@@ -257,7 +257,9 @@ class EventMethods(SqlBase):
             ],
         )
         if not rows:
-            raise NotFound(f"session {session_id!r} has no request {request_id!r}; `agentwatch requests` lists them")
+            raise NotFound(
+                f"session {session_id!r} has no request {request_id!r}; `agentwatch get` shows what it waits on"
+            )
         record = from_row(RequestRecord, REQUEST_COLUMNS, rows[0], REQUEST_JSON)
         if record.status != "pending":
             raise Conflict(f"request {request_id!r} is already {record.status}; it cannot change again")
