@@ -30,6 +30,9 @@ store) any event missing before the next one it is given, so it is the same exac
 process. When nothing live comes for a while (`_QUIET_FIRST`, then less and less often), it looks in the store
 too: the durable events of a turn whose writer could not publish to the ring (Redis down there), or that runs
 in a process whose ring this one does not share (a memory ring), still come, late and without their deltas.
+While the shared ring cannot be relayed here (Redis down for this process), a client still attaches and keeps
+its stream: this process's own events come live as ever, the others' from the store every `_QUIET_UNRELAYED`,
+and once the ring is back its relay starts again and their deltas come too.
 A client that stops reading altogether is disconnected once a send has waited `send_timeout` seconds (one
 watch per service looks every quarter of that).
 """
@@ -74,6 +77,8 @@ _QUIET_FIRST = 2.0
 """Seconds without a live event after which an attach first looks in the store for events no ring brought;
 the wait doubles at each quiet look, up to `_QUIET_MOST`, and starts again at the next live event."""
 _QUIET_MOST = 30.0
+_QUIET_UNRELAYED = 1.0
+"""Seconds between the store looks of an attach while the shared ring cannot be relayed (Redis down)."""
 _PAGE = 500
 _KEEPALIVE_SECONDS = 15.0
 
@@ -166,8 +171,11 @@ class Attachment:
                 # ring's newest, and at least as far as the store's (a ring that lost its streams has none).
                 session = await engine.store.get_session(session_id)
                 head = StreamCursor(session_id, session.last_seq)
-                if shared is not None:
-                    head = max(head, await shared.head(session_id) or head)
+                if shared is not None and broadcaster.relaying(session_id):
+                    try:
+                        head = max(head, await shared.head(session_id) or head)
+                    except Exception as exc:  # (the ring failed since: the store's head will do)
+                        log.warning("the live ring could not be read for %s: %s", session_id, exc)
                 if head > cursor:
                     async for event in _between(self.state, session_id, cursor, head):
                         if event.cursor > cursor:
@@ -180,12 +188,17 @@ class Attachment:
                 quiet = _QUIET_FIRST
                 try:
                     while True:
-                        live = await client.next(quiet)
+                        relayed = broadcaster.relaying(session_id)
+                        live = await client.next(quiet if relayed else _QUIET_UNRELAYED)
                         if live is None:
-                            # Nothing live for `quiet` seconds: the store may hold events that no ring brought
-                            # here (their writer's ring failed, or it is not shared with this process). Looked
-                            # at less often the longer the session stays quiet.
-                            quiet = min(quiet * 2, _QUIET_MOST)
+                            # Nothing live for a while: the store may hold events that no ring brought here
+                            # (their writer's ring failed, or it is not shared with this process). Looked at less
+                            # often the longer the session stays quiet; every `_QUIET_UNRELAYED` while the shared
+                            # ring cannot be relayed here, asking for its relay again each time.
+                            if relayed:
+                                quiet = min(quiet * 2, _QUIET_MOST)
+                            else:
+                                await broadcaster.relay_again(session_id)
                             try:
                                 last_seq = (await engine.store.get_session(session_id)).last_seq
                             except Exception as exc:  # (a store blip: the live stream goes on; looked at again)

@@ -14,13 +14,16 @@ per-session instances, so it outlives any one driver.
   process, whose events never pass through this process's drivers. Then the broadcaster also relays the
   ring: one ring subscription per session with clients attached here, its events pushed to the same
   queues. A client is given each event once (by cursor), whichever way it came first; the attach stream
-  (`agentwatch.service.attach`) fills any hole from the ring or the store.
+  (`agentwatch.service.attach`) fills any hole from the ring or the store. While the ring cannot be relayed
+  (Redis down), clients still attach: this process's own events reach them as ever, and their stream looks
+  in the store for the others' (`relaying`), asking for the relay again (`relay_again`) until it is back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import Any, Protocol
 
@@ -35,6 +38,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLIENT_BACKLOG = 1000
 """Events a client may have waiting before it is cut loose (and resumes from the store)."""
+RELAY_RETRY_SECONDS = 1.0
+"""How long after a relay failed to start the next one is tried, at most once per that time for every session."""
 
 
 class _Subscribing(Protocol):
@@ -158,6 +163,8 @@ class Broadcaster:
         """The shared live ring relayed to clients, or None."""
         self._clients: dict[str, dict[LiveClient, None]] = {}
         self._relays: dict[str, asyncio.Task[None]] = {}
+        self._ring_down = False  # a relay failed to start, and none started since (warned once per outage)
+        self._retry_at = 0.0  # (monotonic) no relay is tried before then
 
     def observer(self, thread_id: str) -> SessionBroadcast:
         """The observer factory: pass `broadcaster.observer` to `engine.start_with_observer`."""
@@ -176,11 +183,46 @@ class Broadcaster:
         if client.snapshot is None:  # the observer was not installed in this engine's drivers
             raise RuntimeError("the broadcaster's observer is not installed; call engine.start_with_observer")
         try:
-            await self._relay_started(session_id)
+            await self.relay_again(session_id)
         except BaseException:
             self.detach(client)
             raise
         return client
+
+    def relaying(self, session_id: str) -> bool:
+        """Whether every event of the session reaches its clients here live: its ring is relayed, or there is
+        no shared ring (then only this process runs its turns, as far as this process can know)."""
+        return self.ring is None or session_id in self._relays
+
+    async def relay_again(self, session_id: str) -> bool:
+        """Make sure the session's ring is relayed (see `_relay_started`); False when it cannot be now (the ring
+        fails, or failed less than `RELAY_RETRY_SECONDS` ago): the clients then get the events of other
+        processes from the store (their stream looks there), and ask again."""
+        if self.relaying(session_id):
+            return True
+        if time.monotonic() < self._retry_at:
+            return False
+        try:
+            await self._relay_started(session_id)
+        except Exception as exc:
+            self._ring_failed(exc)
+            return False
+        if self._ring_down:
+            self._ring_down = False
+            log.warning("the live ring is relayed again")
+        return True
+
+    def _ring_failed(self, error: Exception) -> None:
+        """A relay could not start or broke off: none is tried for a while, and the log says so once per outage
+        (not once per session)."""
+        self._retry_at = time.monotonic() + RELAY_RETRY_SECONDS
+        if not self._ring_down:
+            self._ring_down = True
+            log.warning(
+                "the live ring cannot be relayed (%s): attached clients get the events of other processes from the "
+                "store, without their deltas, until it is back",
+                error,
+            )
 
     def detach(self, client: LiveClient) -> None:
         """Stop pushing events to `client` (idempotent)."""
@@ -224,7 +266,7 @@ class Broadcaster:
                 self._push(session_id, event)
         except Exception as exc:  # Lagged, or the ring failed: the clients resume from the store
             if not isinstance(exc, Lagged):
-                log.warning("relaying the live ring of %s failed: %s", session_id, exc)
+                self._ring_failed(exc)
             if self._relays.get(session_id) is asyncio.current_task():
                 del self._relays[session_id]
             for client in list(self._clients.get(session_id, ())):
