@@ -178,6 +178,22 @@ async def test_the_report_conditions_table(open_engine: OpenEngine, scripted: Sc
         assert main["message"] == "Report queued for the main conversation; it reads it at its next turn."
 
 
+async def test_deleting_an_idle_observed_agent_retires_its_pairing(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Once: a deletion between turns ends no turn, so nothing looked whether the observed agent was gone; its
+    pairing stayed `armed` (and `agent_get` showed an observer at work) until the observer happened to report."""
+    model = scripted("deleted-idle", ScriptedModel(function=lambda ctx: Reply("done")))
+    quiet = scripted("deleted-idle-watcher", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
+    async with open_engine(role("chat", model, observer="quiet", grant=("spawn",)), role("quiet", quiet)) as engine:
+        session = await engine.create("chat", source="chat")
+        await engine.enqueue(session.id, "hi")
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: _quiet(engine, observer.id))
+        assert await _state_is(engine, session.id, "armed")
+        await engine.delete(session.id)
+        assert await eventually(lambda: _state_is(engine, session.id, "retired"))
+        assert (await states(engine, session.id))[-1] == ("retired", "the observed agent was deleted")
+
+
 async def _quiet(engine: Engine, session_id: str) -> bool:
     session = await engine.store.get_session(session_id)
     return session.status == "idle" and session.last_seq > 0

@@ -144,20 +144,21 @@ async def run_deliveries(registry: PairingRegistry, pairing: Pairing, courier: C
     """Send the pairing's buffer batch by batch until it is empty or the pairing is no longer armed; retire
     the pairing when the observed agent ended and everything was delivered.
 
-    Whether the observed agent ended is read only after a batch that holds a turn of it that ended `cancelled`:
-    a stop and a delete end the running turn so (a delete stops it first), and nothing else ends the agent, so
-    the store is not read after every turn."""
-    stopped = False
+    Whether the observed agent ended is read only when it may have (`Pairing.may_have_ended`): after a batch
+    that holds a turn of it that ended `cancelled` (a stop and a delete end the running turn so, a delete
+    stopping it first), or after its deletion between turns. Nothing else ends the agent, so the store is not
+    read after every turn."""
     while pairing.state == "armed":
         if not pairing.buffer:
-            if stopped:
-                stopped = False
+            if pairing.may_have_ended:
+                pairing.may_have_ended = False
                 await _retire_if_ended(registry, pairing)
             if not pairing.buffer:
                 return  # no await between this check and the end of the task: a new digest starts a new one
             continue
         digests, dropped = pairing.take_batch()
-        stopped = stopped or any(_ends_stopped(digest) for digest in digests)
+        if any(_ends_stopped(digest) for digest in digests):
+            pairing.may_have_ended = True
         batch = Batch(digests, observer_message=pairing.observer_message, dropped=dropped)  # rendered when read
         count = f"{len(digests)} digest(s) dropped"
         try:

@@ -28,7 +28,15 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from agentwatch.errors import Conflict, NotFound, UserError
-from agentwatch.events import Event, NewEvent, ObserverStateChanged, RuntimeNotice, TurnEnded, TurnStarted
+from agentwatch.events import (
+    DELETION_SOURCE,
+    Event,
+    NewEvent,
+    ObserverStateChanged,
+    RuntimeNotice,
+    TurnEnded,
+    TurnStarted,
+)
 from agentwatch.runtime.leases import leases_of
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.thread_observer import ReplaySnapshot
@@ -171,6 +179,13 @@ class ObserverAgents:
             pairing.state = None
             pairing.arming = self.spawn(self._arm(pairing))
         elif pairing.state == "armed":
+            self._deliver(pairing)
+
+    def ended_maybe(self, pairing: Pairing) -> None:
+        """The observed agent may have ended (it was deleted): once its buffer is delivered, the pairing retires
+        if the store says so."""
+        pairing.may_have_ended = True
+        if pairing.state == "armed":
             self._deliver(pairing)
 
     def observer_turn_stopped(self, observer_session_id: str, reason: str | None) -> None:
@@ -340,6 +355,8 @@ class ActivityTap:
             self.hub.observer_turn_stopped(thread_id, payload.reason)
         if self.status == "unobserved":
             return
+        if isinstance(payload, RuntimeNotice) and payload.source == DELETION_SOURCE and self._pairing is not None:
+            self.hub.ended_maybe(self._pairing)  # deleted between turns: no turn of it ends to say so
         if self.status == "new":
             self.status = "resolving"
             # The session's first event ever, starting its first turn: no pairing was armed for it before (an

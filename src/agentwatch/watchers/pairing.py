@@ -118,6 +118,9 @@ class Pairing:
     observed_role: str | None = None
     """The observed session's role (a session never changes role), so the gate before each batch need not read
     the session; None reads it."""
+    may_have_ended: bool = False
+    """The observed agent may have ended (a turn of it ended `cancelled`, or it was deleted): once the buffer is
+    delivered, the store says whether the pairing retires (see `delivery.run_deliveries`)."""
 
     @property
     def observer_type(self) -> str:
