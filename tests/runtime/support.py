@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from agentwatch.config import Config, load_config
+from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.store import SessionRecord
 
 Scripted = Callable[[str, ScriptedModel], str]
 """`scripted(name, model)` registers a scripted model for one test and returns its ref."""
@@ -78,3 +80,12 @@ class HeldTool:
     def role(self, name: str, scripted: Scripted, model: str) -> AgentDefinition:
         """A role `name` that may call the tool, on a scripted model (registered as `model`) playing `script`."""
         return role(name, scripted(model, ScriptedModel(function=self.script)), tools=(self.name,))
+
+
+async def running_parent(engine: Engine, busy: HeldTool, role: str = "lead") -> SessionRecord:
+    """A session of `role` (`busy.role(...)`) whose turn is in `busy`'s tool: a parent there to answer the
+    requests its sub-agents hold for it."""
+    parent = await engine.create(role)
+    await engine.enqueue(parent.id, "work")
+    await asyncio.wait_for(busy.started.wait(), 10)
+    return parent

@@ -27,7 +27,7 @@ from agentwatch.events import (
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.runtime.tools import function_tool
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_parent
 
 
 async def all_events(engine: Any, session_id: str) -> list[Event]:
@@ -550,9 +550,11 @@ async def test_a_request_held_for_the_parent_reaches_a_person_when_escalated(
         return Reply(f"Using {ctx.tool_results[0].output}.")
 
     asker = scripted("child-asker", ScriptedModel(function=child))
-    parent = scripted("parent", ScriptedModel.replying("ok"))
-    async with open_engine(role("kid", asker, tools=("ask_user",)), role("lead", parent)) as engine:
-        lead = await engine.create("lead")
+    busy = HeldTool("busy")
+    async with open_engine(
+        role("kid", asker, tools=("ask_user",)), busy.role("lead", scripted, "parent"), tools=[busy.tool]
+    ) as engine:
+        lead = await running_parent(engine, busy)
         kid = await engine.create("kid", parent_id=lead.id)
         await engine.enqueue(kid.id, "start")
         kid, _ = await engine.wait(kid.id, 10)
@@ -565,6 +567,27 @@ async def test_a_request_held_for_the_parent_reaches_a_person_when_escalated(
         kid = await engine.store.get_session(kid.id)
         assert (kid.pending_requests, kid.held_requests) == (1, 0)
         assert (await engine.snapshot(kid))["word"] == "needs_you"
+        busy.release.set()
+
+
+async def test_a_sub_agents_question_goes_to_a_person_at_once_when_its_parent_runs_no_turn(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: it was held for `hold_for_parent_seconds` (five minutes by default) for a parent that was idle, with
+    no turn to answer it in, and the agent looked busy (`working`) all that time."""
+    asker = scripted(
+        "idle-parent-asker", ScriptedModel(function=lambda ctx: CallTool("ask_user", {"question": "Which?"}))
+    )
+    parent = scripted("idle-parent", ScriptedModel.replying("ok"))
+    async with open_engine(role("kid", asker, tools=("ask_user",)), role("lead", parent)) as engine:
+        done = await engine.task("lead", "hello")
+        assert done["status"] == "completed"
+        kid = await engine.create("kid", parent_id=done["agentId"])
+        await engine.enqueue(kid.id, "start")
+        kid, _ = await engine.wait(kid.id, 10)
+        snapshot = await engine.snapshot(kid)
+        assert (kid.pending_requests, kid.held_requests, snapshot["word"]) == (1, 0, "needs_you")
+        assert snapshot["pendingHitl"]["deliverAt"] is None
 
 
 async def test_a_sub_agents_question_goes_to_a_person_once_its_parents_turn_ends(
@@ -653,8 +676,12 @@ async def test_a_held_request_reaches_a_person_by_its_deliver_at(open_engine: Op
 
     asker = scripted("held-asker", ScriptedModel(function=child))
     config = Config(sessions=SessionDefaults(hold_for_parent_seconds=0.2))
-    async with open_engine(role("kid", asker, tools=("ask_user",)), role("lead", asker), config=config) as engine:
-        lead = await engine.create("lead")
+    busy = HeldTool("busy")
+    lead_role = busy.role("lead", scripted, "held-parent")
+    async with open_engine(
+        role("kid", asker, tools=("ask_user",)), lead_role, tools=[busy.tool], config=config
+    ) as engine:
+        lead = await running_parent(engine, busy)
         kid = await engine.create("kid", parent_id=lead.id)
         await engine.enqueue(kid.id, "start")
         kid, _ = await engine.wait(kid.id, 10)
@@ -666,6 +693,7 @@ async def test_a_held_request_reaches_a_person_by_its_deliver_at(open_engine: Op
         assert (kid.pending_requests, kid.held_requests) == (1, 0)
         notes = [e.payload for e in await all_events(engine, kid.id) if e.type == "runtime.info"]
         assert any("its parent did not answer in time" in n.message for n in notes)  # type: ignore[union-attr]
+        busy.release.set()
 
 
 async def test_deletions_at_once_write_one_notice_with_it(open_engine: OpenEngine, scripted: Scripted) -> None:

@@ -21,7 +21,7 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.tools.ask import check_choice
 from agentwatch.store import SessionPatch, Write
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_parent
 
 
 def _chooser(question: str, options: list[str], *, multiple: bool = False) -> ScriptedModel:
@@ -171,9 +171,10 @@ async def test_a_turn_cut_off_with_a_pending_choice_dismisses_it_when_continued(
 
 async def test_agent_escalate_hands_a_held_request_to_a_person(open_engine: OpenEngine, scripted: Scripted) -> None:
     kid_model = scripted("held-kid", _chooser("Which branch?", ["main", "dev"]))
-    lead_model = scripted("held-lead", ScriptedModel.replying("ok"))
-    async with open_engine(role("kid", kid_model, tools=("ask_user",)), role("lead", lead_model)) as engine:
-        lead = await engine.create("lead")
+    busy = HeldTool("busy")
+    lead_role = busy.role("lead", scripted, "held-lead")
+    async with open_engine(role("kid", kid_model, tools=("ask_user",)), lead_role, tools=[busy.tool]) as engine:
+        lead = await running_parent(engine, busy)
         kid = await engine.create("kid", parent_id=lead.id)
         await engine.enqueue(kid.id, "start")
         kid, _ = await engine.wait(kid.id, 10)
@@ -184,6 +185,7 @@ async def test_agent_escalate_hands_a_held_request_to_a_person(open_engine: Open
         assert (kid.pending_requests, kid.held_requests) == (1, 0)
         again = await engine.call_tool("agent_escalate", {"hitlId": hitl_id})
         assert again["error"]["code"] == "conflict" and "already waits on a person" in again["error"]["message"]
+        busy.release.set()
 
 
 @settings(max_examples=200, deadline=None)

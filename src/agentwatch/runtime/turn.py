@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from pydantic import JsonValue
 
-from agentwatch.errors import AgentwatchError
+from agentwatch.errors import AgentwatchError, NotFound
 from agentwatch.events import (
     AssistantMessage,
     AuthRequired,
@@ -575,11 +575,23 @@ async def _tell_parent(turn: _Turn, status: SessionStatus) -> None:
         pass  # the parent was reaped: nobody to tell
 
 
+async def _parent_in_turn(turn: _Turn) -> bool:
+    """Whether the session's parent is in a turn (running, or paused on a request of its own), so it may answer
+    a request held for it: a parent between turns has none to answer in (and the end of the turn it is in hands
+    the requests held for it to a person, see `_release_held`)."""
+    assert turn.session.parent_id is not None
+    try:
+        parent = await turn.runtime.store.get_session(turn.session.parent_id)
+    except NotFound:
+        return False  # reaped: nobody to hold it for
+    return parent.status in ("running", "awaiting_input")
+
+
 async def _pause(turn: _Turn, result: TurnResult) -> None:
     session = turn.session
     hold = turn.runtime.config.sessions.hold_for_parent_seconds
     # An observer's parent is the agent it watches, which must never answer for it: its requests go to a person.
-    held = session.parent_id is not None and not session.is_observer and hold > 0
+    held = session.parent_id is not None and not session.is_observer and hold > 0 and await _parent_in_turn(turn)
     deliver_at = datetime.now(UTC) + timedelta(seconds=hold) if held else None
     drafts: list[RequestDraft] = []
     opened: list[Payload] = []
