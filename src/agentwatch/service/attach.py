@@ -198,7 +198,7 @@ class Attachment:
                             if relayed:
                                 quiet = min(quiet * 2, _QUIET_MOST)
                             else:
-                                await broadcaster.relay_again(session_id)
+                                await broadcaster.ensure_relayed(session_id)
                             try:
                                 last_seq = (await engine.store.get_session(session_id)).last_seq
                             except Exception as exc:  # (a store blip: the live stream goes on; looked at again)

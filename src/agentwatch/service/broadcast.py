@@ -16,7 +16,7 @@ per-session instances, so it outlives any one driver.
   queues. A client is given each event once (by cursor), whichever way it came first; the attach stream
   (`agentwatch.service.attach`) fills any hole from the ring or the store. While the ring cannot be relayed
   (Redis down), clients still attach: this process's own events reach them as ever, and their stream looks
-  in the store for the others' (`relaying`), asking for the relay again (`relay_again`) until it is back.
+  in the store for the others' (`relaying`), asking for the relay again (`ensure_relayed`) until it is back.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class Broadcaster:
         if client.snapshot is None:  # the observer was not installed in this engine's drivers
             raise RuntimeError("the broadcaster's observer is not installed; call engine.start_with_observer")
         try:
-            await self.relay_again(session_id)
+            await self.ensure_relayed(session_id)
         except BaseException:
             self.detach(client)
             raise
@@ -194,7 +194,7 @@ class Broadcaster:
         no shared ring (then only this process runs its turns, as far as this process can know)."""
         return self.ring is None or session_id in self._relays
 
-    async def relay_again(self, session_id: str) -> bool:
+    async def ensure_relayed(self, session_id: str) -> bool:
         """Make sure the session's ring is relayed (see `_relay_started`); False when it cannot be now (the ring
         fails, or failed less than `RELAY_RETRY_SECONDS` ago): the clients then get the events of other
         processes from the store (their stream looks there), and ask again."""

@@ -181,7 +181,7 @@ class ObserverAgents:
         elif pairing.state == "armed":
             self._deliver(pairing)
 
-    def ended_maybe(self, pairing: Pairing) -> None:
+    def observed_may_have_ended(self, pairing: Pairing) -> None:
         """The observed agent may have ended (it was deleted): once its buffer is delivered, the pairing retires
         if the store says so."""
         pairing.may_have_ended = True
@@ -356,7 +356,7 @@ class ActivityTap:
         if self.status == "unobserved":
             return
         if isinstance(payload, RuntimeNotice) and payload.source == DELETION_SOURCE and self._pairing is not None:
-            self.hub.ended_maybe(self._pairing)  # deleted between turns: no turn of it ends to say so
+            self.hub.observed_may_have_ended(self._pairing)  # deleted between turns: no turn of it ends to say so
         if self.status == "new":
             self.status = "resolving"
             # The session's first event ever, starting its first turn: no pairing was armed for it before (an
