@@ -222,10 +222,12 @@ def test_agents_check_refuses_a_heartbeat_or_hook_whose_role_is_not_defined(proj
         'setup = "shop.agents:setup"\n'
         '[heartbeats.ping]\nrole = "shoutre"\nevery = "1h"\nprompt = "ping"\n'
         '[hooks.deploy]\nrole = "shouter"\nprompt = "deploy"\n'
+        '[hooks.guard]\nrole = "loop-guard"\nprompt = "guard"\n'
     )
     done = agentwatch(project, "agents", "check")
     assert done.returncode == 1, done.stderr
     assert "heartbeat 'ping' runs role 'shoutre', which is not defined (did you mean 'shouter'?)" in done.stderr
+    assert "hook 'guard' runs role 'loop-guard', which is a rule observer, which runs as no agent" in done.stderr
     assert "hook 'deploy'" not in done.stderr
 
 

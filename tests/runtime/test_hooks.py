@@ -90,6 +90,10 @@ async def test_bad_fires_are_refused_with_what_to_do(
     with pytest.raises(UserError, match="runs role 'ghost', which is not defined"):
         async with open_engine(checker, hooks=[Hook("haunt", "ghost", prompt="boo")]):
             pass
+    # Once: a rule observer passed (it is in the roster) and every fire of the hook failed.
+    with pytest.raises(UserError, match=r"runs role 'loop-guard', which is a rule observer.*\(roles: checker\)"):
+        async with open_engine(checker, hooks=[Hook("guarded", "loop-guard", prompt="boo")]):
+            pass
     with pytest.raises(InvalidArgument):
         Hook("bad name!", "checker", prompt="x")
 

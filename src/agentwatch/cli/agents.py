@@ -127,16 +127,18 @@ def _schedule_problems(roster: Roster, config: Config, project: dict[str, Any]) 
         *(("heartbeat", beat) for beat in [*heartbeats_from_config(config), *project.get("heartbeats", ())]),
         *(("hook", hook) for hook in [*hooks_from_config(config), *project.get("hooks", ())]),
     ]
-    roles = [definition.name for definition in roster if definition.kind != "rule"]
+    roles = roster.runnable()
     return [
         DefinitionProblem(
             config.root / "agentwatch.toml",
             f"{what}s.{item.name}.role",
-            f"{what} {item.name!r} runs role {item.role!r}, which is not defined{did_you_mean(item.role, roles)}",
+            f"{what} {item.name!r} runs role {item.role!r}, which is "
+            + ("a rule observer, which runs as no agent" if item.role in roster else "not defined")
+            + did_you_mean(item.role, roles),
             "error",
         )
         for what, item in declared
-        if item.role not in roster
+        if item.role not in roles
     ]
 
 

@@ -37,10 +37,8 @@ class RolesAnswer(Answer):
 
 async def agent_roles(view: EngineView, caller: Caller, args: RolesArgs) -> RolesAnswer:
     rows = []
-    for name in view.roster.names():
+    for name in view.roster.runnable():
         role = view.roster.get(name)
-        if role.kind == "rule":
-            continue
         rows.append(
             RoleRow(
                 name=name,

@@ -717,7 +717,8 @@ def _checked_schedule(roster: Roster, what: str, declared: list[Scheduled]) -> l
         if item.name in seen:
             raise UserError(f"two {what}s are named {item.name!r}; give each its own name")
         seen.add(item.name)
-        if item.role not in roster:
-            known = ", ".join(roster.names()) or "none"
-            raise UserError(f"{what} {item.name!r} runs role {item.role!r}, which is not defined (roles: {known})")
+        if item.role not in roster.runnable():
+            known = ", ".join(roster.runnable()) or "none"
+            why = "a rule observer, which runs as no agent" if item.role in roster else "not defined"
+            raise UserError(f"{what} {item.name!r} runs role {item.role!r}, which is {why} (roles: {known})")
     return declared

@@ -437,14 +437,18 @@ class Roster:
         """The agent types in the roster, sorted."""
         return sorted(self._definitions)
 
+    def runnable(self) -> list[str]:
+        """The agent types an agent can run as, sorted: rule observers are in the roster for the agents that name
+        them, and run as no agent."""
+        return sorted(name for name, definition in self._definitions.items() if definition.kind != "rule")
+
     def get(self, name: str) -> AgentDefinition:
         """The definition named `name`; `NotFound` lists the known names, nearest first."""
         try:
             return self._definitions[name]
         except KeyError:
             pass
-        # The agent types one runs: rule observers are in the roster for the agents that name them, not for this.
-        known = _nearest_first(name, [n for n, d in self._definitions.items() if d.kind != "rule"])
+        known = _nearest_first(name, self.runnable())
         if name in self._left_out:
             where = self._left_out[name]
             if where is not None:
