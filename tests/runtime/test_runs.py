@@ -211,6 +211,9 @@ async def test_history_pages_back_through_agents_pipeline_and_journal_in_one_ord
 
         one = await _call(engine, "run_history", id=run.id, agentId=first["agentId"], limit=200)
         assert {e["agentId"] for e in one["entries"]} == {first["agentId"]}
+        name = (await engine.store.get_session(first["agentId"])).name
+        by_name = await _call(engine, "run_history", id=run.id, agentId=name, limit=200)  # as every tool takes it
+        assert by_name["entries"] == one["entries"]
         assert any(e["detail"] == "tides" for e in one["entries"])
         found = await _call(engine, "run_history", id=run.id, q="MOONS", source=["agent"])
         assert found["entries"] and all("moons" in (e["detail"] or "").lower() for e in found["entries"])

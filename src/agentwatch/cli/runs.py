@@ -203,7 +203,9 @@ def compare(run_id: str, against: str | None, store_url: str | None, as_json: bo
 @runs.command("history", short_help="A run's log: its agents, pipeline and journal, newest page first.")
 @click.argument("run_id", metavar="RUN")
 @click.option("--source", multiple=True, type=click.Choice(["agent", "pipeline", "journal"]), help="Only these logs.")
-@click.option("--agent", "agent_id", help="Only the events of this agent of the run (and what it spawned).")
+@click.option(
+    "--agent", "agent_id", help="Only the events of this agent of the run, by id or name (and what it spawned)."
+)
 @click.option("-q", "query", help="Only entries whose text or type holds this.")
 @click.option("--limit", default=50, show_default=True, help="Entries per page (1..200).")
 @click.option("--max-chars", default=2000, show_default=True, help="Cap on each entry's detail (1..4000).")

@@ -233,7 +233,9 @@ class HistoryArgs(Args):
     source: list[Literal["agent", "pipeline", "journal"]] | None = Field(
         None, max_length=3, description="Only these logs: agent (its agents' events), pipeline, journal."
     )
-    agent_id: Id | None = Field(None, description="Only the events of one of the run's agents (and what it spawned).")
+    agent_id: Id | None = Field(
+        None, description="Only the events of one of the run's agents, by id or name (and what it spawned)."
+    )
     q: Name | None = Field(None, description="Only entries whose text or type holds this (any case).")
     cursor: Cursor | None = Field(None, description="nextCursor of the previous page: older entries.")
     limit: Count = Field(50, ge=1, le=200, description="Entries per page, 1..200.")
@@ -704,13 +706,24 @@ def _text_of(entry: HistoryEntry) -> str:
     return " ".join(filter(None, (entry.type, entry.title, entry.detail))).casefold()
 
 
-async def _with_descendants(store: Store, agent_id: str, sessions: dict[str, SessionRecord]) -> list[str]:
-    """`agent_id` and every session of the run it spawned, directly or not."""
-    if agent_id not in sessions:
-        raise InvalidArgument(
-            f"agentId: {agent_id!r} is not an agent of this run (or it was reaped)", fields=["agentId"]
-        )
-    return [agent_id, *(child.id for child in await descendants(store, agent_id) if child.id in sessions)]
+async def _with_descendants(store: Store, agent: str, sessions: dict[str, SessionRecord]) -> list[str]:
+    """The agent of the run that `agent` names (its id, or its name) and every session of the run it spawned,
+    directly or not."""
+    if agent not in sessions:
+        named = sorted(s.id for s in sessions.values() if s.name == agent)
+        if len(named) > 1:
+            raise InvalidArgument(
+                f"agentId: {agent!r} names {len(named)} agents of this run ({', '.join(named)}); pass one id",
+                fields=["agentId"],
+            )
+        if not named:
+            raise InvalidArgument(
+                f"agentId: {agent!r} is neither the id nor the name of an agent of this run (or it was reaped); "
+                "`agentwatch runs trace RUN` shows its agents",
+                fields=["agentId"],
+            )
+        agent = named[0]
+    return [agent, *(child.id for child in await descendants(store, agent) if child.id in sessions)]
 
 
 def _iso(moment: datetime) -> str:
