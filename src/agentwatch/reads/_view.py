@@ -52,6 +52,9 @@ class RosterView(Protocol):
     def names(self) -> list[str]:
         """Every agent type, sorted."""
 
+    def runnable(self) -> list[str]:
+        """The agent types an agent can run as (rule observers left out), sorted."""
+
 
 class EngineView(Protocol):
     """The engine surface the read tools use."""
