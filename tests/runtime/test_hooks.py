@@ -15,7 +15,7 @@ from agentwatch.runtime.hooks import Hook, hooks_from_config
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.store import RunFilter, SessionFilter
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
 CHECK = Hook("deploy-check", "checker", prompt="Check the deploy.", timeout=30)
 
@@ -105,3 +105,22 @@ def test_hooks_come_from_agentwatch_toml(tmp_path: Path) -> None:
     assert hooks_from_config(load_config(tmp_path, env={})) == [
         Hook("deploy-check", "checker", prompt="Check the deploy.", timeout=120.0)
     ]
+
+
+async def test_a_fire_cut_off_by_its_engine_closing_goes_on_at_the_next_start(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: closing the engine (a deploy's stop) cancelled the fire's run and stopped its agent, while a crash
+    left the agent to go on: a clean stop lost more work than a kill, and the service's log said it would go on."""
+    slow = HeldTool("slow_check", output="checked")
+    checker = slow.role("checker", scripted, "hook-cut-off")
+    async with open_engine(checker, tools=[slow.tool], hooks=[CHECK]) as engine:
+        fired = await engine.call_tool("hook_fire", {"name": "deploy-check"})
+        await asyncio.wait_for(slow.started.wait(), 10)
+    async with open_engine(checker, tools=[slow.tool], hooks=[CHECK]) as engine:
+        run = await engine.store.get_run(fired["runId"])
+        assert run.status == "interrupted" and "go on when an engine next opens the store" in str(run.status_reason)
+        (session,) = (await engine.store.list_sessions(SessionFilter(group_key="hook:deploy-check"))).items
+        slow.release.set()
+        settled, timed_out = await engine.wait(session.id, 15)
+    assert not timed_out and settled.status == "completed", settled

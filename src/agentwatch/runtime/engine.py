@@ -270,6 +270,11 @@ class Engine:
         """Whether `drain` was called: no new turn starts in this engine."""
         return self._draining
 
+    @property
+    def closing(self) -> bool:
+        """Whether `close` was called: the turns and runs it cuts off go on when an engine next opens the store."""
+        return self._closed
+
     def running_turns(self) -> list[str]:
         """The ids of the sessions with a turn in progress in this engine (its turn loop running), sorted."""
         return sorted(sid for sid, driver in list(self._drivers.items()) if driver.turn_running)

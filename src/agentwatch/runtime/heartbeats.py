@@ -198,7 +198,8 @@ class HeartbeatTicker:
             beat.cancel()
 
     async def close(self) -> None:
-        """Tick no more, and cut off running ticks (their runs end `cancelled`)."""
+        """Tick no more, and cut off running ticks (their runs end `interrupted`; their agents' turns go on at the
+        next start)."""
         self.stop()
         for task in list(self._ticks):
             task.cancel()

@@ -130,7 +130,8 @@ class HookRunner:
                 recorded.set_exception(exc)
 
     async def close(self) -> None:
-        """Cut off the fires still running (their runs end `cancelled`)."""
+        """Cut off the fires still running (their runs end `interrupted`; their agents' turns go on at the next
+        start)."""
         for task in list(self._fires):
             task.cancel()
         await asyncio.gather(*self._fires, return_exceptions=True)

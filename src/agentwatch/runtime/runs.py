@@ -16,7 +16,8 @@ async with engine.run("report", input={"topic": "tides"}) as run:
   `timeout`); it returns the session's status snapshot (as `agent_task` answers). The task's span names the
   session (`ref.agentId`) and keeps its cost and tokens from the spend ledger, which outlives the session.
 - A run cancelled while a task waits stops the task's agent (its span and the run end `cancelled`). A run ends
-  every span of it still open with its own status.
+  every span of it still open with its own status. A run cut off by its engine closing (a deploy's stop) ends
+  `interrupted` instead, as if its process had died, and its agents' turns go on at the next start.
 - A run whose process dies lapses: its process renews its expiry while the block runs, and an engine's
   maintenance (every few seconds, in any engine on the store) ends a lapsed run `interrupted`, with its open
   spans, about four session leases (a minute by default) after the last renewal. Its agents' turns are not
@@ -98,7 +99,7 @@ class Span:
         try:
             yield Span(self._runtime, self.run_id, opened)
         except asyncio.CancelledError:
-            status = "cancelled"
+            status = _cut_off(self._runtime).status or "cancelled"
             raise
         except BaseException:
             status = "failed"
@@ -163,10 +164,11 @@ class Span:
                 await store.update_span(
                     span.id, SpanPatch(status=status, ended_at=_now(), cost_usd=cost, tokens=tokens, ref=ref)
                 )
-            except asyncio.CancelledError:  # the run was cancelled: its agent stops too (its span ends with the run)
-                with contextlib.suppress(Exception):
-                    await runtime.stop(session.id, by=f"run {self.run_id} (cancelled)")
-                raise
+            except asyncio.CancelledError:  # (its span ends with the run)
+                if not runtime.closing:  # the run was cancelled: its agent stops too
+                    with contextlib.suppress(Exception):
+                        await runtime.stop(session.id, by=f"run {self.run_id} (cancelled)")
+                raise  # the engine closes: its agent's turn is cut off, and goes on at the next start
             if status == "completed":
                 return snapshot
             if attempt < attempts:
@@ -295,7 +297,7 @@ async def start_run(
         yield run
         patch = run.ending
     except asyncio.CancelledError:
-        patch = RunPatch(status="cancelled", status_reason="cancelled")
+        patch = _cut_off(runtime)
         raise
     except BaseException as exc:
         error: JsonValue = {"class": type(exc).__name__, "message": str(exc)}
@@ -306,6 +308,15 @@ async def start_run(
         await asyncio.gather(renewing, return_exceptions=True)
         # (not over the `interrupted` another engine wrote when this one was cut off past the run's expiry)
         await runtime.store.end_run(record.id, patch.model_copy(update={"ended_at": _now()}))
+
+
+def _cut_off(runtime: Runtime) -> RunPatch:
+    """How a run (or span) cancelled in its block ends: `cancelled`; `interrupted` when its engine closes (a
+    deploy's stop), as when its process dies, its agents' turns going on at the next start."""
+    if runtime.closing:
+        reason = "the engine closed before the run ended; its agents' turns go on when an engine next opens the store"
+        return RunPatch(status="interrupted", status_reason=reason)
+    return RunPatch(status="cancelled", status_reason="cancelled")
 
 
 def _lapse_seconds(runtime: Runtime) -> float:

@@ -76,6 +76,10 @@ class Runtime(Protocol):
         """The session leases this engine holds (None: every session counts as its own)."""
 
     @property
+    def closing(self) -> bool:
+        """Whether the engine is closing: what it cuts off now goes on when an engine next opens the store."""
+
+    @property
     def store(self) -> Store: ...
 
     @property
