@@ -11,7 +11,7 @@ import pytest
 from agentwatch.config import load_config
 from agentwatch.errors import InvalidArgument, UserError
 from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.heartbeats import Heartbeat, Tick, heartbeats_from_config, tick
+from agentwatch.runtime.heartbeats import Heartbeat, Tick, heartbeats_from_config, tick, tick_id
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.store import RunFilter, SessionFilter
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
@@ -88,6 +88,39 @@ async def test_a_tick_while_the_previous_one_runs_is_skipped_as_an_overlap(
         await first
         by_tick = {run.input["tick"]: (run.status, run.status_reason) for run in await _runs(engine, "digest")}
         assert by_tick == {1: ("completed", None), 2: ("skipped", "overlap")}
+
+
+async def test_a_tick_stops_an_earlier_ticks_agent_that_outlived_its_run_and_the_timeout(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: a tick cut off with its engine (a crash, a stop) left its agent running with nobody to enforce the
+    heartbeat's timeout (its run ended `interrupted`, its turn went on after the restart and hung), and every
+    later tick was skipped as an overlap, for good."""
+    inbox = HeldTool("stuck_inbox", "3 new mails")
+    slow = inbox.role("digester", scripted, "hb-orphan")
+    beat = Heartbeat("digest", "digester", every=60, prompt="the inbox", timeout=0.5)
+    async with open_engine(slow, tools=[inbox.tool]) as engine:
+        async with engine.run("digest", kind="heartbeat") as cut_off:  # (ended: as another engine ends a lapsed one)
+            cut_off.end_as("interrupted", "its process stopped before the run ended")
+        orphan = await engine.create("digester", run_id=cut_off.id, source="heartbeat", group_key="hb:digest")
+        await engine.enqueue(orphan.id, "the inbox")
+        await asyncio.wait_for(inbox.started.wait(), 10)
+        await tick(engine, beat, 1)  # within the timeout: an overlap as ever
+        await asyncio.sleep(0.6)
+        second = asyncio.create_task(tick(engine, beat, 2))
+        async with asyncio.timeout(10):  # (the tick stops it before running its own task)
+            while (await engine.store.get_session(orphan.id)).status != "cancelled":
+                await asyncio.sleep(0.02)
+        inbox.release.set()
+        await second
+        by_tick = {
+            run.input["tick"]: (run.status, run.status_reason) for run in await _runs(engine, "digest") if run.input
+        }
+        assert by_tick == {1: ("skipped", "overlap"), 2: ("completed", None)}
+        journal = await engine.call_tool("run_history", {"id": tick_id("digest", 2), "source": ["journal"]})
+        assert [e["title"] for e in journal["entries"]] == [
+            f"stopped {orphan.name}: an earlier tick's agent, whose run ended, ran past the heartbeat's timeout (0.5 s)"
+        ]
 
 
 async def test_an_engine_that_recovers_ticks_on_schedule_and_others_do_not(

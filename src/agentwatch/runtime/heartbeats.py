@@ -19,7 +19,10 @@ Engine.open(heartbeats=[Heartbeat("digest", "digester", every=3600, prompt="..."
 - The gate (Python only) is asked first, with the `Tick`: False skips the tick (the run ends `skipped`,
   statusReason `gate`, and no session is made); a gate that raises fails it (`failed`, statusReason
   `gate_error`, error class `gate_error` with its message).
-- A tick while the heartbeat's previous session still runs (or waits on a person) is `skipped` (`overlap`).
+- A tick while the heartbeat's previous session still runs (or waits on a person) is `skipped` (`overlap`),
+  unless nobody enforces the timeout on that session any more: its tick's run ended (its engine died or
+  closed, and the turn went on after the restart) and it ran past the timeout. It is then stopped, the new
+  tick's journal says so, and the tick runs.
 - Otherwise the tick runs a task: a session of `role` (source `heartbeat`, group key `hb:<name>`, so
   `agent_list {groupKey: "hb:digest"}` lists every tick), given `prompt`; the run ends as its turn does.
 - Heartbeats tick in an engine that runs the store's background work (`Engine.open()` with `recover=True`, the
@@ -40,14 +43,14 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from agentwatch.config import HEARTBEAT_NAME as NAME_PATTERN
 from agentwatch.config import Config
-from agentwatch.errors import Conflict, InvalidArgument
+from agentwatch.errors import Conflict, InvalidArgument, NotFound
 from agentwatch.runtime.runs import Run, TaskFailed, stable_run_id, start_run
-from agentwatch.store import SessionFilter
+from agentwatch.store import SessionFilter, SessionRecord
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
@@ -57,6 +60,8 @@ __all__ = ["Gate", "Heartbeat", "HeartbeatTicker", "Tick", "heartbeats_from_conf
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(NAME_PATTERN)
+_BUSY_LOOKED_AT = 20
+"""Sessions of earlier ticks still at work that a tick looks at, at most (it is an overlap past them anyway)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +157,35 @@ async def _run_tick(runtime: Runtime, heartbeat: Heartbeat, due: Tick, run: Run)
             return
     group = f"hb:{heartbeat.name}"
     busy = await runtime.store.list_sessions(
-        SessionFilter(group_key=group, status=["running", "awaiting_input"]), limit=1
+        SessionFilter(group_key=group, status=["running", "awaiting_input"]), limit=_BUSY_LOOKED_AT
     )
-    if busy.items:
+    for earlier in busy.items:
+        if not await _stopped_if_orphaned(runtime, heartbeat, earlier, run):
+            run.end_as("skipped", "overlap")
+            return
+    if busy.next_cursor is not None:  # more still at work than looked at
         run.end_as("skipped", "overlap")
         return
     await run.task(heartbeat.role, heartbeat.prompt, timeout=heartbeat.timeout, source="heartbeat", group_key=group)
+
+
+async def _stopped_if_orphaned(runtime: Runtime, heartbeat: Heartbeat, earlier: SessionRecord, run: Run) -> bool:
+    """Stop `earlier`, the agent of an earlier tick still at work, when nobody enforces the heartbeat's timeout on
+    it any more: its tick's run ended (its engine died or closed; the turn went on after a restart) and it ran
+    past the timeout. True when it was stopped (says so in `run`'s journal); False leaves it be (an overlap)."""
+    if datetime.now(UTC) - earlier.created_at < timedelta(seconds=heartbeat.timeout):
+        return False
+    if earlier.run_id is not None:
+        with contextlib.suppress(NotFound):  # (a reaped run ended long ago)
+            if (await runtime.store.get_run(earlier.run_id)).status == "running":
+                return False  # its tick waits on it, and stops it at the timeout
+    why = f"an earlier tick's agent, whose run ended, ran past the heartbeat's timeout ({heartbeat.timeout:g} s)"
+    try:
+        await runtime.stop(earlier.id, by=f"heartbeat {heartbeat.name} ({why})")
+    except Conflict:
+        return False  # it runs in another engine that did not stop it yet: looked at again at the next tick
+    await run.journal("stopped", f"stopped {earlier.name}: {why}")
+    return True
 
 
 class HeartbeatTicker:
