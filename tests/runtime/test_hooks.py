@@ -124,3 +124,22 @@ async def test_a_fire_cut_off_by_its_engine_closing_goes_on_at_the_next_start(
         slow.release.set()
         settled, timed_out = await engine.wait(session.id, 15)
     assert not timed_out and settled.status == "completed", settled
+
+
+async def test_a_fire_whose_agent_does_not_answer_in_time_ends_timed_out(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: it ended `failed`, "none of 1 attempt(s) completed (the last one timed_out)": a workflow's words for
+    a one-shot fire, and `run_list {status: [timed_out]}` found nothing."""
+    slow = HeldTool("slow_check")
+    hook = Hook("deploy-check", "checker", prompt="Check.", timeout=0.3)
+    async with open_engine(slow.role("checker", scripted, "hook-late"), tools=[slow.tool], hooks=[hook]) as engine:
+        fired = await engine.call_tool("hook_fire", {"name": "deploy-check"})
+        trace = await _settled(engine, fired["runId"])
+        assert (trace["run"]["status"], trace["run"]["statusReason"]) == (
+            "timed_out",
+            "checker: no answer within 0.3 s",
+        )
+        listed = await engine.call_tool("run_list", {"status": ["timed_out"]})
+        assert [r["id"] for r in listed["runs"]] == [fired["runId"]]
+        slow.release.set()

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from agentwatch.config import HEARTBEAT_NAME as NAME_PATTERN
 from agentwatch.config import Config
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
-from agentwatch.runtime.runs import Run, TaskFailed, stable_run_id, start_run
+from agentwatch.runtime.runs import Run, stable_run_id, start_run
 from agentwatch.store import SessionFilter, SessionRecord
 
 if TYPE_CHECKING:
@@ -123,23 +123,20 @@ async def tick(runtime: Runtime, heartbeat: Heartbeat, number: int) -> str | Non
     """Run tick `number` of `heartbeat` (see the module docs); the run's id, or None when another engine
     recorded this tick."""
     due = datetime.fromtimestamp(number * heartbeat.every, UTC)
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                run = await stack.enter_async_context(
-                    start_run(
-                        runtime,
-                        heartbeat.name,
-                        kind="heartbeat",
-                        input={"tick": number, "dueAt": due.isoformat()},
-                        id=tick_id(heartbeat.name, number),
-                    )
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            run = await stack.enter_async_context(
+                start_run(
+                    runtime,
+                    heartbeat.name,
+                    kind="heartbeat",
+                    input={"tick": number, "dueAt": due.isoformat()},
+                    id=tick_id(heartbeat.name, number),
                 )
-            except Conflict:
-                return None  # another engine has this tick
-            await _run_tick(runtime, heartbeat, Tick(heartbeat.name, number, due), run)
-    except TaskFailed:
-        pass  # the run ended `failed` with it
+            )
+        except Conflict:
+            return None  # another engine has this tick
+        await _run_tick(runtime, heartbeat, Tick(heartbeat.name, number, due), run)
     return run.id
 
 
@@ -166,7 +163,9 @@ async def _run_tick(runtime: Runtime, heartbeat: Heartbeat, due: Tick, run: Run)
     if busy.next_cursor is not None:  # more still at work than looked at
         run.end_as("skipped", "overlap")
         return
-    await run.task(heartbeat.role, heartbeat.prompt, timeout=heartbeat.timeout, source="heartbeat", group_key=group)
+    await run.sole_task(
+        heartbeat.role, heartbeat.prompt, timeout=heartbeat.timeout, source="heartbeat", group_key=group
+    )
 
 
 async def _stopped_if_orphaned(runtime: Runtime, heartbeat: Heartbeat, earlier: SessionRecord, run: Run) -> bool:

@@ -18,8 +18,8 @@ or `Engine.open(hooks=[Hook("deploy-check", "checker", prompt="...")])` in Pytho
   again (a retry, a second scheduler) gets the first run back (`duplicate: true`) and starts nothing, for as long
   as that run is kept (`retention.run_ttl`, 30 days).
 - The fire runs a task: a session of `role` (source `hook`, group key `hook:<name>`: `agent_list {groupKey:
-  "hook:deploy-check"}` lists every fire), reaped after `retention.hook_ttl`; the run ends as its turn does,
-  and is reaped after `retention.run_ttl`.
+  "hook:deploy-check"}` lists every fire), reaped after `retention.hook_ttl`; the run ends as its task does
+  (`Run.sole_task`: `completed`, `timed_out`, `cancelled` or `failed`), and is reaped after `retention.run_ttl`.
 - A fire runs in the engine that took it (one that runs turns: `agentwatch serve`, `Engine.open()`); one whose
   process dies lapses and ends `interrupted`, as any run.
 """
@@ -38,7 +38,7 @@ from pydantic import JsonValue
 from agentwatch.config import Config
 from agentwatch.errors import Conflict, NotFound
 from agentwatch.runtime.heartbeats import check_scheduled
-from agentwatch.runtime.runs import TaskFailed, stable_run_id, start_run
+from agentwatch.runtime.runs import stable_run_id, start_run
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
@@ -112,15 +112,13 @@ class HookRunner:
         try:
             async with start_run(self._runtime, hook.name, kind="hook", input=input, id=run_id) as run:
                 recorded.set_result(HookFired(run.id, duplicate=False))
-                await run.task(
+                await run.sole_task(
                     hook.role,
                     task_prompt(hook, input),
                     timeout=hook.timeout,
                     source="hook",
                     group_key=f"hook:{hook.name}",
                 )
-        except TaskFailed:
-            pass  # the run ended `failed` with it
         except Exception as exc:
             if recorded.done():  # after the run was recorded: it ended `failed` with the error
                 log.warning("hook %s: its run failed: %s", hook.name, exc)

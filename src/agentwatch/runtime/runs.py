@@ -178,6 +178,7 @@ class Span:
             f"{name}: none of {attempts} attempt(s) completed (the last one {status})",
             label=name,
             attempts=attempts,
+            status=status,
             last=snapshot,
         )
 
@@ -243,6 +244,17 @@ class Run(Span):
         if status not in RUN_ENDINGS:
             raise InvalidArgument(f"a run ends {', '.join(RUN_ENDINGS)}; not {status!r}")
         self.ending = RunPatch(status=status, status_reason=reason, error=error)
+
+    async def sole_task(self, role: str, prompt: str, *, timeout: float, source: str, group_key: str) -> None:
+        """Run the one task of a run that is nothing else (a hook's fire, a heartbeat's tick): the run ends as
+        the task does, `completed`, or `timed_out`, `cancelled` or `failed`, with why."""
+        try:
+            await self.task(role, prompt, timeout=timeout, source=source, group_key=group_key)
+        except TaskFailed as failed:
+            status = failed.details["status"]
+            reason = f"{role}: no answer within {timeout:g} s" if status == "timed_out" else str(failed)
+            error: JsonValue = {"class": "TaskFailed", "message": str(failed)}
+            self.end_as(status if status in RUN_ENDINGS else "failed", reason, error)
 
     async def journal(self, kind: str, message: str, detail: JsonValue = None) -> None:
         """Add a line to the run's journal (`run_history` shows it beside its agents' work)."""
