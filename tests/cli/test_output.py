@@ -70,6 +70,18 @@ def test_piped_get_and_history_cut_nothing(tmp_path: Path) -> None:
     assert len(paged.stdout.splitlines()) == 2 and "older: --cursor" in paged.stderr
 
 
+def test_summary_shows_the_words_without_being_asked(tmp_path: Path) -> None:
+    """Once: how many agents were stuck or needed a person showed only with --words (summary: "counts per
+    status and word"); the exact answer (--json) still has them only when asked."""
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    asyncio.run(_fill(url))
+    shown = CliRunner().invoke(cli, ["summary", "--store", url])
+    assert shown.exit_code == 0, shown.output
+    assert "lineages by word: idle 2" in shown.stdout
+    exact = json.loads(CliRunner().invoke(cli, ["summary", "--store", url, "--json"]).stdout)
+    assert "words" not in exact
+
+
 def test_python_m_agentwatch_is_the_cli(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "agentwatch", "--help"], capture_output=True, text=True, cwd=tmp_path, check=False

@@ -108,7 +108,7 @@ _LS_FLAGS = {
 
 @click.command("summary", short_help="Counts per status and word, a window's activity and spend.")
 @click.option("--window", default="7d", show_default=True, help="The stretch of time for started/failed/spend.")
-@click.option("--words", is_flag=True, help="Add lineages by the word they say now.")
+@click.option("--words", is_flag=True, help="With --json: add lineages by the word they say now (always shown else).")
 @click.option("--by-role", is_flag=True, help="Each role's sessions and newest activity.")
 @store_option
 @server_option
@@ -120,7 +120,8 @@ def summary(store_url: str | None, as_json: bool, window: str, words: bool, by_r
     Example:
       agentwatch summary --window 24h --by-role
     """
-    args: dict[str, Any] = {"window": window, "words": words}
+    # A person reads how many are stuck or need them at a glance: the words come always, but in the exact answer.
+    args: dict[str, Any] = {"window": window, "words": words or not as_json}
     if by_role:
         args["by"] = "role"
     flags = {"window": "--window", "words": "--words", "by": "--by-role"}
