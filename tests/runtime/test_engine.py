@@ -590,6 +590,45 @@ async def test_a_sub_agents_question_goes_to_a_person_at_once_when_its_parent_ru
         assert snapshot["pendingHitl"]["deliverAt"] is None
 
 
+@pytest.mark.parametrize("kind", ["question", "approval"])
+async def test_two_answers_at_once_give_the_turn_the_one_accepted(
+    open_engine: OpenEngine, scripted: Scripted, kind: str
+) -> None:
+    """Once: the refused answer let go of the session's lease, which the accepted answer's turn was running
+    under; the turn was cut off and continued, and the model was told its question (or approved call) was
+    interrupted."""
+
+    def asker(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("ask_user", {"question": "Which colour?"}) if kind == "question" else CallTool("paint", {})
+        return Reply(f"got {ctx.tool_results[0].output}")
+
+    def paint() -> str:
+        return "painted"
+
+    model = scripted(f"two-answers-{kind}", ScriptedModel(function=asker))
+    definition = role("asker", model, tools=("ask_user", "paint"), approval_tools=("paint",))
+    async with open_engine(definition, tools=[paint]) as engine:
+        paused = await engine.task("asker", "go", timeout=10)
+        hitl = paused["pendingHitl"]["hitlId"]
+        answers = ("red", "blue") if kind == "question" else (True, False)
+        replies = await asyncio.gather(
+            *(engine.call_tool("agent_answer", {"hitlId": hitl, "answer": answer}) for answer in answers)
+        )
+        assert sorted("error" in reply for reply in replies) == [False, True], replies
+        settled, timed_out = await engine.wait(paused["agentId"], 10)
+        events = await all_events(engine, paused["agentId"])
+    assert not timed_out and settled.status == "completed", settled
+    assert [e.payload.attempt for e in events if isinstance(e.payload, TurnStarted)] == [1, 1]
+    results = [str(e.payload.output) for e in events if isinstance(e.payload, ToolResult)]
+    assert not any("interrupted" in result for result in results), results
+    accepted = answers[[("error" in reply) for reply in replies].index(False)]
+    if kind == "question":
+        assert settled.last_text == f"got {accepted}"
+    else:
+        assert (settled.last_text == "got painted") is accepted, settled.last_text
+
+
 async def test_a_sub_agents_question_goes_to_a_person_once_its_parents_turn_ends(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

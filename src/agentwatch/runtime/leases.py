@@ -544,8 +544,20 @@ async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[None]:
         yield
     except BaseException:
         if taken and leases is not None:
-            await leases.release(session_id)
+            await _let_go_unless_running(runtime, leases, session_id)
         raise
+
+
+async def _let_go_unless_running(runtime: Runtime, leases: Leases, session_id: str) -> None:
+    """Let go of a lease taken for work that was not queued (its write failed), unless the session's turn loop
+    runs here: other work queued meanwhile (a second answer to the same question, the one accepted) started it
+    under this very lease, and letting it go would cut that turn off. The loop lets it go once it is done."""
+    try:
+        running = (await runtime.driver(session_id)).turn_running
+    except AgentwatchError:  # (no such session: nothing runs it)
+        running = False
+    if not running:
+        await leases.release(session_id)
 
 
 async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[], Awaitable[T]]) -> T:
@@ -570,7 +582,7 @@ async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[],
     except BaseException:
         with contextlib.suppress(Exception):
             if await taking:
-                await leases.release(session_id)
+                await _let_go_unless_running(runtime, leases, session_id)
         raise
     try:
         taken = await taking

@@ -60,6 +60,10 @@ class SessionChannel(Protocol):
     def kick(self) -> None:
         """Make the session look for work (new input, answered requests, a turn to continue)."""
 
+    @property
+    def turn_running(self) -> bool:
+        """Whether its turn loop runs in this engine (a turn in progress, or about to start)."""
+
 
 class Runtime(Protocol):
     """The engine as the layers below the surfaces see it."""
