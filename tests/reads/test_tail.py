@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentwatch.events import truncation_marker
+from agentwatch.events import MAX_POSITION, StreamCursor, truncation_marker
 from agentwatch.reads.tail import DEFAULT_TYPES, PROJECTION
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from tests.runtime.support import OpenEngine, Scripted, role
@@ -165,3 +165,16 @@ async def test_before_id_reads_back_page_by_page_to_the_first_event(
         assert stranger["error"]["code"] == "not_found"
         missing = await engine.call_tool("agent_tail", {"id": sid, "beforeId": "evt_nope"})
         assert missing["error"]["code"] == "not_found"
+
+
+async def test_tail_before_the_last_position_a_cursor_can_name_reads_back_from_the_end(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: the event just past it overflowed the store's integer (an internal error)."""
+    model = scripted("shouter-end", ScriptedModel(function=echo_script))
+    async with open_engine(role("shouter", model, tools=("shout",)), tools=[shout]) as engine:
+        sid = (await engine.task("shouter", "first"))["agentId"]
+        latest = await engine.call_tool("agent_tail", {"id": sid})
+        end = StreamCursor(sid, MAX_POSITION).encode()
+        before = await engine.call_tool("agent_tail", {"id": sid, "beforeId": end})
+    assert [row["id"] for row in before["events"]] == [row["id"] for row in latest["events"]], before

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from agentwatch.errors import InvalidArgument
+from agentwatch.events import PageCursor, query_digest
+from agentwatch.reads.runs import HistoryArgs
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
@@ -421,3 +423,42 @@ async def test_a_run_ends_its_open_spans_and_does_not_undo_a_lapse(open_engine: 
         async with engine.run("lapsed") as lapsed:
             assert await engine.store.end_lapsed_runs(datetime.now(UTC) + timedelta(hours=1)) == [lapsed.id]
         assert (await engine.store.get_run(lapsed.id)).status == "interrupted"
+
+
+async def test_forged_run_cursors_are_refused_as_bad_cursors(open_engine: OpenEngine) -> None:
+    """Once: a cursor whose checksum was made right (it is no secret) but whose position no page could end at
+    failed the call with an internal error (IndexError, ValueError, OverflowError, TypeError)."""
+    async with open_engine() as engine:
+        async with engine.run("forged") as run:
+            pass
+        listing = query_digest(RunFilter().model_dump(mode="json"))
+        history = query_digest(HistoryArgs(id=run.id).model_dump(mode="json", exclude={"cursor", "limit", "max_chars"}))
+        forged = {
+            "run_list": [
+                (listing, {}, key)
+                for key in [
+                    (),
+                    ("x", "r"),
+                    (None, None),
+                    (1e308, "r"),
+                    ("0001-01-01T00:00:00+01:00", "r"),
+                    ("2024-01-01T00:00:00", "r"),
+                ]
+            ],
+            "run_history": [
+                (history, {"id": run.id}, key)
+                for key in [("a", "b", "c"), ("a", None, "c"), ("2024-01-01T00:00:00+00:00", 2**64, "c"), ("x",)]
+            ],
+        }
+        for tool, cases in forged.items():
+            for digest, args, key in cases:
+                answer = await engine.call_tool(tool, {**args, "cursor": PageCursor(digest, key).encode()})
+                error = answer.get("error", {})
+                assert (error.get("code"), error.get("details", {}).get("fields")) == (
+                    "invalid_argument",
+                    ["cursor"],
+                ), (
+                    tool,
+                    key,
+                    answer,
+                )

@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from agentwatch.events import Event
+from agentwatch.events import Event, StreamCursor
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.service import ServiceSettings, create_app
+from tests.events.support import forged
 from tests.service.clients import attach, unread_ws, ws_url
 from tests.service.support import role, served
 
@@ -196,6 +197,11 @@ async def test_bad_attach_requests_get_a_structured_error_and_a_clean_close(open
             assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
             garbage = await http.get("/api/agents/ses_nobody/events", headers={"last-event-id": "%%%"})
             assert garbage.status_code == 400 and garbage.json()["error"]["code"] == "invalid_argument"
+            # Forged (the checksum is no secret): nested past the decoder's limit (once a 500), and a position no
+            # stream reaches (once a stream that never sent a frame).
+            for after in (forged("c1.", b"[" * 1530 + b"]" * 1530), StreamCursor("ses_nobody", 10**30).encode()):
+                refused = await http.get("/api/agents/ses_nobody/events", params={"after": after})
+                assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_argument"
 
 
 async def test_a_socket_that_sends_garbage_is_told_and_closed(open_engine: Any, scripted: Any) -> None:

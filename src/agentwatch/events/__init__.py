@@ -43,7 +43,7 @@ from agentwatch.events._runtime import (
 )
 from agentwatch.events._tool import ToolCall, ToolProgress, ToolResult, ToolStatus
 from agentwatch.events._turn import TurnEnded, TurnOutcome, TurnStarted
-from agentwatch.events.cursor import PageCursor, StreamCursor, query_digest
+from agentwatch.events.cursor import MAX_POSITION, PageCursor, StreamCursor, query_digest
 from agentwatch.events.ids import (
     ConversationId,
     EventId,
@@ -61,6 +61,7 @@ from agentwatch.events.truncate import Truncated, truncate, truncation_marker
 __all__ = [
     "DELETION_SOURCE",
     "EVENT_ADAPTER",
+    "MAX_POSITION",
     "PAYLOAD_ADAPTER",
     "PAYLOAD_TYPES",
     "AssistantMessage",

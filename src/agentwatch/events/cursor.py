@@ -22,10 +22,19 @@ from typing import Any, ClassVar, Final, Self
 
 from agentwatch.errors import InvalidCursor
 
-__all__ = ["PageCursor", "StreamCursor", "query_digest"]
+__all__ = ["MAX_POSITION", "PageCursor", "StreamCursor", "query_digest"]
 
 _KEY: Final = b"agentwatch-cursor-v1"
 _MAC_BYTES: Final = 6
+MAX_POSITION: Final = 2**63 - 1
+"""The largest seq (and sub) a stream position can hold: what a store's integer column holds."""
+_SHOWN: Final = 40
+"""Characters of a refused cursor that its error repeats (a cursor may be 4 KB)."""
+
+
+def _shown(text: object) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= _SHOWN else f"{shown[:_SHOWN]}…"
 
 
 def _mac(body: bytes) -> bytes:
@@ -39,23 +48,29 @@ def _seal(kind: str, fields: list[Any]) -> str:
 
 
 def _open(kind: str, text: object, what: str) -> list[Any]:
+    shown = _shown(text)
     if not isinstance(text, str) or not text.startswith(kind) or len(text) > 4096:
-        raise InvalidCursor(f"{text!r} is not a {what}; pass back exactly the cursor a previous call returned")
+        raise InvalidCursor(f"{shown} is not a {what}; pass back exactly the cursor a previous call returned")
     token = text[len(kind) :]
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
     except (binascii.Error, ValueError):
-        raise InvalidCursor(f"{text!r} is not a {what} (not valid base64); pass back the cursor unchanged") from None
+        raise InvalidCursor(f"{shown} is not a {what} (not valid base64); pass back the cursor unchanged") from None
     body, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
     if len(raw) <= _MAC_BYTES or mac != _mac(body):
-        raise InvalidCursor(f"{text!r} was altered or cut short (checksum mismatch); pass back the cursor unchanged")
+        raise InvalidCursor(f"{shown} was altered or cut short (checksum mismatch); pass back the cursor unchanged")
     try:
         fields = json.loads(body)
-    except ValueError:
-        raise InvalidCursor(f"{text!r} does not decode to a {what}") from None
+    except (ValueError, RecursionError):  # (the checksum is no secret: a forged cursor may nest deep)
+        raise InvalidCursor(f"{shown} does not decode to a {what}") from None
     if not isinstance(fields, list):
-        raise InvalidCursor(f"{text!r} does not decode to a {what}")
+        raise InvalidCursor(f"{shown} does not decode to a {what}")
     return fields
+
+
+def _position(value: object) -> bool:
+    """Whether `value` is a seq or sub a stream can hold (a whole number, not a boolean)."""
+    return type(value) is int and 0 <= value <= MAX_POSITION
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -87,10 +102,10 @@ class StreamCursor:
         """Parse a cursor; with `session_id`, also refuse a cursor of another session's stream."""
         fields = _open(cls.PREFIX, text, "stream cursor")
         match fields:
-            case [str(sid), int(seq), int(sub)] if seq >= 0 and sub >= 0:
+            case [str(sid), seq, sub] if _position(seq) and _position(sub):
                 cursor = cls(sid, seq, sub)
             case _:
-                raise InvalidCursor(f"{text!r} does not decode to a stream cursor")
+                raise InvalidCursor(f"{_shown(text)} does not decode to a stream cursor")
         if session_id is not None and cursor.session_id != session_id:
             raise InvalidCursor(
                 f"the cursor belongs to session {cursor.session_id!r}, not {session_id!r}; "
@@ -131,7 +146,7 @@ class PageCursor:
             case [str(digest), list(key)]:
                 cursor = cls(digest, tuple(key))
             case _:
-                raise InvalidCursor(f"{text!r} does not decode to a page cursor")
+                raise InvalidCursor(f"{_shown(text)} does not decode to a page cursor")
         if query is not None and cursor.query != query:
             raise InvalidCursor(
                 "the cursor came from a listing with other filters, group or sort; "

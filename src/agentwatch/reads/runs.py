@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
-from agentwatch.errors import InvalidArgument
+from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import PageCursor, TurnEnded, Usage, query_digest
 from agentwatch.reads._args import field_named
 from agentwatch.reads._view import EngineView
@@ -42,7 +42,7 @@ from agentwatch.store import (
     descendants,
     every_session,
 )
-from agentwatch.tools import Answer, Args, Caller, Count, Cursor, Id, Name
+from agentwatch.tools import MAX_SEQ, Answer, Args, Caller, Count, Cursor, Id, Name
 
 __all__ = [
     "CompareAnswer",
@@ -274,14 +274,33 @@ async def run_list(engine: EngineView, caller: Caller, args: RunListArgs) -> Run
     after = None
     if args.cursor is not None:
         with field_named("cursor"):
-            key = PageCursor.decode(args.cursor, query=digest).key
-            after = (datetime.fromisoformat(str(key[0])), str(key[1]))
+            after = _list_position(PageCursor.decode(args.cursor, query=digest).key)
     runs = await engine.store.list_runs(where, limit=args.limit + 1, after=after)
     page, more = runs[: args.limit], len(runs) > args.limit
     totals = await engine.store.run_totals([run.id for run in page])
     last = page[-1] if page else None
     cursor = PageCursor(digest, (_iso(last.started_at), last.id)).encode() if more and last else None
     return RunListAnswer(runs=[_summary(run, totals[run.id]) for run in page], next_cursor=cursor)
+
+
+def _list_position(key: tuple[object, ...]) -> tuple[datetime, str]:
+    """The run a `run_list` cursor's key names (its start, its id); refused when no page could have ended so."""
+    match key:
+        case (str(at), str(run_id)):
+            started = _moment(at)
+            if started is not None:
+                return started, run_id
+    raise InvalidCursor("the cursor does not hold a run_list position; drop it to start from the first page")
+
+
+def _moment(text: str) -> datetime | None:
+    """The moment an ISO text with an offset names, within the years a store keeps; None for anything else."""
+    try:
+        moment = datetime.fromisoformat(text)
+        moment.astimezone(UTC)  # (an offset past the first or last year overflows)
+    except (ValueError, OverflowError):
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def _summary(run: RunRecord, usage: Usage) -> RunSummary:
@@ -623,10 +642,11 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
     before: tuple[str, int, str] | None = None
     if args.cursor is not None:
         with field_named("cursor"):
-            key = PageCursor.decode(args.cursor, query=query).key
-            if len(key) != 3:
-                raise InvalidArgument("the cursor is not a run history cursor")
-            before = (str(key[0]), int(key[1]), str(key[2]))
+            match PageCursor.decode(args.cursor, query=query).key:
+                case (str(at), int(order), str(ref)) if _moment(at) is not None and 0 <= order <= MAX_SEQ:
+                    before = (at, order, ref)
+                case _:  # (the checksum is no secret: a forged cursor passes it)
+                    raise InvalidCursor("the cursor does not hold a run_history position; drop it to start over")
     sources = set(args.source or _SOURCES) & ({"agent"} if args.agent_id else set(_SOURCES))
     entries: list[tuple[tuple[str, int, str], HistoryEntry]] = []
     truncated = False

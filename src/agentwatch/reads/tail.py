@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue
 
-from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor, NotFound
+from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound
 from agentwatch.events import (
     PAYLOAD_TYPES,
     AssistantMessage,
@@ -333,7 +333,7 @@ async def _read_back(view: EngineView, args: TailArgs, durable: list[str]) -> di
     before = await _position_of(view, args.id, args.before_id, "beforeId")
     # A stored event is not before itself; a cursor stands just after the event it names, which is before it,
     # and an ephemeral event comes after the stored one of its seq.
-    before_seq = before.seq if args.before_id.startswith("evt_") and not before.sub else before.seq + 1
+    before_seq = before.seq if args.before_id.startswith("evt_") and not before.sub else min(before.seq + 1, MAX_SEQ)
     await view.store.get_session(args.id)  # an unknown agent is not_found, not an empty page
     limit = args.max_events
     found = await view.store.read_events_backward(args.id, before_seq=before_seq, limit=limit + 1, types=durable)
@@ -354,10 +354,7 @@ async def _position_of(view: EngineView, session_id: str, given: str, field: str
                 raise
             return held[0].cursor
     with field_named(field):
-        position = StreamCursor.decode(given, session_id=session_id)
-        if position.seq > MAX_SEQ or position.sub > MAX_SEQ:
-            raise InvalidCursor("the cursor names a position past any stream; pass back a cursor unchanged")
-    return position
+        return StreamCursor.decode(given, session_id=session_id)
 
 
 _Item = tuple[int, int, EventValues]

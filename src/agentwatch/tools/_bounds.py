@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, JsonValue, StringConstraints, TypeAdapter, ValidationError
 
 from agentwatch.errors import InvalidArgument
+from agentwatch.events import MAX_POSITION
 
 __all__ = [
     "MAX_ANSWER_CHARS",
@@ -62,7 +63,7 @@ MAX_JSON_ITEMS = 10_000
 """Values (scalars, lists, objects) in a free JSON argument."""
 MAX_JSON_CHARS = 100_000
 """Characters of text (strings and keys) in a free JSON argument."""
-MAX_SEQ = 2**63 - 1
+MAX_SEQ = MAX_POSITION
 """The largest event sequence number a cursor may name (a signed 64-bit integer, as both stores keep it)."""
 MAX_ANSWER_CHARS = 1_000_000
 """About how large an `agent_history` page or the events of an `agent_export` may grow before the answer is
