@@ -111,6 +111,8 @@ async def test_refused_calls_are_structured_errors_with_their_status(open_engine
         body = response.json()
         assert set(body) == {"error"} and body["error"]["code"] == code and body["error"]["message"], body
         assert response.headers["content-type"].startswith("application/json")
+        if status == 405:  # Once the structured error dropped it.
+            assert response.headers["allow"] == "POST", response.headers
 
 
 DEEP = b"[" * 3000 + b"]" * 3000

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -71,6 +72,36 @@ async def test_the_document_offers_only_the_tools_a_caller_outside_a_turn_reache
     known = unknown["error"]["message"].split("the tools are: ")[1].split(", ")
     assert "agent_get" in known and "ObserverReport" not in known and "ask_user" not in known
     assert outside["error"]["code"] == "not_delivered" and "outside any agent" in outside["error"]["message"]
+
+
+async def test_real_answers_match_the_answer_schemas_the_document_gives(open_engine: Any, scripted: Any) -> None:
+    """Once every answer was declared only as an object: a client could not generate a typed client from it."""
+    document = json.loads(DOCUMENT.read_text())
+    model = scripted("openapi-answers", ScriptedModel.replying("hello"))
+    async with open_engine(role("greeter", model)) as engine:
+        snapshot = await engine.task("greeter", "hi", timeout=10)
+        agent = {"id": snapshot["agentId"]}
+        async with engine.run("typed") as run:
+            pass
+        calls = {
+            "agent_list": {"counts": True},
+            "agent_summary": {"words": True, "by": "role"},
+            "agent_get": agent,
+            "agent_history": agent,
+            "agent_tail": agent,
+            "agent_prompt": agent,
+            "agent_export": agent,
+            "agent_roles": {},
+            "run_list": {},
+            "run_trace": {"id": run.id},
+            "run_history": {"id": run.id},
+        }
+        answers = {name: await engine.call_tool(name, args) for name, args in calls.items()}
+    for name, answer in answers.items():
+        assert not isinstance(answer.get("error"), dict), (name, answer)  # (agent_get's `error` is the agent's)
+        schema = document["paths"][f"/api/tools/{name}"]["post"]["responses"]["200"]["content"]["application/json"]
+        assert schema["schema"] == {"$ref": f"#/components/schemas/{name}.answer"}
+        jsonschema.validate(answer, {**schema["schema"], "components": document["components"]})
 
 
 json_values = st.recursive(

@@ -57,10 +57,10 @@ def refusal_for(state: ServiceState, tool: Tool | None, access: str) -> dict[str
     return None
 
 
-def _json(answer: dict[str, Any], status: int | None = None) -> Response:
+def _json(answer: dict[str, Any], status: int | None = None, headers: dict[str, str] | None = None) -> Response:
     # pydantic-core's encoder: the same compact UTF-8 JSON as json.dumps, in a third of the time.
     body = to_json(answer, fallback=str)
-    return Response(body, status_code=status or status_for(answer), media_type="application/json")
+    return Response(body, status_code=status or status_for(answer), media_type="application/json", headers=headers)
 
 
 async def call_tool_endpoint(request: Request) -> Response:
@@ -110,8 +110,9 @@ async def json_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 500)
     if status == 404:
         return _json(error("not_found", f"nothing at {request.url.path!r}; the tools are under /api/tools"), 404)
-    if status == 405:
-        return _json(error("method_not_allowed", f"{request.method} is not allowed on {request.url.path!r}"), 405)
+    if status == 405:  # (with the Allow header Starlette names the methods in)
+        refused = error("method_not_allowed", f"{request.method} is not allowed on {request.url.path!r}")
+        return _json(refused, 405, getattr(exc, "headers", None))
     if status < 500:
         return _json(error("bad_request", str(getattr(exc, "detail", "bad request"))), status)
     log.exception("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)

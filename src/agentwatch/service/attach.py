@@ -16,8 +16,9 @@ A deleted agent's stream ends after its last event, the notice of its deletion (
 answered 204, which stops a browser's EventSource).
 
 Over SSE the frame's `kind` is the SSE event name and its cursor the SSE `id`. Over a WebSocket the server
-closes with code 4000 + the HTTP status of the error (4400, 4401, 4403, 4404, 4413), 1001 when the service
-stops, or 1008 when the client sent something other than `{"type": "ping"}`.
+closes with code 4000 + the HTTP status of the error (4400, 4401, 4403, 4404), 1001 when the service
+stops, or 1008 when the client sent something other than `{"type": "ping"}` (a message over the size limit
+too: its error frame says `too_large`).
 
 A client that falls behind (its queue in the broadcaster fills up) is cut loose by the broadcaster without
 slowing the session; its stream then catches up from the store from the last event it was given and

@@ -12,7 +12,7 @@ import copy
 import json
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,7 @@ def openapi_document(tools: Iterable[Tool], *, version: str = __version__) -> di
                 ],
                 "responses": {
                     "200": {"description": "The event stream", "content": {"text/event-stream": {}}},
+                    "204": {"description": "A reconnect after the deleted agent's last event: nothing more comes"},
                     **{s: error_responses[s] for s in ("400", "401", "403", "404")},
                 },
             }
@@ -97,27 +98,21 @@ def openapi_document(tools: Iterable[Tool], *, version: str = __version__) -> di
     for tool in sorted(tools, key=lambda t: t.name):
         if tool.asks_user:
             continue
-        schema = copy.deepcopy(dict(tool.parameters))
-        defs = schema.pop("$defs", None)
-        if not isinstance(defs, dict):
-            defs = {}
-        prefix = f"{tool.name}."
-        for name, definition in sorted(defs.items()):
-            components[prefix + name] = _rebase(definition, prefix)
-        components[f"{tool.name}.args"] = _rebase(schema, prefix)
+        arguments = _hoisted(components, f"{tool.name}.args", f"{tool.name}.", tool.parameters)
+        answer = {"type": "object"}  # (a function tool whose answer is not modelled)
+        if tool.output_schema is not None:
+            answer = _hoisted(components, f"{tool.name}.answer", f"{tool.name}.answer.", tool.output_schema)
         operation: dict[str, Any] = {
             "operationId": tool.name,
             "summary": tool.description.split("\n", 1)[0],
             "description": tool.description,
             "requestBody": {
-                "required": False,
-                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{tool.name}.args"}}},
+                # An empty body is `{}`: needed only when the tool has required arguments.
+                "required": bool(tool.parameters.get("required")),
+                "content": {"application/json": {"schema": arguments}},
             },
             "responses": {
-                "200": {
-                    "description": "The tool's answer",
-                    "content": {"application/json": {"schema": {"type": "object"}}},
-                },
+                "200": {"description": "The tool's answer", "content": {"application/json": {"schema": answer}}},
                 **error_responses,
             },
         }
@@ -134,6 +129,17 @@ def openapi_document(tools: Iterable[Tool], *, version: str = __version__) -> di
         },
         "security": [{}, {"token": []}],
     }
+
+
+def _hoisted(components: dict[str, Any], name: str, prefix: str, schema: Mapping[str, Any]) -> dict[str, str]:
+    """Put `schema` among the `components` as `name`, its `$defs` beside it (each as `<prefix><def>`); a
+    reference to it."""
+    body = copy.deepcopy(dict(schema))
+    defs = body.pop("$defs", None)
+    for def_name, definition in sorted((defs if isinstance(defs, dict) else {}).items()):
+        components[prefix + def_name] = _rebase(definition, prefix)
+    components[name] = _rebase(body, prefix)
+    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _rebase(node: Any, prefix: str) -> Any:
