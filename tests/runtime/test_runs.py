@@ -17,7 +17,7 @@ from agentwatch.reads.runs import HistoryArgs
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
-from agentwatch.store import RunFilter, RunPatch, SessionFilter
+from agentwatch.store import RunDraft, RunFilter, RunPatch, SessionFilter
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, lease_config, role
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -462,3 +462,21 @@ async def test_forged_run_cursors_are_refused_as_bad_cursors(open_engine: OpenEn
                     key,
                     answer,
                 )
+
+
+async def test_a_run_whose_process_stopped_renewing_it_says_so_while_nothing_ended_it(
+    open_engine: OpenEngine,
+) -> None:
+    """Once: a workflow killed with no service on its store showed `running` for good, with no hint."""
+    async with open_engine(recover=False) as engine:  # (no maintenance: nothing ends a lapsed run here)
+        gone = await engine.store.create_run(
+            RunDraft(kind="workflow", entity="workflow:gone", expires_at=datetime.now(UTC) - timedelta(seconds=5))
+        )
+        fresh = await engine.store.create_run(
+            RunDraft(kind="workflow", entity="workflow:fresh", expires_at=datetime.now(UTC) + timedelta(minutes=1))
+        )
+        listed = {r["id"]: r for r in (await _call(engine, "run_list"))["runs"]}
+        trace = await _call(engine, "run_trace", id=gone.id)
+    assert listed[gone.id]["status"] == "running" and listed[gone.id]["statusReason"].startswith("lapsed at ")
+    assert trace["run"]["statusReason"] == listed[gone.id]["statusReason"]
+    assert listed[fresh.id]["statusReason"] is None

@@ -309,7 +309,7 @@ def _summary(run: RunRecord, usage: Usage) -> RunSummary:
         kind=run.kind,
         entity=run.entity,
         status=run.status,
-        status_reason=run.status_reason,
+        status_reason=run.status_reason or _lapsed(run),
         started_at=_iso(run.started_at),
         ended_at=_iso(run.ended_at) if run.ended_at else None,
         duration_ms=_ms(run.started_at, run.ended_at),
@@ -319,6 +319,17 @@ def _summary(run: RunRecord, usage: Usage) -> RunSummary:
         error=run.error,
         parent_run_id=run.parent_run_id,
         brain_sha=run.brain_sha,
+    )
+
+
+def _lapsed(run: RunRecord) -> str | None:
+    """For a run still `running` whose process stopped renewing it (it died, or it was cut off from the store):
+    says so, until an engine's maintenance ends it `interrupted` (none may run on the store)."""
+    if run.status != "running" or run.expires_at is None or run.expires_at > datetime.now(UTC):
+        return None
+    return (
+        f"lapsed at {_iso(run.expires_at)}: its process stopped renewing it; an engine on the store ends it "
+        "interrupted (`agentwatch serve` does within seconds)"
     )
 
 
