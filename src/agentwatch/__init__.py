@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from agentwatch.runtime.engine import Engine, run_task
     from agentwatch.runtime.heartbeats import Heartbeat, Tick
     from agentwatch.runtime.hooks import Hook
-    from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think, register_scripted_model
+    from agentwatch.runtime.models import CallTool, Fail, Hang, Reply, ScriptedModel, Think, register_scripted_model
     from agentwatch.runtime.policy import Policy, PolicyChain, ToolRequest, Verdict
     from agentwatch.runtime.roster import AgentDefinition
     from agentwatch.runtime.runs import TaskFailed
@@ -41,6 +41,8 @@ _EXPORTS: dict[str, str] = {
     "CallTool": "agentwatch.runtime.models",
     "Engine": "agentwatch.runtime.engine",
     "EventCollector": "agentwatch.runtime.thread_observer",
+    "Fail": "agentwatch.runtime.models",
+    "Hang": "agentwatch.runtime.models",
     "Heartbeat": "agentwatch.runtime.heartbeats",
     "Hook": "agentwatch.runtime.hooks",
     "Policy": "agentwatch.runtime.policy",
@@ -68,6 +70,8 @@ __all__ = [
     "CallTool",
     "Engine",
     "EventCollector",
+    "Fail",
+    "Hang",
     "Heartbeat",
     "Hook",
     "Policy",

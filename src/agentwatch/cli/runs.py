@@ -92,7 +92,11 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
         for run in answer["runs"]
     ]  # fmt: skip
     if not rows:
-        print_note("[dim]no runs[/]")
+        entity = args.get("entity")
+        hint = (
+            f" (an entity is KIND:NAME: workflow:{entity}, hook:{entity}, ...)" if entity and ":" not in entity else ""
+        )
+        print_note(f"[dim]no runs{escape(hint)}[/]")
         return
     columns: list[dict[str, Any]] = [{"no_wrap": True}, {"overflow": "ellipsis", "max_width": 32}]
     columns += [{"no_wrap": True}] * 4 + [{"overflow": "ellipsis", "max_width": 48}]

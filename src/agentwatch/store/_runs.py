@@ -70,9 +70,9 @@ class RunMethods(SqlBase):
         return await self._write(create)
 
     async def _run(self, tx: Tx, run_id: str) -> RunRecord:
-        record: RunRecord = await self._one(
-            tx, RunRecord, "runs", RUN_COLUMNS, RUN_JSON, ("id", run_id), f"no run with id {run_id!r}"
-        )
+        hint = "an agent's id; its runId names the run that started it" if run_id.startswith("ses_") else None
+        missing = f"no run with id {run_id!r}" + (f" ({hint})" if hint else "; `agentwatch runs ls` lists the runs")
+        record: RunRecord = await self._one(tx, RunRecord, "runs", RUN_COLUMNS, RUN_JSON, ("id", run_id), missing)
         return record
 
     async def get_run(self, run_id: str) -> RunRecord:
