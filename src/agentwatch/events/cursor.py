@@ -149,7 +149,7 @@ class PageCursor:
                 raise InvalidCursor(f"{_shown(text)} does not decode to a page cursor")
         if query is not None and cursor.query != query:
             raise InvalidCursor(
-                "the cursor came from a listing with other filters, group or sort; "
+                "the cursor came from another call (another agent or run, other filters, group or sort); "
                 "repeat the same call with it, or drop the cursor to start from the first page"
             )
         return cursor
