@@ -20,6 +20,7 @@ from agentwatch.store import RequestDraft, SessionDraft, SessionFilter, SessionP
 from tests.conftest import IN_CI
 from tests.runtime.support import HeldTool
 from tests.service.support import role, served
+from tests.watchers.support import reporting
 
 playwright_api = pytest.importorskip("playwright.async_api")
 expect = playwright_api.expect
@@ -419,3 +420,34 @@ async def test_on_a_phone_the_status_stays_in_view(open_engine: Any, scripted: A
         await expect(badge).to_have_text("needs you", timeout=WAIT_MS)
         box = await badge.bounding_box()
         assert box is not None and box["x"] + box["width"] <= 390, box
+
+
+async def test_the_page_shows_who_watches_an_agent_and_what_it_last_reported(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once the page showed nothing of an agent's observer (`agentwatch get` did): its type, its pairing, its
+    reports and whether the agent read them. Its name opens the observer, from the keyboard too."""
+    model = scripted("dashboard-observed", ScriptedModel(function=lambda ctx: Reply("shipped")))
+    watcher = scripted("dashboard-watcher", reporting("You skipped the tests."))
+    coder = role("coder", model, observer="reviewer", grant=("spawn",))
+    async with (
+        open_engine(coder, role("reviewer", watcher), extensions=None) as engine,  # (observer agents on)
+        served(create_app(engine, ServiceSettings(token=TOKEN))) as base,
+    ):
+        session = await engine.create("coder", source="chat")
+        await engine.enqueue(session.id, "ship it")
+        for _ in range(500):  # the observer reads the turn's digest and reports
+            described = (await engine.call_tool("agent_get", {"id": session.id})).get("observer") or {}
+            if described.get("reports"):
+                break
+            await asyncio.sleep(0.02)
+        page, problems = await _page(browser, f"{base}/#token={TOKEN}")
+        await page.locator(f'#agents tr[data-id="{session.id}"]').click()
+        observer = page.locator("#d-observer")
+        await expect(observer).to_contain_text("Watched by reviewer · armed", timeout=WAIT_MS)
+        await expect(observer).to_contain_text("last report: You skipped the tests.")
+        await observer.get_by_role("link", name="reviewer").focus()
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#d-meta")).to_contain_text("reviewer", timeout=WAIT_MS)
+        await expect(observer).to_be_hidden()  # an observer is watched by none
+        assert problems == []

@@ -143,6 +143,11 @@
     return node;
   }
 
+  // A link that does something on the page: a real <a href> so that a keyboard's Enter follows it too.
+  function link(text, action) {
+    return el("a", { href: "#", onclick: (e) => { e.preventDefault(); action(); } }, text);
+  }
+
   function wordBadge(word) {
     return el("span", { class: `word ${word}` }, LABELS[word] || word);
   }
@@ -340,7 +345,7 @@
       for (const span of children.get(parent) || []) {
         const attempt = span.attempts > 1 ? ` (attempt ${span.attempt}/${span.attempts})` : "";
         const agent = span.ref && span.ref.agentId && span.kind === "task"
-          ? el("a", { role: "link", tabindex: 0, onclick: () => openAgent(span.ref.agentId) }, " open agent")
+          ? el("span", {}, " ", link("open agent", () => openAgent(span.ref.agentId)))
           : null;
         const line = el("li", { "data-kind": span.kind },
           el("span", {}, el("span", { class: "kind" }, span.kind), `${span.label}${attempt}`, agent),
@@ -551,12 +556,13 @@
     const tokens = agent.usage ? `${agent.usage.tokens} tokens` : "";
     const meta = [agent.role, agent.status, agent.modelRef, tokens, agent.id].filter(Boolean).join(" · ");
     const run = agent.runId
-      ? el("a", { role: "link", tabindex: 0, onclick: () => openRun(agent.runId) }, ` · run ${agent.runId}`)
-      : "";
+      ? [" · ", link(`run ${agent.runId}`, () => openRun(agent.runId))]
+      : [];
     const deleted = agent.deletedAt
       ? el("strong", { class: "deleted" }, ` · deleted, readable until ${when(agent.reapAt)}`)
       : "";
-    $("d-meta").replaceChildren(meta, run, deleted);
+    $("d-meta").replaceChildren(meta, ...run, deleted);
+    showObserver(agent.observer);
     $("d-word").replaceWith(Object.assign(wordBadge(agent.word), { id: "d-word" }));
     const held = agent.interception;
     const take = $("take");
@@ -566,6 +572,21 @@
     $("stop").disabled = Boolean(agent.deletedAt) || !["working", "stuck", "needs_you"].includes(agent.word);
     $("send").hidden = Boolean(agent.deletedAt); // a deleted agent takes no input
     showNeeds(agent);
+  }
+
+  // The observer agent that watches this one, and what it last reported (the agent reads a report at its next
+  // turn: `queued` until then).
+  function showObserver(observer) {
+    const line = $("d-observer");
+    line.hidden = !observer;
+    if (!observer) return;
+    const type = observer.observerType || "an observer";
+    const who = observer.observerSessionId ? link(type, () => openAgent(observer.observerSessionId)) : type;
+    const reports = observer.reports || [];
+    const last = reports[reports.length - 1];
+    line.replaceChildren(
+      "Watched by ", who, ` · ${observer.state}`, observer.reason ? ` (${observer.reason})` : "",
+      ...(last ? [" · last report: ", el("q", {}, last.report), ` (${last.delivery})`] : []));
   }
 
   // -- what it waits for ---------------------------------------------------------------------------
