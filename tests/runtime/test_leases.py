@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agentwatch.config import load_config
+from agentwatch.errors import Conflict
 from agentwatch.events import (
     CompletionFinished,
     NewEvent,
@@ -28,7 +29,7 @@ from agentwatch.events import (
     UserMessage,
 )
 from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.leases import Leases, new_owner
+from agentwatch.runtime.leases import Leases, claimed, new_owner
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.store import SessionDraft, SessionPatch, Write, connect_store
 from tests.runtime.support import LEASE, Scripted, lease_config, one_call_per_prompt, role, until
@@ -170,6 +171,76 @@ async def test_two_engines_stopping_one_paused_agent_at_once_end_its_turn_once(
     assert [e.outcome for e in ended] == ["paused", "cancelled"], ended
     assert sorted(stopped) == [False, True]
     assert len([e for e in events if e.type == "request.dismissed"]) == 1
+
+
+async def test_an_answer_whose_caller_goes_away_mid_write_still_resumes_the_turn(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once: the answer's write landed (a store write runs to its end), but its caller's cancellation (a client
+    that disconnected) let go of the lease taken for it, and its turn loop was never told: the answered turn
+    stayed paused until a restart."""
+
+    def asker(ctx: Any) -> Any:
+        return (
+            Reply(f"got {ctx.tool_results[0].output}") if ctx.tool_results else CallTool("ask_user", {"question": "?"})
+        )
+
+    model = scripted("leases-cancelled-answer", ScriptedModel(function=asker))
+    definition = role("asker", model, tools=("ask_user",))
+    async with Engine.open(url, config=lease_config(tmp_path), definitions=[definition]) as engine:
+        paused = await engine.task("asker", "go", timeout=10)
+        real = engine.store.write
+
+        async def slow(write: Write) -> Any:  # the real store, a moment late (a busy disk)
+            await asyncio.sleep(0.3)
+            return await real(write)
+
+        engine.store.write = slow  # type: ignore[method-assign]
+        answering = asyncio.create_task(engine.answer(paused["pendingHitl"]["hitlId"], "red"))
+        await asyncio.sleep(0.1)
+        answering.cancel()
+        await asyncio.gather(answering, return_exceptions=True)
+        engine.store.write = real  # type: ignore[method-assign]
+        settled = await engine.store.get_session(paused["agentId"])
+        for _ in range(500):  # (not `wait`: it answers at once, a paused agent counting as settled)
+            if settled.status == "completed":
+                break
+            await asyncio.sleep(0.02)
+            settled = await engine.store.get_session(paused["agentId"])
+    assert (settled.status, settled.last_text) == ("completed", "got red"), settled
+
+
+async def test_a_claimed_write_that_fails_after_the_loop_let_go_leaves_no_lease_held(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once (while a failed claimed write let go of its lease only when no turn loop ran): one that failed just
+    after the loop let the lease go, the loop being in its last look, kept the lease for good; input queued
+    through another engine then waited for an owner that never looked."""
+    model = scripted("leases-last-look", ScriptedModel.replying("ok", "and again"))
+    config = lease_config(tmp_path)
+    async with Engine.open(url, config=config, definitions=[role("r", model)]) as engine:
+        session = await engine.create("r")
+        leases = engine.leases
+        let_go = leases.release
+        failed: list[str] = []
+
+        async def release(session_id: str) -> None:
+            await let_go(session_id)
+            task = asyncio.current_task()
+            if not failed and task is not None and task.get_name().startswith("agentwatch-turns"):
+                failed.append(session_id)  # the loop let go, and looks once more: a refused answer lands now
+                with contextlib.suppress(Conflict):
+                    async with claimed(engine, session_id):
+                        raise Conflict("request already resolved")
+
+        leases.release = release  # type: ignore[method-assign]
+        await engine.enqueue(session.id, "hello")
+        await until(lambda: bool(failed))
+        await until(lambda: not engine.running_turns() and leases.held == [], timeout=5)
+        async with Engine.open(url, config=config, definitions=[role("r", model)]) as other:
+            await other.enqueue(session.id, "through another engine")
+            settled, timed_out = await other.wait(session.id, 10)
+    assert not timed_out and settled.last_text == "and again", settled
 
 
 async def test_a_stop_beside_an_owner_whose_lease_lapsed_takes_it_over_and_cuts_the_owner_off(

@@ -37,7 +37,7 @@ from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
 from agentwatch.runtime.heartbeats import Heartbeat, HeartbeatTicker, heartbeats_from_config
 from agentwatch.runtime.hooks import Hook, HookFired, HookRunner, hooks_from_config
-from agentwatch.runtime.leases import HAND_OVER_SECONDS, STOP_CHECK_SECONDS, Leases, commit_claimed
+from agentwatch.runtime.leases import HAND_OVER_SECONDS, STOP_CHECK_SECONDS, Leases, commit_claimed, to_the_end
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
@@ -410,9 +410,13 @@ class Engine:
                 raise Conflict(f"session {session_id!r} was deleted; create a new one")
             driver = await self.driver(session_id)
             write = Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)])
-            # leases: the input is never left without an owner to run it (the lease's take shares its commit)
-            await commit_claimed(self, session_id, lambda: driver.submit(write))
-            driver.kick()
+
+            async def queue() -> None:
+                # leases: the input is never left without an owner to run it (the lease's take shares its commit)
+                await commit_claimed(self, session_id, lambda: driver.submit(write))
+                driver.kick()
+
+            await to_the_end(queue())  # (a caller that goes away leaves the input queued and looked at)
         finally:
             turn_loop_ended()
         return (await self.store.get_session(session_id)).pending_inputs

@@ -60,7 +60,7 @@ from agentwatch.runtime.plan import Plan, next_plan
 from agentwatch.store import LeaseRecord, SessionPatch, SessionRecord, Store, Write
 
 if TYPE_CHECKING:
-    from agentwatch.runtime.services import Runtime
+    from agentwatch.runtime.services import Runtime, SessionChannel
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -68,6 +68,7 @@ __all__ = [
     "Leases",
     "check_held",
     "claimed",
+    "claimed_commit",
     "commit_claimed",
     "end_after_fault",
     "ensure_held",
@@ -535,7 +536,8 @@ async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[None]:
     """Around queuing work for a session (input, an answer): take its lease first when it is free, so that if
     this engine dies before its turn loop runs the work, the lease expires and another engine's sweep finds
     it. When another live engine holds the lease, the work is left for that one (its loop looks again after
-    each turn and after it lets the lease go). A lease taken here for work that was not queued is let go."""
+    each turn and after it lets the lease go). A lease taken here for work that was not queued is let go by the
+    session's turn loop, which looks once more (see `_after_failed_claim`)."""
     leases = leases_of(runtime)
     taken = leases is not None and not leases.holds(session_id) and await leases.acquire(session_id)
     if isinstance(taken, LeaseRecord) and leases is not None:
@@ -544,20 +546,46 @@ async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[None]:
         yield
     except BaseException:
         if taken and leases is not None:
-            await _let_go_unless_running(runtime, leases, session_id)
+            await asyncio.shield(_after_failed_claim(runtime, leases, session_id))
         raise
 
 
-async def _let_go_unless_running(runtime: Runtime, leases: Leases, session_id: str) -> None:
-    """Let go of a lease taken for work that was not queued (its write failed), unless the session's turn loop
-    runs here: other work queued meanwhile (a second answer to the same question, the one accepted) started it
-    under this very lease, and letting it go would cut that turn off. The loop lets it go once it is done."""
+async def claimed_commit(runtime: Runtime, channel: SessionChannel, write: Write) -> None:
+    """Queue work for a session (an answer, a hand-back, input): `write` committed through its `channel` under
+    its lease (`claimed`), then its turn loop told to look. Runs to its end even when the caller is cancelled (a
+    client that went away): the write lands all the same, and so must the look that runs it."""
+
+    async def queue() -> None:
+        async with claimed(runtime, write.session_id):
+            await channel.commit(write)
+        channel.kick()
+
+    await to_the_end(queue())
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """Await `work`, which goes on to its end should the caller be cancelled (its failure then logged)."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(_log_unawaited_failure)
+    return await asyncio.shield(task)
+
+
+def _log_unawaited_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("work that outlived its caller failed: %r", task.exception())
+
+
+async def _after_failed_claim(runtime: Runtime, leases: Leases, session_id: str) -> None:
+    """A claimed write failed. The lease is not let go here: the session's turn loop looks instead, and finds
+    nothing (it lets the lease go) or runs what other work queued meanwhile. Letting it go here cut off a turn
+    the loop was already running under it (a second answer to one question, refused while the first one's turn
+    ran), and skipping that when the loop ran held the lease for good once the loop had let it go and ended."""
     try:
-        running = (await runtime.driver(session_id)).turn_running
-    except AgentwatchError:  # (no such session: nothing runs it)
-        running = False
-    if not running:
+        driver = await runtime.driver(session_id)
+    except AgentwatchError:  # (no such session: nothing to run)
         await leases.release(session_id)
+        return
+    driver.kick()
 
 
 async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[], Awaitable[T]]) -> T:
@@ -582,7 +610,7 @@ async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[],
     except BaseException:
         with contextlib.suppress(Exception):
             if await taking:
-                await _let_go_unless_running(runtime, leases, session_id)
+                await asyncio.shield(_after_failed_claim(runtime, leases, session_id))
         raise
     try:
         taken = await taking

@@ -18,7 +18,7 @@ from pydantic import JsonValue
 
 from agentwatch.errors import Conflict
 from agentwatch.events import NewEvent, RequestResolved, RuntimeNotice, TurnId
-from agentwatch.runtime.leases import claimed
+from agentwatch.runtime.leases import claimed_commit
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.tools.ask import check_answer, check_approval, check_choice
 from agentwatch.runtime.toolservers import shown_answer
@@ -45,16 +45,13 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
     # An oauth answer's token is kept in the request (the call needs it, even after a restart), never in an event.
     resolved = RequestResolved(request_id=request_id, answer=shown_answer(request.kind, answer), by=by)
     turn_id = TurnId(request.turn_id) if request.turn_id else None
-    async with claimed(runtime, request.session_id):  # leases: the paused turn is never left without an owner
-        await channel.commit(
-            Write(
-                request.session_id,
-                events=[NewEvent(resolved, turn_id)],
-                requests_close=[RequestClose(request_id=request_id, status="resolved", answer=answer, by=by)],
-                expect_status=["awaiting_input"] if for_a_turn else None,
-            )
-        )
-    channel.kick()
+    resolve = Write(
+        request.session_id,
+        events=[NewEvent(resolved, turn_id)],
+        requests_close=[RequestClose(request_id=request_id, status="resolved", answer=answer, by=by)],
+        expect_status=["awaiting_input"] if for_a_turn else None,
+    )
+    await claimed_commit(runtime, channel, resolve)  # leases: the paused turn is never left without an owner
     return await store.get_request(request_id)
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentwatch.errors import NotFound
 from agentwatch.events import Origin
-from agentwatch.runtime.leases import claimed
+from agentwatch.runtime.leases import claimed_commit
 from agentwatch.store import InputDraft, ObserverRef, SessionRecord, Write
 from agentwatch.watchers.digest import Batch, Digest, TurnEndedItem, envelope_tag, safe_name
 from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, stopped_by_person
@@ -108,11 +108,9 @@ class SessionCourier:
             observed = await engine.store.get_session(pairing.observed_session_id)
             framing = framing_prompt(pairing, observed.role, recovery=batch.recovery)
             inputs.insert(0, InputDraft(text=framing, origin=FRAMING_ORIGIN, meta=True))
-        driver = await engine.driver(session.id)
-        async with claimed(engine, session.id):  # never left without an owner to run it (see runtime.leases)
-            await driver.commit(Write(session.id, inputs_add=inputs))
+        # never left without an owner to run it (see runtime.leases)
+        await claimed_commit(engine, await engine.driver(session.id), Write(session.id, inputs_add=inputs))
         pairing.first_run_done = True
-        driver.kick()
         while True:
             settled, timed_out = await engine.wait(session.id, WAIT_SLICE)
             if not timed_out:

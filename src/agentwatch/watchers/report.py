@@ -45,7 +45,7 @@ from pydantic import Field, JsonValue, field_validator
 
 from agentwatch.errors import AgentwatchError, Conflict, NotFound
 from agentwatch.events import NewEvent, ObserverReported, Origin
-from agentwatch.runtime.leases import claimed
+from agentwatch.runtime.leases import claimed_commit
 from agentwatch.runtime.plan import WORKING, lives_on, new_report_held
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
 from agentwatch.runtime.roster import GRANTS
@@ -193,10 +193,8 @@ ARMING_WAIT = 10.0
 async def _queue(engine: Runtime, session_id: str, write: Write) -> None:
     """Commit `write` (which queues input) and let the session's turn loop plan: the plan, not the sender,
     decides whether the input starts a turn now."""
-    driver = await engine.driver(session_id)
-    async with claimed(engine, session_id):  # never left without an owner to read it (see runtime.leases)
-        await driver.commit(write)
-    driver.kick()
+    # never left without an owner to read it (see runtime.leases)
+    await claimed_commit(engine, await engine.driver(session_id), write)
 
 
 def parent_report_text(observer_type: str, child: SessionRecord, report: str) -> str:

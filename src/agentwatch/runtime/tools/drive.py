@@ -18,7 +18,7 @@ from agentwatch.errors import Conflict
 from agentwatch.events import NewEvent, Origin, RuntimeNotice
 from agentwatch.reads.answers import StatusSnapshot
 from agentwatch.reads.current import snapshot_answer
-from agentwatch.runtime.leases import claimed
+from agentwatch.runtime.leases import claimed_commit
 from agentwatch.runtime.roster import capability_for
 from agentwatch.runtime.services import Runtime
 from agentwatch.store import SessionPatch, SessionRecord, Write
@@ -353,9 +353,8 @@ async def agent_hand_back(engine: Runtime, caller: Caller, args: HandBackArgs) -
         detail={"by": by},
     )
     channel = await engine.driver(args.id)
-    async with claimed(engine, args.id):  # leases: the inputs that waited get an owner to run them
-        await channel.commit(Write(args.id, events=[NewEvent(notice)], session=SessionPatch(interception=None)))
-    channel.kick()
+    handed_back = Write(args.id, events=[NewEvent(notice)], session=SessionPatch(interception=None))
+    await claimed_commit(engine, channel, handed_back)  # leases: the inputs that waited get an owner to run them
     session = await engine.store.get_session(args.id)
     return Held(id=session.id, interception=session.interception, pending_inputs=session.pending_inputs)
 
