@@ -243,6 +243,33 @@ async def test_a_claimed_write_that_fails_after_the_loop_let_go_leaves_no_lease_
     assert not timed_out and settled.last_text == "and again", settled
 
 
+async def test_a_stop_that_an_answer_overtakes_looks_again_and_stops(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once: the answer (through another engine) landed after the stop read the pending request and before it
+    wrote; the status was still `awaiting_input`, so the stop took itself for current and failed with "request
+    ... is already resolved"."""
+    model = scripted("leases-stop-answer", ScriptedModel(function=lambda ctx: CallTool("ask_user", {"question": "?"})))
+    config = lease_config(tmp_path)
+    async with Engine.open(url, config=config, definitions=[role("asker", model, tools=("ask_user",))]) as a:
+        paused = await a.task("asker", "go", timeout=10)
+        agent_id, hitl = paused["agentId"], paused["pendingHitl"]["hitlId"]
+        async with Engine.open(url, config=config, runs_turns=False) as b:
+            real = a.store.list_requests
+
+            async def then_answered(*args: Any, **kwargs: Any) -> Any:  # the real store; an answer lands after it
+                a.store.list_requests = real  # type: ignore[method-assign]
+                seen = await real(*args, **kwargs)
+                await b.answer(hitl, "red", by="bo")
+                return seen
+
+            a.store.list_requests = then_answered  # type: ignore[method-assign]
+            stopped = await a.stop(agent_id, by="ada")
+        events = await check_log(a, agent_id)
+    assert stopped is True
+    assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["paused", "cancelled"]
+
+
 async def test_a_stop_beside_an_owner_whose_lease_lapsed_takes_it_over_and_cuts_the_owner_off(
     tmp_path: Path, url: str, scripted: Scripted
 ) -> None:

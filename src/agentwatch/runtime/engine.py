@@ -499,10 +499,10 @@ class Engine:
                     await end_stopped_turn(self, driver, session_id, session.current_turn_id, by, status=session.status)
                     return True
                 except Conflict:
-                    if (await self.store.get_session(session_id)).status == session.status:
+                    if (await self.store.get_session(session_id)).last_seq == session.last_seq:
                         raise
-                # The session moved on while the stop was written (another stop ended the turn, or it resumed
-                # elsewhere): what was read is stale, so look again.
+                # The session moved on while the stop was written (another stop ended the turn, an answer came,
+                # or the turn resumed elsewhere): what was read is stale, so look again.
         except _RunsElsewhere:
             return await self._stop_elsewhere(session_id, by, idle_observer=idle_observer)
         return await self._stop(session_id, by, idle_observer=idle_observer)

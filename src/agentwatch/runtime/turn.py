@@ -666,7 +666,8 @@ async def end_stopped_turn(
     gone, or it is paused), what the turn left is read back: the tool calls it left open get their
     `interrupted` results, as a run cut off writes them, and its usage is that of its model requests since it
     last paused. With `status` (the session's as the stopper read it), the write fails with `Conflict` when the
-    session moved on meanwhile (another stop ended the turn, or it resumed): what was read is stale."""
+    status moved on meanwhile (another stop ended the turn, or it resumed), as it does when a request it closes
+    was answered meanwhile: what was read is stale."""
     store = runtime.store
     requests = await store.list_requests(session_id=session_id, limit=1000)
     pending = [r for r in requests if r.turn_id == turn_id]
