@@ -204,6 +204,31 @@ async def test_bad_attach_requests_get_a_structured_error_and_a_clean_close(open
                 assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_argument"
 
 
+async def test_a_cursor_past_the_agents_newest_event_is_refused(open_engine: Any, scripted: Any) -> None:
+    """Once: a forged cursor (the checksum is no secret) past the newest event was taken, and the stream then
+    sent nothing, ever: every later event was at or before it."""
+    model_ref = scripted("attach-past", ScriptedModel.replying("hi"))
+    async with open_engine(role("quiet", model_ref)) as engine, served(create_app(engine)) as base:
+        session = await engine.create("quiet")
+        past = StreamCursor(session.id, 2**62).encode()
+        async with httpx.AsyncClient(base_url=base) as http:
+            refused = await http.get(f"/api/agents/{session.id}/events", params={"after": past})
+        assert refused.status_code == 400 and refused.json()["error"]["details"]["fields"] == ["after"]
+        async with connect(ws_url(base, session.id, past)) as ws:
+            frame = json.loads(await ws.recv())
+            assert frame["kind"] == "error" and "past the agent's newest event" in frame["error"]["message"]
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400
+        # A position at the newest event, past deltas after it (they are not stored), still resumes.
+        newest = StreamCursor(session.id, (await engine.store.get_session(session.id)).last_seq, 3).encode()
+        async with (
+            httpx.AsyncClient(base_url=base) as http,
+            http.stream("GET", f"/api/agents/{session.id}/events", params={"after": newest}) as resumed,
+        ):
+            assert resumed.status_code == 200
+
+
 async def test_a_socket_that_sends_garbage_is_told_and_closed(open_engine: Any, scripted: Any) -> None:
     model_ref = scripted("quiet", ScriptedModel.replying("hi"))
     settings = ServiceSettings(max_message_bytes=6000)

@@ -55,7 +55,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agentwatch.errors import AgentwatchError, InvalidArgument
+from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor
 from agentwatch.events import DELETION_SOURCE, Event, RuntimeNotice, StreamCursor
 from agentwatch.live import Lagged
 from agentwatch.service._wire import error, event_text, snapshot_text, status_for
@@ -139,7 +139,20 @@ class Attachment:
         """Attach; raises `AgentwatchError` when the session cannot be attached to."""
         if len(self.session_id) > MAX_ID_CHARS:  # the tools' bound on an id, before the store is asked
             raise InvalidArgument(f"id: an agent's id is 1..{MAX_ID_CHARS} characters, got {len(self.session_id)}")
-        self._client = await self.state.broadcaster.attach(self.state.engine, self.session_id)
+        self._client = client = await self.state.broadcaster.attach(self.state.engine, self.session_id)
+        if self.after is not None and client.snapshot is not None:
+            # A position past the newest event came from no stream of this agent (the checksum is no secret):
+            # every event would be at or before it, and the stream would never send one.
+            newest = max(
+                client.snapshot.position.seq, (await self.state.engine.store.get_session(self.session_id)).last_seq
+            )
+            if self.after.seq > newest:
+                self.close()
+                raise InvalidCursor(
+                    f"after: the cursor is past the agent's newest event (seq {newest}); pass back a cursor this "
+                    "stream gave, or attach without one",
+                    fields=["after"],
+                )
 
     def close(self) -> None:
         """Detach (idempotent)."""
