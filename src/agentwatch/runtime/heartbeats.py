@@ -171,7 +171,8 @@ async def _run_tick(runtime: Runtime, heartbeat: Heartbeat, due: Tick, run: Run)
 async def _stopped_if_orphaned(runtime: Runtime, heartbeat: Heartbeat, earlier: SessionRecord, run: Run) -> bool:
     """Stop `earlier`, the agent of an earlier tick still at work, when nobody enforces the heartbeat's timeout on
     it any more: its tick's run ended (its engine died or closed; the turn went on after a restart) and it ran
-    past the timeout. True when it was stopped (says so in `run`'s journal); False leaves it be (an overlap)."""
+    past the timeout. True when it is no longer at work (stopped, which `run`'s journal says, or ended meanwhile);
+    False leaves it be (an overlap)."""
     if datetime.now(UTC) - earlier.created_at < timedelta(seconds=heartbeat.timeout):
         return False
     if earlier.run_id is not None:
@@ -180,10 +181,11 @@ async def _stopped_if_orphaned(runtime: Runtime, heartbeat: Heartbeat, earlier: 
                 return False  # its tick waits on it, and stops it at the timeout
     why = f"an earlier tick's agent, whose run ended, ran past the heartbeat's timeout ({heartbeat.timeout:g} s)"
     try:
-        await runtime.stop(earlier.id, by=f"heartbeat {heartbeat.name} ({why})")
+        stopped = await runtime.stop(earlier.id, by=f"heartbeat {heartbeat.name} ({why})")
     except Conflict:
         return False  # it runs in another engine that did not stop it yet: looked at again at the next tick
-    await run.journal("stopped", f"stopped {earlier.name}: {why}")
+    if stopped:  # (else it ended meanwhile: no longer at work either)
+        await run.journal("stopped", f"stopped {earlier.name}: {why}")
     return True
 
 
