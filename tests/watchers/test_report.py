@@ -149,7 +149,7 @@ async def test_the_report_conditions_table(open_engine: OpenEngine, scripted: Sc
         deleted = await call("ObserverReport", {"report": "later"}, caller=as_observer)
         assert deleted["error"]["code"] == "not_delivered"
         assert "is not running (deleted)" in deleted["error"]["message"]
-        assert await _state_is(engine, observed_id, "retired")
+        assert await _pairing_is(hub, observed_id, "retired")
         retired = await call("ObserverReport", {"report": "late"}, caller=as_observer)
         assert "pairing is retired (not armed)" in retired["error"]["message"]
         # running observed agent: delivered
@@ -190,8 +190,23 @@ async def test_deleting_an_idle_observed_agent_retires_its_pairing(open_engine: 
         await eventually(lambda: _quiet(engine, observer.id))
         assert await _state_is(engine, session.id, "armed")
         await engine.delete(session.id)
-        assert await eventually(lambda: _state_is(engine, session.id, "retired"))
-        assert (await states(engine, session.id))[-1] == ("retired", "the observed agent was deleted")
+        hub = observer_agents(engine)
+        await eventually(lambda: _pairing_is(hub, session.id, "retired"))
+        deleted = await engine.store.get_session(session.id)
+        described = await describe(engine.store, deleted)
+        assert described is not None and (described["state"], described["reason"]) == (
+            "retired",
+            "the observed agent was deleted",
+        )
+        # Not recorded as an event: the notice of its deletion stays a deleted agent's last one (its stream ends
+        # with it, and a reconnect after it is told nothing more comes).
+        last = (await engine.store.read_events_backward(session.id, limit=1))[0]
+        assert last.type == "runtime.info" and last.payload.source == "deletion"
+
+
+async def _pairing_is(hub: Any, session_id: str, state: str) -> bool:
+    pairing = hub.pairing(session_id)
+    return pairing is not None and pairing.state == state
 
 
 async def _quiet(engine: Engine, session_id: str) -> bool:

@@ -42,8 +42,13 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
     latest = states[0] if states else None
     changed = latest.payload if latest is not None and isinstance(latest.payload, ObserverStateChanged) else None
     state: PairingState = changed.state if changed is not None else "armed"
+    reason = changed.reason if changed else None
+    since = latest.at.isoformat() if latest is not None else None
     if ref is not None and ref.stopped and state not in ("stopped", "blocked"):
         state = "stopped"
+    elif session.deleted_at is not None and state == "armed":
+        # (not recorded: the notice of its deletion is a deleted session's last event)
+        state, reason, since = "retired", "the observed agent was deleted", session.deleted_at.isoformat()
     found = await store.read_events_backward(session.id, types=["observer.report"], limit=reports) if reports else []
     waiting = [i.text for i in await store.list_inputs(session.id) if i.origin and i.origin.kind == "observer"]
     listed: list[ObserverReportEntry] = []
@@ -70,8 +75,8 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
         observer_type=observer_type,
         observer_session_id=observer_session,
         state=state,
-        reason=changed.reason if changed else None,
-        since=latest.at.isoformat() if latest is not None else None,
+        reason=reason,
+        since=since,
         stopped=bool(ref and ref.stopped),
         reports=listed,
     )

@@ -244,8 +244,9 @@ async def _retire_if_ended(registry: PairingRegistry, pairing: Pairing) -> None:
     if pairing.buffer or pairing.state != "armed":
         return  # a digest came in meanwhile: the observed agent runs again, so the pairing stays armed
     if not observed_alive(observed) and observed.pending_inputs == 0:
-        ended = "was deleted" if observed.deleted_at is not None else f"ended ({observed.status})"
-        await registry.set_state(pairing, "retired", f"the observed agent {ended}")
+        deleted = observed.deleted_at is not None
+        ended = "was deleted" if deleted else f"ended ({observed.status})"
+        await registry.set_state(pairing, "retired", f"the observed agent {ended}", record=not deleted)
 
 
 def _brief(exc: BaseException) -> str:

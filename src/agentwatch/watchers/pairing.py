@@ -190,11 +190,16 @@ class PairingRegistry:
         except Exception as exc:  # the observed session may be gone; the log has it
             log.warning("could not record the warning on %s: %s", pairing.observed_session_id, exc)
 
-    async def set_state(self, pairing: Pairing, state: PairingState, reason: str | None) -> None:
-        """Move the pairing to `state` and record it on the observed session."""
+    async def set_state(
+        self, pairing: Pairing, state: PairingState, reason: str | None, *, record: bool = True
+    ) -> None:
+        """Move the pairing to `state` and record it on the observed session (not with `record=False`: a deleted
+        session's last event is the notice of its deletion, and `describe` reads its pairing as retired)."""
         pairing.state, pairing.reason = state, reason
         if state in ("denied", "stopped", "blocked"):
             pairing.buffer.clear()  # over for good (in this engine): nothing buffered will be sent
+        if not record:
+            return
         changed = ObserverStateChanged(
             observer_type=pairing.observer_type,
             observer_session_id=pairing.observer_session_id,

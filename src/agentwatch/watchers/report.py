@@ -139,7 +139,8 @@ async def send_report(registry: PairingRegistry, pairing: Pairing, report: str) 
     if observed is None or not observed_alive(observed):
         status = "gone" if observed is None else ("deleted" if observed.deleted_at else observed.status)
         if observed is not None:
-            await registry.set_state(pairing, "retired", f"the observed agent was {status}")
+            retired = f"the observed agent was {status}"
+            await registry.set_state(pairing, "retired", retired, record=observed.deleted_at is None)
         raise ReportNotDelivered(
             f"the observed agent {pairing.observed_name!r} is not running ({status}); the report was not delivered"
         )
