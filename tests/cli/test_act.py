@@ -323,6 +323,9 @@ async def test_create_makes_the_agent_at_once_and_the_next_engine_runs_it(
     assert unknown.exit_code == 1 and "no agent type 'nobody'" in _json(unknown)["error"]["message"]
     empty = await asyncio.to_thread(invoke, "create", "maker", "", *flags)
     assert empty.exit_code == 2 and "PROMPT: the text is empty" in empty.output
+    # Idle, yet not settled: `await` says why it waits in vain (once: "idle (timed out)", and nothing more).
+    waited = await asyncio.to_thread(invoke, "await", "m1", "--timeout", "0.2", "--store", store_url)
+    assert waited.exit_code == 3 and "1 input(s) of m1 wait for an engine to run them" in waited.stderr, waited.output
     async with open_engine() as engine:  # the next engine to open the store runs it
 
         async def done() -> bool:

@@ -270,6 +270,11 @@ async def wait_until_settled(
             session = await reader.store.get_session(agent_id)
             done = await settled(reader.store, session)  # as an engine's own wait reads it
             if done or loop.time() >= deadline:
+                if not done and session.status == "idle" and session.pending_inputs:
+                    print_note(  # (an idle agent, yet not settled: its input waits for an engine)
+                        f"[dim]{session.pending_inputs} input(s) of {escape(session.name)} wait for an engine to run "
+                        "them, and none is running this agent: start `agentwatch serve` on this store[/]"
+                    )
                 return await status_snapshot(
                     reader.store, session, stuck_after=reader.stuck_after(session.role), timed_out=not done
                 )
