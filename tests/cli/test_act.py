@@ -257,8 +257,9 @@ async def test_a_person_takes_an_agent_over_and_hands_it_back(
         twice = await asyncio.to_thread(invoke, "take-over", "helper", "--store", store_url, "--json")
         assert twice.exit_code == 1 and "already held by ada" in _json(twice)["error"]["message"]
 
-        sent = await asyncio.to_thread(invoke, "send", "helper", "two", "--store", store_url, "--json")
+        sent = await asyncio.to_thread(invoke, "send", "helper", "two", "--store", store_url)
         assert sent.exit_code == 0, sent.output
+        assert "it waits until ada hands the agent back" in sent.output  # (once: "... continues it")
         await engine.enqueue(session.id, "three")  # the owner's own input waits too
         await asyncio.sleep(1.0)  # the owner's sweep and loop had time to run it, and did not
         held = await engine.store.get_session(session.id)
@@ -369,6 +370,8 @@ def test_ls_shows_a_question_held_for_the_parent(store_url: str, waiting: dict[s
     table = invoke("ls", "--store", store_url)
     (scout,) = [line for line in table.stdout.splitlines() if line.startswith("scout\t")]
     assert "1 held" in scout.split("\t")
+    (deployer,) = [line for line in table.stdout.splitlines() if line.startswith("deployer\t")]
+    assert "1 for you" in deployer.split("\t")  # an approval (once: "1 asks")
 
 
 def test_get_says_which_engine_owns_a_turn_and_when_it_is_gone(store_url: str) -> None:

@@ -62,7 +62,7 @@ def render_list(answer: dict[str, Any]) -> None:
         if row["pendingInputs"]:
             waiting.append(f"{row['pendingInputs']} in")
         if row["pendingRequests"]:
-            waiting.append(f"[yellow]{row['pendingRequests']} asks[/]")
+            waiting.append(f"[yellow]{row['pendingRequests']} for you[/]")  # (questions and approvals alike)
         if row["heldRequests"]:  # asked of its parent first: a person's later
             waiting.append(f"{row['heldRequests']} held")
         name = escape(row["name"]) + (f" [dim]×{row['sessionCount']}[/]" if row.get("sessionCount") else "")
@@ -155,7 +155,7 @@ def render_get(record: dict[str, Any]) -> None:
             runs_on += f" [yellow](gone: its lease ran out {ran_out}; a running service continues it)[/]"
         rows.append(("runs on", runs_on))
     if record["deletedAt"]:
-        rows.append(("deleted", f"{record['deletedAt']} (reaped {record['reapAt']})"))
+        rows.append(("deleted", f"{record['deletedAt']} (readable until {record['reapAt']})"))
     cells = [[key, str(value)] for key, value in rows]
     print_table(None, cells, columns=[{"style": "dim", "no_wrap": True}, {}], box=None, pad_edge=False)
 

@@ -449,7 +449,14 @@ def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
     """
     args: dict[str, Any] = {"agentId": agent, "prompt": text}
     result = act(store_url, "agent_enqueue", args, {"agentId": "AGENT", "prompt": "TEXT"}, agent="agentId")
-    _say(result, as_json, f"queued for {result['agentId']} ({result['pendingInputs']} waiting): {_left(store_url)}")
+    if as_json:
+        print_json(result)
+        return
+    from agentwatch.cli.remote import read
+
+    held = read(store_url, "agent_get", {"id": result["agentId"]}, {}).get("interception")
+    then = f"it waits until {held['by']} hands the agent back" if held else _left(store_url)
+    click.echo(f"queued for {result['agentId']} ({result['pendingInputs']} waiting): {then}")
 
 
 @click.command("stop", short_help="Stop an agent's turn (it ends cancelled).")

@@ -21,7 +21,14 @@ __all__ = ["agents"]
 
 @click.group(short_help="The agent definitions in the agents directory.")
 def agents() -> None:
-    """The agent definitions in the agents directory."""
+    """The agent definitions in the agents directory.
+
+    \b
+    Examples:
+      agentwatch agents list                  each agent type: model, tools, observer
+      agentwatch agents check                 every problem of the definitions, with where and what to do
+      agentwatch agents check --tool lookup   a tool your project registers in Python counts as known
+    """
 
 
 def _names(values: tuple[str, ...]) -> set[str]:

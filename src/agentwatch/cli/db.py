@@ -16,7 +16,13 @@ __all__ = ["db"]
 
 @click.group(short_help="The store: where it is and what it holds.")
 def db() -> None:
-    """The store: where it is and what it holds."""
+    """The store: where it is and what it holds.
+
+    \b
+    Examples:
+      agentwatch db info          the project's store (agentwatch.toml's, else .agentwatch/agentwatch.db)
+      agentwatch db info --json   the same, as the exact answer
+    """
 
 
 async def _info(url: str) -> StoreInfo:

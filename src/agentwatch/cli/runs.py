@@ -41,8 +41,8 @@ __all__ = ["runs"]
 
 @click.group("runs", short_help="Runs (workflows, heartbeats, hooks): read them; fire a hook.")
 def runs() -> None:
-    """Runs: a workflow's phases and tasks (`engine.run` in Python), or a heartbeat's tick. They are read
-    from what outlives their agents (the run, its spans and journal, the spend ledger).
+    """Runs: a workflow's phases and tasks (`engine.run` in Python), a heartbeat's tick, or a hook's fire. They
+    are read from what outlives their agents (the run, its spans and journal, the spend ledger).
 
     \b
     Examples:

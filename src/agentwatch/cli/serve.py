@@ -20,7 +20,13 @@ _EXTRA = "the service needs its extra: pip install 'agentwatch[service]'"
     default=None,
     help="Port to listen on (default: [server] bind, then 8765; 0 = any).",
 )
-@click.option("--store", "store_url", metavar="URL", default=None, help="Store URL (default: $AGENTWATCH_STORE).")
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    default=None,
+    help="Store URL. Default: $AGENTWATCH_STORE, agentwatch.toml, then sqlite:///.agentwatch/agentwatch.db.",
+)
 @click.option(
     "--deploy-hold-minutes",
     type=MINUTES,
@@ -41,8 +47,8 @@ def serve(
     and serves a dashboard at its address.
 
     \b
-    Binding an address other than 127.0.0.1 needs a token: AGENTWATCH_TOKEN (or one is generated and
-    printed); AGENTWATCH_READ_TOKEN may call only the read tools. SIGTERM drains: no new turn starts and
+    A host that is not loopback (localhost, 127.0.0.0/8, ::1) needs a token: AGENTWATCH_TOKEN (or one is
+    generated and printed); AGENTWATCH_READ_TOKEN may call only the read tools. SIGTERM drains: no new turn starts and
     running turns go on for up to --deploy-hold-minutes; a second SIGTERM stops at once.
 
     \b
@@ -71,7 +77,13 @@ def serve(
 
 
 @click.command(short_help="Serve the tools as an MCP server on stdin/stdout.")
-@click.option("--store", "store_url", metavar="URL", default=None, help="Store URL (default: $AGENTWATCH_STORE).")
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    default=None,
+    help="Store URL. Default: $AGENTWATCH_STORE, agentwatch.toml, then sqlite:///.agentwatch/agentwatch.db.",
+)
 @click.option("--read-only", is_flag=True, help="Offer only the read tools (and agent_await).")
 @setup_option
 def mcp(store_url: str | None, read_only: bool, setup: str | None) -> None:
