@@ -241,4 +241,7 @@ def list_agents(agents_dir: Path | None) -> None:
     print_table(["name", "model", "tools", "observer", "description"], rows)
     _add_rule_observers(roster)  # (after the rows: the directory's own roles are listed)
     if problems := roster.problems:  # (checked without the project's tools: `check --tool NAME` declares them)
-        print_note(f"[yellow]{len(problems)} problem(s) in these files; `agentwatch agents check` lists them[/]")
+        print_note(
+            f"[yellow]{len(problems)} problem(s) in these files; `agentwatch agents check` lists them, with what it "
+            "checks beyond them (the setup's tools, agentwatch.toml, the observer gate)[/]"
+        )
