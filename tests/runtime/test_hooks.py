@@ -143,3 +143,28 @@ async def test_a_fire_whose_agent_does_not_answer_in_time_ends_timed_out(
         listed = await engine.call_tool("run_list", {"status": ["timed_out"]})
         assert [r["id"] for r in listed["runs"]] == [fired["runId"]]
         slow.release.set()
+
+
+async def test_maintenance_stops_a_fires_agent_that_outlived_its_run_and_the_timeout(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: a fire cut off with its engine went on after the restart with nobody to time it out, hung, and ran
+    for good (a heartbeat's next tick stops such an agent of its own; a hook has no next tick)."""
+    slow = HeldTool("stuck_check")
+    hook = Hook("deploy-check", "checker", prompt="Check.", timeout=0.3)
+    async with open_engine(slow.role("checker", scripted, "hook-orphan"), tools=[slow.tool], hooks=[hook]) as engine:
+        assert engine.hooks is not None
+        async with engine.run("deploy-check", kind="hook") as cut_off:  # (ended: as when its engine closed)
+            cut_off.end_as("interrupted", "the engine closed before the run ended")
+        orphan = await engine.create("checker", run_id=cut_off.id, source="hook", group_key="hook:deploy-check")
+        await engine.enqueue(orphan.id, "Check.")
+        await asyncio.wait_for(slow.started.wait(), 10)
+        assert await engine.hooks.stop_orphans() == 0  # within its time: left be
+        await asyncio.sleep(0.4)
+        assert await engine.hooks.stop_orphans() == 1
+        assert (await engine.store.get_session(orphan.id)).status == "cancelled"
+        journal = await engine.call_tool("run_history", {"id": cut_off.id, "source": ["journal"]})
+        slow.release.set()
+    assert [e["title"] for e in journal["entries"]] == [
+        f"stopped {orphan.name}: its fire's run ended, and it ran past the hook's timeout (0.3 s)"
+    ]

@@ -311,6 +311,8 @@ class Engine:
                 ("reaping runs", lambda: reap_runs_due(self.store, self.config.retention)),
                 ("ending lapsed runs", lambda: self.store.end_lapsed_runs(datetime.now(UTC))),
             ]
+            if self.hooks is not None:
+                steps.append(("stopping hook fires no run times out", self.hooks.stop_orphans))
             for what, step in steps:  # one failing step does not keep the others from running
                 try:
                     await step()

@@ -43,13 +43,13 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from agentwatch.config import HEARTBEAT_NAME as NAME_PATTERN
 from agentwatch.config import Config
-from agentwatch.errors import Conflict, InvalidArgument, NotFound
-from agentwatch.runtime.runs import Run, stable_run_id, start_run
+from agentwatch.errors import Conflict, InvalidArgument
+from agentwatch.runtime.runs import Run, stable_run_id, start_run, stop_orphaned_task
 from agentwatch.store import SessionFilter, SessionRecord
 
 if TYPE_CHECKING:
@@ -169,24 +169,14 @@ async def _run_tick(runtime: Runtime, heartbeat: Heartbeat, due: Tick, run: Run)
 
 
 async def _stopped_if_orphaned(runtime: Runtime, heartbeat: Heartbeat, earlier: SessionRecord, run: Run) -> bool:
-    """Stop `earlier`, the agent of an earlier tick still at work, when nobody enforces the heartbeat's timeout on
-    it any more: its tick's run ended (its engine died or closed; the turn went on after a restart) and it ran
-    past the timeout. True when it is no longer at work (stopped, which `run`'s journal says, or ended meanwhile);
-    False leaves it be (an overlap)."""
-    if datetime.now(UTC) - earlier.created_at < timedelta(seconds=heartbeat.timeout):
-        return False
-    if earlier.run_id is not None:
-        with contextlib.suppress(NotFound):  # (a reaped run ended long ago)
-            if (await runtime.store.get_run(earlier.run_id)).status == "running":
-                return False  # its tick waits on it, and stops it at the timeout
+    """Whether `earlier`, the agent of an earlier tick still at work, is no longer: stopped when nobody enforces
+    the heartbeat's timeout on it any more (`stop_orphaned_task`), which `run`'s journal says, or ended
+    meanwhile. False leaves it be (an overlap)."""
     why = f"an earlier tick's agent, whose run ended, ran past the heartbeat's timeout ({heartbeat.timeout:g} s)"
-    try:
-        stopped = await runtime.stop(earlier.id, by=f"heartbeat {heartbeat.name} ({why})")
-    except Conflict:
-        return False  # it runs in another engine that did not stop it yet: looked at again at the next tick
-    if stopped:  # (else it ended meanwhile: no longer at work either)
+    stopped = await stop_orphaned_task(runtime, earlier, heartbeat.timeout, f"heartbeat {heartbeat.name} ({why})")
+    if stopped:
         await run.journal("stopped", f"stopped {earlier.name}: {why}")
-    return True
+    return stopped is not None
 
 
 class HeartbeatTicker:

@@ -21,7 +21,8 @@ or `Engine.open(hooks=[Hook("deploy-check", "checker", prompt="...")])` in Pytho
   "hook:deploy-check"}` lists every fire), reaped after `retention.hook_ttl`; the run ends as its task does
   (`Run.sole_task`: `completed`, `timed_out`, `cancelled` or `failed`), and is reaped after `retention.run_ttl`.
 - A fire runs in the engine that took it (one that runs turns: `agentwatch serve`, `Engine.open()`); one whose
-  process dies lapses and ends `interrupted`, as any run.
+  process dies lapses and ends `interrupted`, as any run; its agent goes on after the restart, and an engine's
+  maintenance stops it once it runs past the hook's timeout (`stop_orphans`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from pydantic import JsonValue
 from agentwatch.config import Config
 from agentwatch.errors import Conflict, NotFound
 from agentwatch.runtime.heartbeats import check_scheduled
-from agentwatch.runtime.runs import stable_run_id, start_run
+from agentwatch.runtime.runs import stable_run_id, start_run, stop_orphaned_task
+from agentwatch.store import JournalEntry, SessionFilter
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
@@ -87,6 +89,10 @@ def task_prompt(hook: Hook, input: JsonValue) -> str:
     return f"{hook.prompt}\n\nInput:\n{json.dumps(input, ensure_ascii=False, indent=2)}"
 
 
+_ORPHANS_LOOKED_AT = 50
+"""Sessions of one hook still at work that a maintenance pass looks at, at most (the next pass looks again)."""
+
+
 class HookRunner:
     """Fires an engine's hooks, each in a task of its own, until the engine closes."""
 
@@ -126,6 +132,27 @@ class HookRunner:
                 recorded.set_result(HookFired(run_id, duplicate=True))  # this key fired before: that run is the one
             else:
                 recorded.set_exception(exc)
+
+    async def stop_orphans(self) -> int:
+        """Stop the fires' agents that nobody times out any more (`stop_orphaned_task`: their run ended with an
+        engine that died or closed, and the turn went on after a restart past the hook's timeout), each noted in
+        its run's journal; how many. An engine's maintenance calls it."""
+        stopped = 0
+        for hook in self.hooks.values():
+            busy = await self._runtime.store.list_sessions(
+                SessionFilter(group_key=f"hook:{hook.name}", status=["running", "awaiting_input"]),
+                limit=_ORPHANS_LOOKED_AT,
+            )
+            why = f"its fire's run ended, and it ran past the hook's timeout ({hook.timeout:g} s)"
+            for session in busy.items:
+                if await stop_orphaned_task(self._runtime, session, hook.timeout, f"hook {hook.name} ({why})"):
+                    stopped += 1
+                    if session.run_id is not None:
+                        entry = JournalEntry(
+                            run_id=session.run_id, kind="stopped", message=f"stopped {session.name}: {why}"
+                        )
+                        await self._runtime.store.append_journal(entry)
+        return stopped
 
     async def close(self) -> None:
         """Cut off the fires still running (their runs end `interrupted`; their agents' turns go on at the next

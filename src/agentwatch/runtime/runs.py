@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import JsonValue, ValidationError
 
-from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument
+from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotFound
 from agentwatch.events import Origin, Usage
 from agentwatch.store import (
     RUN_ENDINGS,
@@ -54,6 +54,7 @@ from agentwatch.store import (
     RunDraft,
     RunPatch,
     RunRecord,
+    SessionRecord,
     SpanDraft,
     SpanPatch,
     SpanRecord,
@@ -320,6 +321,23 @@ async def start_run(
         await asyncio.gather(renewing, return_exceptions=True)
         # (not over the `interrupted` another engine wrote when this one was cut off past the run's expiry)
         await runtime.store.end_run(record.id, patch.model_copy(update={"ended_at": _now()}))
+
+
+async def stop_orphaned_task(runtime: Runtime, session: SessionRecord, timeout: float, by: str) -> bool | None:
+    """Stop `session`, the agent of a run's task still at work, when nobody enforces the task's `timeout` on it
+    any more: its run ended (its engine died or closed, and the turn went on after a restart) and it ran past the
+    timeout. True when it was stopped (as `by`); False when it ended meanwhile; None when it is left be (within
+    its time, its run still waits on it, or another engine runs it and did not stop it yet)."""
+    if datetime.now(UTC) - session.created_at < timedelta(seconds=timeout):
+        return None
+    if session.run_id is not None:
+        with contextlib.suppress(NotFound):  # (a reaped run ended long ago)
+            if (await runtime.store.get_run(session.run_id)).status == "running":
+                return None  # its run waits on it, and stops it at the timeout
+    try:
+        return await runtime.stop(session.id, by=by)
+    except Conflict:
+        return None  # it runs in another engine that did not stop it yet: looked at again later
 
 
 def _cut_off(runtime: Runtime) -> RunPatch:
