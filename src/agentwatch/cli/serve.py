@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentwatch.cli._common import MINUTES, resolve_config, run_async, setup_option
+from agentwatch.cli._common import MINUTES, resolve_config, run_async, setup_option, store_option
 from agentwatch.errors import MissingDependency
 
 __all__ = ["mcp", "serve"]
@@ -20,13 +20,7 @@ _EXTRA = "the service needs its extra: pip install 'agentwatch[service]'"
     default=None,
     help="Port to listen on (default: [server] bind, then 8765; 0 = any).",
 )
-@click.option(
-    "--store",
-    "store_url",
-    metavar="URL",
-    default=None,
-    help="Store URL. Default: $AGENTWATCH_STORE, agentwatch.toml, then sqlite:///.agentwatch/agentwatch.db.",
-)
+@store_option
 @click.option(
     "--deploy-hold-minutes",
     type=MINUTES,
@@ -77,13 +71,7 @@ def serve(
 
 
 @click.command(short_help="Serve the tools as an MCP server on stdin/stdout.")
-@click.option(
-    "--store",
-    "store_url",
-    metavar="URL",
-    default=None,
-    help="Store URL. Default: $AGENTWATCH_STORE, agentwatch.toml, then sqlite:///.agentwatch/agentwatch.db.",
-)
+@store_option
 @click.option("--read-only", is_flag=True, help="Offer only the read tools (and agent_await).")
 @setup_option
 def mcp(store_url: str | None, read_only: bool, setup: str | None) -> None:
