@@ -212,17 +212,22 @@ def close_open_calls(history: Sequence[JsonValue]) -> tuple[list[Payload], list[
     if not open_calls:
         return [], []
     closing = ModelRequest(parts=[_interrupted_return(call) for call in open_calls])
-    results: list[Payload] = [
+    return _tool_results(closing, {}), [_dump_one(closing)]
+
+
+def _tool_results(request: ModelRequest, statuses: dict[str, ToolStatus]) -> list[Payload]:
+    """The `tool.result` payloads of a request's tool returns: each with the status `statuses` recorded for its
+    call (taken out of it), else its return's outcome's."""
+    return [
         ToolResult(
             tool_call_id=part.tool_call_id,
             tool_name=part.tool_name,
             output=part.model_response_str(wrap_if_error=False),
-            status="interrupted",
+            status=statuses.pop(part.tool_call_id, None) or tool_status(part.outcome),
         )
-        for part in closing.parts
+        for part in request.parts
         if isinstance(part, ToolReturnPart)
     ]
-    return results, [_dump_one(closing)]
 
 
 class _TurnRun:
@@ -383,19 +388,7 @@ class _TurnRun:
         return results
 
     def _tool_results(self, request: ModelRequest) -> list[Payload]:
-        results: list[Payload] = []
-        for part in request.parts:
-            if isinstance(part, ToolReturnPart):
-                status = self._statuses.pop(part.tool_call_id, None) or tool_status(part.outcome)
-                results.append(
-                    ToolResult(
-                        tool_call_id=part.tool_call_id,
-                        tool_name=part.tool_name,
-                        output=part.model_response_str(wrap_if_error=False),
-                        status=status,
-                    )
-                )
-        return results
+        return _tool_results(request, self._statuses)
 
     # -- model requests ----------------------------------------------------------------------------------------
 
