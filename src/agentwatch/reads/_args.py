@@ -12,7 +12,7 @@ from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 from agentwatch.config import parse_duration
 from agentwatch.errors import InvalidArgument, InvalidCursor
 
-__all__ = ["EARLIEST", "LATEST", "MAX_WINDOW", "Moment", "Window", "field_named"]
+__all__ = ["EARLIEST", "LATEST", "MAX_WINDOW", "Moment", "Window", "cursor_moment", "field_named"]
 
 MAX_WINDOW = timedelta(days=3650)
 """The longest window a read takes: ten years."""
@@ -56,6 +56,8 @@ def _window(value: timedelta) -> timedelta:
 
 
 def _moment(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("a moment needs an offset (Z or +HH:MM)")
     try:
         utc = value.astimezone(UTC)
     except (OverflowError, ValueError):
@@ -63,6 +65,15 @@ def _moment(value: datetime) -> datetime:
     if utc is None or not _EARLIEST <= utc < _LATEST:
         raise ValueError("a moment must fall between 1970-01-01 and 9999-01-01")
     return value
+
+
+def cursor_moment(text: str) -> datetime | None:
+    """The moment a cursor's key holds as ISO text, when it is one a read could have put there (with an offset,
+    between 1970 and 9999); None for anything else (cursors can be forged: the checksum is no secret)."""
+    try:
+        return _moment(datetime.fromisoformat(text))
+    except ValueError:
+        return None
 
 
 Window = Annotated[timedelta, BeforeValidator(_duration), AfterValidator(_window)]

@@ -17,9 +17,7 @@ from pydantic import Field
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import PageCursor, query_digest
-from agentwatch.reads._args import EARLIEST as _EARLIEST
-from agentwatch.reads._args import LATEST as _LATEST
-from agentwatch.reads._args import Moment, Window, field_named
+from agentwatch.reads._args import Moment, Window, cursor_moment, field_named
 from agentwatch.reads._rows import LISTED_FIELDS, listed_rows, recent_entry
 from agentwatch.reads._view import EngineView, iso, stuck_thresholds
 from agentwatch.reads.answers import CountsAnswer
@@ -159,11 +157,8 @@ def _open_cursor(args: ListArgs, digest: str) -> tuple[PageCursor | None, dateti
         match cursor.key:
             case (str(store_text), str(moment)):
                 store_cursor = _check_store_cursor(store_text)
-                try:
-                    now = datetime.fromisoformat(moment)
-                except ValueError:
-                    now = None
-                if now is not None and now.tzinfo is not None and _EARLIEST <= now < _LATEST:
+                now = cursor_moment(moment)
+                if now is not None:
                     return store_cursor, now
         raise InvalidCursor("the cursor does not hold an agent_list position; drop it to start from the first page")
 
@@ -181,10 +176,10 @@ def _check_store_cursor(text: str) -> PageCursor:
             if value[:1] not in "0123456789":
                 continue  # not a moment (an id, a name): every ISO 8601 text starts with a digit
             try:
-                moment = datetime.fromisoformat(value)
+                datetime.fromisoformat(value)
             except ValueError:
                 continue
-            if moment.tzinfo is None or not _EARLIEST <= moment < _LATEST:
+            if cursor_moment(value) is None:
                 raise InvalidCursor("the cursor holds a position no listing returns")
         elif not isinstance(value, bool | None):
             raise InvalidCursor("the cursor holds a position no listing returns")

@@ -27,7 +27,7 @@ from pydantic import Field, JsonValue
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
 from agentwatch.events import PageCursor, TurnEnded, Usage, query_digest
-from agentwatch.reads._args import field_named
+from agentwatch.reads._args import cursor_moment, field_named
 from agentwatch.reads._view import EngineView
 from agentwatch.reads.tail import project
 from agentwatch.store import (
@@ -287,20 +287,10 @@ def _list_position(key: tuple[object, ...]) -> tuple[datetime, str]:
     """The run a `run_list` cursor's key names (its start, its id); refused when no page could have ended so."""
     match key:
         case (str(at), str(run_id)):
-            started = _moment(at)
+            started = cursor_moment(at)
             if started is not None:
                 return started, run_id
     raise InvalidCursor("the cursor does not hold a run_list position; drop it to start from the first page")
-
-
-def _moment(text: str) -> datetime | None:
-    """The moment an ISO text with an offset names, within the years a store keeps; None for anything else."""
-    try:
-        moment = datetime.fromisoformat(text)
-        moment.astimezone(UTC)  # (an offset past the first or last year overflows)
-    except (ValueError, OverflowError):
-        return None
-    return moment if moment.tzinfo is not None else None
 
 
 def _summary(run: RunRecord, usage: Usage) -> RunSummary:
@@ -654,7 +644,7 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
     if args.cursor is not None:
         with field_named("cursor"):
             match PageCursor.decode(args.cursor, query=query).key:
-                case (str(at), int(order), str(ref)) if _moment(at) is not None and 0 <= order <= MAX_SEQ:
+                case (str(at), int(order), str(ref)) if cursor_moment(at) is not None and 0 <= order <= MAX_SEQ:
                     before = (at, order, ref)
                 case _:  # (the checksum is no secret: a forged cursor passes it)
                     raise InvalidCursor("the cursor does not hold a run_history position; drop it to start over")
