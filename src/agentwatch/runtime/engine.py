@@ -724,12 +724,13 @@ Scheduled = TypeVar("Scheduled", Heartbeat, Hook)
 def _checked_schedule(roster: Roster, what: str, declared: list[Scheduled]) -> list[Scheduled]:
     """The `declared` heartbeats (or hooks), once each names a role of the roster and no name is given twice."""
     seen: set[str] = set()
+    runnable = roster.runnable()
     for item in declared:
         if item.name in seen:
             raise UserError(f"two {what}s are named {item.name!r}; give each its own name")
         seen.add(item.name)
-        if item.role not in roster.runnable():
-            known = ", ".join(roster.runnable()) or "none"
+        if item.role not in runnable:
+            known = ", ".join(runnable) or "none"
             why = "a rule observer, which runs as no agent" if item.role in roster else "not defined"
             raise UserError(f"{what} {item.name!r} runs role {item.role!r}, which is {why} (roles: {known})")
     return declared

@@ -90,7 +90,7 @@ def task_prompt(hook: Hook, input: JsonValue) -> str:
 
 
 _ORPHANS_LOOKED_AT = 50
-"""Sessions of one hook still at work that a maintenance pass looks at, at most (the next pass looks again)."""
+"""Sessions of hook fires still at work that a maintenance pass looks at, at most (the next pass looks again)."""
 
 
 class HookRunner:
@@ -138,20 +138,23 @@ class HookRunner:
         engine that died or closed, and the turn went on after a restart past the hook's timeout), each noted in
         its run's journal; how many. An engine's maintenance calls it."""
         stopped = 0
-        for hook in self.hooks.values():
-            busy = await self._runtime.store.list_sessions(
-                SessionFilter(group_key=f"hook:{hook.name}", status=["running", "awaiting_input"]),
-                limit=_ORPHANS_LOOKED_AT,
-            )
+        if not self.hooks:
+            return stopped
+        busy = await self._runtime.store.list_sessions(  # (one read for every hook, every few seconds)
+            SessionFilter(source=["hook"], status=["running", "awaiting_input"]), limit=_ORPHANS_LOOKED_AT
+        )
+        for session in busy.items:
+            hook = self.hooks.get((session.group_key or "").removeprefix("hook:"))
+            if hook is None:
+                continue  # a hook this engine does not declare: the engines that do look after it
             why = f"its fire's run ended, and it ran past the hook's timeout ({hook.timeout:g} s)"
-            for session in busy.items:
-                if await stop_orphaned_task(self._runtime, session, hook.timeout, f"hook {hook.name} ({why})"):
-                    stopped += 1
-                    if session.run_id is not None:
-                        entry = JournalEntry(
-                            run_id=session.run_id, kind="stopped", message=f"stopped {session.name}: {why}"
-                        )
-                        await self._runtime.store.append_journal(entry)
+            if await stop_orphaned_task(self._runtime, session, hook.timeout, f"hook {hook.name} ({why})"):
+                stopped += 1
+                if session.run_id is not None:
+                    entry = JournalEntry(
+                        run_id=session.run_id, kind="stopped", message=f"stopped {session.name}: {why}"
+                    )
+                    await self._runtime.store.append_journal(entry)
         return stopped
 
     async def close(self) -> None:
