@@ -63,6 +63,9 @@ async def test_a_key_fires_once_however_often_the_fire_is_sent(open_engine: Open
         fired = await first.call_tool("hook_fire", args)
         again = await second.call_tool("hook_fire", args)  # a scheduler's retry, through another service
         assert again == {**fired, "duplicate": True}
+        changed = await second.call_tool("hook_fire", {**args, "input": {"v": 2}})  # a reused key, by mistake
+        assert changed["error"]["code"] == "conflict" and fired["runId"] in changed["error"]["message"]
+        assert "new key" in changed["error"]["message"]
         other = await first.call_tool("hook_fire", {**args, "key": "2026-12-05T11:00"})
         assert other["runId"] != fired["runId"] and other["duplicate"] is False
         for run_id in (fired["runId"], other["runId"]):

@@ -16,7 +16,7 @@ or `Engine.open(hooks=[Hook("deploy-check", "checker", prompt="...")])` in Pytho
   is given to the agent after the hook's prompt.
 - `key` fires once: the run's id is made from the hook's name and the key, so a scheduler that sends a fire
   again (a retry, a second scheduler) gets the first run back (`duplicate: true`) and starts nothing, for as long
-  as that run is kept (`retention.run_ttl`, 30 days).
+  as that run is kept (`retention.run_ttl`, 30 days). The same key with another input is refused (a conflict).
 - The fire runs a task: a session of `role` (source `hook`, group key `hook:<name>`: `agent_list {groupKey:
   "hook:deploy-check"}` lists every fire), reaped after `retention.hook_ttl`; the run ends as its task does
   (`Run.sole_task`: `completed`, `timed_out`, `cancelled` or `failed`), and is reaped after `retention.run_ttl`.
@@ -129,9 +129,30 @@ class HookRunner:
             if recorded.done():  # after the run was recorded: it ended `failed` with the error
                 log.warning("hook %s: its run failed: %s", hook.name, exc)
             elif isinstance(exc, Conflict) and run_id is not None:
-                recorded.set_result(HookFired(run_id, duplicate=True))  # this key fired before: that run is the one
+                await self._fired_before(hook, key, input, run_id, recorded)
             else:
                 recorded.set_exception(exc)
+
+    async def _fired_before(
+        self, hook: Hook, key: str | None, input: JsonValue, run_id: str, recorded: asyncio.Future[HookFired]
+    ) -> None:
+        """This key fired before: that run is the one, when this fire asks for the same input (a retry); one
+        asking for another input is refused, as a reused key with other input is a caller's mistake."""
+        try:
+            run = await self._runtime.store.get_run(run_id)
+        except Exception as exc:
+            recorded.set_exception(exc)
+            return
+        if run.input != input:
+            recorded.set_exception(
+                Conflict(
+                    f"hook {hook.name}: key {key!r} fired run {run_id} with another input; a fire with a new "
+                    "input needs a new key (or no key)",
+                    fields=["key"],
+                )
+            )
+        else:
+            recorded.set_result(HookFired(run_id, duplicate=True))
 
     async def stop_orphans(self) -> int:
         """Stop the fires' agents that nobody times out any more (`stop_orphaned_task`: their run ended with an

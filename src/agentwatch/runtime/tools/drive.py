@@ -127,7 +127,7 @@ class FireArgs(Args):
     key: Name | None = Field(
         None,
         description="Fire once per key: a fire with a key that fired before starts nothing and answers that run "
-        "(duplicate: true), so a scheduler may send it again safely.",
+        "(duplicate: true), so a scheduler may send it again safely; the same key with another input is refused.",
     )
 
 
