@@ -149,6 +149,18 @@ async def test_a_task_paused_on_a_person_waits_and_its_wait_is_a_span(
         assert wait["endedAt"] is not None and wait["ref"]["agentId"] == task["ref"]["agentId"]
         assert trace["run"]["entity"] == "pipeline:release"
 
+        # The run has ended: the same agent's later work (another deploy, approved too) is none of the run's.
+        history = await _call(engine, "run_history", id=run.id, limit=200)
+        (listed,) = (await _call(engine, "run_list", entity="pipeline:release"))["runs"]
+        approver = asyncio.create_task(approve_when_asked())
+        await engine.enqueue(task["ref"]["agentId"], "production")
+        await approver
+        await engine.wait(task["ref"]["agentId"], 10)
+        assert ran == ["staging", "production"]
+        assert await _call(engine, "run_trace", id=run.id) == trace
+        assert await _call(engine, "run_history", id=run.id, limit=200) == history
+        assert (await _call(engine, "run_list", entity="pipeline:release"))["runs"] == [listed]
+
 
 async def test_compare_aligns_spans_by_path_and_diffs_the_inputs_leaf_by_leaf(
     open_engine: OpenEngine, scripted: Scripted

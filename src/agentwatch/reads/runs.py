@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
-from agentwatch.events import PageCursor, TurnEnded, Usage, query_digest
+from agentwatch.events import Event, PageCursor, TurnEnded, Usage, query_digest
 from agentwatch.reads._args import cursor_moment, field_named
 from agentwatch.reads._view import EngineView
 from agentwatch.reads.tail import project
@@ -351,6 +351,8 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
         spans.append(_turn_span(turn, owner, sessions.get(turn.session_id), times.get((turn.session_id, turn.turn_id))))
     for session in sessions.values():
         for request in await store.list_requests(session_id=session.id, status=None, limit=1000):
+            if not run.started_at <= request.created_at <= (run.ended_at or request.created_at):
+                continue  # asked for other work of the agent's, before the run or after its end
             spans.append(
                 TraceSpan(
                     id=request.id,
@@ -635,6 +637,26 @@ def _minus(a: float | int | None, b: float | int | None) -> Any:
 # -- run_history --------------------------------------------------------------------------------------
 
 
+async def _while_it_ran(store: Store, session_id: str, run: RunRecord, budget: int) -> tuple[list[Event], bool]:
+    """The newest `budget` events the session wrote while `run` ran, oldest first (a reused or long-lived agent's
+    other work, before the run or after its end, stays out), and whether older ones of them were left out."""
+    kept: list[Event] = []
+    before: int | None = None
+    while True:
+        page = await store.read_events_backward(session_id, before_seq=before, limit=budget + 1)
+        for event in page:
+            if run.ended_at is not None and event.at > run.ended_at:
+                continue
+            if event.at < run.started_at:
+                return kept[::-1], False
+            if len(kept) == budget:
+                return kept[::-1], True
+            kept.append(event)
+        if len(page) <= budget:  # back to the session's first event
+            return kept[::-1], False
+        before = page[-1].seq
+
+
 async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> RunHistoryAnswer:
     """The `run_history` tool."""
     store = engine.store
@@ -665,13 +687,9 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
         wanted = await _with_descendants(store, args.agent_id, sessions) if args.agent_id else list(sessions)
         read = 0
         for session_id in wanted:
-            budget = min(_PAGE_EVENTS, MAX_EVENTS - read)
             # The newest: a history pages back from the end.
-            newest = await store.read_events_backward(session_id, limit=budget + 1)
-            if len(newest) > budget:  # this agent had more than is read: its oldest are left out
-                truncated = True
-                newest = newest[:budget]
-            events = newest[::-1]
+            events, left_out = await _while_it_ran(store, session_id, run, min(_PAGE_EVENTS, MAX_EVENTS - read))
+            truncated = truncated or left_out  # this agent had more than is read: its oldest are left out
             read += len(events)
             for event in events:
                 row = project(event, max_chars=args.max_chars)
