@@ -67,6 +67,19 @@ async def test_agent_task_runs_a_turn_to_done(open_engine: OpenEngine, scripted:
         assert totals[session.id].total_tokens == ended.usage.total_tokens
 
 
+async def test_a_wait_that_a_deletion_ends_answers_deleted(open_engine: OpenEngine, scripted: Scripted) -> None:
+    busy = HeldTool("dig")
+    async with open_engine(busy.role("digger", scripted, "await-deleted"), tools=[busy.tool]) as engine:
+        agent = await engine.create("digger")
+        await engine.enqueue(agent.id, "dig")
+        await asyncio.wait_for(busy.started.wait(), 10)
+        waiting = asyncio.create_task(engine.call_tool("agent_await", {"agentId": agent.id, "timeoutMs": 10_000}))
+        await asyncio.sleep(0.1)  # (the wait has begun)
+        await engine.call_tool("agent_delete", {"id": agent.id})
+        snapshot = await waiting
+        assert (snapshot["status"], snapshot["timedOut"], snapshot["deleted"]) == ("cancelled", False, True)
+
+
 async def test_every_event_an_observer_sees_is_already_in_the_store(
     open_engine: OpenEngine, scripted: Scripted, tmp_path: Path
 ) -> None:

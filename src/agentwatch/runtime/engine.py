@@ -106,6 +106,8 @@ class Engine:
         self._drivers_lock = asyncio.Lock()
         self._factories: list[ObserverFactory] = []
         self._stop_reasons: dict[str, str] = {}
+        self._deleting: set[str] = set()
+        """Sessions this engine is deleting: stopped, their deletion not yet written (a wait does not settle)."""
         self._maintenance: asyncio.Task[None] | None = None
         self._closed = False
         self._draining = False
@@ -433,7 +435,7 @@ class Engine:
         while True:
             session = await self.store.get_session(session_id)
             busy = driver.turn_running and session.status not in TERMINAL_STATUSES
-            if not busy and await settled(self.store, session):
+            if not busy and session_id not in self._deleting and await settled(self.store, session):
                 return session, False
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -578,6 +580,13 @@ class Engine:
         session = await self.store.get_session(session_id)
         if session.deleted_at is not None:
             return session
+        self._deleting.add(session_id)  # a wait the stop ends answers with the deletion
+        try:
+            return await self._delete(session_id, by)
+        finally:
+            self._deleting.discard(session_id)
+
+    async def _delete(self, session_id: str, by: str) -> SessionRecord:
         await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
         reap_at = datetime.now(UTC) + self.config.retention.deleted_ttl
         # Its last event, in the same write as the deletion: attach streams end with it (`DELETION_SOURCE`),
