@@ -18,7 +18,7 @@ from agentwatch.live import LiveRing, connect_live
 from agentwatch.runtime import emitter as emitter_module
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import RoleSessions
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.store import SessionDraft, SessionRecord, Store, Write, connect_store
@@ -151,6 +151,52 @@ async def test_a_turn_sees_what_another_engine_added_to_the_conversation(tmp_pat
         await a.enqueue(session.id, "four")  # and the next turn of the same engine keeps counting
         settled, _ = await a.wait(session.id, 30)
     assert settled.last_text == "3 responses before this one"
+
+
+class _OwnOnly(EventCollector[Any]):
+    own_events_only = True
+
+
+async def test_observers_are_given_what_other_engines_wrote_in_its_place_in_the_order(
+    tmp_path: Path, scripted: Scripted
+) -> None:
+    """Once: an answer given through another process (the CLI on the store) and a turn another engine ran never
+    reached this engine's observers: their stream had holes where those events were."""
+
+    def asker(ctx: Any) -> Any:
+        if ctx.tool_results:
+            return Reply(f"got {ctx.tool_results[0].output}")
+        return CallTool("ask_user", {"question": "Colour?"}) if ctx.prompt == "go" else Reply("fine")
+
+    model = scripted("emitter-others", ScriptedModel(function=asker))
+    url = f"sqlite:///{tmp_path / 'aw.db'}"
+    definition = role("asker", model, tools=("ask_user",))
+    everything: EventCollector[Any] = EventCollector()
+    own = _OwnOnly()
+    async with Engine.open(url, root=tmp_path, definitions=[definition], extensions=[]) as a:
+        a.start_with_observer(lambda _sid: everything)
+        a.start_with_observer(lambda _sid: own)
+        paused = await a.task("asker", "go", timeout=10)
+        agent = paused["agentId"]
+        async with Engine.open(url, root=tmp_path, definitions=[definition], extensions=[], runs_turns=False) as b:
+            await b.answer(paused["pendingHitl"]["hitlId"], "red")
+        for _ in range(500):  # a's turn goes on once it sees the answer
+            if (await a.store.get_session(agent)).status == "completed":
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # the turn loop lets the session's lease go
+        async with Engine.open(url, root=tmp_path, definitions=[definition], extensions=[]) as c:
+            await c.enqueue(agent, "and now?")  # a whole turn run by another engine
+            await c.wait(agent, 30)
+        await a.enqueue(agent, "still there?")
+        settled, _ = await a.wait(agent, 30)
+        assert settled.last_text == "fine"
+        await asyncio.sleep(0.1)  # the dispatcher hands the last events out
+        stored = await a.store.read_events(agent, limit=1000)
+    assert [e for sid, e in everything.events if sid == agent and e.durable] == stored
+    mine = [e for sid, e in own.events if sid == agent and e.durable]
+    assert "request.resolved" not in {e.type for e in mine} and len({e.turn_id for e in mine} - {None}) == 2
+    assert [e.seq for e in mine] == sorted({e.seq for e in mine})
 
 
 async def test_on_the_redis_ring_watchers_see_every_event_once_in_stream_order_after_it_is_stored(

@@ -117,9 +117,23 @@ class _Attach:
 
 
 @dataclass(slots=True)
+class _Gap:
+    """Events another engine wrote to the session between two of this emitter's (seq in `after`..`before`,
+    both left out): handed out from the store before the next of its own (see `_fill`)."""
+
+    after: int
+    before: int
+
+
+@dataclass(slots=True)
 class _ObserverSlot:
     observer: ThreadObserver[Any]
     last_warning: float = -_WARNING_INTERVAL
+    others: bool = True
+    """It is given the events other engines wrote too (not when it says `own_events_only`)."""
+
+    def __post_init__(self) -> None:
+        self.others = not getattr(self.observer, "own_events_only", False)
 
 
 class SessionEmitter:
@@ -159,7 +173,7 @@ class SessionEmitter:
         self._messages: list[JsonValue] | None = None
         self._messages_of: str | None = None
         # Events and attaches waiting to be handed out, and the task that hands them out (only while any wait).
-        self._queue: deque[Event | _Attach] = deque()
+        self._queue: deque[Event | _Attach | _Gap] = deque()
         self._dispatcher: asyncio.Task[None] | None = None
         self._enqueued = (last_seq, 0)  # (seq, sub) of the last event queued for dispatch
         self._dispatched = self._enqueued  # ... and of the last one dispatched
@@ -346,6 +360,8 @@ class SessionEmitter:
         self._last_seq = session.last_seq
 
     def _hand_out(self, pending: _Pending, events: Sequence[Event], error: BaseException | None) -> None:
+        if events and events[0].seq > self._enqueued[0] + 1:  # another engine wrote in between
+            self._queue_up(_Gap(self._enqueued[0], events[0].seq))
         for event in events:
             self._enqueued = (event.seq, event.sub)
             self._deliver(event)
@@ -409,7 +425,7 @@ class SessionEmitter:
         else:
             self._queue_up(event)
 
-    def _queue_up(self, item: Event | _Attach) -> None:
+    def _queue_up(self, item: Event | _Attach | _Gap) -> None:
         self._queue.append(item)
         if self._dispatcher is None:
             self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"agentwatch-dispatch-{self.session_id}")
@@ -420,11 +436,30 @@ class SessionEmitter:
         except Exception as exc:  # the ring is a view; losing it must not stop the session
             self._ring_trouble.report(self.session_id, exc)
 
-    def _after_publish(self, event: Event) -> None:
+    def _after_publish(self, event: Event, *, other: bool = False) -> None:
         self._partial.track(event)
         self._dispatched = (event.seq, event.sub)
         for slot in self._observers:
-            self._call_observer(slot, event)
+            if slot.others or not other:
+                self._call_observer(slot, event)
+
+    async def _fill(self, before: int) -> None:
+        """Hand the observers, from the store, the events other engines wrote after the last one dispatched and
+        before seq `before` (an answer given through another process, a turn another engine ran): each event
+        of the session reaches them once, in order. Not to the ring: their writer published them there."""
+        after = self._dispatched[0]
+        try:
+            while after < before - 1:
+                page = await self._store.read_events(self.session_id, after_seq=after, limit=1000)
+                for event in page:
+                    if event.seq >= before:
+                        return
+                    self._after_publish(event, other=True)
+                if len(page) < 1000:
+                    return
+                after = page[-1].seq
+        except Exception as exc:  # the observers miss them; the session goes on
+            log.warning("could not hand out the events another engine wrote to %s: %s", self.session_id, exc)
 
     async def _dispatch_loop(self) -> None:
         queue = self._queue
@@ -435,6 +470,9 @@ class SessionEmitter:
                 try:
                     if isinstance(item, _Attach):
                         await self._attach(item)
+                        continue
+                    if isinstance(item, _Gap):
+                        await self._fill(item.before)
                         continue
                     if self._inline is not None:
                         self._publish_now(self._inline, item)
@@ -514,9 +552,12 @@ class SessionEmitter:
         session = await store.get_session(self.session_id)
         if session.last_seq > position.seq and not (self._queue or self._writes or self._writer):
             # Written elsewhere (a turn another engine runs), and nothing of this emitter is on its way (looked at
-            # after the read, so no write of its own committed meanwhile): the snapshot is of the store as it is.
-            self._dispatched = self._enqueued = (session.last_seq, 0)
-            position = StreamCursor(self.session_id, session.last_seq)
+            # after the read, so no write of its own committed meanwhile): the observers are given those events,
+            # and the snapshot is of the store as it is.
+            await self._fill(session.last_seq + 1)
+            self._dispatched = max(self._dispatched, (session.last_seq, 0))
+            self._enqueued = max(self._enqueued, self._dispatched)
+            position = StreamCursor(self.session_id, *self._dispatched)
         history: list[Event] = []
         after = 0
         while after < position.seq:

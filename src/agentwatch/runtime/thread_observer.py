@@ -10,6 +10,11 @@ Two hooks, called by the session's driver:
   broadcasts to: every event is then either in the snapshot or delivered by `on_event` afterwards,
   never both and never neither (exactly once relative to attach).
 
+Events another process wrote to the session (an answer given through another service, a turn another engine
+ran while this one held no lease) reach `on_event` too, in their place in the order: read from the store
+before this engine's next event of the session, or before a snapshot. An observer that wants only what this
+engine wrote says so with a class attribute `own_events_only = True`.
+
 `engine.start_with_observer(factory)` calls `factory(thread_id)` once per session driver, so each session
 gets its own instance; state that must outlive a driver (a client registry) belongs outside the observer.
 

@@ -337,6 +337,10 @@ class ObserverAgents:
 class ActivityTap:
     """The ThreadObserver on each session: records activity and hands closed segments to its pairing."""
 
+    own_events_only = True
+    """Only what this engine wrote: a turn another engine ran is digested by that engine's tap (the pairing's
+    owner's), not a second time here."""
+
     def __init__(self, hub: ObserverAgents, session_id: str) -> None:
         self.hub = hub
         self.session_id = session_id
