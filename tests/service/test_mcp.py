@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 import agentwatch
+from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from tests.service.support import role, served
@@ -102,3 +104,26 @@ async def test_mcp_over_stdio(tmp_path: Path) -> None:
     async with Client(server) as client:
         seen = await exercise(client, None)
     check(seen, "Done over stdio.")
+
+
+async def test_a_read_only_stdio_server_runs_no_turn_and_creates_no_store(tmp_path: Path) -> None:
+    """Once: `mcp --read-only` ran the store's queued turns (and, with no definitions where it was started,
+    failed them for good), and made a store where none was."""
+    url = f"sqlite:///{tmp_path / 'queued.db'}"
+    async with Engine.open(url, root=tmp_path, runs_turns=False, definitions=[role("helper", "scripted:x")]) as acting:
+        queued = await acting.create("helper")
+        await acting.enqueue(queued.id, "waits for an engine that runs turns")
+    command = [sys.executable, "-m", "agentwatch", "mcp", "--read-only", "--store"]
+    server = StdioServerParameters(command=command[0], args=[*command[1:], url], cwd=str(tmp_path))
+    async with Client(server) as client:
+        created = await client.call_tool("agent_create", {"role": "helper"})
+        assert created.is_error and "mcp --read-only" in created.structured_content["error"]["message"]
+        for _ in range(10):  # (it continued such a turn at once, and failed it: its roster has no `helper`)
+            got = (await client.call_tool("agent_get", {"id": queued.id})).structured_content
+            assert (got["status"], got["pendingInputs"]) == ("idle", 1), got
+            await anyio.sleep(0.2)
+
+    missing = tmp_path / "nowhere" / "missing.db"
+    refused = await anyio.run_process([*command, f"sqlite:///{missing}"], check=False)
+    assert refused.returncode == 1 and "no store at" in refused.stderr.decode()
+    assert not missing.parent.exists()

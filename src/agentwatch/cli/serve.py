@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentwatch.cli._common import MINUTES, resolve_config, run_async, setup_option, store_option
+from agentwatch.cli._common import MINUTES, existing_store, resolve_config, run_async, setup_option, store_option
 from agentwatch.errors import MissingDependency
 
 __all__ = ["mcp", "serve"]
@@ -95,4 +95,6 @@ def mcp(store_url: str | None, read_only: bool, setup: str | None) -> None:
     from agentwatch.runtime.setup import load_setup
 
     config = resolve_config(store_url, setup=setup)
+    if read_only:
+        existing_store(config.store)  # a reader's server creates no store
     run_async(run_mcp_stdio(config, read_only=read_only, **load_setup(config)))

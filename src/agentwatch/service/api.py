@@ -51,7 +51,11 @@ def refusal_for(state: ServiceState, tool: Tool | None, access: str) -> dict[str
     if tool is None:
         return None
     if not may_call(tool, access):
-        return error("forbidden", f"{tool.name} is not a read tool; a read-only token calls only the read tools")
+        return error(
+            "forbidden",
+            f"{tool.name} is not a read tool; this caller (a read-only token, or `agentwatch mcp --read-only`) calls "
+            "only the read tools",
+        )
     if tool.grant is not None and not tool.reads_only and tool.name not in STARTS_NO_TURN and state.draining:
         return error("unavailable", f"the service is draining for a restart; call {tool.name} again in a moment")
     return None

@@ -18,7 +18,6 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 
 from agentwatch import __version__
-from agentwatch.service._wire import error
 from agentwatch.service.access import ACCESS_KEY, Access
 from agentwatch.service.api import callable_tools, may_call, refusal_for
 
@@ -65,8 +64,6 @@ def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Serve
     ) -> types.CallToolResult:
         tool = state.engine.tools.get(params.name)
         answer = refusal_for(state, tool, access(ctx))
-        if answer is None and tool is not None and tool.asks_user:
-            answer = error("invalid_argument", f"{tool.name} opens a request from inside an agent's turn")
         if answer is None:
             answer = await state.engine.call_tool(params.name, dict(params.arguments or {}))
         failed = set(answer) == {"error"}
@@ -79,7 +76,11 @@ def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Serve
     return Server(
         SERVER_NAME,
         version=__version__,
-        instructions="Read and drive agentwatch agents: the same tools as `engine.call_tool`.",
+        instructions=(
+            "Read and drive agentwatch agents: list them (agent_list), see what one is doing (agent_get, agent_tail), "
+            "start one (agent_create, agent_task), answer what waits on a person (agent_answer), wait for one to "
+            "settle (agent_await), and read runs (run_list, run_trace). Agents are named by id or by name."
+        ),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
