@@ -455,3 +455,30 @@ async def test_a_kept_report_survives_a_restart_and_starts_no_turn_there(
         await eventually(lambda: _turns(engine, observed_id, 2))
         assert (prompts[1] or "").endswith("next") and "kept" in (prompts[1] or "")
         assert (await engine.store.get_session(observed_id)).pending_inputs == 0
+
+
+async def test_an_observer_whose_turn_runs_in_another_engine_still_reports(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: an observer's turn that ran in an engine not holding the agent it watches (a deploy moved the
+    observer's turn; the watched agent was idle, held by none) had its report refused as "not armed" and lost,
+    while `agent_get` said the pairing was armed."""
+    coder = scripted("coder-moved", ScriptedModel(function=lambda ctx: Reply("ok")))
+    watcher = scripted("reviewer-moved", reporting("Check the migration."))
+    definitions = (role("coder", coder, observer="reviewer", grant=("spawn",)), role("reviewer", watcher))
+    async with open_engine(*definitions) as first:
+        session = await first.create("coder")
+        await first.enqueue(session.id, "migrate the table")
+        await eventually(lambda: _reports_count(first, session.id, 1))
+        (observer,) = await observers_of(first, session.id)
+    async with open_engine(*definitions) as second:
+        await second.enqueue(observer.id, "look at it again")  # a person asks the observer; its turn runs here
+        await eventually(lambda: _reports_count(second, session.id, 2))
+        answered = await eventually(lambda: _last_tool_result(second, observer.id))
+        assert json.loads(answered)["delivered"] is True
+        assert await reports(second, session.id) == ["Check the migration."] * 2
+
+
+async def _last_tool_result(engine: Engine, session_id: str) -> str | None:
+    results = [e.payload for e in await events(engine, session_id, "tool.result")]
+    return results[-1].output if len(results) >= 2 and isinstance(results[-1], ToolResult) else None

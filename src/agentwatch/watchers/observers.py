@@ -37,6 +37,7 @@ from agentwatch.events import (
     TurnEnded,
     TurnStarted,
 )
+from agentwatch.reads.observer import observer_entry
 from agentwatch.runtime.leases import leases_of
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.thread_observer import ReplaySnapshot
@@ -155,13 +156,44 @@ class ObserverAgents:
         return await asyncio.shield(task)
 
     async def pairing_of_observer(self, observer: SessionRecord) -> Pairing | None:
-        """The pairing an observer session serves (resolving its observed session when needed)."""
+        """The pairing an observer session serves (resolving its observed session when needed; as the store
+        last recorded it when another engine, or none, holds the observed agent: see `_recorded_pairing`)."""
         pairing = self.registry.of_observer(observer.id)
         if pairing is None and observer.parent_id is not None:
             pairing = await self.pairing_for(observer.parent_id)
+            if pairing is None and not self.owns(observer.parent_id):
+                pairing = await self._recorded_pairing(observer, observer.parent_id)
         if pairing is None or pairing.observer_session_id != observer.id:
             return None
         return pairing
+
+    async def _recorded_pairing(self, observer: SessionRecord, observed_id: str) -> Pairing | None:
+        """The pairing as its owner last recorded it, for an observer whose turn runs here while this engine does
+        not hold the agent it watches (a deploy or a crash moved the observer's turn, and the watched agent is
+        idle or runs elsewhere): its report goes by the state the owner armed. Not kept here: arming, gating
+        and retiring stay the owner's."""
+        store = self.engine.store
+        try:
+            observed = await store.get_session(observed_id)
+        except NotFound:
+            return None
+        entry = await observer_entry(store, observed, reports=0)
+        roster = self.engine.roster
+        if entry is None or entry.state != "armed" or entry.observer_session_id != observer.id:
+            return None
+        if entry.observer_type is None or entry.observer_type not in roster:
+            return None
+        guidance = roster.get(observed.role).observer_message if observed.role in roster else None
+        return Pairing(
+            observed.id,
+            observed.name,
+            observed.boss,
+            roster.get(entry.observer_type),
+            guidance,
+            state="armed",
+            observer_session_id=observer.id,
+            observed_role=observed.role,
+        )
 
     # -- taps and digests -----------------------------------------------------------------------------
 
