@@ -344,3 +344,33 @@ def test_tail_follow_resumes_across_a_restart_of_the_service(tmp_path: Path) -> 
         for process in (follower, first, second):
             if process is not None:
                 stopped(process)
+
+
+def test_await_rides_through_a_restart_of_the_service(tmp_path: Path) -> None:
+    """Once: `await` (and `run`, which waits the same way) exited 1 as soon as the service went away, though
+    the turn went on in the next one."""
+    store = f"sqlite:///{tmp_path / 'agentwatch.db'}"
+    found = discovery_file(resolve_config(store))
+    first, url = start(store, tmp_path)
+    waiter: subprocess.Popen[str] | None = None
+    second: subprocess.Popen[str] | None = None
+    try:
+        call(url, "agent_create", {"role": "worker", "name": "worker", "prompt": "one"})
+        waiter = subprocess.Popen(
+            cli("await", "worker", "--json", "--timeout", "60", "--store", store),
+            cwd=tmp_path,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.5)  # (the turn waits in its tool for PAUSE seconds)
+        stop(first, found)  # its turn is cut off and goes on in the next service
+        second, url = start(store, tmp_path)
+        out, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0, err
+        assert json.loads(out)["status"] == "completed"
+    finally:
+        for process in (waiter, first, second):
+            if process is not None:
+                stopped(process)

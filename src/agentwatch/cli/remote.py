@@ -260,6 +260,15 @@ def raise_error(answer: Mapping[str, Any]) -> None:
 # -- the service -------------------------------------------------------------------------------------------
 
 
+RECONNECTS = 20
+"""How many times in a row a stream or a wait asks a service again after it went away (a restart)."""
+
+
+def reconnect_pause(failures: int) -> float:
+    """Seconds before asking again after `failures` failures in a row (0.2 s more each time, at most 2 s)."""
+    return min(2.0, 0.2 * failures)
+
+
 @dataclass(frozen=True)
 class Service:
     """A running service: its base URL, the token to present, and how it was found."""
@@ -365,9 +374,9 @@ class Service:
             except OSError as exc:
                 failure = exc
             failures += 1
-            if not connected or failures > 20:
+            if not connected or failures > RECONNECTS:
                 raise service._unreachable(failure, resume=cursor)
-            time.sleep(min(2.0, 0.2 * failures))
+            time.sleep(reconnect_pause(failures))
             service = service._rediscovered()
 
     def _rediscovered(self) -> Service:
@@ -471,7 +480,9 @@ def stream_events(service: Service, session_id: str, after: str | None) -> Itera
 
 def await_settled(service: Service, session_id: str, timeout: float, *, spinner: bool) -> dict[str, Any]:
     """`agent_await` through the service, in slices of a second so that a spinner on a terminal can show what
-    it waits for and for how long; the snapshot says `timedOut` when `timeout` passed first."""
+    it waits for and for how long; the snapshot says `timedOut` when `timeout` passed first. A service that
+    goes away once it answered (a restart, a crash: the turn goes on in the next engine) is asked again, as the
+    attach stream is resumed (`Service.events`)."""
     import contextlib
     import time
 
@@ -479,13 +490,23 @@ def await_settled(service: Service, session_id: str, timeout: float, *, spinner:
 
     started = time.monotonic()
     status = console.status(f"waiting for {session_id}") if spinner and console.is_terminal else None
+    failures = -1  # (-1: the service has not answered yet)
     with status or contextlib.nullcontext():
         while True:
             left = max(0.0, started + timeout - time.monotonic())
-            # The HTTP wait ends before the tool's own limit (an hour): a week is many slices.
-            snapshot = service.answer(
-                "agent_await", {"agentId": session_id, "timeoutMs": int(min(left, 1.0) * 1000)}, timeout=30.0
-            )
+            try:
+                # The HTTP wait ends before the tool's own limit (an hour): a week is many slices.
+                snapshot = service.answer(
+                    "agent_await", {"agentId": session_id, "timeoutMs": int(min(left, 1.0) * 1000)}, timeout=30.0
+                )
+            except ServiceUnreachable:
+                if failures < 0 or failures >= RECONNECTS:
+                    raise
+                failures += 1
+                time.sleep(reconnect_pause(failures))
+                service = service._rediscovered()
+                continue
+            failures = 0
             if not snapshot.get("timedOut") or left <= 0:
                 return snapshot
             if status is not None:
