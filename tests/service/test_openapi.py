@@ -104,6 +104,21 @@ async def test_real_answers_match_the_answer_schemas_the_document_gives(open_eng
         jsonschema.validate(answer, {**schema["schema"], "components": document["components"]})
 
 
+async def test_every_default_a_schema_shows_is_taken_by_its_tool(open_engine: Any) -> None:
+    """Once `agent_summary` showed its window's default as `P7D` (ISO 8601, as pydantic writes a timedelta) and
+    refused it, as it refused every ISO duration its schema's `format` promised."""
+    async with open_engine() as engine:
+        for name, tool in engine.tools.items():
+            properties = tool.parameters.get("properties", {})
+            defaults = {key: prop["default"] for key, prop in properties.items() if prop.get("default") is not None}
+            assert all("format" not in prop or prop["format"] != "duration" for prop in properties.values()), name
+            if tool.asks_user or tool.agents_only or tool.parameters.get("required") or not defaults:
+                continue  # (a tool that needs more to be called is called with its defaults elsewhere)
+            jsonschema.validate(defaults, tool.parameters)
+            answer = await engine.call_tool(name, defaults)
+            assert not isinstance(answer.get("error"), dict), (name, defaults, answer)
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, AwareDatetime, BeforeValidator
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, WithJsonSchema
 
 from agentwatch.config import parse_duration
 from agentwatch.errors import InvalidArgument, InvalidCursor
@@ -76,7 +76,18 @@ def cursor_moment(text: str) -> datetime | None:
         return None
 
 
-Window = Annotated[timedelta, BeforeValidator(_duration), AfterValidator(_window)]
+_WINDOW_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d|w)?\s*$", "examples": ["90m", "24h", "7d"]},
+        {"type": "number", "exclusiveMinimum": 0, "description": "seconds"},
+    ]
+}
+"""What a window is in a tool's JSON schema: what `_duration` takes (not ISO 8601, which pydantic would claim for
+a timedelta)."""
+
+Window = Annotated[
+    timedelta, BeforeValidator(_duration), AfterValidator(_window), WithJsonSchema(_WINDOW_SCHEMA, mode="validation")
+]
 """A span of time: `"24h"`, `"90m"`, `"7d"`, or a number of seconds; above zero and at most ten years."""
 
 Moment = Annotated[AwareDatetime, AfterValidator(_moment)]

@@ -13,7 +13,7 @@ falls in it; `spend` sums the ledger entries written in it.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field
@@ -32,7 +32,9 @@ class SummaryArgs(Args):
     """Arguments of `agent_summary`."""
 
     window: Window = Field(
-        timedelta(days=7), description="The stretch of time for started/failed/waiting/spend (at most 3650d)."
+        "7d",  # (validated: its schema shows it as a caller writes it)
+        validate_default=True,
+        description="The stretch of time for started/failed/waiting/spend (at most 3650d).",
     )
     words: bool = Field(False, description="Add the lineages by the word they say now.")
     by: Literal["role"] | None = Field(None, description='"role": each role\'s sessions and newest activity.')
