@@ -289,6 +289,13 @@ async def test_a_person_takes_an_agent_over_and_hands_it_back(
         again = await asyncio.to_thread(invoke, "hand-back", "helper", "--store", store_url)
         assert again.exit_code == 1
 
+        # Once: a deleted agent held by a person was "handed back" with its inputs, which never ran.
+        await asyncio.to_thread(invoke, "take-over", "helper", "--store", store_url)
+        await engine.enqueue(session.id, "four")
+        await engine.delete(session.id)
+        gone = await asyncio.to_thread(invoke, "hand-back", session.id, "--store", store_url, "--json")
+        assert gone.exit_code == 1 and "was deleted" in _json(gone)["error"]["message"]
+
 
 def test_await_waits_for_a_paused_turn_whose_answer_no_engine_took_up_yet(
     store_url: str, waiting: dict[str, str]

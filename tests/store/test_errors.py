@@ -17,10 +17,20 @@ from agentwatch.errors import (
     MissingDependency,
     NotADatabase,
     SchemaTooNew,
+    StoreError,
     StoreUnavailable,
 )
 from agentwatch.events import NewEvent, TurnId, UserMessage
-from agentwatch.store import SCHEMA_VERSION, SessionDraft, SessionFilter, Store, Write, connect_store, open_store
+from agentwatch.store import (
+    SCHEMA_VERSION,
+    SessionDraft,
+    SessionFilter,
+    Store,
+    Write,
+    _sqlite_connection,
+    connect_store,
+    open_store,
+)
 
 from .databases import sqlite_url
 
@@ -130,6 +140,24 @@ def test_a_database_of_another_program_is_refused_and_left_alone(tmp_path: Path)
 
     assert "point the store URL at a new file" in caught.value.message
     assert path.read_bytes() == before
+
+
+async def test_a_store_another_process_holds_locked_is_refused_as_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once refused as "cannot be read as a SQLite database ... check the store URL"."""
+    path = tmp_path / "held.db"
+    await (await connect_store(sqlite_url(path))).close()
+    monkeypatch.setattr(_sqlite_connection, "_BUSY_TIMEOUT_MS", 100)  # (the wait for the lock: 5 s)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreError, match="locked by another process") as caught:
+            await connect_store(sqlite_url(path))
+        assert not isinstance(caught.value, NotADatabase)
+    finally:
+        holder.close()
+    await (await connect_store(sqlite_url(path))).close()  # once it lets go
 
 
 async def test_a_directory_is_refused(tmp_path: Path) -> None:

@@ -618,6 +618,11 @@ def _open_database(path: Path | None, synchronous: Synchronous) -> sqlite3.Conne
         connection.execute("PRAGMA temp_store = MEMORY")
     except sqlite3.DatabaseError as error:
         connection.close()
+        if getattr(error, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise StoreError(
+                f"{where} is locked by another process, which held it past the wait for it ({error}); try again "
+                "once it lets go (a long write, or a tool holding the file open)"
+            ) from error
         raise NotADatabase(f"{where} cannot be read as a SQLite database ({error}); check the store URL") from error
     except BaseException:
         connection.close()

@@ -312,20 +312,24 @@ async def agent_escalate(engine: Runtime, caller: Caller, args: EscalateArgs) ->
     return Escalated(hitl_id=request.id, agent_id=request.session_id, status=request.status, waits_on=request.waits_on)
 
 
+async def _undeleted(engine: Runtime, session_id: str, action: str) -> SessionRecord:
+    """The session, refused as a conflict when it was deleted (nothing is left to `action`)."""
+    session = await engine.store.get_session(session_id)
+    if session.deleted_at is not None:
+        raise Conflict(f"session {session_id!r} was deleted; there is nothing to {action}")
+    return session
+
+
 async def agent_stop(engine: Runtime, caller: Caller, args: StopArgs) -> Stopped:
     by = caller.session_id or "a person"
-    session = await engine.store.get_session(args.id)
-    if session.deleted_at is not None:
-        raise Conflict(f"session {args.id!r} was deleted; there is nothing to stop")
+    await _undeleted(engine, args.id, "stop")
     stopped = await engine.stop(args.id, by=by)
     session = await engine.store.get_session(args.id)
     return Stopped(id=session.id, stopped=stopped, status=session.status, by=by)
 
 
 async def agent_take_over(engine: Runtime, caller: Caller, args: TakeOverArgs) -> Held:
-    session = await engine.store.get_session(args.id)
-    if session.deleted_at is not None:
-        raise Conflict(f"session {args.id!r} was deleted; there is nothing to take over")
+    await _undeleted(engine, args.id, "take over")
     by = args.by or caller.session_id or "a person"
     interception: dict[str, JsonValue] = {"by": by, "since": datetime.now(UTC).isoformat()}
     notice = RuntimeNotice(
@@ -342,7 +346,7 @@ async def agent_take_over(engine: Runtime, caller: Caller, args: TakeOverArgs) -
 
 
 async def agent_hand_back(engine: Runtime, caller: Caller, args: HandBackArgs) -> Held:
-    session = await engine.store.get_session(args.id)
+    session = await _undeleted(engine, args.id, "hand back: its inputs will not run")
     if session.interception is None:
         raise Conflict(f"session {args.id!r} is not held by anyone; nothing to hand back")
     by = session.interception.get("by")
