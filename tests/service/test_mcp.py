@@ -9,7 +9,8 @@ from typing import Any
 
 import anyio
 import httpx2
-from mcp import Client, StdioServerParameters
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 import agentwatch
@@ -89,10 +90,16 @@ async def test_mcp_over_http_with_a_read_only_token_offers_only_reads(open_engin
             listed = await client.call_tool("agent_list", {})
         async with httpx2.AsyncClient() as anonymous:
             response = await anonymous.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        # Once refused with the REST error body, which an MCP client reads as "Server returned an error response".
+        async with httpx2.AsyncClient(headers={"authorization": "Bearer stale"}) as http:
+            with pytest.raises(BaseExceptionGroup) as caught:  # (the client's task group raises it)
+                async with Client(streamable_http_client(f"{base}/mcp", http_client=http)):
+                    pass
+        assert caught.group_contains(MCPError, match="the token is not valid for this service", depth=None)
     assert "agent_list" in names and "agent_task" not in names
     assert refused.is_error and refused.structured_content["error"]["code"] == "forbidden"
     assert not listed.is_error
-    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthenticated"
+    assert response.status_code == 401 and response.json()["error"]["data"]["code"] == "unauthenticated"
 
 
 async def test_mcp_over_stdio(tmp_path: Path) -> None:

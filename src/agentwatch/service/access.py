@@ -174,6 +174,13 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+MCP_PATH = "/mcp"
+"""Where the service serves MCP over streamable HTTP."""
+_MCP_ERROR = {"code": -32001}
+"""The JSON-RPC error code of a request the service refused before MCP saw it (the server-defined range); its
+`data` holds the service's own error."""
+
+
 def _too_large(limit: int) -> dict[str, Any]:
     return error("too_large", f"the request body may be at most {limit} bytes")
 
@@ -216,6 +223,11 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, refusal: dict[str,
         await send({"type": "websocket.send", "text": json.dumps({"kind": "error", **refusal})})
         await send({"type": "websocket.close", "code": 4000 + status, "reason": refusal["error"]["code"]})
         return
+    if scope["path"].rstrip("/") == MCP_PATH:
+        # An MCP client reads a refused request's body only as a JSON-RPC error (the request's id is not read
+        # yet: null, which the client matches to its request).
+        why = refusal["error"]
+        refusal = {"jsonrpc": "2.0", "id": None, "error": {**_MCP_ERROR, "message": why["message"], "data": why}}
     body = json.dumps(refusal).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:

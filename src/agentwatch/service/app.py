@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from agentwatch.runtime.engine import Engine
-from agentwatch.service.access import Guard, ServiceSettings
+from agentwatch.service.access import MCP_PATH, Guard, ServiceSettings
 from agentwatch.service.api import call_tool_endpoint, callable_tools, json_error, list_tools_endpoint
 from agentwatch.service.attach import SendWatch, events_sse, events_websocket
 from agentwatch.service.broadcast import Broadcaster, shared_ring
@@ -131,7 +131,7 @@ def create_app(
             Route("/api/tools/{name}", call_tool_endpoint, methods=["POST"]),
             Route("/api/agents/{id}/events", events_sse, methods=["GET"]),
             WebSocketRoute("/api/agents/{id}/events", events_websocket),
-            Route("/mcp", mcp_app),
+            Route(MCP_PATH, mcp_app),
             *dashboard_routes(),
         ],
         middleware=[Middleware(Guard, settings=settings)],
