@@ -58,6 +58,9 @@ async def test_a_pairing_killed_mid_turn_is_re_armed_on_the_same_observer(tmp_pa
         assert done.status == "idle" and (done.last_text or "").startswith("done with [agentwatch]")
         received = await eventually(lambda: _digests(engine, observer_id, 2))
         assert "was continued" in received[1] or "cut off" in received[1]
+        # The whole turn, the part the killed engine ran included (once the digest began at the continuation).
+        start, call = received[1].find("<user-message>\nbuild\n"), received[1].find('<tool-call name="slow_tool">')
+        assert 0 < start < call < received[1].find("is now continued"), received[1]
         assert [o.id for o in await observers_of(engine, session_id)] == [observer_id]
         assert await states(engine, session_id) == [
             ("armed", "observer started"),

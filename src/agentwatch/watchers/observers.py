@@ -382,6 +382,10 @@ class ActivityTap:
         self._pairing: Pairing | None = None
         self._pending: list[tuple[ActivityItem, ...]] = []
         self._dropped = 0  # segments dropped from `_pending` (the next batch says how many)
+        self._turn: str | None = None
+        """The turn whose events this tap records (it saw the turn start, or read back its start)."""
+        self._held: list[Event] | None = None
+        """Events waiting while the tap reads back the start of a turn another engine began (`_catch_up`)."""
 
     def on_event(self, thread_id: str, event: Event) -> None:
         """Record the event; never awaits, never raises for the observed session's sake."""
@@ -398,6 +402,18 @@ class ActivityTap:
             # The session's first event ever, starting its first turn: no pairing was armed for it before (an
             # arm leaves an `observer.state` event on the session), so it has no observer ref to read.
             self.hub.spawn(self._resolve(fresh=event.seq == 1 and isinstance(payload, TurnStarted)))
+        if self._held is not None:
+            self._held.append(event)
+            return
+        if event.turn_id is not None and event.turn_id != self._turn:
+            self._turn = event.turn_id
+            if not (isinstance(payload, TurnStarted) and payload.trigger == "input"):  # begun in another engine
+                self._held = [event]
+                self.hub.spawn(self._catch_up(event))
+                return
+        self._take(event)
+
+    def _take(self, event: Event) -> None:
         items = self.recorder.record(event)
         if items is None:
             return
@@ -407,6 +423,25 @@ class ActivityTap:
             pending = [*self._pending, items]
             self._dropped += max(0, len(pending) - MAX_BUFFERED)
             self._pending = pending[-MAX_BUFFERED:]
+
+    async def _catch_up(self, first: Event) -> None:
+        """Record the part of `first`'s turn another engine ran before this one took it over, so the digest
+        covers the whole turn: the turn's earlier events are read back into a fresh recorder, leaving out the
+        segments they closed (the other engine's to deliver), then the events held meanwhile are taken."""
+        recorder = ActivityRecorder(max_results=self.recorder.max_results)
+        try:
+            earlier = await self.hub.engine.store.read_events(self.session_id, turn_id=first.turn_id, limit=10_000)
+            for event in earlier:
+                if event.seq >= first.seq:
+                    break
+                recorder.record(event)
+        except Exception as exc:  # the digest then starts where this engine took over
+            log.warning("could not read back the start of a turn of %s: %s", self.session_id, exc)
+        else:
+            self.recorder = recorder
+        held, self._held = self._held or [], None
+        for event in held:
+            self._take(event)
 
     def on_subscribe(self, thread_id: str, request: object, snapshot: ReplaySnapshot) -> None:
         """Taps serve no clients."""
