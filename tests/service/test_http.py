@@ -10,7 +10,7 @@ import httpx
 
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
-from agentwatch.tools import function_tool
+from agentwatch.tools import MAX_PROMPT_CHARS, function_tool
 from tests.service.support import role, served
 
 JSON = {"content-type": "application/json"}
@@ -122,6 +122,26 @@ DEEP = b"[" * 3000 + b"]" * 3000
 async def _chunks(data: bytes) -> Any:
     for start in range(0, len(data), 4096):
         yield data[start : start + 4096]
+
+
+async def test_the_longest_prompt_a_tool_takes_fits_in_a_body_however_it_is_escaped(
+    open_engine: Any, scripted: Any
+) -> None:
+    """Once refused as too large: 100,000 characters outside the BMP, `\\u`-escaped as `json.dumps` writes them by
+    default, are 1.2 MB, above the 1 MB a body could be."""
+    body = json.dumps({"role": "helper", "prompt": "\N{GRINNING FACE}" * MAX_PROMPT_CHARS}).encode()
+    assert len(body) > 1_200_000
+    model = scripted("http-long", ScriptedModel.replying("read it"))
+    async with (
+        open_engine(role("helper", model)) as engine,
+        served(create_app(engine, ServiceSettings())) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        response = await http.post("/api/tools/agent_create", content=body, headers=JSON)
+        assert response.status_code == 200, response.text[:300]
+        too_long = json.dumps({"role": "helper", "prompt": "x" * (MAX_PROMPT_CHARS + 1)}).encode()
+        refused = await http.post("/api/tools/agent_create", content=too_long, headers=JSON)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_argument"
 
 
 async def test_openapi_document_is_served(open_engine: Any) -> None:

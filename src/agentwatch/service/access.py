@@ -62,8 +62,9 @@ class ServiceSettings:
     """A token that may call only the read tools."""
     allowed_origins: tuple[str, ...] = ()
     """Browser origins besides the service's own that may call it (`https://dash.example.com`)."""
-    max_body_bytes: int = 1_000_000
-    """The largest request body accepted."""
+    max_body_bytes: int = 2_000_000
+    """The largest request body accepted: room for the longest text a tool takes (a prompt of 100,000
+    characters) however it is escaped (`\\ud83d\\ude00`, 12 bytes for one character outside the BMP)."""
     max_message_bytes: int = 65_536
     """The largest message a WebSocket client may send."""
     send_timeout: float = 10.0
