@@ -188,6 +188,27 @@ async def test_a_person_starts_an_agent_watches_it_work_and_stops_it(
         assert [p for p in problems if "404" not in p] == []  # (the browser logs the refused call's status)
 
 
+async def test_each_chip_counts_the_agents_its_filter_lists(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the chips counted lineages (`agent_summary`'s words): three ticks of one heartbeat counted once."""
+    model = scripted("dashboard-chips", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        await engine.task("helper", "go", timeout=10)
+        for tick in range(3):
+            await engine.store.create_session(SessionDraft(name=f"tick-{tick}", role="helper", group_key="hb:tick"))
+        page, problems = await _page(browser, base)
+        chips = page.locator("#words button")
+        counted = ["all 4", "needs you 0", "working 0", "stuck 0", "failed 0", "idle 3", "done 1"]
+        await expect(chips).to_have_text(counted, timeout=WAIT_MS)
+        await page.locator('#words [data-word="idle"]').click()
+        await expect(page.locator("#agents tbody tr")).to_have_count(3, timeout=WAIT_MS)
+        await expect(chips).to_have_text(counted)  # (the other words still counted while the list shows one)
+        await page.locator("#q").fill("tick-1")
+        await expect(page.locator("#agents tbody tr")).to_have_count(1, timeout=WAIT_MS)
+        named = ["all 1", "needs you 0", "working 0", "stuck 0", "failed 0", "idle 1", "done 0"]
+        await expect(chips).to_have_text(named)  # (the name filter counted too)
+        assert problems == []
+
+
 async def test_a_failed_agent_shows_its_record_and_switching_fast_shows_the_agent_picked(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:

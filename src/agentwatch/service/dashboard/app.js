@@ -1,6 +1,6 @@
 // The agentwatch dashboard: a page over the service's own API (the tools over HTTP, the live attach over SSE).
-// Nothing here is rendered by the server: what it shows is what `agent_summary`, `agent_list`, `agent_get` and
-// `agent_tail` answer, and it acts through `agent_answer`, `agent_enqueue`, `agent_stop`, `agent_take_over`,
+// Nothing here is rendered by the server: what it shows is what `agent_list`, `agent_get` and `agent_tail`
+// answer, and it acts through `agent_answer`, `agent_enqueue`, `agent_stop`, `agent_take_over`,
 // `agent_hand_back` and `agent_create`, as any other client of the service would.
 "use strict";
 
@@ -175,14 +175,17 @@
   async function refresh() {
     try {
       const args = { limit: 100, sort: "newest", counts: true };
-      if (state.word) args.word = [state.word];
       if (state.q) args.q = state.q;
       if (state.view === "runs") {
         showRuns((await call("run_list", { limit: 50 })).runs);
       } else {
-        const [summary, page] = await Promise.all([call("agent_summary", { words: true }), call("agent_list", args)]);
-        showWords(summary.words || {});
-        showAgents(page.agents, page.counts ? page.counts.total : page.agents.length);
+        // The chips count the agents the list shows under each word (the same filter, per agent): a list
+        // narrowed to a word counts only that word, so the chips are counted without it.
+        const calls = [call("agent_list", state.word ? { ...args, word: [state.word] } : args)];
+        if (state.word) calls.push(call("agent_list", { ...args, limit: 1 }));
+        const [page, all = page] = await Promise.all(calls);
+        showWords(all.counts);
+        showAgents(page.agents, page.counts.total);
       }
       setConnection(true);
     } catch (error) {
@@ -206,8 +209,7 @@
   function showWords(counts) {
     // Updated in place, never rebuilt: a chip that has the focus keeps it.
     const nav = $("words");
-    const total = Object.values(counts).reduce((a, b) => a + b, 0);
-    [[null, "all", total], ...WORDS.map((w) => [w, LABELS[w], counts[w] || 0])].forEach(([word, label, count], i) => {
+    [[null, "all", counts.total], ...WORDS.map((w) => [w, LABELS[w], counts.words[w] || 0])].forEach(([word, label, count], i) => {
       let chip = nav.children[i];
       if (!chip) {
         chip = el("button", { type: "button", "data-word": word || "all",
