@@ -326,6 +326,45 @@ async def test_the_runs_view_shows_a_runs_trace_and_opens_its_agents(
         assert problems == []
 
 
+async def test_the_address_says_what_is_open_and_opens_it_again(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the address stayed bare: a reload lost the agent picked, its links (`href="#"`) opened in a new tab
+    showed nothing picked, and a deleted agent (readable by its id) could not be reached from the page."""
+    model = scripted("dashboard-address", ScriptedModel.replying("ok"))
+    async with (
+        open_engine(role("helper", model)) as engine,
+        served(create_app(engine, ServiceSettings(token=TOKEN))) as base,
+    ):
+        async with engine.run("report") as run, run.span("Work") as work:
+            found = await work.task("helper", "go")
+        gone = await engine.create("helper", name="gone")
+        await engine.delete(gone.id, by="ada")
+        page, problems = await _page(browser, f"{base}/#token={TOKEN}&agent={found['agentId']}")
+        await expect(page.locator("#d-name")).to_have_text(found["name"], timeout=WAIT_MS)
+        assert page.url == f"{base}/#agent={found['agentId']}"  # the token taken off the address, the agent kept
+        run_link = page.locator("#d-meta a")
+        await expect(run_link).to_have_attribute("href", f"#run={run.id}")
+        await run_link.click()
+        await expect(page.locator("#r-name")).to_have_text("workflow:report", timeout=WAIT_MS)
+        assert page.url == f"{base}/#run={run.id}"
+        open_agent = page.locator("#spans").get_by_role("link", name="open agent")
+        await expect(open_agent).to_have_attribute("href", f"#agent={found['agentId']}")
+        await page.reload()
+        await expect(page.locator("#r-name")).to_have_text("workflow:report", timeout=WAIT_MS)
+        await page.go_back()  # to the agent the run was opened from
+        await expect(page.locator("#d-name")).to_have_text(found["name"], timeout=WAIT_MS)
+        row = page.locator(f'#agents tr[data-id="{found["agentId"]}"]')
+        await expect(row).to_have_attribute("aria-current", "true")
+
+        bookmark, its_problems = await _page(browser, f"{base}/#token={TOKEN}&agent={gone.id}")
+        await expect(bookmark.locator("#d-meta")).to_contain_text("deleted, readable until", timeout=WAIT_MS)
+        await bookmark.locator(f'#agents tr[data-id="{found["agentId"]}"]').click()
+        await expect(bookmark.locator("#d-name")).to_have_text(found["name"], timeout=WAIT_MS)
+        assert bookmark.url == f"{base}/#agent={found['agentId']}"
+        await bookmark.evaluate(f"location.hash = 'run={run.id}'")  # an address edited by hand
+        await expect(bookmark.locator("#r-name")).to_have_text("workflow:report", timeout=WAIT_MS)
+        assert problems == [] and its_problems == []
+
+
 async def test_earlier_events_are_read_back_page_by_page_and_the_filter_finds_display_names(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:

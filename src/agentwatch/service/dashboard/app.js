@@ -55,7 +55,9 @@
     const given = hash.get("token");
     if (given) {
       sessionStorage.setItem(TOKEN_KEY, given);
-      history.replaceState(null, "", location.pathname + location.search); // off the address bar
+      hash.delete("token"); // off the address bar (what else it says stays: `#token=...&agent=...`)
+      const rest = hash.toString();
+      history.replaceState(null, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
     }
     state.token = sessionStorage.getItem(TOKEN_KEY);
   }
@@ -143,9 +145,41 @@
     return node;
   }
 
-  // A link that does something on the page: a real <a href> so that a keyboard's Enter follows it too.
-  function link(text, action) {
-    return el("a", { href: "#", onclick: (e) => { e.preventDefault(); action(); } }, text);
+  // A link to a place on the page (`#agent=ID`, `#run=ID`): a real <a href>, so that a keyboard's Enter follows
+  // it, and a new tab or a bookmark opens the same place. A plain click acts at once (the address may say it
+  // already: another view was shown since).
+  function link(text, hash, action) {
+    return el("a", { href: hash, onclick: (e) => {
+      if (e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return; // (the browser's own)
+      e.preventDefault();
+      action();
+    } }, text);
+  }
+
+  const agentHash = (id) => `#agent=${encodeURIComponent(id)}`;
+  const runHash = (id) => `#run=${encodeURIComponent(id)}`;
+
+  // The address says what is open, so that a reload or a bookmark shows it again, and Back goes to what was open
+  // before.
+  function keepPlace() {
+    const hash = state.view === "runs"
+      ? (state.run ? runHash(state.run) : "#runs")
+      : (state.selected ? agentHash(state.selected) : "");
+    if (location.hash !== hash) history.pushState(null, "", hash || location.pathname + location.search);
+  }
+
+  // What the address says is open, on load and when it changes (Back, an edited address, a followed link).
+  function goToPlace() {
+    const hash = new URLSearchParams(location.hash.slice(1));
+    const agent = hash.get("agent");
+    const run = hash.get("run");
+    if (run || hash.has("runs")) {
+      if (state.view !== "runs") showView("runs");
+      if (run && state.run !== run) selectRun(run);
+    } else {
+      if (state.view !== "agents") showView("agents");
+      if (agent && state.selected !== agent) select(agent);
+    }
   }
 
   function wordBadge(word) {
@@ -317,6 +351,7 @@
 
   async function selectRun(id) {
     state.run = id;
+    keepPlace();
     markCurrent($("runs"), id);
     $("run").hidden = false;
     $("pick-run").hidden = true;
@@ -347,7 +382,7 @@
       for (const span of children.get(parent) || []) {
         const attempt = span.attempts > 1 ? ` (attempt ${span.attempt}/${span.attempts})` : "";
         const agent = span.ref && span.ref.agentId && span.kind === "task"
-          ? el("span", {}, " ", link("open agent", () => openAgent(span.ref.agentId)))
+          ? el("span", {}, " ", link("open agent", agentHash(span.ref.agentId), () => openAgent(span.ref.agentId)))
           : null;
         const line = el("li", { "data-kind": span.kind },
           el("span", {}, el("span", { class: "kind" }, span.kind), `${span.label}${attempt}`, agent),
@@ -396,6 +431,7 @@
   async function select(id) {
     if (state.source) state.source.close();
     Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null, readBack: false });
+    keepPlace();
     markCurrent($("agents"), id);
     $("log").replaceChildren();
     $("earlier").hidden = true;
@@ -558,7 +594,7 @@
     const tokens = agent.usage ? `${agent.usage.tokens} tokens` : "";
     const meta = [agent.role, agent.status, agent.modelRef, tokens, agent.id].filter(Boolean).join(" · ");
     const run = agent.runId
-      ? [" · ", link(`run ${agent.runId}`, () => openRun(agent.runId))]
+      ? [" · ", link(`run ${agent.runId}`, runHash(agent.runId), () => openRun(agent.runId))]
       : [];
     const deleted = agent.deletedAt
       ? el("strong", { class: "deleted" }, ` · deleted, readable until ${when(agent.reapAt)}`)
@@ -583,7 +619,8 @@
     line.hidden = !observer;
     if (!observer) return;
     const type = observer.observerType || "an observer";
-    const who = observer.observerSessionId ? link(type, () => openAgent(observer.observerSessionId)) : type;
+    const id = observer.observerSessionId;
+    const who = id ? link(type, agentHash(id), () => openAgent(id)) : type;
     const reports = observer.reports || [];
     const last = reports[reports.length - 1];
     line.replaceChildren(
@@ -671,7 +708,13 @@
   // -- acting ----------------------------------------------------------------------------------------
 
   function wire() {
-    for (const button of $("views").children) button.addEventListener("click", () => showView(button.dataset.view));
+    for (const button of $("views").children) {
+      button.addEventListener("click", () => {
+        showView(button.dataset.view);
+        keepPlace();
+      });
+    }
+    window.addEventListener("hashchange", goToPlace);
     $("q").addEventListener("input", (e) => {
       state.q = e.target.value.trim();
       clearTimeout(wire.search);
@@ -736,4 +779,5 @@
   wire();
   checkAccess();
   refresh();
+  goToPlace();
 })();
