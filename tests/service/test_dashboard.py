@@ -209,6 +209,37 @@ async def test_each_chip_counts_the_agents_its_filter_lists(open_engine: Any, sc
         assert problems == []
 
 
+async def test_a_second_click_while_the_first_is_in_flight_acts_once(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once a double click acted twice: Start made two agents, Send sent the message twice, and Approve showed
+    an error (the request was already resolved) after it had approved."""
+    ran: list[str] = []
+    delete_file, script = _cleaner(ran)
+    model = scripted("dashboard-twice", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
+        page, problems = await _page(browser, base)
+        acts: list[str] = []
+        page.on("request", lambda request: acts.append(request.url.rsplit("/", 1)[-1]))
+        await page.locator("#new-agent summary").click()
+        await page.locator('#create input[name="role"]').fill("cleaner")
+        await page.locator('#create textarea[name="prompt"]').fill("a.txt")
+        await page.locator("#create button").dblclick()
+        needs = page.locator("#needs")
+        await needs.get_by_role("button", name="Approve").dblclick(timeout=WAIT_MS)
+        await expect(page.locator("#log")).to_contain_text("Done: deleted a.txt", timeout=WAIT_MS)
+        await page.locator("#send textarea").fill("b.txt")
+        await page.locator("#send button").dblclick()
+        await expect(needs).to_contain_text("approve delete_file(path='b.txt')", timeout=WAIT_MS)
+        await expect(page.locator("#send textarea")).to_have_value("")
+        assert [a for a in acts if a in ("agent_create", "agent_answer", "agent_enqueue")] == [
+            "agent_create", "agent_answer", "agent_enqueue",
+        ]  # fmt: skip
+        assert len((await engine.store.list_sessions(SessionFilter())).items) == 1 and ran == ["a.txt"]
+        assert await page.locator("#toast").is_hidden() and problems == []
+
+
 async def test_a_failed_agent_shows_its_record_and_switching_fast_shows_the_agent_picked(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:

@@ -99,6 +99,24 @@
     toast(error.message);
   }
 
+  // What a person's click (or Enter) does: the buttons of `within` (a button, a form, a box) are disabled while
+  // it is in flight, so that a second click does not act twice; a refusal is said. Its answer, or undefined.
+  async function act(within, action) {
+    if (within.dataset.busy) return undefined;
+    within.dataset.busy = "yes";
+    const buttons = within.matches("button") ? [within] : [...within.querySelectorAll("button")];
+    for (const button of buttons) button.disabled = true;
+    try {
+      return await action();
+    } catch (error) {
+      complain(error);
+      return undefined;
+    } finally {
+      delete within.dataset.busy;
+      for (const button of buttons) button.disabled = false;
+    }
+  }
+
   function toast(message) {
     const box = $("toast");
     box.textContent = message;
@@ -687,22 +705,18 @@
   }
 
   async function escalate(hitlId) {
-    try {
+    await act($("needs"), async () => {
       await call("agent_escalate", { hitlId });
       await showDetail();
-    } catch (error) {
-      complain(error);
-    }
+    });
   }
 
   async function respond(hitlId, value) {
-    try {
+    await act($("needs"), async () => {
       await call("agent_answer", { hitlId, answer: value });
       $("needs").dataset.hitl = "";
       await showDetail();
-    } catch (error) {
-      complain(error);
-    }
+    });
   }
 
   // -- acting ----------------------------------------------------------------------------------------
@@ -723,44 +737,30 @@
     $("send").addEventListener("submit", async (e) => {
       e.preventDefault();
       const field = e.target.elements.text;
-      try {
+      await act(e.target, async () => {
         await call("agent_enqueue", { agentId: state.selected, prompt: field.value });
         field.value = "";
         laterDetail();
-      } catch (error) {
-        complain(error);
-      }
+      });
     });
     $("earlier").addEventListener("click", showEarlier);
     $("stop").addEventListener("click", async () => {
       if (!state.agent || !confirm(`Stop ${state.agent.displayName || state.agent.name}?`)) return;
-      try {
-        await call("agent_stop", { id: state.selected });
-        await showDetail();
-      } catch (error) {
-        complain(error);
-      }
+      // (shown after, not within: the detail says whether there is still something to stop)
+      if (await act($("stop"), () => call("agent_stop", { id: state.selected }))) await showDetail().catch(complain);
     });
     $("take").addEventListener("click", async (e) => {
       const tool = e.target.dataset.held === "yes" ? "agent_hand_back" : "agent_take_over";
-      try {
-        await call(tool, { id: state.selected });
-        await showDetail();
-      } catch (error) {
-        complain(error);
-      }
+      if (await act($("take"), () => call(tool, { id: state.selected }))) await showDetail().catch(complain);
     });
     $("create").addEventListener("submit", async (e) => {
       e.preventDefault();
       const form = e.target.elements;
-      try {
-        const created = await call("agent_create", { role: form.role.value.trim(), prompt: form.prompt.value });
-        form.prompt.value = "";
-        $("new-agent").open = false;
-        await select(created.agentId);
-      } catch (error) {
-        complain(error);
-      }
+      const created = await act(e.target, () => call("agent_create", { role: form.role.value.trim(), prompt: form.prompt.value }));
+      if (!created) return;
+      form.prompt.value = "";
+      $("new-agent").open = false;
+      await select(created.agentId);
     });
     $("new-agent").addEventListener("toggle", () => {
       if ($("new-agent").open) showRoles();
