@@ -297,6 +297,38 @@ async def test_keyboard_focus_survives_the_refresh_and_nothing_shows_before_a_pi
         assert problems == []
 
 
+async def test_the_keyboard_goes_to_what_waits_and_stays_in_the_detail_after_an_answer(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once Enter on a row left the focus on the row (Approve was 67 Tabs away), and after Approve the focus fell
+    to the page's body with the box it was in."""
+    ran: list[str] = []
+    delete_file, script = _cleaner(ran)
+    model = scripted("dashboard-keyboard", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
+        paused = await engine.task("cleaner", "a.txt", timeout=10)
+        page, problems = await _page(browser, base)
+        await page.keyboard.press("Tab")
+        await expect(page.locator("#skip")).to_be_focused()
+        await page.keyboard.press("Enter")  # nothing picked yet: to the list's filter
+        await expect(page.locator("#q")).to_be_focused()
+        await page.locator(f'#agents tr[data-id="{paused["agentId"]}"]').focus()
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#needs").get_by_role("textbox", name="Note")).to_be_focused(timeout=WAIT_MS)
+        await page.keyboard.press("Tab")
+        await expect(page.locator("#needs").get_by_role("button", name="Approve")).to_be_focused()
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#needs")).to_be_hidden(timeout=WAIT_MS)
+        await expect(page.locator("#d-name")).to_be_focused()
+        assert ran == ["a.txt"]
+        await page.locator("#q").focus()
+        await page.locator("#skip").focus()  # (it shows once focused)
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#d-name")).to_be_focused()
+        assert problems == []
+
+
 async def test_a_read_only_token_watches_and_a_refused_token_is_said_so(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:

@@ -282,9 +282,12 @@
       let row = kept.get(item.id);
       kept.delete(item.id);
       if (!row) {
-        const open = () => pick(item.id);
-        row = el("tr", { tabindex: 0, "data-id": item.id, onclick: open,
-                         onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } },
+        row = el("tr", { tabindex: 0, "data-id": item.id, onclick: () => pick(item.id),
+                         onkeydown: (e) => {
+                           if (e.key !== "Enter" && e.key !== " ") return;
+                           e.preventDefault();
+                           pick(item.id, { focus: true }); // the keyboard goes on to what was picked
+                         } },
                  ...cells.map((cls) => el("td", cls ? { class: cls } : {})));
       }
       fill(item, row.cells);
@@ -441,12 +444,13 @@
 
   function openAgent(id) {
     showView("agents");
-    select(id);
+    select(id, { focus: true });
   }
 
   // -- one agent, live -------------------------------------------------------------------------------
 
-  async function select(id) {
+  // `focus`: once it is shown, the keyboard goes to it (what it waits on, else its name), not back to the list.
+  async function select(id, { focus = false } = {}) {
     if (state.source) state.source.close();
     Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null, readBack: false });
     keepPlace();
@@ -462,7 +466,18 @@
       complain(error);
       return;
     }
-    if (state.selected === id) attach(id);
+    if (state.selected !== id) return;
+    if (focus) focusDetail();
+    attach(id);
+  }
+
+  // Where the keyboard goes in the detail: what the agent waits on, when that is the person's to do, else its
+  // name (after an answer, the box the focus was in is gone).
+  function focusDetail() {
+    const needs = $("needs");
+    const controls = needs.hidden ? [] : [...needs.querySelectorAll("textarea, input, button")];
+    const first = controls.find((control) => control.getClientRects().length > 0); // (a read-only token: none)
+    (first || $("d-name")).focus();
   }
 
   function attach(id) {
@@ -708,6 +723,7 @@
     await act($("needs"), async () => {
       await call("agent_escalate", { hitlId });
       await showDetail();
+      focusDetail();
     });
   }
 
@@ -716,6 +732,7 @@
       await call("agent_answer", { hitlId, answer: value });
       $("needs").dataset.hitl = "";
       await showDetail();
+      focusDetail();
     });
   }
 
@@ -744,6 +761,11 @@
       });
     });
     $("earlier").addEventListener("click", showEarlier);
+    $("skip").addEventListener("click", (e) => {
+      e.preventDefault(); // (the address says which agent is open, not where the focus is)
+      if (state.selected) focusDetail();
+      else $("q").focus();
+    });
     $("stop").addEventListener("click", async () => {
       if (!state.agent || !confirm(`Stop ${state.agent.displayName || state.agent.name}?`)) return;
       // (shown after, not within: the detail says whether there is still something to stop)
@@ -760,7 +782,7 @@
       if (!created) return;
       form.prompt.value = "";
       $("new-agent").open = false;
-      await select(created.agentId);
+      await select(created.agentId, { focus: true });
     });
     $("new-agent").addEventListener("toggle", () => {
       if ($("new-agent").open) showRoles();
