@@ -529,6 +529,49 @@ async def test_a_question_held_for_the_parent_says_so_and_escalates_from_the_pag
         assert problems == []
 
 
+def _delegating() -> tuple[Any, Any]:
+    """A lead's script that hands the prompt to a `helper` sub-agent named "counter", and the helper's."""
+
+    def lead(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("agent_task", {"role": "helper", "prompt": ctx.prompt, "name": "counter"})
+        return Reply("The helper is done.")
+
+    return lead, lambda ctx: Reply(f"counted {ctx.prompt}")
+
+
+async def test_a_sub_agent_links_its_parent_and_a_held_agent_says_who_holds_it(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once the page showed none of what `agentwatch get` does: a sub-agent's parent, the parent's "spawned"
+    line as plain text, and of an agent a person took over neither the hold (in its row too) nor its inbox."""
+    lead, helper = _delegating()
+    lead_model = scripted("dashboard-lead", ScriptedModel(function=lead))
+    async with (
+        open_engine(
+            role("lead", lead_model, tools=("agent_task",), grant=("spawn",)),
+            role("helper", scripted("dashboard-helper", ScriptedModel(function=helper))),
+        ) as engine,
+        served(create_app(engine)) as base,
+    ):
+        boss = await engine.task("lead", "to 3", timeout=10)
+        (child,) = (await engine.store.list_sessions(SessionFilter(parent_id=boss["agentId"]))).items
+        await engine.call_tool("agent_take_over", {"id": child.id, "by": "ada"})
+        await engine.enqueue(child.id, "and to 4")
+        page, problems = await _page(browser, base)
+        await expect(page.locator(f'#agents tr[data-id="{child.id}"]')).to_contain_text("held by ada", timeout=WAIT_MS)
+        await page.locator(f'#agents tr[data-id="{boss["agentId"]}"]').click()
+        spawned = page.locator("#log").get_by_role("link", name="spawned counter (helper)")
+        await expect(spawned).to_have_attribute("href", f"#agent={child.id}", timeout=WAIT_MS)
+        await spawned.click()
+        meta = page.locator("#d-meta")
+        await expect(meta).to_contain_text("sub-agent of", timeout=WAIT_MS)
+        await expect(meta).to_contain_text("held by ada since")
+        await expect(meta).to_contain_text("1 input waiting in its inbox")
+        await expect(meta.get_by_role("link", name=boss["name"])).to_have_attribute("href", f"#agent={boss['agentId']}")
+        assert problems == []
+
+
 async def test_on_a_phone_the_status_stays_in_view(open_engine: Any, scripted: Any, browser: Any) -> None:
     """Once: at 390 px a long question under an agent's name pushed its status off the screen."""
     ran: list[str] = []

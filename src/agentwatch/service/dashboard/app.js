@@ -38,6 +38,7 @@
     view: "agents", // or "runs"
     run: null, // the id of the run shown on the right of the runs view
     refused: false, // the service refused the token the page holds
+    names: new Map(), // the names of the agents listed so far, by id (a parent is shown by its name)
   };
 
   class ServiceError extends Error {
@@ -306,8 +307,11 @@
 
   function showAgents(agents, total) {
     syncRows($("agents"), agents, ["", "", "", "muted"], select, (agent, [who, role, word, active]) => {
+      state.names.set(agent.id, agent.displayName || agent.name);
+      const held = agent.interception ? `held by ${agent.interception.by}` : null;
       const waiting = agent.oldestRequest ? agent.oldestRequest.summary : null;
-      who.replaceChildren(agent.displayName || agent.name, waiting ? el("span", { class: "sub" }, waiting) : "");
+      const sub = [held, waiting].filter(Boolean).join(" · ");
+      who.replaceChildren(agent.displayName || agent.name, sub ? el("span", { class: "sub" }, sub) : "");
       role.textContent = agent.role;
       word.replaceChildren(wordBadge(agent.word));
       active.textContent = ago(agent.lastActiveAt);
@@ -538,13 +542,16 @@
 
   function lineItem(line) {
     const kind = line.itemType === "tool_call" || line.itemType === "tool_result" ? "tool" : "";
+    // A sub-agent's line (its detail is the sub-agent's id) opens it.
+    const child = line.type.startsWith("subtask.") && line.detail ? line.detail : null;
+    const title = line.title || line.type;
     return el(
       "li",
       { class: `${kind} ${line.status || ""} ${line.type.replace(/\W/g, "-")}`, "data-type": line.type, "data-id": line.id },
       el("time", { datetime: line.at }, clock(line.at)),
       el("div", {},
-        el("span", { class: "title" }, line.title || line.type),
-        line.detail && line.detail !== line.title ? el("span", { class: "detail" }, line.detail) : null),
+        el("span", { class: "title" }, child ? link(title, agentHash(child), () => openAgent(child)) : title),
+        line.detail && line.detail !== line.title && !child ? el("span", { class: "detail" }, line.detail) : null),
     );
   }
 
@@ -629,13 +636,22 @@
     const run = agent.runId
       ? [" · ", link(`run ${agent.runId}`, runHash(agent.runId), () => openRun(agent.runId))]
       : [];
+    // What `agentwatch get` shows too: who spawned it, who holds it, what waits in its inbox.
+    const parent = agent.parentId
+      ? [" · sub-agent of ", link(state.names.get(agent.parentId) || agent.parentId, agentHash(agent.parentId),
+                                   () => openAgent(agent.parentId))]
+      : [];
+    const held = agent.interception;
+    const hold = held ? el("strong", {}, ` · held by ${held.by} since ${when(held.since)}`) : "";
+    const inbox = agent.pendingInputs
+      ? ` · ${agent.pendingInputs} input${agent.pendingInputs === 1 ? "" : "s"} waiting in its inbox`
+      : "";
     const deleted = agent.deletedAt
       ? el("strong", { class: "deleted" }, ` · deleted, readable until ${when(agent.reapAt)}`)
       : "";
-    $("d-meta").replaceChildren(meta, ...run, deleted);
+    $("d-meta").replaceChildren(meta, ...parent, ...run, hold, inbox, deleted);
     showObserver(agent.observer);
     $("d-word").replaceWith(Object.assign(wordBadge(agent.word), { id: "d-word" }));
-    const held = agent.interception;
     const take = $("take");
     take.textContent = held ? `Hand back (held by ${held.by})` : "Take over";
     take.dataset.held = held ? "yes" : "no";
