@@ -572,6 +572,23 @@ async def test_a_sub_agent_links_its_parent_and_a_held_agent_says_who_holds_it(
         assert problems == []
 
 
+async def test_a_blank_answer_is_said_to_be_blank(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once Answer with a blank text did nothing and said nothing."""
+    model = scripted("dashboard-blank", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        asking = await engine.create("helper", name="asking")
+        question = RequestDraft(kind="question", summary="Which branch?", questions=["Which branch?"], turn_id="trn_t")
+        patch = SessionPatch(status="awaiting_input", current_turn_id="trn_t")
+        await engine.store.write(Write(asking.id, session=patch, requests_open=[question]))
+        page, problems = await _page(browser, f"{base}/#agent={asking.id}")
+        needs = page.locator("#needs")
+        await needs.get_by_role("textbox", name="Your answer").fill("  ", timeout=WAIT_MS)
+        await needs.get_by_role("button", name="Answer").click()
+        await expect(page.locator("#toast")).to_have_text("Write an answer first.")
+        await expect(needs).to_contain_text("Needs you: Which branch?")
+        assert problems == []
+
+
 async def test_on_a_phone_the_status_stays_in_view(open_engine: Any, scripted: Any, browser: Any) -> None:
     """Once: at 390 px a long question under an agent's name pushed its status off the screen."""
     ran: list[str] = []

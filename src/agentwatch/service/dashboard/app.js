@@ -728,7 +728,10 @@
     } else {
       const text = el("textarea", { rows: 2, placeholder: "Your answer", "aria-label": "Your answer" });
       parts.push(text, el("div", { class: "choices" },
-        el("button", { type: "button", class: "primary", onclick: () => { if (text.value.trim()) answer(text.value); } }, "Answer")));
+        el("button", { type: "button", class: "primary", onclick: () => {
+          if (text.value.trim()) answer(text.value);
+          else toast("Write an answer first.");
+        } }, "Answer")));
     }
     if (!state.canAct) parts.push(el("p", { class: "muted" }, "This token only reads: someone with the service's full token can answer."));
     box.replaceChildren(...parts);
