@@ -605,6 +605,29 @@ async def test_on_a_phone_the_status_stays_in_view(open_engine: Any, scripted: A
         assert box is not None and box["x"] + box["width"] <= 390, box
 
 
+async def test_on_a_phone_the_agent_tapped_comes_into_view_and_nothing_is_cut_off(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once at 390 px a tap scrolled to the agent while it was still empty (the screen stayed on the list), the
+    "active" column was cut off, and the status chips scrolled sideways with no sign of the ones out of view."""
+    model = scripted("dashboard-tap", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        for n in range(12):
+            await engine.create("helper", name=f"nightly_digest_of_the_repository_{n}")
+        done = await engine.task("helper", "go", timeout=10)
+        await engine.store.append(done["agentId"], [NewEvent(UserMessage(text=f"note {i}")) for i in range(40)])
+        page = await browser.new_page(viewport={"width": 390, "height": 800})
+        await page.goto(base)
+        last = page.locator("#agents tbody tr").last
+        await expect(last.locator("td").last).to_contain_text("ago", timeout=WAIT_MS)
+        for cell in (page.locator("#words button").last, last.locator("td").last):
+            box = await cell.bounding_box()
+            assert box is not None and box["x"] + box["width"] <= 390, box
+        await page.locator(f'#agents tr[data-id="{done["agentId"]}"]').click()
+        await expect(page.locator("#log")).to_contain_text("note 39", timeout=WAIT_MS)
+        await expect(page.locator("#detail")).to_be_in_viewport(ratio=0.95)  # all of it, its log full
+
+
 async def test_the_page_shows_who_watches_an_agent_and_what_it_last_reported(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:

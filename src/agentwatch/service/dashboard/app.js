@@ -463,7 +463,6 @@
     $("earlier").hidden = true;
     $("detail").hidden = false;
     $("pick").hidden = true;
-    if (window.matchMedia("(max-width: 800px)").matches) $("detail").scrollIntoView();
     try {
       await Promise.all([showDetail(), tail()]);
     } catch (error) {
@@ -471,6 +470,9 @@
       return;
     }
     if (state.selected !== id) return;
+    // On a phone the agent is below the list: scrolled to once it is shown (an empty one is too short to be
+    // scrolled to the top of the screen).
+    if (window.matchMedia("(max-width: 800px)").matches) $("detail").scrollIntoView();
     if (focus) focusDetail();
     attach(id);
   }
