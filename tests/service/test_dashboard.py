@@ -240,6 +240,32 @@ async def test_a_second_click_while_the_first_is_in_flight_acts_once(
         assert await page.locator("#toast").is_hidden() and problems == []
 
 
+async def test_stop_on_an_agent_that_just_ended_says_there_was_nothing_to_stop(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once Stop on an agent whose turn ended while the page still showed it working (here: stopped from
+    elsewhere just before) said nothing at all."""
+    held = HeldTool("wait_for_release")
+    async with (
+        open_engine(held.role("waiter", scripted, "dashboard-ended"), tools=[held.tool]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("waiter")
+        await engine.enqueue(session.id, "wait")
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        await expect(page.locator("#d-word")).to_have_text("working", timeout=WAIT_MS)
+
+        async def ends_first(route: Any) -> None:
+            assert await engine.stop(session.id, by="ada")
+            await route.continue_()
+
+        await page.route("**/api/tools/agent_stop", ends_first)
+        await page.locator("#stop").click()  # (its confirm() is accepted)
+        await expect(page.locator("#toast")).to_have_text("Nothing to stop: it had already ended.", timeout=WAIT_MS)
+        await expect(page.locator("#d-word")).to_have_text("done")
+        assert (await engine.store.get_session(session.id)).status == "cancelled" and problems == []
+
+
 async def test_a_failed_agent_shows_its_record_and_switching_fast_shows_the_agent_picked(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:

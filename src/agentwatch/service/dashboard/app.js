@@ -789,8 +789,11 @@
     });
     $("stop").addEventListener("click", async () => {
       if (!state.agent || !confirm(`Stop ${state.agent.displayName || state.agent.name}?`)) return;
-      // (shown after, not within: the detail says whether there is still something to stop)
-      if (await act($("stop"), () => call("agent_stop", { id: state.selected }))) await showDetail().catch(complain);
+      // (the detail is shown after, not within: it says whether there is still something to stop)
+      const answer = await act($("stop"), () => call("agent_stop", { id: state.selected }));
+      if (!answer) return;
+      if (!answer.stopped) toast("Nothing to stop: it had already ended.");
+      await showDetail().catch(complain);
     });
     $("take").addEventListener("click", async (e) => {
       const tool = e.target.dataset.held === "yes" ? "agent_hand_back" : "agent_take_over";
