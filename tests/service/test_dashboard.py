@@ -555,15 +555,17 @@ async def test_a_question_held_for_the_parent_says_so_and_escalates_from_the_pag
         assert problems == []
 
 
-def _delegating() -> tuple[Any, Any]:
-    """A lead's script that hands the prompt to a `helper` sub-agent named "counter", and the helper's."""
+def _delegating(scripted: Any, model: str) -> tuple[Any, Any]:
+    """A `lead` role that hands its prompt to a `helper` sub-agent named "counter", and the `helper` role."""
 
     def lead(ctx: Any) -> Any:
         if not ctx.tool_results:
             return CallTool("agent_task", {"role": "helper", "prompt": ctx.prompt, "name": "counter"})
         return Reply("The helper is done.")
 
-    return lead, lambda ctx: Reply(f"counted {ctx.prompt}")
+    lead_model = scripted(f"{model}-lead", ScriptedModel(function=lead))
+    helper_model = scripted(f"{model}-helper", ScriptedModel(function=lambda ctx: Reply(f"counted {ctx.prompt}")))
+    return role("lead", lead_model, tools=("agent_task",), grant=("spawn",)), role("helper", helper_model)
 
 
 async def test_a_sub_agent_links_its_parent_and_a_held_agent_says_who_holds_it(
@@ -571,15 +573,7 @@ async def test_a_sub_agent_links_its_parent_and_a_held_agent_says_who_holds_it(
 ) -> None:
     """Once the page showed none of what `agentwatch get` does: a sub-agent's parent, the parent's "spawned"
     line as plain text, and of an agent a person took over neither the hold (in its row too) nor its inbox."""
-    lead, helper = _delegating()
-    lead_model = scripted("dashboard-lead", ScriptedModel(function=lead))
-    async with (
-        open_engine(
-            role("lead", lead_model, tools=("agent_task",), grant=("spawn",)),
-            role("helper", scripted("dashboard-helper", ScriptedModel(function=helper))),
-        ) as engine,
-        served(create_app(engine)) as base,
-    ):
+    async with open_engine(*_delegating(scripted, "dashboard-kin")) as engine, served(create_app(engine)) as base:
         boss = await engine.task("lead", "to 3", timeout=10)
         (child,) = (await engine.store.list_sessions(SessionFilter(parent_id=boss["agentId"]))).items
         await engine.call_tool("agent_take_over", {"id": child.id, "by": "ada"})
@@ -612,6 +606,22 @@ async def test_a_blank_answer_is_said_to_be_blank(open_engine: Any, scripted: An
         await needs.get_by_role("button", name="Answer").click()
         await expect(page.locator("#toast")).to_have_text("Write an answer first.")
         await expect(needs).to_contain_text("Needs you: Which branch?")
+        assert problems == []
+
+
+async def test_a_sub_agents_status_record_reads_as_one_line_in_its_parents_log(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once `agent_task`'s answer (the sub-agent's status record) filled the parent's log as ~900 characters of
+    raw JSON."""
+    async with open_engine(*_delegating(scripted, "dashboard-record")) as engine, served(create_app(engine)) as base:
+        boss = await engine.task("lead", "to 3", timeout=10)
+        (child,) = (await engine.store.list_sessions(SessionFilter(parent_id=boss["agentId"]))).items
+        page, problems = await _page(browser, f"{base}/#agent={boss['agentId']}")
+        record = page.locator('#log li[data-type="item.completed"].tool .detail')
+        await expect(record).to_have_text("counter · completed · done · counted to 3", timeout=WAIT_MS)
+        await expect(record.get_by_role("link", name="counter")).to_have_attribute("href", f"#agent={child.id}")
+        await expect(page.locator("#log")).not_to_contain_text("agentId")
         assert problems == []
 
 

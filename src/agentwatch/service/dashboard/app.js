@@ -553,8 +553,27 @@
       el("time", { datetime: line.at }, clock(line.at)),
       el("div", {},
         el("span", { class: "title" }, child ? link(title, agentHash(child), () => openAgent(child)) : title),
-        line.detail && line.detail !== line.title && !child ? el("span", { class: "detail" }, line.detail) : null),
+        statusLine(line)
+          || (line.detail && line.detail !== line.title && !child ? el("span", { class: "detail" }, line.detail) : null)),
     );
+  }
+
+  // A sub-agent's status record (what `agent_task` and `agent_await` answer) as one short line: who (a link), how
+  // it stands, and its question or last words; not its JSON. Null for any other line (and for a record cut short).
+  function statusLine(line) {
+    if (line.itemType !== "tool_call" || line.type !== "item.completed" || !(line.detail || "").startsWith("{")) return null;
+    let record;
+    try {
+      record = JSON.parse(line.detail);
+    } catch {
+      return null;
+    }
+    if (typeof record.agentId !== "string" || typeof record.word !== "string") return null;
+    const id = record.agentId;
+    const hitl = record.pendingHitl;
+    const said = hitl ? `asks: ${(hitl.questions || [])[0] || hitl.kind}` : record.error || record.lastAssistantText;
+    return el("span", { class: "detail" }, link(record.name || id, agentHash(id), () => openAgent(id)),
+              ` · ${record.status} · ${LABELS[record.word] || record.word}`, said ? ` · ${said}` : "");
   }
 
   function showLines(lines) {
