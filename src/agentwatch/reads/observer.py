@@ -50,7 +50,8 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
         # (not recorded: the notice of its deletion is a deleted session's last event)
         state, reason, since = "retired", "the observed agent was deleted", session.deleted_at.isoformat()
     found = await store.read_events_backward(session.id, types=["observer.report"], limit=reports) if reports else []
-    waiting = [i.text for i in await store.list_inputs(session.id) if i.origin and i.origin.kind == "observer"]
+    inputs = await store.list_inputs(session.id) if found else []
+    waiting = [i.text for i in inputs if i.origin and i.origin.kind == "observer"]
     listed: list[ObserverReportEntry] = []
     for event in found:  # newest first: the newest reports are the ones still waiting in the inbox
         if not isinstance(event.payload, ObserverReported):
