@@ -126,7 +126,13 @@ async def test_a_fire_cut_off_by_its_engine_closing_goes_on_at_the_next_start(
         (session,) = (await engine.store.list_sessions(SessionFilter(group_key="hook:deploy-check"))).items
         slow.release.set()
         settled, timed_out = await engine.wait(session.id, 15)
-    assert not timed_out and settled.status == "completed", settled
+        assert not timed_out and settled.status == "completed", settled
+        # The turn went on for the run: its end is in the run's log, its whole cost in the run's.
+        history = await engine.call_tool("run_history", {"id": fired["runId"], "limit": 200})
+        assert "turn.ended" in {e["type"] for e in history["entries"]}
+        trace = await engine.call_tool("run_trace", {"id": fired["runId"]})
+        billed = (await engine.store.usage_totals([session.id]))[session.id].total_tokens
+        assert trace["run"]["tokens"] == billed > 0
 
 
 async def test_a_fire_whose_agent_does_not_answer_in_time_ends_timed_out(

@@ -19,6 +19,7 @@ from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
 from agentwatch.store import RunDraft, RunFilter, RunPatch, SessionFilter
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, lease_config, role
+from tests.watchers.support import reporting
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -238,6 +239,33 @@ async def test_history_pages_back_through_agents_pipeline_and_journal_in_one_ord
         assert bad_cursor["error"]["code"] == "invalid_argument"
         missing = await engine.call_tool("run_trace", {"id": "run_nope"})
         assert missing["error"]["code"] == "not_found"
+
+
+async def test_a_tasks_observer_works_for_the_run_after_it_ended(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """The observer of a run's task reads the task's last turn once it ended, after the run ended: its turns
+    and its report are the run's all the same."""
+    coder = role("coder", scripted("runs-observed", _flaky(0)), observer="reviewer", grant=("spawn",))
+    reviewer = role("reviewer", scripted("runs-reviewer", reporting("Add a test.")))
+    async with open_engine(coder, reviewer, extensions=None) as engine:
+        async with engine.run("fix") as run:
+            done = await run.task("coder", "the parser")
+
+        async def reported() -> list[Any]:
+            return await engine.store.read_events(done["agentId"], types=["observer.report"])
+
+        for _ in range(500):
+            if await reported():
+                break
+            await asyncio.sleep(0.02)
+        (observer,) = (await engine.store.list_sessions(SessionFilter(is_observer=True))).items
+        await engine.wait(observer.id, 10)
+        billed = await engine.store.usage_totals([done["agentId"], observer.id])
+        trace = await _call(engine, "run_trace", id=run.id)
+        assert billed[observer.id].total_tokens > 0
+        assert trace["run"]["tokens"] == sum(u.total_tokens for u in billed.values())
+        history = await _call(engine, "run_history", id=run.id, limit=200)
+        assert "observer.report" in {e["type"] for e in history["entries"] if e["agentId"] == done["agentId"]}
+        assert {e["agentId"] for e in history["entries"]} >= {observer.id}
 
 
 async def test_a_trace_outlives_the_runs_agents(open_engine: OpenEngine, scripted: Scripted) -> None:

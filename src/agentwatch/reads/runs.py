@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
 from agentwatch.errors import InvalidArgument, InvalidCursor
-from agentwatch.events import Event, PageCursor, TurnEnded, Usage, query_digest
+from agentwatch.events import Event, PageCursor, TurnEnded, TurnStarted, Usage, query_digest
 from agentwatch.reads._args import cursor_moment, field_named
 from agentwatch.reads._view import EngineView
 from agentwatch.reads.tail import project
@@ -350,9 +351,10 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
         owner = _owner(turn.session_id, sessions, task_of)
         spans.append(_turn_span(turn, owner, sessions.get(turn.session_id), times.get((turn.session_id, turn.turn_id))))
     for session in sessions.values():
+        other = await _other_work(store, session, run)
         for request in await store.list_requests(session_id=session.id, status=None, limit=1000):
-            if not run.started_at <= request.created_at <= (run.ended_at or request.created_at):
-                continue  # asked for other work of the agent's, before the run or after its end
+            if request.created_at < run.started_at or (other is not None and request.turn_id in other.turns):
+                continue  # asked for other work of the agent's, before the run or after it
             spans.append(
                 TraceSpan(
                     id=request.id,
@@ -637,18 +639,59 @@ def _minus(a: float | int | None, b: float | int | None) -> Any:
 # -- run_history --------------------------------------------------------------------------------------
 
 
-async def _while_it_ran(store: Store, session_id: str, run: RunRecord, budget: int) -> tuple[list[Event], bool]:
-    """The newest `budget` events the session wrote while `run` ran, oldest first (a reused or long-lived agent's
-    other work, before the run or after its end, stays out), and whether older ones of them were left out."""
+@dataclass(frozen=True, slots=True)
+class _OtherWork:
+    """What a session of an ended run did for something else (see `_other_work`)."""
+
+    turns: frozenset[str]
+    """Its turns begun on new input after the run ended."""
+    since: datetime | None
+    """When the first of them began (None: none did)."""
+
+    def leaves_out(self, event: Event) -> bool:
+        """Whether `event` was other work: of one of those turns, or between turns once the first began (what
+        came between the run's end and then, a report on its last turn say, is still the run's)."""
+        if event.turn_id is not None:
+            return event.turn_id in self.turns
+        return self.since is not None and event.at >= self.since
+
+
+async def _other_work(store: Store, session: SessionRecord, run: RunRecord) -> _OtherWork | None:
+    """What `session` did after `run` ended for something else: the turns begun on new input since (as
+    `billed_run` bills them to no run). None when there can be none: the run still runs, or the session is an
+    observer, whose every turn watches for the run."""
+    if run.ended_at is None or session.is_observer:
+        return None
+    later: set[str] = set()
+    since: datetime | None = None
+    before: int | None = None
+    while True:  # the newest starts first: only those after the run's end are read
+        starts = await store.read_events_backward(session.id, before_seq=before, limit=100, types=["turn.started"])
+        for event in starts:
+            if event.at <= run.ended_at:
+                return _OtherWork(frozenset(later), since)
+            if isinstance(event.payload, TurnStarted) and event.payload.trigger == "input" and event.turn_id:
+                later.add(event.turn_id)
+                since = event.at
+        if len(starts) < 100:
+            return _OtherWork(frozenset(later), since)
+        before = starts[-1].seq
+
+
+async def _while_it_ran(store: Store, session: SessionRecord, run: RunRecord, budget: int) -> tuple[list[Event], bool]:
+    """The newest `budget` events of the run's work in `session`, oldest first (a reused or long-lived agent's
+    other work, before the run or after it, stays out: see `_other_work`), and whether older ones were left
+    out."""
+    other = await _other_work(store, session, run)
     kept: list[Event] = []
     before: int | None = None
     while True:
-        page = await store.read_events_backward(session_id, before_seq=before, limit=budget + 1)
+        page = await store.read_events_backward(session.id, before_seq=before, limit=budget + 1)
         for event in page:
-            if run.ended_at is not None and event.at > run.ended_at:
-                continue
             if event.at < run.started_at:
                 return kept[::-1], False
+            if other is not None and other.leaves_out(event):
+                continue
             if len(kept) == budget:
                 return kept[::-1], True
             kept.append(event)
@@ -688,7 +731,8 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
         read = 0
         for session_id in wanted:
             # The newest: a history pages back from the end.
-            events, left_out = await _while_it_ran(store, session_id, run, min(_PAGE_EVENTS, MAX_EVENTS - read))
+            budget = min(_PAGE_EVENTS, MAX_EVENTS - read)
+            events, left_out = await _while_it_ran(store, sessions[session_id], run, budget)
             truncated = truncated or left_out  # this agent had more than is read: its oldest are left out
             read += len(events)
             for event in events:

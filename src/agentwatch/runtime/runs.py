@@ -28,7 +28,9 @@ async with engine.run("report", input={"topic": "tides"}) as run:
   failed, `TaskFailed` is raised: the run fails with it unless the workflow catches it.
 
 `run_trace`, `run_compare` and `run_history` (the run reads) read all of this back, after its agents were
-reaped too.
+reaped too. A run's agents work for it until it ends, and so do their turns that began before (continued
+after a restart, or after an answer) and their observers: a turn begun on new input after the run ended is
+other work of the agent's, billed to no run (`billed_run`) and left out of the run's log.
 """
 
 from __future__ import annotations
@@ -321,6 +323,25 @@ async def start_run(
         await asyncio.gather(renewing, return_exceptions=True)
         # (not over the `interrupted` another engine wrote when this one was cut off past the run's expiry)
         await runtime.store.end_run(record.id, patch.model_copy(update={"ended_at": _now()}))
+
+
+async def billed_run(runtime: Runtime, session: SessionRecord, turn_id: str, trigger: str) -> str | None:
+    """The run turn `turn_id` of `session` (started, or resumed, by `trigger`) works for and bills: the session's
+    run, but for a turn begun on new input after that run ended (or was reaped), which is other work of the
+    agent's. A turn begun before the end stays the run's when it resumes after it (an answer, a restart); an
+    observer's turns watch for the run whatever starts them."""
+    if session.run_id is None or session.is_observer:
+        return session.run_id
+    try:
+        run = await runtime.store.get_run(session.run_id)
+    except NotFound:
+        return None
+    if run.ended_at is None:
+        return run.id
+    if trigger == "input":
+        return None
+    began = await runtime.store.read_events(session.id, turn_id=turn_id, limit=1)
+    return run.id if began and began[0].at <= run.ended_at else None
 
 
 async def stop_orphaned_task(runtime: Runtime, session: SessionRecord, timeout: float, by: str) -> bool | None:

@@ -63,6 +63,7 @@ from agentwatch.runtime.plan import Plan, lives_on, next_plan
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.requests import release_held
 from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.runtime.runs import billed_run
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.tools.ask import choices_of, read_approval
 from agentwatch.runtime.tools.base import Caller, Tool
@@ -101,6 +102,8 @@ class _Turn:
     session: SessionRecord
     definition: AgentDefinition
     turn_id: str
+    run_id: str | None
+    """The run the turn works for and bills (`billed_run`)."""
     usage: Usage = field(default_factory=Usage)
     owed: bool = False
     """A response without tool calls was submitted and not waited for: the turn's end commits with it."""
@@ -162,7 +165,7 @@ class _Sink:
                 usage.append(
                     UsageEntry(
                         turn_id=turn.turn_id,
-                        run_id=turn.session.run_id,
+                        run_id=turn.run_id,
                         role=turn.session.role,
                         model=payload.model,
                         usage=payload.usage,
@@ -264,7 +267,8 @@ async def run_plan(
         await _fail_early(runtime, emitter, session, plan, f"role {session.role!r} no longer resolves: {exc.message}")
         return False
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
-    turn = _Turn(runtime, emitter, session, definition, turn_id)
+    run_id = await billed_run(runtime, session, turn_id, plan.kind)
+    turn = _Turn(runtime, emitter, session, definition, turn_id, run_id)
     try:
         try:
             # Read once, before the start is recorded (which adds no messages): the compaction check needs it.

@@ -47,14 +47,6 @@ __all__ = ["RunMethods"]
 T = TypeVar("T")
 
 
-_WHILE_IT_RAN = (
-    "FROM usage_ledger u LEFT JOIN runs r ON r.id = u.run_id WHERE (r.ended_at IS NULL OR u.at <= r.ended_at) AND"
-)
-"""The ledger's entries a run's agents billed while it ran (the start of a condition on them): a run's cost is
-what its agents spent for it, not what one of them spent on other work after it ended (a run reaped meanwhile
-keeps them all)."""
-
-
 class RunMethods(SqlBase):
     """The `RunStore` contract over `Tx`."""
 
@@ -200,11 +192,10 @@ class RunMethods(SqlBase):
             await tx.execute(sql, [status, moment, *params])
 
     async def run_usage(self, run_id: str) -> list[TurnUsage]:
-        """What each turn billed to the run while it ran, from the spend ledger (reaped sessions included), oldest
-        first."""
+        """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""
         sql = (
-            f"SELECT session_id, turn_id, MIN(role), MIN(model), MIN(at), MAX(at), {USAGE_SUMS} {_WHILE_IT_RAN} "
-            "u.run_id = ? GROUP BY session_id, turn_id ORDER BY MIN(at), session_id"
+            f"SELECT session_id, turn_id, MIN(role), MIN(model), MIN(at), MAX(at), {USAGE_SUMS} FROM usage_ledger "
+            "WHERE run_id = ? GROUP BY session_id, turn_id ORDER BY MIN(at), session_id"
         )
         rows = await self._read(lambda tx: tx.fetch(sql, [run_id]))
         return [
@@ -221,8 +212,8 @@ class RunMethods(SqlBase):
         ]
 
     async def run_totals(self, run_ids: Sequence[str]) -> dict[str, Usage]:
-        """What each run billed in all while it ran, from the spend ledger (a run that billed nothing: zero)."""
-        return await self._usage_by("u.run_id", run_ids, entries=_WHILE_IT_RAN)
+        """What each run billed in all, from the spend ledger (a run that billed nothing: zero)."""
+        return await self._usage_by("run_id", run_ids)
 
     async def open_span(self, draft: SpanDraft) -> SpanRecord:
         """Record a span of a run."""

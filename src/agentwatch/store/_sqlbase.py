@@ -134,14 +134,12 @@ class SqlBase(ABC):
     def _params(self, values: dict[str, Any], json_columns: frozenset[str]) -> dict[str, Any]:
         return to_params(self._dialect, values, json_columns)
 
-    async def _usage_by(
-        self, column: str, keys: Sequence[str], *, entries: str = "FROM usage_ledger WHERE"
-    ) -> dict[str, Usage]:
-        """The spend ledger summed per value of `column` (`session_id`, `run_id`) among `keys`, over `entries`
-        (the FROM clause and the start of a condition); a key with no entry sums to zero."""
+    async def _usage_by(self, column: str, keys: Sequence[str]) -> dict[str, Usage]:
+        """The spend ledger summed per value of `column` (`session_id`, `run_id`) among `keys`; a key with no
+        entry sums to zero."""
         wanted = list(dict.fromkeys(keys))
         condition, params = in_list(column, wanted)
-        sql = f"SELECT {column}, {USAGE_SUMS} {entries} {condition} GROUP BY {column}"
+        sql = f"SELECT {column}, {USAGE_SUMS} FROM usage_ledger WHERE {condition} GROUP BY {column}"
         rows = await self._read(lambda tx: tx.fetch(sql, params))
         totals = {key: Usage() for key in wanted}
         totals.update({row[0]: usage_from_sums(row[1:]) for row in rows})

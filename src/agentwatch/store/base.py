@@ -113,11 +113,10 @@ class RunStore(Protocol):
         writing nothing, when the run had ended already."""
 
     async def run_usage(self, run_id: str) -> list[TurnUsage]:
-        """What each turn billed to the run while it ran (not an agent's later work), from the spend ledger (reaped
-        sessions included), oldest first."""
+        """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""
 
     async def run_totals(self, run_ids: Sequence[str]) -> dict[str, Usage]:
-        """What each run billed in all while it ran, from the spend ledger (a run that billed nothing: zero)."""
+        """What each run billed in all, from the spend ledger (a run that billed nothing: zero)."""
 
     async def list_spans(self, run_id: str) -> list[SpanRecord]:
         """A run's spans in start order."""
