@@ -23,6 +23,7 @@ from agentwatch.watchers import (
     secret_guard,
 )
 from agentwatch.watchers.rules import RuleBook, rule_observer, run_rule
+from tests.runtime.support import HeldTool
 from tests.watchers.support import (
     OpenEngine,
     Scripted,
@@ -337,3 +338,31 @@ async def test_a_plain_rule_that_reports_nothing_sets_no_timer_and_the_others_ru
 
 async def _ended(ended: list[str], session_id: str) -> bool:
     return session_id in ended
+
+
+async def test_a_rule_observer_is_not_given_again_what_it_saw_before_a_deploy_moved_the_turn(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once the engine that continued the turn read its start back segmented as a model observer's digest (eight
+    results), not as a rule's (each call), and the rule reported the call it had reported before the deploy."""
+    held = HeldTool("slow")
+    steps = [CallTool("bash", {"command": "rm -rf /"}), CallTool("slow", {}), Reply("done")]
+
+    def bash(command: str) -> str:
+        """Run a command."""
+        return "ok"
+
+    model = scripted("ops-moved", ScriptedModel(function=lambda ctx: steps[min(ctx.request_index, 2)]))
+    ops = role("ops", model, tools=("bash", "slow"), observer="command-guard")
+    tools = [function_tool(bash), held.tool]
+    async with open_engine(ops, tools=tools) as first:
+        session = await first.create("ops")
+        await first.enqueue(session.id, "clean up")
+        await asyncio.wait_for(held.started.wait(), 10)
+        assert len(await eventually(lambda: reports(first, session.id))) == 1
+    held.release.set()
+    async with open_engine(ops, tools=tools) as second:
+        done, _ = await second.wait(session.id, 20)
+        assert done.status == "completed"
+        await asyncio.sleep(0.5)  # (the rule had its segments)
+        assert len(await reports(second, session.id)) == 1

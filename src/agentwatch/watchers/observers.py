@@ -386,6 +386,8 @@ class ActivityTap:
         """The turn whose events this tap records (it saw the turn start, or read back its start)."""
         self._held: list[Event] | None = None
         """Events waiting while the tap reads back the start of a turn another engine began (`_catch_up`)."""
+        self._resolving: asyncio.Task[Any] | None = None
+        """The resolution of the pairing under way (it says how the recorder segments: see `_resolve`)."""
 
     def on_event(self, thread_id: str, event: Event) -> None:
         """Record the event; never awaits, never raises for the observed session's sake."""
@@ -401,7 +403,7 @@ class ActivityTap:
             self.status = "resolving"
             # The session's first event ever, starting its first turn: no pairing was armed for it before (an
             # arm leaves an `observer.state` event on the session), so it has no observer ref to read.
-            self.hub.spawn(self._resolve(fresh=event.seq == 1 and isinstance(payload, TurnStarted)))
+            self._resolving = self.hub.spawn(self._resolve(fresh=event.seq == 1 and isinstance(payload, TurnStarted)))
         if self._held is not None:
             self._held.append(event)
             return
@@ -428,9 +430,11 @@ class ActivityTap:
         """Record the part of `first`'s turn another engine ran before this one took it over, so the digest
         covers the whole turn: the turn's earlier events are read back into a fresh recorder, leaving out the
         segments they closed (the other engine's to deliver), then the events held meanwhile are taken."""
-        recorder = ActivityRecorder(max_results=self.recorder.max_results)
         try:
             earlier = await self.hub.engine.store.read_events(self.session_id, turn_id=first.turn_id, limit=10_000)
+            if self._resolving is not None:  # segmented as the pairing will be (a rule's at every call)
+                await asyncio.wait({self._resolving})
+            recorder = ActivityRecorder(max_results=self.recorder.max_results)
             for event in earlier:
                 if event.seq >= first.seq:
                     break
