@@ -347,6 +347,7 @@ async def test_the_keyboard_goes_to_what_waits_and_stays_in_the_detail_after_an_
         await page.keyboard.press("Enter")
         await expect(page.locator("#needs")).to_be_hidden(timeout=WAIT_MS)
         await expect(page.locator("#d-name")).to_be_focused()
+        await engine.wait(paused["agentId"], 10)  # (the approved call runs in the agent's turn, after the answer)
         assert ran == ["a.txt"]
         await page.locator("#q").focus()
         await page.locator("#skip").focus()  # (it shows once focused)
@@ -692,4 +693,44 @@ async def test_the_page_shows_who_watches_an_agent_and_what_it_last_reported(
         await page.keyboard.press("Enter")
         await expect(page.locator("#d-meta")).to_contain_text("reviewer", timeout=WAIT_MS)
         await expect(observer).to_be_hidden()  # an observer is watched by none
+        assert problems == []
+
+
+async def test_a_request_opened_while_an_agent_is_being_opened_is_shown(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once the page read the agent beside its log: a request opened between the two reads was in the log but not
+    in the detail, and no later event refreshed it, so Approve never showed (a flake of the double-click test)."""
+    held = HeldTool("prepare")
+
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    def script(ctx: Any) -> Any:
+        if not ctx.tool_results:
+            return CallTool("prepare", {})
+        return CallTool("delete_file", {"path": "a.txt"}) if ctx.request_index == 1 else Reply("done")
+
+    model = scripted("dash-race", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("prepare", "delete_file"), approval_tools=("delete_file",))
+    async with open_engine(cleaner, tools=[held.tool, delete_file]) as engine, served(create_app(engine)) as base:
+        session = await engine.create("cleaner")
+        await engine.enqueue(session.id, "clean")
+        await asyncio.wait_for(held.started.wait(), 10)
+
+        async def log_read_once_the_request_is_open(route: Any) -> None:
+            await asyncio.sleep(0.3)  # (a detail read beside the log has its answer by now: nothing waits yet)
+            held.release.set()
+            for _ in range(250):
+                if (await engine.store.get_session(session.id)).status == "awaiting_input":
+                    break
+                await asyncio.sleep(0.02)
+            await route.continue_()
+
+        page, problems = await _page(browser, "about:blank")
+        await page.route("**/api/tools/agent_tail", log_read_once_the_request_is_open, times=1)
+        await page.goto(f"{base}/#agent={session.id}")
+        await expect(page.locator("#log")).to_contain_text("delete_file", timeout=WAIT_MS)
+        await expect(page.locator("#needs").get_by_role("button", name="Approve")).to_be_visible(timeout=WAIT_MS)
         assert problems == []

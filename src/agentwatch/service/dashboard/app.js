@@ -464,7 +464,11 @@
     $("detail").hidden = false;
     $("pick").hidden = true;
     try {
-      await Promise.all([showDetail(), tail()]);
+      // The detail after the log, not beside it: what the detail shows is then at least as new as the log's
+      // cursor, after which the live stream brings the rest (a request opened between the two reads was in
+      // the log and missing from the detail, and no later event refreshed it).
+      await tail();
+      if (state.selected === id) await showDetail();
     } catch (error) {
       complain(error);
       return;
