@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from agentwatch.errors import Conflict, NotFound, UserError
 from agentwatch.events import (
@@ -55,6 +56,8 @@ __all__ = ["ActivityTap", "ObserverAgents", "observer_agents"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class ObserverAgents:
     """The observer subsystem of one engine (an engine extension).
@@ -71,8 +74,8 @@ class ObserverAgents:
         self._engine: Runtime | None = None
         self._registry: PairingRegistry | None = None
         self._rule_courier = RuleCourier(self)
-        self._taps: dict[str, ActivityTap] = {}
         self._resolving: dict[str, asyncio.Task[Pairing | None]] = {}
+        """The resolutions under way, by observed session (each is let go once it is over)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._warned: set[tuple[str, str]] = set()
         self._deferred: set[str] = set()  # sessions left unresolved because another engine owns them
@@ -150,8 +153,9 @@ class ObserverAgents:
             return known
         task = self._resolving.get(observed_session_id)
         if task is None:
-            task = asyncio.create_task(self._resolve(observed_session_id, fresh=fresh))
+            task = _background(self._resolve(observed_session_id, fresh=fresh))
             self._resolving[observed_session_id] = task
+            task.add_done_callback(lambda _: self._resolving.pop(observed_session_id, None))
             self._track(task)
         return await asyncio.shield(task)
 
@@ -198,9 +202,7 @@ class ObserverAgents:
     # -- taps and digests -----------------------------------------------------------------------------
 
     def _tap(self, session_id: str) -> ActivityTap:
-        tap = ActivityTap(self, session_id)
-        self._taps[session_id] = tap
-        return tap
+        return ActivityTap(self, session_id)  # (held by the session's driver only: it goes with the driver)
 
     def submit(self, pairing: Pairing, items: tuple[ActivityItem, ...]) -> None:
         """Buffer a closed segment for the pairing's observer and make sure a delivery runs (never awaits)."""
@@ -352,7 +354,7 @@ class ObserverAgents:
         if self._closed:
             coro.close()
             return None
-        task = asyncio.create_task(coro)
+        task = _background(coro)
         self._track(task)
         return task
 
@@ -468,6 +470,12 @@ class ActivityTap:
         pending, self._pending = self._pending, []
         for items in pending:
             self.hub.submit(pairing, items)
+
+
+def _background(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """A task of the subsystem, in a context of its own: one started from a tap runs inside a turn, whose
+    context (the model run's, its emitter's, its driver's) it would otherwise keep alive as long as it is kept."""
+    return asyncio.create_task(coro, context=contextvars.Context())
 
 
 def _unavailable(definition: AgentDefinition) -> str:

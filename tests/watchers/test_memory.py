@@ -1,0 +1,45 @@
+"""What a long-running engine keeps of the sessions it observed once their drivers are let go: nothing."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any
+
+from agentwatch.runtime.driver import evict_idle
+from agentwatch.runtime.models import Reply, ScriptedModel
+from tests.watchers.support import OpenEngine, Scripted, eventually, observers_of, reporting, reports, role
+
+
+async def test_an_observed_sessions_driver_is_let_go_with_its_turns(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once the observer subsystem kept, for every session it resolved, the finished task of the resolution,
+    whose context held the session's first turn (the model run, its emitter, its driver): a service leaked
+    ~60 KB per agent, for good."""
+    coder = role("coder", scripted("memory-coder", ScriptedModel(function=lambda ctx: Reply("ok"))))
+    watched = role("watched", scripted("memory-watched", ScriptedModel(function=lambda ctx: Reply("ok"))))
+    definitions = (
+        coder.model_copy(update={"observer": "loop-guard"}),
+        watched.model_copy(update={"observer": "reviewer", "grant": ("spawn",)}),
+        role("reviewer", scripted("memory-reviewer", reporting("Looks fine."))),
+    )
+    async with open_engine(*definitions) as engine:
+        kept: list[weakref.ref[Any]] = []
+        for role_name in ("coder", "watched"):
+            session = await engine.create(role_name)
+            await engine.enqueue(session.id, "go")
+            await engine.wait(session.id, 10)
+            kept.append(weakref.ref(await engine.driver(session.id)))
+        observed = await engine.store.get_session(kept[1]().session_id)  # type: ignore[union-attr]
+        await eventually(lambda: reports(engine, observed.id))
+        (observer,) = await observers_of(engine, observed.id)
+        await engine.wait(observer.id, 10)
+        kept.append(weakref.ref(await engine.driver(observer.id)))
+
+        async def all_let_go() -> bool:  # (once each is idle: an observer's delivery may still be finishing)
+            evict_idle(engine._drivers, idle_for=0)
+            gc.collect()
+            return all(ref() is None for ref in kept)
+
+        await eventually(all_let_go)
