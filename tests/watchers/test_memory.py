@@ -8,6 +8,7 @@ from typing import Any
 
 from agentwatch.runtime.driver import evict_idle
 from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.watchers import observer_agents
 from tests.watchers.support import OpenEngine, Scripted, eventually, observers_of, reporting, reports, role
 
 
@@ -43,3 +44,13 @@ async def test_an_observed_sessions_driver_is_let_go_with_its_turns(
             return all(ref() is None for ref in kept)
 
         await eventually(all_let_go)
+
+        # A deleted agent never runs again: its pairing is let go too (it was kept, retired, for good).
+        registry = observer_agents(engine).registry
+        assert observed.id in registry.pairings
+        await engine.delete(observed.id)
+        await eventually(lambda: _gone(registry, observed.id, observer.id))
+
+
+async def _gone(registry: Any, observed_id: str, observer_id: str) -> bool:
+    return observed_id not in registry.pairings and observer_id not in registry.by_observer

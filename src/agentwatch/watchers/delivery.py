@@ -239,14 +239,16 @@ async def _retire_if_ended(registry: PairingRegistry, pairing: Pairing) -> None:
     try:
         observed = await registry.engine.store.get_session(pairing.observed_session_id)
     except NotFound:
-        registry.pairings.pop(pairing.observed_session_id, None)
+        registry.forget(pairing)
         return
     if pairing.buffer or pairing.state != "armed":
         return  # a digest came in meanwhile: the observed agent runs again, so the pairing stays armed
-    if not observed_alive(observed) and observed.pending_inputs == 0:
-        deleted = observed.deleted_at is not None
+    deleted = observed.deleted_at is not None
+    if deleted or (not observed_alive(observed) and observed.pending_inputs == 0):  # (a deleted one never runs)
         ended = "was deleted" if deleted else f"ended ({observed.status})"
         await registry.set_state(pairing, "retired", f"the observed agent {ended}", record=not deleted)
+        if deleted:  # it never runs again
+            registry.forget(pairing)
 
 
 def _brief(exc: BaseException) -> str:

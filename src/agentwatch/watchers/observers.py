@@ -399,8 +399,11 @@ class ActivityTap:
             self.hub.observer_turn_stopped(thread_id, payload.reason)
         if self.status == "unobserved":
             return
-        if isinstance(payload, RuntimeNotice) and payload.source == DELETION_SOURCE and self._pairing is not None:
-            self.hub.observed_may_have_ended(self._pairing)  # deleted between turns: no turn of it ends to say so
+        if isinstance(payload, RuntimeNotice) and payload.source == DELETION_SOURCE:
+            # Deleted between turns (no turn of it ends to say so), maybe long after its last driver was let go.
+            pairing = self._pairing or self.hub.registry.pairings.get(self.session_id)
+            if pairing is not None:
+                self.hub.observed_may_have_ended(pairing)
         if self.status == "new":
             self.status = "resolving"
             # The session's first event ever, starting its first turn: no pairing was armed for it before (an

@@ -162,6 +162,14 @@ class PairingRegistry:
         observed = self.by_observer.get(observer_session_id)
         return self.pairings.get(observed) if observed is not None else None
 
+    def forget(self, pairing: Pairing) -> None:
+        """Let go of a pairing whose observed agent is gone for good (deleted or reaped): a long-running engine
+        keeps none for agents that will never run again."""
+        if self.pairings.get(pairing.observed_session_id) is pairing:
+            del self.pairings[pairing.observed_session_id]
+        if pairing.observer_session_id is not None:
+            self.by_observer.pop(pairing.observer_session_id, None)
+
     # -- notes on the observed session ----------------------------------------------------------------
 
     async def record(
