@@ -79,6 +79,18 @@ async def test_a_wait_that_a_deletion_ends_answers_deleted(open_engine: OpenEngi
         snapshot = await waiting
         assert (snapshot["status"], snapshot["timedOut"], snapshot["deleted"]) == ("cancelled", False, True)
 
+        # A paused agent stopped, another deleted: once each left who stopped it in the engine for good.
+        asker = scripted(
+            "await-deleted-asker", ScriptedModel(function=lambda ctx: CallTool("ask_user", {"question": "?"}))
+        )
+        async with open_engine(role("asker", asker, tools=("ask_user",))) as other:
+            for end in (other.stop, other.delete):
+                paused = await other.task("asker", "ask", timeout=10)
+                await asyncio.sleep(0.2)  # (its turn loop lets go while it waits)
+                await end(paused["agentId"])
+                assert (await other.store.get_session(paused["agentId"])).status == "cancelled"
+            assert other._stop_reasons == {}
+
 
 async def test_every_event_an_observer_sees_is_already_in_the_store(
     open_engine: OpenEngine, scripted: Scripted, tmp_path: Path

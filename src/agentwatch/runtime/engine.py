@@ -490,14 +490,15 @@ class Engine:
         try:
             async with self._stopping(session_id):
                 self._stop_reasons[session_id] = by
-                if await driver.stop_turn():
+                stopped = await driver.stop_turn()
+                self._stop_reasons.pop(session_id, None)  # read by the turn it ended, if any (`stop_reason`)
+                if stopped:
                     return True
                 session = await self.store.get_session(session_id)
                 if not (
                     session.status in ("awaiting_input", "running")
                     or (idle_observer and session.is_observer and session.status != "cancelled")
                 ):
-                    self._stop_reasons.pop(session_id, None)
                     return False
                 try:
                     await end_stopped_turn(self, driver, session_id, session.current_turn_id, by, status=session.status)
