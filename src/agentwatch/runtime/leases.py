@@ -335,8 +335,8 @@ class Leases:
                     if time.monotonic() >= next_renewal:
                         next_renewal = time.monotonic() + self.renew_every
                         for session_id in await self.renew():
-                            log.warning("lost the lease of %s; its turn is cut off here", session_id)
-                            await _cut_off(runtime, session_id)
+                            if await _cut_off(runtime, session_id):  # (a reaped session's lease went with it)
+                                log.warning("lost the lease of %s; its turn is cut off here", session_id)
                     if self._held and time.monotonic() >= next_stops:
                         next_stops = time.monotonic() + STOP_CHECK_SECONDS
                         await self._stop_as_asked(runtime)
@@ -682,11 +682,16 @@ def check_held(runtime: Runtime, session_id: str) -> None:
         raise LeaseLost(f"this engine no longer holds the lease of {session_id}; another engine continues the turn")
 
 
-async def _cut_off(runtime: Runtime, session_id: str) -> None:
-    channel: Any = await runtime.driver(session_id)
+async def _cut_off(runtime: Runtime, session_id: str) -> bool:
+    """Cut the session's turn off here; False when the session is gone (reaped, its lease with it)."""
+    try:
+        channel: Any = await runtime.driver(session_id)
+    except NotFound:
+        return False
     cut_off = getattr(channel, "cut_off_turn", None)
     if callable(cut_off):
         cut_off()
+    return True
 
 
 async def ensure_held(runtime: Runtime, session_id: str) -> None:
