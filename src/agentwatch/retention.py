@@ -1,6 +1,7 @@
 """Retention: which sessions are reaped, and when.
 
-- A soft-deleted session stays readable by id (and listed with `deleted: true`) until its `reap_at`.
+- A soft-deleted session stays readable by id (and listed with `deleted: true`) until its `reap_at`; its
+  observer session (an observer agent's) is reaped with it, once not at work.
 - A heartbeat or hook session (source `heartbeat` / `hook`) that is not running or waiting is reaped once its
   last activity is older than `retention.heartbeat_ttl` / `retention.hook_ttl` (default 24 h), together with
   the sub-agents it spawned (and theirs), once none of them runs or waits.
@@ -57,8 +58,12 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
         return held is not None and held > now
 
     for session_id in await store.due_for_reap(now, limit=limit):
-        if not keep(await store.get_session(session_id)):
-            due.append(session_id)
+        if keep(await store.get_session(session_id)):
+            continue
+        due.append(session_id)
+        # Its observer goes with it: it watched that agent alone, which will never run again.
+        watchers = await store.list_sessions(SessionFilter(parent_id=session_id, is_observer=True), limit=_PAGE)
+        due += [s.id for s in watchers.items if s.status not in ("running", "awaiting_input") and not keep(s)]
     for source in _TTL_SOURCES:
         where = SessionFilter(
             source=[source],

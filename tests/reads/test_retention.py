@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from agentwatch.config import RetentionConfig
 from agentwatch.retention import HELD_UNTIL, reap_due, reap_runs_due, sessions_due
+from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import Reply, ScriptedModel
-from agentwatch.store import SessionPatch
+from agentwatch.store import SessionFilter, SessionPatch
 from tests.runtime.support import OpenEngine, Scripted, role
 
 
@@ -32,6 +35,27 @@ async def test_soft_deleted_agents_read_by_id_until_the_reap_then_not_found(
         for tool in ("agent_get", "agent_history", "agent_export", "agent_tail", "agent_prompt"):
             assert (await engine.call_tool(tool, {"id": sid}))["error"]["code"] == "not_found", tool
         assert (await engine.store.usage_totals([sid]))[sid].total_tokens > 0  # the ledger outlives the reap
+
+
+async def test_a_deleted_agents_observer_is_reaped_with_it(scripted: Scripted, tmp_path: Path) -> None:
+    """Once an observer agent's session outlived the agent it watched, for good: nothing reaped it."""
+    model = scripted("ret-watched", ScriptedModel(function=lambda ctx: Reply("done")))
+    quiet = scripted("ret-watcher", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
+    watched = role("watched", model, observer="quiet", grant=("spawn",))
+    definitions = [watched, role("quiet", quiet)]  # (with the observer agents, which the reads' engines leave out)
+    async with Engine.open(f"sqlite:///{tmp_path / 'watched.db'}", root=tmp_path, definitions=definitions) as engine:
+        sid = (await engine.task("watched", "hi"))["agentId"]
+        for _ in range(500):
+            observers = (await engine.store.list_sessions(SessionFilter(parent_id=sid, is_observer=True))).items
+            if observers and observers[0].status == "idle" and observers[0].last_seq > 0:
+                break
+            await asyncio.sleep(0.02)
+        (observer,) = observers
+        deleted = await engine.call_tool("agent_delete", {"id": sid})
+        after = datetime.fromisoformat(deleted["reapAt"]) + timedelta(seconds=1)
+        assert await reap_due(engine.store, engine.config.retention, now=after) == 2
+        for gone in (sid, observer.id):
+            assert (await engine.call_tool("agent_get", {"id": gone}))["error"]["code"] == "not_found"
 
 
 async def test_heartbeat_and_hook_sessions_are_reaped_after_their_ttl_unless_a_watch_holds_them(
