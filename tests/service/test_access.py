@@ -117,6 +117,10 @@ async def test_foreign_origins_are_refused_and_cors_is_closed(open_engine: Any) 
         same = await http.post("/api/tools/agent_list", json={}, headers={"origin": base})
         allowed = await http.post("/api/tools/agent_list", json={}, headers={"origin": "https://dash.example.com"})
         form = await http.post("/api/tools/agent_list", content=b"a=1", headers={"content-type": "text/plain"})
+        # Once a listed origin could call only outside a browser: nothing answered a browser's preflight.
+        asking = {"access-control-request-method": "POST", "access-control-request-headers": "authorization"}
+        listed = await http.options("/api/tools/agent_list", headers={"origin": "https://dash.example.com", **asking})
+        unlisted = await http.options("/api/tools/agent_list", headers={"origin": "https://evil.example", **asking})
         async with connect(ws_url(base, "ses_any"), origin="https://evil.example") as ws:  # type: ignore[arg-type]
             frame = json.loads(await ws.recv())
             await ws.wait_closed()
@@ -124,6 +128,10 @@ async def test_foreign_origins_are_refused_and_cors_is_closed(open_engine: Any) 
     assert preflight.status_code == 403 and "access-control-allow-origin" not in preflight.headers
     assert same.status_code == 200 and allowed.status_code == 200
     assert "access-control-allow-origin" not in same.headers
+    assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == "https://dash.example.com"
+    assert "authorization" in listed.headers["access-control-allow-headers"].lower()
+    assert allowed.headers["access-control-allow-origin"] == "https://dash.example.com"
+    assert unlisted.status_code >= 400 and "access-control-allow-origin" not in unlisted.headers
     assert form.status_code == 415  # a cross-site form cannot post JSON without a preflight
     assert frame["error"]["code"] == "forbidden" and ws.close_code == 4403
 

@@ -134,9 +134,27 @@ def create_app(
             Route(MCP_PATH, mcp_app),
             *dashboard_routes(),
         ],
-        middleware=[Middleware(Guard, settings=settings)],
+        middleware=[*_cors(settings), Middleware(Guard, settings=settings)],
         exception_handlers={HTTPException: json_error, Exception: json_error},
         lifespan=lifespan,
     )
     app.state.service = state
     return app
+
+
+def _cors(settings: ServiceSettings) -> list[Middleware]:
+    """What lets the browser origins `allowed_origins` lists call the service (its preflights are answered before
+    the token is asked for, as a browser sends none with them): nothing when it lists none."""
+    if not settings.allowed_origins:
+        return []
+    from starlette.middleware.cors import CORSMiddleware
+
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.allowed_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "last-event-id"],
+            max_age=600,
+        )
+    ]
