@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -11,6 +12,7 @@ import httpx
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.tools import MAX_PROMPT_CHARS, function_tool
+from tests.runtime.support import HeldTool
 from tests.service.support import role, served
 
 JSON = {"content-type": "application/json"}
@@ -153,3 +155,40 @@ async def test_openapi_document_is_served(open_engine: Any) -> None:
         document = (await http.get("/api/openapi.json")).json()
     assert "/api/tools/agent_list" in document["paths"]
     assert json.loads(json.dumps(document)) == document
+
+
+async def test_a_wait_whose_caller_hung_up_ends(open_engine: Any, scripted: Any) -> None:
+    """Once each `agent_await` went on for its whole timeout (up to an hour) after its caller had gone: a client,
+    with the read token too, could pile up waits until the service stopped answering."""
+    busy = HeldTool("dig")
+    async with (
+        open_engine(busy.role("digger", scripted, "http-hung-up"), tools=[busy.tool]) as engine,
+        served(create_app(engine, ServiceSettings())) as base,
+    ):
+        agent = await engine.create("digger")
+        await engine.enqueue(agent.id, "dig")
+        await asyncio.wait_for(busy.started.wait(), 10)
+        port = int(base.rsplit(":", 1)[1])
+        body = json.dumps({"agentId": agent.id, "timeoutMs": 600_000}).encode()
+        request = (
+            f"POST /api/tools/agent_await HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+        before = len(asyncio.all_tasks())
+
+        def waits() -> int:  # (a request's task lives as long as its call)
+            return len(asyncio.all_tasks()) - before
+
+        for _ in range(20):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            await writer.drain()
+            await asyncio.sleep(0.05)  # (the wait has begun)
+            writer.close()
+        for _ in range(100):
+            if waits() <= 0:
+                break
+            await asyncio.sleep(0.02)
+        assert waits() <= 0
+        busy.release.set()

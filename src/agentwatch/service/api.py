@@ -9,8 +9,10 @@ error.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
@@ -85,8 +87,31 @@ async def call_tool_endpoint(request: Request) -> Response:
         return _json(error("invalid_argument", f"the body is not JSON we read ({exc}); send the arguments object"))
     if not isinstance(args, dict):
         return _json(error("invalid_argument", f"{name} takes a JSON object of arguments, got {json_kind(args)}"))
-    answer = await state.engine.call_tool(name, args)
-    return _json(answer)
+    call = state.engine.call_tool(name, args)
+    if tool is None or not tool.reads_only:
+        return _json(await call)  # a change runs to its end, whoever still waits for it
+    answer = await _while_connected(request, call)
+    return _json(answer) if answer is not None else Response(status_code=499)
+
+
+async def _while_connected(request: Request, call: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
+    """`call`'s answer, or None once the caller hung up first: the call (a read: a long `agent_await`, say) is
+    then cancelled, not left waiting for nobody. A caller could otherwise pile up waits of an hour each."""
+    work = asyncio.ensure_future(call)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not work.done():
+            work.cancel()
+        gone.cancel()
+    return work.result() if work.done() and not work.cancelled() else None
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client hangs up (its body was read already: what comes next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def list_tools_endpoint(request: Request) -> Response:
