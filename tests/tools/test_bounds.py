@@ -100,6 +100,18 @@ async def test_a_name_that_could_not_be_typed_back_or_looks_like_an_id_is_refuse
         assert after.sessions == before.sessions + 2
 
 
+async def test_an_error_about_many_bad_arguments_stays_small(open_engine: OpenEngine) -> None:
+    """Once it named every one: 110,000 unknown keys (1.6 MB) answered a 6.8 MB error."""
+    async with open_engine() as engine:
+        answer = await engine.call_tool("agent_list", {f"bogus{i}": 1 for i in range(5_000)})
+    error = answer["error"]
+    assert error["code"] == "invalid_argument" and error["message"].endswith(
+        "(it takes: " + error["message"].split("(it takes: ")[1]
+    )
+    assert "and 4980 more" in error["message"] and len(error["details"]["problems"]) == 21
+    assert len(str(answer)) < 5_000
+
+
 async def test_a_tool_that_raises_answers_tool_failed_from_outside_a_turn(open_engine: OpenEngine) -> None:
     """Once: `engine.call_tool` of a user tool that raised raised the tool's exception (a traceback; the
     service answered 500 `internal`). Now the answer says which tool failed and how."""

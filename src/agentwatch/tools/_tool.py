@@ -183,16 +183,23 @@ def parse_args(model: type[A], tool_name: str, args: object) -> A:
         return model.model_validate(args)
     except ValidationError as exc:
         problems, fields = [], []
-        for err in exc.errors(include_input=False, include_url=False):
+        errors = exc.errors(include_input=False, include_url=False)
+        for err in errors[:_PROBLEMS_SHOWN]:
             where = ".".join(_shown(p) for p in err["loc"]) or "arguments"
             problems.append(f"{where}: {problem_text(err)}")
             fields.append(_shown(err["loc"][0]) if err["loc"] else "arguments")
+        if len(errors) > _PROBLEMS_SHOWN:  # (an answer never many times the size of the request)
+            problems.append(f"and {len(errors) - _PROBLEMS_SHOWN} more")
         accepted = ", ".join((info.alias or name) for name, info in model.model_fields.items())
         raise InvalidArgument(
             f"bad arguments for {tool_name}: {'; '.join(problems)} (it takes: {accepted})",
             problems=problems,
             fields=sorted(set(fields)),
         ) from None
+
+
+_PROBLEMS_SHOWN = 20
+"""The problems of bad arguments an error names, at most."""
 
 
 def _schema(model: type[BaseModel], mode: str) -> dict[str, JsonValue]:
