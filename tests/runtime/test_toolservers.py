@@ -94,6 +94,7 @@ async def test_an_agent_calls_a_stdio_servers_tool_and_the_result_is_a_normal_to
         assert payloads(found, RuntimeNotice) == []
         pool = tool_servers(engine)
         assert pool._clients == {}  # the task ended: its server was let go
+        assert pool._locks == {}  # (and nothing of it is kept, for an engine that meets many sessions)
         await asyncio.gather(*pool._closing)
 
 

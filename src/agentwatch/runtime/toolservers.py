@@ -264,6 +264,12 @@ class ToolServers:
             closing = asyncio.ensure_future(_close(self._clients.pop(key)))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
+        # Nor are its locks and tokens kept (a long-running engine met many sessions): a next turn reads its
+        # tokens back from its answered requests.
+        for key in [key for key, lock in self._locks.items() if key[0] == session_id and not lock.locked()]:
+            del self._locks[key]
+        for key in [key for key in self._tokens if key[0] == session_id]:
+            del self._tokens[key]
 
     async def close(self) -> None:
         """Close every connection (stdio servers' processes end); idempotent."""
