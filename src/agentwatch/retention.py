@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from agentwatch.config import RetentionConfig
@@ -86,8 +87,15 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
     return due
 
 
-async def reap_due(store: Store, retention: RetentionConfig, *, now: datetime | None = None) -> int:
-    """Reap every session that is due (see the module docs); returns how many were removed."""
+async def reap_due(
+    store: Store,
+    retention: RetentionConfig,
+    *,
+    now: datetime | None = None,
+    reaped: Callable[[Sequence[str]], Awaitable[None]] | None = None,
+) -> int:
+    """Reap every session that is due (see the module docs); returns how many were removed. `reaped` is told
+    the ids of each batch once the store let them go (the live ring lets go of them too)."""
     now = now or datetime.now(UTC)
     removed = 0
     while True:
@@ -95,6 +103,8 @@ async def reap_due(store: Store, retention: RetentionConfig, *, now: datetime | 
         if not due:
             return removed
         removed += await store.reap(due)
+        if reaped is not None:
+            await reaped(due)
         if len(due) < _PAGE:
             return removed
 

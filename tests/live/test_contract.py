@@ -35,6 +35,20 @@ async def test_unknown_session_has_no_head_and_no_recent_events(ring: LiveRing) 
     assert await ring.recent(sid) == []
 
 
+async def test_a_reaped_session_is_dropped_and_its_neighbours_kept(ring: LiveRing) -> None:
+    """Once a long-running engine kept every session it had published for (memory) or their streams stayed a
+    day after their reap (Redis), a deleted agent's events with them."""
+    reaped, kept = new_session(), new_session()
+    for seq in (1, 2):
+        await ring.publish(event_at(reaped, seq))
+        await ring.publish(event_at(kept, seq))
+    await ring.drop([reaped])
+    assert (await ring.head(reaped), await ring.recent(reaped)) == (None, [])
+    assert [e.seq for e in await ring.recent(kept)] == [1, 2]
+    await ring.drop([])  # (nothing to do)
+    await ring.publish(event_at(reaped, 1))  # a reaped id never comes back; were it to, it starts anew
+
+
 async def test_sessions_are_kept_apart(ring: LiveRing) -> None:
     first, second = new_session(), new_session()
     subscription = await ring.subscribe(second)

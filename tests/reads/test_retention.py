@@ -31,7 +31,10 @@ async def test_soft_deleted_agents_read_by_id_until_the_reap_then_not_found(
         listed = await engine.call_tool("agent_list", {"deleted": True})
         assert [row["id"] for row in listed["agents"]] == [sid]
 
-        assert await reap_due(engine.store, retention, now=reap_at + timedelta(seconds=1)) == 1
+        assert await engine.ring.head(sid) is not None
+        reaped = engine.ring.drop  # as the engine's upkeep reaps: the live ring lets go of it too
+        assert await reap_due(engine.store, retention, now=reap_at + timedelta(seconds=1), reaped=reaped) == 1
+        assert await engine.ring.head(sid) is None
         for tool in ("agent_get", "agent_history", "agent_export", "agent_tail", "agent_prompt"):
             assert (await engine.call_tool(tool, {"id": sid}))["error"]["code"] == "not_found", tool
         assert (await engine.store.usage_totals([sid]))[sid].total_tokens > 0  # the ledger outlives the reap

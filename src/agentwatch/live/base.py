@@ -17,7 +17,7 @@ Promises every backend keeps:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from agentwatch.events import Event, StreamCursor
@@ -77,6 +77,10 @@ class LiveRing(Protocol):
 
     async def head(self, session_id: str) -> StreamCursor | None:
         """The position of the newest retained event, or None when the ring holds none."""
+
+    async def drop(self, session_ids: Sequence[str]) -> None:
+        """Let go of everything kept of sessions that were reaped (they never publish again): their retained
+        events and positions."""
 
     async def close(self) -> None:
         """Close every subscription and release connections."""

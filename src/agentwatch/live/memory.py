@@ -8,6 +8,7 @@ subscriber before any of them can run.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from itertools import islice
 
 from agentwatch.errors import InvalidArgument, UserError
@@ -132,6 +133,13 @@ class MemoryRing:
         session = self._sessions.get(session_id)
         if session is not None and not session.subscribers and session.events:
             session.events = deque(maxlen=self.ring_size)
+
+    async def drop(self, session_ids: Sequence[str]) -> None:
+        """Let go of reaped sessions (a forgotten one kept its position, for good)."""
+        for session_id in session_ids:
+            session = self._sessions.get(session_id)
+            if session is not None and not session.subscribers:
+                del self._sessions[session_id]
 
     async def close(self) -> None:
         """Close every subscription; later reads of them stop, and later publishes are refused."""

@@ -265,6 +265,15 @@ class RedisRing:
             return None
         return StreamCursor(session_id, *_entry_position(newest[0][0]))
 
+    async def drop(self, session_ids: Sequence[str]) -> None:
+        """Delete the streams of reaped sessions (a deleted agent's events would stay in Redis until their TTL)."""
+        if not session_ids:
+            return
+        try:
+            await self._client.delete(*(self._key(session_id) for session_id in session_ids))
+        except (RedisError, OSError) as exc:
+            raise self._unavailable(exc) from exc
+
     async def close(self) -> None:
         """End every subscription, stop their readers and close the connections; idempotent."""
         if self._closed:

@@ -309,7 +309,7 @@ class Engine:
             await asyncio.sleep(MAINTENANCE_SECONDS)
             steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
                 ("handing held requests over", self.escalate_due),
-                ("reaping", lambda: reap_due(self.store, self.config.retention)),
+                ("reaping", lambda: reap_due(self.store, self.config.retention, reaped=self.ring.drop)),
                 ("reaping runs", lambda: reap_runs_due(self.store, self.config.retention)),
                 ("ending lapsed runs", lambda: self.store.end_lapsed_runs(datetime.now(UTC))),
             ]
