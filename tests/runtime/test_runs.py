@@ -268,6 +268,24 @@ async def test_a_tasks_observer_works_for_the_run_after_it_ended(open_engine: Op
         assert {e["agentId"] for e in history["entries"]} >= {observer.id}
 
 
+async def test_a_compaction_after_the_run_ended_is_not_billed_to_the_run(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once a summary a person asked for long after the run was added to its cost (the turns were billed as
+    other work, the compaction still to the run)."""
+    worker = role("worker", scripted("runs-compacted", _flaky(0)))
+    async with open_engine(worker) as engine:
+        async with engine.run("job") as run:
+            done = await run.task("worker", "tides")
+        before = await _call(engine, "run_trace", id=run.id)
+        await engine.compact(done["agentId"])  # (the model writes the summary: it bills)
+        assert (await engine.store.usage_totals([done["agentId"]]))[done["agentId"]].total_tokens > before["run"][
+            "tokens"
+        ]
+        after = await _call(engine, "run_trace", id=run.id)
+        assert after["run"]["tokens"] == before["run"]["tokens"]
+
+
 async def test_a_trace_outlives_the_runs_agents(open_engine: OpenEngine, scripted: Scripted) -> None:
     researcher = role("researcher", scripted("runs-reaped", _flaky(0)))
     async with open_engine(researcher) as engine:

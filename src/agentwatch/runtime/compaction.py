@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 from agentwatch.errors import Conflict, Invalid
 from agentwatch.events import CompactionApplied, CompletionFinished, ConversationCleared, NewEvent, Payload
 from agentwatch.runtime.models import TurnInput, run_turn
+from agentwatch.runtime.runs import billed_run
 from agentwatch.runtime.services import Runtime
 from agentwatch.store import SessionPatch, SessionRecord, UsageEntry, Write
 
@@ -137,7 +138,8 @@ async def summarize(runtime: Runtime, session: SessionRecord) -> tuple[str, list
     )
     if result.outcome != "completed" or not result.output:
         raise Invalid(f"the model could not summarize session {session.id!r}: {result.error or 'no text'}")
-    usage = [UsageEntry(role=session.role, run_id=session.run_id, model=p.model, usage=p.usage) for p in sink.finished]
+    run_id = await billed_run(runtime, session)  # (after its run ended: other work of the agent's)
+    usage = [UsageEntry(role=session.role, run_id=run_id, model=p.model, usage=p.usage) for p in sink.finished]
     return result.output, usage
 
 

@@ -325,11 +325,13 @@ async def start_run(
         await runtime.store.end_run(record.id, patch.model_copy(update={"ended_at": _now()}))
 
 
-async def billed_run(runtime: Runtime, session: SessionRecord, turn_id: str, trigger: str) -> str | None:
-    """The run turn `turn_id` of `session` (started, or resumed, by `trigger`) works for and bills: the session's
-    run, but for a turn begun on new input after that run ended (or was reaped), which is other work of the
-    agent's. A turn begun before the end stays the run's when it resumes after it (an answer, a restart); an
-    observer's turns watch for the run whatever starts them."""
+async def billed_run(
+    runtime: Runtime, session: SessionRecord, *, trigger: str = "input", turn_id: str | None = None
+) -> str | None:
+    """The run that work of `session` is for and bills (turn `turn_id`, started or resumed by `trigger`; a
+    compaction is new work): the session's run, but for work begun on new input after that run ended (or was
+    reaped), which is other work of the agent's. A turn begun before the end stays the run's when it resumes
+    after it (an answer, a restart); an observer's turns watch for the run whatever starts them."""
     if session.run_id is None or session.is_observer:
         return session.run_id
     try:
@@ -338,7 +340,7 @@ async def billed_run(runtime: Runtime, session: SessionRecord, turn_id: str, tri
         return None
     if run.ended_at is None:
         return run.id
-    if trigger == "input":
+    if trigger == "input" or turn_id is None:
         return None
     began = await runtime.store.read_events(session.id, turn_id=turn_id, limit=1)
     return run.id if began and began[0].at <= run.ended_at else None

@@ -267,7 +267,7 @@ async def run_plan(
         await _fail_early(runtime, emitter, session, plan, f"role {session.role!r} no longer resolves: {exc.message}")
         return False
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
-    run_id = await billed_run(runtime, session, turn_id, plan.kind)
+    run_id = await billed_run(runtime, session, trigger=plan.kind, turn_id=turn_id)
     turn = _Turn(runtime, emitter, session, definition, turn_id, run_id)
     try:
         try:
