@@ -800,3 +800,23 @@ async def test_enqueue_and_await_take_the_agent_as_id_too(open_engine: OpenEngin
         assert awaited["status"] == "completed", awaited
         both = await engine.call_tool("agent_await", {"id": session.id, "agentId": session.id})
         assert both["error"]["code"] == "invalid_argument"  # one spelling at a time
+
+
+async def test_a_driver_whose_turn_was_stopped_with_a_kick_pending_is_let_go_once_idle(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once a kick still marked pending when a stop ended the turn loop kept the driver from ever being idle: it
+    stayed in the engine for good, a reaped session's too."""
+    busy = HeldTool("dig")
+    async with open_engine(busy.role("digger", scripted, "driver-kick"), tools=[busy.tool]) as engine:
+        agent = await engine.create("digger")
+        await engine.enqueue(agent.id, "dig")
+        await asyncio.wait_for(busy.started.wait(), 10)
+        await engine.enqueue(agent.id, "and then")  # (a kick while the turn runs)
+        await engine.stop(agent.id)
+        driver = await engine.driver(agent.id)
+        for _ in range(250):
+            if driver.idle:
+                break
+            await asyncio.sleep(0.02)
+        assert driver.idle

@@ -263,10 +263,9 @@ class SessionDriver:
     @property
     def idle(self) -> bool:
         """Whether nothing runs, waits or is queued here: no turn loop, side job, waiter, write or dispatch."""
-        return (
-            not (self.turn_running or self._background or self._waiting or self._pending_kick or self.closing)
-            and self.emitter.idle
-        )
+        # (A kick still marked pending once the loop ended, a stop or a fault having ended it, is no work here:
+        # counted, it kept such a driver, a reaped session's too, for good.)
+        return not (self.turn_running or self._background or self._waiting or self.closing) and self.emitter.idle
 
     def _evict(self) -> None:
         """Let the driver go (it is idle): later calls go to the session's next driver; the in-memory ring drops
