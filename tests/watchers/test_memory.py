@@ -45,12 +45,20 @@ async def test_an_observed_sessions_driver_is_let_go_with_its_turns(
 
         await eventually(all_let_go)
 
-        # A deleted agent never runs again: its pairing is let go too (it was kept, retired, for good).
+        # A deleted agent never runs again: its pairing is let go too (it was kept, retired, for good), also one
+        # that was over already (its observer stopped by a person first: it was kept, stopped, for good).
         registry = observer_agents(engine).registry
         assert observed.id in registry.pairings
+        await engine.stop(observer.id)
+        await eventually(lambda: _state(registry, observed.id, "stopped"))
         await engine.delete(observed.id)
         await eventually(lambda: _gone(registry, observed.id, observer.id))
 
 
 async def _gone(registry: Any, observed_id: str, observer_id: str) -> bool:
     return observed_id not in registry.pairings and observer_id not in registry.by_observer
+
+
+async def _state(registry: Any, observed_id: str, state: str) -> bool:
+    pairing = registry.pairings.get(observed_id)
+    return pairing is not None and pairing.state == state

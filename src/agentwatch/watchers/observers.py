@@ -217,10 +217,12 @@ class ObserverAgents:
 
     def observed_may_have_ended(self, pairing: Pairing) -> None:
         """The observed agent may have ended (it was deleted): once its buffer is delivered, the pairing retires
-        if the store says so."""
+        if the store says so, and is let go; one over already is let go at once."""
         pairing.may_have_ended = True
         if pairing.state == "armed":
             self._deliver(pairing)
+        elif pairing.state is not None:  # over already (its observer stopped, say): nothing will need it
+            self.registry.forget(pairing)
 
     def observer_turn_stopped(self, observer_session_id: str, reason: str | None) -> None:
         """An observer was stopped (its turn, or the observer between turns, ended `cancelled`): the pairing is
