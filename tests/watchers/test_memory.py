@@ -62,3 +62,16 @@ async def _gone(registry: Any, observed_id: str, observer_id: str) -> bool:
 async def _state(registry: Any, observed_id: str, state: str) -> bool:
     pairing = registry.pairings.get(observed_id)
     return pairing is not None and pairing.state == state
+
+
+async def test_a_lone_agent_on_a_shared_live_ring_is_observed(
+    open_engine: OpenEngine, scripted: Scripted, redis_url: str
+) -> None:
+    """Once, on the Redis ring (events handed out by a task, after the turn had let its lease go), a lone agent's
+    pairing was left for "its next event" in this engine, which never came: it ran unobserved."""
+    model = scripted("lone-redis", ScriptedModel(function=lambda ctx: Reply("ok")))
+    watcher = scripted("lone-redis-watcher", reporting("Fine."))
+    definitions = (role("lone", model, observer="reviewer", grant=("spawn",)), role("reviewer", watcher))
+    async with open_engine(*definitions, live=redis_url) as engine:
+        done = await engine.task("lone", "go", timeout=10)
+        await eventually(lambda: observers_of(engine, done["agentId"]))

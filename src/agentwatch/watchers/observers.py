@@ -245,8 +245,19 @@ class ObserverAgents:
         leases = leases_of(self.engine)
         return leases is None or leases.holds(session_id)
 
+    async def _unheld(self, session_id: str) -> bool:
+        """Whether no engine holds the session's lease: its turn ended and let it go before this engine's tap
+        was handed the turn's events (on a shared ring they are handed out by a task, after the turn's end), so
+        this engine, which ran the turn, arms the pairing (a race with another engine's arming is settled by the
+        store, which keeps one observer per pairing)."""
+        try:
+            lease = await self.engine.store.get_lease(session_id)
+        except Exception:  # (the next event looks again)
+            return False
+        return lease is None or lease.expired
+
     async def _resolve(self, session_id: str, *, fresh: bool = False) -> Pairing | None:
-        if not self.owns(session_id):
+        if not self.owns(session_id) and not await self._unheld(session_id):
             self._resolving.pop(session_id, None)  # not ours (yet): look again at a later event
             self._deferred.add(session_id)
             return None
