@@ -72,7 +72,9 @@ def serve(
 
 @click.command(short_help="Serve the tools as an MCP server on stdin/stdout.")
 @store_option
-@click.option("--read-only", is_flag=True, help="Offer only the read tools (and agent_await).")
+@click.option(
+    "--read-only", is_flag=True, help="Offer only the read tools (and agent_await); run no turn, create no store."
+)
 @setup_option
 def mcp(store_url: str | None, read_only: bool, setup: str | None) -> None:
     """Serve the tools as an MCP server on stdin/stdout (for an MCP client that starts it).
