@@ -254,7 +254,9 @@ class ObserverAgents:
             lease = await self.engine.store.get_lease(session_id)
         except Exception:  # (the next event looks again)
             return False
-        return lease is None or lease.expired
+        leases = leases_of(self.engine)
+        # (Its own lease, still in the store while this engine lets it go, is no other engine's either.)
+        return lease is None or lease.expired or (leases is not None and lease.owner == leases.owner)
 
     async def _resolve(self, session_id: str, *, fresh: bool = False) -> Pairing | None:
         if not self.owns(session_id) and not await self._unheld(session_id):
