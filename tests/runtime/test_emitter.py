@@ -184,7 +184,10 @@ async def test_observers_are_given_what_other_engines_wrote_in_its_place_in_the_
             if (await a.store.get_session(agent)).status == "completed":
                 break
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.1)  # the turn loop lets the session's lease go
+        for _ in range(250):  # the turn loop lets the session's lease go (c then runs the next turn, not a)
+            if not a.leases.holds(agent):
+                break
+            await asyncio.sleep(0.02)
         async with Engine.open(url, root=tmp_path, definitions=[definition], extensions=[]) as c:
             await c.enqueue(agent, "and now?")  # a whole turn run by another engine
             await c.wait(agent, 30)
