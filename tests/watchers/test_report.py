@@ -471,6 +471,7 @@ async def test_an_observer_whose_turn_runs_in_another_engine_still_reports(
         await first.enqueue(session.id, "migrate the table")
         await eventually(lambda: _reports_count(first, session.id, 1))
         (observer,) = await observers_of(first, session.id)
+        await first.wait(observer.id, 10)  # (cut off, its turn would go on in `second`: its script reports again)
     async with open_engine(*definitions) as second:
         await second.enqueue(observer.id, "look at it again")  # a person asks the observer; its turn runs here
         await eventually(lambda: _reports_count(second, session.id, 2))
