@@ -33,6 +33,13 @@ def cli(*argv: str) -> list[str]:
     return [sys.executable, "-m", "agentwatch.cli", *argv]
 
 
+def running(cwd: Path, *argv: str) -> subprocess.Popen[str]:
+    """The CLI started in `cwd` with `argv`, its output piped."""
+    return subprocess.Popen(
+        cli(*argv), cwd=cwd, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTWATCH_SERVER", "AGENTWATCH_TOKEN")}
     path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
@@ -312,14 +319,7 @@ def test_tail_follow_resumes_across_a_restart_of_the_service(tmp_path: Path) -> 
     second: subprocess.Popen[str] | None = None
     try:
         created = call(url, "agent_create", {"role": "worker", "name": "worker", "prompt": "one"})
-        follower = subprocess.Popen(
-            cli("tail", "worker", "-f", "--json", "--store", store),
-            cwd=tmp_path,
-            env=environment(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        follower = running(tmp_path, "tail", "worker", "-f", "--json", "--store", store)
         lines = Lines(follower)
 
         def turns(count: int) -> Any:
@@ -356,14 +356,7 @@ def test_await_rides_through_a_restart_of_the_service(tmp_path: Path) -> None:
     second: subprocess.Popen[str] | None = None
     try:
         call(url, "agent_create", {"role": "worker", "name": "worker", "prompt": "one"})
-        waiter = subprocess.Popen(
-            cli("await", "worker", "--json", "--timeout", "60", "--store", store),
-            cwd=tmp_path,
-            env=environment(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        waiter = running(tmp_path, "await", "worker", "--json", "--timeout", "60", "--store", store)
         time.sleep(0.5)  # (the turn waits in its tool for PAUSE seconds)
         stop(first, found)  # its turn is cut off and goes on in the next service
         second, url = start(store, tmp_path)
