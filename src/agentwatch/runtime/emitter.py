@@ -360,7 +360,7 @@ class SessionEmitter:
         self._last_seq = session.last_seq
 
     def _hand_out(self, pending: _Pending, events: Sequence[Event], error: BaseException | None) -> None:
-        if events and events[0].seq > self._enqueued[0] + 1:  # another engine wrote in between
+        if events and events[0].seq > self._enqueued[0] + 1 and self._wants_others:  # another engine wrote between
             self._queue_up(_Gap(self._enqueued[0], events[0].seq))
         for event in events:
             self._enqueued = (event.seq, event.sub)
@@ -442,6 +442,11 @@ class SessionEmitter:
         for slot in self._observers:
             if slot.others or not other:
                 self._call_observer(slot, event)
+
+    @property
+    def _wants_others(self) -> bool:
+        """Whether an observer is to be given what other engines wrote (else nothing is read back for it)."""
+        return any(slot.others for slot in self._observers)
 
     async def _fill(self, before: int) -> None:
         """Hand the observers, from the store, the events other engines wrote after the last one dispatched and
@@ -554,7 +559,8 @@ class SessionEmitter:
             # Written elsewhere (a turn another engine runs), and nothing of this emitter is on its way (looked at
             # after the read, so no write of its own committed meanwhile): the observers are given those events,
             # and the snapshot is of the store as it is.
-            await self._fill(session.last_seq + 1)
+            if self._wants_others:
+                await self._fill(session.last_seq + 1)
             self._dispatched = max(self._dispatched, (session.last_seq, 0))
             self._enqueued = max(self._enqueued, self._dispatched)
             position = StreamCursor(self.session_id, *self._dispatched)
