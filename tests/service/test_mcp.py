@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import agentwatch
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
+from tests.runtime.support import HeldTool
 from tests.service.support import role, served
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,3 +136,56 @@ async def test_a_read_only_stdio_server_runs_no_turn_and_creates_no_store(tmp_pa
     refused = await anyio.run_process([*command, f"sqlite:///{missing}"], check=False)
     assert refused.returncode == 1 and "no store at" in refused.stderr.decode()
     assert not missing.parent.exists()
+
+
+def _waiting_in(function: str) -> int:
+    """How many tasks of this loop are inside a call of `function` (a coroutine's qualified name) right now."""
+    count = 0
+    for task in asyncio.all_tasks():
+        coro: Any = task.get_coro()
+        while coro is not None and hasattr(coro, "cr_code"):
+            if coro.cr_code.co_qualname == function:
+                count += 1
+                break
+            coro = coro.cr_await
+    return count
+
+
+async def test_an_mcp_wait_whose_caller_hung_up_ends(open_engine: Any, scripted: Any) -> None:
+    """Each `agent_await` over MCP went on for its whole timeout after its client had gone (HTTP's were ended):
+    a client with the read token could pile up waits of an hour each."""
+    busy = HeldTool("dig")
+    async with (
+        open_engine(busy.role("digger", scripted, "mcp-hung-up"), tools=[busy.tool]) as engine,
+        served(create_app(engine, ServiceSettings())) as base,
+    ):
+        agent = await engine.create("digger")
+        await engine.enqueue(agent.id, "dig")
+        await asyncio.wait_for(busy.started.wait(), 10)
+        port = int(base.rsplit(":", 1)[1])
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "agent_await", "arguments": {"agentId": agent.id, "timeoutMs": 600_000}},
+        }
+        body = json.dumps(call).encode()
+        request = (
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        for _ in range(10):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            await writer.drain()
+            for _ in range(100):  # (the wait has begun)
+                if _waiting_in("Engine.wait"):
+                    break
+                await asyncio.sleep(0.01)
+            writer.close()
+        for _ in range(100):
+            if not _waiting_in("Engine.wait"):
+                break
+            await asyncio.sleep(0.02)
+        assert not _waiting_in("Engine.wait")
+        busy.release.set()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
@@ -26,7 +26,7 @@ from agentwatch.tools import Tool, json_kind
 if TYPE_CHECKING:
     from agentwatch.service.app import ServiceState
 
-__all__ = ["call_tool_endpoint", "callable_tools", "list_tools_endpoint", "refusal_for"]
+__all__ = ["answer_while_connected", "call_tool_endpoint", "callable_tools", "list_tools_endpoint", "refusal_for"]
 
 log = logging.getLogger(__name__)
 
@@ -87,18 +87,26 @@ async def call_tool_endpoint(request: Request) -> Response:
         return _json(error("invalid_argument", f"the body is not JSON we read ({exc}); send the arguments object"))
     if not isinstance(args, dict):
         return _json(error("invalid_argument", f"{name} takes a JSON object of arguments, got {json_kind(args)}"))
-    call = state.engine.call_tool(name, args)
-    if tool is None or not tool.reads_only:
-        return _json(await call)  # a change runs to its end, whoever still waits for it
-    answer = await _while_connected(request, call)
+    answer = await answer_while_connected(state, tool, name, args, lambda: _disconnected(request))
     return _json(answer) if answer is not None else Response(status_code=499)
 
 
-async def _while_connected(request: Request, call: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
-    """`call`'s answer, or None once the caller hung up first: the call (a read: a long `agent_await`, say) is
-    then cancelled, not left waiting for nobody. A caller could otherwise pile up waits of an hour each."""
+async def answer_while_connected(
+    state: ServiceState,
+    tool: Tool | None,
+    name: str,
+    args: dict[str, Any],
+    hung_up: Callable[[], Awaitable[object]],
+) -> dict[str, Any] | None:
+    """The engine's answer to a call of `name`, or None once the caller hung up first (what `hung_up` makes
+    returned). A read
+    (a long `agent_await`, say) is then cancelled, not left waiting for nobody: a caller could otherwise pile up
+    waits of an hour each. A change runs to its end, whoever still waits for it."""
+    call = state.engine.call_tool(name, args)
+    if tool is None or not tool.reads_only:
+        return await call
     work = asyncio.ensure_future(call)
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(hung_up())
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -4,41 +4,50 @@ at `/mcp` inside `agentwatch serve`.
 Every tool a caller may reach from outside an agent's turn is listed with the same name, description and
 JSON schema as `engine.call_tool`; a call answers the same dict, as structured content and as JSON text, and
 a refused call is an MCP tool error whose content is the structured error. Over HTTP the caller's token
-decides what it sees: a read-only token lists and calls only the read tools.
+decides what it sees: a read-only token lists and calls only the read tools, and a read whose caller hung up
+is cancelled (`_HangUps`), as at `/api/tools`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 
 from agentwatch import __version__
+from agentwatch.service._wire import error
 from agentwatch.service.access import ACCESS_KEY, Access
-from agentwatch.service.api import callable_tools, may_call, refusal_for
+from agentwatch.service.api import answer_while_connected, callable_tools, may_call, refusal_for
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from agentwatch.service.app import ServiceState
 
 __all__ = ["mcp_http_app", "mcp_server", "run_stdio"]
 
 SERVER_NAME = "agentwatch"
+_GONE: Final = "agentwatch.hung_up"
+"""The scope key of the event `_HangUps` sets once the HTTP caller of `/mcp` hung up."""
 
 
 def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Server[Any]:
     """An MCP server over the service's engine. `default_access` applies where no HTTP guard ran (stdio)."""
 
+    def scope(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
+        found = getattr(ctx.request, "scope", None)  # (over HTTP only)
+        return found if isinstance(found, dict) else None
+
     def access(ctx: ServerRequestContext[Any, Any]) -> Access:
-        request = ctx.request
-        scope = getattr(request, "scope", None)
-        if isinstance(scope, dict):
-            value: Access = scope.get(ACCESS_KEY, "read")
+        found = scope(ctx)
+        if found is not None:
+            value: Access = found.get(ACCESS_KEY, "read")
             return value
         return default_access
 
@@ -64,7 +73,11 @@ def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Serve
     ) -> types.CallToolResult:
         tool = state.engine.tools.get(params.name)
         answer = refusal_for(state, tool, access(ctx))
-        if answer is None:
+        gone = (scope(ctx) or {}).get(_GONE)
+        if answer is None and isinstance(gone, asyncio.Event):
+            answer = await answer_while_connected(state, tool, params.name, dict(params.arguments or {}), gone.wait)
+            answer = answer or error("unavailable", "the caller hung up before the answer")  # (read by nobody)
+        elif answer is None:
             answer = await state.engine.call_tool(params.name, dict(params.arguments or {}))
         failed = set(answer) == {"error"}
         return types.CallToolResult(
@@ -86,15 +99,52 @@ def mcp_server(state: ServiceState, *, default_access: Access = "full") -> Serve
     )
 
 
-def mcp_http_app(
-    server: Server[Any], *, max_body_bytes: int
-) -> tuple[StreamableHTTPASGIApp, StreamableHTTPSessionManager]:
+def mcp_http_app(server: Server[Any], *, max_body_bytes: int) -> tuple[ASGIApp, StreamableHTTPSessionManager]:
     """The streamable HTTP endpoint (stateless, JSON answers) and the manager whose `run()` the app's
     lifespan must enter."""
     manager = StreamableHTTPSessionManager(
         app=server, stateless=True, json_response=True, max_request_body_size=max_body_bytes
     )
-    return StreamableHTTPASGIApp(manager), manager
+    return _HangUps(StreamableHTTPASGIApp(manager)), manager
+
+
+class _HangUps:
+    """Tells a call at `/mcp` that its HTTP caller hung up: an event in the scope (`_GONE`), set by the
+    disconnect that follows the request's body. The SDK neither watches for it nor cancels the call (in
+    stateless JSON mode it waits for the answer, then writes it to a closed connection)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        gone = scope[_GONE] = asyncio.Event()
+        body_read = asyncio.Event()
+
+        async def body() -> Message:
+            if body_read.is_set():  # (the app listens for the disconnect too: it comes through the watch)
+                await gone.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            elif not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def watch() -> None:
+            await body_read.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watching = asyncio.ensure_future(watch())
+        try:
+            await self._app(scope, body, send)
+        finally:
+            watching.cancel()
 
 
 async def run_stdio(state: ServiceState, *, access: Access = "full") -> None:
