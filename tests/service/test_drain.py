@@ -25,9 +25,12 @@ pytestmark = pytest.mark.slow
 
 
 @asynccontextmanager
-async def service(tmp_path: Path, hold_minutes: float, pause_seconds: float) -> AsyncIterator[tuple[Any, str]]:
+async def service(
+    tmp_path: Path, hold_minutes: float, pause_seconds: float, *settings: str
+) -> AsyncIterator[tuple[Any, str]]:
     """A real service; what it says on stderr goes to a file (`said`), not a pipe that nobody reads once it
-    serves, which a chatty service (a failing turn's tracebacks) would fill until it blocks."""
+    serves, which a chatty service (a failing turn's tracebacks) would fill until it blocks. `settings`: what
+    `serve_main` takes after the pause."""
     with log_of(tmp_path).open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -37,6 +40,7 @@ async def service(tmp_path: Path, hold_minutes: float, pause_seconds: float) -> 
             str(tmp_path),
             str(hold_minutes),
             str(pause_seconds),
+            *settings,
             cwd=ROOT,
             stderr=log,
         )

@@ -71,6 +71,9 @@ class ServiceSettings:
     """Seconds a send to an attached client may wait before the client is disconnected."""
     client_backlog: int = 1000
     """Events an attached client may have waiting before it is cut loose (and resumes from the store)."""
+    request_head_seconds: float = 10.0
+    """Seconds a connection has to send a request's head (its line and headers), when it opens and after each
+    answer; one that has not is closed."""
     extra_hosts: tuple[str, ...] = field(default=())
     """Host names besides loopback ones that tokenless requests may be addressed to."""
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agentwatch.cli.remote import remove_discovery, write_discovery
 from agentwatch.config import Config
@@ -65,6 +66,49 @@ def settings_from_env(host: str, *, announce: Callable[[str], None]) -> ServiceS
         token = secrets.token_urlsafe(24)
         announce(f"token (binding {host}, every request must carry it): {token}")
     return ServiceSettings(token=token, read_token=read_token, allowed_origins=origins)
+
+
+class _HeadDeadline(HttpToolsProtocol):
+    """uvicorn's HTTP connection, which must send each request's head within `seconds` (from when it opens, and
+    from the end of each answer) or be closed. uvicorn's own keep-alive timeout starts only after a first answer
+    and stops at the first byte of the next request: a connection that never sent a request, or sent its head a
+    few bytes at a time, stayed open for good, each holding a file descriptor, and no token is asked before a
+    request's head is read."""
+
+    seconds = 10.0
+
+    @classmethod
+    def of(cls, seconds: float) -> type[_HeadDeadline]:
+        return type(cls.__name__, (cls,), {"seconds": seconds})
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline: asyncio.TimerHandle | None = self.loop.call_later(self.seconds, self._late)
+
+    def on_headers_complete(self) -> None:
+        self._cancel_deadline()  # (first: a WebSocket upgrade hands the transport to another protocol here)
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._cancel_deadline()
+            self._deadline = self.loop.call_later(self.seconds, self._late)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_deadline()
+        super().connection_lost(exc)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _late(self) -> None:
+        self._deadline = None
+        between_requests = self.cycle is None or self.cycle.response_complete
+        if between_requests and not self.pipeline and not self.transport.is_closing():
+            self.transport.close()
 
 
 class Drain:
@@ -231,6 +275,7 @@ async def _serve_on(
                 # Compressing each frame once per client costs more CPU than the whole fan-out of an event.
                 ws_per_message_deflate=False,
                 timeout_graceful_shutdown=5,
+                http=_HeadDeadline.of(settings.request_head_seconds),
                 server_header=False,
                 proxy_headers=False,
             )
