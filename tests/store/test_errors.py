@@ -32,7 +32,7 @@ from agentwatch.store import (
     open_store,
 )
 
-from .databases import sqlite_url
+from .databases import postgres_schema, sqlite_url
 
 
 @pytest.mark.parametrize(
@@ -140,6 +140,26 @@ def test_a_database_of_another_program_is_refused_and_left_alone(tmp_path: Path)
 
     assert "point the store URL at a new file" in caught.value.message
     assert path.read_bytes() == before
+
+
+@pytest.mark.postgres
+def test_a_postgres_database_of_another_program_is_refused_and_left_alone(postgres_url: str) -> None:
+    """Once, its tables went in beside the other program's (by `agentwatch ls` too), and a table name both use
+    failed the migration as "the store failed: relation "sessions" already exists"."""
+    import psycopg
+
+    with postgres_schema(postgres_url) as url:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, cookie TEXT)")
+
+        with pytest.raises(NotADatabase, match="another program") as caught:
+            asyncio.run(connect_store(url))
+
+        assert "has 1 table(s) but no agentwatch schema" in caught.value.message
+        assert "point the store URL at a new database" in caught.value.message
+        with psycopg.connect(url, autocommit=True) as connection:
+            tables = connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            assert [row[0] for row in tables] == ["sessions"]
 
 
 async def test_a_store_another_process_holds_locked_is_refused_as_locked(

@@ -22,11 +22,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, MissingDependency, StoreUnavailable
+from agentwatch.errors import (
+    AgentwatchError,
+    Conflict,
+    InvalidArgument,
+    MissingDependency,
+    NotADatabase,
+    StoreUnavailable,
+)
 from agentwatch.events import Event
 from agentwatch.store import hide_password
 from agentwatch.store._appends import apply_appends
-from agentwatch.store._migrations import migrate
+from agentwatch.store._migrations import migrate, recorded_version
 from agentwatch.store._sql import Dialect, Row, Tx, aware, check_params
 from agentwatch.store._sqlbase import utc_now
 from agentwatch.store._sqlstore import SqlStore
@@ -141,6 +148,24 @@ def _address(url: str) -> tuple[str, str, str]:
     return host, str(info.get("port") or 5432), str(info.get("dbname") or os.environ["PGDATABASE"])
 
 
+async def _refuse_another_programs(tx: Tx, where: str) -> None:
+    """Refuse a database whose schema holds tables but no agentwatch schema, before anything is written, as a
+    SQLite file of another program is refused. (Once, its tables were added beside the other program's, by a
+    command that only reads too, or a name both use failed the migration as "relation ... already exists".)"""
+    if await recorded_version(tx, DIALECT, where=where) is not None:
+        return
+    rows = await tx.fetch(
+        "SELECT current_schema(), count(*) FROM pg_tables WHERE schemaname = current_schema() GROUP BY 1"
+    )
+    if rows:
+        schema, count = rows[0]
+        raise NotADatabase(
+            f"{where} is a database of another program (schema {schema!r} has {count} table(s) but no agentwatch "
+            "schema); point the store URL at a new database (createdb), or at a schema of its own "
+            "(?options=-csearch_path%3Dagentwatch, once CREATE SCHEMA agentwatch)"
+        )
+
+
 class PostgresStore(SqlStore):
     """The store on PostgreSQL: a connection pool, one transaction per write, seqs from the session row."""
 
@@ -187,6 +212,7 @@ class PostgresStore(SqlStore):
             # The advisory lock makes a second process opening a fresh database wait, then find nothing to do.
             async with connection.transaction():
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
+                await _refuse_another_programs(tx, where)
                 await migrate(tx, DIALECT, where=where)
         pool: AsyncConnectionPool[AsyncConnection[Row]] = AsyncConnectionPool(
             url,
