@@ -340,6 +340,21 @@ async def test_run_hands_a_session_over_and_leaves_its_question_pending_without_
         await until(deployed)  # the service ran the rest of the turn
 
 
+async def test_run_through_the_service_says_its_agents_dir_is_not_used(
+    open_engine: OpenEngine, scripted: Scripted, tmp_path: Path
+) -> None:
+    """Once `run --agents-dir DIR` with a service running said only "no agent type 'solo'" for a role that only
+    DIR defines (the service's roster was asked), not that the flag was left aside, as `create` says."""
+    model = scripted("remote-run-dir", ScriptedModel.replying("hello"))
+    async with open_engine(role("helper", model), extensions=[]) as engine, service(engine) as (url, app):
+        away = ["--server", url, "--store", nowhere(tmp_path)]
+        ran = await run_cli("run", "solo", "hi", "--agents-dir", str(tmp_path), *away)
+        assert ran.exit_code == 1 and "no agent type 'solo'" in ran.stderr
+        note = f"--agents-dir not used: the service at {url} runs the agent with its own roles and setup"
+        assert note in ran.stderr and "--server none runs it here" in ran.stderr
+        assert app.tools() == ["agent_create"]
+
+
 async def test_run_shows_a_spinner_with_the_time_waited_while_a_turn_is_quiet(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

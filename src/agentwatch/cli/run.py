@@ -351,10 +351,14 @@ def run(
     config = resolve_config(store_url, setup=setup, agents_dir=agents_dir)
     service = find_service(store_url)
     if service is not None:
-        if setup:
+        if setup or agents_dir:  # (once, a role only --agents-dir had was "no agent type", and the flag unnamed)
             from agentwatch.cli._common import err_console
 
-            err_console.print(f"--setup is not used: the service at {service.url} runs the agent with its own setup")
+            unused = " and ".join(flag for flag, given in (("--agents-dir", agents_dir), ("--setup", setup)) if given)
+            err_console.print(
+                f"{unused} not used: the service at {service.url} runs the agent with its own roles and setup "
+                "(--server none runs it here)"
+            )
         snapshot = _hand_over(service, agent, prompt, name, timeout, as_json)
     else:
         snapshot = run_async(_run(config, agent, prompt, name, timeout, as_json))
