@@ -124,8 +124,10 @@ async def test_stream_entry_ids_are_event_positions_and_streams_expire(redis_url
 
 async def test_unreachable_server_raises_store_unavailable_naming_the_address() -> None:
     async with asyncio.timeout(10):
-        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:1 .*start the Redis server"):
+        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:1 .*start the Redis server") as caught:
             await RedisRing.open("redis://127.0.0.1:1/0")
+    # Where the URL is set (once: "pass the redis:// URL of a running one", though no command takes it as a flag).
+    assert "(AGENTWATCH_LIVE, or live in agentwatch.toml)" in caught.value.message
 
 
 async def test_silent_server_raises_store_unavailable_in_time() -> None:

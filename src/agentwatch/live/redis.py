@@ -109,7 +109,8 @@ class RedisRing:
             await client.aclose()
             raise StoreUnavailable(
                 f"cannot reach Redis at {address} for the live ring ({exc or type(exc).__name__}); "
-                "start the Redis server or pass the redis:// URL of a running one"
+                "start the Redis server, or set the redis:// URL of a running one as the live ring "
+                "(AGENTWATCH_LIVE, or live in agentwatch.toml)"
             ) from None
         return cls(client, address=address, ring_size=ring_size, key_prefix=key_prefix, stream_ttl=stream_ttl)
 
