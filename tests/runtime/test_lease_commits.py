@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,8 +36,9 @@ class Commits:
 
 
 def queued(store: Store, write: Write) -> Any:
-    """Start `write` as a session emitter does: its store write is queued in the next loop turn."""
-    return lambda: asyncio.ensure_future(store.write(write))
+    """Start `write` (with the claim it is given) as a session emitter does: its store write is queued in the
+    next loop turn."""
+    return lambda claim: asyncio.ensure_future(store.write(replace(write, claim=claim)))
 
 
 async def test_the_take_of_a_lease_shares_the_commit_of_the_work_queued_with_it(tmp_path: Path) -> None:
@@ -95,7 +97,7 @@ async def test_a_take_waiting_behind_a_release_still_comes_before_the_work(tmp_p
         releasing = asyncio.ensure_future(released())
         await asyncio.sleep(0)  # the release is under way
         lease_taken = asyncio.ensure_future(
-            commit_claimed(runtime, session.id, lambda: asyncio.ensure_future(written()))
+            commit_claimed(runtime, session.id, lambda claim: asyncio.ensure_future(written()))
         )
         await asyncio.gather(releasing, lease_taken)
         assert order == ["released", "work"]

@@ -374,6 +374,62 @@ async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path
     assert len(set(started(runs))) == 2
 
 
+async def test_input_whose_engine_dies_as_it_lands_after_the_owner_let_go_is_run(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """A session could stay idle with an input waiting for good (one did once, with engine processes killed one
+    after another on PostgreSQL): the engine that queued it found the lease held by the session's owner, so
+    left the work to it; the owner's turn ended, it let the lease go and looked once more before the input
+    landed; the engine that queued it died before its own turn loop took the lease. No lease was left for a
+    sweep to find. The write now claims the lease, and takes it when the owner let it go first: the lease
+    expires, and the owner's sweep finds it."""
+    model = scripted("leases-late-input", ScriptedModel(function=one_call_per_prompt))
+    tool_started, tool_done = asyncio.Event(), asyncio.Event()
+
+    async def slow_tool(label: str) -> str:
+        tool_started.set()
+        await tool_done.wait()
+        return f"did {label}"
+
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool]) as a:
+        session = await a.create("slow", source="chat")
+        await a.enqueue(session.id, "first")
+        await asyncio.wait_for(tool_started.wait(), 10)
+        async with Engine.open(url, config=config, definitions=[definition]) as b:
+            takes: list[Any] = []
+            take, write = b.store.take_lease, b.store.write
+            landing, land = asyncio.Event(), asyncio.Event()
+
+            async def noted_take(*args: Any) -> Any:
+                takes.append(await take(*args))
+                return takes[-1]
+
+            async def late_write(item: Write) -> Any:  # the input lands once `land` is set
+                if item.inputs_add:
+                    landing.set()
+                    await land.wait()
+                return await write(item)
+
+            b.store.take_lease = noted_take  # type: ignore[method-assign]
+            b.store.write = late_write  # type: ignore[method-assign]
+            (await b.driver(session.id)).kick = lambda: None  # type: ignore[method-assign]  # b dies once it lands
+            queuing = asyncio.create_task(b.enqueue(session.id, "second"))
+            await asyncio.wait_for(landing.wait(), 10)
+            await until(lambda: takes == [False])  # a holds the lease: the input is left to it
+            tool_done.set()
+            await until(lambda: not a.running_turns() and a.leases.held == [])  # a let go, and looked
+            land.set()
+            assert await queuing == 1
+            lease = await a.store.get_lease(session.id)
+            assert lease is not None and lease.owner == b.leases.owner  # the input's write took the lease
+        settled, timed_out = await a.wait(session.id, 10)
+        events = await check_log(a, session.id)
+    assert not timed_out and settled.status == "idle" and settled.pending_inputs == 0, settled
+    assert [e.payload.text for e in events if isinstance(e.payload, UserMessage)] == ["first", "second"]
+
+
 async def test_a_dead_owners_turn_continues_within_the_lease_plus_a_second(
     tmp_path: Path, url: str, scripted: Scripted
 ) -> None:

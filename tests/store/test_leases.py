@@ -5,21 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
+import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
 from agentwatch.events import new_id
 from agentwatch.store import (
+    InputDraft,
+    LeaseClaim,
     LeaseRecord,
     ObserverRef,
     SessionDraft,
     SessionFilter,
     SessionPatch,
     Store,
+    Write,
     connect_store,
 )
+from agentwatch.store._leases import claim_lease
 
 SHORT = 0.3
 """A ttl that lapses within a test; waits use twice it."""
@@ -167,6 +174,67 @@ async def test_racing_takeovers_of_an_expired_lease_have_one_winner(store_url: s
             won = [result for result in results[:-1] if result is True]
             renewed = results[-1] == [session_id]
             assert len(won) + int(renewed) == 1
+    finally:
+        for opened in stores:
+            await opened.close()
+
+
+def _claimed_input(session_id: str, owner: str, ttl: float = 60) -> Write:
+    return Write(session_id, inputs_add=[InputDraft(text="queued")], claim=LeaseClaim(owner, ttl))
+
+
+async def test_a_write_that_claims_the_lease_takes_it_only_when_nobody_holds_it(store: Store) -> None:
+    free, held, lapsed = [await _session(store) for _ in range(3)]
+    await store.write(_claimed_input(free, "engine-a"))
+    lease = await store.get_lease(free)
+    assert lease is not None and (lease.owner, lease.expired) == ("engine-a", False)
+    assert [i.text for i in await store.list_inputs(free)] == ["queued"]
+
+    assert await store.acquire_lease(held, "engine-b", 60)
+    before = await store.get_lease(held)
+    await store.write(_claimed_input(held, "engine-a"))
+    assert await store.get_lease(held) == before  # another owner's live lease is left as it is
+    assert [i.text for i in await store.list_inputs(held)] == ["queued"]
+
+    assert await store.acquire_lease(lapsed, "engine-b", SHORT)
+    await asyncio.sleep(2 * SHORT)
+    await store.write(_claimed_input(lapsed, "engine-a"))
+    lease = await store.get_lease(lapsed)
+    assert lease is not None and (lease.owner, lease.expired) == ("engine-b", True)  # left for a sweep
+    assert [item.session_id for item in await store.expired_leases()] == [lapsed]
+
+    for bad in (LeaseClaim(" ", 60), LeaseClaim("engine-a", 0)):
+        with pytest.raises(InvalidArgument):
+            await store.write(Write(free, inputs_add=[InputDraft(text="not queued")], claim=bad))
+    assert [i.text for i in await store.list_inputs(free)] == ["queued"]
+
+
+async def test_a_release_beside_a_write_that_claims_the_lease_waits_for_its_commit(
+    store_url: str, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner's release is followed by a look for work: it must see the work a write claiming the lease
+    queued (the lease stood when the write read it, so the write left it to its owner)."""
+    claimed = threading.Event()
+
+    async def slow_claim(tx: Any, dialect: Any, session_id: str, claim: LeaseClaim) -> None:
+        await claim_lease(tx, dialect, session_id, claim)
+        claimed.set()
+        if backend == "postgres":
+            await asyncio.sleep(0.5)  # the transaction stays open, the lease row claimed
+        else:
+            time.sleep(0.5)  # (on the writer's thread, which holds the database's write lock)
+
+    monkeypatch.setattr("agentwatch.store._events.claim_lease", slow_claim)
+    stores = [await connect_store(store_url) for _ in range(2)]  # the queuing engine's, the owner's
+    try:
+        session_id = await _session(stores[0])
+        assert await stores[1].acquire_lease(session_id, "engine-b", 60)
+        writing = asyncio.create_task(stores[0].write(_claimed_input(session_id, "engine-a")))
+        assert await asyncio.to_thread(claimed.wait, 10)
+        await stores[1].release_lease(session_id, "engine-b")
+        assert [i.text for i in await stores[1].list_inputs(session_id)] == ["queued"]
+        await writing
+        assert await stores[1].get_lease(session_id) is None
     finally:
         for opened in stores:
             await opened.close()

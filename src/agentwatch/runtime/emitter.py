@@ -675,8 +675,8 @@ def _mergeable(pending: _Pending) -> bool:
 
 def _rides_along(pending: _Pending) -> bool:
     """Whether a write may share one store write with a note before it: a write (not a barrier) that
-    neither expects a status or an unheld session, deletes the session, nor starts a conversation (the store
-    checks those against its own state)."""
+    neither expects a status or an unheld session, deletes the session, starts a conversation, nor claims the
+    lease (the store checks those against its own state)."""
     write = pending.write
     return (
         write is not None
@@ -684,19 +684,20 @@ def _rides_along(pending: _Pending) -> bool:
         and not write.expect_unheld
         and write.delete_until is None
         and write.new_conversation is None
+        and write.claim is None
     )
 
 
 _MERGED_APART = frozenset(
-    {"session_id", "session", "touch", "expect_status", "expect_unheld", "delete_until", "new_conversation"}
+    {"session_id", "session", "touch", "expect_status", "expect_unheld", "delete_until", "new_conversation", "claim"}
 )
 _CONCATENATED = tuple(f.name for f in dataclasses.fields(Write) if f.name not in _MERGED_APART)
 
 
 def _merged(writes: Sequence[Write]) -> Write:
     """Writes of one turn, back to back, as one write: the same rows, in the same order, committed at once.
-    (Only writes without `expect_status`, `expect_unheld`, `delete_until` and `new_conversation` are merged;
-    every other field is a list.)"""
+    (Only writes without `expect_status`, `expect_unheld`, `delete_until`, `new_conversation` and `claim` are
+    merged; every other field is a list.)"""
     patch: dict[str, Any] = {}
     for write in writes:
         if write.session is not None:

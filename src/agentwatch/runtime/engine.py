@@ -19,6 +19,7 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -417,7 +418,7 @@ class Engine:
 
             async def queue() -> None:
                 # leases: the input is never left without an owner to run it (the lease's take shares its commit)
-                await commit_claimed(self, session_id, lambda: driver.submit(write))
+                await commit_claimed(self, session_id, lambda claim: driver.submit(replace(write, claim=claim)))
                 driver.kick()
 
             await to_the_end(queue())  # (a caller that goes away leaves the input queued and looked at)

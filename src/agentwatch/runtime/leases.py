@@ -29,7 +29,10 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
   once the lease is confirmed (in the store, when the local view has lapsed; confirmations asked at once
   share one store call), so a tool never runs in two engines at once;
 - work queued for a session (input, an answer, a report, a digest) takes the lease first when it is free,
-  so work whose engine dies before running it is found by the sweep like an orphaned turn;
+  so work whose engine dies before running it is found by the sweep like an orphaned turn. When another live
+  engine holds the lease, the write claims it (`Write.claim`): should that engine let the lease go before the
+  write commits, the write takes it in the same transaction, so the work is never stored with no lease (its
+  engine could die before its own loop took one, and that engine's last look had come too early to see it);
 - a turn loop that fails on a store fault ends the turn `failed` with the store's error once that can be
   written (`end_after_fault`), or stops renewing the lease, so the turn is continued once the store works.
 
@@ -49,7 +52,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -57,7 +60,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentwatch.errors import AgentwatchError, NotFound, StoreUnavailable
 from agentwatch.events import NewEvent, RuntimeNotice, TurnEnded, TurnId
 from agentwatch.runtime.plan import Plan, next_plan
-from agentwatch.store import LeaseRecord, SessionPatch, SessionRecord, Store, Write
+from agentwatch.store import LeaseClaim, LeaseRecord, SessionPatch, SessionRecord, Store, Write
 
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime, SessionChannel
@@ -210,6 +213,12 @@ class Leases:
     def _drop(self, session_id: str) -> float | None:
         self._taken.pop(session_id, None)
         return self._held.pop(session_id, None)
+
+    def claim(self) -> LeaseClaim:
+        """This engine's claim of a lease, for a write that queues work while another owner may hold it
+        (`Write.claim`). A lease the write takes is not held here yet: the session's turn loop takes it (it is
+        already this engine's), or it expires and another engine's sweep finds it."""
+        return LeaseClaim(self.owner, self.ttl)
 
     @property
     def held(self) -> list[str]:
@@ -499,7 +508,8 @@ async def owned_plan(
 
     The lease is taken before the session is read, so what is read is what this engine owns. Letting the
     lease go (no work left) is followed by one more look, so input another engine queued while this one
-    held the lease (and so left for it) is not stranded.
+    held the lease (and so left for it) is not stranded: its write claims the lease (`claimed`), so the
+    release waits for its commit, or the write, committed after the release, took the lease itself.
 
     `after_turn`: the turn loop just ran a turn and nothing in this engine queued work for the session since
     (no kick). Work is then rarely waiting, so the lease is let go before the look rather than after a look
@@ -532,18 +542,25 @@ async def owned_plan(
 
 
 @contextlib.asynccontextmanager
-async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[None]:
+async def claimed(runtime: Runtime, session_id: str) -> AsyncIterator[LeaseClaim | None]:
     """Around queuing work for a session (input, an answer): take its lease first when it is free, so that if
     this engine dies before its turn loop runs the work, the lease expires and another engine's sweep finds
     it. When another live engine holds the lease, the work is left for that one (its loop looks again after
-    each turn and after it lets the lease go). A lease taken here for work that was not queued is let go by the
-    session's turn loop, which looks once more (see `_after_failed_claim`)."""
+    each turn and after it lets the lease go), and this engine's claim is yielded for the write to carry
+    (`Write.claim`, None otherwise): should that engine let the lease go before the write commits (its last
+    look then comes too early to see the work), the write takes the lease. A lease taken here for work that
+    was not queued is let go by the session's turn loop, which looks once more (see `_after_failed_claim`)."""
     leases = leases_of(runtime)
-    taken = leases is not None and not leases.holds(session_id) and await leases.acquire(session_id)
-    if isinstance(taken, LeaseRecord) and leases is not None:
-        await leases.note_takeover(runtime, taken)
+    taken: LeaseRecord | bool = False
+    claim: LeaseClaim | None = None
+    if leases is not None and not leases.holds(session_id):
+        taken = await leases.acquire(session_id)
+        if isinstance(taken, LeaseRecord):
+            await leases.note_takeover(runtime, taken)
+        elif taken is False:
+            claim = leases.claim()
     try:
-        yield
+        yield claim
     except BaseException:
         if taken and leases is not None:
             await asyncio.shield(_after_failed_claim(runtime, leases, session_id))
@@ -556,8 +573,8 @@ async def claimed_commit(runtime: Runtime, channel: SessionChannel, write: Write
     client that went away): the write lands all the same, and so must the look that runs it."""
 
     async def queue() -> None:
-        async with claimed(runtime, write.session_id):
-            await channel.commit(write)
+        async with claimed(runtime, write.session_id) as claim:
+            await channel.commit(replace(write, claim=claim))
         channel.kick()
 
     await to_the_end(queue())
@@ -588,25 +605,27 @@ async def _after_failed_claim(runtime: Runtime, leases: Leases, session_id: str)
     driver.kick()
 
 
-async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[], Awaitable[T]]) -> T:
+async def commit_claimed(runtime: Runtime, session_id: str, submit: Callable[[LeaseClaim | None], Awaitable[T]]) -> T:
     """`claimed` around one write, with the lease's take and the write in one commit where the store allows.
 
-    `submit` starts the write at once (it must not suspend first: a session emitter's `submit`, whose store
-    write is queued in the next loop turn) and returns what to await for it. The take is queued just before
-    it, in the same loop turn: a store that applies its writes one after another in the order queued
-    (`Store.writes_in_order`: SQLite's one writer) applies the take first, in the same transaction or an
-    earlier one, so the work is never stored without an owner, and the two cost one commit instead of two. A
-    store that writes concurrently (PostgreSQL) or a take that must wait behind another take or release of
-    the lease gets `claimed`, one after the other. Should the turn that runs the work then fail to write, its
-    loop looks again a moment later (`SessionDriver`), with the lease still held: the work is not stranded.
+    `submit(claim)` starts the write, carrying `claim` (its `Write.claim`), at once (it must not suspend first:
+    a session emitter's `submit`, whose store write is queued in the next loop turn) and returns what to await
+    for it. The take is queued just before it, in the same loop turn: a store that applies its writes one
+    after another in the order queued (`Store.writes_in_order`: SQLite's one writer) applies the take first, in
+    the same transaction or an earlier one, and the two cost one commit instead of two. The write claims the
+    lease all the same (the take's outcome is not known yet), for a take that found another process's lease,
+    which may be let go before the write commits. A store that writes concurrently (PostgreSQL) or a take that
+    must wait behind another take or release of the lease gets `claimed`, one after the other. Should the turn
+    that runs the work then fail to write, its loop looks again a moment later (`SessionDriver`), with the
+    lease still held: the work is not stranded.
     """
     leases = leases_of(runtime)
     if leases is None or leases.holds(session_id) or leases.changing(session_id) or not runtime.store.writes_in_order:
-        async with claimed(runtime, session_id):
-            return await submit()
+        async with claimed(runtime, session_id) as claim:
+            return await submit(claim)
     taking = asyncio.ensure_future(leases.acquire(session_id))  # its first step runs before the write's
     try:
-        written = await submit()
+        written = await submit(leases.claim())
     except BaseException:
         with contextlib.suppress(Exception):
             if await taking:

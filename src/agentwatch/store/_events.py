@@ -13,6 +13,7 @@ from pydantic import JsonValue, ValidationError
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
 from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, new_id
 from agentwatch.store._appends import Appends, apply_appends, read_counters
+from agentwatch.store._leases import claim_lease
 from agentwatch.store._sessions import GET_SESSION, session_from_row, stored_iso, stored_time
 from agentwatch.store._sql import (
     SESSION_COLUMNS,
@@ -213,6 +214,9 @@ class EventMethods(SqlBase):
             for (column, delta), current in zip(deltas.items(), counts[0], strict=True):
                 if delta:
                     changes[column] = int(current) + delta
+
+        if write.claim is not None:  # (a lease that stands stays locked from here to the commit)
+            await claim_lease(tx, self._dialect, session_id, write.claim)
 
         appends = Appends(self._dialect, now)
         events = appends.add(session, write)  # the same rows as any append, and the row update with them

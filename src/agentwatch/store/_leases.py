@@ -18,9 +18,9 @@ from typing import Any, Final, TypeVar
 
 from agentwatch.errors import InvalidArgument, NotFound
 from agentwatch.store._sql import Dialect, Row, Tx, in_list, utc_text
-from agentwatch.store.records import LeaseRecord
+from agentwatch.store.records import LeaseClaim, LeaseRecord
 
-__all__ = ["LeaseMethods"]
+__all__ = ["LeaseMethods", "claim_lease"]
 
 T = TypeVar("T")
 
@@ -40,6 +40,26 @@ def _check_ttl(ttl: float) -> float:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL_S:
         raise InvalidArgument(f"a lease ttl must be a number of seconds above 0 and at most {MAX_TTL_S:g}, not {ttl!r}")
     return float(ttl)
+
+
+def _expiry(dialect: Dialect, ttl: float) -> tuple[str, list[Any]]:
+    """SQL for "now + ttl" by the store's one clock, and its parameters (build it where the statement runs)."""
+    if dialect.name == "postgres":
+        return "clock_timestamp() + make_interval(secs => ?)", [ttl]
+    return "?", [utc_text(datetime.now(UTC) + timedelta(seconds=ttl))]
+
+
+async def claim_lease(tx: Tx, dialect: Dialect, session_id: str, claim: LeaseClaim) -> None:
+    """`Write.claim`, in the write's transaction: take the free lease of `session_id` for the claim's owner,
+    or lock the lease that stands without changing it (a no-op update), so that its owner's release waits for
+    the commit and its look after the release sees the work the write queued."""
+    _check_owner(claim.owner)
+    expiry, expiry_params = _expiry(dialect, _check_ttl(claim.ttl))
+    await tx.execute(
+        f"INSERT INTO leases (session_id, owner, expires_at) VALUES (?, ?, {expiry}) "
+        "ON CONFLICT (session_id) DO UPDATE SET owner = leases.owner",
+        [session_id, claim.owner, *expiry_params],
+    )
 
 
 def _record(row: Row) -> LeaseRecord:
@@ -69,9 +89,7 @@ class LeaseMethods(ABC):
 
     def _expiry(self, ttl: float) -> tuple[str, list[Any]]:
         """SQL for "now + ttl" by the store's one clock, and its parameters."""
-        if self._dialect.name == "postgres":
-            return "clock_timestamp() + make_interval(secs => ?)", [ttl]
-        return "?", [utc_text(datetime.now(UTC) + timedelta(seconds=ttl))]
+        return _expiry(self._dialect, ttl)
 
     async def acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool:
         """Take `session_id`'s lease for `ttl` seconds if it is free, expired or already `owner`'s (then it is

@@ -240,6 +240,7 @@ def appends_only(write: Write) -> bool:
         and not write.requests_open
         and not write.requests_close
         and not write.requests_escalate
+        and write.claim is None
     )
 
 

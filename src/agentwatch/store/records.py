@@ -20,6 +20,7 @@ __all__ = [
     "InputDraft",
     "InputRecord",
     "JournalEntry",
+    "LeaseClaim",
     "LeaseRecord",
     "ObserverRef",
     "Page",
@@ -364,6 +365,16 @@ class UsageEntry(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseClaim:
+    """An owner's claim of a session's lease, carried by the write that queues work for the session (see
+    `Write.claim`)."""
+
+    owner: str
+    ttl: float
+    """Seconds the lease lasts when the write takes it."""
+
+
+@dataclass(frozen=True, slots=True)
 class Write:
     """One atomic change to one session: durable events plus the state they describe.
 
@@ -399,6 +410,11 @@ class Write:
     """When given, soft-delete the session with the write: it stays readable by its id until this time, then it
     is reaped. The write fails with `Conflict` when the session is deleted already, so that of two deletions
     at once exactly one writes (its events are the deleted session's last)."""
+    claim: LeaseClaim | None = None
+    """When given, the write takes the session's lease for `claim.owner` if nobody holds one, and leaves one
+    that stands (anyone's, expired or not) as it is, held so that it cannot be let go before the write commits.
+    Work queued while another owner holds the lease is so never stored without one: if that owner lets the
+    lease go first, the write takes it; if after, the owner's look once it let go finds the work."""
 
 
 T = TypeVar("T")
