@@ -20,8 +20,8 @@ What happens:
 It ends with the commands to look at what it left (the demo's store is `.agentwatch/demo.db`, so each takes
 `--store`): `agentwatch ls`, `agentwatch tail -f NAME`, `agentwatch answer` for a question left pending, and
 `agentwatch serve`. An answered question goes on when the demo's engine runs again: `run.py --resume` (its
-agents run on scripts and tools that only this file registers, so `agentwatch serve` cannot run them: answer
-while no service runs on the demo's store, as a question answered through one fails its turn there).
+agents run on scripts and tools that only this file registers, so `agentwatch serve` cannot run them: a question
+answered through it waits for the demo's engine).
 """
 
 from __future__ import annotations
@@ -334,8 +334,8 @@ def next_steps(name: str, *, answer_planner: bool) -> None:
         steps.append((f'{agentwatch} answer planner "PostgreSQL" {store}', "answer the planner's question"))
         resume = shlex.join([_here(sys.executable), _here(HERE / "run.py"), "--resume"])
         steps.append((resume, "then the demo's engine again: the planner goes on"))
-    # To read: its engine has none of the demo's roles, so a question answered through it fails its turn.
-    steps.append((f"{agentwatch} serve {store}", "the same agents to read, in a browser, over HTTP and MCP"))
+    # Its engine has none of the demo's roles: a question answered through it waits for `--resume`.
+    steps.append((f"{agentwatch} serve {store}", "the same agents in a browser (its address), over HTTP and MCP"))
     console.print(Rule("what to do next"))
     width = max(len(command) for command, _ in steps)
     for command, what in steps:

@@ -94,6 +94,31 @@ async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(
     assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
 
 
+async def test_work_an_engine_without_the_role_was_given_waits_for_an_engine_with_it(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once: input given to an agent through an engine whose roster lacks its role (a service of a rolling deploy
+    that adds the role, a service opened on another agents directory) failed the agent's turn there (its role
+    "no longer resolves"), and the input with it. Now that engine says so on the agent and leaves the turn to an
+    engine that has the role, whose sweep takes it within a second."""
+    model = scripted("leases-roleless", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 0.1)]) as a:
+        session = await a.create("slow")
+        async with Engine.open(url, config=config) as b:  # no roles at all
+            await b.enqueue(session.id, "go")
+            settled, timed_out = await a.wait(session.id, 15)
+            assert b.leases.held == []
+        events = await check_log(a, session.id)
+    assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
+    assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["completed"]
+    assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
+    left = [e.payload for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.type == "runtime.warning"]
+    assert len(left) == 1 and "'slow'" in left[0].message and b.leases.owner in left[0].message
+
+
 @contextlib.asynccontextmanager
 async def owner_in_a_tool(
     tmp_path: Path, url: str, scripted: Scripted, name: str, seconds: float

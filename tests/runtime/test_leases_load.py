@@ -89,7 +89,13 @@ async def test_a_busy_engine_keeps_its_own_leases(tmp_path: Path, scripted: Scri
 
 
 class NoRuntime:
-    """What the sweep would kick a taken-over session's turn loop through: there is none here."""
+    """What the sweep would kick a taken-over session's turn loop through: there is none here. It runs role
+    `any` (the sweep looks only at sessions of the roles its engine runs)."""
+
+    class roster:
+        @staticmethod
+        def runnable() -> list[str]:
+            return ["any"]
 
     async def driver(self, session_id: str) -> Any:
         raise AssertionError(f"the sweep took over {session_id}")

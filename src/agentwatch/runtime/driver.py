@@ -22,7 +22,8 @@ import time
 from collections.abc import Awaitable, Coroutine, MutableMapping, Sequence
 from typing import Any, Final
 
-from agentwatch.events import Event
+from agentwatch.errors import NotFound
+from agentwatch.events import Event, NewEvent, RuntimeNotice
 from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
@@ -30,7 +31,7 @@ from agentwatch.runtime.leases import HAND_OVER_SECONDS, end_after_fault, leases
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.turn import run_plan
-from agentwatch.store import Write
+from agentwatch.store import SessionRecord, Write
 
 __all__ = ["DRIVERS_KEPT", "DRIVER_IDLE_SECONDS", "SessionDriver", "evict_idle"]
 
@@ -163,6 +164,8 @@ class SessionDriver:
                     owned = await owned_plan(runtime, self.session_id, after_turn=after_turn and not self._pending_kick)
                     if owned is None:
                         break
+                    if not await self._runs_role(owned[0]):
+                        return
                     stopped = await run_plan(runtime, self.emitter, *owned, cut_off=self._is_cut_off)
                     after_turn = True
                     self._fault_pause = 0.0
@@ -189,6 +192,30 @@ class SessionDriver:
         self.draining = True
         if not self.turn_running:
             self.spawn(self._hand_over())
+
+    async def _runs_role(self, session: SessionRecord) -> bool:
+        """Whether this engine has the session's role. When it has not (a service of a rolling deploy that adds
+        the role, one opened on another agents directory), it says so on the session and hands its lease over:
+        the work is left as it is, for an engine that has the role, whose sweep takes it within a second (this
+        engine's sweep leaves it alone)."""
+        try:
+            self.runtime.roster.get(session.role)
+        except NotFound as exc:
+            leases = leases_of(self.runtime)
+            engine = f"engine {leases.owner}" if leases is not None else "this engine"
+            notice = RuntimeNotice(
+                type="runtime.warning",
+                message=(
+                    f"{engine} cannot run this agent: {exc.message}; its work waits for an engine that has agent "
+                    f"type {session.role!r} (one open on this store takes it within a second, else the next one "
+                    "opened with it)"
+                ),
+                source="roster",
+            )
+            await self.emitter.commit(Write(self.session_id, events=[NewEvent(notice)], touch=False))
+            await self._hand_over()
+            return False
+        return True
 
     async def _hand_over(self) -> None:
         """Let another engine take the session's lease at once (it expires now), when this engine holds it."""

@@ -413,12 +413,13 @@ class Leases:
 
     async def sweep(self, runtime: Runtime) -> int:
         """Take over sessions whose owner's lease expired and let their turn loops look for work (all at once);
-        returns how many were taken."""
+        returns how many were taken. Only sessions of the roles this engine runs: the others are left to an
+        engine that has their role (see `SessionDriver`), and never crowd out the ones it can run."""
         # A lease of this engine's own that expired in the store is not an orphan: its renewal is late (under
         # load it waits behind other writes) and renews it, since nobody took it over.
         expired = [
             lease
-            for lease in await self.store.expired_leases(limit=100)
+            for lease in await self.store.expired_leases(limit=100, roles=runtime.roster.runnable())
             if not (lease.owner == self.owner and lease.session_id in self._held)
         ]
         taken = await asyncio.gather(*(self._take_over(runtime, lease) for lease in expired))

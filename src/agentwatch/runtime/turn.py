@@ -261,11 +261,7 @@ async def run_plan(
     off (a shutdown, a lost lease): then nothing is recorded and the cancellation goes on, so the turn stays
     `running` and is continued by whichever engine owns the session next.
     """
-    try:
-        definition = runtime.roster.get(session.role)
-    except AgentwatchError as exc:
-        await _fail_early(runtime, emitter, session, plan, f"role {session.role!r} no longer resolves: {exc.message}")
-        return False
+    definition = runtime.roster.get(session.role)  # (the driver runs only sessions whose role resolves)
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
     run_id = await billed_run(runtime, session, trigger=plan.kind, turn_id=turn_id)
     turn = _Turn(runtime, emitter, session, definition, turn_id, run_id)
@@ -700,25 +696,6 @@ async def end_stopped_turn(
             requests_close=[RequestClose(request_id=r.id, status="dismissed", by=by) for r in pending],
             messages=messages,
             expect_status=None if status is None else [status],
-        )
-    )
-
-
-async def _fail_early(
-    runtime: Runtime, emitter: SessionEmitter, session: SessionRecord, plan: Plan, error: str
-) -> None:
-    turn_id = TurnId(session.current_turn_id or new_id("trn"))
-    payloads: list[Payload] = []
-    if plan.kind == "input":
-        payloads.append(TurnStarted(trigger="input"))
-        payloads += [UserMessage(text=i.text, origin=i.origin, meta=i.meta) for i in plan.inputs]
-    payloads.append(TurnEnded(outcome="failed", error=error))
-    await emitter.commit(
-        Write(
-            session.id,
-            events=[NewEvent(p, turn_id) for p in payloads],
-            session=SessionPatch(status="failed", error=error, current_turn_id=None, turn_attempts=0),
-            inputs_take=[i.id for i in plan.inputs],
         )
     )
 

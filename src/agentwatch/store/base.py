@@ -337,8 +337,9 @@ class Store(RunStore, Protocol):
     async def get_lease(self, session_id: str) -> LeaseRecord | None:
         """The session's lease, expired or not (see `LeaseRecord.expired`), or None when there is none."""
 
-    async def expired_leases(self, *, limit: int = 100) -> list[LeaseRecord]:
-        """Leases whose expiry has passed, longest expired first, at most `limit` (1..10000)."""
+    async def expired_leases(self, *, limit: int = 100, roles: Sequence[str] | None = None) -> list[LeaseRecord]:
+        """Leases whose expiry has passed, longest expired first, at most `limit` (1..10000); with `roles`, only
+        those of sessions of these roles (what an engine can run)."""
 
     # -- observer refs --------------------------------------------------------------------------------
 
