@@ -171,6 +171,55 @@ async def test_a_stopped_observed_agent_refuses_reports_and_retires_its_pairing(
         assert await reports(engine, session.id) == []
 
 
+@pytest.mark.parametrize("kind", ["boss", "chat"])
+async def test_a_stopped_turn_of_the_main_conversation_keeps_its_pairing_and_takes_the_report(
+    open_engine: OpenEngine, scripted: Scripted, kind: str
+) -> None:
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        """Take a long time."""
+        started.set()
+        await asyncio.sleep(30)
+        return "never"
+
+    def script(ctx: Any) -> Any:
+        if ctx.prompt == "build" and not ctx.tool_results:
+            return CallTool("slow", {})
+        return Reply(f"answer to {ctx.prompt[:40]}")
+
+    quiet = scripted("quiet", ScriptedModel(function=lambda ctx: Reply("nothing")))
+    coder_model = scripted("coder", ScriptedModel(function=script))
+    coder = role("coder", coder_model, tools=("slow",), observer="quiet", grant=("spawn",))
+    async with open_engine(coder, role("quiet", quiet), tools=[function_tool(slow)]) as engine:
+        session = await (engine.create("coder", boss=True) if kind == "boss" else engine.create("coder", source="chat"))
+        await engine.enqueue(session.id, "build")
+        await asyncio.wait_for(started.wait(), 10)
+        (observer,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: _armed(engine, session.id))
+        await engine.stop(session.id, by="alice")  # a person interrupts the turn: the agent lives on
+        stopped, timed_out = await engine.wait(session.id, 5)
+        assert (stopped.status, timed_out) == ("cancelled", False)
+        reported = await engine.call_tool("ObserverReport", {"report": REPORT}, caller=_caller(observer.id))
+        target = "the main conversation" if kind == "boss" else repr(session.name)
+        assert reported.get("message") == (
+            f"Report queued for {target}; its turn is over (cancelled), so it reads it at the next turn it is given."
+        ), reported
+        await asyncio.sleep(0.3)
+        assert await _turns(engine, session.id) == 1  # the report does not undo the person's stop
+        await eventually(lambda: _quiet_observer(engine, observer.id))
+        assert [state for state, _ in await states(engine, session.id)] == ["armed"]
+        await engine.enqueue(session.id, "go on")
+        await engine.wait(session.id, 5)
+        second = [m.text for m in await _user_messages(engine, session.id)][1:]
+        assert [text.endswith(REPORT) for text in second] == [True, False]
+
+
+async def _quiet_observer(engine: Engine, observer_id: str) -> bool:
+    observer = await engine.store.get_session(observer_id)
+    return observer.status == "idle" and observer.pending_inputs == 0
+
+
 async def _armed(engine: Engine, session_id: str) -> bool:
     pairing = observer_agents(engine).pairing(session_id)
     return pairing is not None and pairing.state == "armed"

@@ -12,6 +12,8 @@ the inbox, but they start a turn by themselves only when the session would take 
   the turn that follows at once, as a message to a running task is;
 - a task whose turn was over when the report came (made by `engine.task`, `agent_task`, `agent_create` or the
   API) reads it at the next turn it is given: the report starts none;
+- nor does a report start a turn of a session a person stopped (its last turn ended `cancelled`), a chat or the
+  boss included: it is read at the next turn the session is given;
 - never right after a turn that reports alone started: at most one turn in a row is caused by reports (a
   report starts a turn, whose digest goes to the observer, which could report again, and so on).
 
@@ -46,7 +48,7 @@ WORKING: tuple[SessionStatus, ...] = ("running", "awaiting_input")
 """The statuses of a session at work: its turn running, or waiting on a request."""
 ReportsHeld = Literal["loop", "turn_over"]
 """Why reports alone start no turn: `loop`, the last turn was started by reports alone; `turn_over`, a task whose
-turn was over when they came."""
+turn was over when they came, or a session a person stopped."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,11 @@ async def reports_held(store: Store, session: SessionRecord, *, arrived: datetim
     """
     if await last_turn_by_reports(store, session):
         return "loop"
-    if lives_on(session) or session.status in WORKING:
+    if session.status in WORKING:
+        return None
+    if session.status == "cancelled":
+        return "turn_over"  # a person stopped its turn: a report does not start it again
+    if lives_on(session):
         return None
     if arrived is not None:
         ended = await store.read_events_backward(session.id, limit=1, types=["turn.ended"])

@@ -5,7 +5,7 @@ pairing: the observer type and definition, the observer's session, a buffer of d
 
 ```
             ┌──────── deny (arm or any batch) ──> denied
- (first  ──>│ gate ── allow ──> armed ── observed agent stopped or deleted ──> retired ── it runs again ──> armed
+ (first  ──>│ gate ── allow ──> armed ── observed task stopped, or deleted ──> retired ── it runs again ──> armed
  activity)  │                     └──── a person stops the observer ──> stopped (tombstone)
             └──── tombstone found ──> blocked
 ```
@@ -57,6 +57,7 @@ from agentwatch.events import (
     new_id,
 )
 from agentwatch.reads.observer import describe_observer
+from agentwatch.runtime.plan import lives_on
 from agentwatch.runtime.policy import ToolRequest, Verdict
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.store import ObserverRef, SessionDraft, SessionRecord, Write
@@ -428,11 +429,14 @@ def stopped_by_person(session: SessionRecord) -> bool:
 
 
 def observed_alive(session: SessionRecord) -> bool:
-    """Whether an observed session can still take a report: it exists, was not deleted and was not stopped.
+    """Whether an observed session can still take a report: it exists, was not deleted and was not stopped,
+    unless it lives on between turns.
 
     A task whose turn ended (`completed`, `failed`, `interrupted`) still takes input, so it keeps its pairing
-    armed and its reports wait for its next turn."""
-    return session.deleted_at is None and session.status != "cancelled"
+    armed and its reports wait for its next turn. So does the boss (the main conversation) or a chat whose turn
+    a person stopped: a stop interrupts that turn, not the conversation, and the report it got then is read at
+    the next turn it is given (it starts none: see `agentwatch.runtime.plan`)."""
+    return session.deleted_at is None and (session.status != "cancelled" or lives_on(session))
 
 
 def _verdict_reason(verdict: Verdict) -> str:

@@ -7,7 +7,7 @@ tools and `ask_user`, plus this one). A call delivers nothing, and says why, whe
 |---|---|
 | the caller is not an observer session | `not_delivered`: only an observer can report |
 | its pairing is missing, denied, retired, stopped or blocked | `not_delivered`: the pairing is not armed |
-| the observed agent is missing, deleted or stopped (`cancelled`) | `not_delivered`: not running; pairing retires |
+| the observed agent is gone, deleted or a stopped task (`cancelled`) | `not_delivered`: not running; pairing retires |
 
 Otherwise the report is always recorded (an `observer.report` event on the observed session) and queued in its
 inbox as a meta input from `observer:<type>`, and the call returns at once: it never waits on the observed
@@ -19,6 +19,9 @@ where turns are planned (`agentwatch.runtime.plan`), and the answer says what th
 - a task whose turn is over (`completed`, `failed`, `interrupted`: made by `engine.task`, `agent_task`,
   `agent_create` or the API) keeps its pairing armed and reads the report at the next turn it is given: the
   report starts none by itself;
+- the boss (the main conversation) or a chat whose turn a person stopped lives on: it too keeps its pairing
+  armed and reads the report at the next turn it is given, which the report does not start (it does not undo
+  the stop);
 - **loop guard**: a report can start a turn of the observed agent, whose digest goes back to the observer,
   which could report again, and so on. So while the observed agent's latest turn was started by observer
   reports alone, a report starts no turn (it is read at the next turn the agent is given, with that turn's
