@@ -164,6 +164,14 @@ def test_long_turns_flush_after_enough_tool_results_never_between_a_call_and_its
     ]
     big = record_all(ActivityRecorder(max_chars=100), [AssistantMessage(text="a" * 150), TurnEnded(outcome="paused")])
     assert [[i.kind for i in s] for s in big] == [["assistant_text"], ["turn_ended"]]
+    # Calls made together: no segment closes while one of them still waits for its result.
+    together = [ToolCall(tool_call_id=f"p{n}", tool_name="read", input={"n": n}) for n in range(5)]
+    together += [ToolResult(tool_call_id=f"p{n}", tool_name="read", output="x" * 2_500) for n in range(5)]
+    together += [AssistantMessage(text="read"), TurnEnded(outcome="completed")]
+    assert [[(i.kind, getattr(i, "call_id", None)) for i in s] for s in record_all(ActivityRecorder(), together)] == [
+        [*(("tool_call", f"p{n}") for n in range(5)), *(("tool_result", f"p{n}") for n in range(5))],
+        [("assistant_text", None), ("turn_ended", None)],
+    ]
 
 
 # -- no observed content can forge the envelope or its tags -------------------------------------------

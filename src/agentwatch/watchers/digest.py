@@ -530,6 +530,9 @@ class ActivityRecorder:
         self._items: list[ActivityItem] = []
         self._results = 0
         self._chars = 0
+        self._waiting: set[str] = set()
+        """The calls of the segment whose results have not come yet (calls made together come first, then
+        their results): no segment closes on size between a call and its result."""
 
     def record(self, event: Event) -> tuple[ActivityItem, ...] | None:
         """Take in one event; returns a closed segment, or None."""
@@ -554,6 +557,8 @@ class ActivityRecorder:
                 )
                 if self.max_results <= 1:
                     close = True  # a rule sees a call as soon as it is made, before its result
+                else:
+                    self._waiting.add(payload.tool_call_id)
             case ToolResult():
                 item = ToolResultItem(
                     payload.tool_name,
@@ -563,6 +568,7 @@ class ActivityRecorder:
                     whole=_whole(payload.output),
                 )
                 self._results += 1
+                self._waiting.discard(payload.tool_call_id)
             case TurnEnded():
                 usage = payload.usage
                 reason = payload.error or payload.reason
@@ -580,6 +586,7 @@ class ActivityRecorder:
             or isinstance(item, TurnEndedItem)
             or (
                 isinstance(item, ToolResultItem | AssistantTextItem | UserMessageItem)
+                and not self._waiting
                 and (self._results >= self.max_results or self._chars >= self.max_chars)
             )
         ):
@@ -591,6 +598,7 @@ class ActivityRecorder:
         self._items.clear()
         self._results = 0
         self._chars = 0
+        self._waiting.clear()
         return items
 
 
