@@ -12,6 +12,7 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.tools import Caller, function_tool
+from agentwatch.store import RequestDraft, Write
 from agentwatch.watchers import describe, observer_agents
 from tests.watchers.support import (
     OpenEngine,
@@ -268,7 +269,7 @@ async def test_only_a_person_acts_on_an_observer_and_an_observer_acts_on_no_agen
         return Reply(f"results: {[r.output for r in ctx.tool_results]}")
 
     def watcher_script(ctx: Any) -> Any:
-        return CallTool("probe", {"question": "may I?"}) if not ctx.tool_results else Reply("nothing")
+        return Reply("nothing")
 
     acting = ("agent_stop", "agent_delete", "agent_take_over", "agent_hand_back", "agent_answer", "agent_escalate")
     lead_model = scripted("acting-lead", ScriptedModel(function=lead_script))
@@ -285,8 +286,11 @@ async def test_only_a_person_acts_on_an_observer_and_an_observer_acts_on_no_agen
         await engine.enqueue(session.id, "go")
         await engine.wait(session.id, 10)
         (observer,) = await eventually(lambda: observers_of(engine, session.id))
-        (request,) = await eventually(lambda: engine.store.list_requests(session_id=observer.id, limit=10))
-        assert request.waits_on == "person"  # never on its parent, the agent it watches
+        # An observer opens no request itself (it is given no tool that waits on a person), but one may wait on
+        # it all the same (a tool server's authorization): only a person answers it.
+        opening = RequestDraft(kind="approval", summary="approve probe", waits_on="person")
+        await engine.store.write(Write(observer.id, requests_open=[opening]))
+        (request,) = await engine.store.list_requests(session_id=observer.id, limit=10)
 
         async def verdict(tool: str, arguments: dict[str, Any], caller: str | None) -> tuple[str, str]:
             asked = ToolRequest(tool, arguments, session_id=caller, role="lead", grant=frozenset({"spawn"}))
@@ -483,3 +487,41 @@ async def test_an_observer_whose_turn_runs_in_another_engine_still_reports(
 async def _last_tool_result(engine: Engine, session_id: str) -> str | None:
     results = [e.payload for e in await events(engine, session_id, "tool.result")]
     return results[-1].output if len(results) >= 2 and isinstance(results[-1], ToolResult) else None
+
+
+async def test_an_observer_is_given_no_tool_that_waits_on_a_person(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """An observer holds no consent. Once `ask_user` alone was withheld: a tool its role lists among
+    `approval_tools` (or one that always requires approval, or asks the user) was offered, and its call left the
+    observer waiting on a person's approval."""
+
+    def note(text: str) -> str:
+        """Write a note."""
+        return "noted"
+
+    def probe(text: str) -> str:
+        """Look closer."""
+        return "probed"
+
+    offered: list[tuple[str, ...]] = []
+
+    def watcher(ctx: Any) -> Any:
+        offered.append(ctx.tools)
+        return Reply("nothing to report")
+
+    coder = scripted("consent-coder", ScriptedModel(function=lambda ctx: Reply("done")))
+    observer_model = scripted("consent-watcher", ScriptedModel(function=watcher))
+    async with open_engine(
+        role("coder", coder, observer="watcher", tools=("note",), approval_tools=("note",), grant=("spawn",)),
+        role("watcher", observer_model, tools=("note", "probe"), approval_tools=("note",)),
+        tools=[function_tool(note), function_tool(probe, requires_approval=True)],
+    ) as engine:
+        session = await engine.create("coder", source="chat")
+        await engine.enqueue(session.id, "one")
+
+        async def asked() -> list[tuple[str, ...]]:
+            return offered
+
+        await eventually(asked)  # (the observer's model was asked, about the first digest)
+        definition = engine.roster.get("coder")
+        assert "note" in engine.tools_for(session, definition)  # (the observed agent keeps it, approval and all)
+    assert offered and all(tools == ("ObserverReport",) for tools in offered), offered

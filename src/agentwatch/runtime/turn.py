@@ -405,6 +405,8 @@ def _tool_specs(turn: _Turn) -> list[ToolSpec]:
         tool = turn.runtime.tools.get(name)
         if tool is None:
             continue  # the roster already reported it; the model simply does not get it
+        if turn.session.is_observer and (tool.asks_user or tool.requires_approval or name in approval):
+            continue  # an observer holds no consent: it is given no tool that waits on a person
         specs.append(
             ToolSpec(
                 name=tool.name,
@@ -434,6 +436,7 @@ async def _server_tool_specs(turn: _Turn) -> list[ToolSpec]:
             requires_approval=tool.name in approval,
         )
         for tool in listed
+        if not (turn.session.is_observer and tool.name in approval)  # (an observer holds no consent)
     ]
 
 
