@@ -820,3 +820,25 @@ async def test_a_driver_whose_turn_was_stopped_with_a_kick_pending_is_let_go_onc
                 break
             await asyncio.sleep(0.02)
         assert driver.idle
+
+
+async def test_a_wait_on_an_agent_stopped_with_input_queued_ends_and_the_next_input_runs_it(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Input given while a turn runs waits, after a stop of that turn, for the agent's next input (it starts no
+    turn of its own); once a wait on such an agent ran to its timeout, as if a turn were coming."""
+    busy = HeldTool("dig")
+    async with open_engine(busy.role("digger", scripted, "stopped-queued"), tools=[busy.tool]) as engine:
+        agent = await engine.create("digger", source="chat")
+        await engine.enqueue(agent.id, "dig")
+        await asyncio.wait_for(busy.started.wait(), 10)
+        await engine.enqueue(agent.id, "and then")
+        await engine.stop(agent.id)
+        settled, timed_out = await engine.wait(agent.id, 5)
+        assert not timed_out and settled.status == "cancelled" and settled.pending_inputs == 1
+        snapshot = await engine.snapshot(settled)
+        assert snapshot["status"] == "cancelled" and snapshot["timedOut"] is False
+        busy.release.set()
+        await engine.enqueue(agent.id, "go on")
+        settled, timed_out = await engine.wait(agent.id, 10)
+    assert not timed_out and settled.pending_inputs == 0 and settled.status == "idle"

@@ -67,10 +67,20 @@ async def settled(store: Store, session: SessionRecord) -> bool:
     (observer reports kept for the next turn the session is given, inputs waiting while a person holds the
     session) do not keep a wait going, as they do not keep the session from settling. A turn paused on requests
     that are all answered is not settled: it goes on once an engine takes the answers up (its status word says
-    `working` meanwhile)."""
+    `working` meanwhile). Nor do inputs queued before a person stopped the session's turn: they wait for its next
+    input, which starts a turn with them (a stop starts none)."""
     if is_settled(session) and not (session.status == "awaiting_input" and session.deleted_at is None):
         return True
+    if session.status == "cancelled" and await _queued_before_the_stop(store, session):
+        return True
     return session.status != "running" and await next_plan(store, session) is None
+
+
+async def _queued_before_the_stop(store: Store, session: SessionRecord) -> bool:
+    """Whether every input waiting for `session`, whose turn a person stopped, came before the stop (given since,
+    one starts a turn)."""
+    ended = await store.read_events_backward(session.id, limit=1, types=["turn.ended"])
+    return bool(ended) and all(item.created_at <= ended[0].at for item in await store.list_inputs(session.id))
 
 
 async def next_plan(store: Store, session: SessionRecord) -> Plan | None:
