@@ -10,8 +10,11 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.roster import AgentDefinition
+from agentwatch.service import ServiceSettings, create_app
 from agentwatch.service.server import _Server, bound_port
+from tests.runtime.support import HeldTool
 
 
 def role(name: str, model: str, *, tools: tuple[str, ...] = (), **fields: Any) -> AgentDefinition:
@@ -46,3 +49,21 @@ async def served(app: Starlette, *, ws_max_size: int = 65_536) -> AsyncIterator[
         app.state.service.stopping.set()
         server.should_exit = True
         await asyncio.wait_for(task, 15)
+
+
+@asynccontextmanager
+async def busy_agent_served(open_engine: Any, scripted: Any, model: str) -> AsyncIterator[tuple[Engine, str, int]]:
+    """An engine served on a real socket, with an agent whose turn waits in a tool until the way out: the engine,
+    the agent's id and the port."""
+    busy = HeldTool("dig")
+    async with (
+        open_engine(busy.role("digger", scripted, model), tools=[busy.tool]) as engine,
+        served(create_app(engine, ServiceSettings())) as base,
+    ):
+        agent = await engine.create("digger")
+        await engine.enqueue(agent.id, "dig")
+        await asyncio.wait_for(busy.started.wait(), 10)
+        try:
+            yield engine, agent.id, int(base.rsplit(":", 1)[1])
+        finally:
+            busy.release.set()

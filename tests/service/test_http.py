@@ -12,8 +12,7 @@ import httpx
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.tools import MAX_PROMPT_CHARS, function_tool
-from tests.runtime.support import HeldTool
-from tests.service.support import role, served
+from tests.service.support import busy_agent_served, role, served
 
 JSON = {"content-type": "application/json"}
 
@@ -160,16 +159,8 @@ async def test_openapi_document_is_served(open_engine: Any) -> None:
 async def test_a_wait_whose_caller_hung_up_ends(open_engine: Any, scripted: Any) -> None:
     """Once each `agent_await` went on for its whole timeout (up to an hour) after its caller had gone: a client,
     with the read token too, could pile up waits until the service stopped answering."""
-    busy = HeldTool("dig")
-    async with (
-        open_engine(busy.role("digger", scripted, "http-hung-up"), tools=[busy.tool]) as engine,
-        served(create_app(engine, ServiceSettings())) as base,
-    ):
-        agent = await engine.create("digger")
-        await engine.enqueue(agent.id, "dig")
-        await asyncio.wait_for(busy.started.wait(), 10)
-        port = int(base.rsplit(":", 1)[1])
-        body = json.dumps({"agentId": agent.id, "timeoutMs": 600_000}).encode()
+    async with busy_agent_served(open_engine, scripted, "http-hung-up") as (_, agent_id, port):
+        body = json.dumps({"agentId": agent_id, "timeoutMs": 600_000}).encode()
         request = (
             f"POST /api/tools/agent_await HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
@@ -189,4 +180,3 @@ async def test_a_wait_whose_caller_hung_up_ends(open_engine: Any, scripted: Any)
                 break
             await asyncio.sleep(0.02)
         assert waits() <= 0
-        busy.release.set()

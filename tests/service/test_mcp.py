@@ -18,8 +18,7 @@ import agentwatch
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
-from tests.runtime.support import HeldTool
-from tests.service.support import role, served
+from tests.service.support import busy_agent_served, role, served
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,20 +153,12 @@ def _waiting_in(function: str) -> int:
 async def test_an_mcp_wait_whose_caller_hung_up_ends(open_engine: Any, scripted: Any) -> None:
     """Each `agent_await` over MCP went on for its whole timeout after its client had gone (HTTP's were ended):
     a client with the read token could pile up waits of an hour each."""
-    busy = HeldTool("dig")
-    async with (
-        open_engine(busy.role("digger", scripted, "mcp-hung-up"), tools=[busy.tool]) as engine,
-        served(create_app(engine, ServiceSettings())) as base,
-    ):
-        agent = await engine.create("digger")
-        await engine.enqueue(agent.id, "dig")
-        await asyncio.wait_for(busy.started.wait(), 10)
-        port = int(base.rsplit(":", 1)[1])
+    async with busy_agent_served(open_engine, scripted, "mcp-hung-up") as (_, agent_id, port):
         call = {
             "jsonrpc": "2.0",
             "id": 1,
             "method": "tools/call",
-            "params": {"name": "agent_await", "arguments": {"agentId": agent.id, "timeoutMs": 600_000}},
+            "params": {"name": "agent_await", "arguments": {"agentId": agent_id, "timeoutMs": 600_000}},
         }
         body = json.dumps(call).encode()
         request = (
@@ -188,4 +179,3 @@ async def test_an_mcp_wait_whose_caller_hung_up_ends(open_engine: Any, scripted:
                 break
             await asyncio.sleep(0.02)
         assert not _waiting_in("Engine.wait")
-        busy.release.set()

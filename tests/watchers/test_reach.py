@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -141,13 +142,7 @@ async def _children(engine: Engine, parent_id: str) -> list[Any]:
 async def test_a_stopped_observed_agent_refuses_reports_and_retires_its_pairing(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    started = asyncio.Event()
-
-    async def slow() -> str:
-        """Take a long time."""
-        started.set()
-        await asyncio.sleep(30)
-        return "never"
+    started, slow = _slow_tool()
 
     def script(ctx: Any) -> Any:
         return CallTool("slow", {}) if not ctx.tool_results else Reply("done")
@@ -175,13 +170,7 @@ async def test_a_stopped_observed_agent_refuses_reports_and_retires_its_pairing(
 async def test_a_stopped_turn_of_the_main_conversation_keeps_its_pairing_and_takes_the_report(
     open_engine: OpenEngine, scripted: Scripted, kind: str
 ) -> None:
-    started = asyncio.Event()
-
-    async def slow() -> str:
-        """Take a long time."""
-        started.set()
-        await asyncio.sleep(30)
-        return "never"
+    started, slow = _slow_tool()
 
     def script(ctx: Any) -> Any:
         if ctx.prompt == "build" and not ctx.tool_results:
@@ -213,6 +202,19 @@ async def test_a_stopped_turn_of_the_main_conversation_keeps_its_pairing_and_tak
         await engine.wait(session.id, 5)
         second = [m.text for m in await _user_messages(engine, session.id)][1:]
         assert [text.endswith(REPORT) for text in second] == [True, False]
+
+
+def _slow_tool() -> tuple[asyncio.Event, Callable[[], Awaitable[str]]]:
+    """A tool `slow` that takes half a minute, and the event it sets as it starts."""
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        """Take a long time."""
+        started.set()
+        await asyncio.sleep(30)
+        return "never"
+
+    return started, slow
 
 
 async def _quiet_observer(engine: Engine, observer_id: str) -> bool:
