@@ -27,7 +27,7 @@ from agentwatch.events import (
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.runtime.tools import function_tool
-from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_parent
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_parent, until
 
 
 async def all_events(engine: Any, session_id: str) -> list[Event]:
@@ -787,6 +787,76 @@ async def test_stopping_a_paused_turn_counts_nothing_twice(open_engine: OpenEngi
         ended = [e.payload for e in await all_events(engine, snapshot["agentId"]) if isinstance(e.payload, TurnEnded)]
     assert [e.outcome for e in ended] == ["paused", "cancelled"]
     assert ended[0].usage.requests == 1 and ended[1].usage.requests == 0
+
+
+async def test_a_stop_while_the_turn_loop_lets_go_of_the_lease_ends_the_paused_turn(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Its turn paused on a question, the session's turn loop still lets the lease go and looks for more work. A
+    stop then cancelled the loop outside any turn, which recorded nothing, and said it stopped the turn: the
+    question stayed open and the turn paused."""
+    model = scripted("paused-loop", ScriptedModel(function=lambda ctx: CallTool("ask_user", {"question": "Which?"})))
+    async with open_engine(role("asker", model, tools=("ask_user",))) as engine:
+        release, letting_go = engine.store.release_lease, asyncio.Event()
+
+        async def held_release(session_id: str, owner: str) -> None:
+            if not letting_go.is_set():  # the loop, after the turn paused
+                letting_go.set()
+                await asyncio.Event().wait()  # until the stop cancels the loop
+            await release(session_id, owner)
+
+        engine.store.release_lease = held_release  # type: ignore[method-assign]
+        session = await engine.create("asker")
+        await engine.enqueue(session.id, "go")
+        await asyncio.wait_for(letting_go.wait(), 10)
+        assert (await engine.store.get_session(session.id)).status == "awaiting_input"
+        assert (await engine.driver(session.id)).turn_running
+        assert await engine.stop(session.id, by="ada") is True
+        assert (await engine.store.get_session(session.id)).status == "cancelled"
+        requests = await engine.store.list_requests(session_id=session.id, status=None)
+        assert [r.status for r in requests] == ["dismissed"]
+        ended = [e.payload for e in await all_events(engine, session.id) if isinstance(e.payload, TurnEnded)]
+        assert [(e.outcome, e.reason) for e in ended] == [
+            ("paused", "waiting on 1 request(s)"),
+            ("cancelled", "stopped by ada"),
+        ]
+
+
+async def test_two_stops_of_one_turn_at_once_both_return_once_it_ended_cancelled(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Of two stops at once, the second came while the turn wrote the first one's stop and cancelled the turn
+    again: its loop ended before the write was stored, and both stops answered while the session still read
+    `running`. The second waits for the first one's write now."""
+    busy = HeldTool("dig")
+    async with open_engine(busy.role("digger", scripted, "two-stops"), tools=[busy.tool]) as engine:
+        agent = await engine.create("digger")
+        await engine.enqueue(agent.id, "dig")
+        await asyncio.wait_for(busy.started.wait(), 10)
+        write, writing, land = engine.store.write, asyncio.Event(), asyncio.Event()
+
+        async def held_write(item: Any) -> Any:
+            if item.session is not None and item.session.status == "cancelled":  # the first stop's
+                writing.set()
+                await land.wait()
+            return await write(item)
+
+        driver = await engine.driver(agent.id)
+        stop_turn, stops = driver.stop_turn, []
+
+        def counted_stop_turn() -> Any:
+            stops.append(1)
+            return stop_turn()
+
+        engine.store.write = held_write  # type: ignore[method-assign]
+        driver.stop_turn = counted_stop_turn  # type: ignore[method-assign]
+        first = asyncio.create_task(engine.stop(agent.id, by="ada"))
+        await asyncio.wait_for(writing.wait(), 10)
+        second = asyncio.create_task(engine.stop(agent.id, by="bo"))
+        await until(lambda: len(stops) == 2)  # the second stop is at the driver while the write is held
+        land.set()
+        assert [await first, await second] == [True, True]
+        assert (await engine.store.get_session(agent.id)).status == "cancelled"
 
 
 async def test_enqueue_and_await_take_the_agent_as_id_too(open_engine: OpenEngine, scripted: Scripted) -> None:

@@ -211,6 +211,39 @@ async def test_stopping_an_idle_observer_session_stops_it_for_good(open_engine: 
         assert [o.id for o in await observers_of(engine, session.id)] == [observer.id]
 
 
+async def test_a_stop_while_the_observers_turn_loop_lets_go_of_the_lease_stops_it_for_good(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Its turn over (idle), an observer's turn loop still lets the lease go and looks for more work. A stop
+    then cancelled the loop outside any turn, which recorded nothing, and said it stopped the observer: it stayed
+    idle and took the next digest."""
+    coder, watcher = definitions(scripted, "idle-stop-loop")
+    async with open_engine(coder, watcher) as engine:
+        session = await engine.create("coder", source="chat")
+        release, letting_go = engine.store.release_lease, asyncio.Event()
+
+        async def held_release(session_id: str, owner: str) -> None:
+            if session_id != session.id and not letting_go.is_set():  # the observer's loop, after its turn
+                letting_go.set()
+                await asyncio.Event().wait()  # until the stop cancels the loop
+            await release(session_id, owner)
+
+        engine.store.release_lease = held_release  # type: ignore[method-assign]
+        await turn(engine, session.id, "one")
+        await asyncio.wait_for(letting_go.wait(), 10)
+        (observer,) = await observers_of(engine, session.id)
+        assert await settled_observer(engine, observer.id, 1)
+        assert (await engine.driver(observer.id)).turn_running
+        assert await engine.stop(observer.id, by="bob") is True
+        assert (await engine.store.get_session(observer.id)).status == "cancelled"
+        await turn(engine, session.id, "two")
+        assert await eventually(lambda: _last_state(engine, session.id, "stopped")) == [
+            ("armed", "observer started"),
+            ("stopped", "the observer was stopped by bob"),
+        ]
+        assert len(await digests_received(engine, observer.id)) == 1
+
+
 async def test_an_idle_observer_stopped_by_another_engine_gets_no_more_deliveries(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -257,14 +257,19 @@ class SessionDriver:
         return self._loop_task is not None and not self._loop_task.done()
 
     async def stop_turn(self) -> bool:
-        """Cancel the running turn (someone's stop); returns whether there was one."""
+        """Cancel the running turn (someone's stop); returns whether there was one, which recorded the stop.
+
+        False also when the cancellation found the loop between turns (taking or letting go of the lease,
+        looking for work: the session idle, or paused on a request): nothing recorded the stop there, so the
+        caller writes it as for a session with no loop (`Engine.stop`)."""
         task = self._loop_task
         if task is None or task.done():
             return False
-        task.cancel()
+        if not task.cancelling():  # a stop asked already (its turn may be writing it): wait for that one
+            task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        return True
+        return not task.cancelled()  # a turn it stopped ends `cancelled` and the loop returns (`run_plan`)
 
     # -- lifetime -------------------------------------------------------------------------------------
 
