@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -405,3 +407,27 @@ def test_get_says_which_engine_owns_a_turn_and_when_it_is_gone(store_url: str) -
 
     asyncio.run(settle())  # idle, with the lease a command left (a `send`'s): no turn runs anywhere to name
     assert "runs on" not in invoke("get", "orphan", "--store", store_url).stdout
+
+
+@pytest.mark.postgres
+def test_reading_an_empty_postgres_database_creates_nothing(postgres_url: str) -> None:
+    """Once `agentwatch ls` (or `db info`, `tail`, `mcp --read-only`) on a database nothing had run with made the
+    whole schema there, as no read of a SQLite file does: the store URL may name the wrong database."""
+    import psycopg
+
+    from tests.store.databases import postgres_schema
+
+    with postgres_schema(postgres_url) as url:
+        for argv in (("ls",), ("db", "info"), ("tail", "coder")):
+            result = invoke(*argv, "--store", url)
+            assert result.exit_code == 1 and "no agentwatch store in PostgreSQL database" in result.output, argv
+        command = [sys.executable, "-m", "agentwatch", "mcp", "--read-only", "--store", url]
+        served = subprocess.run(command, input=b"", capture_output=True, timeout=60, check=False)
+        assert served.returncode == 1 and b"no agentwatch store in PostgreSQL database" in served.stderr
+        with psycopg.connect(url, autocommit=True) as connection:
+            tables = connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            assert list(tables) == []
+        assert invoke("create", "nobody", "--store", url).exit_code == 1  # (a command that writes makes it)
+        with psycopg.connect(url, autocommit=True) as connection:
+            tables = connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            assert "sessions" in {row[0] for row in tables}

@@ -239,17 +239,12 @@ class Reader:
 def existing_store(url: str) -> None:
     """Refuse a SQLite store file that does not exist, or is empty: reading must not create one (SQLite would
     take an empty file for a new database)."""
-    scheme, _, rest = url.partition("://")
-    target = rest.partition("?")[0]
-    if scheme != "sqlite" or target == ":memory:" or not target.startswith("/") or target == "/":
-        return  # not a file (the store itself refuses a malformed URL)
-    path = Path(target[1:])
-    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
-        state = "no store at" if not path.exists() else "an empty file, not a store, at"
-        raise NotFound(
-            f"{state} {str(path)!r}: nothing has been run with it yet; pass --store (or set "
-            "AGENTWATCH_STORE) to read another one"
-        )
+    from agentwatch.store import refuse_missing_file
+
+    try:
+        refuse_missing_file(url)
+    except NotFound as exc:
+        raise NotFound(f"{exc.message}; pass --store (or set AGENTWATCH_STORE) to read another one") from None
 
 
 @contextlib.asynccontextmanager
@@ -259,7 +254,7 @@ async def open_reader(config: Config) -> AsyncIterator[Reader]:
     from agentwatch.store import connect_store
 
     existing_store(config.store)
-    store = await connect_store(config.store)
+    store = await connect_store(config.store, create=False)
     try:
         try:
             ring = await connect_live(config.live)

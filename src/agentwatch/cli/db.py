@@ -29,7 +29,7 @@ async def _info(url: str) -> StoreInfo:
     from agentwatch.store import open_store
 
     existing_store(url)  # looking must not create one
-    async with open_store(url) as store:
+    async with open_store(url, create=False) as store:
         return await store.info()
 
 

@@ -12,6 +12,7 @@ from agentwatch.service.access import ServiceSettings
 from agentwatch.service.app import ServiceState
 from agentwatch.service.broadcast import Broadcaster
 from agentwatch.service.mcp import run_stdio
+from agentwatch.store import open_store
 
 __all__ = ["run_mcp_stdio"]
 
@@ -27,6 +28,8 @@ async def run_mcp_stdio(config: Config, *, read_only: bool = False, **engine_arg
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     if read_only:
         engine_args = {**engine_args, "runs_turns": False}
+        async with open_store(config.store, create=False):  # a reader's server creates no store
+            pass
     async with Engine.open(config=config, tick=False, **engine_args) as engine:  # (a client's server: `serve` ticks)
         settings = ServiceSettings()
         state = ServiceState(engine, settings, Broadcaster())

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from agentwatch.errors import InvalidArgument
+from agentwatch.errors import InvalidArgument, NotFound
 from agentwatch.store.base import SCHEMA_VERSION, EventValues, RunStore, Store
 from agentwatch.store.records import (
     RUN_ENDINGS,
@@ -96,6 +97,7 @@ __all__ = [
     "every_session",
     "hide_password",
     "open_store",
+    "refuse_missing_file",
 ]
 
 
@@ -108,11 +110,26 @@ def hide_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-async def connect_store(url: str) -> Store:
+def refuse_missing_file(url: str) -> None:
+    """Refuse (`NotFound`) a SQLite store URL whose file does not exist, or is empty: a reader must not create
+    one (SQLite would take an empty file for a new database). Any other URL passes."""
+    scheme, _, rest = url.partition("://")
+    target = rest.partition("?")[0]
+    if scheme != "sqlite" or target == ":memory:" or not target.startswith("/") or target == "/":
+        return  # not a file (the store itself refuses a malformed URL)
+    path = Path(target[1:])
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        state = "no store at" if not path.exists() else "an empty file, not a store, at"
+        raise NotFound(f"{state} {str(path)!r}: nothing has been run with it yet")
+
+
+async def connect_store(url: str, *, create: bool = True) -> Store:
     """Open the store at `url` (migrating it when needed); the caller must `await store.close()`.
 
     `sqlite:///relative/path.db`, `sqlite:////absolute/path.db` and `sqlite://:memory:` open the embedded
-    backend; `postgresql://user@host:5432/db` (or `postgres://`) opens PostgreSQL.
+    backend; `postgresql://user@host:5432/db` (or `postgres://`) opens PostgreSQL. With `create` False (a
+    reader), a store that does not exist yet is refused (`NotFound`) and nothing is made: a SQLite file that is
+    missing or empty, a PostgreSQL database with no agentwatch schema.
     """
     scheme, sep, _ = url.partition("://")
     if not sep:
@@ -120,6 +137,8 @@ async def connect_store(url: str) -> Store:
             f"store URL {url!r} has no scheme; use sqlite:///path/to/agentwatch.db or "
             "postgresql://user@host:5432/dbname"
         )
+    if not create:
+        refuse_missing_file(url)
     if scheme == "sqlite":
         from agentwatch.store.sqlite import SqliteStore
 
@@ -127,7 +146,7 @@ async def connect_store(url: str) -> Store:
     if scheme in ("postgresql", "postgres"):
         from agentwatch.store.postgres import PostgresStore
 
-        return await PostgresStore.open(url)
+        return await PostgresStore.open(url, create=create)
     raise InvalidArgument(
         f"unknown store URL scheme {scheme!r} in {url!r}; agentwatch stores live in sqlite:///path.db "
         "(embedded, the default) or postgresql://user@host:5432/dbname"
@@ -135,9 +154,10 @@ async def connect_store(url: str) -> Store:
 
 
 @asynccontextmanager
-async def open_store(url: str) -> AsyncIterator[Store]:
-    """`async with open_store(url) as store:` opens (and migrates) a store and closes it after."""
-    store = await connect_store(url)
+async def open_store(url: str, *, create: bool = True) -> AsyncIterator[Store]:
+    """`async with open_store(url) as store:` opens (and migrates) a store and closes it after (`create`: as
+    `connect_store`'s)."""
+    store = await connect_store(url, create=create)
     try:
         yield store
     finally:

@@ -28,6 +28,7 @@ from agentwatch.errors import (
     InvalidArgument,
     MissingDependency,
     NotADatabase,
+    NotFound,
     StoreUnavailable,
 )
 from agentwatch.events import Event
@@ -148,12 +149,11 @@ def _address(url: str) -> tuple[str, str, str]:
     return host, str(info.get("port") or 5432), str(info.get("dbname") or os.environ["PGDATABASE"])
 
 
-async def _refuse_another_programs(tx: Tx, where: str) -> None:
-    """Refuse a database whose schema holds tables but no agentwatch schema, before anything is written, as a
-    SQLite file of another program is refused. (Once, its tables were added beside the other program's, by a
-    command that only reads too, or a name both use failed the migration as "relation ... already exists".)"""
-    if await recorded_version(tx, DIALECT, where=where) is not None:
-        return
+async def _check_unmade(tx: Tx, where: str, *, create: bool) -> None:
+    """Before anything is written to a database with no agentwatch schema yet: refuse it when its schema holds
+    tables (a database of another program, as a SQLite file of another program is refused: once, agentwatch's
+    tables went in beside that program's, by a command that only reads too, or a name both use failed the
+    migration as "relation ... already exists"), or when the caller only reads (`create` False)."""
     rows = await tx.fetch(
         "SELECT current_schema(), count(*) FROM pg_tables WHERE schemaname = current_schema() GROUP BY 1"
     )
@@ -163,6 +163,11 @@ async def _refuse_another_programs(tx: Tx, where: str) -> None:
             f"{where} is a database of another program (schema {schema!r} has {count} table(s) but no agentwatch "
             "schema); point the store URL at a new database (createdb), or at a schema of its own "
             "(?options=-csearch_path%3Dagentwatch, once CREATE SCHEMA agentwatch)"
+        )
+    if not create:
+        raise NotFound(
+            f"no agentwatch store in {where}: nothing has been run with it yet; point the store URL at the "
+            "database your agents run on"
         )
 
 
@@ -183,8 +188,9 @@ class PostgresStore(SqlStore):
         """Append groups committed, and the writes in them (for the benchmarks)."""
 
     @classmethod
-    async def open(cls, url: str) -> PostgresStore:
-        """Connect (within about 5 s, or raise `StoreUnavailable`), migrate when needed, open a pool."""
+    async def open(cls, url: str, *, create: bool = True) -> PostgresStore:
+        """Connect (within about 5 s, or raise `StoreUnavailable`), migrate when needed, open a pool. With
+        `create` False, a database with no store in it is refused (`NotFound`), and nothing is written."""
         if not _HAVE_PSYCOPG:
             raise MissingDependency(
                 "the PostgreSQL store needs psycopg 3; install it with `pip install 'agentwatch[postgres]'`"
@@ -212,7 +218,8 @@ class PostgresStore(SqlStore):
             # The advisory lock makes a second process opening a fresh database wait, then find nothing to do.
             async with connection.transaction():
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
-                await _refuse_another_programs(tx, where)
+                if await recorded_version(tx, DIALECT, where=where) is None:
+                    await _check_unmade(tx, where, create=create)
                 await migrate(tx, DIALECT, where=where)
         pool: AsyncConnectionPool[AsyncConnection[Row]] = AsyncConnectionPool(
             url,
