@@ -113,6 +113,7 @@ async def test_sigterm_lets_the_running_turn_finish_and_refuses_new_work(tmp_pat
         assert row["status"] == "running" and row["word"] == "working"
         await stopped(process, within=30)
         assert process.returncode == 0
+        assert "drained: every running turn ended; stopping" in said(tmp_path)  # (once it stopped without a word)
     status = await final_status(tmp_path, agent_id, recover=False)
     assert status == "completed"
 

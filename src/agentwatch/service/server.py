@@ -159,6 +159,10 @@ class Drain:
             self.announce(
                 f"hold over: {left} turn(s) cut off; they continue in another engine on the store, or on the next start"
             )
+        elif running:
+            self.announce("drained: every running turn ended; stopping")
+        else:
+            self.announce("stopping: no turn was running")
         self._finish(force=False)
 
     def _finish(self, *, force: bool) -> None:
