@@ -154,6 +154,10 @@ def test_stop_and_delete_a_paused_agent(store_url: str, waiting: dict[str, str])
     assert asyncio.run(_request(store_url, waiting["asker"])).status == "dismissed"
     gone = invoke("send", "asker", "more", "--store", store_url, "--json")  # deleted names no longer resolve
     assert gone.exit_code == 1
+    hidden = invoke("ls", "-q", "asker", "--store", store_url)  # (once a bare "no agents match")
+    assert hidden.exit_code == 0 and "no agents match (deleted ones: --all)" in hidden.output
+    shown = invoke("ls", "-q", "asker", "--all", "--store", store_url)
+    assert shown.exit_code == 0 and "asker" in shown.output and "--all" not in shown.output
 
 
 def test_acting_on_a_missing_store_creates_nothing(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def _short(text: JsonValue, width: int = 60) -> str:
     return value if len(value) <= width or not console.is_terminal else value[: width - 1] + "…"
 
 
-def render_list(answer: dict[str, Any]) -> None:
+def render_list(answer: dict[str, Any], *, deleted_too: bool = True) -> None:
     names = {row["id"]: row["name"] for row in answer["agents"]}
     rows: list[list[Cell]] = []
     for row in answer["agents"]:
@@ -87,7 +87,7 @@ def render_list(answer: dict[str, Any]) -> None:
         columns = [{"overflow": "ellipsis", "max_width": 24}] + [{"no_wrap": True}] * 8
         print_table(headers, rows, columns=columns, box=None, header_style="bold", pad_edge=False)
     else:
-        print_note("[dim]no agents match[/]")
+        print_note("[dim]no agents match[/]" if deleted_too else "[dim]no agents match (deleted ones: --all)[/]")
     if counts := answer.get("counts"):
         words = " · ".join(f"{w} {n}" for w, n in counts["words"].items() if n)
         print_note(f"[dim]{counts['total']} in all: {words}[/]")

@@ -10,6 +10,7 @@ work runs, so they are safe beside a running engine. The output is the same eith
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
@@ -89,7 +90,11 @@ def ls(store_url: str | None, as_json: bool, **options: Any) -> None:
     from agentwatch.cli._views import render_list
 
     parent = "parentId" if "parentId" in args else None  # a name or an id, as every agent a command takes
-    _emit(call_tool(store_url, "agent_list", args, _LS_FLAGS, agent=parent), as_json, render_list)
+    _emit(
+        call_tool(store_url, "agent_list", args, _LS_FLAGS, agent=parent),
+        as_json,
+        partial(render_list, deleted_too=bool(args.get("deleted"))),
+    )
 
 
 _LS_FLAGS = {
