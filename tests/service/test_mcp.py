@@ -179,3 +179,30 @@ async def test_an_mcp_wait_whose_caller_hung_up_ends(open_engine: Any, scripted:
                 break
             await asyncio.sleep(0.02)
         assert not _waiting_in("Engine.wait")
+
+
+async def test_a_stdio_client_that_closes_its_end_gets_every_answer(tmp_path: Path) -> None:
+    """Once the server's run ended with its input: requests piped in, then the pipe closed, got the answer to
+    `initialize` alone, the calls still running were dropped."""
+    url = f"sqlite:///{tmp_path / 'piped.db'}"
+    async with Engine.open(url, root=tmp_path, runs_turns=False, definitions=[role("helper", "scripted:x")]) as acting:
+        agent = await acting.create("helper", name="piped")
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "agent_list", "arguments": {}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "agent_await", "arguments": {"agentId": agent.id, "timeoutMs": 300}},
+        },
+    ]
+    piped = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    command = [sys.executable, "-m", "agentwatch", "mcp", "--read-only", "--store", url]
+    done = await anyio.run_process(command, input=piped, check=False, cwd=str(tmp_path))
+    answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.decode().splitlines())}
+    assert done.returncode == 0 and sorted(answers) == [1, 2, 3], done.stderr.decode()[-2000:]
+    assert [a["name"] for a in answers[2]["result"]["structuredContent"]["agents"]] == ["piped"]
+    assert answers[3]["result"]["structuredContent"]["status"] == "idle"

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -148,12 +149,53 @@ class _HangUps:
 
 
 async def run_stdio(state: ServiceState, *, access: Access = "full") -> None:
-    """Serve MCP on this process's stdin and stdout until the client closes them."""
+    """Serve MCP on this process's stdin and stdout until the client closes them, and every request it sent
+    before is answered."""
     from mcp.server.stdio import stdio_server
 
     server = mcp_server(state, default_access=access)
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        await _answering_to_the_end(server, read_stream, write_stream)
+
+
+async def _answering_to_the_end(server: Server[Any], read_stream: Any, write_stream: Any) -> None:
+    """`server.run` on the two streams, whose input is held open past its end until every request read is
+    answered (or cancelled by the client). A client that writes its requests and closes its end (a pipe, a
+    script) gets every answer: the server's run ended with its input, dropping the calls still running."""
+    from mcp.shared.message import SessionMessage
+
+    unanswered: set[types.RequestId] = set()
+    answered = anyio.Event()
+    to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read() -> None:
+        async with to_server:
+            async for item in read_stream:
+                message = getattr(item, "message", None)
+                if isinstance(message, types.JSONRPCRequest):
+                    unanswered.add(message.id)
+                elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                    unanswered.discard((message.params or {}).get("requestId"))  # (a cancelled call is not answered)
+                await to_server.send(item)
+            while unanswered:
+                await answered.wait()
+
+    async def write() -> None:
+        nonlocal answered
+        async with from_server, write_stream:  # (closed at the end, as the server's run closes what it writes to)
+            async for item in from_server:
+                await write_stream.send(item)
+                if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+                    unanswered.discard(item.message.id)
+                    answered.set()
+                    answered = anyio.Event()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read)
+        tasks.start_soon(write)
+        async with server_writes:
+            await server.run(server_reads, server_writes, server.create_initialization_options())
 
 
 def _object_schema(schema: Mapping[str, Any] | None) -> dict[str, Any] | None:
