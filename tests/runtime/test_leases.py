@@ -31,8 +31,8 @@ from agentwatch.events import (
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, claimed, new_owner
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.store import SessionDraft, SessionPatch, Write, connect_store
-from tests.runtime.support import LEASE, Scripted, lease_config, one_call_per_prompt, role, until
+from agentwatch.store import SessionDraft, SessionPatch, Write, _events, connect_store
+from tests.runtime.support import LEASE, HeldTool, Scripted, lease_config, one_call_per_prompt, role, until
 from tests.store.databases import postgres_schema
 
 Runs = list[tuple[str, str, str]]
@@ -397,6 +397,47 @@ async def test_input_queued_by_another_engine_is_run_by_the_owner(tmp_path: Path
     prompts = [e.payload.text for e in events if isinstance(e.payload, UserMessage)]
     assert prompts == ["first", "second"]
     assert len(set(started(runs))) == 2
+
+
+async def test_a_wait_goes_on_for_input_another_engine_queued_as_the_agent_was_stopped(
+    tmp_path: Path, postgres_url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait on a stopped agent ends when the input it has came before the stop (it waits for the next input),
+    and goes on when it came after (it starts a turn). Which came first was read from the times of the two
+    writes, each taken before its transaction locked the session's row: an input another engine queued as the
+    agent was stopped, whose write took its time first but locked the row after the stop's, was stamped before
+    the stop's `turn.ended` though it landed after it, and the wait ended as its turn began."""
+    busy = HeldTool("dig")
+    read_counters, late, locking, lock = _events.read_counters, [], asyncio.Event(), asyncio.Event()
+
+    async def late_lock(*args: Any) -> Any:  # the input's write: its time taken, the row's lock not yet
+        if late and late.pop():
+            locking.set()
+            await lock.wait()
+        return await read_counters(*args)
+
+    monkeypatch.setattr(_events, "read_counters", late_lock)
+    config = lease_config(tmp_path)
+    definitions = [busy.role("digger", scripted, "leases-stop-then-input")]
+    with postgres_schema(postgres_url) as url:
+        async with Engine.open(url, config=config, definitions=definitions, tools=[busy.tool]) as a:
+            agent = await a.create("digger", source="chat")
+            await a.enqueue(agent.id, "dig")
+            await asyncio.wait_for(busy.started.wait(), 10)
+            async with Engine.open(url, config=config, runs_turns=False) as b:
+                late.append(True)
+                queuing = asyncio.create_task(b.enqueue(agent.id, "dig elsewhere"))
+                await asyncio.wait_for(locking.wait(), 10)
+                try:
+                    assert await a.stop(agent.id, by="ada") is True
+                finally:
+                    lock.set()
+                await queuing
+            busy.release.set()
+            settled, timed_out = await a.wait(agent.id, 10)
+            events = await check_log(a, agent.id)
+    assert not timed_out and settled.status == "idle" and settled.pending_inputs == 0
+    assert [e.payload.text for e in events if isinstance(e.payload, UserMessage)] == ["dig", "dig elsewhere"]
 
 
 async def test_input_whose_engine_dies_as_it_lands_after_the_owner_let_go_is_run(

@@ -134,15 +134,18 @@ class EventMethods(SqlBase):
         """Apply `write`; the session as it ends up comes back only when the write patches it and
         `want_session` (`write` does not: reading the row back would be work for nothing). The caller checked
         `write` (`check_durable`) before queueing it: on the writer's thread that check would be paid twice."""
-        now = utc_now()
         if appends_only(write):
-            return None, await self._append_only(tx, write, now)
+            return None, await self._append_only(tx, write, utc_now())
 
         session_id = write.session_id
         # Locks the row (PostgreSQL), which serializes every writer of this session until the commit.
         session = (await read_counters(tx, self._dialect, [session_id])).get(session_id)
         if session is None:
             raise NotFound(no_session(session_id))
+        # The time is read once the row is locked, so the writes of a session are timed in the order they commit
+        # (read before, an input another process queued just after a stop could be stamped before the stop's
+        # `turn.ended`, which `runtime.plan.settled` reads as queued before the stop).
+        now = utc_now()
         if write.expect_status is not None and session.status not in write.expect_status:
             raise Conflict(unexpected_status(session_id, session.status, write.expect_status))
         if write.expect_unheld:
