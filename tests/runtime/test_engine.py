@@ -822,6 +822,41 @@ async def test_a_stop_while_the_turn_loop_lets_go_of_the_lease_ends_the_paused_t
         ]
 
 
+async def test_a_stop_as_the_turn_loop_takes_new_input_stops_the_agent_and_lets_the_lease_go(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """A stop that came as an idle agent's turn loop took its lease for new input, before the turn began, cut the
+    loop off there and recorded nothing: the agent read `completed` with the input pending, which no turn ran
+    (a wait on it ran to its timeout), and the engine held the agent's lease for good, renewing it, so no other
+    engine's sweep took it either. The stop is written now, as for a turn: the input waits for the next one."""
+    model = scripted("stop-new-input", ScriptedModel(function=lambda ctx: Reply("ok")))
+    async with open_engine(role("talker", model)) as engine:
+        agent = await engine.create("talker")
+        await engine.enqueue(agent.id, "one")
+        assert (await engine.wait(agent.id, 10))[0].status == "completed"
+        list_inputs, looking, once = engine.store.list_inputs, asyncio.Event(), [True]
+
+        async def held_list_inputs(*args: Any, **kwargs: Any) -> Any:
+            if once and once.pop():  # the loop, the lease taken, looking for the input
+                looking.set()
+                await asyncio.Event().wait()  # until the stop cancels the loop
+            return await list_inputs(*args, **kwargs)
+
+        engine.store.list_inputs = held_list_inputs  # type: ignore[method-assign]
+        await engine.enqueue(agent.id, "two")
+        await asyncio.wait_for(looking.wait(), 10)
+        assert engine.leases.held == [agent.id]
+        assert await engine.stop(agent.id, by="ada") is True
+        settled, timed_out = await engine.wait(agent.id, 10)
+        assert not timed_out and settled.status == "cancelled" and settled.pending_inputs == 1
+        await until(lambda: engine.leases.held == [])
+        await engine.enqueue(agent.id, "three")
+        settled, timed_out = await engine.wait(agent.id, 10)
+        texts = [e.payload.text for e in await all_events(engine, agent.id) if isinstance(e.payload, UserMessage)]
+    assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
+    assert texts == ["one", "two", "three"]
+
+
 async def test_two_stops_of_one_turn_at_once_both_return_once_it_ended_cancelled(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

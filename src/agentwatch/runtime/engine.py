@@ -38,7 +38,14 @@ from agentwatch.runtime.extensions import Extension, default_extensions
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
 from agentwatch.runtime.heartbeats import Heartbeat, HeartbeatTicker, heartbeats_from_config
 from agentwatch.runtime.hooks import Hook, HookFired, HookRunner, hooks_from_config
-from agentwatch.runtime.leases import HAND_OVER_SECONDS, STOP_CHECK_SECONDS, Leases, commit_claimed, to_the_end
+from agentwatch.runtime.leases import (
+    HAND_OVER_SECONDS,
+    STOP_CHECK_SECONDS,
+    Leases,
+    commit_claimed,
+    release_after_stop,
+    to_the_end,
+)
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
@@ -488,21 +495,26 @@ class Engine:
 
     async def _stop(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
         driver = await self.driver(session_id)
+        cut_off, written = False, False
         try:
             async with self._stopping(session_id):
                 self._stop_reasons[session_id] = by
+                looping = driver.turn_running
                 stopped = await driver.stop_turn()
                 self._stop_reasons.pop(session_id, None)  # read by the turn it ended, if any (`stop_reason`)
                 if stopped:
                     return True
+                cut_off = looping  # the stop found the turn loop between turns, and cancelled it there
                 session = await self.store.get_session(session_id)
                 if not (
                     session.status in ("awaiting_input", "running")
                     or (idle_observer and session.is_observer and session.status != "cancelled")
+                    or (cut_off and session.pending_inputs)  # the loop was taking input up: its turn is stopped
                 ):
                     return False
                 try:
                     await end_stopped_turn(self, driver, session_id, session.current_turn_id, by, status=session.status)
+                    written = True
                     return True
                 except Conflict:
                     if (await self.store.get_session(session_id)).last_seq == session.last_seq:
@@ -511,6 +523,16 @@ class Engine:
                 # or the turn resumed elsewhere): what was read is stale, so look again.
         except _RunsElsewhere:
             return await self._stop_elsewhere(session_id, by, idle_observer=idle_observer)
+        finally:
+            if cut_off and not driver.turn_running:
+                # What the cancelled loop was doing is left undone: the lease it took (renewed for good, so no
+                # other engine's sweep takes the session). With a stop written (input the loop was taking up
+                # waits for the next input, as input queued before any stop does), the lease goes, as a stopped
+                # turn's loop lets it go; with nothing to stop, the loop looks again, and lets the lease go.
+                if written:
+                    await release_after_stop(self, session_id)
+                else:
+                    driver.kick()
         return await self._stop(session_id, by, idle_observer=idle_observer)
 
     async def _stop_elsewhere(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
