@@ -173,6 +173,7 @@ async def test_an_mcp_wait_whose_caller_hung_up_ends(open_engine: Any, scripted:
                 if _waiting_in("Engine.wait"):
                     break
                 await asyncio.sleep(0.01)
+            assert _waiting_in("Engine.wait"), "the wait never began"  # (else the test passed on a refused call)
             writer.close()
         for _ in range(100):
             if not _waiting_in("Engine.wait"):
