@@ -119,6 +119,31 @@ async def test_work_an_engine_without_the_role_was_given_waits_for_an_engine_wit
     assert len(left) == 1 and "'slow'" in left[0].message and b.leases.owner in left[0].message
 
 
+async def test_a_stop_that_finds_nothing_running_leaves_the_waiting_work_to_an_engine_with_the_role(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once: input given to an agent while no engine with its role was open (a rolling deploy adding the role)
+    waits for one, its lease handed over; a stop of the agent through an engine without the role found no turn to
+    stop, yet deleted that lease (it had taken it to write the stop), so the engine with the role, opened again,
+    never found the input: the agent stayed idle with it queued and no lease. Now the stop leaves the lease
+    handed over, and that engine's sweep takes the work."""
+    model = scripted("leases-roleless-stop", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 0.1)]) as a:
+        session = await a.create("slow")
+    async with Engine.open(url, config=config) as b:  # no roles at all
+        await b.enqueue(session.id, "go")
+        await until(lambda: b.leases.held == [])
+        assert not await b.stop(session.id)
+        assert await b.store.get_lease(session.id) is not None
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 0.1)]) as a:
+        settled, timed_out = await a.wait(session.id, 10)
+    assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
+    assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
+
+
 @contextlib.asynccontextmanager
 async def owner_in_a_tool(
     tmp_path: Path, url: str, scripted: Scripted, name: str, seconds: float

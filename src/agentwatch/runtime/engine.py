@@ -568,7 +568,8 @@ class Engine:
         """Hold the session's lease while a stop is written by an engine that does not run its turn: a live
         owner's running turn is left to that owner (`_RunsElsewhere`); a lapsed owner's lease is taken over
         first, so that it cannot renew it and run on past the stop (it is cut off instead), and no turn starts
-        meanwhile."""
+        meanwhile. Work the stop left waiting (input queued while no engine with the agent's role was open, a
+        stop that found no turn) keeps a lease, handed over: it is how an engine with the role finds it."""
         if self.leases.holds(session_id):
             yield
             return
@@ -578,7 +579,10 @@ class Engine:
                 yield
             finally:
                 with contextlib.suppress(Exception):  # (it expires on its own)
-                    await self.store.release_lease(session_id, owner)
+                    if await settled(self.store, await self.store.get_session(session_id)):
+                        await self.store.release_lease(session_id, owner)
+                    else:  # an engine's sweep takes it (one with the role: `SessionDriver`)
+                        await self.store.renew_leases(owner, [session_id], HAND_OVER_SECONDS)
             return
         session = await self.store.get_session(session_id)
         lease = await self.store.get_lease(session_id)
