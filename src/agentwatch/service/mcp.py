@@ -170,7 +170,7 @@ async def _answering_to_the_end(server: Server[Any], read_stream: Any, write_str
     server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](0)
 
     async def read() -> None:
-        async with to_server:
+        async with to_server, read_stream:  # (closed at the end, as the server's run closes what it reads)
             async for item in read_stream:
                 message = getattr(item, "message", None)
                 if isinstance(message, types.JSONRPCRequest):
@@ -183,7 +183,7 @@ async def _answering_to_the_end(server: Server[Any], read_stream: Any, write_str
 
     async def write() -> None:
         nonlocal answered
-        async with from_server, write_stream:  # (closed at the end, as the server's run closes what it writes to)
+        async with from_server, write_stream:
             async for item in from_server:
                 await write_stream.send(item)
                 if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
@@ -194,7 +194,7 @@ async def _answering_to_the_end(server: Server[Any], read_stream: Any, write_str
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(read)
         tasks.start_soon(write)
-        async with server_writes:
+        async with server_reads, server_writes:
             await server.run(server_reads, server_writes, server.create_initialization_options())
 
 
