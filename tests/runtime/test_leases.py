@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agentwatch.config import load_config
+from agentwatch.config import Config, load_config
 from agentwatch.errors import Conflict
 from agentwatch.events import (
     CompletionFinished,
@@ -94,6 +94,21 @@ async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(
     assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
 
 
+def engines_with_the_role(
+    tmp_path: Path, url: str, scripted: Scripted, model: str
+) -> tuple[Callable[[], contextlib.AbstractAsyncContextManager[Engine]], Runs, Config]:
+    """How to open an engine `a` with role `slow` (its tool quick), the tool runs of every such engine, and the
+    config (a lease of `LEASE`) for an engine beside it."""
+    definition = role("slow", scripted(model, ScriptedModel(function=one_call_per_prompt)), tools=("slow_tool",))
+    runs: Runs = []
+    config = lease_config(tmp_path)
+
+    def with_the_role() -> contextlib.AbstractAsyncContextManager[Engine]:
+        return Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 0.1)])
+
+    return with_the_role, runs, config
+
+
 async def test_work_an_engine_without_the_role_was_given_waits_for_an_engine_with_it(
     tmp_path: Path, url: str, scripted: Scripted
 ) -> None:
@@ -101,11 +116,8 @@ async def test_work_an_engine_without_the_role_was_given_waits_for_an_engine_wit
     that adds the role, a service opened on another agents directory) failed the agent's turn there (its role
     "no longer resolves"), and the input with it. Now that engine says so on the agent and leaves the turn to an
     engine that has the role, whose sweep takes it within a second."""
-    model = scripted("leases-roleless", ScriptedModel(function=one_call_per_prompt))
-    runs: Runs = []
-    config = lease_config(tmp_path)
-    definition = role("slow", model, tools=("slow_tool",))
-    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 0.1)]) as a:
+    with_the_role, runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-roleless")
+    async with with_the_role() as a:
         session = await a.create("slow")
         async with Engine.open(url, config=config) as b:  # no roles at all
             await b.enqueue(session.id, "go")
@@ -127,18 +139,15 @@ async def test_a_stop_that_finds_nothing_running_leaves_the_waiting_work_to_an_e
     stop, yet deleted that lease (it had taken it to write the stop), so the engine with the role, opened again,
     never found the input: the agent stayed idle with it queued and no lease. Now the stop leaves the lease
     handed over, and that engine's sweep takes the work."""
-    model = scripted("leases-roleless-stop", ScriptedModel(function=one_call_per_prompt))
-    runs: Runs = []
-    config = lease_config(tmp_path)
-    definition = role("slow", model, tools=("slow_tool",))
-    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 0.1)]) as a:
+    with_the_role, runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-roleless-stop")
+    async with with_the_role() as a:
         session = await a.create("slow")
     async with Engine.open(url, config=config) as b:  # no roles at all
         await b.enqueue(session.id, "go")
         await until(lambda: b.leases.held == [])
         assert not await b.stop(session.id)
         assert await b.store.get_lease(session.id) is not None
-    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 0.1)]) as a:
+    async with with_the_role() as a:
         settled, timed_out = await a.wait(session.id, 10)
     assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
     assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
