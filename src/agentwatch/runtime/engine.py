@@ -156,6 +156,7 @@ class Engine:
         extensions: Iterable[Extension] | None = None,
         models: Mapping[str, ScriptedModel] | None = None,
         runs_turns: bool = True,
+        create_store: bool = True,
         heartbeats: Iterable[Heartbeat] = (),
         tick: bool = True,
         hooks: Iterable[Hook] = (),
@@ -175,7 +176,8 @@ class Engine:
         loads no model layer, continues no cut-off turn, runs no maintenance and holds no lease. Work it
         queues is left for the engine that runs the session, which picks it up after its current turn; when
         the session has no live owner, its lease is written expired, so a running engine's sweep (or the next
-        engine to open the store) takes it over at once.
+        engine to open the store) takes it over at once. `create_store=False` (a reader's engine) refuses a store
+        that does not exist yet instead of making it (`connect_store(create=False)`).
 
         `heartbeats` run roles on a schedule, beside those `[heartbeats]` in `agentwatch.toml` declares; they are
         checked (each names a role of the roster) and tick in an engine that recovers (`recover=True`) with
@@ -194,7 +196,7 @@ class Engine:
         if agents_dir is not None:
             updates["agents_dir"] = Path(agents_dir)
         config = config.model_copy(update=updates)
-        engine = await cls._assemble(config, tools, definitions, policies, models)
+        engine = await cls._assemble(config, tools, definitions, policies, models, create_store=create_store)
         try:
             if runs_turns:
                 for extension in default_extensions() if extensions is None else extensions:
@@ -221,6 +223,8 @@ class Engine:
         definitions: Iterable[AgentDefinition],
         policies: Iterable[Policy],
         models: Mapping[str, ScriptedModel] | None = None,
+        *,
+        create_store: bool = True,
     ) -> Engine:
         registry = {tool.name: tool for tool in builtin_tools()}
         for item in tools:
@@ -230,7 +234,7 @@ class Engine:
         resolver = ModelResolver.from_config(config, models=models)  # its aliases apply to the roster too
         roster = load_roster(agents_dir, known_tools=registry, extra=definitions, models=resolver)
         chain = PolicyChain([GrantPolicy({t.name: t.grant for t in registry.values() if t.grant}), *policies])
-        store = await connect_store(config.store)
+        store = await connect_store(config.store, create=create_store)
         try:
             ring = await connect_live(config.live)
         except BaseException:

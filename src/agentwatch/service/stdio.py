@@ -12,7 +12,6 @@ from agentwatch.service.access import ServiceSettings
 from agentwatch.service.app import ServiceState
 from agentwatch.service.broadcast import Broadcaster
 from agentwatch.service.mcp import run_stdio
-from agentwatch.store import open_store
 
 __all__ = ["run_mcp_stdio"]
 
@@ -27,9 +26,7 @@ async def run_mcp_stdio(config: Config, *, read_only: bool = False, **engine_arg
     # stdout carries the protocol: everything else goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     if read_only:
-        engine_args = {**engine_args, "runs_turns": False}
-        async with open_store(config.store, create=False):  # a reader's server creates no store
-            pass
+        engine_args = {**engine_args, "runs_turns": False, "create_store": False}  # (nor does it create a store)
     async with Engine.open(config=config, tick=False, **engine_args) as engine:  # (a client's server: `serve` ticks)
         settings = ServiceSettings()
         state = ServiceState(engine, settings, Broadcaster())

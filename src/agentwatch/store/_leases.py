@@ -87,10 +87,6 @@ class LeaseMethods(ABC):
             return "clock_timestamp()", []
         return "?", [utc_text(datetime.now(UTC))]
 
-    def _expiry(self, ttl: float) -> tuple[str, list[Any]]:
-        """SQL for "now + ttl" by the store's one clock, and its parameters."""
-        return _expiry(self._dialect, ttl)
-
     async def acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool:
         """Take `session_id`'s lease for `ttl` seconds if it is free, expired or already `owner`'s (then it is
         extended); True when `owner` holds it after the call. Atomic: of owners racing, exactly one wins.
@@ -113,7 +109,7 @@ class LeaseMethods(ABC):
                 f"SELECT {_COLUMNS}, expires_at <= {now} FROM leases WHERE session_id = ?{lock}",
                 [*now_params, session_id],
             )
-            expiry, expiry_params = self._expiry(seconds)
+            expiry, expiry_params = _expiry(self._dialect, seconds)
             now, now_params = self._clock()
             rows = await tx.fetch(
                 f"INSERT INTO leases (session_id, owner, expires_at) VALUES (?, ?, {expiry}) "
@@ -145,7 +141,7 @@ class LeaseMethods(ABC):
             held: set[str] = set()
             for start in range(0, len(wanted), _IN_LIST_MAX):
                 condition, params = in_list("session_id", wanted[start : start + _IN_LIST_MAX])
-                expiry, expiry_params = self._expiry(seconds)
+                expiry, expiry_params = _expiry(self._dialect, seconds)
                 rows = await tx.fetch(
                     f"UPDATE leases SET expires_at = {expiry} WHERE owner = ? AND {condition} RETURNING session_id",
                     [*expiry_params, owner, *params],
