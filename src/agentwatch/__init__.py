@@ -105,3 +105,5 @@ def __getattr__(name: str) -> Any:
 # Observer agents come with every engine (the `observers.enabled` switch and AGENTWATCH_OBSERVER_AGENTS turn them
 # off); they are named by spec so that importing agentwatch stays light and the runtime never imports watchers.
 register_default_extension("agentwatch.watchers:ObserverAgents")
+# OpenTelemetry spans, when `[tracing] enabled` (or AGENTWATCH_TRACING) says so: off, it imports nothing.
+register_default_extension("agentwatch.tracing:Tracing")

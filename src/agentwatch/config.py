@@ -24,6 +24,9 @@ allowed_types = ["reviewer", "loop-guard"]  # observer types that may be armed (
 deny = ["agent_task(auditor)"]             # or "agent_task": no observer at all
 delivery_timeout_seconds = 300             # one batch, the observer's turn included
 
+[tracing]
+enabled = true             # OpenTelemetry spans of turns, model requests, tool calls (OTLP: OTEL_* variables)
+
 [server]
 bind = "127.0.0.1:8765"
 deploy_hold_minutes = 60   # on SIGTERM, how long running turns may go on (0 = do not wait)
@@ -46,7 +49,7 @@ aliases = { sonnet = "anthropic:claude-sonnet-4-5", fast = "local:llama3.1", inh
 
 Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
 `AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included),
-`AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`, `AGENTWATCH_SETUP`.
+`AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`, `AGENTWATCH_SETUP`, `AGENTWATCH_TRACING=0|1`.
 """
 
 from __future__ import annotations
@@ -255,6 +258,14 @@ class ObserverConfig(BaseModel):
     """How long one batch may take to reach an observer (its turn included) before it is given up on."""
 
 
+class TracingConfig(BaseModel):
+    model_config = _STRICT
+
+    enabled: bool = False
+    """OpenTelemetry spans of turns, model requests and tool calls (`AGENTWATCH_TRACING` overrides); see
+    `agentwatch.tracing`."""
+
+
 class ServerConfig(BaseModel):
     model_config = _STRICT
 
@@ -300,6 +311,7 @@ class Config(BaseModel):
     sessions: SessionDefaults = SessionDefaults()
     retention: RetentionConfig = RetentionConfig()
     observers: ObserverConfig = ObserverConfig()
+    tracing: TracingConfig = TracingConfig()
     server: ServerConfig = ServerConfig()
     heartbeats: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HeartbeatConfig] = {}
     hooks: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HookConfig] = {}
@@ -361,6 +373,8 @@ def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) ->
     if "AGENTWATCH_OBSERVER_AGENTS" in env:
         enabled = _env_flag("AGENTWATCH_OBSERVER_AGENTS", env["AGENTWATCH_OBSERVER_AGENTS"])
         _set(raw, ["observers"], "enabled", enabled)
+    if "AGENTWATCH_TRACING" in env:
+        _set(raw, ["tracing"], "enabled", _env_flag("AGENTWATCH_TRACING", env["AGENTWATCH_TRACING"]))
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:

@@ -1,0 +1,348 @@
+"""OpenTelemetry traces of what agents do, projected from the log: each turn, model request and tool call a span.
+
+Off by default. `[tracing] enabled = true` in agentwatch.toml, or `AGENTWATCH_TRACING=1`, turns it on for every
+engine opened with the default extensions (`agentwatch serve`, `run`, `mcp`, and `Engine.open()` in Python); in
+Python, `Tracing(tracer_provider=...)` among an engine's extensions turns it on with a provider of your own.
+
+The spans follow OpenTelemetry's conventions for generative AI:
+
+- `invoke_agent <role>` for each turn, from its `turn.started` to its `turn.ended`: the role (`gen_ai.agent.name`),
+  the session (`gen_ai.agent.id`), the conversation, the turn's trigger, outcome and usage; an error status when
+  the turn failed. Retries, reroutes, warnings, errors and requests to a person are events on it.
+- `chat <model>` for each model request (the model's name without its provider), a child of its turn, from
+  `completion.started` to `completion.finished`: the model and provider, the finish reason, the tokens.
+- `execute_tool <tool>` for each tool call, a child of its turn, from `tool.call` to `tool.result`: the tool and
+  the call id; an error status when the call failed, was denied or was cut off.
+
+What a span says is what the log says, and when: a ThreadObserver makes the spans from the events this engine
+wrote, once each is durable, and times them by the events' own times. No text of the conversation (prompts,
+answers, tool arguments or results) goes into a span. A turn cut off by a restart and continued by another engine
+is two `invoke_agent` spans, each made by the engine that ran that part (the second with trigger `continue`); one
+a person's answer resumed has trigger `answer`. A turn cut off when this engine closes ends its span with an error
+that says so.
+
+Which provider: the one given; else the process's own when an OpenTelemetry SDK set one up (your code, or
+`opentelemetry-instrument`); else one made here that exports over OTLP/HTTP as the standard `OTEL_EXPORTER_OTLP_*`
+variables say (to `http://localhost:4318` by default), as service `OTEL_SERVICE_NAME` (default `agentwatch`),
+flushed when the engine closes (for 3 s at most: what a collector that is down did not take by then is lost). It
+needs the SDK and the exporter: `pip install 'agentwatch[tracing]'`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from agentwatch.errors import UserError
+from agentwatch.events import (
+    CompletionFinished,
+    CompletionStarted,
+    Event,
+    ModelReroute,
+    RequestOpened,
+    RuntimeNotice,
+    RuntimeRetry,
+    ToolCall,
+    ToolResult,
+    TurnEnded,
+    TurnStarted,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+    from agentwatch.runtime.services import Runtime
+    from agentwatch.store import Store
+
+__all__ = ["Tracing"]
+
+log = logging.getLogger(__name__)
+
+INSTRUMENTATION: Final = "agentwatch"
+FLUSH_SECONDS: Final = 3.0
+"""How long a closing engine waits for its last spans to be sent."""
+CUT_OFF: Final = "the engine closed while this was running; an engine that opens the store continues the turn"
+
+
+class Tracing:
+    """The engine extension that makes the spans (see the module docs)."""
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        self._given = tracer_provider
+        self._made: Any = None  # the SDK provider made here (flushed and shut down at close)
+        self._provider: Any = None
+        self._tracer: Tracer | None = None
+        self._store: Store | None = None
+        self._sessions: list[_SessionSpans] = []
+
+    @property
+    def on(self) -> bool:
+        """Whether this extension makes spans (it was given a provider, or the switch is on)."""
+        return self._tracer is not None
+
+    def install(self, engine: Runtime) -> None:
+        if self._given is None and not engine.config.tracing.enabled:
+            return  # off: nothing of OpenTelemetry is imported
+        from importlib.metadata import version
+
+        self._provider = self._given or self._process_provider()
+        self._tracer = self._provider.get_tracer(INSTRUMENTATION, version("agentwatch"))
+        self._store = engine.store
+        engine.start_with_observer(self._observer)
+
+    def _process_provider(self) -> Any:
+        """The process's SDK provider, or one made here that exports over OTLP/HTTP."""
+        from opentelemetry import trace
+
+        found = trace.get_tracer_provider()
+        if hasattr(found, "force_flush"):  # an SDK's: someone set the process up already
+            return found
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+            from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        except ImportError as exc:
+            raise UserError(
+                f"tracing is on ([tracing] enabled, AGENTWATCH_TRACING) but {exc.name} is not installed: "
+                "pip install 'agentwatch[tracing]', or turn tracing off"
+            ) from None
+        resource = Resource.create({"service.name": INSTRUMENTATION}).merge(OTELResourceDetector().detect())
+        self._made = SdkProvider(resource=resource, shutdown_on_exit=False)  # `close` flushes it, in bounded time
+        self._made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        # Each retry of an export is a warning of the exporter's; what is lost for good stays an error.
+        logging.getLogger(OTLPSpanExporter.__module__).setLevel(logging.ERROR)
+        return self._made
+
+    def _observer(self, session_id: str) -> _SessionSpans:
+        assert self._tracer is not None
+        assert self._store is not None
+        spans = _SessionSpans(self._tracer, session_id)
+        spans.learn_role(self._store)
+        self._sessions.append(spans)
+        return spans
+
+    async def close(self) -> None:
+        if self._tracer is None:
+            return
+        for spans in self._sessions:
+            spans.cut_off()
+        self._sessions.clear()
+        self._tracer = None
+        provider = self._made or self._provider
+        flush = getattr(provider, "shutdown" if self._made is not None else "force_flush", None)
+        if flush is None:
+            return
+        # The exporter sends what is left (blocking I/O, retried while a collector does not answer): the engine
+        # waits for it `FLUSH_SECONDS` at most, and a process that exits then loses the rest.
+        done = threading.Event()
+
+        def send() -> None:
+            try:
+                flush()
+            except Exception as exc:
+                log.warning("could not send the last spans: %s", exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=send, name="agentwatch-tracing-flush", daemon=True).start()
+        if not await asyncio.to_thread(done.wait, FLUSH_SECONDS):
+            log.warning("the last spans were not sent within %.0f s; is the trace collector up?", FLUSH_SECONDS)
+
+
+@dataclass(eq=False)
+class _SessionSpans:
+    """One session's open spans (a ThreadObserver: `on_event` turns its events into spans)."""
+
+    tracer: Tracer
+    session_id: str
+    role: str | None = None
+    turn: Span | None = None
+    chat: Span | None = None
+    tools: dict[str, Span] = field(default_factory=dict)
+    _reading: asyncio.Task[None] | None = None
+
+    own_events_only = True
+    """Another engine makes the spans of what it wrote."""
+
+    def learn_role(self, store: Store) -> None:
+        """Read the session's role (an `invoke_agent` span is named after it) in the background."""
+
+        async def read() -> None:
+            try:
+                self.role = (await store.get_session(self.session_id)).role
+            except Exception:  # a deleted or unreadable session: its spans are named without the role
+                return
+            if self.turn is not None and self.turn.is_recording():
+                self.turn.update_name(f"invoke_agent {self.role}")
+                self.turn.set_attribute("gen_ai.agent.name", self.role)
+
+        self._reading = asyncio.get_running_loop().create_task(read())
+
+    def on_event(self, thread_id: str, event: Event) -> None:
+        payload = event.payload
+        at = _nanoseconds(event.at)
+        if isinstance(payload, TurnStarted):
+            self._start_turn(event, payload, at)
+        elif self.turn is None:
+            return  # the rest of a turn this engine did not start here (a continuation makes its own)
+        elif isinstance(payload, CompletionStarted):
+            self._end_chat("a new model request began", at)
+            attributes = {"gen_ai.operation.name": "chat", **_model_attributes(payload.model)}
+            self.chat = self._child(f"chat {attributes['gen_ai.request.model']}", at, attributes)
+            self.chat.set_attribute("agentwatch.request_index", payload.request_index)
+        elif isinstance(payload, CompletionFinished):
+            if self.chat is not None:
+                self.chat.set_attributes(_usage_attributes(payload.usage))
+                if payload.finish_reason is not None:
+                    self.chat.set_attribute("gen_ai.response.finish_reasons", [payload.finish_reason])
+                if payload.finish_reason in ("interrupted", "error"):
+                    _fail(self.chat, f"the response ended: {payload.finish_reason}")
+                self.chat.end(at)
+                self.chat = None
+        elif isinstance(payload, ToolCall):
+            attributes = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": payload.tool_name,
+                "gen_ai.tool.call.id": payload.tool_call_id,
+                "gen_ai.tool.type": "function",
+            }
+            self.tools[payload.tool_call_id] = self._child(f"execute_tool {payload.tool_name}", at, attributes)
+        elif isinstance(payload, ToolResult):
+            span = self.tools.pop(payload.tool_call_id, None)
+            if span is not None:
+                span.set_attribute("agentwatch.tool.status", payload.status)
+                if payload.status != "ok":
+                    _fail(span, f"the tool call ended {payload.status}")
+                span.end(at)
+        elif isinstance(payload, TurnEnded):
+            self._end_turn(payload, at)
+        else:
+            self._note(event, at)
+
+    def on_subscribe(self, thread_id: str, request: Any, snapshot: Any) -> None:
+        """Nothing to attach: spans go to the exporter."""
+
+    def _start_turn(self, event: Event, payload: TurnStarted, at: int) -> None:
+        if self.turn is not None:  # a turn that never ended here (its end was written elsewhere)
+            self._close_all("a new turn started before this one's end reached this engine", at)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.id": self.session_id,
+            "agentwatch.turn.id": event.turn_id or "",
+            "agentwatch.turn.trigger": payload.trigger,
+            "agentwatch.turn.attempt": payload.attempt,
+        }
+        if self.role is not None:
+            attributes["gen_ai.agent.name"] = self.role
+        if event.conversation_id is not None:
+            attributes["gen_ai.conversation.id"] = event.conversation_id
+        if payload.model is not None:
+            attributes.update(_model_attributes(payload.model))
+        name = f"invoke_agent {self.role}" if self.role is not None else "invoke_agent"
+        self.turn = self.tracer.start_span(name, start_time=at, attributes=attributes)
+
+    def _child(self, name: str, at: int, attributes: dict[str, Any]) -> Span:
+        from opentelemetry import trace
+
+        assert self.turn is not None
+        return self.tracer.start_span(
+            name, context=trace.set_span_in_context(self.turn), start_time=at, attributes=attributes
+        )
+
+    def _note(self, event: Event, at: int) -> None:
+        """Put what the turn was told (a retry, a reroute, a notice, a request to a person) on its span."""
+        payload = event.payload
+        assert self.turn is not None
+        if isinstance(payload, RuntimeRetry):
+            attributes: dict[str, Any] = {"message": payload.message, "attempt": payload.attempt}
+        elif isinstance(payload, ModelReroute):
+            attributes = {"from_model": payload.from_model, "to_model": payload.to_model, "reason": payload.reason}
+        elif isinstance(payload, RuntimeNotice):
+            attributes = {"message": payload.message, "source": payload.source or ""}
+        elif isinstance(payload, RequestOpened):
+            attributes = {"request_id": payload.request_id, "kind": payload.kind, "waits_on": payload.waits_on}
+        else:
+            return
+        self.turn.add_event(event.type, attributes, timestamp=at)
+
+    def _end_turn(self, payload: TurnEnded, at: int) -> None:
+        assert self.turn is not None
+        turn = self.turn
+        reason = f"the turn ended {payload.outcome}"
+        if payload.outcome == "paused":  # its calls wait on a person: not failed, and not run yet
+            for span in self.tools.values():
+                span.set_attribute("agentwatch.tool.status", "waiting")
+                span.end(at)
+            self.tools.clear()
+        self._end_parts(reason, at)
+        turn.set_attribute("agentwatch.turn.outcome", payload.outcome)
+        if payload.reason:
+            turn.set_attribute("agentwatch.turn.reason", payload.reason)
+        turn.set_attributes(_usage_attributes(payload.usage))
+        if payload.outcome == "failed":
+            _fail(turn, payload.error or reason)
+        turn.end(at)
+        self.turn = None
+
+    def _end_chat(self, why: str, at: int | None) -> None:
+        if self.chat is not None:
+            _fail(self.chat, why)
+            self.chat.end(at)
+            self.chat = None
+
+    def _end_parts(self, why: str, at: int | None) -> None:
+        """End the turn's open request and tool calls with an error saying `why` (at `at`; None: now)."""
+        self._end_chat(why, at)
+        for span in self.tools.values():
+            _fail(span, why)
+            span.end(at)
+        self.tools.clear()
+
+    def _close_all(self, why: str, at: int | None) -> None:
+        """End every open span, the turn's too, with an error saying `why`."""
+        self._end_parts(why, at)
+        if self.turn is not None:
+            _fail(self.turn, why)
+            self.turn.end(at)
+            self.turn = None
+
+    def cut_off(self) -> None:
+        """The engine closes: end what is open, saying so."""
+        if self._reading is not None:
+            self._reading.cancel()
+        self._close_all(CUT_OFF, None)
+
+
+def _nanoseconds(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000) * 1000
+
+
+def _model_attributes(ref: str) -> dict[str, Any]:
+    """`provider:model` as the conventions' request model and provider."""
+    provider, _, name = ref.partition(":")
+    attributes: dict[str, Any] = {"gen_ai.request.model": name or ref}
+    if name:
+        attributes["gen_ai.provider.name"] = provider
+    return attributes
+
+
+def _usage_attributes(usage: Usage) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+    }
+    if usage.cost_usd is not None:
+        attributes["agentwatch.usage.cost_usd"] = usage.cost_usd
+    return attributes
+
+
+def _fail(span: Span, description: str) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_status(Status(StatusCode.ERROR, description))

@@ -1,0 +1,368 @@
+"""OpenTelemetry spans projected from the log (`agentwatch.tracing`): a turn, its model requests and its tool
+calls as spans with the generative-AI conventions' names and attributes; failures, pauses and cut-off turns said
+so; off by default (nothing of the SDK imported); on with the switch, exported over real OTLP/HTTP by a
+provider the extension makes, or refused with what to install."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from agentwatch.runtime.models import CallTool, Fail, Reply, ScriptedModel
+from agentwatch.tracing import CUT_OFF, Tracing
+from agentwatch.watchers import ObserverAgents
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+def lookup(key: str) -> str:
+    """Look a note up."""
+    if key == "missing":
+        raise KeyError("no such note")
+    return f"note {key}: done"
+
+
+def _two_lookups(ctx: Any) -> Any:
+    if ctx.request_index == 0:
+        return [Reply("Reading the first note."), CallTool("lookup", {"key": "a"})]
+    if ctx.request_index == 1:
+        return CallTool("lookup", {"key": "missing"})
+    return Reply("One note is done, the other is missing.")
+
+
+def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, list[ReadableSpan]]:
+    found: dict[str, list[ReadableSpan]] = {}
+    for span in spans:
+        found.setdefault(span.name, []).append(span)
+    return found
+
+
+async def test_a_turn_is_a_span_with_its_model_requests_and_tool_calls_as_children(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = exported
+    model = scripted("tracing-notes", ScriptedModel(function=_two_lookups))
+    definition = role("notes", model, tools=("lookup",))
+    async with open_engine(definition, tools=[lookup], extensions=[Tracing(provider)]) as engine:
+        done = await engine.task("notes", "What do the notes say?", timeout=10)
+        session = await engine.store.get_session(str(done["agentId"]))
+
+    spans = _by_name(exporter.get_finished_spans())
+    assert sorted(spans) == ["chat tracing-notes", "execute_tool lookup", "invoke_agent notes"]
+    [turn] = spans["invoke_agent notes"]
+    chats, tools = spans["chat tracing-notes"], spans["execute_tool lookup"]
+    assert (len(chats), len(tools)) == (3, 2)
+    assert turn.parent is None and turn.attributes is not None
+    assert {key: turn.attributes[key] for key in ("gen_ai.operation.name", "gen_ai.agent.name", "gen_ai.agent.id")} == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "notes",
+        "gen_ai.agent.id": session.id,
+    }
+    assert turn.attributes["gen_ai.conversation.id"] == session.conversation_id
+    assert (turn.attributes["agentwatch.turn.trigger"], turn.attributes["agentwatch.turn.outcome"]) == (
+        "input",
+        "completed",
+    )
+    assert turn.status.status_code is StatusCode.UNSET
+    tokens_in, tokens_out = turn.attributes["gen_ai.usage.input_tokens"], turn.attributes["gen_ai.usage.output_tokens"]
+    assert isinstance(tokens_in, int) and isinstance(tokens_out, int) and tokens_out > 0
+    assert tokens_in + tokens_out == session.tokens
+
+    for child in (*chats, *tools):
+        assert child.parent is not None and child.parent.span_id == turn.context.span_id
+        assert child.context.trace_id == turn.context.trace_id
+        assert turn.start_time is not None and child.start_time is not None and child.end_time is not None
+        assert turn.end_time is not None and turn.start_time <= child.start_time <= child.end_time <= turn.end_time
+    chats = sorted(chats, key=lambda span: span.start_time or 0)
+    assert [c.attributes and c.attributes["agentwatch.request_index"] for c in chats] == [0, 1, 2]
+    assert [c.attributes and c.attributes["gen_ai.response.finish_reasons"] for c in chats] == [
+        ("tool_call",),
+        ("tool_call",),
+        ("stop",),
+    ]
+    assert all(c.attributes and c.attributes["gen_ai.request.model"] == "tracing-notes" for c in chats)
+    assert sum(int(c.attributes["gen_ai.usage.input_tokens"]) for c in chats if c.attributes) == tokens_in
+
+    tools = sorted(tools, key=lambda span: span.start_time or 0)
+    assert [t.attributes and t.attributes["agentwatch.tool.status"] for t in tools] == ["ok", "error"]
+    assert [t.status.status_code for t in tools] == [StatusCode.UNSET, StatusCode.ERROR]
+    assert tools[0].attributes and str(tools[0].attributes["gen_ai.tool.call.id"]).startswith("call_")
+    # Each tool call runs between the response that made it and the request that reads its result.
+    assert chats[0].end_time is not None and tools[0].start_time is not None and tools[0].end_time is not None
+    assert chats[0].end_time <= tools[0].start_time and tools[0].end_time <= (chats[1].start_time or 0)
+    # No text of the conversation in any span.
+    texts = json.dumps([dict(s.attributes or {}) for s in exporter.get_finished_spans()])
+    assert "What do the notes say" not in texts and "note a: done" not in texts and "Reading" not in texts
+
+
+async def test_a_failed_turn_and_a_paused_one_say_so_and_an_answer_resumes_in_a_new_span(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = exported
+    failing = role("failing", scripted("tracing-fails", ScriptedModel([Fail("the model is down")])))
+
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    def deleting(ctx: Any) -> Any:
+        return Reply(ctx.tool_results[0].output) if ctx.tool_results else CallTool("delete_file", {"path": "a.txt"})
+
+    cleaner = role(
+        "cleaner",
+        scripted("tracing-deletes", ScriptedModel(function=deleting)),
+        tools=("delete_file",),
+        approval_tools=("delete_file",),
+    )
+    async with open_engine(failing, cleaner, tools=[delete_file], extensions=[Tracing(provider)]) as engine:
+        failed = await engine.task("failing", "Go.", timeout=10)
+        paused = await engine.task("cleaner", "Clean up.", timeout=10)
+        pending = paused["pendingHitl"]
+        assert isinstance(pending, dict)
+        await engine.answer(str(pending["hitlId"]), True)
+        await engine.wait(str(paused["agentId"]), 10)
+
+    assert failed["status"] == "failed"
+    spans = _by_name(exporter.get_finished_spans())
+    [failed_turn] = spans["invoke_agent failing"]
+    assert failed_turn.status.status_code is StatusCode.ERROR
+    assert failed_turn.status.description is not None and "the model is down" in failed_turn.status.description
+    assert failed_turn.attributes and failed_turn.attributes["agentwatch.turn.outcome"] == "failed"
+
+    first, resumed = sorted(spans["invoke_agent cleaner"], key=lambda span: span.start_time or 0)
+    assert first.attributes and resumed.attributes
+    assert (first.attributes["agentwatch.turn.outcome"], first.status.status_code) == ("paused", StatusCode.UNSET)
+    assert [e.name for e in first.events] == ["request.opened"]
+    assert first.events[0].attributes and first.events[0].attributes["kind"] == "approval"
+    assert (resumed.attributes["agentwatch.turn.trigger"], resumed.attributes["agentwatch.turn.outcome"]) == (
+        "answer",
+        "completed",
+    )
+    assert resumed.attributes["agentwatch.turn.id"] == first.attributes["agentwatch.turn.id"]
+    # The call waited on a person while the turn was paused: its span says so, and is no failure.
+    [waited] = spans["execute_tool delete_file"]
+    assert waited.attributes and waited.attributes["agentwatch.tool.status"] == "waiting"
+    assert waited.status.status_code is StatusCode.UNSET
+    assert waited.parent is not None and waited.parent.span_id == first.context.span_id
+
+
+async def test_a_turn_cut_off_by_the_engine_closing_ends_its_spans_saying_so(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = exported
+    held = HeldTool("wait_for_it")
+    definition = held.role("holder", scripted, "tracing-holds")
+    async with open_engine(definition, tools=[held.tool], extensions=[Tracing(provider)]) as engine:
+        session = await engine.create("holder")
+        await engine.enqueue(session.id, "Hold on.")
+        await asyncio.wait_for(held.started.wait(), 10)
+        assert [span.name for span in exporter.get_finished_spans()] == ["chat tracing-holds"]
+
+    spans = _by_name(exporter.get_finished_spans())
+    assert sorted(spans) == ["chat tracing-holds", "execute_tool wait_for_it", "invoke_agent holder"]
+    [turn], [tool] = spans["invoke_agent holder"], spans["execute_tool wait_for_it"]
+    for span in (turn, tool):
+        assert (span.status.status_code, span.status.description) == (StatusCode.ERROR, CUT_OFF)
+
+
+async def test_tracing_is_off_unless_switched_on(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> None:
+    notes = role("notes", scripted("tracing-off", ScriptedModel(function=_two_lookups)), tools=("lookup",))
+    tracing = Tracing()
+    async with open_engine(notes, tools=[lookup], extensions=[tracing]) as engine:
+        await engine.task("notes", "Anything?", timeout=10)
+        assert not tracing.on
+    (tmp_path / "agentwatch.toml").write_text("[tracing]\nenabled = true\n")
+    switched = Tracing()
+    provider = TracerProvider()  # an SDK provider set for the process is the one the switch uses
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    from opentelemetry import trace
+
+    previous = trace._TRACER_PROVIDER
+    trace._TRACER_PROVIDER = provider  # (set_tracer_provider works once a process: a test cannot undo it)
+    try:
+        async with open_engine(notes, tools=[lookup], extensions=[switched]) as engine:
+            assert switched.on
+            await engine.task("notes", "Anything?", timeout=10)
+    finally:
+        trace._TRACER_PROVIDER = previous
+        provider.shutdown()
+    assert "invoke_agent notes" in _by_name(exporter.get_finished_spans())
+
+
+def _engine_script(body: str) -> str:
+    return textwrap.dedent(
+        """\
+        import asyncio, sys
+        from agentwatch import AgentDefinition, Engine, Reply, ScriptedModel
+
+        async def main():
+            definition = AgentDefinition(name="quiet", model="scripted:quiet", instructions="Be brief.")
+            models = {"quiet": ScriptedModel([Reply("ok")])}
+            async with Engine.open(sys.argv[1], root=sys.argv[2], definitions=[definition], models=models) as engine:
+                print((await engine.task("quiet", "Hi.", timeout=10))["status"])
+        """
+    ) + textwrap.dedent(body)
+
+
+def _python(code: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTWATCH_", "OTEL_"))}
+    return subprocess.run(
+        [sys.executable, "-c", code, f"sqlite:///{tmp_path / 'agentwatch.db'}", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**environment, "PYTHONPATH": str(ROOT), **env},
+        timeout=120,
+        check=False,
+    )
+
+
+def test_an_engine_without_the_switch_loads_nothing_of_the_sdk(tmp_path: Path) -> None:
+    code = _engine_script(
+        """
+        asyncio.run(main())
+        print(sorted(name for name in sys.modules if name.startswith("opentelemetry.sdk")))
+        """
+    )
+    done = _python(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["completed", "[]"]
+
+
+def test_the_switch_without_the_sdk_installed_says_what_to_install(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """\
+        import sys
+
+        class NoSdk:
+            def find_spec(self, name, path=None, target=None):
+                if name.startswith("opentelemetry.sdk") or name.startswith("opentelemetry.exporter"):
+                    raise ImportError(f"No module named {name!r}", name=name)
+                return None
+
+        sys.meta_path.insert(0, NoSdk())
+        """
+    ) + _engine_script(
+        """
+        from agentwatch.errors import UserError
+        try:
+            asyncio.run(main())
+        except UserError as exc:
+            print("refused:", exc)
+        """
+    )
+    done = _python(code, tmp_path, AGENTWATCH_TRACING="1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: tracing is on"), done.stdout
+    assert "pip install 'agentwatch[tracing]'" in done.stdout
+
+
+class _Collector:
+    """An OTLP/HTTP trace receiver on 127.0.0.1: keeps the spans of every export it is sent."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+
+        self.spans: list[tuple[str, str]] = []  # (service name, span name)
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                for resource_spans in request.resource_spans:
+                    service = next(
+                        a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"
+                    )
+                    for scope_spans in resource_spans.scope_spans:
+                        collector.spans += [(service, span.name) for span in scope_spans.spans]
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200 if self.path == "/v1/traces" else 404)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_switch_exports_the_spans_over_otlp_http(tmp_path: Path) -> None:
+    collector = _Collector()
+    try:
+        done = _python(
+            _engine_script("asyncio.run(main())\n"),
+            tmp_path,
+            AGENTWATCH_TRACING="1",
+            OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
+            OTEL_SERVICE_NAME="notes-service",
+        )
+    finally:
+        collector.close()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "completed"
+    assert sorted(collector.spans) == [("notes-service", "chat quiet"), ("notes-service", "invoke_agent quiet")]
+
+
+def test_a_collector_that_is_down_costs_the_closing_engine_one_warning_and_a_bounded_wait(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = _python(
+        _engine_script("asyncio.run(main())\n"),
+        tmp_path,
+        AGENTWATCH_TRACING="1",
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "completed"), done.stderr
+    # The wait for the last spans ended (the exporter retries for 10 s by default), said so once, and the
+    # exporter's warning for each retry was not printed.
+    assert done.stderr.count("is the trace collector up?") == 1, done.stderr
+    assert "retrying" not in done.stderr, done.stderr
+
+
+def test_observer_agents_and_tracing_are_both_default_extensions(tmp_path: Path) -> None:
+    import agentwatch  # noqa: F401 (registers the defaults)
+    from agentwatch.runtime.extensions import default_extensions
+
+    kinds = [type(extension) for extension in default_extensions()]
+    assert kinds == [ObserverAgents, Tracing]
