@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -78,7 +79,7 @@ class Tracing:
         self._provider: Any = None
         self._tracer: Tracer | None = None
         self._store: Store | None = None
-        self._sessions: list[_SessionSpans] = []
+        self._sessions: weakref.WeakSet[_SessionSpans] = weakref.WeakSet()  # (a driver let go drops its own)
 
     @property
     def on(self) -> bool:
@@ -124,13 +125,13 @@ class Tracing:
         assert self._store is not None
         spans = _SessionSpans(self._tracer, session_id)
         spans.learn_role(self._store)
-        self._sessions.append(spans)
+        self._sessions.add(spans)
         return spans
 
     async def close(self) -> None:
         if self._tracer is None:
             return
-        for spans in self._sessions:
+        for spans in list(self._sessions):
             spans.cut_off()
         self._sessions.clear()
         self._tracer = None

@@ -6,6 +6,7 @@ provider the extension makes, or refused with what to install."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import socket
@@ -24,6 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from agentwatch.runtime import engine as engines
 from agentwatch.runtime.models import CallTool, Fail, Reply, ScriptedModel
 from agentwatch.tracing import CUT_OFF, Tracing
 from agentwatch.watchers import ObserverAgents
@@ -189,6 +191,21 @@ async def test_a_turn_cut_off_by_the_engine_closing_ends_its_spans_saying_so(
     [turn], [tool] = spans["invoke_agent holder"], spans["execute_tool wait_for_it"]
     for span in (turn, tool):
         assert (span.status.status_code, span.status.description) == (StatusCode.ERROR, CUT_OFF)
+
+
+async def test_the_spans_of_sessions_whose_drivers_were_let_go_are_not_kept(
+    open_engine: OpenEngine, exported: tuple[TracerProvider, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider, exporter = exported
+    monkeypatch.setattr(engines, "DRIVERS_KEPT", 3)
+    tracing = Tracing(provider)
+    model = ScriptedModel(function=lambda ctx: Reply("ok"))
+    async with open_engine(role("chat", "scripted:chat"), models={"chat": model}, extensions=[tracing]) as engine:
+        for _ in range(8):
+            await engine.task("chat", "Hello.", timeout=10)
+        gc.collect()
+        assert 0 < len(tracing._sessions) <= 3  # one per driver the engine holds, not one per driver it ever made
+    assert len(_by_name(exporter.get_finished_spans())["invoke_agent chat"]) == 8
 
 
 async def test_tracing_is_off_unless_switched_on(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> None:
