@@ -8,7 +8,9 @@ The spans follow OpenTelemetry's conventions for generative AI:
 
 - `invoke_agent <role>` for each turn, from its `turn.started` to its `turn.ended`: the role (`gen_ai.agent.name`),
   the session (`gen_ai.agent.id`), the conversation, the turn's trigger, outcome and usage; an error status when
-  the turn failed. Retries, reroutes, warnings, errors and requests to a person are events on it.
+  the turn failed. Retries, reroutes, warnings, errors and requests to a person are events on it. A sub-agent's
+  first turn is a child of the tool call that spawned it (`agent_task`, `agent_create`) when its parent runs in
+  the same engine: one trace for the work an agent delegated.
 - `chat <model>` for each model request (the model's name without its provider), a child of its turn, from
   `completion.started` to `completion.finished`: the model and provider, the finish reason, the tokens.
 - `execute_tool <tool>` for each tool call, a child of its turn, from `tool.call` to `tool.result`: the tool and
@@ -47,6 +49,7 @@ from agentwatch.events import (
     RequestOpened,
     RuntimeNotice,
     RuntimeRetry,
+    SubtaskStarted,
     ToolCall,
     ToolResult,
     TurnEnded,
@@ -55,7 +58,7 @@ from agentwatch.events import (
 )
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
     from agentwatch.runtime.services import Runtime
     from agentwatch.store import Store
@@ -65,6 +68,8 @@ __all__ = ["Tracing"]
 log = logging.getLogger(__name__)
 
 INSTRUMENTATION: Final = "agentwatch"
+SPAWNS_KEPT: Final = 1000
+"""How many spawned sub-agents wait for their first turn to join their spawner's trace (the oldest go first)."""
 FLUSH_SECONDS: Final = 3.0
 """How long a closing engine waits for its last spans to be sent."""
 CUT_OFF: Final = "the engine closed while this was running; an engine that opens the store continues the turn"
@@ -80,6 +85,7 @@ class Tracing:
         self._tracer: Tracer | None = None
         self._store: Store | None = None
         self._sessions: weakref.WeakSet[_SessionSpans] = weakref.WeakSet()  # (a driver let go drops its own)
+        self._spawned: dict[str, SpanContext] = {}  # sub-agent session -> the span of the call that spawned it
 
     @property
     def on(self) -> bool:
@@ -123,7 +129,7 @@ class Tracing:
     def _observer(self, session_id: str) -> _SessionSpans:
         assert self._tracer is not None
         assert self._store is not None
-        spans = _SessionSpans(self._tracer, session_id)
+        spans = _SessionSpans(self._tracer, session_id, self._spawned)
         spans.learn_role(self._store)
         self._sessions.add(spans)
         return spans
@@ -162,6 +168,8 @@ class _SessionSpans:
 
     tracer: Tracer
     session_id: str
+    spawned: dict[str, SpanContext]
+    """Shared by the engine's sessions: the span a sub-agent's first turn is a child of, by its session."""
     role: str | None = None
     turn: Span | None = None
     chat: Span | None = None
@@ -223,6 +231,11 @@ class _SessionSpans:
                 span.end(at)
         elif isinstance(payload, TurnEnded):
             self._end_turn(payload, at)
+        elif isinstance(payload, SubtaskStarted):
+            spawner = self.tools.get(payload.tool_call_id or "", self.turn)
+            self.spawned[payload.child_session_id] = spawner.get_span_context()
+            while len(self.spawned) > SPAWNS_KEPT:  # sub-agents that never ran a turn here
+                del self.spawned[next(iter(self.spawned))]
         else:
             self._note(event, at)
 
@@ -246,7 +259,13 @@ class _SessionSpans:
         if payload.model is not None:
             attributes.update(_model_attributes(payload.model))
         name = f"invoke_agent {self.role}" if self.role is not None else "invoke_agent"
-        self.turn = self.tracer.start_span(name, start_time=at, attributes=attributes)
+        spawner = self.spawned.pop(self.session_id, None)
+        context = None
+        if spawner is not None:  # a sub-agent's first turn: in the trace of the call that spawned it
+            from opentelemetry import trace
+
+            context = trace.set_span_in_context(trace.NonRecordingSpan(spawner))
+        self.turn = self.tracer.start_span(name, context=context, start_time=at, attributes=attributes)
 
     def _child(self, name: str, at: int, attributes: dict[str, Any]) -> Span:
         from opentelemetry import trace

@@ -123,6 +123,40 @@ async def test_a_turn_is_a_span_with_its_model_requests_and_tool_calls_as_childr
     assert "What do the notes say" not in texts and "note a: done" not in texts and "Reading" not in texts
 
 
+async def test_a_sub_agents_first_turn_is_a_child_of_the_call_that_spawned_it(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = exported
+
+    helper: list[str] = []
+
+    def lead(ctx: Any) -> Any:
+        if ctx.request_index == 0:
+            return CallTool("agent_task", {"role": "helper", "prompt": "count to 3"})
+        if ctx.request_index == 1:
+            helper.append(json.loads(ctx.tool_results[0].output)["agentId"])
+            return CallTool("agent_enqueue", {"agentId": helper[0], "prompt": "and to 4"})
+        if ctx.request_index == 2:
+            return CallTool("agent_await", {"agentId": helper[0], "timeoutMs": 10_000})
+        return Reply("The helper is done.")
+
+    lead_model = scripted("tracing-lead", ScriptedModel(function=lead))
+    helper_model = scripted("tracing-helper", ScriptedModel(function=lambda ctx: Reply("counted")))
+    lead_role = role("lead", lead_model, tools=("agent_task", "agent_enqueue", "agent_await"), grant=("spawn",))
+    async with open_engine(lead_role, role("helper", helper_model), extensions=[Tracing(provider)]) as engine:
+        done = await engine.task("lead", "Delegate.", timeout=10)
+    assert done["status"] == "completed"
+
+    spans = _by_name(exporter.get_finished_spans())
+    [lead_turn] = spans["invoke_agent lead"]
+    [spawning] = spans["execute_tool agent_task"]
+    first, second = sorted(spans["invoke_agent helper"], key=lambda span: span.start_time or 0)
+    assert first.parent is not None and first.parent.span_id == spawning.context.span_id
+    assert first.context.trace_id == spawning.context.trace_id == lead_turn.context.trace_id
+    # A later turn the parent gave it by message is a trace of its own.
+    assert second.parent is None and second.context.trace_id != lead_turn.context.trace_id
+
+
 async def test_a_failed_turn_and_a_paused_one_say_so_and_an_answer_resumes_in_a_new_span(
     open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
