@@ -175,6 +175,7 @@ class _SessionSpans:
     chat: Span | None = None
     tools: dict[str, Span] = field(default_factory=dict)
     _reading: asyncio.Task[None] | None = None
+    _closed: bool = False
 
     own_events_only = True
     """Another engine makes the spans of what it wrote."""
@@ -194,6 +195,8 @@ class _SessionSpans:
         self._reading = asyncio.get_running_loop().create_task(read())
 
     def on_event(self, thread_id: str, event: Event) -> None:
+        if self._closed:
+            return  # what a closing engine still writes (its cut-off turns' ends) is past the last export
         payload = event.payload
         at = _nanoseconds(event.at)
         if isinstance(payload, TurnStarted):
@@ -337,6 +340,7 @@ class _SessionSpans:
         if self._reading is not None:
             self._reading.cancel()
         self._close_all(CUT_OFF, None)
+        self._closed = True
 
 
 def _nanoseconds(moment: datetime) -> int:
