@@ -61,7 +61,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
     from agentwatch.runtime.services import Runtime
-    from agentwatch.store import Store
 
 __all__ = ["Tracing"]
 
@@ -83,7 +82,6 @@ class Tracing:
         self._made: Any = None  # the SDK provider made here (flushed and shut down at close)
         self._provider: Any = None
         self._tracer: Tracer | None = None
-        self._store: Store | None = None
         self._sessions: weakref.WeakSet[_SessionSpans] = weakref.WeakSet()  # (a driver let go drops its own)
         self._spawned: dict[str, SpanContext] = {}  # sub-agent session -> the span of the call that spawned it
 
@@ -99,7 +97,6 @@ class Tracing:
 
         self._provider = self._given or self._process_provider()
         self._tracer = self._provider.get_tracer(INSTRUMENTATION, version("agentwatch"))
-        self._store = engine.store
         engine.start_with_observer(self._observer)
 
     def _process_provider(self) -> Any:
@@ -128,9 +125,7 @@ class Tracing:
 
     def _observer(self, session_id: str) -> _SessionSpans:
         assert self._tracer is not None
-        assert self._store is not None
         spans = _SessionSpans(self._tracer, session_id, self._spawned)
-        spans.learn_role(self._store)
         self._sessions.add(spans)
         return spans
 
@@ -170,29 +165,13 @@ class _SessionSpans:
     session_id: str
     spawned: dict[str, SpanContext]
     """Shared by the engine's sessions: the span a sub-agent's first turn is a child of, by its session."""
-    role: str | None = None
     turn: Span | None = None
     chat: Span | None = None
     tools: dict[str, Span] = field(default_factory=dict)
-    _reading: asyncio.Task[None] | None = None
     _closed: bool = False
 
     own_events_only = True
     """Another engine makes the spans of what it wrote."""
-
-    def learn_role(self, store: Store) -> None:
-        """Read the session's role (an `invoke_agent` span is named after it) in the background."""
-
-        async def read() -> None:
-            try:
-                self.role = (await store.get_session(self.session_id)).role
-            except Exception:  # a deleted or unreadable session: its spans are named without the role
-                return
-            if self.turn is not None and self.turn.is_recording():
-                self.turn.update_name(f"invoke_agent {self.role}")
-                self.turn.set_attribute("gen_ai.agent.name", self.role)
-
-        self._reading = asyncio.get_running_loop().create_task(read())
 
     def on_event(self, thread_id: str, event: Event) -> None:
         if self._closed:
@@ -255,13 +234,13 @@ class _SessionSpans:
             "agentwatch.turn.trigger": payload.trigger,
             "agentwatch.turn.attempt": payload.attempt,
         }
-        if self.role is not None:
-            attributes["gen_ai.agent.name"] = self.role
+        if payload.role is not None:
+            attributes["gen_ai.agent.name"] = payload.role
         if event.conversation_id is not None:
             attributes["gen_ai.conversation.id"] = event.conversation_id
         if payload.model is not None:
             attributes.update(_model_attributes(payload.model))
-        name = f"invoke_agent {self.role}" if self.role is not None else "invoke_agent"
+        name = f"invoke_agent {payload.role}" if payload.role is not None else "invoke_agent"
         spawner = self.spawned.pop(self.session_id, None)
         context = None
         if spawner is not None:  # a sub-agent's first turn: in the trace of the call that spawned it
@@ -337,8 +316,6 @@ class _SessionSpans:
 
     def cut_off(self) -> None:
         """The engine closes: end what is open, saying so."""
-        if self._reading is not None:
-            self._reading.cancel()
         self._close_all(CUT_OFF, None)
         self._closed = True
 

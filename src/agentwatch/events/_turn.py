@@ -21,6 +21,8 @@ class TurnStarted(BasePayload):
     """1 for the first run of the turn, 2 and up for each continuation after a restart."""
     model: str | None = None
     """The model ref the turn runs on."""
+    role: str | None = None
+    """The session's agent type (None on turns recorded before the field was)."""
     system_prompt_hash: str | None = None
     """Hash (sha256, hex) of the exact system prompt the turn was dispatched with."""
     system_prompt: str | None = None

@@ -315,6 +315,7 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
         trigger=plan.kind,
         attempt=1,
         model=session.model_override or definition.model,
+        role=session.role,
         system_prompt_hash=prompt_hash,
         system_prompt=None if stored_hash == prompt_hash else instructions,
     )
