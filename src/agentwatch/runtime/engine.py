@@ -289,6 +289,10 @@ class Engine:
         """Whether `close` was called: the turns and runs it cuts off go on when an engine next opens the store."""
         return self._closed
 
+    def sessions_loaded(self) -> int:
+        """How many sessions this engine holds in memory now (their drivers; idle ones are let go)."""
+        return len(self._drivers)
+
     def running_turns(self) -> list[str]:
         """The ids of the sessions with a turn in progress in this engine (its turn loop running), sorted."""
         return sorted(sid for sid, driver in list(self._drivers.items()) if driver.turn_running)

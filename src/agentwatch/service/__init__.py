@@ -2,7 +2,7 @@
 
 - `create_app(engine, settings)`: the ASGI app (Starlette) with the tools over HTTP
   (`POST /api/tools/{name}`, `GET /api/tools`), live attach over WebSocket and SSE
-  (`/api/agents/{id}/events`), and MCP over streamable HTTP (`/mcp`).
+  (`/api/agents/{id}/events`), MCP over streamable HTTP (`/mcp`), and Prometheus metrics (`GET /metrics`).
 - `serve(...)`: open the engine, serve the app on uvicorn, drain on SIGTERM (`agentwatch serve`).
 - `Broadcaster`: the ThreadObserver that fans events out to attached clients.
 

@@ -22,6 +22,7 @@ from agentwatch.service.attach import SendWatch, events_sse, events_websocket
 from agentwatch.service.broadcast import Broadcaster, shared_ring
 from agentwatch.service.dashboard import dashboard_routes
 from agentwatch.service.mcp import mcp_http_app, mcp_server
+from agentwatch.service.metrics import CONTENT_TYPE, ServiceMetrics
 from agentwatch.service.openapi import openapi_document
 
 __all__ = ["ServiceState", "create_app"]
@@ -103,12 +104,21 @@ def create_app(
         state = ServiceState(engine, settings, broadcaster)
         engine.start_with_observer(state.broadcaster.observer)
     mcp_app, manager = mcp_http_app(mcp_server(state), max_body_bytes=settings.max_body_bytes)
+    metrics = ServiceMetrics(
+        turns_running=lambda: len(engine.running_turns()),
+        sessions_loaded=engine.sessions_loaded,
+        draining=lambda: state.draining,
+    )
+    engine.start_with_observer(metrics.observer)
 
     async def health(request: Request) -> Response:
         return await health_answer(state)
 
     async def alive(request: Request) -> Response:
         return JSONResponse({"status": "draining" if state.draining else "alive"})
+
+    async def scrape(request: Request) -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document(callable_tools(engine.tools)))
@@ -127,6 +137,7 @@ def create_app(
             Route("/api/health", health, methods=["GET"]),
             Route("/api/health/live", alive, methods=["GET"]),
             Route("/api/openapi.json", openapi, methods=["GET"]),
+            Route("/metrics", scrape, methods=["GET"]),
             Route("/api/tools", list_tools_endpoint, methods=["GET"]),
             Route("/api/tools/{name}", call_tool_endpoint, methods=["POST"]),
             Route("/api/agents/{id}/events", events_sse, methods=["GET"]),

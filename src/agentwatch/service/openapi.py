@@ -71,6 +71,13 @@ def openapi_document(tools: Iterable[Tool], *, version: str = __version__) -> di
                 "responses": {"200": {"description": "Alive", "content": {"application/json": {}}}},
             }
         },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics of this service: turns, model requests, tokens, spend, tool calls",
+                "responses": {"200": {"description": "The metrics", "content": {"text/plain": {}}}},
+            }
+        },
         "/api/tools": {
             "get": {
                 "operationId": "list_tools",

@@ -1,0 +1,114 @@
+"""`GET /metrics`: what the service's engine did, counted from its events, and what it holds now, scraped over a
+real socket and read with Prometheus's own parser; behind the token as every other path."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.service import ServiceSettings, create_app
+from agentwatch.store import SessionFilter
+from tests.runtime.support import HeldTool
+from tests.service.support import role, served
+
+
+def lookup(key: str) -> str:
+    """Look a note up."""
+    if key == "missing":
+        raise KeyError("no such note")
+    return f"note {key}: done"
+
+
+def _two_lookups(ctx: Any) -> Any:
+    if ctx.request_index < 2:
+        return CallTool("lookup", {"key": "a" if ctx.request_index == 0 else "missing"})
+    return Reply("One note is done, the other is missing.")
+
+
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample by (name, sorted labels)."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_the_metrics_count_turns_requests_tokens_tool_calls_and_requests_to_a_person(
+    open_engine: Any, scripted: Any
+) -> None:
+    notes_model = scripted("metrics-notes", ScriptedModel(function=_two_lookups))
+    cleaner_model = scripted(
+        "metrics-cleaner", ScriptedModel(function=lambda ctx: CallTool("delete_file", {"path": "a"}))
+    )
+    held = HeldTool("dig")
+    definitions = (
+        role("notes", notes_model, tools=("lookup",)),
+        role("cleaner", cleaner_model, tools=("delete_file",), approval_tools=("delete_file",)),
+        held.role("digger", scripted, "metrics-digger"),
+    )
+    async with (
+        open_engine(*definitions, tools=[lookup, delete_file, held.tool]) as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        for _ in range(2):
+            await engine.task("notes", "What do the notes say?", timeout=10)
+        paused = await engine.task("cleaner", "Clean up.", timeout=10)
+        digger = await engine.create("digger")
+        await engine.enqueue(digger.id, "Dig.")
+        await asyncio.wait_for(held.started.wait(), 10)
+        scraped = await http.get("/metrics")
+        held.release.set()
+        await engine.wait(digger.id, 10)
+        notes = (await engine.store.list_sessions(SessionFilter(role=["notes"]))).items
+
+    assert scraped.status_code == 200
+    assert scraped.headers["content-type"].startswith("text/plain")
+    samples = _samples(scraped.text)
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    model = "scripted:metrics-notes"
+    assert value("agentwatch_turns_total", role="notes", outcome="completed") == 2
+    assert value("agentwatch_turns_total", role="cleaner", outcome="paused") == 1
+    assert value("agentwatch_turn_seconds_count", role="notes") == 2
+    assert value("agentwatch_model_requests_total", model=model, finish_reason="tool_call") == 4
+    assert value("agentwatch_model_requests_total", model=model, finish_reason="stop") == 2
+    assert value("agentwatch_model_request_seconds_count", model=model) == 6
+    tokens_in = value("agentwatch_tokens_total", role="notes", model=model, kind="input")
+    tokens_out = value("agentwatch_tokens_total", role="notes", model=model, kind="output")
+    assert tokens_in + tokens_out == sum(s.tokens for s in notes) > 0
+    assert value("agentwatch_tool_calls_total", tool="lookup", status="ok") == 2
+    assert value("agentwatch_tool_calls_total", tool="lookup", status="error") == 2
+    assert value("agentwatch_tool_call_seconds_count", tool="lookup") == 4
+    assert value("agentwatch_person_requests_total", kind="approval") == 1
+    assert paused["status"] == "awaiting_input"
+    # What the service holds at the scrape: the digger's turn running, the sessions it loaded.
+    assert value("agentwatch_turns_running") == 1
+    assert value("agentwatch_sessions_loaded") >= 4
+    assert value("agentwatch_draining") == 0
+    assert ("agentwatch_turns_total", (("outcome", "completed"), ("role", "digger"))) not in samples
+
+
+async def test_metrics_ask_for_a_token_and_a_read_only_one_will_do(open_engine: Any) -> None:
+    settings = ServiceSettings(token="full", read_token="reads")
+    async with (
+        open_engine() as engine,
+        served(create_app(engine, settings)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        without = await http.get("/metrics")
+        read_only = await http.get("/metrics", headers={"Authorization": "Bearer reads"})
+    assert without.status_code == 401
+    assert read_only.status_code == 200 and "agentwatch_turns_running 0.0" in read_only.text
