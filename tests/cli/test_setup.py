@@ -19,6 +19,7 @@ import pytest
 from agentwatch.cli._common import resolve_config
 from agentwatch.cli.remote import discovery_file
 from tests.cli.test_remote_serve import environment, stopped
+from tests.fakes.otlp_collector import OtlpCollector
 
 SETUP = '''
 from agentwatch import AgentDefinition, CallTool, Reply, ScriptedModel
@@ -148,13 +149,13 @@ def test_run_and_check_take_the_projects_tools_and_models_from_its_setup(project
 
 
 @contextlib.contextmanager
-def serving(project: Path) -> Iterator[None]:
-    """`agentwatch serve` in `project` (its default store), once it has announced itself; stopped with SIGTERM
-    after, which it must exit 0 on."""
+def serving(project: Path, **variables: str) -> Iterator[None]:
+    """`agentwatch serve` in `project` (its default store, and `variables` in its environment), once it has
+    announced itself; stopped with SIGTERM after, which it must exit 0 on."""
     store = f"sqlite:///{project / '.agentwatch' / 'agentwatch.db'}"
     found = discovery_file(resolve_config(store, project))
     command = [sys.executable, "-m", "agentwatch.cli", "serve", "--port", "0", "--deploy-hold-minutes", "0"]
-    env = environment()
+    env = environment() | variables
     env.pop("AGENTWATCH_STORE", None)
     log = project / "serve.log"  # a file, not a pipe that nobody reads once it serves (it could fill and block)
     with log.open("w") as sink:
@@ -177,6 +178,27 @@ def test_serve_takes_the_setup_and_run_hands_its_agent_over(project: Path) -> No
         assert ran.returncode == 0, ran.stderr
         assert "handed" in ran.stderr or "service" in ran.stderr  # it says where the turn ran
         assert json.loads(ran.stdout)["lastAssistantText"] == "heard HELLO!"
+
+
+def test_serve_with_tracing_on_sends_each_turns_spans_to_the_collector(project: Path) -> None:
+    collector = OtlpCollector()
+    try:
+        with serving(
+            project, AGENTWATCH_TRACING="1", OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_SERVICE_NAME="shop"
+        ):
+            ran = agentwatch(project, "run", "shouter", "hello", "--json")
+            assert ran.returncode == 0, ran.stderr
+        said = (project / "serve.log").read_text()
+    finally:
+        collector.close()
+    assert f"tracing: spans of every turn to {collector.url}/v1/traces (OTLP/HTTP)" in said
+    # Sent when the service stopped at the latest (its provider's batches are flushed as the engine closes).
+    assert sorted(collector.spans) == [
+        ("shop", "chat shouter"),
+        ("shop", "chat shouter"),
+        ("shop", "execute_tool shout"),
+        ("shop", "invoke_agent shouter"),
+    ]
 
 
 @pytest.mark.parametrize(

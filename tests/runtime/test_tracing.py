@@ -13,9 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from agentwatch.runtime import engine as engines
 from agentwatch.runtime.models import CallTool, Fail, Reply, ScriptedModel
 from agentwatch.tracing import CUT_OFF, Tracing
 from agentwatch.watchers import ObserverAgents
+from tests.fakes.otlp_collector import OtlpCollector
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -335,50 +334,8 @@ def test_the_switch_without_the_sdk_installed_says_what_to_install(tmp_path: Pat
     assert "pip install 'agentwatch[tracing]'" in done.stdout
 
 
-class _Collector:
-    """An OTLP/HTTP trace receiver on 127.0.0.1: keeps the spans of every export it is sent."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-            ExportTraceServiceResponse,
-        )
-
-        self.spans: list[tuple[str, str]] = []  # (service name, span name)
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                for resource_spans in request.resource_spans:
-                    service = next(
-                        a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"
-                    )
-                    for scope_spans in resource_spans.scope_spans:
-                        collector.spans += [(service, span.name) for span in scope_spans.spans]
-                answer = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200 if self.path == "/v1/traces" else 404)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_the_switch_exports_the_spans_over_otlp_http(tmp_path: Path) -> None:
-    collector = _Collector()
+    collector = OtlpCollector()
     try:
         done = _python(
             _engine_script("asyncio.run(main())\n"),
