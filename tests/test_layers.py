@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tools", ("agentwatch.tools", "agentwatch.errors", "agentwatch.config", "agentwatch.pacing")),
     ("reads", ("agentwatch.reads",)),
     ("runtime", ("agentwatch.runtime", "agentwatch.retention")),
-    ("watchers", ("agentwatch.watchers", "agentwatch.tracing")),
+    ("watchers", ("agentwatch.watchers", "agentwatch.tracing", "agentwatch.notify")),
     ("surfaces", ("agentwatch.cli", "agentwatch.service", "agentwatch.mcp", "agentwatch.__main__", "agentwatch")),
 ]
 """Lowest first. A module belongs to the layer with the longest prefix that names it (`agentwatch` alone is

@@ -107,3 +107,5 @@ def __getattr__(name: str) -> Any:
 register_default_extension("agentwatch.watchers:ObserverAgents")
 # OpenTelemetry spans, when `[tracing] enabled` (or AGENTWATCH_TRACING) says so: off, it imports nothing.
 register_default_extension("agentwatch.tracing:Tracing")
+# A webhook told when an agent waits on a person, when `[notify] webhook` names one.
+register_default_extension("agentwatch.notify:Notifications")

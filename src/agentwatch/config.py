@@ -27,6 +27,9 @@ delivery_timeout_seconds = 300             # one batch, the observer's turn incl
 [tracing]
 enabled = true             # OpenTelemetry spans of turns, model requests, tool calls (OTLP: OTEL_* variables)
 
+[notify]
+webhook = "https://hooks.example.com/agentwatch"   # told each time an agent waits on a person
+
 [server]
 bind = "127.0.0.1:8765"
 deploy_hold_minutes = 60   # on SIGTERM, how long running turns may go on (0 = do not wait)
@@ -49,7 +52,8 @@ aliases = { sonnet = "anthropic:claude-sonnet-4-5", fast = "local:llama3.1", inh
 
 Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
 `AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included),
-`AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`, `AGENTWATCH_SETUP`, `AGENTWATCH_TRACING=0|1`.
+`AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`, `AGENTWATCH_SETUP`, `AGENTWATCH_TRACING=0|1`,
+`AGENTWATCH_NOTIFY_WEBHOOK` (and `AGENTWATCH_NOTIFY_SECRET`, which `agentwatch.notify` reads itself).
 """
 
 from __future__ import annotations
@@ -258,12 +262,26 @@ class ObserverConfig(BaseModel):
     """How long one batch may take to reach an observer (its turn included) before it is given up on."""
 
 
+def _webhook_url(value: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(f"{value!r} is not an http(s) URL (https://hooks.example.com/agentwatch)")
+    return value
+
+
 class TracingConfig(BaseModel):
     model_config = _STRICT
 
     enabled: bool = False
     """OpenTelemetry spans of turns, model requests and tool calls (`AGENTWATCH_TRACING` overrides); see
     `agentwatch.tracing`."""
+
+
+class NotifyConfig(BaseModel):
+    model_config = _STRICT
+
+    webhook: Annotated[str, AfterValidator(_webhook_url)] | None = None
+    """Where to POST a notice each time an agent starts waiting on a person (`AGENTWATCH_NOTIFY_WEBHOOK`
+    overrides); see `agentwatch.notify`."""
 
 
 class ServerConfig(BaseModel):
@@ -312,6 +330,7 @@ class Config(BaseModel):
     retention: RetentionConfig = RetentionConfig()
     observers: ObserverConfig = ObserverConfig()
     tracing: TracingConfig = TracingConfig()
+    notify: NotifyConfig = NotifyConfig()
     server: ServerConfig = ServerConfig()
     heartbeats: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HeartbeatConfig] = {}
     hooks: dict[Annotated[str, StringConstraints(pattern=HEARTBEAT_NAME)], HookConfig] = {}
@@ -343,6 +362,7 @@ _ENV_FIELDS: dict[str, tuple[str, ...]] = {
     "AGENTWATCH_LEASE_SECONDS": ("sessions", "lease_seconds"),
     "AGENTWATCH_DEPLOY_HOLD_MINUTES": ("server", "deploy_hold_minutes"),
     "AGENTWATCH_SETUP": ("setup",),
+    "AGENTWATCH_NOTIFY_WEBHOOK": ("notify", "webhook"),
 }
 """The variables that set a field as given (the switches are read by `_env_flag`), by the field they set."""
 

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from agentwatch.notify import Notifications
 from agentwatch.runtime import engine as engines
 from agentwatch.runtime.models import CallTool, Fail, Reply, ScriptedModel
 from agentwatch.tracing import CUT_OFF, Tracing
@@ -368,9 +369,9 @@ def test_a_collector_that_is_down_costs_the_closing_engine_one_warning_and_a_bou
     assert "retrying" not in done.stderr, done.stderr
 
 
-def test_observer_agents_and_tracing_are_both_default_extensions(tmp_path: Path) -> None:
+def test_observer_agents_tracing_and_notifications_are_default_extensions(tmp_path: Path) -> None:
     import agentwatch  # noqa: F401 (registers the defaults)
     from agentwatch.runtime.extensions import default_extensions
 
     kinds = [type(extension) for extension in default_extensions()]
-    assert kinds == [ObserverAgents, Tracing]
+    assert kinds == [ObserverAgents, Tracing, Notifications]

@@ -1,0 +1,221 @@
+"""Notifications: a webhook told each time an agent starts waiting on a person.
+
+`[notify] webhook = "https://hooks.example.com/agentwatch"` in agentwatch.toml (or `AGENTWATCH_NOTIFY_WEBHOOK`)
+turns it on for every engine opened with the default extensions. When a turn opens a question, an approval, a
+grant or a choice for a person, or a request held for a sub-agent's parent is handed over to a person, the
+engine that wrote it POSTs one JSON document to the webhook:
+
+```json
+{"text": "coder (ses_...) asks you: Which branch should I push to?", "event": "request.waiting",
+ "agentId": "ses_...", "name": "coder", "role": "coder", "requestId": "req_...", "kind": "question",
+ "summary": "Which branch should I push to?", "questions": null, "options": ["main", "dev"], "since": "..."}
+```
+
+`text` is a sentence for a chat's incoming webhook (Slack and Mattermost show it as it is); the rest is for a
+program. With `AGENTWATCH_NOTIFY_SECRET` set, each POST carries `X-Agentwatch-Signature: sha256=<hex>`, the
+HMAC-SHA256 of its body with that secret, so the receiver can tell it came from here.
+
+A notice never holds up an agent: notices queue (1,000 at most; beyond, the newest are dropped and logged) and a
+background task sends them one after another, each tried 3 times (after 1 and 2 s) when the webhook fails or
+answers 5xx or 429. One that could not be sent is recorded on its agent as a `runtime.warning`. Each engine sends
+what it wrote, so a fleet of services on one store sends each notice once; a notice still queued when its engine
+stops is sent for 3 s at most, then dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from agentwatch.events import Event, NewEvent, RequestOpened, RuntimeNotice
+from agentwatch.store import Write
+
+if TYPE_CHECKING:
+    from agentwatch.runtime.services import Runtime
+
+__all__ = ["SECRET_VARIABLE", "Notifications", "signature"]
+
+log = logging.getLogger(__name__)
+
+SECRET_VARIABLE: Final = "AGENTWATCH_NOTIFY_SECRET"
+SIGNATURE_HEADER: Final = "X-Agentwatch-Signature"
+QUEUED_MAX: Final = 1000
+ATTEMPTS: Final = 3
+FIRST_WAIT_SECONDS: Final = 1.0
+SEND_TIMEOUT_SECONDS: Final = 10.0
+CLOSE_SECONDS: Final = 3.0
+_ESCALATED_SOURCE: Final = "requests"  # the `runtime.info` that says a held request now waits on a person
+
+
+def signature(secret: str, body: bytes) -> str:
+    """The value of the signature header for `body`: `sha256=` and the hex HMAC-SHA256 of it with `secret`."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Notice:
+    session_id: str
+    request_id: str
+
+
+class Notifications:
+    """The engine extension that sends the notices (see the module docs)."""
+
+    def __init__(self, webhook: str | None = None, *, secret: str | None = None) -> None:
+        self._webhook = webhook
+        self._secret = secret
+        self._runtime: Runtime | None = None
+        self._queue: asyncio.Queue[_Notice] | None = None
+        self._sender: asyncio.Task[None] | None = None
+
+    @property
+    def on(self) -> bool:
+        """Whether this extension sends notices (it was given a webhook, or the setting names one)."""
+        return self._queue is not None
+
+    def install(self, engine: Runtime) -> None:
+        webhook = self._webhook or engine.config.notify.webhook
+        if webhook is None:
+            return
+        self._webhook = webhook
+        if self._secret is None:
+            self._secret = os.environ.get(SECRET_VARIABLE) or None
+        self._runtime = engine
+        self._queue = asyncio.Queue(QUEUED_MAX)
+        engine.start_with_observer(lambda session_id: _Watch(self))
+
+    def notice(self, notice: _Notice) -> None:
+        """Queue a notice (from the engine's event loop); the sender starts with the first one."""
+        assert self._queue is not None
+        try:
+            self._queue.put_nowait(notice)
+        except asyncio.QueueFull:
+            log.warning("notice of request %s dropped: %d are waiting to be sent", notice.request_id, QUEUED_MAX)
+            return
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_all(), name="agentwatch-notify")
+
+    async def _send_all(self) -> None:
+        import httpx
+
+        assert self._queue is not None
+        async with httpx.AsyncClient(timeout=SEND_TIMEOUT_SECONDS) as client:
+            while not self._queue.empty():
+                notice = self._queue.get_nowait()
+                try:
+                    await self._send(client, notice)
+                except Exception:  # one notice that could not even be written up: the next ones still go
+                    log.exception("could not send the notice of request %s", notice.request_id)
+
+    async def _send(self, client: Any, notice: _Notice) -> None:
+        assert self._runtime is not None
+        assert self._webhook is not None
+        store = self._runtime.store
+        request = await store.get_request(notice.request_id)
+        session = await store.get_session(notice.session_id)
+        if request.status != "pending":
+            return  # answered before its notice went out: nobody needs to be told
+        name = session.display_name or session.name
+        said = f"{name} ({session.id}) asks you: {request.summary}"
+        if request.kind in ("approval", "grant"):
+            said = f"{name} ({session.id}) waits for your {request.kind}: {request.summary}"
+        document = {
+            "text": said,
+            "event": "request.waiting",
+            "agentId": session.id,
+            "name": session.name,
+            "role": session.role,
+            "requestId": request.id,
+            "kind": request.kind,
+            "summary": request.summary,
+            "questions": request.questions,
+            "options": request.options,
+            "since": request.created_at.isoformat(),
+        }
+        body = json.dumps(document).encode()
+        headers = {"content-type": "application/json"}
+        if self._secret:
+            headers[SIGNATURE_HEADER] = signature(self._secret, body)
+        failure = await _post(client, self._webhook, body, headers)
+        if failure is not None:
+            await self._warn(notice, failure)
+
+    async def _warn(self, notice: _Notice, failure: str) -> None:
+        assert self._runtime is not None
+        warning = RuntimeNotice(
+            type="runtime.warning",
+            message=f"the webhook was not told that request {notice.request_id} waits on a person: {failure}",
+            source="notify",
+            detail={"request_id": notice.request_id},
+        )
+        channel = await self._runtime.driver(notice.session_id)
+        await channel.commit(Write(notice.session_id, events=[NewEvent(warning)], touch=False), rides=True)
+
+    async def close(self) -> None:
+        sender = self._sender
+        if sender is None or sender.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(sender), CLOSE_SECONDS)
+        except TimeoutError:
+            left = self._queue.qsize() if self._queue is not None else 0
+            log.warning("%d notice(s) not sent as the engine closed (the webhook is slow or down)", left + 1)
+            sender.cancel()
+        except Exception:
+            return
+
+
+async def _post(client: Any, url: str, body: bytes, headers: Mapping[str, str]) -> str | None:
+    """POST `body`, tried `ATTEMPTS` times while it fails or the webhook answers 5xx or 429; None once it took
+    it, else what went wrong the last time."""
+    import httpx
+
+    wait = FIRST_WAIT_SECONDS
+    failure = ""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            answer = await client.post(url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        else:
+            if answer.status_code < 300:
+                return None
+            failure = f"it answered {answer.status_code}"
+            if answer.status_code < 500 and answer.status_code != 429:
+                return failure  # it refused this notice: sending it again would not change that
+        if attempt < ATTEMPTS:
+            await asyncio.sleep(wait)
+            wait *= 2
+    return f"{failure} ({ATTEMPTS} tries)"
+
+
+class _Watch:
+    """A session's ThreadObserver: queues a notice when the session starts waiting on a person."""
+
+    own_events_only = True
+    """Another engine tells of what it wrote."""
+
+    def __init__(self, notifications: Notifications) -> None:
+        self._notifications = notifications
+
+    def on_event(self, thread_id: str, event: Event) -> None:
+        payload = event.payload
+        if isinstance(payload, RequestOpened) and payload.waits_on == "person":
+            self._notifications.notice(_Notice(thread_id, payload.request_id))
+        elif (
+            isinstance(payload, RuntimeNotice)
+            and payload.source == _ESCALATED_SOURCE
+            and isinstance(payload.detail, dict)
+            and isinstance(payload.detail.get("request_id"), str)
+        ):
+            self._notifications.notice(_Notice(thread_id, str(payload.detail["request_id"])))
+
+    def on_subscribe(self, thread_id: str, request: Any, snapshot: Any) -> None:
+        """Nothing to attach."""

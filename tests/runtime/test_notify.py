@@ -1,0 +1,191 @@
+"""The webhook of `[notify]` (`agentwatch.notify`): told over real HTTP each time an agent starts waiting on a
+person (a question, an approval, a held request handed to a person), signed when a secret is set, tried again
+when it fails, and said on the agent when it could not be told; never told of what waits on a parent agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentwatch import notify
+from agentwatch.config import load_config
+from agentwatch.errors import InvalidArgument
+from agentwatch.events import RuntimeNotice
+from agentwatch.notify import SIGNATURE_HEADER, Notifications, signature
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_parent, until
+
+
+class Webhook:
+    """A webhook receiver on 127.0.0.1 that answers each POST with the next status of `statuses` (then 204)."""
+
+    def __init__(self, *statuses: int) -> None:
+        self.received: list[tuple[dict[str, Any], bytes, dict[str, str]]] = []
+        self.statuses = list(statuses)
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                hook.received.append((json.loads(body), body, {k.lower(): v for k, v in self.headers.items()}))
+                self.send_response(hook.statuses.pop(0) if hook.statuses else 204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/agentwatch"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    yield hook
+    hook.close()
+
+
+@pytest.fixture(autouse=True)
+def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notify, "FIRST_WAIT_SECONDS", 0.05)
+
+
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+def _deletes(ctx: Any) -> Any:
+    return Reply(ctx.tool_results[0].output) if ctx.tool_results else CallTool("delete_file", {"path": "a.txt"})
+
+
+def _asks(ctx: Any) -> Any:
+    if not ctx.tool_results:
+        return CallTool("ask_user", {"question": "Which branch?", "options": ["main", "dev"]})
+    return Reply(f"Using {ctx.tool_results[0].output}.")
+
+
+async def test_a_question_and_an_approval_are_each_told_once_signed(
+    open_engine: OpenEngine, scripted: Scripted, webhook: Webhook
+) -> None:
+    cleaner = role(
+        "cleaner", scripted("notify-cleaner", ScriptedModel(function=_deletes)), tools=("delete_file",),
+        approval_tools=("delete_file",),
+    )  # fmt: skip
+    asker = role("asker", scripted("notify-asker", ScriptedModel(function=_asks)), tools=("ask_user",))
+    notifications = Notifications(webhook.url, secret="s3cret")
+    async with open_engine(cleaner, asker, tools=[delete_file], extensions=[notifications]) as engine:
+        approval = await engine.task("cleaner", "Clean up.", timeout=10)
+        question = await engine.task("asker", "Go on.", timeout=10)
+        await until(lambda: len(webhook.received) == 2)
+        await engine.answer(str(question["pendingHitl"]["hitlId"]), "dev")  # type: ignore[index]
+        await engine.wait(str(question["agentId"]), 10)
+        await asyncio.sleep(0.2)  # (an answer is no new wait: nothing more is sent)
+
+    assert len(webhook.received) == 2
+    told = {document["kind"]: (document, body, headers) for document, body, headers in webhook.received}
+    document, body, headers = told["approval"]
+    assert document["agentId"] == approval["agentId"] and document["role"] == "cleaner"
+    assert document["requestId"] == approval["pendingHitl"]["hitlId"]  # type: ignore[index]
+    assert document["event"] == "request.waiting" and document["since"]
+    assert (
+        document["text"] == f"{document['name']} ({approval['agentId']}) waits for your approval: {document['summary']}"
+    )
+    assert headers[SIGNATURE_HEADER.lower()] == signature("s3cret", body)
+    assert headers["content-type"] == "application/json"
+    document, body, headers = told["choice"]  # (a question with options)
+    assert (document["agentId"], document["options"]) == (question["agentId"], ["main", "dev"])
+    assert document["text"] == f"{document['name']} ({question['agentId']}) asks you: Which branch?"
+    assert headers[SIGNATURE_HEADER.lower()] == signature("s3cret", body)
+
+
+async def test_a_request_held_for_the_parent_is_told_only_once_a_person_has_it(
+    open_engine: OpenEngine, scripted: Scripted, webhook: Webhook
+) -> None:
+    asker = scripted("notify-kid", ScriptedModel(function=_asks))
+    busy = HeldTool("busy")
+    async with open_engine(
+        role("kid", asker, tools=("ask_user",)),
+        busy.role("lead", scripted, "notify-lead"),
+        tools=[busy.tool],
+        extensions=[Notifications(webhook.url)],
+    ) as engine:
+        lead = await running_parent(engine, busy)
+        kid = await engine.create("kid", parent_id=lead.id)
+        await engine.enqueue(kid.id, "start")
+        kid, _ = await engine.wait(kid.id, 10)
+        snapshot = await engine.snapshot(kid)
+        await asyncio.sleep(0.2)
+        assert webhook.received == []  # held for its parent: no person is asked yet
+        await engine.escalate(str(snapshot["pendingHitl"]["hitlId"]))  # type: ignore[index]
+        await until(lambda: len(webhook.received) == 1)
+        busy.release.set()
+    [(document, _, headers)] = webhook.received
+    assert (document["agentId"], document["kind"]) == (kid.id, "choice")
+    assert SIGNATURE_HEADER.lower() not in headers  # no secret, no signature
+
+
+async def test_a_failing_webhook_is_tried_three_times_then_said_on_the_agent(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    for statuses, tries, said in (((500, 503, 502), 3, "it answered 502 (3 tries)"), ((404,), 1, "it answered 404")):
+        hook = Webhook(*statuses)
+        model = scripted(f"notify-failing-{tries}", ScriptedModel(function=_asks))
+        try:
+            async with open_engine(
+                role("asker", model, tools=("ask_user",)), extensions=[Notifications(hook.url)]
+            ) as engine:
+                question = await engine.task("asker", "Go on.", timeout=10)
+                agent_id = str(question["agentId"])
+                for _ in range(200):
+                    if await _warnings(engine, agent_id):
+                        break
+                    await asyncio.sleep(0.02)
+                [warning] = await _warnings(engine, agent_id)
+                status = (await engine.store.get_session(agent_id)).status
+        finally:
+            hook.close()
+        assert len(hook.received) == tries
+        assert warning.startswith("the webhook was not told that request ") and warning.endswith(said)
+        assert status == "awaiting_input"  # the agent is as it was
+
+
+async def _warnings(engine: Any, agent_id: str) -> list[str]:
+    events = await engine.store.read_events(agent_id, limit=100, types=["runtime.warning"])
+    return [e.payload.message for e in events if isinstance(e.payload, RuntimeNotice)]
+
+
+async def test_the_setting_turns_it_on_for_an_engine_with_the_default_extensions(
+    open_engine: OpenEngine, scripted: Scripted, webhook: Webhook, tmp_path: Path
+) -> None:
+    (tmp_path / "agentwatch.toml").write_text(f'[notify]\nwebhook = "{webhook.url}"\n')
+    asker = role("asker", scripted("notify-default", ScriptedModel(function=_asks)), tools=("ask_user",))
+    async with open_engine(asker, extensions=None) as engine:
+        question = await engine.task("asker", "Go on.", timeout=10)
+        await until(lambda: len(webhook.received) == 1)
+    assert webhook.received[0][0]["agentId"] == question["agentId"]
+
+
+async def test_off_without_a_webhook_and_a_bad_one_is_refused_with_what_to_write(
+    open_engine: OpenEngine, tmp_path: Path
+) -> None:
+    notifications = Notifications()
+    async with open_engine(extensions=[notifications]):
+        assert not notifications.on
+    with pytest.raises(InvalidArgument, match="is not an http"):
+        load_config(tmp_path, env={"AGENTWATCH_NOTIFY_WEBHOOK": "hooks.example.com/x"})
+    config = load_config(tmp_path, env={"AGENTWATCH_NOTIFY_WEBHOOK": "https://hooks.example.com/x"})
+    assert config.notify.webhook == "https://hooks.example.com/x"
