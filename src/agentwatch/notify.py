@@ -99,20 +99,24 @@ class Notifications:
         except asyncio.QueueFull:
             log.warning("notice of request %s dropped: %d are waiting to be sent", notice.request_id, QUEUED_MAX)
             return
-        if self._sender is None or self._sender.done():
+        if self._sender is None:
             self._sender = asyncio.get_running_loop().create_task(self._send_all(), name="agentwatch-notify")
 
     async def _send_all(self) -> None:
+        """Send the notices as they come, one after another, for the engine's life."""
         import httpx
 
-        assert self._queue is not None
+        queue = self._queue
+        assert queue is not None
         async with httpx.AsyncClient(timeout=SEND_TIMEOUT_SECONDS) as client:
-            while not self._queue.empty():
-                notice = self._queue.get_nowait()
+            while True:
+                notice = await queue.get()
                 try:
                     await self._send(client, notice)
                 except Exception:  # one notice that could not even be written up: the next ones still go
                     log.exception("could not send the notice of request %s", notice.request_id)
+                finally:
+                    queue.task_done()
 
     async def _send(self, client: Any, notice: _Notice) -> None:
         assert self._runtime is not None
@@ -159,17 +163,15 @@ class Notifications:
         await channel.commit(Write(notice.session_id, events=[NewEvent(warning)], touch=False), rides=True)
 
     async def close(self) -> None:
-        sender = self._sender
-        if sender is None or sender.done():
+        sender, queue = self._sender, self._queue
+        if sender is None or queue is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(sender), CLOSE_SECONDS)
+            await asyncio.wait_for(queue.join(), CLOSE_SECONDS)
         except TimeoutError:
-            left = self._queue.qsize() if self._queue is not None else 0
-            log.warning("%d notice(s) not sent as the engine closed (the webhook is slow or down)", left + 1)
-            sender.cancel()
-        except Exception:
-            return
+            log.warning("%d notice(s) not sent as the engine closed (the webhook is slow or down)", queue.qsize() + 1)
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
 
 
 async def _post(client: Any, url: str, body: bytes, headers: Mapping[str, str]) -> str | None:

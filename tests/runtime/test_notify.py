@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,7 +27,7 @@ from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_
 class Webhook:
     """A webhook receiver on 127.0.0.1 that answers each POST with the next status of `statuses` (then 204)."""
 
-    def __init__(self, *statuses: int) -> None:
+    def __init__(self, *statuses: int, delay: float = 0.0) -> None:
         self.received: list[tuple[dict[str, Any], bytes, dict[str, str]]] = []
         self.statuses = list(statuses)
         hook = self
@@ -35,6 +36,7 @@ class Webhook:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 hook.received.append((json.loads(body), body, {k.lower(): v for k, v in self.headers.items()}))
+                time.sleep(delay)
                 self.send_response(hook.statuses.pop(0) if hook.statuses else 204)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -177,6 +179,22 @@ async def test_the_setting_turns_it_on_for_an_engine_with_the_default_extensions
         question = await engine.task("asker", "Go on.", timeout=10)
         await until(lambda: len(webhook.received) == 1)
     assert webhook.received[0][0]["agentId"] == question["agentId"]
+
+
+async def test_a_webhook_that_does_not_answer_holds_a_closing_engine_a_bounded_time(
+    open_engine: OpenEngine, scripted: Scripted, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(notify, "CLOSE_SECONDS", 0.3)
+    hook = Webhook(delay=5)
+    asker = role("asker", scripted("notify-slow", ScriptedModel(function=_asks)), tools=("ask_user",))
+    try:
+        async with open_engine(asker, extensions=[Notifications(hook.url)]) as engine:
+            await engine.task("asker", "Go on.", timeout=10)
+            await until(lambda: len(hook.received) == 1)
+    finally:
+        hook.close()
+    # The close waited its 0.3 s for the notice being sent, not the webhook's 5 s (nor the 10 s a send may take).
+    assert "1 notice(s) not sent as the engine closed" in caplog.text
 
 
 async def test_off_without_a_webhook_and_a_bad_one_is_refused_with_what_to_write(
