@@ -566,6 +566,46 @@ async def test_a_raising_observer_factory_leaves_the_session_running_and_says_so
     assert "turn.ended" in [e.type for _, e in collector.events if e.durable]
 
 
+@pytest.mark.parametrize("hook", ["on_event", "on_subscribe", "factory"])
+async def test_an_observer_raising_cancelled_error_is_isolated_like_any_failure(
+    open_engine: OpenEngine, scripted: Scripted, hook: str
+) -> None:
+    """Once: a `CancelledError` out of an observer's own code (the `result()` of a cancelled future) was taken
+    for a cancellation: out of `on_event` it left the turn `running` for good with nothing recorded, out of
+    `on_subscribe` that `subscribe` and every later one of the session never resolved. It is the observer's
+    failure like any other: recorded, and the session goes on."""
+    model = scripted("plain-cancel", ScriptedModel([Reply("All good.")]))
+
+    class Cancelling:
+        def on_event(self, thread_id: str, event: Event) -> None:
+            if hook == "on_event":
+                raise asyncio.CancelledError()
+
+        def on_subscribe(self, thread_id: str, request: object, snapshot: object) -> None:
+            if hook == "on_subscribe":
+                raise asyncio.CancelledError()
+
+    def factory(thread_id: str) -> Cancelling:
+        if hook == "factory":
+            raise asyncio.CancelledError()
+        return Cancelling()
+
+    async with open_engine(role("calm", model)) as engine:
+        engine.start_with_observer(factory)
+        session = await engine.create("calm")
+        await asyncio.wait_for(engine.subscribe(session.id, "first"), 5)
+        await engine.enqueue(session.id, "hi")
+        done, _ = await engine.wait(session.id, 10)
+        assert done.status == "completed"
+        await asyncio.wait_for(engine.subscribe(session.id, "second"), 5)
+        for _ in range(100):
+            warnings = [e for e in await all_events(engine, session.id) if e.type == "runtime.warning"]
+            if warnings:
+                break
+            await asyncio.sleep(0.01)
+        assert len(warnings) == 1 and "raised CancelledError" in warnings[0].payload.message  # type: ignore[union-attr]
+
+
 async def test_a_request_held_for_the_parent_reaches_a_person_when_escalated(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -90,6 +90,10 @@ STREAM_TOUCH_SECONDS = 5.0
 """While only ephemeral events flow (a long streamed answer or thinking), the session's activity time is
 moved on at most this often: a session that streams is active, so it never reads `stuck`."""
 _OBSERVER_SOURCE = "thread_observer"
+_OBSERVER_FAILURES = (Exception, asyncio.CancelledError)
+"""What an observer's hook (or its factory) may raise and have recorded, the session going on: its hooks are
+plain calls, which no cancellation reaches, so a `CancelledError` out of one is its own (the `result()` of a
+cancelled future), not the session's, and must not end the turn or the dispatcher as a cancellation would."""
 
 _Ephemeral = tuple[Payload, TurnId | None, datetime]
 
@@ -194,11 +198,10 @@ class SessionEmitter:
         does: the session goes on."""
         try:
             observer = factory(self.session_id)
-        except Exception as exc:
+        except _OBSERVER_FAILURES as exc:
             name = getattr(factory, "__qualname__", type(factory).__name__)
             self._warn(
-                f"thread observer factory {name} raised {type(exc).__name__}: {exc}; the session went on without "
-                "its observer",
+                f"thread observer factory {name} raised {_raised(exc)}; the session went on without its observer",
                 None,
                 {"factory": name},
             )
@@ -496,8 +499,8 @@ class SessionEmitter:
         started = time.perf_counter()
         try:
             slot.observer.on_event(self.session_id, event)
-        except Exception as exc:
-            self._observer_trouble(slot, event, f"raised {type(exc).__name__}: {exc}")
+        except _OBSERVER_FAILURES as exc:
+            self._observer_trouble(slot, event, f"raised {_raised(exc)}")
             return
         elapsed = time.perf_counter() - started
         if elapsed > SLOW_OBSERVER_SECONDS:
@@ -544,8 +547,8 @@ class SessionEmitter:
         for slot in self._observers:
             try:
                 slot.observer.on_subscribe(self.session_id, attach.request, snapshot)
-            except Exception as exc:
-                self._observer_trouble(slot, None, f"raised {type(exc).__name__} in on_subscribe: {exc}")
+            except _OBSERVER_FAILURES as exc:
+                self._observer_trouble(slot, None, f"raised {_raised(exc)} in on_subscribe")
         if not attach.done.done():
             attach.done.set_result(snapshot)
 
@@ -661,6 +664,12 @@ def _trouble_of(ring: LiveRing) -> _RingTrouble:
     if trouble is None:
         trouble = _RING_TROUBLE[ring] = _RingTrouble()
     return trouble
+
+
+def _raised(exc: BaseException) -> str:
+    """What an observer raised, as a warning names it: its class, and its message when it has one."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _log_failure(what: str, future: asyncio.Future[list[Event]]) -> None:
