@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -171,3 +172,39 @@ async def test_close_leaves_no_reader_running(redis_url: str, key_prefix: str) -
 
     readers = [task for task in asyncio.all_tasks() if task.get_name().startswith("agentwatch live reader")]
     assert readers == []
+
+
+@pytest.mark.parametrize("call", ["head", "recent", "subscribe"])
+async def test_a_cancellation_the_redis_client_swallows_still_cancels_the_caller(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """redis-py sends commands through `asyncio.wait_for`, which on Python 3.11 returns the command's result when
+    a cancellation lands as the command completes. Once, the caller then went on as if never cancelled: an
+    attach stream whose client had left stayed attached (its task, its queue, the session's relay and its XREAD
+    connection) for as long as the service ran, and a service stopping waited on it."""
+    ring = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    sid = new_session()
+    inside = asyncio.Event()
+
+    async def swallowing(*args: object, **kwargs: object) -> list[object]:
+        inside.set()
+        # What wait_for does when the command is done by the time the cancellation is delivered:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(10)
+        return []
+
+    monkeypatch.setattr(ring._client, "xrevrange", swallowing)
+    monkeypatch.setattr(ring._client, "xrange", swallowing)
+    try:
+        if call == "head":
+            task: asyncio.Task[object] = asyncio.create_task(ring.head(sid))
+        elif call == "recent":
+            task = asyncio.create_task(ring.recent(sid, after=StreamCursor(sid, 1)))
+        else:
+            task = asyncio.create_task(ring.subscribe(sid))
+        await asyncio.wait_for(inside.wait(), 5)
+        task.cancel()
+        await asyncio.wait([task], timeout=5)
+        assert task.cancelled()
+    finally:
+        await ring.close()

@@ -13,8 +13,8 @@ so a slow subscriber is cut loose exactly as in the memory ring and the producer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any, Final, Self
+from collections.abc import Awaitable, Sequence
+from typing import Any, Final, Self, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
@@ -45,6 +45,8 @@ _FIELD: Final = b"event"
 _BLOCK_MS: Final = 5000  # how long one XREAD waits; the reader simply asks again
 _READ_COUNT: Final = 500  # entries per XREAD: large enough to catch up fast, small enough to stay responsive
 _CONNECT_TIMEOUT: Final = 3.0
+
+T = TypeVar("T")
 
 
 class RedisRing:
@@ -139,7 +141,7 @@ class RedisRing:
         if self.stream_ttl is not None:
             pipe.expire(key, self.stream_ttl)
         try:
-            results: list[Any] = await pipe.execute(raise_on_error=False)
+            results: list[Any] = await _surfaced(pipe.execute(raise_on_error=False))
         except (RedisError, OSError) as exc:
             raise self._unavailable(exc) from exc
         added = results[0]
@@ -163,7 +165,7 @@ class RedisRing:
         check_subscribe(closed=self._closed, session_id=session_id, after=after, backlog=backlog)
         key = self._key(session_id)
         try:
-            newest = await self._client.xrevrange(key, count=1)
+            newest = await _surfaced(self._client.xrevrange(key, count=1))
         except (RedisError, OSError) as exc:
             raise self._unavailable(exc) from exc
         head = _entry_position(newest[0][0]) if newest else (0, 0)
@@ -249,9 +251,9 @@ class RedisRing:
         key = self._key(session_id)
         try:
             if after is None:
-                entries = list(reversed(await self._client.xrevrange(key, count=limit)))
+                entries = list(reversed(await _surfaced(self._client.xrevrange(key, count=limit))))
             else:
-                entries = await self._client.xrange(key, min=f"({after.seq}-{after.sub}", count=limit)
+                entries = await _surfaced(self._client.xrange(key, min=f"({after.seq}-{after.sub}", count=limit))
         except (RedisError, OSError) as exc:
             raise self._unavailable(exc) from exc
         return [EVENT_ADAPTER.validate_json(fields[_FIELD]) for _, fields in entries]
@@ -259,7 +261,7 @@ class RedisRing:
     async def head(self, session_id: str) -> StreamCursor | None:
         """The position of the newest retained event, or None when the stream holds none."""
         try:
-            newest = await self._client.xrevrange(self._key(session_id), count=1)
+            newest = await _surfaced(self._client.xrevrange(self._key(session_id), count=1))
         except (RedisError, OSError) as exc:
             raise self._unavailable(exc) from exc
         if not newest:
@@ -271,7 +273,7 @@ class RedisRing:
         if not session_ids:
             return
         try:
-            await self._client.delete(*(self._key(session_id) for session_id in session_ids))
+            await _surfaced(self._client.delete(*(self._key(session_id) for session_id in session_ids)))
         except (RedisError, OSError) as exc:
             raise self._unavailable(exc) from exc
 
@@ -286,6 +288,21 @@ class RedisRing:
             subscription.end()
         await _cancel([task for _, task in readers])
         await self._client.aclose()
+
+
+async def _surfaced(command: Awaitable[T]) -> T:
+    """Await a Redis command, and raise the caller's cancellation should the command have swallowed it.
+
+    redis-py sends each command through `asyncio.wait_for`, which on Python 3.11 returns the command's result
+    when a cancellation lands just as the send completes: the caller (an attach stream whose client left, a
+    relay being stopped) would then go on as if it had never been cancelled, and whoever cancelled it wait for
+    it for ever. A cancellation asked for during the command and not undone shows in `Task.cancelling()`."""
+    task = asyncio.current_task()
+    asked = task.cancelling() if task is not None else 0
+    result = await command
+    if task is not None and task.cancelling() > asked:
+        raise asyncio.CancelledError
+    return result
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
