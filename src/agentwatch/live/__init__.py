@@ -6,7 +6,7 @@ Backends: `memory` (one process, the default) and `redis` (Redis Streams; carrie
 from __future__ import annotations
 
 from agentwatch.errors import InvalidArgument
-from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE, Lagged, LiveRing, Subscription
+from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE, Lagged, LiveRing, Subscription, cancel_and_wait
 
 __all__ = [
     "DEFAULT_BACKLOG",
@@ -14,6 +14,7 @@ __all__ = [
     "Lagged",
     "LiveRing",
     "Subscription",
+    "cancel_and_wait",
     "connect_live",
 ]
 

@@ -17,12 +17,13 @@ Promises every backend keeps:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from agentwatch.events import Event, StreamCursor
 
-__all__ = ["DEFAULT_BACKLOG", "DEFAULT_RING_SIZE", "Lagged", "LiveRing", "Subscription"]
+__all__ = ["DEFAULT_BACKLOG", "DEFAULT_RING_SIZE", "Lagged", "LiveRing", "Subscription", "cancel_and_wait"]
 
 DEFAULT_RING_SIZE = 2000
 """Events kept per session."""
@@ -84,3 +85,21 @@ class LiveRing(Protocol):
 
     async def close(self) -> None:
         """Close every subscription and release connections."""
+
+
+async def cancel_and_wait(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel `tasks` (readers of a ring, the pumps of an attach) and wait until they have finished.
+
+    Each is cancelled again while it still runs: Python 3.11's `asyncio.wait_for`, which redis-py sends commands
+    through, can swallow a cancellation that arrives just as a command completes, and the task would then go on
+    (block in XREAD, or pump an attach whose client left). `asyncio.wait` (unlike awaiting the tasks) lets the
+    caller's own cancellation through."""
+    pending = [task for task in tasks if not task.done()]
+    while pending:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=0.1)
+        pending = [task for task in pending if not task.done()]
+    for task in tasks:  # (their outcomes are theirs: retrieved, so none is reported as never retrieved)
+        if not task.cancelled():
+            task.exception()

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from agentwatch.errors import InvalidArgument, MissingDependency, StoreUnavailable, UserError
 from agentwatch.events import EVENT_ADAPTER, Event, StreamCursor
 from agentwatch.live._subscription import BufferedSubscription, check_subscribe
-from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE
+from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE, cancel_and_wait
 
 try:
     from redis import asyncio as aioredis
@@ -242,7 +242,7 @@ class RedisRing:
     async def _stop_reader(self, subscription: BufferedSubscription) -> None:
         task = self._readers.pop(subscription, None)
         if task is not None:
-            await _cancel([task])
+            await cancel_and_wait([task])
 
     async def recent(self, session_id: str, *, after: StreamCursor | None = None, limit: int = 100) -> list[Event]:
         """Retained events after `after` (the first `limit` of them), or the newest `limit`; oldest first."""
@@ -286,7 +286,7 @@ class RedisRing:
         self._readers.clear()
         for subscription, _ in readers:
             subscription.end()
-        await _cancel([task for _, task in readers])
+        await cancel_and_wait([task for _, task in readers])
         await self._client.aclose()
 
 
@@ -303,20 +303,6 @@ async def _surfaced(command: Awaitable[T]) -> T:
     if task is not None and task.cancelling() > asked:
         raise asyncio.CancelledError
     return result
-
-
-async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel reader tasks and wait until they have finished."""
-    pending = [task for task in tasks if not task.done()]
-    while pending:
-        # Cancel again while one is still running: Python 3.11's asyncio.wait_for, which redis-py sends
-        # commands through, can swallow a cancellation that arrives just as the send completes, and the
-        # task would then block in XREAD. wait() (unlike awaiting the tasks) lets our own cancellation
-        # propagate.
-        for task in pending:
-            task.cancel()
-        await asyncio.wait(pending, timeout=0.1)
-        pending = [task for task in pending if not task.done()]
 
 
 def _entry_position(entry_id: bytes | str) -> tuple[int, int]:

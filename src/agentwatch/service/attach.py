@@ -57,7 +57,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor
 from agentwatch.events import DELETION_SOURCE, Event, RuntimeNotice, StreamCursor
-from agentwatch.live import Lagged
+from agentwatch.live import Lagged, cancel_and_wait
 from agentwatch.service._wire import error, event_text, snapshot_text, status_for
 from agentwatch.service.broadcast import LiveClient
 from agentwatch.tools import MAX_ID_CHARS
@@ -328,9 +328,7 @@ async def events_websocket(websocket: WebSocket) -> None:
         done, _ = await asyncio.wait((pump, listen, stopped, sending.stalled), return_when=FIRST_COMPLETED)
     finally:
         state.sends.forget(sending)
-        for task in (pump, listen):
-            task.cancel()
-        await asyncio.gather(pump, listen, return_exceptions=True)
+        await cancel_and_wait([pump, listen])
         await frames.aclose()
         attachment.close()
     if stopped in done:
@@ -501,9 +499,7 @@ class _SSEResponse:
                     log.warning("attach stream of %s failed: %r", self.session_id, failure, exc_info=failure)
                     refusal = error("internal", "the attach stream failed; reconnect with your cursor")
         finally:
-            for task in (pump, gone):
-                task.cancel()
-            await asyncio.gather(pump, gone, return_exceptions=True)
+            await cancel_and_wait([pump, gone])
             await frames.aclose()
             attachment.close()
         with contextlib.suppress(Exception):
@@ -551,8 +547,7 @@ class _SSEResponse:
                 async with asyncio.timeout(timeout):
                     await send(_sse_chunk(frame))
         finally:
-            producer.cancel()
-            await asyncio.gather(producer, return_exceptions=True)
+            await cancel_and_wait([producer])
 
 
 _KEEPALIVE = {"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True}
