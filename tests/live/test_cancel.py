@@ -5,15 +5,14 @@ unretrieved."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from agentwatch.live import cancel_and_wait
 
 
 async def _swallows_one_cancellation(ended: list[str]) -> None:
-    try:
+    with contextlib.suppress(asyncio.CancelledError):  # as a client library that swallowed it would: it goes on
         await asyncio.sleep(60)
-    except asyncio.CancelledError:
-        pass  # as a client library that swallowed it would: the task goes on
     try:
         await asyncio.sleep(60)
     finally:
