@@ -76,7 +76,8 @@ async def test_a_wait_that_a_deletion_ends_answers_deleted(open_engine: OpenEngi
         waiting = asyncio.create_task(engine.call_tool("agent_await", {"agentId": agent.id, "timeoutMs": 10_000}))
         await asyncio.sleep(0.1)  # (the wait has begun)
         await engine.call_tool("agent_delete", {"id": agent.id})
-        snapshot = await waiting
+        # The wait ends with the deletion, not at the next poll of other processes' changes (1 s later).
+        snapshot = await asyncio.wait_for(waiting, 0.5)
         assert (snapshot["status"], snapshot["timedOut"], snapshot["deleted"]) == ("cancelled", False, True)
 
         # A paused agent stopped, another deleted: once each left who stopped it in the engine for good.

@@ -117,6 +117,11 @@ class SessionDriver:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def notify_changed(self) -> None:
+        """Wake the callers in `wait_changed` (something they wait on changed outside a write: a deletion
+        ended)."""
+        self._notify_changed()
+
     async def wait_changed(self, timeout: float) -> bool:
         """Wait until a write in this process may have settled the session or unsettled it (its status or its
         inbox changed), or its turn loop ended (or `timeout` seconds); False on timeout."""

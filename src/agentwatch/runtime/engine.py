@@ -621,6 +621,9 @@ class Engine:
             return await self._delete(session_id, by)
         finally:
             self._deleting.discard(session_id)
+            driver = self._drivers.get(session_id)
+            if driver is not None:
+                driver.notify_changed()  # a wait that found it being deleted answers now, not at its next poll
 
     async def _delete(self, session_id: str, by: str) -> SessionRecord:
         await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
