@@ -178,3 +178,20 @@ async def test_tail_before_the_last_position_a_cursor_can_name_reads_back_from_t
         end = StreamCursor(sid, MAX_POSITION).encode()
         before = await engine.call_tool("agent_tail", {"id": sid, "beforeId": end})
     assert [row["id"] for row in before["events"]] == [row["id"] for row in latest["events"]], before
+
+
+async def test_a_cursor_past_the_agents_newest_event_is_refused(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Once: it was taken, answered no events and handed back as the cursor, so a watcher polling with it never
+    saw the agent's next events."""
+    model = scripted("shouter-past", ScriptedModel(function=echo_script))
+    async with open_engine(role("shouter", model, tools=("shout",)), tools=[shout]) as engine:
+        sid = (await engine.task("shouter", "first"))["agentId"]
+        head = (await engine.call_tool("agent_get", {"id": sid}))["current"]["cursor"]
+        newest = StreamCursor.decode(head, session_id=sid).seq
+        past = StreamCursor(sid, newest + 5).encode()
+        refused = await engine.call_tool("agent_tail", {"id": sid, "afterId": past})
+        assert refused["error"]["code"] == "invalid_argument", refused
+        assert refused["error"]["details"]["fields"] == ["afterId"]
+        assert f"newest event (seq {newest})" in refused["error"]["message"]
+        at_head = await engine.call_tool("agent_tail", {"id": sid, "afterId": head})
+        assert at_head["events"] == [] and at_head["cursor"] == head

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue
 
-from agentwatch.errors import AgentwatchError, InvalidArgument, NotFound
+from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor, NotFound
 from agentwatch.events import (
     PAYLOAD_TYPES,
     AssistantMessage,
@@ -309,6 +309,14 @@ async def read_tail(view: EngineView, args: TailArgs) -> dict[str, Any]:
     after = await _position_of(view, args.id, args.after_id, "afterId")
     # The session's last_seq first, then the events after the cursor, in one read.
     last_seq, stored = await view.store.read_event_values(args.id, after_seq=after.seq, limit=limit + 1, types=durable)
+    if after.seq > last_seq:
+        # No answer for this agent gave such a cursor (the checksum is no secret; a store restored from a backup
+        # is behind its readers): every later event would be at or before it, and never shown.
+        raise InvalidCursor(
+            f"afterId: the cursor is past the agent's newest event (seq {last_seq}); pass back a cursor an answer "
+            "for this agent gave (agent_get's current.cursor), or leave afterId out for its newest events",
+            fields=["afterId"],
+        )
     head = StreamCursor(args.id, last_seq)
     live = await _ephemeral(view, args.id, types, after)
     merged = _stored(stored)
