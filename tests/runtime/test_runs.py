@@ -301,6 +301,30 @@ async def test_a_trace_outlives_the_runs_agents(open_engine: OpenEngine, scripte
         assert {e["source"] for e in history["entries"]} == {"pipeline"}  # the transcript went with the agent
 
 
+async def test_a_reaped_agents_turns_keep_their_outcome_and_timing_in_the_trace(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: after the reap, a turn span was drawn from the ledger alone: a failed attempt's turn read
+    `completed`, and each turn lasted from its first billed model request to its last (0 ms for one billed once)."""
+    researcher = role("researcher", scripted("runs-reaped-turns", _flaky(1)))
+    async with open_engine(researcher) as engine:
+        async with engine.run("report") as run:
+            await run.task("researcher", "tides", attempts=2, backoff_seconds=0)
+        before = await _call(engine, "run_trace", id=run.id)
+        agents = [s["ref"]["agentId"] for s in before["spans"] if s["kind"] == "task"]
+        assert await engine.store.reap(agents) == 2
+        after = await _call(engine, "run_trace", id=run.id)
+
+    def turns(trace: dict[str, Any]) -> list[tuple[Any, ...]]:
+        keys = ("ref", "status", "startedAt", "endedAt", "durationMs", "tokens")
+        return [tuple(str(s[key]) for key in keys) for s in trace["spans"] if s["kind"] == "turn"]
+
+    assert [t[1] for t in turns(before)] == ["failed", "completed"]
+    assert turns(after) == turns(before)
+    assert after["honesty"]["reapedAgents"] == sorted(agents)
+    assert all(set(s["ref"] or {}) <= {"agentId", "subAgents", "turnId", "hitlId"} for s in after["spans"])
+
+
 async def test_run_list_pages_newest_first_and_filters(open_engine: OpenEngine, scripted: Scripted) -> None:
     async with open_engine() as engine:
         made = []

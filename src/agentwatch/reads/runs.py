@@ -7,7 +7,8 @@ requests, their events) is added while they exist; `honesty` says what a trace c
 - `run_trace {id}`: the spans of the run (phases, tasks and their attempts, back-offs), every request its agents
   waited on (`hitl_wait`) and every turn its agents billed (`turn`; a sub-agent's under the task of the agent
   that spawned it). A span's cost is its turns' (the run's cost is all of them); a task's cost is the one it
-  recorded when the ledger holds less (`costCoverage: "partial"`).
+  recorded when the ledger holds less (`costCoverage: "partial"`). A turn's times and outcome come from its
+  agent's events, and once the agent was reaped from what its task's span kept of them when it ended.
 - `run_compare {id, against?}`: deltas with another run, by default the previous finished run of the same entity;
   the spans aligned by their label path (`Research / Collect sources`), the inputs leaf by leaf, the brain sha.
 - `run_history {id, source?, agentId?, q?, cursor?, limit}`: the run's log, newest page first and each page
@@ -58,11 +59,14 @@ __all__ = [
     "run_history",
     "run_list",
     "run_trace",
+    "turn_marks",
 ]
 
 
 MAX_TURNS = 1000
 """Turn spans a trace draws at most (`honesty.truncated` beyond)."""
+_TURNS = "turns"
+"""The key of a task span's ref that keeps its agents' turns (`turn_marks`), shown in no answer."""
 MAX_EVENTS = 20_000
 """Events of a run's agents that `run_history` reads at most (`truncated` beyond)."""
 _PAGE_EVENTS = 9_999
@@ -346,7 +350,7 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
     attempts = _attempts(stored)
     spans = [_stored_span(span, attempts) for span in stored]
     task_of = _task_spans(stored)
-    times = await _turn_times(engine, sessions)
+    times = await _turn_times(engine, sessions, stored)
     for turn in turns[:MAX_TURNS]:
         owner = _owner(turn.session_id, sessions, task_of)
         spans.append(_turn_span(turn, owner, sessions.get(turn.session_id), times.get((turn.session_id, turn.turn_id))))
@@ -406,7 +410,7 @@ def _stored_span(span: SpanRecord, attempts: dict[str, int]) -> TraceSpan:
         attempt=span.attempt,
         attempts=attempts.get(span.attempt_of or span.id, 1),
         attempt_of=span.attempt_of,
-        ref=span.ref,
+        ref={key: value for key, value in span.ref.items() if key != _TURNS} if span.ref else span.ref,
         cost_usd=span.cost_usd,
         tokens=span.tokens,
     )
@@ -443,14 +447,15 @@ def _owner(session_id: str, sessions: dict[str, SessionRecord], task_of: dict[st
     return None
 
 
-async def _turn_times(
-    engine: EngineView, sessions: dict[str, SessionRecord]
-) -> dict[tuple[str, str | None], tuple[datetime, datetime | None, str | None]]:
-    """When each turn of the run's sessions started and ended, and how, from their events (one read a session);
-    a reaped session's turns keep only the ledger's times."""
-    times: dict[tuple[str, str | None], tuple[datetime, datetime | None, str | None]] = {}
-    for session_id in sessions:
-        marks = await engine.store.read_events(session_id, types=["turn.started", "turn.ended"], limit=10_000)
+_TurnTimes = dict[tuple[str, str | None], tuple[datetime, datetime | None, str | None]]
+"""When each turn started and ended, and how (`TurnEnded.outcome`; None while it runs), by (session, turn)."""
+
+
+async def _times_from_events(store: Store, session_ids: Iterable[str]) -> _TurnTimes:
+    """`_TurnTimes` of the sessions' turns, from their events (one read a session)."""
+    times: _TurnTimes = {}
+    for session_id in session_ids:
+        marks = await store.read_events(session_id, types=["turn.started", "turn.ended"], limit=10_000)
         for event in marks:
             key = (session_id, event.turn_id)
             start, _end, _outcome = times.get(key, (event.at, None, None))
@@ -459,6 +464,39 @@ async def _turn_times(
             else:
                 times.setdefault(key, (start, None, None))
     return times
+
+
+async def turn_marks(store: Store, session_ids: Sequence[str]) -> list[JsonValue]:
+    """The turns of a task's sessions as its span keeps them (`ref.turns`), so that a trace still shows when each
+    started and ended, and how, once the sessions were reaped: `[agentId, turnId, startedAt, endedAt, outcome]`
+    each (the last two null while it runs), at most `MAX_TURNS`."""
+    times = await _times_from_events(store, session_ids)
+    return [
+        [session_id, turn_id, _iso(start), _iso(end) if end else None, outcome]
+        for (session_id, turn_id), (start, end, outcome) in list(times.items())[:MAX_TURNS]
+    ]
+
+
+def _kept_marks(stored: Iterable[SpanRecord]) -> _TurnTimes:
+    """The turn marks the run's task spans kept (`turn_marks`); a mark that does not read as one is left out."""
+    times: _TurnTimes = {}
+    for span in stored:
+        marks = (span.ref or {}).get(_TURNS)
+        for mark in marks if isinstance(marks, list) else []:
+            match mark:
+                case [str(session_id), str() | None as turn_id, str(start), str() | None as end, str() | None as how]:
+                    begun, ended = cursor_moment(start), cursor_moment(end) if end else None
+                    if begun is not None and (end is None or ended is not None):
+                        times[(session_id, turn_id)] = (begun, ended, how)
+    return times
+
+
+async def _turn_times(
+    engine: EngineView, sessions: dict[str, SessionRecord], stored: Iterable[SpanRecord]
+) -> _TurnTimes:
+    """When each turn of the run's agents started and ended, and how: from their events while they exist, else
+    as their task's span kept it; a turn neither knows keeps only the ledger's times."""
+    return _kept_marks(stored) | await _times_from_events(engine.store, sessions)
 
 
 def _turn_span(

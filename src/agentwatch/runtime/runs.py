@@ -50,6 +50,7 @@ from pydantic import JsonValue, ValidationError
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotFound
 from agentwatch.events import Origin, Usage
+from agentwatch.reads.runs import turn_marks
 from agentwatch.store import (
     RUN_ENDINGS,
     JournalEntry,
@@ -156,12 +157,15 @@ class Span:
                 await runtime.enqueue(session.id, prompt, origin=Origin(kind="run", ref=self.run_id))
                 snapshot, status = await self._outcome(session.id, timeout)
                 # Its cost is its agent's and its sub-agents' (named in its ref: the trace places their turns under
-                # it after they were reaped too).
+                # it after they were reaped too), and when their turns began and ended, and how (which the trace
+                # shows from the ref once they were reaped).
                 spawned = [child.id for child in await descendants(store, session.id)]
                 usage = sum((await store.usage_totals([session.id, *spawned])).values(), Usage())
+                turns = await turn_marks(store, [session.id, *spawned])
                 ref: dict[str, JsonValue] = {
                     "agentId": session.id,
                     **({"subAgents": list[JsonValue](spawned)} if spawned else {}),
+                    **({"turns": turns} if turns else {}),
                 }
                 cost, tokens = usage.cost_usd or 0.0, usage.total_tokens
                 await store.update_span(
