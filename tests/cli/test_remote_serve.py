@@ -367,3 +367,26 @@ def test_await_rides_through_a_restart_of_the_service(tmp_path: Path) -> None:
         for process in (waiter, first, second):
             if process is not None:
                 stopped(process)
+
+
+def test_tail_follow_ends_when_the_agent_is_deleted(service: tuple[str, str, Path], tmp_path: Path) -> None:
+    """Once: through the service it exited 1 saying the service refused to attach (HTTP 204: the stream of a
+    deleted agent is over), and on the store it followed a deleted agent for good."""
+    store, url, _ = service
+    for server in (url, "none"):
+        created = call(url, "agent_create", {"role": "worker", "name": f"doomed-{server[:4]}"})
+        follower = running(tmp_path, "tail", created["agentId"], "-f", "--server", server, "--store", store)
+        try:
+            time.sleep(1.0)  # (following)
+            assert follower.poll() is None
+            call(url, "agent_delete", {"id": created["agentId"]})
+            _, err = follower.communicate(timeout=30)
+            assert follower.returncode == 0, err
+            assert f"{created['agentId']} was deleted" in err
+        finally:
+            stopped(follower)
+        # Following an agent deleted before: over at once.
+        again = subprocess.run(cli("tail", created["agentId"], "-f", "--server", server, "--store", store),
+                               cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=60,
+                               check=False)  # fmt: skip
+        assert again.returncode == 0 and f"{created['agentId']} was deleted" in again.stderr, again.stderr

@@ -208,19 +208,26 @@ def render_history(answer: dict[str, Any]) -> None:
 async def follow_session(
     reader: Reader, agent_id: str, after: str | None, types: list[str], max_chars: int, as_json: bool
 ) -> None:
-    from agentwatch.events import StreamCursor
+    """Print the session's events after `after` as they come, from the store, until it is deleted."""
+    from agentwatch.events import StreamCursor, is_deletion_notice
     from agentwatch.reads.follow import follow
     from agentwatch.reads.tail import project
 
     session = await reader.store.get_session(agent_id)
     cursor = StreamCursor.decode(after, session_id=agent_id) if after else StreamCursor(agent_id, session.last_seq)
+    wanted = set(types)
+    if session.deleted_at is not None:  # deleted before: what it wrote after the cursor, and nothing more comes
+        for event in await reader.store.read_events(agent_id, after_seq=cursor.seq, limit=10_000):
+            if event.type in wanted:
+                print_row(project(event, max_chars=max_chars), as_json)
+        return
     # The ring carries another process's events only when it is shared (Redis); otherwise poll the store.
     shared = reader.ring if reader.config.live.startswith("redis") else None
-    wanted = set(types)
     async for event in follow(reader.store, shared, agent_id, after=cursor):
-        if event.type not in wanted:
-            continue
-        print_row(project(event, max_chars=max_chars), as_json)
+        if event.type in wanted:
+            print_row(project(event, max_chars=max_chars), as_json)
+        if is_deletion_notice(event.payload):
+            return  # the agent's last event
 
 
 def render_tail(answer: dict[str, Any]) -> None:

@@ -219,8 +219,9 @@ def tail(
     """Show an agent's recent events as compact rows; with -f, follow it live.
 
     Following resumes from its cursor after a reconnect, with no gap and no repeat; stop it with Ctrl-C (exit
-    130). With a service running, -f attaches to its live stream; without one it follows the store. With -f,
-    --json prints one row per line (the tool's rows), so `--after` can take the last row's id.
+    130); it ends by itself (exit 0) when the agent is deleted. With a service running, -f attaches to its live
+    stream; without one it follows the store. With -f, --json prints one row per line (the tool's rows), so
+    `--after` can take the last row's id.
 
     \b
     Examples:
@@ -267,13 +268,17 @@ def tail(
         for event in stream_events(service, session_id, answer["cursor"]):
             if event.type in wanted:
                 print_row(project(event, max_chars=max_chars), as_json)
-        return
+    else:
 
-    async def main() -> None:
-        async with open_reader(resolve_config(store_url, reading=True)) as reader:
-            await follow_session(reader, session_id, answer["cursor"], wanted, max_chars, as_json)
+        async def main() -> None:
+            async with open_reader(resolve_config(store_url, reading=True)) as reader:
+                await follow_session(reader, session_id, answer["cursor"], wanted, max_chars, as_json)
 
-    run_async(main())
+        run_async(main())
+    from agentwatch.cli._common import err_console
+
+    # Either way the follow ends only with the agent's deletion, its last event.
+    err_console.print(f"{session_id} was deleted: no more events will come", soft_wrap=True)
 
 
 # -- prompt, export, await --------------------------------------------------------------------------------

@@ -353,7 +353,8 @@ class Service:
     def events(self, session_id: str, after: str | None) -> Iterator[dict[str, Any]]:
         """The session's attach stream over SSE: `{"kind": "snapshot" | "event", ...}` frames, live (no
         polling). A stream the service ends (a restart) is resumed from the last cursor, with no gap and no
-        repeat, for a while: from the same URL, or from the one a restarted local service announces."""
+        repeat, for a while: from the same URL, or from the one a restarted local service announces. It ends
+        once the service says the agent's stream is over (it was deleted)."""
         import time
 
         cursor = after
@@ -367,6 +368,8 @@ class Service:
                     connected, failures = True, 0
                     if frame.get("kind") == "open":
                         continue
+                    if frame.get("kind") == "ended":
+                        return
                     if frame.get("kind") == "error":
                         raise_error({"error": frame.get("error")})
                     cursor = str(frame.get("cursor") or (frame.get("event") or {}).get("cursor") or cursor)
@@ -395,6 +398,9 @@ class Service:
         try:
             connection.request("GET", path, headers=self._headers() | {"accept": "text/event-stream"})
             response: HTTPResponse = connection.getresponse()
+            if response.status == 204:  # the agent was deleted and its stream is over: no more events will come
+                yield {"kind": "ended"}
+                return
             if response.status != 200:
                 answer = json.loads(response.read() or b"{}")
                 raise_error(answer if isinstance(answer, dict) else {})
@@ -456,8 +462,8 @@ def read(
 
 def stream_events(service: Service, session_id: str, after: str | None) -> Iterator[Event]:
     """The session's events after `after`, live from the service's attach stream (a snapshot frame, sent
-    when `after` is None, gives its history first)."""
-    from agentwatch.events import Event
+    when `after` is None, gives its history first); they end with the agent's deletion."""
+    from agentwatch.events import Event, is_deletion_notice
 
     def event(body: dict[str, Any]) -> Event:
         return Event(
@@ -475,7 +481,10 @@ def stream_events(service: Service, session_id: str, after: str | None) -> Itera
         if frame.get("kind") == "snapshot":
             yield from (event(body) for body in frame.get("history") or [])
         elif frame.get("kind") == "event":
-            yield event(frame["event"])
+            last = event(frame["event"])
+            yield last
+            if is_deletion_notice(last.payload):
+                return  # the agent's last event: its stream ends with it
 
 
 def await_settled(service: Service, session_id: str, timeout: float, *, spinner: bool) -> dict[str, Any]:

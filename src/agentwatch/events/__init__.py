@@ -40,6 +40,7 @@ from agentwatch.events._runtime import (
     RuntimeRetry,
     SubtaskEnded,
     SubtaskStarted,
+    is_deletion_notice,
 )
 from agentwatch.events._tool import ToolCall, ToolProgress, ToolResult, ToolStatus
 from agentwatch.events._turn import TurnEnded, TurnOutcome, TurnStarted
@@ -113,6 +114,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "WaitsOn",
+    "is_deletion_notice",
     "is_durable_type",
     "new_id",
     "query_digest",

@@ -17,6 +17,7 @@ __all__ = [
     "RuntimeRetry",
     "SubtaskEnded",
     "SubtaskStarted",
+    "is_deletion_notice",
 ]
 
 
@@ -36,6 +37,11 @@ class RuntimeNotice(BasePayload):
     """The part that said it (`observer:<name>`, `model`, `store`, ...)."""
     detail: JsonValue = None
     """Structured facts, when there are any."""
+
+
+def is_deletion_notice(payload: object) -> bool:
+    """Whether `payload` is the notice a deletion writes: a session's last event, with which its stream ends."""
+    return isinstance(payload, RuntimeNotice) and payload.source == DELETION_SOURCE
 
 
 class RuntimeRetry(BasePayload):

@@ -56,7 +56,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor
-from agentwatch.events import DELETION_SOURCE, Event, RuntimeNotice, StreamCursor
+from agentwatch.events import Event, StreamCursor, is_deletion_notice
 from agentwatch.live import Lagged, cancel_and_wait
 from agentwatch.service._wire import error, event_text, snapshot_text, status_for
 from agentwatch.service.broadcast import LiveClient
@@ -282,8 +282,7 @@ async def _between(
 
 def _ends_stream(event: Event) -> bool:
     """Whether `event` is a session's last: the notice its deletion writes."""
-    payload = event.payload
-    return isinstance(payload, RuntimeNotice) and payload.source == DELETION_SOURCE
+    return is_deletion_notice(event.payload)
 
 
 def _missing_before(last: tuple[int, int], event: Event) -> bool:
