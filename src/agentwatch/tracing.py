@@ -11,6 +11,10 @@ The spans follow OpenTelemetry's conventions for generative AI:
   the turn failed. Retries, reroutes, warnings, errors and requests to a person are events on it. A sub-agent's
   first turn is a child of the tool call that spawned it (`agent_task`, `agent_create`) when its parent runs in
   the same engine: one trace for the work an agent delegated.
+- `workflow <name>` (`heartbeat`, `hook`) for each run this engine takes, with its phases (`phase <label>`),
+  tasks (`task <label>`) and back-offs as children; a task's agent's first turn is a child of its task, so a
+  workflow is one trace down to each model request and tool call. A run that ends other than `completed` or
+  `skipped` has an error status.
 - `chat <model>` for each model request (the model's name without its provider), a child of its turn, from
   `completion.started` to `completion.finished`: the model and provider, the finish reason, the tokens.
 - `execute_tool <tool>` for each tool call, a child of its turn, from `tool.call` to `tool.result`: the tool and
@@ -60,6 +64,7 @@ from agentwatch.events import (
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
+    from agentwatch.runtime.runs import RunMark
     from agentwatch.runtime.services import Runtime
 
 __all__ = ["Tracing"]
@@ -84,6 +89,7 @@ class Tracing:
         self._tracer: Tracer | None = None
         self._sessions: weakref.WeakSet[_SessionSpans] = weakref.WeakSet()  # (a driver let go drops its own)
         self._spawned: dict[str, SpanContext] = {}  # sub-agent session -> the span of the call that spawned it
+        self._runs: dict[str, Span] = {}  # the open spans of runs: a run's by its id, its spans' by theirs
 
     @property
     def on(self) -> bool:
@@ -98,6 +104,7 @@ class Tracing:
         self._provider = self._given or self._process_provider()
         self._tracer = self._provider.get_tracer(INSTRUMENTATION, version("agentwatch"))
         engine.start_with_observer(self._observer)
+        engine.run_listeners.append(self._run_mark)
 
     def _process_provider(self) -> Any:
         """The process's SDK provider, or one made here that exports over OTLP/HTTP."""
@@ -129,12 +136,48 @@ class Tracing:
         self._sessions.add(spans)
         return spans
 
+    def _run_mark(self, mark: RunMark) -> None:
+        """A run's span (`<kind> <entity>`) and its spans (`<kind> <label>`) as the run takes them; a task's
+        agent's first turn goes under its task."""
+        tracer = self._tracer
+        if tracer is None:
+            return
+        key = mark.span_id or mark.run_id
+        if mark.what == "ended":
+            span = self._runs.pop(key, None)
+            if span is not None:
+                span.set_attribute("agentwatch.run.status", mark.status or "")
+                if mark.status not in ("completed", "skipped"):
+                    _fail(span, f"it ended {mark.status}")
+                span.end(_nanoseconds(mark.at) if mark.at is not None else None)
+            return
+        from opentelemetry import trace
+
+        parent = self._runs.get(mark.parent_span_id or mark.run_id) if mark.what == "opened" else None
+        attributes: dict[str, Any] = {"agentwatch.run.id": mark.run_id, "agentwatch.run.kind": mark.kind}
+        if mark.agent_id is not None:
+            attributes["gen_ai.agent.id"] = mark.agent_id
+        name = mark.label.partition(":")[2] or mark.label if mark.span_id is None else mark.label  # (a run's entity)
+        span = tracer.start_span(
+            f"{mark.kind} {name}",
+            context=trace.set_span_in_context(parent) if parent is not None else None,
+            start_time=_nanoseconds(mark.at) if mark.at is not None else None,
+            attributes=attributes,
+        )
+        self._runs[key] = span
+        if mark.agent_id is not None:
+            self._spawned[mark.agent_id] = span.get_span_context()
+
     async def close(self) -> None:
         if self._tracer is None:
             return
         for spans in list(self._sessions):
             spans.cut_off()
         self._sessions.clear()
+        for span in self._runs.values():  # runs cut off: they end `interrupted` (or lapse) in the store
+            _fail(span, CUT_OFF)
+            span.end()
+        self._runs.clear()
         self._tracer = None
         provider = self._made or self._provider
         flush = getattr(provider, "shutdown" if self._made is not None else "force_flush", None)

@@ -157,6 +157,56 @@ async def test_a_sub_agents_first_turn_is_a_child_of_the_call_that_spawned_it(
     assert second.parent is None and second.context.trace_id != lead_turn.context.trace_id
 
 
+async def test_a_workflow_is_one_trace_down_to_its_agents_model_requests_and_tool_calls(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = exported
+    tries: list[str] = []
+
+    def writer(ctx: Any) -> Any:
+        tries.append(ctx.prompt)
+        return Fail("the draft is lost") if len(tries) == 1 else Reply("written")
+
+    researcher = role(
+        "researcher", scripted("tracing-research", ScriptedModel(function=_two_lookups)), tools=("lookup",)
+    )
+    writer_role = role("writer", scripted("tracing-writer", ScriptedModel(function=writer)))
+    async with (
+        open_engine(researcher, writer_role, tools=[lookup], extensions=[Tracing(provider)]) as engine,
+        engine.run("report") as run,
+    ):
+        async with run.span("Research") as research:
+            await research.task("researcher", "Collect the notes.")
+        await run.task("writer", "Write it up.", attempts=2, backoff_seconds=0.01)
+
+    spans = exporter.get_finished_spans()
+    by_name = _by_name(spans)
+    [workflow] = by_name["workflow report"]
+    [phase] = by_name["phase Research"]
+    [research_task] = by_name["task researcher"]
+    first, second = sorted(by_name["task writer"], key=lambda span: span.start_time or 0)
+    [backoff] = by_name["backoff writer backoff"]
+    [research_turn] = by_name["invoke_agent researcher"]
+    writer_turns = sorted(by_name["invoke_agent writer"], key=lambda span: span.start_time or 0)
+
+    assert {span.context.trace_id for span in spans} == {workflow.context.trace_id}  # one trace
+    assert workflow.parent is None and workflow.status.status_code is StatusCode.UNSET
+
+    def parent_of(span: ReadableSpan) -> int | None:
+        return span.parent.span_id if span.parent is not None else None
+
+    assert parent_of(phase) == workflow.context.span_id
+    assert parent_of(research_task) == phase.context.span_id
+    assert parent_of(research_turn) == research_task.context.span_id
+    assert {parent_of(s) for s in by_name["execute_tool lookup"]} == {research_turn.context.span_id}
+    assert parent_of(first) == parent_of(second) == parent_of(backoff) == workflow.context.span_id
+    assert [parent_of(turn) for turn in writer_turns] == [first.context.span_id, second.context.span_id]
+    assert (first.status.status_code, second.status.status_code) == (StatusCode.ERROR, StatusCode.UNSET)
+    assert first.attributes and first.attributes["agentwatch.run.status"] == "failed"
+    assert research_task.attributes and research_turn.attributes
+    assert research_task.attributes["gen_ai.agent.id"] == research_turn.attributes["gen_ai.agent.id"]
+
+
 async def test_a_failed_turn_and_a_paused_one_say_so_and_an_answer_resumes_in_a_new_span(
     open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:

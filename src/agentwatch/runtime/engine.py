@@ -50,7 +50,7 @@ from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
-from agentwatch.runtime.runs import Run, start_run
+from agentwatch.runtime.runs import Run, RunListener, start_run
 from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.tools import builtin_tools, project_tool
@@ -130,6 +130,8 @@ class Engine:
         self.hooks: HookRunner | None = None
         """Fires this engine's hooks (None where it runs no turn: see `open`)."""
         self.tool_set_hooks: list[ToolSetHook] = []
+        self.run_listeners: list[RunListener] = []
+        """Told each step of the runs this engine takes (the tracing spans of workflows)."""
         """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
 
     @property

@@ -41,10 +41,11 @@ import hashlib
 import logging
 import math
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import JsonValue, ValidationError
 
@@ -68,7 +69,7 @@ from agentwatch.tools import check_prompt
 if TYPE_CHECKING:
     from agentwatch.runtime.services import Runtime
 
-__all__ = ["Run", "Span", "TaskFailed", "start_run"]
+__all__ = ["Run", "RunListener", "RunMark", "Span", "TaskFailed", "start_run", "tell"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,40 @@ class TaskFailed(AgentwatchError):
     code = "task_failed"
 
 
+@dataclass(frozen=True, slots=True)
+class RunMark:
+    """A step of a run as this engine takes it, for the engine's run listeners (`Runtime.run_listeners`: the
+    tracing spans): the run started, a span of it opened, a span or the run ended."""
+
+    what: Literal["started", "opened", "ended"]
+    run_id: str
+    span_id: str | None
+    """None: the run itself."""
+    parent_span_id: str | None
+    """The span it is in (None: the run's top level)."""
+    label: str
+    """The run's entity (`workflow:report`), or the span's label."""
+    kind: str
+    """The run's kind (`workflow`, `heartbeat`, `hook`), or the span's (`phase`, `task`, `backoff`)."""
+    status: str | None
+    at: datetime | None
+    agent_id: str | None = None
+    """A task span's agent."""
+
+
+RunListener = Callable[[RunMark], None]
+"""Told each `RunMark` of the runs this engine takes, on its event loop (keep it quick; it must not raise)."""
+
+
+def tell(runtime: Runtime, mark: RunMark) -> None:
+    """Tell the engine's run listeners about `mark`; one that raises is logged, and the run goes on."""
+    for listener in runtime.run_listeners:
+        try:
+            listener(mark)
+        except Exception:
+            log.exception("run listener %r failed on %s of %s", listener, mark.what, mark.span_id or mark.run_id)
+
+
 class Span:
     """A part of a run (the run itself is the outermost): opens spans inside it and runs tasks under it."""
 
@@ -95,8 +130,7 @@ class Span:
     @asynccontextmanager
     async def span(self, label: str, *, kind: str = "phase") -> AsyncIterator[Span]:
         """A span inside this one, ended as its block ends (`completed`, `failed` when it raises, `cancelled`)."""
-        store = self._runtime.store
-        opened = await store.open_span(
+        opened = await self._open(
             SpanDraft(run_id=self.run_id, parent_span_id=self._parent, kind=kind, label=_label(label))
         )
         status = "completed"
@@ -109,7 +143,7 @@ class Span:
             status = "failed"
             raise
         finally:
-            await store.update_span(opened.id, SpanPatch(status=status, ended_at=_now()))
+            await self._end(opened, SpanPatch(status=status, ended_at=_now()))
 
     async def task(
         self,
@@ -141,7 +175,7 @@ class Span:
             session = await runtime.create(
                 role, run_id=self.run_id, origin=Origin(kind="run", ref=self.run_id), source=source, group_key=group_key
             )
-            span = await store.open_span(
+            span = await self._open(
                 SpanDraft(
                     run_id=self.run_id,
                     parent_span_id=self._parent,
@@ -168,9 +202,7 @@ class Span:
                     **({"turns": turns} if turns else {}),
                 }
                 cost, tokens = usage.cost_usd or 0.0, usage.total_tokens
-                await store.update_span(
-                    span.id, SpanPatch(status=status, ended_at=_now(), cost_usd=cost, tokens=tokens, ref=ref)
-                )
+                await self._end(span, SpanPatch(status=status, ended_at=_now(), cost_usd=cost, tokens=tokens, ref=ref))
             except asyncio.CancelledError:  # (its span ends with the run)
                 if not runtime.closing:  # the run was cancelled: its agent stops too
                     with contextlib.suppress(Exception):
@@ -218,13 +250,29 @@ class Span:
         await store.append_journal(
             JournalEntry(run_id=self.run_id, kind="retry", message=message, detail={"attempt": attempt})
         )
-        backoff = await store.open_span(
+        backoff = await self._open(
             SpanDraft(run_id=self.run_id, parent_span_id=self._parent, kind="backoff", label=f"{name} backoff")
         )
         try:
             await asyncio.sleep(wait)
         finally:
-            await store.update_span(backoff.id, SpanPatch(status="completed", ended_at=_now()))
+            await self._end(backoff, SpanPatch(status="completed", ended_at=_now()))
+
+    async def _open(self, draft: SpanDraft) -> SpanRecord:
+        """Store a span of the run, and tell the engine's run listeners."""
+        opened = await self._runtime.store.open_span(draft)
+        agent = opened.ref.get("agentId") if opened.ref else None
+        mark = RunMark("opened", self.run_id, opened.id, opened.parent_span_id, opened.label, opened.kind,
+                       opened.status, opened.started_at, agent if isinstance(agent, str) else None)  # fmt: skip
+        tell(self._runtime, mark)
+        return opened
+
+    async def _end(self, span: SpanRecord, patch: SpanPatch) -> None:
+        """Store the end of a span of the run, and tell the engine's run listeners."""
+        await self._runtime.store.update_span(span.id, patch)
+        mark = RunMark("ended", self.run_id, span.id, span.parent_span_id, span.label, span.kind, patch.status,
+                       patch.ended_at or _now())  # fmt: skip
+        tell(self._runtime, mark)
 
     @property
     def _parent(self) -> str | None:
@@ -309,6 +357,8 @@ async def start_run(
             f"a run's input is JSON (objects, lists, text, numbers, true, false, null): {exc}"
         ) from None
     record = await runtime.store.create_run(draft)
+    entity = record.entity or f"{kind}:{name}"
+    tell(runtime, RunMark("started", record.id, None, None, entity, record.kind, record.status, record.started_at))
     run = Run(runtime, record)
     patch = run.ending
     renewing = asyncio.create_task(_renew(runtime, record.id, lapse), name=f"agentwatch-run-{record.id}")
@@ -326,7 +376,9 @@ async def start_run(
         renewing.cancel()
         await asyncio.gather(renewing, return_exceptions=True)
         # (not over the `interrupted` another engine wrote when this one was cut off past the run's expiry)
-        await runtime.store.end_run(record.id, patch.model_copy(update={"ended_at": _now()}))
+        ended = patch.model_copy(update={"ended_at": _now()})
+        await runtime.store.end_run(record.id, ended)
+        tell(runtime, RunMark("ended", record.id, None, None, entity, record.kind, ended.status, ended.ended_at))
 
 
 async def billed_run(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from agentwatch.runtime.models import ModelResolver
     from agentwatch.runtime.policy import PolicyChain
     from agentwatch.runtime.roster import AgentDefinition, Roster
+    from agentwatch.runtime.runs import RunListener
     from agentwatch.runtime.thread_observer import ObserverFactory
     from agentwatch.tools import Caller, Tool
 
@@ -104,6 +105,10 @@ class Runtime(Protocol):
     @property
     def tool_set_hooks(self) -> list[ToolSetHook]:
         """Hooks that adjust each turn's tool set, applied in order."""
+
+    @property
+    def run_listeners(self) -> list[RunListener]:
+        """Told each step of the runs this engine takes (see `agentwatch.runtime.runs.RunMark`)."""
 
     async def driver(self, session_id: str) -> SessionChannel:
         """The session's channel in this engine (its emitter and turn loop), started on first use."""
