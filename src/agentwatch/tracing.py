@@ -157,7 +157,7 @@ class Tracing:
         attributes: dict[str, Any] = {"agentwatch.run.id": mark.run_id, "agentwatch.run.kind": mark.kind}
         if mark.agent_id is not None:
             attributes["gen_ai.agent.id"] = mark.agent_id
-        name = mark.label.partition(":")[2] or mark.label if mark.span_id is None else mark.label  # (a run's entity)
+        name = mark.label if mark.span_id is not None else (mark.label.partition(":")[2] or mark.label)  # (entity)
         span = tracer.start_span(
             f"{mark.kind} {name}",
             context=trace.set_span_in_context(parent) if parent is not None else None,
@@ -166,7 +166,7 @@ class Tracing:
         )
         self._runs[key] = span
         if mark.agent_id is not None:
-            self._spawned[mark.agent_id] = span.get_span_context()
+            _spawned_under(self._spawned, mark.agent_id, span)
 
     async def close(self) -> None:
         if self._tracer is None:
@@ -257,10 +257,9 @@ class _SessionSpans:
         elif isinstance(payload, TurnEnded):
             self._end_turn(payload, at)
         elif isinstance(payload, SubtaskStarted):
-            spawner = self.tools.get(payload.tool_call_id or "", self.turn)
-            self.spawned[payload.child_session_id] = spawner.get_span_context()
-            while len(self.spawned) > SPAWNS_KEPT:  # sub-agents that never ran a turn here
-                del self.spawned[next(iter(self.spawned))]
+            _spawned_under(
+                self.spawned, payload.child_session_id, self.tools.get(payload.tool_call_id or "", self.turn)
+            )
         else:
             self._note(event, at)
 
@@ -361,6 +360,13 @@ class _SessionSpans:
         """The engine closes: end what is open, saying so."""
         self._close_all(CUT_OFF, None)
         self._closed = True
+
+
+def _spawned_under(spawned: dict[str, SpanContext], session_id: str, span: Span) -> None:
+    """Keep `span` as the one the first turn of `session_id` (a sub-agent, a run's task) goes under."""
+    spawned[session_id] = span.get_span_context()
+    while len(spawned) > SPAWNS_KEPT:  # sessions that never ran a turn here
+        del spawned[next(iter(spawned))]
 
 
 def _nanoseconds(moment: datetime) -> int:
