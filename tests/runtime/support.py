@@ -89,3 +89,13 @@ async def running_parent(engine: Engine, busy: HeldTool, role: str = "lead") -> 
     await engine.enqueue(parent.id, "work")
     await asyncio.wait_for(busy.started.wait(), 10)
     return parent
+
+
+async def asking_child(engine: Engine, busy: HeldTool, role: str = "kid") -> SessionRecord:
+    """A sub-agent of `role` of a running parent (`running_parent`), once its first turn (on the prompt `start`)
+    is over: paused on a request it holds for that parent, when its script asks one."""
+    parent = await running_parent(engine, busy)
+    child = await engine.create(role, parent_id=parent.id)
+    await engine.enqueue(child.id, "start")
+    child, _ = await engine.wait(child.id, 10)
+    return child

@@ -27,7 +27,7 @@ from agentwatch.events import (
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.runtime.tools import function_tool
-from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_parent, until
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, asking_child, role, until
 
 
 async def all_events(engine: Any, session_id: str) -> list[Event]:
@@ -620,10 +620,7 @@ async def test_a_request_held_for_the_parent_reaches_a_person_when_escalated(
     async with open_engine(
         role("kid", asker, tools=("ask_user",)), busy.role("lead", scripted, "parent"), tools=[busy.tool]
     ) as engine:
-        lead = await running_parent(engine, busy)
-        kid = await engine.create("kid", parent_id=lead.id)
-        await engine.enqueue(kid.id, "start")
-        kid, _ = await engine.wait(kid.id, 10)
+        kid = await asking_child(engine, busy)
         snapshot = await engine.snapshot(kid)
         assert (kid.pending_requests, kid.held_requests, snapshot["word"]) == (0, 1, "working")
         assert snapshot["pendingHitl"]["deliverAt"] is not None
@@ -786,10 +783,7 @@ async def test_a_held_request_reaches_a_person_by_its_deliver_at(open_engine: Op
     async with open_engine(
         role("kid", asker, tools=("ask_user",)), lead_role, tools=[busy.tool], config=config
     ) as engine:
-        lead = await running_parent(engine, busy)
-        kid = await engine.create("kid", parent_id=lead.id)
-        await engine.enqueue(kid.id, "start")
-        kid, _ = await engine.wait(kid.id, 10)
+        kid = await asking_child(engine, busy)
         assert (kid.pending_requests, kid.held_requests) == (0, 1)
         assert await engine.escalate_due() == 0  # not yet: its parent still has time to answer
         await asyncio.sleep(0.3)

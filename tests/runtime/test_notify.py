@@ -21,7 +21,7 @@ from agentwatch.errors import InvalidArgument
 from agentwatch.events import RuntimeNotice
 from agentwatch.notify import SIGNATURE_HEADER, Notifications, signature
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_parent, until
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, asking_child, role, until
 
 
 class Webhook:
@@ -125,10 +125,7 @@ async def test_a_request_held_for_the_parent_is_told_only_once_a_person_has_it(
         tools=[busy.tool],
         extensions=[Notifications(webhook.url)],
     ) as engine:
-        lead = await running_parent(engine, busy)
-        kid = await engine.create("kid", parent_id=lead.id)
-        await engine.enqueue(kid.id, "start")
-        kid, _ = await engine.wait(kid.id, 10)
+        kid = await asking_child(engine, busy)
         snapshot = await engine.snapshot(kid)
         await asyncio.sleep(0.2)
         assert webhook.received == []  # held for its parent: no person is asked yet

@@ -21,7 +21,7 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.tools.ask import check_choice
 from agentwatch.store import SessionPatch, Write
-from tests.runtime.support import HeldTool, OpenEngine, Scripted, role, running_parent
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, asking_child, role
 
 
 def _chooser(question: str, options: list[str], *, multiple: bool = False) -> ScriptedModel:
@@ -174,10 +174,7 @@ async def test_agent_escalate_hands_a_held_request_to_a_person(open_engine: Open
     busy = HeldTool("busy")
     lead_role = busy.role("lead", scripted, "held-lead")
     async with open_engine(role("kid", kid_model, tools=("ask_user",)), lead_role, tools=[busy.tool]) as engine:
-        lead = await running_parent(engine, busy)
-        kid = await engine.create("kid", parent_id=lead.id)
-        await engine.enqueue(kid.id, "start")
-        kid, _ = await engine.wait(kid.id, 10)
+        kid = await asking_child(engine, busy)
         hitl_id = (await engine.snapshot(kid))["pendingHitl"]["hitlId"]
         escalated = await engine.call_tool("agent_escalate", {"hitlId": hitl_id})
         assert escalated == {"hitlId": hitl_id, "agentId": kid.id, "status": "pending", "waitsOn": "person"}
