@@ -53,6 +53,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         engine.turn_overhead,
         "a watched, durable 10-tool turn (FULL; NORMAL beside) vs bare pydantic-ai; commits; file growth",
     ),
+    Benchmark("engine.tracing", engine.tracing_overhead, "the same turn with tracing on vs off"),
     Benchmark("engine.history", engine.history_growth, "turn 20 / turn 2 of one session vs a bare chat"),
     Benchmark("engine.long_chat", engine.long_chat, "turn 100 (1,000 with --long) / turn 10 of one chat vs bare"),
     Benchmark("engine.memory", engine.idle_memory, "heap per idle session (driver alive) vs its bare record"),

@@ -16,6 +16,8 @@ measured in the same run, turn by turn or round by round in alternating order, a
   against the same ratio of a bare chat.
 - `engine.memory`: what a session created through the engine, with its driver alive, adds to the Python heap.
 - `engine.concurrent`: 1,000 short turns at once on one event loop: the wall time and the longest stall.
+- `engine.tracing`: the `engine.turn` turn with tracing on (OpenTelemetry spans of the turn, its requests and
+  tool calls) against the same engine with it off.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from bench._turns import (
     tool_returns,
 )
 
-__all__ = ["concurrent_turns", "history_growth", "idle_memory", "long_chat", "turn_overhead"]
+__all__ = ["concurrent_turns", "history_growth", "idle_memory", "long_chat", "tracing_overhead", "turn_overhead"]
 
 _STALL_TICK_S: Final = 0.005
 _CONCURRENT_WAIT_S: Final = 150.0
@@ -418,6 +420,78 @@ async def turn_overhead(ctx: Context) -> list[Result]:
 
 
 # -- history: turn 20 / turn 2 ------------------------------------------------------------------------------
+
+
+class _Dropped:
+    """A span exporter that takes every batch and keeps nothing: the spans' cost in the process, not a
+    collector's."""
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        """Nothing to close."""
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+async def tracing_overhead(ctx: Context) -> list[Result]:
+    """The same 10-tool turn with tracing on (an SDK provider, its batch processor, spans dropped at export)
+    against tracing off, rotating."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from agentwatch.tracing import Tracing
+
+    sizes = _engine_sizes(ctx)
+    script = ten_tool_turn()
+    ctx.say(f"tracing: {sizes.turns} turns of {TOOL_CALLS} tool calls with tracing on and off, rotating")
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(_Dropped()))  # type: ignore[arg-type]
+    traced, plain = _Clock(), _Clock()
+    try:
+        async with (
+            engine_side(ctx.workdir / "tracing-on", script, extensions=[Tracing(provider)]) as on,
+            engine_side(ctx.workdir / "tracing-off", script) as off,
+        ):
+            total = sizes.warm_up_turns + sizes.turns
+            fresh = {id(on): iter([await on.new_session() for _ in range(total)])}
+            fresh[id(off)] = iter([await off.new_session() for _ in range(total)])
+
+            def turn(side: EngineSide, clock: _Clock) -> Any:
+                async def run() -> None:
+                    session_id = next(fresh[id(side)])
+                    await clock.time(lambda: side.turn(session_id))
+
+                return run
+
+            untimed = _Clock()
+            for _ in range(sizes.warm_up_turns):
+                await turn(on, untimed)()
+                await turn(off, untimed)()
+            await _rotate(sizes.turns, [turn(on, traced), turn(off, plain)])
+    finally:
+        provider.shutdown()
+    how = (
+        f"p50 of {sizes.turns} turns per side, rotating, after {sizes.warm_up_turns} warm-up turns; the turn of "
+        "engine.turn (FULL); value: with `Tracing` (an OpenTelemetry SDK provider and its BatchSpanProcessor, "
+        "22 spans a turn, dropped at export); baseline: the same engine without it"
+    )
+    return [
+        Result("engine.tracing.p50", "ms", _median(traced.wall), _median(plain.wall), "lower", None, f"wall; {how}"),
+        Result(
+            "engine.tracing.cpu_p50",
+            "ms",
+            _median(traced.cpu),
+            _median(plain.cpu),
+            "lower",
+            None,
+            f"CPU of every thread (the batch processor's too); {how}",
+        ),
+    ]
 
 
 async def history_growth(ctx: Context) -> list[Result]:
