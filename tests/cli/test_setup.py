@@ -75,6 +75,13 @@ def shouting_and_napping():
     return {"tools": [shout, nap], "definitions": resting["definitions"], "models": models}
 
 
+def quickly_stuck():
+    napper = AgentDefinition(
+        name="napper", model="scripted:napper", instructions="Rest.", tools=["nap"], sessions={"stuck_after_seconds": 1}
+    )
+    return {"tools": [nap], "definitions": [napper], "models": {"napper": ScriptedModel(function=_naps)}}
+
+
 def _naps(ctx):
     return Reply("rested") if ctx.tool_results else CallTool("nap", {})
 
@@ -286,6 +293,27 @@ def test_a_local_run_cut_off_by_its_timeout_says_what_becomes_of_the_turn(projec
                      "--timeout", "1")  # fmt: skip
     assert ran.returncode == 3, ran.stderr
     assert "'s turn is cut off with this command; it goes on when an engine next opens the store" in ran.stderr
+
+
+def test_reading_the_store_says_stuck_as_the_engine_would_for_a_role_the_setup_defines(project: Path) -> None:
+    """Once: `ls --server none` read the agents directory alone, so a role built in Python read with the
+    project's default threshold (600 s): `working` where the service said `stuck`."""
+    ran = agentwatch(project, "run", "napper", "go", "--setup", "shop.agents:quickly_stuck", "--server", "none",
+                     "--timeout", "1")  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+    time.sleep(1.5)  # past the role's 1 s: its cut-off turn has shown no activity since
+    (project / "agentwatch.toml").write_text('setup = "shop.agents:quickly_stuck"\n')
+    listed = agentwatch(project, "ls", "--server", "none", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(row["role"], row["word"]) for row in json.loads(listed.stdout)["agents"]] == [("napper", "stuck")]
+    stuck = agentwatch(project, "ls", "--word", "stuck", "--server", "none", "--json")
+    assert [row["role"] for row in json.loads(stuck.stdout)["agents"]] == ["napper"]
+    # A setup that does not load leaves the reads to the agents directory, and says so.
+    (project / "agentwatch.toml").write_text('setup = "shop.broken:setup"\n')
+    listed = agentwatch(project, "ls", "--server", "none", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [row["word"] for row in json.loads(listed.stdout)["agents"]] == ["working"]
+    assert "No module named 'notinstalledlib'" in listed.stderr and "read with the project's defaults" in listed.stderr
 
 
 def test_ctrl_c_ends_a_local_run_while_a_plain_def_tool_still_runs(project: Path) -> None:

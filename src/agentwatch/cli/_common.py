@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from agentwatch.config import Config
     from agentwatch.live import LiveRing
-    from agentwatch.runtime.roster import Roster
+    from agentwatch.runtime.roster import AgentDefinition, Roster
     from agentwatch.store import Store
 
     console: Console
@@ -221,19 +221,36 @@ class Reader:
 
     @property
     def roster(self) -> Roster:
-        """The agent definitions of the project's agents directory, with its model aliases."""
+        """The agent definitions of the project's agents directory, with its model aliases, and those its setup
+        builds in Python (`setup`): the roles a service of the project runs, so a read says `stuck` as its
+        engine would."""
         if self._roster is None:
             from agentwatch.runtime.models.refs import ModelResolver
             from agentwatch.runtime.roster import load_roster
 
             config = self.config
             agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
-            self._roster = load_roster(agents_dir, models=ModelResolver.from_config(config))
+            extra = _setup_definitions(config)
+            self._roster = load_roster(agents_dir, extra=extra, models=ModelResolver.from_config(config))
         return self._roster
 
     def stuck_after(self, role: str) -> float:
         """The role's stuck threshold in seconds."""
         return self.roster.session_settings(role, self.config.sessions).stuck_after_seconds
+
+
+def _setup_definitions(config: Config) -> list[AgentDefinition]:
+    """The agent definitions the project's setup builds in Python; none without a setup, or when it does not
+    load (said on stderr: the roles it defines are then read with the project's default thresholds)."""
+    if config.setup is None:
+        return []
+    from agentwatch.runtime.setup import load_setup
+
+    try:
+        return list(load_setup(config).get("definitions", ()))
+    except AgentwatchError as exc:
+        _warn_once(f"{exc}; the roles it defines are read with the project's defaults")
+        return []
 
 
 def existing_store(url: str) -> None:
