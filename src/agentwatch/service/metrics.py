@@ -62,7 +62,7 @@ _STEP_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, float(
 
 
 class ServiceMetrics:
-    """The service's metrics (its own registry: a process may run several services, each tests its own)."""
+    """The service's metrics, in a registry of their own (not the process's: one process may serve several apps)."""
 
     def __init__(
         self, *, turns_running: Callable[[], int], sessions_loaded: Callable[[], int], draining: Callable[[], bool]
