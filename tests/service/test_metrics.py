@@ -112,3 +112,28 @@ async def test_metrics_ask_for_a_token_and_a_read_only_one_will_do(open_engine: 
         read_only = await http.get("/metrics", headers={"Authorization": "Bearer reads"})
     assert without.status_code == 401
     assert read_only.status_code == 200 and "agentwatch_turns_running 0.0" in read_only.text
+
+
+def _made_up_tools(ctx: Any) -> Any:
+    if ctx.request_index < 3:
+        return CallTool(f"{ctx.prompt}_{ctx.request_index}", {})
+    return Reply("Done.")
+
+
+async def test_a_tool_the_engine_does_not_have_is_counted_as_other_not_as_a_series_of_its_own(
+    open_engine: Any, scripted: Any
+) -> None:
+    model = scripted("metrics-made-up", ScriptedModel(function=_made_up_tools))
+    async with (
+        open_engine(role("dreamer", model, tools=("lookup",)), tools=[lookup]) as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        for prompt in ("fetch", "summon"):
+            await engine.task("dreamer", prompt, timeout=10)
+        samples = _samples((await http.get("/metrics")).text)
+
+    # A model's made-up names (or ones a prompt put in its mouth) would each make series of their own.
+    tools = {dict(labels)["tool"] for name, labels in samples if name == "agentwatch_tool_calls_total"}
+    assert tools == {"other"}
+    assert samples[("agentwatch_tool_calls_total", (("status", "error"), ("tool", "other")))] == 6

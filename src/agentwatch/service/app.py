@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.toolservers import SEPARATOR as TOOL_SEPARATOR
 from agentwatch.service.access import MCP_PATH, Guard, ServiceSettings
 from agentwatch.service.api import call_tool_endpoint, callable_tools, json_error, list_tools_endpoint
 from agentwatch.service.attach import SendWatch, events_sse, events_websocket
@@ -90,6 +91,16 @@ async def health_answer(state: ServiceState) -> Response:
     return JSONResponse({"status": status, **checks}, status_code=200 if status == "ok" else 503)
 
 
+def _has_tool(engine: Engine, name: str) -> bool:
+    """Whether `engine` has a tool named `name`: one registered, or one of a tool server a definition lists."""
+    if name in engine.tools:
+        return True
+    server, separator, _ = name.partition(TOOL_SEPARATOR)
+    return bool(separator) and any(
+        listed.name == server for definition in engine.roster.definitions.values() for listed in definition.mcp_servers
+    )
+
+
 def create_app(
     engine: Engine, settings: ServiceSettings | None = None, *, state: ServiceState | None = None
 ) -> Starlette:
@@ -108,6 +119,7 @@ def create_app(
         turns_running=lambda: len(engine.running_turns()),
         sessions_loaded=engine.sessions_loaded,
         draining=lambda: state.draining,
+        known_tool=lambda name: _has_tool(engine, name),
     )
     engine.start_with_observer(metrics.observer)
 

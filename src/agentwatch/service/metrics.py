@@ -3,7 +3,8 @@
 What this service's engine did, counted from the events it wrote as they are handed out (a ThreadObserver beside
 the broadcaster's), and what it holds now, read at each scrape. Every service counts its own: add them up in the
 query (`sum by (role) (rate(agentwatch_turns_total[5m]))`). The labels are roles, models, tools and outcomes, names
-the agent definitions give, so a service has few series.
+the agent definitions give, so a service has few series: a call of a tool the engine does not have (a name a model
+made up) is counted as tool `other`.
 
 | metric | type | labels |
 |---|---|---|
@@ -13,7 +14,7 @@ the agent definitions give, so a service has few series.
 | `agentwatch_model_request_seconds` | histogram | `model` |
 | `agentwatch_tokens_total` | counter | `role`, `model`, `kind` (input, output) |
 | `agentwatch_cost_usd_total` | counter | `role`, `model` (requests whose price is known) |
-| `agentwatch_tool_calls_total` | counter | `tool`, `status` (ok, error, denied, interrupted) |
+| `agentwatch_tool_calls_total` | counter | `tool` (or `other`), `status` (ok, error, denied, interrupted) |
 | `agentwatch_tool_call_seconds` | histogram | `tool` |
 | `agentwatch_model_retries_total` | counter | |
 | `agentwatch_runtime_errors_total` | counter | `source` (model, tools, ...) |
@@ -57,6 +58,7 @@ __all__ = ["CONTENT_TYPE", "ServiceMetrics"]
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 _UNKNOWN: Final = "unknown"
+_OTHER_TOOL: Final = "other"
 _TURN_BUCKETS: Final = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, float("inf"))
 _STEP_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, float("inf"))
 
@@ -65,8 +67,16 @@ class ServiceMetrics:
     """The service's metrics, in a registry of their own (not the process's: one process may serve several apps)."""
 
     def __init__(
-        self, *, turns_running: Callable[[], int], sessions_loaded: Callable[[], int], draining: Callable[[], bool]
+        self,
+        *,
+        turns_running: Callable[[], int],
+        sessions_loaded: Callable[[], int],
+        draining: Callable[[], bool],
+        known_tool: Callable[[str], bool] = lambda name: True,
     ) -> None:
+        """`known_tool` tells whether the engine has a tool of that name: a call of one it has not is counted as
+        tool `other` (each name a model makes up would otherwise be series of its own)."""
+        self.known_tool = known_tool
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.turns = Counter(
@@ -174,10 +184,11 @@ class _SessionMeter:
         elif isinstance(payload, ToolCall):
             self._calls[payload.tool_call_id] = at
         elif isinstance(payload, ToolResult):
-            m.tool_calls.labels(payload.tool_name, payload.status).inc()
+            tool = payload.tool_name if m.known_tool(payload.tool_name) else _OTHER_TOOL
+            m.tool_calls.labels(tool, payload.status).inc()
             began = self._calls.pop(payload.tool_call_id, None)
             if began is not None:
-                m.tool_seconds.labels(payload.tool_name).observe(_seconds(began, at))
+                m.tool_seconds.labels(tool).observe(_seconds(began, at))
         elif isinstance(payload, TurnEnded):
             m.turns.labels(self._role, payload.outcome).inc()
             if self._turn_began is not None:
