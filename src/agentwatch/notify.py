@@ -17,9 +17,10 @@ HMAC-SHA256 of its body with that secret, so the receiver can tell it came from 
 
 A notice never holds up an agent: notices queue (1,000 at most; beyond, the newest are dropped and logged) and a
 background task sends them one after another, each tried 3 times (after 1 and 2 s) when the webhook fails or
-answers 5xx or 429. One that could not be sent is recorded on its agent as a `runtime.warning`. Each engine sends
-what it wrote, so a fleet of services on one store sends each notice once; a notice still queued when its engine
-stops is sent for 3 s at most, then dropped.
+answers 5xx or 429, while its request still waits (one answered or dismissed meanwhile is not sent again). One
+that could not be sent is recorded on its agent as a `runtime.warning`. Each engine sends what it wrote, so a
+fleet of services on one store sends each notice once; a notice still queued when its engine stops is sent for
+3 s at most, then dropped.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ import hmac
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from agentwatch.errors import NotFound
 from agentwatch.events import Event, NewEvent, RequestOpened, RuntimeNotice
 from agentwatch.store import Write
 
@@ -147,9 +149,18 @@ class Notifications:
         headers = {"content-type": "application/json"}
         if self._secret:
             headers[SIGNATURE_HEADER] = signature(self._secret, body)
-        failure = await _post(client, self._webhook, body, headers)
-        if failure is not None:
+        failure = await _post(client, self._webhook, body, headers, lambda: self._waits(notice))
+        if failure is not None and await self._waits(notice):
             await self._warn(notice, failure)
+
+    async def _waits(self, notice: _Notice) -> bool:
+        """Whether the notice's request still waits (not answered, nor dismissed as its turn was stopped or its
+        agent deleted)."""
+        assert self._runtime is not None
+        try:
+            return (await self._runtime.store.get_request(notice.request_id)).status == "pending"
+        except NotFound:
+            return False
 
     async def _warn(self, notice: _Notice, failure: str) -> None:
         assert self._runtime is not None
@@ -174,9 +185,12 @@ class Notifications:
         await asyncio.gather(sender, return_exceptions=True)
 
 
-async def _post(client: Any, url: str, body: bytes, headers: Mapping[str, str]) -> str | None:
-    """POST `body`, tried `ATTEMPTS` times while it fails or the webhook answers 5xx or 429; None once it took
-    it, else what went wrong the last time."""
+async def _post(
+    client: Any, url: str, body: bytes, headers: Mapping[str, str], waits: Callable[[], Awaitable[bool]]
+) -> str | None:
+    """POST `body`, tried `ATTEMPTS` times while it fails or the webhook answers 5xx or 429 and `waits()` says its
+    request still waits; None once it took it (or the request no longer waits), else what went wrong the last
+    time."""
     import httpx
 
     wait = FIRST_WAIT_SECONDS
@@ -195,6 +209,8 @@ async def _post(client: Any, url: str, body: bytes, headers: Mapping[str, str]) 
         if attempt < ATTEMPTS:
             await asyncio.sleep(wait)
             wait *= 2
+            if not await waits():
+                return None  # answered or dismissed meanwhile: nobody needs to be told any more
     return f"{failure} ({ATTEMPTS} tries)"
 
 

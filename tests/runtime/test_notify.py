@@ -204,3 +204,29 @@ async def test_off_without_a_webhook_and_a_bad_one_is_refused_with_what_to_write
         load_config(tmp_path, env={"AGENTWATCH_NOTIFY_WEBHOOK": "hooks.example.com/x"})
     config = load_config(tmp_path, env={"AGENTWATCH_NOTIFY_WEBHOOK": "https://hooks.example.com/x"})
     assert config.notify.webhook == "https://hooks.example.com/x"
+
+
+@pytest.mark.parametrize("ended_by", ["answer", "delete"])
+async def test_a_request_that_stopped_waiting_while_its_notice_is_tried_again_is_neither_told_nor_said(
+    open_engine: OpenEngine, scripted: Scripted, monkeypatch: pytest.MonkeyPatch, ended_by: str
+) -> None:
+    monkeypatch.setattr(notify, "FIRST_WAIT_SECONDS", 0.5)
+    hook = Webhook(503, 503, 503)
+    asker = role("asker", scripted(f"notify-ended-{ended_by}", ScriptedModel(function=_asks)), tools=("ask_user",))
+    try:
+        async with open_engine(asker, extensions=[Notifications(hook.url)]) as engine:
+            question = await engine.task("asker", "Go on.", timeout=10)
+            agent_id = str(question["agentId"])
+            await until(lambda: len(hook.received) == 1)
+            if ended_by == "answer":
+                await engine.answer(str(question["pendingHitl"]["hitlId"]), "dev")  # type: ignore[index]
+                await engine.wait(agent_id, 10)
+            else:
+                await engine.delete(agent_id)
+            await asyncio.sleep(2)  # past the other tries
+            warnings = await _warnings(engine, agent_id)
+    finally:
+        hook.close()
+    # Nobody is asked of a question answered (or dismissed) meanwhile, and nothing is written after a deletion.
+    assert len(hook.received) == 1
+    assert warnings == []
