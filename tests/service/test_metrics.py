@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import SessionFilter
-from tests.runtime.support import HeldTool
+from tests.runtime.support import HeldTool, running_parent
 from tests.service.support import role, served
 
 
@@ -137,3 +137,36 @@ async def test_a_tool_the_engine_does_not_have_is_counted_as_other_not_as_a_seri
     tools = {dict(labels)["tool"] for name, labels in samples if name == "agentwatch_tool_calls_total"}
     assert tools == {"other"}
     assert samples[("agentwatch_tool_calls_total", (("status", "error"), ("tool", "other")))] == 6
+
+
+def _asks(ctx: Any) -> Any:
+    if not ctx.tool_results:
+        return CallTool("ask_user", {"question": "Which branch?", "options": ["main", "dev"]})
+    return Reply("Done.")
+
+
+async def test_a_request_held_for_the_parent_counts_as_a_request_to_a_person_once_a_person_has_it(
+    open_engine: Any, scripted: Any
+) -> None:
+    busy = HeldTool("busy")
+    async with (
+        open_engine(
+            role("kid", scripted("metrics-kid", ScriptedModel(function=_asks)), tools=("ask_user",)),
+            busy.role("lead", scripted, "metrics-lead"),
+            tools=[busy.tool],
+        ) as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        lead = await running_parent(engine, busy)
+        kid = await engine.create("kid", parent_id=lead.id)
+        await engine.enqueue(kid.id, "start")
+        kid, _ = await engine.wait(kid.id, 10)
+        held = _samples((await http.get("/metrics")).text)
+        await engine.escalate(str((await engine.snapshot(kid))["pendingHitl"]["hitlId"]))  # type: ignore[index]
+        escalated = _samples((await http.get("/metrics")).text)
+        busy.release.set()
+
+    person_requests = "agentwatch_person_requests_total"
+    assert not [name for name, _ in held if name == person_requests]  # its parent is asked first
+    assert escalated[(person_requests, (("kind", "choice"),))] == 1

@@ -65,7 +65,7 @@ async def escalate(runtime: Runtime, request_id: str, *, reason: str = "escalate
         type="runtime.info",
         message=f"request {request_id} now waits on a person ({reason})",
         source="requests",
-        detail={"request_id": request_id},
+        detail={"request_id": request_id, "kind": request.kind},
     )
     channel = await runtime.driver(request.session_id)
     await channel.commit(

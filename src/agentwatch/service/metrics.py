@@ -18,7 +18,7 @@ made up) is counted as tool `other`.
 | `agentwatch_tool_call_seconds` | histogram | `tool` |
 | `agentwatch_model_retries_total` | counter | |
 | `agentwatch_runtime_errors_total` | counter | `source` (model, tools, ...) |
-| `agentwatch_person_requests_total` | counter | `kind`: questions and approvals opened for a person |
+| `agentwatch_person_requests_total` | counter | `kind`: requests put to a person (a held one once a person has it) |
 | `agentwatch_turns_running` | gauge | turns running in this service now |
 | `agentwatch_sessions_loaded` | gauge | sessions this service holds in memory (their drivers) |
 | `agentwatch_draining` | gauge | 1 once the service was asked to stop |
@@ -59,6 +59,7 @@ __all__ = ["CONTENT_TYPE", "ServiceMetrics"]
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 _UNKNOWN: Final = "unknown"
 _OTHER_TOOL: Final = "other"
+_ESCALATED_SOURCE: Final = "requests"  # the `runtime.info` that says a held request now waits on a person
 _TURN_BUCKETS: Final = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, float("inf"))
 _STEP_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, float("inf"))
 
@@ -119,7 +120,7 @@ class ServiceMetrics:
             "agentwatch_runtime_errors", "Errors recorded on sessions, by source.", ["source"], registry=r
         )
         self.person_requests = Counter(
-            "agentwatch_person_requests", "Questions and approvals opened for a person, by kind.", ["kind"], registry=r
+            "agentwatch_person_requests", "Questions and approvals a person was asked, by kind.", ["kind"], registry=r
         )
         r.register(_Now(turns_running, sessions_loaded, draining))
 
@@ -198,6 +199,9 @@ class _SessionMeter:
             m.retries.inc()
         elif isinstance(payload, RuntimeNotice) and payload.type == "runtime.error":
             m.errors.labels(payload.source or _UNKNOWN).inc()
+        elif isinstance(payload, RuntimeNotice) and payload.source == _ESCALATED_SOURCE:
+            kind = payload.detail.get("kind") if isinstance(payload.detail, dict) else None
+            m.person_requests.labels(kind if isinstance(kind, str) else _UNKNOWN).inc()
         elif isinstance(payload, RequestOpened) and payload.waits_on == "person":
             m.person_requests.labels(payload.kind).inc()
 
