@@ -7,12 +7,14 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentwatch.runtime import engine as engines
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import SessionFilter
-from tests.runtime.support import HeldTool, running_parent
+from tests.runtime.support import HeldTool, running_parent, until
 from tests.service.support import role, served
 
 
@@ -170,3 +172,37 @@ async def test_a_request_held_for_the_parent_counts_as_a_request_to_a_person_onc
     person_requests = "agentwatch_person_requests_total"
     assert not [name for name, _ in held if name == person_requests]  # its parent is asked first
     assert escalated[(person_requests, (("kind", "choice"),))] == 1
+
+
+async def test_a_paused_turn_stopped_after_its_session_was_let_go_counts_under_its_role(
+    open_engine: Any, scripted: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engines, "MAINTENANCE_SECONDS", 0.05)
+    monkeypatch.setattr(engines, "DRIVER_IDLE_SECONDS", 0.2)
+    model = scripted("metrics-let-go", ScriptedModel(function=lambda ctx: CallTool("delete_file", {"path": "a"})))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with (
+        open_engine(cleaner, tools=[delete_file]) as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        paused = await engine.task("cleaner", "Clean up.", timeout=10)
+        agent_id = str(paused["agentId"])
+        await until(lambda: agent_id not in engine._drivers)  # idle (waiting on a person): its driver went
+        await engine.stop(agent_id)  # (a new driver, and a new meter, that saw none of the turn)
+
+        async def ended(outcome: str) -> float | None:
+            samples = _samples((await http.get("/metrics")).text)
+            return samples.get(("agentwatch_turns_total", (("outcome", outcome), ("role", "cleaner"))))
+
+        for _ in range(100):
+            if await ended("cancelled"):
+                break
+            await asyncio.sleep(0.02)
+        samples = _samples((await http.get("/metrics")).text)
+
+    turns = {labels: value for (name, labels), value in samples.items() if name == "agentwatch_turns_total"}
+    assert turns == {
+        (("outcome", "paused"), ("role", "cleaner")): 1,
+        (("outcome", "cancelled"), ("role", "cleaner")): 1,
+    }

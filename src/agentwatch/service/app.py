@@ -101,6 +101,10 @@ def _has_tool(engine: Engine, name: str) -> bool:
     )
 
 
+async def _role_of(engine: Engine, session_id: str) -> str:
+    return (await engine.store.get_session(session_id)).role
+
+
 def create_app(
     engine: Engine, settings: ServiceSettings | None = None, *, state: ServiceState | None = None
 ) -> Starlette:
@@ -120,6 +124,7 @@ def create_app(
         sessions_loaded=engine.sessions_loaded,
         draining=lambda: state.draining,
         known_tool=lambda name: _has_tool(engine, name),
+        role_of=lambda session_id: _role_of(engine, session_id),
     )
     engine.start_with_observer(metrics.observer)
 

@@ -32,7 +32,8 @@ The path asks for a token as every other one does; a read-only token will do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any, Final
 
@@ -74,10 +75,15 @@ class ServiceMetrics:
         sessions_loaded: Callable[[], int],
         draining: Callable[[], bool],
         known_tool: Callable[[str], bool] = lambda name: True,
+        role_of: Callable[[str], Awaitable[str]] | None = None,
     ) -> None:
         """`known_tool` tells whether the engine has a tool of that name: a call of one it has not is counted as
-        tool `other` (each name a model makes up would otherwise be series of its own)."""
+        tool `other` (each name a model makes up would otherwise be series of its own). `role_of` reads a
+        session's role, for a turn that ends where its start was not seen (a paused turn stopped once its
+        session's driver was let go, or after a restart)."""
         self.known_tool = known_tool
+        self._role_of = role_of
+        self._lookups: set[asyncio.Task[None]] = set()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.turns = Counter(
@@ -128,6 +134,24 @@ class ServiceMetrics:
         """The observer factory: pass `metrics.observer` to `engine.start_with_observer`."""
         return _SessionMeter(self)
 
+    def count_turn_of(self, session_id: str, outcome: str) -> None:
+        """Count a turn's end under its session's role, read first (its start was not seen here)."""
+        role_of = self._role_of
+        if role_of is None:
+            self.turns.labels(_UNKNOWN, outcome).inc()
+            return
+
+        async def count() -> None:
+            try:
+                role = await role_of(session_id)
+            except Exception:  # (deleted and reaped meanwhile, or the store failing): still counted
+                role = _UNKNOWN
+            self.turns.labels(role, outcome).inc()
+
+        lookup = asyncio.get_running_loop().create_task(count(), name="agentwatch-metrics-role")
+        self._lookups.add(lookup)
+        lookup.add_done_callback(self._lookups.discard)
+
     def exposition(self) -> bytes:
         """Every metric, in the text format."""
         return generate_latest(self.registry)
@@ -159,6 +183,7 @@ class _SessionMeter:
     def __init__(self, metrics: ServiceMetrics) -> None:
         self._metrics = metrics
         self._role = _UNKNOWN
+        self._started = False  # whether a turn started here: the role is known
         self._turn_began: datetime | None = None
         self._request_began: datetime | None = None
         self._calls: dict[str, datetime] = {}
@@ -167,6 +192,7 @@ class _SessionMeter:
         m, payload, at = self._metrics, event.payload, event.at
         if isinstance(payload, TurnStarted):
             self._role = payload.role or _UNKNOWN
+            self._started = True
             self._turn_began, self._request_began = at, None
             self._calls.clear()
         elif isinstance(payload, CompletionStarted):
@@ -191,6 +217,9 @@ class _SessionMeter:
             if began is not None:
                 m.tool_seconds.labels(tool).observe(_seconds(began, at))
         elif isinstance(payload, TurnEnded):
+            if not self._started:  # a paused turn stopped, its start before this meter: the role is read
+                m.count_turn_of(thread_id, payload.outcome)
+                return
             m.turns.labels(self._role, payload.outcome).inc()
             if self._turn_began is not None:
                 m.turn_seconds.labels(self._role).observe(_seconds(self._turn_began, at))
