@@ -76,6 +76,8 @@ SPAWNS_KEPT: Final = 1000
 """How many spawned sub-agents wait for their first turn to join their spawner's trace (the oldest go first)."""
 FLUSH_SECONDS: Final = 3.0
 """How long a closing engine waits for its last spans to be sent."""
+_PROVIDER_NAMES: Final = {"openai-chat": "openai", "openai-responses": "openai"}
+"""The conventions' names of the ref prefixes that are not (the rest are their own: `openai`, `anthropic`, ...)."""
 CUT_OFF: Final = "the engine closed while this was running; an engine that opens the store continues the turn"
 
 
@@ -374,11 +376,12 @@ def _nanoseconds(moment: datetime) -> int:
 
 
 def _model_attributes(ref: str) -> dict[str, Any]:
-    """`provider:model` as the conventions' request model and provider."""
+    """`provider:model` as the conventions' request model and provider (named as they name it: OpenAI's APIs,
+    `openai-chat:` and `openai-responses:`, are `openai`)."""
     provider, _, name = ref.partition(":")
     attributes: dict[str, Any] = {"gen_ai.request.model": name or ref}
     if name:
-        attributes["gen_ai.provider.name"] = provider
+        attributes["gen_ai.provider.name"] = _PROVIDER_NAMES.get(provider, provider)
     return attributes
 
 

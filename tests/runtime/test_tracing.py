@@ -28,6 +28,7 @@ from agentwatch.runtime import engine as engines
 from agentwatch.runtime.models import CallTool, Fail, Reply, ScriptedModel
 from agentwatch.tracing import CUT_OFF, Tracing
 from agentwatch.watchers import ObserverAgents
+from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.otlp_collector import OtlpCollector
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
@@ -121,6 +122,27 @@ async def test_a_turn_is_a_span_with_its_model_requests_and_tool_calls_as_childr
     # No text of the conversation in any span.
     texts = json.dumps([dict(s.attributes or {}) for s in exporter.get_finished_spans()])
     assert "What do the notes say" not in texts and "note a: done" not in texts and "Reading" not in texts
+
+
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+async def test_a_models_provider_is_named_as_the_conventions_name_it(
+    open_engine: OpenEngine, exported: tuple[TracerProvider, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider, exporter = exported
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        weather = role("weather", "openai-chat:gpt-4o", tools=("get_weather",))
+        async with open_engine(weather, tools=[get_weather], extensions=[Tracing(provider)]) as engine:
+            done = await engine.task("weather", "What is the weather in Paris?", timeout=10)
+    assert done["status"] == "completed"
+    # OpenAI's two APIs are one provider for the conventions (`gen_ai.provider.name` tells the telemetry's flavour).
+    named = {(span.name, (span.attributes or {}).get("gen_ai.provider.name")) for span in exporter.get_finished_spans()}
+    assert named == {("invoke_agent weather", "openai"), ("chat gpt-4o", "openai"), ("execute_tool get_weather", None)}
 
 
 async def test_a_sub_agents_first_turn_is_a_child_of_the_call_that_spawned_it(
