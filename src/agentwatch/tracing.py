@@ -16,9 +16,15 @@ The spans follow OpenTelemetry's conventions for generative AI:
   workflow is one trace down to each model request and tool call. A run that ends other than `completed` or
   `skipped` has an error status.
 - `chat <model>` for each model request (the model's name without its provider), a child of its turn, from
-  `completion.started` to `completion.finished`: the model and provider, the finish reason, the tokens.
+  `completion.started` to `completion.finished`, of kind CLIENT: the model and provider, the conversation, the
+  finish reason, the tokens.
 - `execute_tool <tool>` for each tool call, a child of its turn, from `tool.call` to `tool.result`: the tool and
   the call id; an error status when the call failed, was denied or was cut off.
+
+A span that ended in an error has an error status saying why, and `error.type` saying which: a tool call's status
+(`error`, `denied`, `interrupted`), a response's finish reason (`error`, `interrupted`), `failed` for a failed turn,
+the turn's outcome for a request or call its turn ended while open, `cut_off` for what was open as the engine
+closed, and `_OTHER` for what a later request or turn found open.
 
 What a span says is what the log says, and when: a ThreadObserver makes the spans from the events this engine
 wrote, once each is durable, and times them by the events' own times. No text of the conversation (prompts,
@@ -78,6 +84,8 @@ FLUSH_SECONDS: Final = 3.0
 """How long a closing engine waits for its last spans to be sent."""
 _PROVIDER_NAMES: Final = {"openai-chat": "openai", "openai-responses": "openai"}
 """The conventions' names of the ref prefixes that are not (the rest are their own: `openai`, `anthropic`, ...)."""
+_OTHER: Final = "_OTHER"
+"""`error.type` of what a later request or turn found open (the conventions' word for an error of no other class)."""
 CUT_OFF: Final = "the engine closed while this was running; an engine that opens the store continues the turn"
 
 
@@ -211,6 +219,8 @@ class _SessionSpans:
     spawned: dict[str, SpanContext]
     """Shared by the engine's sessions: the span a sub-agent's first turn is a child of, by its session."""
     turn: Span | None = None
+    conversation_id: str | None = None
+    """The conversation of the turn open here (its model requests are in it too)."""
     chat: Span | None = None
     tools: dict[str, Span] = field(default_factory=dict)
     _closed: bool = False
@@ -228,9 +238,11 @@ class _SessionSpans:
         elif self.turn is None:
             return  # the rest of a turn this engine did not start here (a continuation makes its own)
         elif isinstance(payload, CompletionStarted):
-            self._end_chat("a new model request began", at)
+            self._end_chat("a new model request began", _OTHER, at)
             attributes = {"gen_ai.operation.name": "chat", **_model_attributes(payload.model)}
-            self.chat = self._child(f"chat {attributes['gen_ai.request.model']}", at, attributes)
+            if self.conversation_id is not None:
+                attributes["gen_ai.conversation.id"] = self.conversation_id
+            self.chat = self._child(f"chat {attributes['gen_ai.request.model']}", at, attributes, client=True)
             self.chat.set_attribute("agentwatch.request_index", payload.request_index)
         elif isinstance(payload, CompletionFinished):
             if self.chat is not None:
@@ -238,7 +250,7 @@ class _SessionSpans:
                 if payload.finish_reason is not None:
                     self.chat.set_attribute("gen_ai.response.finish_reasons", [payload.finish_reason])
                 if payload.finish_reason in ("interrupted", "error"):
-                    _fail(self.chat, f"the response ended: {payload.finish_reason}")
+                    _fail(self.chat, f"the response ended: {payload.finish_reason}", payload.finish_reason)
                 self.chat.end(at)
                 self.chat = None
         elif isinstance(payload, ToolCall):
@@ -254,7 +266,7 @@ class _SessionSpans:
             if span is not None:
                 span.set_attribute("agentwatch.tool.status", payload.status)
                 if payload.status != "ok":
-                    _fail(span, f"the tool call ended {payload.status}")
+                    _fail(span, f"the tool call ended {payload.status}", payload.status)
                 span.end(at)
         elif isinstance(payload, TurnEnded):
             self._end_turn(payload, at)
@@ -270,7 +282,7 @@ class _SessionSpans:
 
     def _start_turn(self, event: Event, payload: TurnStarted, at: int) -> None:
         if self.turn is not None:  # a turn that never ended here (its end was written elsewhere)
-            self._close_all("a new turn started before this one's end reached this engine", at)
+            self._close_all("a new turn started before this one's end reached this engine", _OTHER, at)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.id": self.session_id,
@@ -280,6 +292,7 @@ class _SessionSpans:
         }
         if payload.role is not None:
             attributes["gen_ai.agent.name"] = payload.role
+        self.conversation_id = event.conversation_id
         if event.conversation_id is not None:
             attributes["gen_ai.conversation.id"] = event.conversation_id
         if payload.model is not None:
@@ -293,12 +306,13 @@ class _SessionSpans:
             context = trace.set_span_in_context(trace.NonRecordingSpan(spawner))
         self.turn = self.tracer.start_span(name, context=context, start_time=at, attributes=attributes)
 
-    def _child(self, name: str, at: int, attributes: dict[str, Any]) -> Span:
+    def _child(self, name: str, at: int, attributes: dict[str, Any], *, client: bool = False) -> Span:
         from opentelemetry import trace
 
         assert self.turn is not None
+        kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
         return self.tracer.start_span(
-            name, context=trace.set_span_in_context(self.turn), start_time=at, attributes=attributes
+            name, context=trace.set_span_in_context(self.turn), kind=kind, start_time=at, attributes=attributes
         )
 
     def _note(self, event: Event, at: int) -> None:
@@ -326,41 +340,41 @@ class _SessionSpans:
                 span.set_attribute("agentwatch.tool.status", "waiting")
                 span.end(at)
             self.tools.clear()
-        self._end_parts(reason, at)
+        self._end_parts(reason, payload.outcome, at)
         turn.set_attribute("agentwatch.turn.outcome", payload.outcome)
         if payload.reason:
             turn.set_attribute("agentwatch.turn.reason", payload.reason)
         turn.set_attributes(_usage_attributes(payload.usage))
         if payload.outcome == "failed":
-            _fail(turn, payload.error or reason)
+            _fail(turn, payload.error or reason, "failed")
         turn.end(at)
         self.turn = None
 
-    def _end_chat(self, why: str, at: int | None) -> None:
+    def _end_chat(self, why: str, error_type: str, at: int | None) -> None:
         if self.chat is not None:
-            _fail(self.chat, why)
+            _fail(self.chat, why, error_type)
             self.chat.end(at)
             self.chat = None
 
-    def _end_parts(self, why: str, at: int | None) -> None:
+    def _end_parts(self, why: str, error_type: str, at: int | None) -> None:
         """End the turn's open request and tool calls with an error saying `why` (at `at`; None: now)."""
-        self._end_chat(why, at)
+        self._end_chat(why, error_type, at)
         for span in self.tools.values():
-            _fail(span, why)
+            _fail(span, why, error_type)
             span.end(at)
         self.tools.clear()
 
-    def _close_all(self, why: str, at: int | None) -> None:
+    def _close_all(self, why: str, error_type: str, at: int | None) -> None:
         """End every open span, the turn's too, with an error saying `why`."""
-        self._end_parts(why, at)
+        self._end_parts(why, error_type, at)
         if self.turn is not None:
-            _fail(self.turn, why)
+            _fail(self.turn, why, error_type)
             self.turn.end(at)
             self.turn = None
 
     def cut_off(self) -> None:
         """The engine closes: end what is open, saying so."""
-        self._close_all(CUT_OFF, None)
+        self._close_all(CUT_OFF, "cut_off", None)
         self._closed = True
 
 
@@ -395,7 +409,9 @@ def _usage_attributes(usage: Usage) -> dict[str, Any]:
     return attributes
 
 
-def _fail(span: Span, description: str) -> None:
+def _fail(span: Span, description: str, error_type: str) -> None:
+    """An error status saying `description`, and `error.type` (a few words, listed in the module docs)."""
     from opentelemetry.trace import Status, StatusCode
 
     span.set_status(Status(StatusCode.ERROR, description))
+    span.set_attribute("error.type", error_type)

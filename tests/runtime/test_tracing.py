@@ -21,7 +21,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from agentwatch.notify import Notifications
 from agentwatch.runtime import engine as engines
@@ -278,6 +278,33 @@ async def test_a_failed_turn_and_a_paused_one_say_so_and_an_answer_resumes_in_a_
     assert waited.attributes and waited.attributes["agentwatch.tool.status"] == "waiting"
     assert waited.status.status_code is StatusCode.UNSET
     assert waited.parent is not None and waited.parent.span_id == first.context.span_id
+
+
+async def test_a_span_that_ended_in_an_error_names_its_class_and_a_model_request_is_a_client_call(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = exported
+    notes = role("notes", scripted("tracing-error-types", ScriptedModel(function=_two_lookups)), tools=("lookup",))
+    failing = role("failing", scripted("tracing-error-fails", ScriptedModel([Fail("the model is down")])))
+    async with open_engine(notes, failing, tools=[lookup], extensions=[Tracing(provider)]) as engine:
+        done = await engine.task("notes", "What do the notes say?", timeout=10)
+        await engine.task("failing", "Go.", timeout=10)
+        session = await engine.store.get_session(str(done["agentId"]))
+
+    spans = _by_name(exporter.get_finished_spans())
+    # `error.type` is what the conventions ask of a span that ended in an error, beside its status.
+    error_types = [
+        (span.status.status_code, (span.attributes or {}).get("error.type"))
+        for span in sorted(spans["execute_tool lookup"], key=lambda span: span.start_time or 0)
+    ]
+    assert error_types == [(StatusCode.UNSET, None), (StatusCode.ERROR, "error")]
+    [failed] = spans["invoke_agent failing"]
+    assert (failed.status.status_code, (failed.attributes or {}).get("error.type")) == (StatusCode.ERROR, "failed")
+    # A model request is a call of a client (kind CLIENT), in the turn's conversation.
+    chats = spans["chat tracing-error-types"]
+    assert {(chat.kind, (chat.attributes or {}).get("gen_ai.conversation.id")) for chat in chats} == {
+        (SpanKind.CLIENT, session.conversation_id)
+    }
 
 
 async def test_a_turn_cut_off_by_the_engine_closing_ends_its_spans_saying_so(
