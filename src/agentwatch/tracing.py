@@ -19,7 +19,9 @@ The spans follow OpenTelemetry's conventions for generative AI:
   `completion.started` to `completion.finished`, of kind CLIENT: the model and provider, the conversation, the
   finish reason, the tokens.
 - `execute_tool <tool>` for each tool call, a child of its turn, from `tool.call` to `tool.result`: the tool and
-  the call id; an error status when the call failed, was denied or was cut off.
+  the call id; an error status when the call failed, was denied or was cut off. A call that waited on a person is
+  two: one of the paused turn (status `waiting`), and one of the turn the answer resumed, from its start to the
+  call's result (an approved call runs then).
 
 A span that ended in an error has an error status saying why, and `error.type` saying which: a tool call's status
 (`error`, `denied`, `interrupted`), a response's finish reason (`error`, `interrupted`), `failed` for a failed turn,
@@ -221,6 +223,8 @@ class _SessionSpans:
     turn: Span | None = None
     conversation_id: str | None = None
     """The conversation of the turn open here (its model requests are in it too)."""
+    answered_at: int | None = None
+    """When the turn open here began, when a person's answer resumed it (the calls it left them run then)."""
     chat: Span | None = None
     tools: dict[str, Span] = field(default_factory=dict)
     _closed: bool = False
@@ -254,15 +258,12 @@ class _SessionSpans:
                 self.chat.end(at)
                 self.chat = None
         elif isinstance(payload, ToolCall):
-            attributes = {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": payload.tool_name,
-                "gen_ai.tool.call.id": payload.tool_call_id,
-                "gen_ai.tool.type": "function",
-            }
-            self.tools[payload.tool_call_id] = self._child(f"execute_tool {payload.tool_name}", at, attributes)
+            self.tools[payload.tool_call_id] = self._tool(payload.tool_name, payload.tool_call_id, at)
         elif isinstance(payload, ToolResult):
             span = self.tools.pop(payload.tool_call_id, None)
+            if span is None and self.answered_at is not None:
+                # A call its paused turn left to a person: it runs (or is answered) as the resumed turn begins.
+                span = self._tool(payload.tool_name, payload.tool_call_id, self.answered_at)
             if span is not None:
                 span.set_attribute("agentwatch.tool.status", payload.status)
                 if payload.status != "ok":
@@ -293,6 +294,7 @@ class _SessionSpans:
         if payload.role is not None:
             attributes["gen_ai.agent.name"] = payload.role
         self.conversation_id = event.conversation_id
+        self.answered_at = at if payload.trigger == "answer" else None
         if event.conversation_id is not None:
             attributes["gen_ai.conversation.id"] = event.conversation_id
         if payload.model is not None:
@@ -305,6 +307,15 @@ class _SessionSpans:
 
             context = trace.set_span_in_context(trace.NonRecordingSpan(spawner))
         self.turn = self.tracer.start_span(name, context=context, start_time=at, attributes=attributes)
+
+    def _tool(self, name: str, tool_call_id: str, at: int) -> Span:
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": tool_call_id,
+            "gen_ai.tool.type": "function",
+        }
+        return self._child(f"execute_tool {name}", at, attributes)
 
     def _child(self, name: str, at: int, attributes: dict[str, Any], *, client: bool = False) -> Span:
         from opentelemetry import trace

@@ -273,11 +273,19 @@ async def test_a_failed_turn_and_a_paused_one_say_so_and_an_answer_resumes_in_a_
         "completed",
     )
     assert resumed.attributes["agentwatch.turn.id"] == first.attributes["agentwatch.turn.id"]
-    # The call waited on a person while the turn was paused: its span says so, and is no failure.
-    [waited] = spans["execute_tool delete_file"]
+    # The call waited on a person while the turn was paused: its span says so, and is no failure; once approved
+    # it ran as the resumed turn began, a span of that turn's.
+    waited, ran = sorted(spans["execute_tool delete_file"], key=lambda span: span.start_time or 0)
     assert waited.attributes and waited.attributes["agentwatch.tool.status"] == "waiting"
     assert waited.status.status_code is StatusCode.UNSET
     assert waited.parent is not None and waited.parent.span_id == first.context.span_id
+    assert ran.attributes and (ran.attributes["agentwatch.tool.status"], ran.attributes["gen_ai.tool.call.id"]) == (
+        "ok",
+        waited.attributes["gen_ai.tool.call.id"],
+    )
+    assert ran.parent is not None and ran.parent.span_id == resumed.context.span_id
+    assert resumed.start_time == ran.start_time and ran.end_time is not None and resumed.end_time is not None
+    assert ran.end_time <= resumed.end_time
 
 
 async def test_a_span_that_ended_in_an_error_names_its_class_and_a_model_request_is_a_client_call(

@@ -206,3 +206,25 @@ async def test_a_paused_turn_stopped_after_its_session_was_let_go_counts_under_i
         (("outcome", "paused"), ("role", "cleaner")): 1,
         (("outcome", "cancelled"), ("role", "cleaner")): 1,
     }
+
+
+async def test_a_call_a_person_approved_is_timed_from_the_turn_the_approval_resumed(
+    open_engine: Any, scripted: Any
+) -> None:
+    def deleting(ctx: Any) -> Any:
+        return Reply(ctx.tool_results[0].output) if ctx.tool_results else CallTool("delete_file", {"path": "a"})
+
+    model = scripted("metrics-approved", ScriptedModel(function=deleting))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with (
+        open_engine(cleaner, tools=[delete_file]) as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        paused = await engine.task("cleaner", "Clean up.", timeout=10)
+        await engine.answer(str(paused["pendingHitl"]["hitlId"]), True)  # type: ignore[index]
+        await engine.wait(str(paused["agentId"]), 10)
+        samples = _samples((await http.get("/metrics")).text)
+
+    assert samples[("agentwatch_tool_calls_total", (("status", "ok"), ("tool", "delete_file")))] == 1
+    assert samples[("agentwatch_tool_call_seconds_count", (("tool", "delete_file"),))] == 1

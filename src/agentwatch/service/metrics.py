@@ -23,7 +23,8 @@ made up) is counted as tool `other`.
 | `agentwatch_sessions_loaded` | gauge | sessions this service holds in memory (their drivers) |
 | `agentwatch_draining` | gauge | 1 once the service was asked to stop |
 
-Durations are between the times the events were stored: a model request's start is stored with its response when
+Durations are between the times the events were stored (a call a person approved, from the start of the turn the
+approval resumed, as it runs then): a model request's start is stored with its response when
 the model answers within 20 ms, and at most 20 ms after it was sent otherwise (the turn's group commit), so short
 requests read shorter than they were, by that much at most.
 
@@ -184,6 +185,7 @@ class _SessionMeter:
         self._metrics = metrics
         self._role = _UNKNOWN
         self._started = False  # whether a turn started here: the role is known
+        self._answered = False  # whether the turn was resumed by a person's answer (the calls it left run first)
         self._turn_began: datetime | None = None
         self._request_began: datetime | None = None
         self._calls: dict[str, datetime] = {}
@@ -193,6 +195,7 @@ class _SessionMeter:
         if isinstance(payload, TurnStarted):
             self._role = payload.role or _UNKNOWN
             self._started = True
+            self._answered = payload.trigger == "answer"
             self._turn_began, self._request_began = at, None
             self._calls.clear()
         elif isinstance(payload, CompletionStarted):
@@ -214,6 +217,8 @@ class _SessionMeter:
             tool = payload.tool_name if m.known_tool(payload.tool_name) else _OTHER_TOOL
             m.tool_calls.labels(tool, payload.status).inc()
             began = self._calls.pop(payload.tool_call_id, None)
+            if began is None and self._answered:  # a call the paused turn left to a person: run as this one began
+                began = self._turn_began
             if began is not None:
                 m.tool_seconds.labels(tool).observe(_seconds(began, at))
         elif isinstance(payload, TurnEnded):
