@@ -25,8 +25,9 @@ The spans follow OpenTelemetry's conventions for generative AI:
 
 A span that ended in an error has an error status saying why, and `error.type` saying which: a tool call's status
 (`error`, `denied`, `interrupted`), a response's finish reason (`error`, `interrupted`), `failed` for a failed turn,
-the turn's outcome for a request or call its turn ended while open, `cut_off` for what was open as the engine
-closed, and `_OTHER` for what a later request or turn found open.
+the turn's outcome for a request or call its turn ended while open, a run's or its span's status (`failed`,
+`timed_out`, `cancelled`, `interrupted`), `cut_off` for what was open as the engine closed, and `_OTHER` for what a
+later request or turn found open.
 
 What a span says is what the log says, and when: a ThreadObserver makes the spans from the events this engine
 wrote, once each is durable, and times them by the events' own times. No text of the conversation (prompts,
@@ -160,7 +161,7 @@ class Tracing:
             if span is not None:
                 span.set_attribute("agentwatch.run.status", mark.status or "")
                 if mark.status not in ("completed", "skipped"):
-                    _fail(span, f"it ended {mark.status}")
+                    _fail(span, f"it ended {mark.status}", mark.status or _OTHER)
                 span.end(_nanoseconds(mark.at) if mark.at is not None else None)
             return
         from opentelemetry import trace
@@ -187,7 +188,7 @@ class Tracing:
             spans.cut_off()
         self._sessions.clear()
         for span in self._runs.values():  # runs cut off: they end `interrupted` (or lapse) in the store
-            _fail(span, CUT_OFF)
+            _fail(span, CUT_OFF, "cut_off")
             span.end()
         self._runs.clear()
         self._tracer = None
