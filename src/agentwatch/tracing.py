@@ -33,8 +33,8 @@ What a span says is what the log says, and when: a ThreadObserver makes the span
 wrote, once each is durable, and times them by the events' own times. No text of the conversation (prompts,
 answers, tool arguments or results) goes into a span. A turn cut off by a restart and continued by another engine
 is two `invoke_agent` spans, each made by the engine that ran that part (the second with trigger `continue`); one
-a person's answer resumed has trigger `answer`. A turn cut off when this engine closes ends its span with an error
-that says so.
+a person's answer resumed has trigger `answer` and a link to the part before it when this engine ran that part.
+A turn cut off when this engine closes ends its span with an error that says so.
 
 Which provider: the one given; else the process's own when an OpenTelemetry SDK set one up (your code, or
 `opentelemetry-instrument`); else one made here that exports over OTLP/HTTP as the standard `OTEL_EXPORTER_OTLP_*`
@@ -71,7 +71,7 @@ from agentwatch.events import (
 )
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
+    from opentelemetry.trace import Link, Span, SpanContext, Tracer, TracerProvider
 
     from agentwatch.runtime.runs import RunMark
     from agentwatch.runtime.services import Runtime
@@ -222,12 +222,17 @@ class _SessionSpans:
     spawned: dict[str, SpanContext]
     """Shared by the engine's sessions: the span a sub-agent's first turn is a child of, by its session."""
     turn: Span | None = None
+    turn_id: str | None = None
+    """The id of the turn open here."""
     conversation_id: str | None = None
     """The conversation of the turn open here (its model requests are in it too)."""
     answered_at: int | None = None
     """When the turn open here began, when a person's answer resumed it (the calls it left them run then)."""
     chat: Span | None = None
     tools: dict[str, Span] = field(default_factory=dict)
+    earlier: tuple[str, SpanContext] | None = None
+    """The turn id and span of the last part of a turn that ended here: the part a person's answer (or a
+    continuation) resumes next links to it."""
     _closed: bool = False
 
     own_events_only = True
@@ -294,7 +299,7 @@ class _SessionSpans:
         }
         if payload.role is not None:
             attributes["gen_ai.agent.name"] = payload.role
-        self.conversation_id = event.conversation_id
+        self.turn_id, self.conversation_id = event.turn_id, event.conversation_id
         self.answered_at = at if payload.trigger == "answer" else None
         if event.conversation_id is not None:
             attributes["gen_ai.conversation.id"] = event.conversation_id
@@ -307,7 +312,12 @@ class _SessionSpans:
             from opentelemetry import trace
 
             context = trace.set_span_in_context(trace.NonRecordingSpan(spawner))
-        self.turn = self.tracer.start_span(name, context=context, start_time=at, attributes=attributes)
+        links: list[Link] = []
+        if self.earlier is not None and self.earlier[0] == event.turn_id and payload.trigger != "input":
+            from opentelemetry.trace import Link
+
+            links.append(Link(self.earlier[1], {"agentwatch.link": "resumes"}))  # the part of the turn before
+        self.turn = self.tracer.start_span(name, context=context, links=links, start_time=at, attributes=attributes)
 
     def _tool(self, name: str, tool_call_id: str, at: int) -> Span:
         attributes = {
@@ -361,6 +371,8 @@ class _SessionSpans:
             _fail(turn, payload.error or reason, "failed")
         turn.end(at)
         self.turn = None
+        if self.turn_id is not None:
+            self.earlier = (self.turn_id, turn.get_span_context())
 
     def _end_chat(self, why: str, error_type: str, at: int | None) -> None:
         if self.chat is not None:

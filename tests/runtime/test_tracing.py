@@ -273,6 +273,8 @@ async def test_a_failed_turn_and_a_paused_one_say_so_and_an_answer_resumes_in_a_
         "completed",
     )
     assert resumed.attributes["agentwatch.turn.id"] == first.attributes["agentwatch.turn.id"]
+    assert [link.context.span_id for link in resumed.links] == [first.context.span_id]  # the part before it
+    assert not first.links
     # The call waited on a person while the turn was paused: its span says so, and is no failure; once approved
     # it ran as the resumed turn began, a span of that turn's.
     waited, ran = sorted(spans["execute_tool delete_file"], key=lambda span: span.start_time or 0)
