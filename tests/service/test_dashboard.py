@@ -734,3 +734,48 @@ async def test_a_request_opened_while_an_agent_is_being_opened_is_shown(
         await expect(page.locator("#log")).to_contain_text("delete_file", timeout=WAIT_MS)
         await expect(page.locator("#needs").get_by_role("button", name="Approve")).to_be_visible(timeout=WAIT_MS)
         assert problems == []
+
+
+LAGGING_STREAM = """
+(() => {
+  // The live stream lags behind the page's reads (a slow link, a buffering proxy): each frame comes 300 ms after
+  // the one before, in order, while a read of the log answers at once.
+  const Real = window.EventSource;
+  window.EventSource = class extends Real {
+    addEventListener(type, listener, options) {
+      if (type !== "event") return super.addEventListener(type, listener, options);
+      let due = 0;
+      return super.addEventListener(type, (message) => {
+        due = Math.max(Date.now(), due) + 300;
+        setTimeout(() => {
+          listener(message);
+          document.body.dataset.streamed = JSON.parse(message.data).event.type;
+        }, due - Date.now());
+      }, options);
+    }
+  };
+})();
+"""
+
+
+async def test_what_streamed_goes_once_it_is_shown_however_late_the_stream_brings_it(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once: when the log's read showed a response before the live stream brought its streamed words (the
+    stream a little behind), a "writing…" line with those words stayed under the finished turn for good."""
+    model = scripted("dashboard-late", ScriptedModel.replying("The answer is forty two."))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        session = await engine.create("helper", name="late")
+        page = await browser.new_page()
+        problems: list[str] = []
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        await page.add_init_script(LAGGING_STREAM)
+        await page.goto(f"{base}/#agent={session.id}")
+        await expect(page.locator("#d-name")).to_have_text("late", timeout=WAIT_MS)
+        await page.wait_for_timeout(500)  # (attached)
+        await engine.enqueue(session.id, "go")
+        await expect(page.locator("#log")).to_contain_text("turn completed", timeout=WAIT_MS)
+        await expect(page.locator("body")).to_have_attribute("data-streamed", "turn.ended", timeout=WAIT_MS)
+        await expect(page.locator("#log .typing")).to_have_count(0)
+        await expect(page.locator("#log")).to_contain_text("The answer is forty two.")
+        assert problems == []

@@ -16,6 +16,8 @@
   const LOG_TYPES = ["turn.*", "item.*", "tool.progress", "subtask.*", "hitl.*", "model.reroute", "runtime.*", "observer.report"];
   // A tail line that holds what streamed (the response's text or reasoning, as stored), or ends the turn: the
   // "writing…" line goes once one is shown.
+  // The events of the live stream that make what streamed durable (a response's text, its reasoning) or end the turn.
+  const STREAM_ENDS = ["message.assistant", "thinking.completed", "turn.ended"];
   const endsStream = (line) => line.type === "turn.ended" || (line.type === "item.completed" && ["agent_message", "reasoning"].includes(line.itemType));
   const TOKEN_KEY = "agentwatch.token";
 
@@ -502,7 +504,14 @@
       if (event.type === "runtime.info" && event.payload.source === "deletion") source.close(); // its last event
       if (event.type === "content.delta") showTyping(event);
       else {
-        tail(); // (what streamed stays until a line that holds it is shown: see endsStream)
+        const reading = tail(); // (what streamed stays until a line that holds it is shown: see endsStream)
+        // What streamed is durable now: its line goes once the log has read that far. (The log's reads may
+        // have shown it before the stream brought the words: nothing the log shows would take them off then.)
+        if (STREAM_ENDS.includes(event.type) && state.typing) {
+          const typing = state.typing;
+          state.typing = null; // (what streams next goes on a line of its own)
+          reading.catch(() => {}).then(() => typing.remove());
+        }
         laterDetail();
       }
     });
