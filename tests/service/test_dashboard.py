@@ -779,3 +779,30 @@ async def test_what_streamed_goes_once_it_is_shown_however_late_the_stream_bring
         await expect(page.locator("#log .typing")).to_have_count(0)
         await expect(page.locator("#log")).to_contain_text("The answer is forty two.")
         assert problems == []
+
+
+async def test_on_a_laptop_a_long_question_leaves_every_column_in_view(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once at 1024 and 1280 px a long question under an agent's name pushed the "active" column out of the list's
+    pane (cut off, behind a sideways scroll with no sign of it)."""
+    ran: list[str] = []
+    delete_file, script = _cleaner(ran)
+    model = scripted("dashboard-laptop", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
+        paused_path = "a/very/long/path/" * 8 + "file.txt"
+        paused = await engine.task("cleaner", paused_path, timeout=10)
+        for width in (1024, 1280):
+            page = await browser.new_page(viewport={"width": width, "height": 800})
+            await page.goto(base)
+            row = page.locator(f'#agents tr[data-id="{paused["agentId"]}"]')
+            await expect(row).to_contain_text("approve delete_file", timeout=WAIT_MS)
+            active = await row.locator("td").last.bounding_box()
+            pane = await page.locator("#agents-pane").bounding_box()
+            assert active is not None and pane is not None
+            assert active["x"] + active["width"] <= pane["x"] + pane["width"], (width, active, pane)
+            sub = row.locator(".sub")
+            await expect(sub).to_be_visible()  # (the question is still there, cut to the room, whole on hover)
+            await expect(sub).to_have_attribute("title", f"approve delete_file(path={paused_path!r})")
+            await page.close()

@@ -313,7 +313,7 @@
       const held = agent.interception ? `held by ${agent.interception.by}` : null;
       const waiting = agent.oldestRequest ? agent.oldestRequest.summary : null;
       const sub = [held, waiting].filter(Boolean).join(" · ");
-      who.replaceChildren(agent.displayName || agent.name, sub ? el("span", { class: "sub" }, sub) : "");
+      who.replaceChildren(agent.displayName || agent.name, sub ? el("span", { class: "sub", title: sub }, sub) : ""); // (whole on hover)
       role.textContent = agent.role;
       word.replaceChildren(wordBadge(agent.word));
       active.textContent = ago(agent.lastActiveAt);
