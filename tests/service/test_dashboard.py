@@ -806,3 +806,29 @@ async def test_on_a_laptop_a_long_question_leaves_every_column_in_view(
             await expect(sub).to_be_visible()  # (the question is still there, cut to the room, whole on hover)
             await expect(sub).to_have_attribute("title", f"approve delete_file(path={paused_path!r})")
             await page.close()
+
+
+async def test_a_long_stream_shows_its_newest_words_and_leaves_a_reader_where_they_scrolled(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once: past a dozen lines the "writing…" line kept showing its first words (the newest ones out of view in
+    its own box), and each streamed piece pulled a person who had scrolled up the log back to its end."""
+    words = " ".join(f"w{n}" for n in range(400))
+    model = scripted("dashboard-long-stream", ScriptedModel([Reply(words)], chunk_delay=0.02))
+    async with open_engine(role("streamer", model)) as engine, served(create_app(engine)) as base:
+        session = await engine.create("streamer", name="streamer")
+        await engine.store.append(session.id, [NewEvent(UserMessage(text=f"note {i}")) for i in range(40)])
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        log = page.locator("#log")
+        await expect(log).to_contain_text("note 39", timeout=WAIT_MS)
+        await engine.enqueue(session.id, "go")
+        typing = page.locator("#log .typing .detail")
+        await expect(typing).to_contain_text("w200", timeout=WAIT_MS)
+        below = "box => box.scrollHeight - box.scrollTop - box.clientHeight"
+        assert await typing.evaluate(below) < 5  # (the newest words in view)
+        await log.evaluate("box => { box.scrollTop = 0; }")  # a person reads back while it streams
+        await expect(typing).to_contain_text("w300", timeout=WAIT_MS)
+        assert await log.evaluate("box => box.scrollTop") == 0
+        assert await typing.evaluate(below) < 5
+        await expect(log).to_contain_text("w399", timeout=WAIT_MS)
+        assert problems == []

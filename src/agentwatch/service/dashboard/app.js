@@ -203,6 +203,10 @@
     }
   }
 
+  // Near its end (within `slack` pixels): a box that shows its end follows what is added to it; one scrolled back
+  // (a person reading) stays where it is.
+  const atEnd = (box, slack = 40) => box.scrollHeight - box.scrollTop - box.clientHeight < slack;
+
   function wordBadge(word) {
     return el("span", { class: `word ${word}` }, LABELS[word] || word);
   }
@@ -592,7 +596,7 @@
   function showLines(lines) {
     if (!lines.length) return;
     const log = $("log");
-    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
+    const atBottom = atEnd(log);
     if (lines.some(endsStream)) clearTyping(); // what streamed is durable now
     log.append(...lines.map(lineItem));
     if (state.typing) log.append(state.typing); // (moved after them: it goes on streaming)
@@ -642,16 +646,20 @@
 
   function showTyping(event) {
     const delta = event.payload.delta || "";
+    const log = $("log");
+    const following = atEnd(log);
     if (!state.typing) {
       // Hidden from screen readers: the log is a live region, and a line that grows at every streamed piece
       // would be read out piece by piece; the finished text is read once, as its own line.
       state.typing = el("li", { class: "typing", "aria-hidden": "true" }, el("time", { datetime: event.at }, clock(event.at)),
                         el("div", {}, el("span", { class: "title" }, "writing…"), el("span", { class: "detail" }, "")));
-      $("log").append(state.typing);
+      log.append(state.typing);
     }
-    state.typing.querySelector(".detail").textContent += delta;
-    const log = $("log");
-    log.scrollTop = log.scrollHeight;
+    const text = state.typing.querySelector(".detail"); // (a box of its own past a dozen lines)
+    const followingText = atEnd(text, 5);
+    text.textContent += delta;
+    if (followingText) text.scrollTop = text.scrollHeight; // the newest words in view
+    if (following) log.scrollTop = log.scrollHeight;
   }
 
   function laterDetail() {
