@@ -832,3 +832,42 @@ async def test_a_long_stream_shows_its_newest_words_and_leaves_a_reader_where_th
         assert await typing.evaluate(below) < 5
         await expect(log).to_contain_text("w399", timeout=WAIT_MS)
         assert problems == []
+
+
+CONTRAST = """
+element => {
+  // The WCAG contrast ratio of an element's text against its background (both opaque here).
+  const channels = (color) => color.match(/[\\d.]+/g).slice(0, 3).map(Number);
+  const luminance = (color) => {
+    const [r, g, b] = channels(color).map((v) => {
+      const c = v / 255;
+      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const style = getComputedStyle(element);
+  const [fg, bg] = [luminance(style.color), luminance(style.backgroundColor)].sort((a, b) => b - a);
+  return (fg + 0.05) / (bg + 0.05);
+}
+"""
+
+
+async def test_in_dark_mode_the_text_of_the_primary_buttons_can_be_read(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once in a dark theme Approve and the chosen status chip were white on light blue (a contrast of 2.6:1)."""
+    ran: list[str] = []
+    delete_file, script = _cleaner(ran)
+    model = scripted("dashboard-dark", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
+        paused = await engine.task("cleaner", "a.txt", timeout=10)
+        for scheme in ("light", "dark"):
+            context = await browser.new_context(color_scheme=scheme)
+            page = await context.new_page()
+            await page.goto(f"{base}/#agent={paused['agentId']}")
+            approve = page.locator("#needs").get_by_role("button", name="Approve")
+            await expect(approve).to_be_visible(timeout=WAIT_MS)
+            for control in (approve, page.locator('#words [aria-pressed="true"]')):
+                assert await control.evaluate(CONTRAST) >= 4.5, (scheme, await control.inner_text())
+            await context.close()
