@@ -15,6 +15,7 @@ import pytest
 
 from agentwatch.events import NewEvent, ToolResult, UserMessage
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.roster import RoleSessions
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import RequestDraft, SessionDraft, SessionFilter, SessionPatch, Write
 from tests.conftest import IN_CI
@@ -871,3 +872,23 @@ async def test_in_dark_mode_the_text_of_the_primary_buttons_can_be_read(
             for control in (approve, page.locator('#words [aria-pressed="true"]')):
                 assert await control.evaluate(CONTRAST) >= 4.5, (scheme, await control.inner_text())
             await context.close()
+
+
+async def test_the_agent_shown_goes_stuck_with_its_row(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once an agent that went stuck while it was shown stayed `working` (and said nothing else) beside its row's
+    `stuck`: nothing happens to a stuck agent, and the page refreshed what it shows of one only on its events."""
+    held = HeldTool("wait_for_release")
+    model = scripted("dashboard-stuck", ScriptedModel(function=held.script))
+    waiter = role("waiter", model, tools=(held.name,), sessions=RoleSessions(stuck_after_seconds=2))
+    async with open_engine(waiter, tools=[held.tool]) as engine, served(create_app(engine)) as base:
+        session = await engine.create("waiter")
+        await engine.enqueue(session.id, "wait")
+        await held.started.wait()
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        await expect(page.locator("#d-word")).to_have_text("working", timeout=WAIT_MS)
+        row = page.locator(f'#agents tr[data-id="{session.id}"] .word')
+        await expect(row).to_have_text("stuck", timeout=WAIT_MS)
+        await expect(page.locator("#d-word")).to_have_text("stuck", timeout=3000)  # (by the list's next refresh)
+        held.release.set()
+        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+        assert problems == []

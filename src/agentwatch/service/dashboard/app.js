@@ -322,6 +322,10 @@
       word.replaceChildren(wordBadge(agent.word));
       active.textContent = ago(agent.lastActiveAt);
     }, state.selected);
+    // The agent shown, when its row says another word: one that changes with no event of the agent (it went
+    // stuck: nothing happened to it) is shown anew from here.
+    const shown = agents.find((agent) => agent.id === state.selected);
+    if (shown && state.agent && state.agent.id === shown.id && state.agent.word !== shown.word) laterDetail();
     const empty = $("agents-empty");
     const more = total > agents.length;
     empty.hidden = agents.length > 0 && !more;
