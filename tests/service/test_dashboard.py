@@ -892,3 +892,40 @@ async def test_the_agent_shown_goes_stuck_with_its_row(open_engine: Any, scripte
         held.release.set()
         await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
         assert problems == []
+
+
+async def test_the_keyboard_stays_on_what_it_pressed(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once Enter on Take over, Hand back, Send or Stop left the focus on the page's body (the button, disabled
+    while its call was in flight, let it go): a screen reader was left nowhere."""
+    held = HeldTool("wait_for_release")
+    async with (
+        open_engine(held.role("waiter", scripted, "dashboard-keys"), tools=[held.tool]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("waiter", name="waiter")
+        await engine.enqueue(session.id, "wait")
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        take = page.locator("#take")
+        await expect(take).to_have_text("Take over", timeout=WAIT_MS)
+        focused = "document.activeElement.id || document.activeElement.tagName"
+        await take.focus()
+        await page.keyboard.press("Enter")
+        await expect(take).to_have_text("Hand back (held by a person)", timeout=WAIT_MS)
+        await page.wait_for_timeout(200)
+        assert await page.evaluate(focused) == "take"
+        await page.keyboard.press("Enter")
+        await expect(take).to_have_text("Take over", timeout=WAIT_MS)
+        await page.wait_for_timeout(200)
+        assert await page.evaluate(focused) == "take"
+        await page.locator("#send textarea").fill("and then this")
+        await page.locator("#send button").focus()
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#d-meta")).to_contain_text("1 input waiting", timeout=WAIT_MS)
+        await page.wait_for_timeout(200)
+        assert await page.evaluate("document.activeElement.closest('#send') !== null")
+        await page.locator("#stop").focus()
+        await page.keyboard.press("Enter")  # (its confirm() is accepted)
+        await expect(page.locator("#stop")).to_be_disabled(timeout=WAIT_MS)  # nothing left to stop: to its name
+        await page.wait_for_timeout(200)
+        assert await page.evaluate(focused) == "d-name"
+        assert problems == []

@@ -108,6 +108,8 @@
     if (within.dataset.busy) return undefined;
     within.dataset.busy = "yes";
     const buttons = within.matches("button") ? [within] : [...within.querySelectorAll("button")];
+    // A disabled button lets the focus go (to the page's body): it comes back once the buttons are enabled.
+    const focused = within.contains(document.activeElement) ? document.activeElement : null;
     for (const button of buttons) button.disabled = true;
     try {
       return await action();
@@ -117,6 +119,7 @@
     } finally {
       delete within.dataset.busy;
       for (const button of buttons) button.disabled = false;
+      if (focused && focused.isConnected && document.activeElement === document.body) focused.focus();
     }
   }
 
@@ -838,6 +841,7 @@
       if (!answer) return;
       if (!answer.stopped) toast("Nothing to stop: it had already ended.");
       await showDetail().catch(complain);
+      if ($("stop").disabled && document.activeElement === $("stop")) focusDetail(); // (nothing left to stop)
     });
     $("take").addEventListener("click", async (e) => {
       const tool = e.target.dataset.held === "yes" ? "agent_hand_back" : "agent_take_over";
