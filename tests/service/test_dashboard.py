@@ -929,3 +929,29 @@ async def test_the_keyboard_stays_on_what_it_pressed(open_engine: Any, scripted:
         await page.wait_for_timeout(200)
         assert await page.evaluate(focused) == "d-name"
         assert problems == []
+
+
+async def test_a_long_name_breaks_and_hides_nothing(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once on a laptop a long name (no spaces, as names are) pushed every row's role, status and "active" out of the
+    list's pane, and in the agent's header ran over its status and its buttons, the page scrolling sideways."""
+    model = scripted("dashboard-long-name", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        named = await engine.create("helper", name="nightly_digest_of_the_repository_" + "and_more" * 12)
+        for width in (1280, 390):
+            page = await browser.new_page(viewport={"width": width, "height": 800})
+            await page.goto(f"{base}/#agent={named.id}")
+            await expect(page.locator("#d-word")).to_have_text("idle", timeout=WAIT_MS)
+            row = page.locator(f'#agents tr[data-id="{named.id}"]')
+            await expect(row).to_contain_text("helper", timeout=WAIT_MS)
+            active = await row.locator("td").last.bounding_box()
+            pane = await page.locator("#agents-pane").bounding_box()
+            assert active is not None and pane is not None
+            assert active["x"] + active["width"] <= pane["x"] + pane["width"], (width, active, pane)
+            name = await page.locator("#d-name").bounding_box()
+            word = await page.locator("#d-word").bounding_box()
+            assert name is not None and word is not None
+            beside, below = name["x"] + name["width"] <= word["x"], name["y"] + name["height"] <= word["y"]
+            assert beside or below, (width, name, word)
+            assert name["width"] >= width / 3, (width, name)  # (not squeezed into a column beside its buttons)
+            assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth"), width
+            await page.close()
