@@ -955,3 +955,23 @@ async def test_a_long_name_breaks_and_hides_nothing(open_engine: Any, scripted: 
             assert name["width"] >= width / 3, (width, name)  # (not squeezed into a column beside its buttons)
             assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth"), width
             await page.close()
+
+
+async def test_what_a_person_is_asked_to_approve_is_all_in_view(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once a call with a long path (no spaces) ran out of the "Needs you" box and off the screen (the page scrolled
+    sideways), and the log's line of the request the same."""
+    ran: list[str] = []
+    delete_file, script = _cleaner(ran)
+    model = scripted("dashboard-long-path", ScriptedModel(function=script))
+    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
+        paused = await engine.task("cleaner", "a/very/long/path/" * 12 + "file.txt", timeout=10)
+        for width in (1280, 390):
+            page = await browser.new_page(viewport={"width": width, "height": 800})
+            await page.goto(f"{base}/#agent={paused['agentId']}")
+            await expect(page.locator("#needs")).to_contain_text("approve delete_file(path='a/very/", timeout=WAIT_MS)
+            await expect(page.locator("#log")).to_contain_text("turn paused", timeout=WAIT_MS)
+            for box in ("#needs", "#log"):
+                assert await page.locator(box).evaluate("box => box.scrollWidth <= box.clientWidth"), (width, box)
+            assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth"), width
+            await page.close()
