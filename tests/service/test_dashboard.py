@@ -595,7 +595,8 @@ async def test_a_sub_agent_links_its_parent_and_a_held_agent_says_who_holds_it(
 
 
 async def test_a_blank_answer_is_said_to_be_blank(open_engine: Any, scripted: Any, browser: Any) -> None:
-    """Once Answer with a blank text did nothing and said nothing."""
+    """Once Answer with a blank text did nothing and said nothing, and Send and Start with blank text answered in
+    the API's words."""
     model = scripted("dashboard-blank", ScriptedModel.replying("ok"))
     async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
         asking = await engine.create("helper", name="asking")
@@ -608,6 +609,16 @@ async def test_a_blank_answer_is_said_to_be_blank(open_engine: Any, scripted: An
         await needs.get_by_role("button", name="Answer").click()
         await expect(page.locator("#toast")).to_have_text("Write an answer first.")
         await expect(needs).to_contain_text("Needs you: Which branch?")
+        # (once: "bad arguments for agent_enqueue: prompt: ... (it takes: agentId, prompt)")
+        await page.locator("#send textarea").fill("  ")
+        await page.locator("#send button").click()
+        await expect(page.locator("#toast")).to_have_text("Write a message first.")
+        await page.locator("#new-agent summary").click()
+        await page.locator('#create input[name="role"]').fill("helper")
+        await page.locator('#create textarea[name="prompt"]').fill("  ")
+        await page.locator("#create button").click()
+        await expect(page.locator("#toast")).to_have_text("Write its task first.")
+        assert len((await engine.store.list_sessions(SessionFilter())).items) == 1
         assert problems == []
 
 

@@ -822,6 +822,10 @@
     $("send").addEventListener("submit", async (e) => {
       e.preventDefault();
       const field = e.target.elements.text;
+      if (!field.value.trim()) {
+        toast("Write a message first.");
+        return;
+      }
       await act(e.target, async () => {
         await call("agent_enqueue", { agentId: state.selected, prompt: field.value });
         field.value = "";
@@ -850,6 +854,10 @@
     $("create").addEventListener("submit", async (e) => {
       e.preventDefault();
       const form = e.target.elements;
+      if (!form.role.value.trim() || !form.prompt.value.trim()) {
+        toast(form.role.value.trim() ? "Write its task first." : "Name its role first.");
+        return;
+      }
       const created = await act(e.target, () => call("agent_create", { role: form.role.value.trim(), prompt: form.prompt.value }));
       if (!created) return;
       form.prompt.value = "";
