@@ -986,3 +986,18 @@ async def test_what_a_person_is_asked_to_approve_is_all_in_view(open_engine: Any
                 assert await page.locator(box).evaluate("box => box.scrollWidth <= box.clientWidth"), (width, box)
             assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth"), width
             await page.close()
+
+
+async def test_the_connection_is_read_out_only_when_it_changes(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the header's status (a live region, read out by a screen reader at each change) held the time of the
+    list's last refresh: "live · 2:31:58 PM" was read out every 2 seconds."""
+    model = scripted("dashboard-quiet", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        page, problems = await _page(browser, base)
+        status = page.locator("header").get_by_role("status")
+        await expect(status).to_have_text("live", timeout=WAIT_MS)
+        shown = await page.locator("#connection").inner_text()
+        await page.wait_for_timeout(2500)  # past the list's refresh
+        await expect(status).to_have_text("live")
+        assert await page.locator("#connection").inner_text() != shown  # (the time of the refresh is still shown)
+        assert engine is not None and problems == []

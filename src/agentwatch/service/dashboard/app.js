@@ -259,13 +259,16 @@
   }
 
   function setConnection(ok, error) {
-    const box = $("connection");
-    box.classList.toggle("offline", !ok);
-    if (ok) box.textContent = `live · ${new Date().toLocaleTimeString()}`;
-    else if (error.status === 401) {
-      box.textContent = "needs the token";
+    $("connection").classList.toggle("offline", !ok);
+    let said = "live";
+    if (!ok && error.status === 401) {
+      said = "needs the token";
       askToken();
-    } else box.textContent = `offline: ${error.message}`;
+    } else if (!ok) said = `offline: ${error.message}`;
+    // A live region is read out at each change: it says how the page stands, and the time of the last refresh
+    // is shown beside it, not read out every 2 seconds.
+    if ($("connection-state").textContent !== said) $("connection-state").textContent = said;
+    $("connection-time").textContent = ok ? ` · ${new Date().toLocaleTimeString()}` : "";
   }
 
   function showWords(counts) {
