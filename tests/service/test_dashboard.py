@@ -1001,3 +1001,23 @@ async def test_the_connection_is_read_out_only_when_it_changes(open_engine: Any,
         await expect(status).to_have_text("live")
         assert await page.locator("#connection").inner_text() != shown  # (the time of the refresh is still shown)
         assert engine is not None and problems == []
+
+
+async def test_a_link_to_an_agent_or_a_run_that_is_not_there_says_so(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once a link to an agent since reaped (or mistyped) showed an empty agent, with a blank name and button, a
+    Stop and a Send, under a message that went after 8 seconds; a run's link the same."""
+    model = scripted("dashboard-gone", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        done = await engine.task("helper", "go", timeout=10)
+        page, problems = await _page(browser, f"{base}/#agent=ses_01m95nonexistent00000000000")
+        await expect(page.locator("#pick")).to_contain_text("no session with id 'ses_01m95nonexistent", timeout=WAIT_MS)
+        await expect(page.locator("#detail")).to_be_hidden()
+        await page.locator(f'#agents tr[data-id="{done["agentId"]}"]').click()  # then one that is there
+        await expect(page.locator("#d-name")).to_have_text(done["name"], timeout=WAIT_MS)
+        await expect(page.locator("#pick")).to_be_hidden()
+        await page.goto(f"{base}/#run=run_nonexistent")
+        await expect(page.locator("#pick-run")).to_contain_text("run_nonexistent", timeout=WAIT_MS)
+        await expect(page.locator("#run")).to_be_hidden()
+        assert [p for p in problems if "404" not in p] == []

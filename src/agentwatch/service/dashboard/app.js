@@ -401,8 +401,20 @@
       const compared = await call("run_compare", { id });
       if (state.run === id) showComparison(compared);
     } catch (error) {
-      complain(error);
+      if (state.run === id && error.code === "not_found") {
+        state.run = null;
+        markCurrent($("runs"), null);
+        notThere($("run"), $("pick-run"), error);
+      } else complain(error);
     }
+  }
+
+  // An agent or a run the address named that is not there (reaped since, or mistyped): said in its place, with
+  // nothing to act on (not an empty detail under a passing message).
+  function notThere(detail, pick, error) {
+    detail.hidden = true;
+    pick.hidden = false;
+    pick.textContent = `${error.message}.`;
   }
 
   async function showRun(id) {
@@ -486,7 +498,11 @@
       await tail();
       if (state.selected === id) await showDetail();
     } catch (error) {
-      complain(error);
+      if (state.selected === id && error.code === "not_found") {
+        state.selected = null;
+        markCurrent($("agents"), null);
+        notThere($("detail"), $("pick"), error);
+      } else complain(error);
       return;
     }
     if (state.selected !== id) return;
