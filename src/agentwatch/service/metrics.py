@@ -24,9 +24,9 @@ made up) is counted as tool `other`.
 | `agentwatch_draining` | gauge | 1 once the service was asked to stop |
 
 Durations are between the times the events were stored (a call a person approved, from the start of the turn the
-approval resumed, as it runs then): a model request's start is stored with its response when
-the model answers within 20 ms, and at most 20 ms after it was sent otherwise (the turn's group commit), so short
-requests read shorter than they were, by that much at most.
+approval resumed, as it runs then): a model request's start is stored with its response when the model answers
+within 20 ms, and at most 20 ms after it was sent otherwise (the turn's group commit), so short requests read
+shorter than they were, by that much at most.
 
 The path asks for a token as every other one does; a read-only token will do.
 """
