@@ -4,6 +4,8 @@ real socket and read with Prometheus's own parser; behind the token as every oth
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -14,7 +16,7 @@ from agentwatch.runtime import engine as engines
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import SessionFilter
-from tests.runtime.support import HeldTool, running_parent, until
+from tests.runtime.support import HeldTool, asking_child, until
 from tests.service.support import role, served
 
 
@@ -36,7 +38,35 @@ def delete_file(path: str) -> str:
     return f"deleted {path}"
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@asynccontextmanager
+async def _scraping(open_engine: Any, *definitions: Any, **engine_args: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """An engine served on a real socket, and a function that scrapes its `/metrics` (every sample, once the answer
+    was checked: 200, in the text format)."""
+    async with (
+        open_engine(*definitions, **engine_args) as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+
+        async def scrape() -> Samples:
+            scraped = await http.get("/metrics")
+            assert scraped.status_code == 200, scraped.text
+            assert scraped.headers["content-type"].startswith("text/plain")
+            return _samples(scraped.text)
+
+        yield engine, scrape
+
+
+def _cleaner(scripted: Any, name: str, script: Any) -> Any:
+    """A role whose `delete_file` calls wait for a person's approval."""
+    model = scripted(name, ScriptedModel(function=script))
+    return role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+
+
+def _samples(text: str) -> Samples:
     """Every sample by (name, sorted labels)."""
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -49,34 +79,23 @@ async def test_the_metrics_count_turns_requests_tokens_tool_calls_and_requests_t
     open_engine: Any, scripted: Any
 ) -> None:
     notes_model = scripted("metrics-notes", ScriptedModel(function=_two_lookups))
-    cleaner_model = scripted(
-        "metrics-cleaner", ScriptedModel(function=lambda ctx: CallTool("delete_file", {"path": "a"}))
-    )
     held = HeldTool("dig")
     definitions = (
         role("notes", notes_model, tools=("lookup",)),
-        role("cleaner", cleaner_model, tools=("delete_file",), approval_tools=("delete_file",)),
+        _cleaner(scripted, "metrics-cleaner", lambda ctx: CallTool("delete_file", {"path": "a"})),
         held.role("digger", scripted, "metrics-digger"),
     )
-    async with (
-        open_engine(*definitions, tools=[lookup, delete_file, held.tool]) as engine,
-        served(create_app(engine)) as base,
-        httpx.AsyncClient(base_url=base) as http,
-    ):
+    async with _scraping(open_engine, *definitions, tools=[lookup, delete_file, held.tool]) as (engine, scrape):
         for _ in range(2):
             await engine.task("notes", "What do the notes say?", timeout=10)
         paused = await engine.task("cleaner", "Clean up.", timeout=10)
         digger = await engine.create("digger")
         await engine.enqueue(digger.id, "Dig.")
         await asyncio.wait_for(held.started.wait(), 10)
-        scraped = await http.get("/metrics")
+        samples = await scrape()
         held.release.set()
         await engine.wait(digger.id, 10)
         notes = (await engine.store.list_sessions(SessionFilter(role=["notes"]))).items
-
-    assert scraped.status_code == 200
-    assert scraped.headers["content-type"].startswith("text/plain")
-    samples = _samples(scraped.text)
 
     def value(name: str, **labels: str) -> float:
         return samples[(name, tuple(sorted(labels.items())))]
@@ -126,14 +145,10 @@ async def test_a_tool_the_engine_does_not_have_is_counted_as_other_not_as_a_seri
     open_engine: Any, scripted: Any
 ) -> None:
     model = scripted("metrics-made-up", ScriptedModel(function=_made_up_tools))
-    async with (
-        open_engine(role("dreamer", model, tools=("lookup",)), tools=[lookup]) as engine,
-        served(create_app(engine)) as base,
-        httpx.AsyncClient(base_url=base) as http,
-    ):
+    async with _scraping(open_engine, role("dreamer", model, tools=("lookup",)), tools=[lookup]) as (engine, scrape):
         for prompt in ("fetch", "summon"):
             await engine.task("dreamer", prompt, timeout=10)
-        samples = _samples((await http.get("/metrics")).text)
+        samples = await scrape()
 
     # A model's made-up names (or ones a prompt put in its mouth) would each make series of their own.
     tools = {dict(labels)["tool"] for name, labels in samples if name == "agentwatch_tool_calls_total"}
@@ -151,22 +166,13 @@ async def test_a_request_held_for_the_parent_counts_as_a_request_to_a_person_onc
     open_engine: Any, scripted: Any
 ) -> None:
     busy = HeldTool("busy")
-    async with (
-        open_engine(
-            role("kid", scripted("metrics-kid", ScriptedModel(function=_asks)), tools=("ask_user",)),
-            busy.role("lead", scripted, "metrics-lead"),
-            tools=[busy.tool],
-        ) as engine,
-        served(create_app(engine)) as base,
-        httpx.AsyncClient(base_url=base) as http,
-    ):
-        lead = await running_parent(engine, busy)
-        kid = await engine.create("kid", parent_id=lead.id)
-        await engine.enqueue(kid.id, "start")
-        kid, _ = await engine.wait(kid.id, 10)
-        held = _samples((await http.get("/metrics")).text)
+    kid_role = role("kid", scripted("metrics-kid", ScriptedModel(function=_asks)), tools=("ask_user",))
+    lead_role = busy.role("lead", scripted, "metrics-lead")
+    async with _scraping(open_engine, kid_role, lead_role, tools=[busy.tool]) as (engine, scrape):
+        kid = await asking_child(engine, busy)
+        held = await scrape()
         await engine.escalate(str((await engine.snapshot(kid))["pendingHitl"]["hitlId"]))  # type: ignore[index]
-        escalated = _samples((await http.get("/metrics")).text)
+        escalated = await scrape()
         busy.release.set()
 
     person_requests = "agentwatch_person_requests_total"
@@ -179,27 +185,19 @@ async def test_a_paused_turn_stopped_after_its_session_was_let_go_counts_under_i
 ) -> None:
     monkeypatch.setattr(engines, "MAINTENANCE_SECONDS", 0.05)
     monkeypatch.setattr(engines, "DRIVER_IDLE_SECONDS", 0.2)
-    model = scripted("metrics-let-go", ScriptedModel(function=lambda ctx: CallTool("delete_file", {"path": "a"})))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
-    async with (
-        open_engine(cleaner, tools=[delete_file]) as engine,
-        served(create_app(engine)) as base,
-        httpx.AsyncClient(base_url=base) as http,
-    ):
+    cleaner = _cleaner(scripted, "metrics-let-go", lambda ctx: CallTool("delete_file", {"path": "a"}))
+    async with _scraping(open_engine, cleaner, tools=[delete_file]) as (engine, scrape):
         paused = await engine.task("cleaner", "Clean up.", timeout=10)
         agent_id = str(paused["agentId"])
         await until(lambda: agent_id not in engine._drivers)  # idle (waiting on a person): its driver went
         await engine.stop(agent_id)  # (a new driver, and a new meter, that saw none of the turn)
 
-        async def ended(outcome: str) -> float | None:
-            samples = _samples((await http.get("/metrics")).text)
-            return samples.get(("agentwatch_turns_total", (("outcome", outcome), ("role", "cleaner"))))
-
+        cancelled = ("agentwatch_turns_total", (("outcome", "cancelled"), ("role", "cleaner")))
         for _ in range(100):
-            if await ended("cancelled"):
+            if cancelled in await scrape():
                 break
             await asyncio.sleep(0.02)
-        samples = _samples((await http.get("/metrics")).text)
+        samples = await scrape()
 
     turns = {labels: value for (name, labels), value in samples.items() if name == "agentwatch_turns_total"}
     assert turns == {
@@ -214,17 +212,14 @@ async def test_a_call_a_person_approved_is_timed_from_the_turn_the_approval_resu
     def deleting(ctx: Any) -> Any:
         return Reply(ctx.tool_results[0].output) if ctx.tool_results else CallTool("delete_file", {"path": "a"})
 
-    model = scripted("metrics-approved", ScriptedModel(function=deleting))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
-    async with (
-        open_engine(cleaner, tools=[delete_file]) as engine,
-        served(create_app(engine)) as base,
-        httpx.AsyncClient(base_url=base) as http,
+    async with _scraping(open_engine, _cleaner(scripted, "metrics-approved", deleting), tools=[delete_file]) as (
+        engine,
+        scrape,
     ):
         paused = await engine.task("cleaner", "Clean up.", timeout=10)
         await engine.answer(str(paused["pendingHitl"]["hitlId"]), True)  # type: ignore[index]
         await engine.wait(str(paused["agentId"]), 10)
-        samples = _samples((await http.get("/metrics")).text)
+        samples = await scrape()
 
     assert samples[("agentwatch_tool_calls_total", (("status", "ok"), ("tool", "delete_file")))] == 1
     assert samples[("agentwatch_tool_call_seconds_count", (("tool", "delete_file"),))] == 1
