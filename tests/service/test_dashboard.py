@@ -79,13 +79,19 @@ def _cleaner(ran: list[str]) -> tuple[Any, Any]:
     return delete_file, script
 
 
+def _cleaner_role(scripted: Any, model_name: str, ran: list[str]) -> tuple[Any, Any]:
+    """The `cleaner` role, whose `delete_file` calls (recorded in `ran`) wait for a person's approval, on a
+    scripted model of its own; and the tool."""
+    delete_file, script = _cleaner(ran)
+    model = scripted(model_name, ScriptedModel(function=script))
+    return role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",)), delete_file
+
+
 async def test_a_person_sees_what_waits_on_them_and_answers_it_from_the_page(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:
     ran: list[str] = []
-    delete_file, script = _cleaner(ran)
-    model = scripted("dashboard-cleaner", ScriptedModel(function=script))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-cleaner", ran)
     async with (
         open_engine(cleaner, tools=[delete_file]) as engine,
         served(create_app(engine, ServiceSettings(token=TOKEN))) as base,
@@ -216,9 +222,7 @@ async def test_a_second_click_while_the_first_is_in_flight_acts_once(
     """Once a double click acted twice: Start made two agents, Send sent the message twice, and Approve showed
     an error (the request was already resolved) after it had approved."""
     ran: list[str] = []
-    delete_file, script = _cleaner(ran)
-    model = scripted("dashboard-twice", ScriptedModel(function=script))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-twice", ran)
     async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
         page, problems = await _page(browser, base)
         acts: list[str] = []
@@ -330,9 +334,7 @@ async def test_the_keyboard_goes_to_what_waits_and_stays_in_the_detail_after_an_
     """Once Enter on a row left the focus on the row (Approve was 67 Tabs away), and after Approve the focus fell
     to the page's body with the box it was in."""
     ran: list[str] = []
-    delete_file, script = _cleaner(ran)
-    model = scripted("dashboard-keyboard", ScriptedModel(function=script))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-keyboard", ran)
     async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
         paused = await engine.task("cleaner", "a.txt", timeout=10)
         page, problems = await _page(browser, base)
@@ -361,9 +363,7 @@ async def test_a_read_only_token_watches_and_a_refused_token_is_said_so(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:
     ran: list[str] = []
-    delete_file, script = _cleaner(ran)
-    model = scripted("dashboard-read-only", ScriptedModel(function=script))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-read-only", ran)
     settings = ServiceSettings(token=TOKEN, read_token="read-only-token")
     async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine, settings)) as base:
         paused = await engine.task("cleaner", "a.txt", timeout=10)
@@ -641,9 +641,7 @@ async def test_a_sub_agents_status_record_reads_as_one_line_in_its_parents_log(
 async def test_on_a_phone_the_status_stays_in_view(open_engine: Any, scripted: Any, browser: Any) -> None:
     """Once: at 390 px a long question under an agent's name pushed its status off the screen."""
     ran: list[str] = []
-    delete_file, script = _cleaner(ran)
-    model = scripted("dashboard-phone", ScriptedModel(function=script))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-phone", ran)
     async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
         paused = await engine.task("cleaner", "a/very/long/path/" * 8 + "file.txt", timeout=10)
         page = await browser.new_page(viewport={"width": 390, "height": 800})
@@ -799,9 +797,7 @@ async def test_on_a_laptop_a_long_question_leaves_every_column_in_view(
     """Once at 1024 and 1280 px a long question under an agent's name pushed the "active" column out of the list's
     pane (cut off, behind a sideways scroll with no sign of it)."""
     ran: list[str] = []
-    delete_file, script = _cleaner(ran)
-    model = scripted("dashboard-laptop", ScriptedModel(function=script))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-laptop", ran)
     async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
         paused_path = "a/very/long/path/" * 8 + "file.txt"
         paused = await engine.task("cleaner", paused_path, timeout=10)
@@ -869,9 +865,7 @@ async def test_in_dark_mode_the_text_of_the_primary_buttons_can_be_read(
 ) -> None:
     """Once in a dark theme Approve and the chosen status chip were white on light blue (a contrast of 2.6:1)."""
     ran: list[str] = []
-    delete_file, script = _cleaner(ran)
-    model = scripted("dashboard-dark", ScriptedModel(function=script))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-dark", ran)
     async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
         paused = await engine.task("cleaner", "a.txt", timeout=10)
         for scheme in ("light", "dark"):
@@ -972,9 +966,7 @@ async def test_what_a_person_is_asked_to_approve_is_all_in_view(open_engine: Any
     """Once a call with a long path (no spaces) ran out of the "Needs you" box and off the screen (the page scrolled
     sideways), and the log's line of the request the same."""
     ran: list[str] = []
-    delete_file, script = _cleaner(ran)
-    model = scripted("dashboard-long-path", ScriptedModel(function=script))
-    cleaner = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-long-path", ran)
     async with open_engine(cleaner, tools=[delete_file]) as engine, served(create_app(engine)) as base:
         paused = await engine.task("cleaner", "a/very/long/path/" * 12 + "file.txt", timeout=10)
         for width in (1280, 390):
