@@ -15,8 +15,8 @@ engine that wrote it POSTs one JSON document to the webhook:
 program. With `AGENTWATCH_NOTIFY_SECRET` set, each POST carries `X-Agentwatch-Signature: sha256=<hex>`, the
 HMAC-SHA256 of its body with that secret, so the receiver can tell it came from here.
 
-A notice never holds up an agent: notices queue (1,000 at most; beyond, the newest are dropped and logged) and a
-background task sends them one after another, each tried 3 times (after 1 and 2 s) when the webhook fails or
+A notice never holds up an agent: notices queue (1,000 at most; beyond, the newest are dropped and logged) and
+background tasks send them, 4 at once, each tried 3 times (after 1 and 2 s) when the webhook fails or
 answers 5xx or 429, while its request still waits (one answered or dismissed meanwhile is not sent again). One
 that could not be sent is recorded on its agent as a `runtime.warning`. Each engine sends what it wrote, so a
 fleet of services on one store sends each notice once; a notice still queued when its engine stops is sent for
@@ -53,6 +53,8 @@ ATTEMPTS: Final = 3
 FIRST_WAIT_SECONDS: Final = 1.0
 SEND_TIMEOUT_SECONDS: Final = 10.0
 CLOSE_SECONDS: Final = 3.0
+SENDERS: Final = 4
+"""How many notices are sent at once: a webhook slow to answer one does not hold up the next ones."""
 _ESCALATED_SOURCE: Final = "requests"  # the `runtime.info` that says a held request now waits on a person
 
 
@@ -75,7 +77,8 @@ class Notifications:
         self._secret = secret
         self._runtime: Runtime | None = None
         self._queue: asyncio.Queue[_Notice] | None = None
-        self._sender: asyncio.Task[None] | None = None
+        self._senders: list[asyncio.Task[None]] = []
+        self._unsent = 0  # queued or being sent
 
     @property
     def on(self) -> bool:
@@ -101,11 +104,13 @@ class Notifications:
         except asyncio.QueueFull:
             log.warning("notice of request %s dropped: %d are waiting to be sent", notice.request_id, QUEUED_MAX)
             return
-        if self._sender is None:
-            self._sender = asyncio.get_running_loop().create_task(self._send_all(), name="agentwatch-notify")
+        self._unsent += 1
+        if not self._senders:
+            loop = asyncio.get_running_loop()
+            self._senders = [loop.create_task(self._send_all(), name="agentwatch-notify") for _ in range(SENDERS)]
 
     async def _send_all(self) -> None:
-        """Send the notices as they come, one after another, for the engine's life."""
+        """Send the notices as they come, one after another, for the engine's life (one of `SENDERS`)."""
         import httpx
 
         queue = self._queue
@@ -118,6 +123,7 @@ class Notifications:
                 except Exception:  # one notice that could not even be written up: the next ones still go
                     log.exception("could not send the notice of request %s", notice.request_id)
                 finally:
+                    self._unsent -= 1
                     queue.task_done()
 
     async def _send(self, client: Any, notice: _Notice) -> None:
@@ -174,15 +180,16 @@ class Notifications:
         await channel.commit(Write(notice.session_id, events=[NewEvent(warning)], touch=False), rides=True)
 
     async def close(self) -> None:
-        sender, queue = self._sender, self._queue
-        if sender is None or queue is None:
+        senders, queue = self._senders, self._queue
+        if not senders or queue is None:
             return
         try:
             await asyncio.wait_for(queue.join(), CLOSE_SECONDS)
         except TimeoutError:
-            log.warning("%d notice(s) not sent as the engine closed (the webhook is slow or down)", queue.qsize() + 1)
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
+            log.warning("%d notice(s) not sent as the engine closed (the webhook is slow or down)", self._unsent)
+        for sender in senders:
+            sender.cancel()
+        await asyncio.gather(*senders, return_exceptions=True)
 
 
 async def _post(

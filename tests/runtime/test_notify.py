@@ -27,7 +27,8 @@ from tests.runtime.support import HeldTool, OpenEngine, Scripted, asking_child, 
 class Webhook:
     """A webhook receiver on 127.0.0.1 that answers each POST with the next status of `statuses` (then 204)."""
 
-    def __init__(self, *statuses: int, delay: float = 0.0) -> None:
+    def __init__(self, *statuses: int, delay: float = 0.0, hold_first: threading.Event | None = None) -> None:
+        """`delay`: seconds each answer waits; `hold_first`: the first POST is answered once it is set."""
         self.received: list[tuple[dict[str, Any], bytes, dict[str, str]]] = []
         self.statuses = list(statuses)
         hook = self
@@ -36,6 +37,8 @@ class Webhook:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 hook.received.append((json.loads(body), body, {k.lower(): v for k, v in self.headers.items()}))
+                if hold_first is not None and len(hook.received) == 1:
+                    hold_first.wait(30)
                 time.sleep(delay)
                 self.send_response(hook.statuses.pop(0) if hook.statuses else 204)
                 self.send_header("Content-Length", "0")
@@ -176,6 +179,26 @@ async def test_the_setting_turns_it_on_for_an_engine_with_the_default_extensions
         question = await engine.task("asker", "Go on.", timeout=10)
         await until(lambda: len(webhook.received) == 1)
     assert webhook.received[0][0]["agentId"] == question["agentId"]
+
+
+async def test_a_notice_the_webhook_is_slow_to_take_does_not_hold_up_the_next_ones(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: notices went one at a time, so one the webhook held (up to 33 s with its tries) held every later one."""
+    released = threading.Event()
+    hook = Webhook(hold_first=released)
+    asker = role("asker", scripted("notify-held", ScriptedModel(function=_asks)), tools=("ask_user",))
+    try:
+        async with open_engine(asker, extensions=[Notifications(hook.url)]) as engine:
+            first = await engine.task("asker", "Go on.", timeout=10)
+            await until(lambda: len(hook.received) == 1)  # the webhook holds it, unanswered
+            second = await engine.task("asker", "And on.", timeout=10)
+            await until(lambda: len(hook.received) == 2)  # told while the first still waits for its answer
+            released.set()
+    finally:
+        released.set()
+        hook.close()
+    assert [document["agentId"] for document, _, _ in hook.received] == [first["agentId"], second["agentId"]]
 
 
 async def test_a_webhook_that_does_not_answer_holds_a_closing_engine_a_bounded_time(
