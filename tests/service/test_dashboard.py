@@ -995,6 +995,19 @@ async def test_the_connection_is_read_out_only_when_it_changes(open_engine: Any,
         assert engine is not None and problems == []
 
 
+async def test_the_header_says_when_the_service_is_stopping(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the page said "live" while the service drained after a SIGTERM: a person learnt it only when an
+    action that starts work was refused."""
+    model = scripted("dashboard-draining", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(app := create_app(engine)) as base:
+        page, problems = await _page(browser, base)
+        status = page.locator("header").get_by_role("status")
+        await expect(status).to_have_text("live", timeout=WAIT_MS)
+        app.state.service.draining = True  # as a SIGTERM sets it
+        await expect(status).to_have_text("stopping: no new work is taken here", timeout=WAIT_MS)
+        assert problems == []
+
+
 async def test_a_link_to_an_agent_or_a_run_that_is_not_there_says_so(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:

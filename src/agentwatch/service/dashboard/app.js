@@ -249,7 +249,7 @@
         showWords(all.counts);
         showAgents(page.agents, page.counts.total);
       }
-      setConnection(true);
+      setConnection(true, null, await draining());
     } catch (error) {
       setConnection(false, error);
     } finally {
@@ -258,9 +258,18 @@
     }
   }
 
-  function setConnection(ok, error) {
+  async function draining() {
+    // Whether the service was asked to stop (a deploy): it takes no new work, and reads and answers go on.
+    try {
+      return (await (await fetch("/api/health/live")).json()).status === "draining";
+    } catch {
+      return false; // a failed call says so by itself
+    }
+  }
+
+  function setConnection(ok, error, stopping = false) {
     $("connection").classList.toggle("offline", !ok);
-    let said = "live";
+    let said = stopping ? "stopping: no new work is taken here" : "live";
     if (!ok && error.status === 401) {
       said = "needs the token";
       askToken();
