@@ -456,6 +456,25 @@ async def test_the_address_says_what_is_open_and_opens_it_again(open_engine: Any
         assert problems == [] and its_problems == []
 
 
+async def test_back_to_where_no_agent_was_open_closes_the_agent(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once Back to the bare address kept the last agent shown (and its live stream open)."""
+    model = scripted("dashboard-back", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        done = await engine.task("helper", "go", timeout=10)
+        page, problems = await _page(browser, base)
+        await page.locator(f'#agents tr[data-id="{done["agentId"]}"]').click()
+        await expect(page.locator("#d-name")).to_have_text(str(done["name"]), timeout=WAIT_MS)
+        await page.go_back()
+        await expect(page.locator("#pick")).to_be_visible(timeout=WAIT_MS)
+        await expect(page.locator("#detail")).to_be_hidden()
+        await expect(page.locator(f'#agents tr[data-id="{done["agentId"]}"]')).not_to_have_attribute(
+            "aria-current", "true"
+        )
+        await page.go_forward()
+        await expect(page.locator("#d-name")).to_have_text(str(done["name"]), timeout=WAIT_MS)
+        assert problems == []
+
+
 async def test_earlier_events_are_read_back_page_by_page_and_the_filter_finds_display_names(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:

@@ -203,6 +203,7 @@
     } else {
       if (state.view !== "agents") showView("agents");
       if (agent && state.selected !== agent) select(agent);
+      else if (!agent && state.selected) unselect(); // Back to where no agent was open
     }
   }
 
@@ -520,6 +521,15 @@
     if (window.matchMedia("(max-width: 800px)").matches) $("detail").scrollIntoView();
     if (focus) focusDetail();
     attach(id);
+  }
+
+  function unselect() {
+    if (state.source) state.source.close();
+    Object.assign(state, { selected: null, agent: null, cursor: null, source: null, typing: null, readBack: false });
+    markCurrent($("agents"), null);
+    $("detail").hidden = true;
+    $("pick").hidden = false;
+    $("pick").textContent = "Pick an agent to watch it live.";
   }
 
   // Where the keyboard goes in the detail: what the agent waits on, when that is the person's to do, else its
