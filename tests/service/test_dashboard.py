@@ -456,6 +456,21 @@ async def test_the_address_says_what_is_open_and_opens_it_again(open_engine: Any
         assert problems == [] and its_problems == []
 
 
+async def test_a_person_deletes_an_agent_from_the_page(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the page could not delete an agent: a person had to go to the command line for it."""
+    model = scripted("dashboard-delete", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        done = await engine.task("helper", "go", timeout=10)
+        page, problems = await _page(browser, f"{base}/#agent={done['agentId']}")
+        await expect(page.locator("#d-name")).to_have_text(str(done["name"]), timeout=WAIT_MS)
+        await page.locator("#delete").click()  # (its confirm() is accepted)
+        await expect(page.locator("#d-meta")).to_contain_text("deleted, readable until", timeout=WAIT_MS)
+        await expect(page.locator("#delete")).to_be_disabled()
+        await expect(page.locator(f'#agents tr[data-id="{done["agentId"]}"]')).to_have_count(0, timeout=WAIT_MS)
+        session = await engine.store.get_session(str(done["agentId"]))
+        assert session.deleted_at is not None and problems == []
+
+
 async def test_back_to_where_no_agent_was_open_closes_the_agent(open_engine: Any, scripted: Any, browser: Any) -> None:
     """Once Back to the bare address kept the last agent shown (and its live stream open)."""
     model = scripted("dashboard-back", ScriptedModel.replying("ok"))

@@ -1,6 +1,6 @@
 // The agentwatch dashboard: a page over the service's own API (the tools over HTTP, the live attach over SSE).
 // Nothing here is rendered by the server: what it shows is what `agent_list`, `agent_get` and `agent_tail`
-// answer, and it acts through `agent_answer`, `agent_enqueue`, `agent_stop`, `agent_take_over`,
+// answer, and it acts through `agent_answer`, `agent_enqueue`, `agent_stop`, `agent_delete`, `agent_take_over`,
 // `agent_hand_back` and `agent_create`, as any other client of the service would.
 "use strict";
 
@@ -744,6 +744,7 @@
     take.dataset.held = held ? "yes" : "no";
     take.disabled = Boolean(agent.deletedAt);
     $("stop").disabled = Boolean(agent.deletedAt) || !["working", "stuck", "needs_you"].includes(agent.word);
+    $("delete").disabled = Boolean(agent.deletedAt);
     $("send").hidden = Boolean(agent.deletedAt); // a deleted agent takes no input
     showNeeds(agent);
   }
@@ -884,6 +885,14 @@
       if (!answer.stopped) toast("Nothing to stop: it had already ended.");
       await showDetail().catch(complain);
       if ($("stop").disabled && document.activeElement === $("stop")) focusDetail(); // (nothing left to stop)
+    });
+    $("delete").addEventListener("click", async () => {
+      const name = state.agent && (state.agent.displayName || state.agent.name);
+      if (!name || !confirm(`Delete ${name}? Its turn stops, and it stays readable by its id until it is reaped.`)) return;
+      if (!(await act($("delete"), () => call("agent_delete", { id: state.selected })))) return;
+      await showDetail().catch(complain); // (it says until when it is readable)
+      refresh();
+      focusDetail();
     });
     $("take").addEventListener("click", async (e) => {
       const tool = e.target.dataset.held === "yes" ? "agent_hand_back" : "agent_take_over";
