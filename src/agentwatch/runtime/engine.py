@@ -130,9 +130,9 @@ class Engine:
         self.hooks: HookRunner | None = None
         """Fires this engine's hooks (None where it runs no turn: see `open`)."""
         self.tool_set_hooks: list[ToolSetHook] = []
+        """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
         self.run_listeners: list[RunListener] = []
         """Told each step of the runs this engine takes (the tracing spans of workflows)."""
-        """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
 
     @property
     def services(self) -> RuntimeServices:
