@@ -38,7 +38,9 @@ def serve(
     over HTTP, WebSocket/SSE attach and MCP. While it runs, the other commands on this machine find it (through
     a file beside the store that it removes when it stops) and go through it: `run` hands sessions to it and
     `tail -f` attaches to its live stream. It ticks the heartbeats `[heartbeats]` in agentwatch.toml declares,
-    and serves a dashboard at its address.
+    and serves a dashboard at its address and Prometheus metrics at /metrics. With AGENTWATCH_TRACING=1 it sends
+    OpenTelemetry spans of every turn (OTLP, as the OTEL_* variables say); with AGENTWATCH_NOTIFY_WEBHOOK it tells
+    that webhook each time an agent waits on a person.
 
     \b
     A host that is not loopback (localhost, 127.0.0.0/8, ::1) needs a token: AGENTWATCH_TOKEN (or one is
