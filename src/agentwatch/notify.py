@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from agentwatch.errors import NotFound
-from agentwatch.events import Event, NewEvent, RequestOpened, RuntimeNotice
+from agentwatch.events import Event, NewEvent, RuntimeNotice, asks_a_person
 from agentwatch.store import Write
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ SEND_TIMEOUT_SECONDS: Final = 10.0
 CLOSE_SECONDS: Final = 3.0
 SENDERS: Final = 4
 """How many notices are sent at once: a webhook slow to answer one does not hold up the next ones."""
-_ESCALATED_SOURCE: Final = "requests"  # the `runtime.info` that says a held request now waits on a person
 
 
 def signature(secret: str, body: bytes) -> str:
@@ -231,16 +230,9 @@ class _Watch:
         self._notifications = notifications
 
     def on_event(self, thread_id: str, event: Event) -> None:
-        payload = event.payload
-        if isinstance(payload, RequestOpened) and payload.waits_on == "person":
-            self._notifications.notice(_Notice(thread_id, payload.request_id))
-        elif (
-            isinstance(payload, RuntimeNotice)
-            and payload.source == _ESCALATED_SOURCE
-            and isinstance(payload.detail, dict)
-            and isinstance(payload.detail.get("request_id"), str)
-        ):
-            self._notifications.notice(_Notice(thread_id, str(payload.detail["request_id"])))
+        asked = asks_a_person(event.payload)
+        if asked is not None:
+            self._notifications.notice(_Notice(thread_id, asked[0]))
 
     def on_subscribe(self, thread_id: str, request: Any, snapshot: Any) -> None:
         """Nothing to attach."""

@@ -40,6 +40,8 @@ from agentwatch.events._runtime import (
     RuntimeRetry,
     SubtaskEnded,
     SubtaskStarted,
+    asks_a_person,
+    escalation_notice,
     is_deletion_notice,
 )
 from agentwatch.events._tool import ToolCall, ToolProgress, ToolResult, ToolStatus
@@ -114,6 +116,8 @@ __all__ = [
     "Usage",
     "UserMessage",
     "WaitsOn",
+    "asks_a_person",
+    "escalation_notice",
     "is_deletion_notice",
     "is_durable_type",
     "new_id",

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import JsonValue
 
 from agentwatch.events._base import BasePayload
+from agentwatch.events._request import RequestOpened
 
 __all__ = [
     "DELETION_SOURCE",
@@ -17,6 +18,8 @@ __all__ = [
     "RuntimeRetry",
     "SubtaskEnded",
     "SubtaskStarted",
+    "asks_a_person",
+    "escalation_notice",
     "is_deletion_notice",
 ]
 
@@ -42,6 +45,34 @@ class RuntimeNotice(BasePayload):
 def is_deletion_notice(payload: object) -> bool:
     """Whether `payload` is the notice a deletion writes: a session's last event, with which its stream ends."""
     return isinstance(payload, RuntimeNotice) and payload.source == DELETION_SOURCE
+
+
+_ESCALATION_SOURCE = "requests"
+"""The `source` of the notice that a request held for a parent agent now waits on a person."""
+
+
+def escalation_notice(request_id: str, kind: str, reason: str) -> RuntimeNotice:
+    """The notice that request `request_id` (of `kind`), held for a parent agent, now waits on a person."""
+    return RuntimeNotice(
+        type="runtime.info",
+        message=f"request {request_id} now waits on a person ({reason})",
+        source=_ESCALATION_SOURCE,
+        detail={"request_id": request_id, "kind": kind},
+    )
+
+
+def asks_a_person(payload: object) -> tuple[str, str] | None:
+    """The request id and kind when `payload` is the moment a request starts waiting on a person: one opened for
+    a person, or one held for a parent agent handed over (`escalation_notice`); None for any other payload."""
+    if isinstance(payload, RequestOpened):
+        return (payload.request_id, payload.kind) if payload.waits_on == "person" else None
+    if not isinstance(payload, RuntimeNotice) or payload.source != _ESCALATION_SOURCE:
+        return None
+    detail = payload.detail if isinstance(payload.detail, dict) else {}
+    request_id, kind = detail.get("request_id"), detail.get("kind")
+    if not isinstance(request_id, str):
+        return None
+    return request_id, kind if isinstance(kind, str) else "unknown"
 
 
 class RuntimeRetry(BasePayload):

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pydantic import JsonValue
 
 from agentwatch.errors import Conflict
-from agentwatch.events import NewEvent, RequestResolved, RuntimeNotice, TurnId
+from agentwatch.events import NewEvent, RequestResolved, TurnId, escalation_notice
 from agentwatch.runtime.leases import claimed_commit
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.tools.ask import check_answer, check_approval, check_choice
@@ -61,12 +61,7 @@ async def escalate(runtime: Runtime, request_id: str, *, reason: str = "escalate
     request = await store.get_request(request_id)
     if request.status != "pending" or request.waits_on != "parent":
         return request
-    notice = RuntimeNotice(
-        type="runtime.info",
-        message=f"request {request_id} now waits on a person ({reason})",
-        source="requests",
-        detail={"request_id": request_id, "kind": request.kind},
-    )
+    notice = escalation_notice(request_id, request.kind, reason)
     channel = await runtime.driver(request.session_id)
     await channel.commit(
         Write(request.session_id, events=[NewEvent(notice)], requests_escalate=[request_id], touch=False)

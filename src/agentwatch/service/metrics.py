@@ -47,13 +47,13 @@ from agentwatch.events import (
     CompletionFinished,
     CompletionStarted,
     Event,
-    RequestOpened,
     RuntimeNotice,
     RuntimeRetry,
     ToolCall,
     ToolResult,
     TurnEnded,
     TurnStarted,
+    asks_a_person,
 )
 
 __all__ = ["CONTENT_TYPE", "ServiceMetrics"]
@@ -61,7 +61,6 @@ __all__ = ["CONTENT_TYPE", "ServiceMetrics"]
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 _UNKNOWN: Final = "unknown"
 _OTHER_TOOL: Final = "other"
-_ESCALATED_SOURCE: Final = "requests"  # the `runtime.info` that says a held request now waits on a person
 _TURN_BUCKETS: Final = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, float("inf"))
 _STEP_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, float("inf"))
 
@@ -233,11 +232,8 @@ class _SessionMeter:
             m.retries.inc()
         elif isinstance(payload, RuntimeNotice) and payload.type == "runtime.error":
             m.errors.labels(payload.source or _UNKNOWN).inc()
-        elif isinstance(payload, RuntimeNotice) and payload.source == _ESCALATED_SOURCE:
-            kind = payload.detail.get("kind") if isinstance(payload.detail, dict) else None
-            m.person_requests.labels(kind if isinstance(kind, str) else _UNKNOWN).inc()
-        elif isinstance(payload, RequestOpened) and payload.waits_on == "person":
-            m.person_requests.labels(payload.kind).inc()
+        elif (asked := asks_a_person(payload)) is not None:
+            m.person_requests.labels(asked[1]).inc()
 
     def on_subscribe(self, thread_id: str, request: Any, snapshot: Any) -> None:
         """Nothing to attach."""
