@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
@@ -51,6 +51,7 @@ from agentwatch.store import RequestDraft, SessionRecord, Write
 
 if TYPE_CHECKING:
     from agentwatch.runtime.models._mcp import ToolServerClient
+    from agentwatch.runtime.roster import AgentDefinition
     from agentwatch.runtime.services import Runtime
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "ToolServerFailed",
     "ToolServers",
     "close_tool_servers",
+    "is_server_tool",
     "read_oauth_answer",
     "servers_by_name",
     "shown_answer",
@@ -376,3 +378,9 @@ def servers_by_name(servers: Sequence[ToolServer]) -> Mapping[str, ToolServer]:
             raise ValueError(f"two tool servers are named {server.name!r}; give each its own name")
         named[server.name] = server
     return named
+
+
+def is_server_tool(name: str, definitions: Iterable[AgentDefinition]) -> bool:
+    """Whether `name` (`<server>__<tool>`) names a tool of a tool server one of `definitions` lists."""
+    server, separator, _ = name.partition(SEPARATOR)
+    return bool(separator) and any(listed.name == server for d in definitions for listed in d.mcp_servers)

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.toolservers import SEPARATOR as TOOL_SEPARATOR
+from agentwatch.runtime.toolservers import is_server_tool
 from agentwatch.service.access import MCP_PATH, Guard, ServiceSettings
 from agentwatch.service.api import call_tool_endpoint, callable_tools, json_error, list_tools_endpoint
 from agentwatch.service.attach import SendWatch, events_sse, events_websocket
@@ -91,16 +91,6 @@ async def health_answer(state: ServiceState) -> Response:
     return JSONResponse({"status": status, **checks}, status_code=200 if status == "ok" else 503)
 
 
-def _has_tool(engine: Engine, name: str) -> bool:
-    """Whether `engine` has a tool named `name`: one registered, or one of a tool server a definition lists."""
-    if name in engine.tools:
-        return True
-    server, separator, _ = name.partition(TOOL_SEPARATOR)
-    return bool(separator) and any(
-        listed.name == server for definition in engine.roster.definitions.values() for listed in definition.mcp_servers
-    )
-
-
 async def _role_of(engine: Engine, session_id: str) -> str:
     return (await engine.store.get_session(session_id)).role
 
@@ -123,7 +113,7 @@ def create_app(
         turns_running=lambda: len(engine.running_turns()),
         sessions_loaded=engine.sessions_loaded,
         draining=lambda: state.draining,
-        known_tool=lambda name: _has_tool(engine, name),
+        known_tool=lambda name: name in engine.tools or is_server_tool(name, engine.roster.definitions.values()),
         role_of=lambda session_id: _role_of(engine, session_id),
     )
     engine.start_with_observer(metrics.observer)
