@@ -358,10 +358,7 @@ class _SessionSpans:
         turn = self.turn
         reason = f"the turn ended {payload.outcome}"
         if payload.outcome == "paused":  # its calls wait on a person: not failed, and not run yet
-            for span in self.tools.values():
-                span.set_attribute("agentwatch.tool.status", "waiting")
-                span.end(at)
-            self.tools.clear()
+            self._end_tools(None, at)
         self._end_parts(reason, payload.outcome, at)
         turn.set_attribute("agentwatch.turn.outcome", payload.outcome)
         if payload.reason:
@@ -383,8 +380,15 @@ class _SessionSpans:
     def _end_parts(self, why: str, error_type: str, at: int | None) -> None:
         """End the turn's open request and tool calls with an error saying `why` (at `at`; None: now)."""
         self._end_chat(why, error_type, at)
+        self._end_tools((why, error_type), at)
+
+    def _end_tools(self, failed: tuple[str, str] | None, at: int | None) -> None:
+        """End the open tool calls: failed (why, and `error.type`), or, with None, waiting on a person."""
         for span in self.tools.values():
-            _fail(span, why, error_type)
+            if failed is None:
+                span.set_attribute("agentwatch.tool.status", "waiting")
+            else:
+                _fail(span, *failed)
             span.end(at)
         self.tools.clear()
 
