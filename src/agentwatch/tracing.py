@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -103,6 +104,8 @@ class Tracing:
         self._sessions: weakref.WeakSet[_SessionSpans] = weakref.WeakSet()  # (a driver let go drops its own)
         self._spawned: dict[str, SpanContext] = {}  # sub-agent session -> the span of the call that spawned it
         self._runs: dict[str, Span] = {}  # the open spans of runs: a run's by its id, its spans' by theirs
+        self.destination: str | None = None
+        """Where the spans go, in words (None while off)."""
 
     @property
     def on(self) -> bool:
@@ -115,6 +118,8 @@ class Tracing:
         from importlib.metadata import version
 
         self._provider = self._given or self._process_provider()
+        if self._given is not None:
+            self.destination = "the tracer provider given"
         self._tracer = self._provider.get_tracer(INSTRUMENTATION, version("agentwatch"))
         engine.start_with_observer(self._observer)
         engine.run_listeners.append(self._run_mark)
@@ -125,6 +130,7 @@ class Tracing:
 
         found = trace.get_tracer_provider()
         if hasattr(found, "force_flush"):  # an SDK's: someone set the process up already
+            self.destination = "the OpenTelemetry SDK this process set up"
             return found
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -141,6 +147,7 @@ class Tracing:
         self._made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         # Each retry of an export is a warning of the exporter's; what is lost for good stays an error.
         logging.getLogger(OTLPSpanExporter.__module__).setLevel(logging.ERROR)
+        self.destination = f"{_otlp_endpoint()} (OTLP/HTTP)"
         return self._made
 
     def _observer(self, session_id: str) -> _SessionSpans:
@@ -411,6 +418,14 @@ def _spawned_under(spawned: dict[str, SpanContext], session_id: str, span: Span)
     spawned[session_id] = span.get_span_context()
     while len(spawned) > SPAWNS_KEPT:  # sessions that never ran a turn here
         del spawned[next(iter(spawned))]
+
+
+def _otlp_endpoint() -> str:
+    """Where the OTLP/HTTP exporter sends spans, as the standard variables say (its own default otherwise)."""
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if endpoint is None:
+        endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318").rstrip("/") + "/v1/traces"
+    return endpoint
 
 
 def _nanoseconds(moment: datetime) -> int:

@@ -37,6 +37,7 @@ from agentwatch.runtime.engine import Engine
 from agentwatch.service.access import ServiceSettings, is_loopback
 from agentwatch.service.app import ServiceState, create_app
 from agentwatch.store import hide_password
+from agentwatch.tracing import Tracing
 
 __all__ = ["Drain", "deploy_hold_minutes", "serve", "settings_from_env"]
 
@@ -300,8 +301,8 @@ async def _serve_on(
                 url = f"http://{shown}:{bound_port(server)}"
                 say(f"agentwatch serving on {url} (store {hide_password(config.store)})")
                 say(f"dashboard {url}/ · tools {url}/api/tools · MCP {url}/mcp · metrics {url}/metrics")
-                if config.tracing.enabled:
-                    say(f"tracing: spans of every turn to {_trace_destination()}")
+                for tracing in (e for e in engine.extensions if isinstance(e, Tracing) and e.destination):
+                    say(f"tracing: spans of every turn to {tracing.destination}")
                 if config.live.startswith("memory:") and not config.store.startswith("sqlite:"):
                     # A store other processes may share, and a ring they cannot: their turns reach this
                     # service's watchers from the store alone.
@@ -317,18 +318,6 @@ async def _serve_on(
                 loop.remove_signal_handler(signum)
             if found is not None:
                 remove_discovery(found)
-
-
-def _trace_destination() -> str:
-    """Where the tracing spans go, as the OpenTelemetry variables say (see `agentwatch.tracing`)."""
-    from opentelemetry import trace
-
-    if hasattr(trace.get_tracer_provider(), "force_flush"):
-        return "the OpenTelemetry SDK this process set up"
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    if endpoint is None:
-        endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318").rstrip("/") + "/v1/traces"
-    return f"{endpoint} (OTLP/HTTP)"
 
 
 def _announce(config: Config, host: str, port: int, *, token_needed: bool) -> Path | None:
