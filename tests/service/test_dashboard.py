@@ -53,6 +53,14 @@ async def browser() -> AsyncIterator[Any]:
             await launched.close()
 
 
+async def _active_in_its_pane(page: Any, row: Any, width: int) -> None:
+    """The list row's last column ("active") ends inside the list's pane, at this viewport `width`."""
+    active = await row.locator("td").last.bounding_box()
+    pane = await page.locator("#agents-pane").bounding_box()
+    assert active is not None and pane is not None
+    assert active["x"] + active["width"] <= pane["x"] + pane["width"], (width, active, pane)
+
+
 async def _page(browser: Any, url: str) -> tuple[Any, list[str]]:
     """A new page at `url`, and the list its script errors land in (a test ends by asserting it is empty)."""
     page = await browser.new_page()
@@ -840,10 +848,7 @@ async def test_on_a_laptop_a_long_question_leaves_every_column_in_view(
             await page.goto(base)
             row = page.locator(f'#agents tr[data-id="{paused["agentId"]}"]')
             await expect(row).to_contain_text("approve delete_file", timeout=WAIT_MS)
-            active = await row.locator("td").last.bounding_box()
-            pane = await page.locator("#agents-pane").bounding_box()
-            assert active is not None and pane is not None
-            assert active["x"] + active["width"] <= pane["x"] + pane["width"], (width, active, pane)
+            await _active_in_its_pane(page, row, width)
             sub = row.locator(".sub")
             await expect(sub).to_be_visible()  # (the question is still there, cut to the room, whole on hover)
             await expect(sub).to_have_attribute("title", f"approve delete_file(path={paused_path!r})")
@@ -982,10 +987,7 @@ async def test_a_long_name_breaks_and_hides_nothing(open_engine: Any, scripted: 
             await expect(page.locator("#d-word")).to_have_text("idle", timeout=WAIT_MS)
             row = page.locator(f'#agents tr[data-id="{named.id}"]')
             await expect(row).to_contain_text("helper", timeout=WAIT_MS)
-            active = await row.locator("td").last.bounding_box()
-            pane = await page.locator("#agents-pane").bounding_box()
-            assert active is not None and pane is not None
-            assert active["x"] + active["width"] <= pane["x"] + pane["width"], (width, active, pane)
+            await _active_in_its_pane(page, row, width)
             name = await page.locator("#d-name").bounding_box()
             word = await page.locator("#d-word").bounding_box()
             assert name is not None and word is not None
