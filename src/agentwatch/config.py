@@ -29,6 +29,7 @@ enabled = true             # OpenTelemetry spans of turns, model requests, tool 
 
 [notify]
 webhook = "https://hooks.example.com/agentwatch"   # told each time an agent waits on a person
+on = ["waiting", "report", "failed"]               # also observer reports and failed turns (default: waiting)
 
 [server]
 bind = "127.0.0.1:8765"
@@ -53,7 +54,8 @@ aliases = { sonnet = "anthropic:claude-sonnet-4-5", fast = "local:llama3.1", inh
 Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
 `AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included),
 `AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`, `AGENTWATCH_SETUP`, `AGENTWATCH_TRACING=0|1`,
-`AGENTWATCH_NOTIFY_WEBHOOK` (and `AGENTWATCH_NOTIFY_SECRET`, which `agentwatch.notify` reads itself).
+`AGENTWATCH_NOTIFY_WEBHOOK`, `AGENTWATCH_NOTIFY_ON=waiting,report,failed` (and `AGENTWATCH_NOTIFY_SECRET`,
+which `agentwatch.notify` reads itself).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -276,12 +278,35 @@ class TracingConfig(BaseModel):
     `agentwatch.tracing`."""
 
 
+NoticeKind = Literal["waiting", "report", "failed"]
+"""What a webhook may be told of: an agent started waiting on a person, an observer reported on an agent, a
+turn failed."""
+
+
 class NotifyConfig(BaseModel):
     model_config = _STRICT
 
     webhook: Annotated[str, AfterValidator(_webhook_url)] | None = None
     """Where to POST a notice each time an agent starts waiting on a person (`AGENTWATCH_NOTIFY_WEBHOOK`
     overrides); see `agentwatch.notify`."""
+    on: tuple[NoticeKind, ...] = ("waiting",)
+    """What the webhook is told of (`AGENTWATCH_NOTIFY_ON`, comma-separated, overrides): `waiting` (an agent waits
+    on a person), `report` (an observer reported on an agent), `failed` (a turn failed)."""
+
+    @field_validator("on", mode="before")
+    @classmethod
+    def _kinds(cls, value: object) -> object:
+        """A text is a comma-separated list (as the variable gives it); each kind once, in the order given."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list | tuple):
+            return value  # (the type's own error)
+        kinds = get_args(NoticeKind)
+        unknown = [kind for kind in value if kind not in kinds]
+        if unknown or not value:
+            said = f"{unknown[0]!r} is not one of" if unknown else "name at least one of"
+            raise ValueError(f"{said} {', '.join(kinds)}")
+        return tuple(dict.fromkeys(value))
 
 
 class ServerConfig(BaseModel):
@@ -363,6 +388,7 @@ _ENV_FIELDS: dict[str, tuple[str, ...]] = {
     "AGENTWATCH_DEPLOY_HOLD_MINUTES": ("server", "deploy_hold_minutes"),
     "AGENTWATCH_SETUP": ("setup",),
     "AGENTWATCH_NOTIFY_WEBHOOK": ("notify", "webhook"),
+    "AGENTWATCH_NOTIFY_ON": ("notify", "on"),
 }
 """The variables that set a field as given (the switches are read by `_env_flag`), by the field they set."""
 

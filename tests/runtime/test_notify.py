@@ -1,6 +1,7 @@
 """The webhook of `[notify]` (`agentwatch.notify`): told over real HTTP each time an agent starts waiting on a
-person (a question, an approval, a held request handed to a person), signed when a secret is set, tried again
-when it fails, and said on the agent when it could not be told; never told of what waits on a parent agent."""
+person (a question, an approval, a held request handed to a person), and when asked of observer reports and
+failed turns; signed when a secret is set, tried again when it fails, and said on the agent when it could not be
+told; never told of what waits on a parent agent."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from agentwatch.config import load_config
 from agentwatch.errors import InvalidArgument
 from agentwatch.events import RuntimeNotice
 from agentwatch.notify import SIGNATURE_HEADER, Notifications, signature
-from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.extensions import default_extensions
+from agentwatch.runtime.models import CallTool, Fail, Reply, ScriptedModel
+from agentwatch.watchers import RuleContext, observer_agents
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, asking_child, role, until
 
 
@@ -253,3 +256,83 @@ async def test_a_request_that_stopped_waiting_while_its_notice_is_tried_again_is
     # Nobody is asked of a question answered (or dismissed) meanwhile, and nothing is written after a deletion.
     assert len(hook.received) == 1
     assert warnings == []
+
+
+def _without_notifications() -> list[Any]:
+    """The default extensions but the notifications (this test brings its own)."""
+    return [extension for extension in default_extensions() if not isinstance(extension, Notifications)]
+
+
+def _todo_guard(ctx: RuleContext) -> str | None:
+    texts = [item.text for item in ctx.items if item.kind == "assistant_text"]
+    return "You left a TODO in your answer." if any("TODO" in text for text in texts) else None
+
+
+def _reporting_and_failing(scripted: Scripted) -> tuple[Any, Any, Any]:
+    """A writer whose answer a rule observer reports on, an agent whose model fails, and an asker."""
+    writer = role("writer", scripted("notify-todo", ScriptedModel(function=lambda ctx: Reply("Done. TODO: tests"))),
+                  observer="todo-guard")  # fmt: skip
+    failing = role("failing", scripted("notify-fails", ScriptedModel([Fail("the model is down")])))
+    asker = role("asker", scripted("notify-asks", ScriptedModel(function=_asks)), tools=("ask_user",))
+    return writer, failing, asker
+
+
+async def test_observer_reports_and_failed_turns_are_told_when_asked_and_only_what_was_asked(
+    open_engine: OpenEngine, scripted: Scripted, webhook: Webhook
+) -> None:
+    writer, failing, asker = _reporting_and_failing(scripted)
+    async with open_engine(
+        writer,
+        failing,
+        asker,
+        extensions=[*_without_notifications(), Notifications(webhook.url, on=["report", "failed"])],
+    ) as engine:
+        observer_agents(engine).register_rule("todo-guard", _todo_guard)
+        written = await engine.task("writer", "Write it.", timeout=10)
+        failed = await engine.task("failing", "Try.", timeout=10)
+        await engine.task("asker", "Go on.", timeout=10)  # waits on a person: not asked for
+        await until(lambda: len(webhook.received) == 2)
+        [turn_end] = await engine.store.read_events(str(failed["agentId"]), limit=50, types=["turn.ended"])
+        await asyncio.sleep(0.2)
+    assert len(webhook.received) == 2
+    told = {document["event"]: document for document, _, _ in webhook.received}
+    report = told["observer.report"]
+    assert (report["agentId"], report["role"], report["observer"]) == (written["agentId"], "writer", "todo-guard")
+    assert report["report"] == "You left a TODO in your answer."
+    assert report["text"] == f"todo-guard on {report['name']} ({written['agentId']}): You left a TODO in your answer."
+    failure = told["turn.failed"]
+    assert (failure["agentId"], failure["role"], failure["turnId"]) == (failed["agentId"], "failing", turn_end.turn_id)
+    assert "the model is down" in failure["error"] and failure["at"]
+    assert failure["text"] == f"{failure['name']} ({failed['agentId']}): a turn failed: {failure['error']}"
+
+
+async def test_by_default_only_what_waits_on_a_person_is_told_and_the_variable_adds_the_rest(
+    open_engine: OpenEngine, scripted: Scripted, webhook: Webhook, tmp_path: Path
+) -> None:
+    writer, failing, asker = _reporting_and_failing(scripted)
+    (tmp_path / "agentwatch.toml").write_text(f'[notify]\nwebhook = "{webhook.url}"\n')
+    async with open_engine(writer, failing, asker, extensions=None) as engine:
+        observer_agents(engine).register_rule("todo-guard", _todo_guard)
+        written = await engine.task("writer", "Write it.", timeout=10)
+        failed = await engine.task("failing", "Try.", timeout=10)
+        for _ in range(200):
+            if await engine.store.read_events(str(written["agentId"]), limit=50, types=["observer.report"]):
+                break
+            await asyncio.sleep(0.02)
+        question = await engine.task("asker", "Go on.", timeout=10)
+        await until(lambda: len(webhook.received) == 1)
+        await asyncio.sleep(0.3)
+        reported = await engine.store.read_events(str(written["agentId"]), limit=50, types=["observer.report"])
+    assert reported and failed["status"] == "failed"  # both happened; the webhook was told of neither
+    assert [(d["event"], d["agentId"]) for d, _, _ in webhook.received] == [("request.waiting", question["agentId"])]
+    config = load_config(tmp_path, env={"AGENTWATCH_NOTIFY_ON": "failed, report"})
+    assert config.notify.on == ("failed", "report")
+
+
+def test_what_to_tell_is_checked_with_what_may_be_named() -> None:
+    with pytest.raises(
+        InvalidArgument, match="AGENTWATCH_NOTIFY_ON='reports': 'reports' is not one of waiting, report, failed"
+    ):
+        load_config(".", env={"AGENTWATCH_NOTIFY_ON": "reports"})
+    with pytest.raises(InvalidArgument, match="name at least one of waiting, report, failed"):
+        load_config(".", env={"AGENTWATCH_NOTIFY_ON": " , "})
