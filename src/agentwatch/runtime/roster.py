@@ -14,6 +14,9 @@ observer: loop-guard
 observer_message: Watch for repeated failing test runs.
 sessions:
   stuck_after_seconds: 900
+limits:
+  tokens: 200000
+  cost_usd: 2.0
 ---
 You are a careful coder...
 ```
@@ -56,6 +59,7 @@ __all__ = [
     "AgentDefinition",
     "AgentKind",
     "DefinitionProblem",
+    "RoleLimits",
     "RoleSessions",
     "Roster",
     "Severity",
@@ -174,6 +178,29 @@ class RoleSessions(BaseModel):
         return _respelled(value, cls.model_fields)
 
 
+class RoleLimits(BaseModel):
+    """What one turn of a role may use before the engine stops it, and what one agent of the role may spend in
+    all. A turn over a limit ends `failed` once the model response that crossed it is stored, before the tools it
+    calls run (a final answer is kept: nothing more would follow it); an agent over its spend fails each new turn
+    at its start. None: no limit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    requests: int = Field(50, ge=1, strict=True)
+    """Model requests per turn."""
+    tokens: int | None = Field(None, ge=1, strict=True)
+    """Tokens per turn, input and output."""
+    cost_usd: float | None = Field(None, gt=0)
+    """Spend per turn, in US dollars (counted where the model's price is known)."""
+    agent_cost_usd: float | None = Field(None, gt=0)
+    """Spend of one agent over all its turns, in US dollars."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_spellings(cls, value: object) -> object:
+        return _respelled(value, cls.model_fields)
+
+
 class AgentDefinition(BaseModel):
     """A named agent type: the model it runs on, its instructions, tools, grant, observer and session settings.
 
@@ -204,6 +231,8 @@ class AgentDefinition(BaseModel):
     """Extra guidance appended to each activity digest sent to the observer."""
     sessions: RoleSessions = RoleSessions()
     """Session settings that override the project's defaults for this role."""
+    limits: RoleLimits = RoleLimits()
+    """What a turn may use, and an agent may spend, before the engine stops it."""
     approval_tools: tuple[str, ...] = ()
     """Tools whose every call waits for a person's approval before it runs."""
     grant: tuple[str, ...] = ()

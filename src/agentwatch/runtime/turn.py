@@ -16,7 +16,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -107,10 +107,42 @@ class _Turn:
     usage: Usage = field(default_factory=Usage)
     owed: bool = False
     """A response without tool calls was submitted and not waited for: the turn's end commits with it."""
+    spent_before: Usage = field(default_factory=Usage)
+    """What the turn's earlier parts used (a turn continued after a pause or a restart)."""
+    stopped: str | None = None
+    """Why the turn was stopped at a limit of its role (its error), once it was."""
 
     @property
     def session_id(self) -> str:
         return self.session.id
+
+    def over_limit(self) -> str | None:
+        """The limit of the turn's role that what it used so far has reached, in words that say what to do (None:
+        none has): no more model requests may follow."""
+        limits, role = self.definition.limits, repr(self.session.role)
+        used = self.spent_before + self.usage
+        go_on = "send the agent a new input to go on, or raise the limit"
+        if used.requests >= limits.requests:
+            return f"the turn made {used.requests} model requests, the limit of role {role} (limits.requests); {go_on}"
+        if limits.tokens is not None and used.total_tokens >= limits.tokens:
+            return (
+                f"the turn used {used.total_tokens:,} tokens, reaching the limit of {limits.tokens:,} of role {role} "
+                f"(limits.tokens); {go_on}"
+            )
+        spent = used.cost_usd or 0.0
+        if limits.cost_usd is not None and spent >= limits.cost_usd:
+            return (
+                f"the turn spent {spent:.4f} USD, reaching the limit of {limits.cost_usd:g} USD of role {role} "
+                f"(limits.cost_usd); {go_on}"
+            )
+        # (the session's total counts the earlier parts of this turn already)
+        spent = self.session.cost_usd + (self.usage.cost_usd or 0.0)
+        if limits.agent_cost_usd is not None and spent >= limits.agent_cost_usd:
+            return (
+                f"the agent has spent {spent:.4f} USD, reaching the limit of {limits.agent_cost_usd:g} USD of role "
+                f"{role} (limits.agent_cost_usd); raise the limit to let it go on"
+            )
+        return None
 
     def write(
         self,
@@ -187,7 +219,10 @@ class _Sink:
         elif wait:
             # The write runs to its end whoever waits for it (the adapter shields it: a durable step is all or
             # nothing).
-            return emitter.submit(write, turn=True)
+            stored = emitter.submit(write, turn=True)
+            if usage and (reason := turn.over_limit()) is not None:
+                return _stop(turn, stored, reason)  # a response that calls tools: they do not run
+            return stored
         else:  # the opening of a model request: it may share its commit with the response
             emitter.submit(write, turn=True, defer=GROUP_COMMIT_SECONDS)
         return _done()
@@ -202,6 +237,17 @@ class _Sink:
 
     def stream(self, payload: Payload) -> None:
         self._turn.emitter.stream(payload, self._turn.turn_id)
+
+
+class LimitReached(Exception):
+    """A turn reached a limit of its role (`AgentDefinition.limits`): the run stops, and the turn fails."""
+
+
+async def _stop(turn: _Turn, stored: Awaitable[object], reason: str) -> object:
+    """Wait for the response that reached a limit to be stored, then stop the run before its tools run."""
+    await stored
+    turn.stopped = reason
+    raise LimitReached(reason)
 
 
 def _done() -> asyncio.Future[object]:
@@ -277,6 +323,12 @@ async def run_plan(
             prompt = await _begin(turn, plan, history)
             if prompt is _INTERRUPTED:
                 return False
+            if plan.kind != "input":
+                turn.spent_before = await _spent_before(runtime, session.id, turn_id)
+            turn.stopped = turn.over_limit()
+            if turn.stopped is not None:
+                await _finish(turn, TurnResult(outcome="failed", output=None, usage=turn.usage, error=turn.stopped))
+                return False
             turn_input = TurnInput(
                 model=session.model_override or definition.model or "",
                 instructions=definition.instructions,
@@ -284,9 +336,12 @@ async def run_plan(
                 prompt=prompt if isinstance(prompt, str) else None,
                 tools=[*_tool_specs(turn), *await _server_tool_specs(turn)],
                 answers=_answers(plan.requests),
+                max_requests=definition.limits.requests - turn.spent_before.requests,
                 conversation_id=session.conversation_id,
             )
             result = await run_turn(turn_input, _Sink(turn), models=runtime.models)
+            if turn.stopped is not None:
+                result = replace(result, error=turn.stopped)
         except asyncio.CancelledError:
             if cut_off():
                 raise  # a shutdown or a lost lease, not a stop: the turn stays running and is continued
@@ -303,6 +358,13 @@ async def run_plan(
 
 
 _INTERRUPTED = object()
+
+
+async def _spent_before(runtime: Runtime, session_id: str, turn_id: str) -> Usage:
+    """What the earlier parts of a continued turn used: the usage of its model requests so far."""
+    kinds = ["completion.finished"]
+    finished = await runtime.store.read_events(session_id, limit=10_000, types=kinds, turn_id=turn_id)
+    return sum((e.payload.usage for e in finished if isinstance(e.payload, CompletionFinished)), Usage())
 
 
 async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str | object | None:

@@ -1,0 +1,139 @@
+"""A role's `limits`: a turn that reaches its requests, tokens or spend stops once the response that reached it is
+stored, before the tools that response calls run; an agent that spent its whole budget fails each new turn at its
+start, with no model request. Spend is counted by real prices, over real HTTP (a fake OpenAI server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.roster import AgentDefinition, RoleLimits
+from tests.fakes.openai_server import FakeOpenAI
+from tests.runtime.support import OpenEngine, Scripted, role
+
+calls: list[str] = []
+
+
+def note(text: str) -> str:
+    """Write a note down."""
+    calls.append(text)
+    return f"noted {text}"
+
+
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    calls.append(city)
+    return f"sunny in {city}"
+
+
+@pytest.fixture(autouse=True)
+def _no_calls_yet() -> None:
+    calls.clear()
+
+
+def _notes_forever(ctx: Any) -> Any:
+    return CallTool("note", {"text": f"step {ctx.request_index}"})
+
+
+async def _turn_end(engine: Any, agent_id: str) -> Any:
+    [*_, ended] = await engine.store.read_events(agent_id, limit=100, types=["turn.ended"])
+    return ended.payload
+
+
+async def test_a_turn_stops_at_its_request_limit_before_the_tools_of_the_last_response_run(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    looping = role("looper", scripted("limits-loop", ScriptedModel(function=_notes_forever)), tools=("note",),
+                   limits=RoleLimits(requests=3))  # fmt: skip
+    async with open_engine(looping, tools=[note]) as engine:
+        done = await engine.task("looper", "Take notes.", timeout=10)
+        agent_id = str(done["agentId"])
+        ended = await _turn_end(engine, agent_id)
+        results = await engine.store.read_events(agent_id, limit=100, types=["tool.result"])
+    assert done["status"] == "failed" and ended.outcome == "failed"
+    assert ended.error == (
+        "the turn made 3 model requests, the limit of role 'looper' (limits.requests); send the agent a new input "
+        "to go on, or raise the limit"
+    )
+    assert ended.usage.requests == 3
+    assert calls == ["step 0", "step 1"]  # the third response's call did not run...
+    assert [r.payload.status for r in results][-1] == "interrupted"  # ...and has a result, so the agent can go on
+
+
+async def test_a_turn_stops_once_its_tokens_reach_the_limit(open_engine: OpenEngine, scripted: Scripted) -> None:
+    looping = role("looper", scripted("limits-tokens", ScriptedModel(function=_notes_forever)), tools=("note",),
+                   limits={"tokens": 1})  # fmt: skip
+    async with open_engine(looping, tools=[note]) as engine:
+        done = await engine.task("looper", "Take notes.", timeout=10)
+        ended = await _turn_end(engine, str(done["agentId"]))
+    assert ended.outcome == "failed" and ended.usage.requests == 1
+    assert ended.error.startswith(f"the turn used {ended.usage.total_tokens:,} tokens, reaching the limit of 1 ")
+    assert calls == []
+
+
+async def test_a_final_answer_over_a_limit_is_kept(open_engine: OpenEngine, scripted: Scripted) -> None:
+    answering = role("answerer", scripted("limits-answer", ScriptedModel([Reply("All done.")])),
+                     limits={"tokens": 1})  # fmt: skip
+    async with open_engine(answering) as engine:
+        done = await engine.task("answerer", "Finish.", timeout=10)
+    assert done["status"] == "completed"  # nothing would have followed it: no later request to stop
+
+
+async def test_a_turn_continued_after_an_approval_counts_the_requests_made_before_the_pause(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    looping = role("looper", scripted("limits-pause", ScriptedModel(function=_notes_forever)), tools=("note",),
+                   approval_tools=("note",), limits={"requests": 2})  # fmt: skip
+    async with open_engine(looping, tools=[note]) as engine:
+        paused = await engine.task("looper", "Take notes.", timeout=10)
+        agent_id = str(paused["agentId"])
+        assert paused["status"] == "awaiting_input"
+        await engine.answer(str(paused["pendingHitl"]["hitlId"]), True)  # type: ignore[index]
+        session, _ = await engine.wait(agent_id, 10)
+        ended = await _turn_end(engine, agent_id)
+    # 1 request before the pause, 1 after: the second response reached the limit of 2, so its call did not run
+    assert session.status == "failed" and "made 2 model requests" in (ended.error or "")
+    assert calls == ["step 0"]
+
+
+async def test_an_agent_over_its_spend_stops_mid_turn_then_fails_each_new_turn_without_a_request(
+    open_engine: OpenEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    weather = role("weather", "openai-chat:gpt-4o", tools=("get_weather",))
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        async with open_engine(weather, tools=[get_weather]) as engine:  # what a 2-request turn costs, unlimited
+            done = await engine.task("weather", "Weather in Paris?", timeout=10)
+            per_request = (await engine.store.get_session(str(done["agentId"]))).cost_usd / 2
+        assert per_request > 0  # the price of gpt-4o is known
+        # room for the first turn (2 requests), not for the second's first request
+        budget = AgentDefinition(**{**weather.model_dump(), "limits": {"agent_cost_usd": per_request * 2.5}})
+        async with open_engine(budget, tools=[get_weather]) as engine:
+            first = await engine.task("weather", "Weather in Paris?", timeout=10)
+            agent_id = str(first["agentId"])
+            calls.clear()
+            requests_before = len(server.requests)
+            await engine.enqueue(agent_id, "And tomorrow?")
+            second, _ = await engine.wait(agent_id, 10)
+            second_end = await _turn_end(engine, agent_id)
+            second_calls, second_requests = list(calls), len(server.requests) - requests_before
+            await engine.enqueue(agent_id, "And the day after?")
+            third, _ = await engine.wait(agent_id, 10)
+            third_end = await _turn_end(engine, agent_id)
+            third_requests = len(server.requests) - requests_before - second_requests
+    assert first["status"] in ("idle", "completed")
+    assert second.status == "failed" and second_requests == 1 and second_calls == []
+    assert (second_end.error or "").startswith("the agent has spent ")
+    assert "(limits.agent_cost_usd); raise the limit to let it go on" in (second_end.error or "")
+    assert third.status == "failed" and third_requests == 0 and third_end.usage.requests == 0
+    assert (third_end.error or "").startswith("the agent has spent ")
+
+
+def test_limits_are_checked_where_the_role_is_defined() -> None:
+    with pytest.raises(ValueError, match=r"limits\.tokens"):
+        AgentDefinition(name="coder", model="scripted:coder", limits={"tokens": 0})
+    assert AgentDefinition(name="coder", model="scripted:coder", limits={"costUsd": 0.5}).limits.cost_usd == 0.5
+    assert AgentDefinition(name="coder", model="scripted:coder").limits == RoleLimits(requests=50)
