@@ -6,8 +6,9 @@ other answer is refused before anything is written.
 
 A request opened by a sub-agent's turn may first be held for its parent agent (`waits_on="parent"`) for
 `hold_for_parent_seconds`; `escalate` (or `escalate_due`, which the engine runs periodically) hands it over
-to a person. `answer` resolves a pending request; the paused turn continues (in this process, or in the
-engine that owns the session).
+to a person. Every engine on a store runs `escalate_due`: a request that another engine (or a person) got to
+first is passed over, so each is handed over once and no pass ends early. `answer` resolves a pending request;
+the paused turn continues (in this process, or in the engine that owns the session).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
-from agentwatch.errors import Conflict
+from agentwatch.errors import Conflict, NotFound
 from agentwatch.events import NewEvent, RequestResolved, TurnId, escalation_notice
 from agentwatch.runtime.leases import claimed_commit
 from agentwatch.runtime.services import Runtime
@@ -57,48 +58,58 @@ async def answer(runtime: Runtime, request_id: str, answer: JsonValue, *, by: st
 
 async def escalate(runtime: Runtime, request_id: str, *, reason: str = "escalated") -> RequestRecord:
     """Hand a request held for the parent agent over to a person now."""
-    store = runtime.store
-    request = await store.get_request(request_id)
-    if request.status != "pending" or request.waits_on != "parent":
-        return request
-    notice = escalation_notice(request_id, request.kind, reason)
-    channel = await runtime.driver(request.session_id)
-    await channel.commit(
-        Write(request.session_id, events=[NewEvent(notice)], requests_escalate=[request_id], touch=False)
-    )
-    return await store.get_request(request_id)
+    await _escalate_held(runtime, await runtime.store.get_request(request_id), reason)
+    return await runtime.store.get_request(request_id)
 
 
 async def escalate_due(runtime: Runtime) -> int:
-    """Escalate every held request whose `deliver_at` has passed; returns how many."""
+    """Escalate every held request whose `deliver_at` has passed; returns how many this call handed over."""
     now = datetime.now(UTC)
     due = [
         r
         for r in await runtime.store.list_requests(status="pending", limit=1000)
         if r.waits_on == "parent" and r.deliver_at is not None and r.deliver_at <= now
     ]
+    escalated = 0
     for request in due:
-        await escalate(runtime, request.id, reason="its parent did not answer in time")
-    return len(due)
+        escalated += await _escalate_in_pass(runtime, request.id, "its parent did not answer in time")
+    return escalated
 
 
 async def release_held(runtime: Runtime, parent_id: str) -> int:
     """Hand to a person now the requests of `parent_id`'s sub-agents held for it: its turn ended, so nothing
     would answer them before they come due (a sub-agent's question, returned by `agent_task` to a parent that
-    then finished, waited unseen for `hold_for_parent_seconds`). Returns how many."""
+    then finished, waited unseen for `hold_for_parent_seconds`). Returns how many this call handed over."""
     released = 0
     for child in await runtime.live_children(parent_id):
         if child.held_requests == 0:
             continue
         for request in await runtime.store.list_requests(session_id=child.id, status="pending", limit=100):
-            if request.waits_on != "parent":
-                continue
-            try:
-                await escalate(runtime, request.id, reason="its parent's turn ended without answering")
-            except Conflict:
-                continue  # escalated (or answered) meanwhile, by the maintenance step or a person
-            released += 1
+            if request.waits_on == "parent":
+                released += await _escalate_in_pass(runtime, request.id, "its parent's turn ended without answering")
     return released
+
+
+async def _escalate_in_pass(runtime: Runtime, request_id: str, reason: str) -> bool:
+    """`escalate` for the engine's own passes, which may meet another's (`escalate_due` in every engine on the
+    store, `release_held` where the parent's turn ended) or a person's answer: a request one of them got to first
+    is passed over, never an error that ends the pass. True when this call handed the request over."""
+    try:
+        return await _escalate_held(runtime, await runtime.store.get_request(request_id), reason)
+    except (Conflict, NotFound):  # escalated or answered since it was read (or its agent reaped)
+        return False
+
+
+async def _escalate_held(runtime: Runtime, request: RequestRecord, reason: str) -> bool:
+    """Hand `request` to a person when it is still held for its parent; True when it was."""
+    if request.status != "pending" or request.waits_on != "parent":
+        return False
+    notice = escalation_notice(request.id, request.kind, reason)
+    channel = await runtime.driver(request.session_id)
+    await channel.commit(
+        Write(request.session_id, events=[NewEvent(notice)], requests_escalate=[request.id], touch=False)
+    )
+    return True
 
 
 def _multiple(request: RequestRecord) -> bool:
