@@ -28,6 +28,8 @@ from agentwatch.events import (
     TurnStarted,
     UserMessage,
 )
+from agentwatch.runtime import engine as engines
+from agentwatch.runtime import leases as leases_module
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, claimed, new_owner
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
@@ -151,6 +153,38 @@ async def test_a_stop_that_finds_nothing_running_leaves_the_waiting_work_to_an_e
         settled, timed_out = await a.wait(session.id, 10)
     assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
     assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
+
+
+async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_and_still_runs_later(
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: input queued on the store (`agentwatch send` with no service running) for an agent whose role no open
+    engine has (a misspelt role file, a definition removed) waited unseen: the sweeps leave such work to an engine
+    with the role, and `agent_get` said `idle`, input waiting, nothing more. Now an engine that sees the work wait
+    says on the agent what to do (one `runtime.warning`, however many such engines), `agent_get` says why
+    (`roleProblem`), and an engine opened with the role still runs the work."""
+    monkeypatch.setattr(engines, "MAINTENANCE_SECONDS", 0.05)
+    monkeypatch.setattr(leases_module, "UNCLAIMED_SECONDS", 0.3)
+    with_the_role, runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-unclaimed")
+    async with with_the_role() as a:
+        session = await a.create("slow")
+    async with Engine.open(url, config=config, runs_turns=False) as acting:
+        await acting.enqueue(session.id, "go")
+    async with Engine.open(url, config=config) as b, Engine.open(url, config=config) as c:  # no roles at all
+        await asyncio.sleep(1.5)  # many upkeep passes of each
+        record = await c.call_tool("agent_get", {"id": session.id})
+        events = await b.store.read_events(session.id, limit=100)
+    said = [e.payload for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.type == "runtime.warning"]
+    assert len(said) == 1 and said[0].source == "roster", said
+    assert "no engine open on this store runs agent type 'slow'" in said[0].message
+    assert "delete the agent" in said[0].message and said[0].detail["role"] == "slow"  # type: ignore[index,call-overload]
+    assert (record["status"], record["pendingInputs"]) == ("idle", 1)
+    assert record["roleProblem"].startswith("no agent type 'slow'") and "delete the agent" in record["roleProblem"]
+    async with with_the_role() as a:
+        settled, timed_out = await a.wait(session.id, 10)
+        record = await a.call_tool("agent_get", {"id": session.id})
+    assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
+    assert record["roleProblem"] is None and started(runs) != []
 
 
 @contextlib.asynccontextmanager

@@ -122,8 +122,11 @@ def render_get(record: dict[str, Any]) -> None:
         f"[bold]{escape(record['name'])}[/] [dim]{record['id']}[/]  ", _word(record["word"]), f" {record['status']}"
     )
     fill = record["contextFill"]
+    role = escape(record["role"])
+    if record.get("roleProblem"):  # (this engine cannot run it: say why where the role is)
+        role += f" [yellow]({escape(record['roleProblem'])})[/]"
     rows: list[tuple[str, Any]] = [
-        ("role", escape(record["role"])),
+        ("role", role),
         ("model", escape(record["modelRef"] or "-")),
         ("scope", escape(record.get("scope") or "global")),
         ("parent", record["parentId"] or "-"),

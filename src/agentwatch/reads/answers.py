@@ -255,6 +255,10 @@ class AgentRecord(SessionRow):
     scope: str | None
     usage_with_subagents: SubagentUsage
     role_model_ref: str | None
+    role_problem: str | None = Field(
+        description="Why the engine answering cannot run the agent's role (its roster lacks it), and what to do; "
+        "null when it can. Its work waits, nothing lost, for an engine that has the role."
+    )
     model_override: str | None
     capabilities: list[str]
     system_prompt: str | None

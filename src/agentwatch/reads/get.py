@@ -105,11 +105,17 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
     now = datetime.now(UTC)
     oldest = await oldest_request(view, session)
     row = row_fields(session, now=now, oldest=oldest, stuck_after=view.stuck_after(session.role))
+    role_problem = None
     try:
         definition = view.roster.get(session.role)
         role_model, capabilities = definition.model, sorted(definition.grant)
-    except NotFound:
+    except NotFound as exc:
         role_model, capabilities = None, []
+        role_problem = (
+            f"{exc.message}; the agent's work waits for an engine that has agent type {session.role!r} (one open on "
+            "this store takes it within a second): define the type for the service that should run it (`agentwatch "
+            "agents check` checks an agents directory), or delete the agent"
+        )
     inbox = await view.store.list_inputs(session.id)
     return AgentRecord(
         **row,
@@ -118,6 +124,7 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
         scope=session.scope,
         usage_with_subagents=await usage_with_subagents(view, session),
         role_model_ref=role_model,
+        role_problem=role_problem,
         model_override=session.model_override,
         capabilities=list(capabilities),
         system_prompt=await _system_prompt(view, session),

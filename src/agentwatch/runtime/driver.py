@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Coroutine, MutableMapping, Sequence
 from typing import Any, Final
@@ -27,7 +26,7 @@ from agentwatch.events import Event, NewEvent, RuntimeNotice
 from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
-from agentwatch.runtime.leases import HAND_OVER_SECONDS, end_after_fault, leases_of, owned_plan, release_after_stop
+from agentwatch.runtime.leases import ROSTER_SOURCE, end_after_fault, leases_of, owned_plan, release_after_stop
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.turn import run_plan
@@ -35,7 +34,6 @@ from agentwatch.store import SessionRecord, Write
 
 __all__ = ["DRIVERS_KEPT", "DRIVER_IDLE_SECONDS", "SessionDriver", "evict_idle"]
 
-log = logging.getLogger(__name__)
 
 DRIVER_IDLE_SECONDS: Final = 300.0
 """How long a driver stays idle before it is let go."""
@@ -215,7 +213,7 @@ class SessionDriver:
                     f"type {session.role!r} (one open on this store takes it within a second, else the next one "
                     "opened with it)"
                 ),
-                source="roster",
+                source=ROSTER_SOURCE,
             )
             await self.emitter.commit(Write(self.session_id, events=[NewEvent(notice)], touch=False))
             await self._hand_over()
@@ -225,13 +223,8 @@ class SessionDriver:
     async def _hand_over(self) -> None:
         """Let another engine take the session's lease at once (it expires now), when this engine holds it."""
         leases = leases_of(self.runtime)
-        if leases is None or self.session_id not in leases.held:
-            return
-        leases.forget(self.session_id)
-        try:
-            await self.runtime.store.renew_leases(leases.owner, [self.session_id], HAND_OVER_SECONDS)
-        except Exception as exc:  # it expires on its own
-            log.warning("could not hand over the lease of %s (it expires on its own): %s", self.session_id, exc)
+        if leases is not None:
+            await leases.hand_over(self.session_id)
 
     def _is_cut_off(self) -> bool:
         return self.closing or self.cut_off

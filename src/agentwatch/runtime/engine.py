@@ -254,7 +254,7 @@ class Engine:
             for status in unfinished:
                 async for session in every_session(self.store, SessionFilter(status=[status]), sort="newest"):
                     (await self.driver(session.id)).kick()
-        self._maintenance = asyncio.create_task(self._maintain(), name="agentwatch-maintenance")
+        self._maintenance = asyncio.create_task(self._maintain(recover=recover), name="agentwatch-maintenance")
         self.leases.start(self, sweep=recover)  # renew held leases; take over expired ones
         if self.heartbeats:  # (set only where they tick: see `open`)
             self._ticker = HeartbeatTicker(self, self.heartbeats)
@@ -322,7 +322,7 @@ class Engine:
         await self.ring.close()
         await self.store.close()
 
-    async def _maintain(self) -> None:
+    async def _maintain(self, *, recover: bool) -> None:
         while True:
             await asyncio.sleep(MAINTENANCE_SECONDS)
             steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
@@ -333,6 +333,8 @@ class Engine:
             ]
             if self.hooks is not None:
                 steps.append(("stopping hook fires no run times out", self.hooks.stop_orphans))
+            if recover and not self._draining:  # (an engine that takes over work says which work none takes)
+                steps.append(("saying which agents no engine runs", lambda: self.leases.say_unclaimed(self)))
             for what, step in steps:  # one failing step does not keep the others from running
                 try:
                     await step()

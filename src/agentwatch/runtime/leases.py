@@ -91,6 +91,11 @@ SWEEP_SECONDS = 0.25
 """How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal)."""
 HAND_OVER_SECONDS = 0.001
 """The lease a closing engine leaves behind: expired at once, so another engine's sweep takes it over."""
+UNCLAIMED_SECONDS = 10.0
+"""How long work of an agent whose role an engine lacks waits under an expired lease before that engine says on the
+agent that no engine open on the store runs the role (one that has it takes the work within about a second)."""
+ROSTER_SOURCE = "roster"
+"""The `source` of the warnings that an engine cannot run an agent's role."""
 FAULT_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)
 """Pauses between tries to record a turn's failure after a store fault (about 8 s in all)."""
 
@@ -128,6 +133,7 @@ class Leases:
         self.sweeping = True
         """False stops taking over expired leases (a draining engine: the work goes to another one)."""
         self._unreachable = False  # the last renewal failed, or a store call since (the store could not be asked)
+        self._unclaimed: set[tuple[str, datetime]] = set()  # expired leases whose agents `say_unclaimed` told
 
     # -- holding --------------------------------------------------------------------------------------
 
@@ -266,6 +272,16 @@ class Leases:
     def forget(self, session_id: str) -> None:
         """Stop renewing the lease without a store call: it expires, and the restart rule takes over."""
         self._drop(session_id)
+
+    async def hand_over(self, session_id: str) -> None:
+        """Let another engine take the session's lease at once (it expires now), when this engine holds it."""
+        if session_id not in self._held:
+            return
+        self.forget(session_id)
+        try:
+            await self.store.renew_leases(self.owner, [session_id], HAND_OVER_SECONDS)
+        except Exception as exc:  # it expires on its own
+            log.warning("could not hand over the lease of %s (it expires on its own): %s", session_id, exc)
 
     async def renew(self) -> list[str]:
         """Renew every held lease; returns the ids this engine no longer holds: those the store says another
@@ -424,6 +440,70 @@ class Leases:
         ]
         taken = await asyncio.gather(*(self._take_over(runtime, lease) for lease in expired))
         return sum(taken)
+
+    async def say_unclaimed(self, runtime: Runtime) -> int:
+        """Say on each agent of a role this engine lacks whose work nobody took for `UNCLAIMED_SECONDS` (its lease
+        expired that long ago) that no engine open on the store runs its role, and what to do; returns how many
+        were told. The sweep leaves such work to an engine that has the role, so without this the work waited
+        unseen. Told once until anything else happens on the agent (the newest event is such a warning
+        already); the work stays as it is, for the next engine opened with the role."""
+        now = datetime.now(UTC)  # (beside the store's clock: a skew only moves the warning a little)
+        expired = await self.store.expired_leases(limit=100)
+        looked = {(lease.session_id, lease.expires_at) for lease in expired}
+        self._unclaimed &= looked
+        told = 0
+        for lease in expired:
+            waited = (now - lease.expires_at).total_seconds()
+            if waited < UNCLAIMED_SECONDS or (lease.session_id, lease.expires_at) in self._unclaimed:
+                continue
+            with contextlib.suppress(NotFound):  # reaped since it was listed
+                told += await self._say_unclaimed(runtime, lease, waited)
+        return told
+
+    async def _say_unclaimed(self, runtime: Runtime, lease: LeaseRecord, waited: float) -> bool:
+        session = await self.store.get_session(lease.session_id)
+        waits = session.pending_inputs > 0 or session.status in ("running", "awaiting_input")
+        if not waits or session.deleted_at is not None:
+            return False  # (a lease left behind with no work, or the agent deleted: its last event stays the last)
+        try:
+            runtime.roster.get(session.role)
+            return False  # this engine's sweep takes it
+        except NotFound as exc:
+            lacks = exc.message
+        # Said under the lease, taken for a moment and handed straight back: of engines that would say it at
+        # once, one does, and the others find it said.
+        if await self._said(session.id, lease) or await self.acquire(session.id) is False:
+            return False  # said already, or held (by an engine that has the role, or one saying this)
+        try:
+            if await self._said(session.id, lease):
+                return False
+            notice = RuntimeNotice(
+                type="runtime.warning",
+                message=(
+                    f"no engine open on this store runs agent type {session.role!r}: this agent's work has waited "
+                    f"{waited:.0f} s for one (an engine that has it takes it within a second; engine {self.owner}: "
+                    f"{lacks}). Define the type for a service on this store (`agentwatch agents check` checks an "
+                    "agents directory) and it runs the work, nothing stored is lost; or delete the agent"
+                ),
+                source=ROSTER_SOURCE,
+                detail={"role": session.role, "waiting_since": _iso(lease)},
+            )
+            channel = await runtime.driver(session.id)
+            await channel.commit(Write(session.id, events=[NewEvent(notice)], touch=False))
+            return True
+        finally:
+            await self.hand_over(session.id)
+
+    async def _said(self, session_id: str, lease: LeaseRecord) -> bool:
+        """Whether the session's newest event says already that an engine cannot run its role (then `lease` is
+        not looked at again while it stays as it is)."""
+        newest = await self.store.read_events_backward(session_id, limit=1)
+        said = (
+            bool(newest) and isinstance(newest[0].payload, RuntimeNotice) and newest[0].payload.source == ROSTER_SOURCE
+        )
+        if said:
+            self._unclaimed.add((session_id, lease.expires_at))
+        return said
 
     async def _take_over(self, runtime: Runtime, lease: LeaseRecord) -> bool:
         session_id = lease.session_id
