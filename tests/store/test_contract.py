@@ -561,6 +561,11 @@ async def test_requests_move_through_their_lifecycle_with_counters(store: Store)
         session.id,
     )
     assert (await store.get_request("req_moot")).body == {"tool_call": {"id": "t1"}}
+    # The held ones, and of those the ones due (the engine's pass asks for exactly these, however many others wait).
+    assert [r.id for r in await store.list_requests(waits_on="person")] == ["req_moot", "req_person"]
+    assert [r.id for r in await store.list_requests(waits_on="parent")] == ["req_held"]
+    assert await store.list_requests(waits_on="parent", due_by=deliver_at - timedelta(seconds=1)) == []
+    assert [r.id for r in await store.list_requests(waits_on="parent", due_by=deliver_at)] == ["req_held"]
 
     await store.write(Write(session.id, requests_escalate=["req_held"]))
     after_escalate = await store.get_session(session.id)

@@ -64,12 +64,7 @@ async def escalate(runtime: Runtime, request_id: str, *, reason: str = "escalate
 
 async def escalate_due(runtime: Runtime) -> int:
     """Escalate every held request whose `deliver_at` has passed; returns how many this call handed over."""
-    now = datetime.now(UTC)
-    due = [
-        r
-        for r in await runtime.store.list_requests(status="pending", limit=1000)
-        if r.waits_on == "parent" and r.deliver_at is not None and r.deliver_at <= now
-    ]
+    due = await runtime.store.list_requests(waits_on="parent", due_by=datetime.now(UTC), limit=1000)
     escalated = 0
     for request in due:
         escalated += await _escalate_in_pass(runtime, request.id, "its parent did not answer in time")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from agentwatch.events import Usage
+from agentwatch.events import Usage, WaitsOn
 from agentwatch.store._sql import (
     check_limit,
     from_row,
@@ -65,6 +65,8 @@ class InboxMethods(SqlBase):
         *,
         session_id: str | None = None,
         status: RequestStatus | None = "pending",
+        waits_on: WaitsOn | None = None,
+        due_by: datetime | None = None,
         limit: int = 100,
     ) -> list[RequestRecord]:
         """Requests, oldest first (requests opened by the same write in id order)."""
@@ -77,6 +79,12 @@ class InboxMethods(SqlBase):
         if status is not None:
             conditions.append("status = ?")
             params.append(status)
+        if waits_on is not None:
+            conditions.append("waits_on = ?")
+            params.append(waits_on)
+        if due_by is not None:
+            conditions.append("deliver_at <= ?")
+            params.append(self._dialect.time_param(due_by))
         sql = select(REQUEST_COLUMNS, "requests")
         if conditions:
             sql += " WHERE " + " AND ".join(conditions)

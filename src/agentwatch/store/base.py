@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
-from agentwatch.events import Event, NewEvent, PageCursor, Payload, Usage
+from agentwatch.events import Event, NewEvent, PageCursor, Payload, Usage, WaitsOn
 from agentwatch.store.records import (
     ConversationRecord,
     InputRecord,
@@ -296,9 +296,12 @@ class Store(RunStore, Protocol):
         *,
         session_id: str | None = None,
         status: RequestStatus | None = "pending",
+        waits_on: WaitsOn | None = None,
+        due_by: datetime | None = None,
         limit: int = 100,
     ) -> list[RequestRecord]:
-        """Requests, oldest first."""
+        """Requests, oldest first; `waits_on` keeps those waiting on a person or held for a parent agent, `due_by`
+        those whose `deliver_at` is at or before it."""
 
     async def usage_totals(self, session_ids: Sequence[str]) -> dict[str, Usage]:
         """Lifetime usage per session, from the ledger (reaped sessions included)."""
