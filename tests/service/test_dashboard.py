@@ -298,6 +298,7 @@ async def test_a_failed_agent_shows_its_record_and_switching_fast_shows_the_agen
         await expect(page.locator("#d-word")).to_have_text("failed", timeout=WAIT_MS)
         await expect(page.locator("#d-name")).not_to_be_empty()
         await expect(page.locator("#log")).to_contain_text("turn failed")
+        await expect(page.locator("#d-problem")).to_contain_text("ZeroDivisionError")  # why, in its header
         assert await page.locator("#toast").is_hidden()
 
         async def slow(route: Any) -> None:
@@ -309,6 +310,7 @@ async def test_a_failed_agent_shows_its_record_and_switching_fast_shows_the_agen
         await page.locator(f'#agents tr[data-id="{second["agentId"]}"]').click()
         await expect(page.locator("#log")).to_contain_text("echo second words", timeout=WAIT_MS)
         await expect(page.locator("#log")).not_to_contain_text("first words")
+        assert await page.locator("#d-problem").is_hidden()  # nothing wrong with this one
         assert problems == []
 
 

@@ -737,6 +737,10 @@
       ? el("strong", { class: "deleted" }, ` · deleted, readable until ${when(agent.reapAt)}`)
       : "";
     $("d-meta").replaceChildren(meta, ...parent, ...run, hold, inbox, deleted);
+    // Why it stands still: no engine runs its role, or why its last turn failed (a limit of its role, a model down).
+    const problem = agent.roleProblem || (agent.status === "failed" && agent.error) || "";
+    $("d-problem").textContent = problem;
+    $("d-problem").hidden = !problem;
     showObserver(agent.observer);
     $("d-word").replaceWith(Object.assign(wordBadge(agent.word), { id: "d-word" }));
     const take = $("take");
