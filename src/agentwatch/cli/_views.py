@@ -286,7 +286,11 @@ async def wait_until_settled(
                         "them, and none is running this agent: start `agentwatch serve` on this store[/]"
                     )
                 return await status_snapshot(
-                    reader.store, session, stuck_after=reader.stuck_after(session.role), timed_out=not done
+                    reader.store,
+                    session,
+                    stuck_after=reader.stuck_after(session.role),
+                    timed_out=not done,
+                    ring=reader.ring,
                 )
             if status is not None:
                 waited = int(loop.time() - started)

@@ -42,7 +42,7 @@ class ToolResult(BasePayload):
 
 
 class ToolProgress(BasePayload):
-    """A running tool reported progress (ephemeral)."""
+    """A running tool reported progress, or ended beside calls still running (ephemeral)."""
 
     durable: ClassVar[bool] = False
 
@@ -53,3 +53,7 @@ class ToolProgress(BasePayload):
     """What it is doing."""
     fraction: float | None = None
     """How far along, from 0 to 1, when known."""
+    status: ToolStatus | None = None
+    """Set by the engine when the call ended (or will not run: denied, answered, cut off) while calls the model
+    made beside it still run: its `tool.result` is recorded with theirs, once every one of them ended, and until
+    then only this says it is over. None while the call runs."""

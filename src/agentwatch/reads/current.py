@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from agentwatch.events import StreamCursor, ToolCall, ToolResult, TurnEnded, TurnStarted, truncate
+from agentwatch.errors import AgentwatchError
+from agentwatch.events import Event, StreamCursor, ToolCall, ToolProgress, ToolResult, TurnEnded, TurnStarted, truncate
+from agentwatch.live import LiveRing
 from agentwatch.reads.answers import CurrentItem, CurrentSnapshot, PartialUsage, PendingHitl, StatusSnapshot
 from agentwatch.reads.words import status_word
 from agentwatch.store import SessionRecord, Store
@@ -14,7 +17,13 @@ from agentwatch.tools import dump
 
 __all__ = ["LAST_TEXT_CHARS", "current", "is_settled", "snapshot_answer", "status_snapshot"]
 
+log = logging.getLogger(__name__)
+
 LAST_TEXT_CHARS = 1000
+_CALLS_SCAN = 100
+"""Tool calls and results read back to find the calls still open (those of the newest response, at most)."""
+_RING_SCAN = 1000
+"""Events after the first open call read from the live ring to learn which open calls already ended."""
 
 
 def is_settled(session: SessionRecord) -> bool:
@@ -29,19 +38,23 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-async def current(store: Store, session: SessionRecord) -> CurrentSnapshot:
+async def current(store: Store, session: SessionRecord, ring: LiveRing | None = None) -> CurrentSnapshot:
     """`lastActivityAt`, `currentItem`, `lastAssistantText`, `pendingHitl`, `lastToolName`, `partialUsage`,
-    `cursor`."""
-    recent = await store.read_events_backward(session.id, limit=1, types=["tool.call"])
-    last_call = recent[0].payload if recent and isinstance(recent[0].payload, ToolCall) else None
+    `cursor`. With the live `ring`, `currentItem` leaves out the calls that ended beside calls still running
+    (their results are not recorded yet); without it, such a call may still be named."""
     current_item: CurrentItem | None = None
     if session.status == "running":
-        current_item = CurrentItem(type="message", tool_name=None, title="writing")
-        if last_call is not None:
-            results = await store.read_events_backward(session.id, limit=1, types=["tool.result"])
-            finished = results and isinstance(results[0].payload, ToolResult) and results[0].seq > recent[0].seq
-            if not finished:
-                current_item = CurrentItem(type="tool", tool_name=last_call.tool_name, title=last_call.tool_name)
+        recent = await store.read_events_backward(session.id, limit=_CALLS_SCAN, types=["tool.call", "tool.result"])
+        running = await _running_calls(ring, session.id, recent)
+        if running:
+            first = running[0].tool_name
+            title = f"{first} +{len(running) - 1} more" if len(running) > 1 else first
+            current_item = CurrentItem(type="tool", tool_name=first, title=title)
+        else:
+            current_item = CurrentItem(type="message", tool_name=None, title="writing")
+    else:
+        recent = await store.read_events_backward(session.id, limit=1, types=["tool.call"])
+    last_call = next((e.payload for e in recent if isinstance(e.payload, ToolCall)), None)
     text = truncate(session.last_text, LAST_TEXT_CHARS).text if session.last_text else None
     return CurrentSnapshot(
         last_activity_at=_iso(session.last_active_at),
@@ -52,6 +65,27 @@ async def current(store: Store, session: SessionRecord) -> CurrentSnapshot:
         partial_usage=await _last_turn_usage(store, session),
         cursor=StreamCursor(session.id, session.last_seq).encode(),
     )
+
+
+async def _running_calls(ring: LiveRing | None, session_id: str, recent: list[Event]) -> list[ToolCall]:
+    """The tool calls still running, in the order the model made them (so the first has run the longest), from
+    the `recent` calls and results (newest first): the calls without a result, but for those the live ring says
+    ended (see `ToolProgress.status`)."""
+    answered = {e.payload.tool_call_id for e in recent if isinstance(e.payload, ToolResult)}
+    open_calls = [
+        e for e in reversed(recent) if isinstance(e.payload, ToolCall) and e.payload.tool_call_id not in answered
+    ]
+    if not open_calls:
+        return []
+    ended: set[str] = set()
+    if ring is not None and len(open_calls) > 1:
+        try:
+            held = await ring.recent(session_id, after=open_calls[0].cursor, limit=_RING_SCAN)
+        except AgentwatchError as exc:  # the ring is a view: without it, the stored calls still answer
+            log.warning("the current item of %s without the live ring's events: %s", session_id, exc)
+            held = []
+        ended = {e.payload.tool_call_id for e in held if isinstance(e.payload, ToolProgress) and e.payload.status}
+    return [e.payload for e in open_calls if isinstance(e.payload, ToolCall) and e.payload.tool_call_id not in ended]
 
 
 async def _pending_hitl(store: Store, session: SessionRecord) -> PendingHitl | None:
@@ -94,11 +128,16 @@ async def _last_turn_usage(store: Store, session: SessionRecord) -> PartialUsage
 
 
 async def snapshot_answer(
-    store: Store, session: SessionRecord, *, stuck_after: float, timed_out: bool = False
+    store: Store,
+    session: SessionRecord,
+    *,
+    stuck_after: float,
+    timed_out: bool = False,
+    ring: LiveRing | None = None,
 ) -> StatusSnapshot:
     """What `agent_await` / `agent_task` return: the `current` snapshot with the agent's id, status and word,
     plus `timedOut` and `deleted`."""
-    now = await current(store, session)
+    now = await current(store, session, ring)
     return StatusSnapshot(
         agent_id=session.id,
         name=session.name,
@@ -112,7 +151,12 @@ async def snapshot_answer(
 
 
 async def status_snapshot(
-    store: Store, session: SessionRecord, *, stuck_after: float, timed_out: bool = False
+    store: Store,
+    session: SessionRecord,
+    *,
+    stuck_after: float,
+    timed_out: bool = False,
+    ring: LiveRing | None = None,
 ) -> dict[str, Any]:
     """`snapshot_answer` as the JSON object the tools return (for Python callers and the CLI)."""
-    return dump(await snapshot_answer(store, session, stuck_after=stuck_after, timed_out=timed_out))
+    return dump(await snapshot_answer(store, session, stuck_after=stuck_after, timed_out=timed_out, ring=ring))

@@ -135,7 +135,7 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
         mailbox=[MailboxEntry(id=i.id, text=i.text, created_at=iso(i.created_at), meta=i.meta) for i in inbox],
         observer=await observer_info(view, session),
         lease=await _owner(view, session),
-        current=await current(view.store, session),
+        current=await current(view.store, session, view.ring),
     )
 
 

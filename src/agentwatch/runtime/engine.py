@@ -466,7 +466,7 @@ class Engine:
     async def snapshot(self, session: SessionRecord, *, timed_out: bool = False) -> dict[str, JsonValue]:
         """The status snapshot `agent_await` and `agent_task` return."""
         threshold = self.stuck_after(session.role)
-        return await status_snapshot(self.store, session, stuck_after=threshold, timed_out=timed_out)
+        return await status_snapshot(self.store, session, stuck_after=threshold, timed_out=timed_out, ring=self.ring)
 
     def stuck_after(self, role: str) -> float:
         """The role's stuck threshold in seconds (its front matter, else the project's, else 600)."""

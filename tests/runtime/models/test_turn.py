@@ -15,6 +15,7 @@ from agentwatch.events import (
     CompletionFinished,
     CompletionStarted,
     ContentDelta,
+    Payload,
     ThinkingBlock,
     ToolCall,
     ToolProgress,
@@ -254,6 +255,49 @@ async def test_an_approved_call_runs_when_the_turn_continues() -> None:
         tool_call_id="c1", tool_name="delete_file", output="deleted x.txt"
     )
     assert done.output == "Gone."
+
+
+async def test_a_call_that_ends_beside_calls_still_running_says_so_live() -> None:
+    """The results of calls made together are committed once every one of them ended; a call that ended (or,
+    answered or denied, will not run) while others run says so as it happens, and the last one need not."""
+    release = asyncio.Event()
+
+    async def hold(ctx: ToolContext, args: dict[str, Any]) -> JsonValue:
+        await release.wait()
+        return "held"
+
+    async def quick(ctx: ToolContext, args: dict[str, Any]) -> JsonValue:
+        return "quick"
+
+    def ended(sink: RecordingSink) -> list[Payload]:
+        return [p for r in sink.records for p in r.payloads if isinstance(p, ToolProgress)]
+
+    tools = [spec("hold", hold), spec("quick", quick), spec("drop", quick, requires_approval=True)]
+    model = ScriptedModel(steps=[[CallTool("hold", id="h"), CallTool("quick", id="q")], Reply("ok")])
+    sink = RecordingSink()
+    running = asyncio.create_task(run_turn(turn(tools=tools), sink, models=resolver(model)))
+    await wait_for(lambda: bool(ended(sink)))
+    assert ended(sink) == [ToolProgress(tool_call_id="q", message="quick finished", status="ok")]
+    release.set()
+    await running
+    assert len(ended(sink)) == 1
+
+    release.clear()
+    model = ScriptedModel(steps=[[CallTool("drop", id="d"), CallTool("hold", id="h")], Reply("ok")])
+    tools = [spec("hold", hold, requires_approval=True), tools[2]]
+    first = RecordingSink()
+    await run_turn(turn(tools=tools), first, models=resolver(model))
+    sink = RecordingSink()
+    answers = [ToolAnswer("d", approved=False), ToolAnswer("h", approved=True)]
+    running = asyncio.create_task(
+        run_turn(
+            turn(None, history=reloaded(first.messages), tools=tools, answers=answers), sink, models=resolver(model)
+        )
+    )
+    await wait_for(lambda: bool(ended(sink)))
+    assert ended(sink) == [ToolProgress(tool_call_id="d", message="drop denied", status="denied")]
+    release.set()
+    await running
 
 
 async def test_continuing_after_a_crash_never_runs_a_cut_off_tool_again() -> None:

@@ -70,6 +70,7 @@ from agentwatch.events import (
     RuntimeNotice,
     ThinkingBlock,
     ToolCall,
+    ToolProgress,
     ToolResult,
     ToolStatus,
     Usage,
@@ -243,6 +244,7 @@ class _TurnRun:
         self._committed: dict[int, ModelMessage] = {}
         self._stored: frozenset[int] = frozenset()  # ids of the history's messages
         self._statuses: dict[str, ToolStatus] = {}  # tool call id -> status that the return's outcome can't tell
+        self._unended: set[str] = set()  # the ids of the newest response's calls that may still run
         self._inflight: asyncio.Future[object] | None = None
         self._run: AgentRun[None, _Output] | None = None
         self._pipelined = False  # a pipelined commit was made that no waiting commit has covered yet
@@ -347,13 +349,16 @@ class _TurnRun:
             async def call(ctx: RunContext[None], **args: Any) -> Any:
                 context = ToolContext(ctx.tool_call_id or "", spec.name, emit)
                 try:
-                    return await spec.run(context, dict(args))
+                    output = await spec.run(context, dict(args))
                 except ToolWaits as exc:
                     # The call waits on a person (a sign-in): the run pauses on it, and an approval runs it again.
                     raise CallDeferred({_WAITS: exc.kind, "summary": exc.summary, **exc.detail}) from exc
                 except Exception as exc:
+                    self._ended(context.tool_call_id, spec.name, "error")
                     # pydantic-ai would end the run on a plain exception; the model should see it instead.
                     raise ToolFailed(_error_text(exc)) from exc
+                self._ended(context.tool_call_id, spec.name, "ok")
+                return output
 
             function = call
         tool: Tool[None] = Tool.from_schema(
@@ -366,6 +371,15 @@ class _TurnRun:
         tool.requires_approval = spec.requires_approval and not spec.asks_user
         return tool
 
+    def _ended(self, tool_call_id: str, tool_name: str, status: ToolStatus) -> None:
+        """A call ended. Its `tool.result` is recorded with the results of the calls the model made beside it,
+        once every one of them ended; while any of them may still run, a `ToolProgress` with its `status` says
+        live that this one is over (what the agent does now is one of the others)."""
+        self._unended.discard(tool_call_id)
+        if self._unended:
+            message = f"{tool_name} {_ENDED[status]}"
+            self._emit(ToolProgress(tool_call_id=tool_call_id, message=message, status=status))
+
     def _answers(self, history: list[ModelMessage]) -> DeferredToolResults | None:
         """Results for the open calls the history ends with: the answers given, `interrupted` for the rest."""
         open_calls = _open_calls(history)
@@ -373,18 +387,25 @@ class _TurnRun:
             return None  # answers to calls that are no longer open were applied before; nothing to do
         answers = {answer.tool_call_id: answer for answer in self.turn.answers}
         results = DeferredToolResults()
+        settled: list[tuple[ToolCallPart, ToolStatus]] = []  # the calls that do not run: their results are known now
         for call in open_calls:
             answer = answers.get(call.tool_call_id)
             if answer is None:
                 # A restart cut the call off (or nobody answered it): never run it again.
                 results.calls[call.tool_call_id] = ToolFailed(INTERRUPTED_TOOL_RETURN_CONTENT)
                 self._statuses[call.tool_call_id] = "interrupted"
+                settled.append((call, "interrupted"))
             elif answer.approved is True:
                 results.approvals[call.tool_call_id] = True
+                self._unended.add(call.tool_call_id)  # it runs now
             elif answer.approved is False:
                 results.approvals[call.tool_call_id] = ToolDenied(answer.message or "The tool call was denied.")
+                settled.append((call, "denied"))
             else:
                 results.calls[call.tool_call_id] = answer.value
+                settled.append((call, "ok"))
+        for call, status in settled:
+            self._ended(call.tool_call_id, call.tool_name, status)
         return results
 
     def _tool_results(self, request: ModelRequest) -> list[Payload]:
@@ -449,6 +470,7 @@ class _TurnRun:
         """What a response says, in our words: its text and thinking, how it finished, and its tool calls."""
         payloads: list[Payload] = []
         calls: list[Payload] = []
+        self._unended = {call.tool_call_id for call in response.tool_calls}
         for part in response.parts:
             if isinstance(part, ThinkingPart) and part.content:
                 payloads.append(ThinkingBlock(text=part.content))
@@ -602,6 +624,10 @@ class _TurnRun:
         if self._pipelined:
             await asyncio.shield(asyncio.ensure_future(self.sink.commit((), (), wait=True)))
             self._pipelined = False
+
+
+_ENDED: dict[ToolStatus, str] = {"ok": "finished", "error": "failed", "denied": "denied", "interrupted": "interrupted"}
+"""How a `ToolProgress` says that its call ended, by the call's status."""
 
 
 def _guarded(sink: TurnSink) -> Callable[[Payload], None]:

@@ -1,0 +1,60 @@
+"""`current`: what a running agent is doing now, as agent_get and agent_await say it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
+
+
+async def _now(engine: Any, agent_id: str, title: str) -> dict[str, Any]:
+    """`current.currentItem` of the agent, once its title is `title` (or as it is after a few seconds)."""
+    for _ in range(100):
+        item: dict[str, Any] = (await engine.call_tool("agent_get", {"id": agent_id}))["current"]["currentItem"]
+        if item is not None and item["title"] == title:
+            break
+        await asyncio.sleep(0.02)
+    return item
+
+
+async def test_the_current_item_is_a_call_still_running_when_calls_made_beside_it_ended(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Results of calls made together are recorded once every one of them ended: a fast call that ended beside
+    slow ones was named as what the agent does now (the model's last call), while the slow ones ran."""
+    first, second = HeldTool("crawl"), HeldTool("index")
+    quick = asyncio.Event()
+
+    async def lookup() -> str:
+        quick.set()
+        return "found"
+
+    calls = [CallTool("crawl", {}), CallTool("index", {}), CallTool("lookup", {})]
+    model = scripted("parallel", ScriptedModel([*calls, Reply("all done")]))
+    worker = role("worker", model, tools=("crawl", "index", "lookup"))
+    async with open_engine(worker, tools=[first.tool, second.tool, lookup]) as engine:
+        agent = await engine.create("worker")
+        await engine.enqueue(agent.id, "go")
+        await asyncio.wait_for(asyncio.gather(first.started.wait(), second.started.wait(), quick.wait()), 10)
+
+        # The one running longest (the first the model made), and how many more run beside it.
+        assert await _now(engine, agent.id, "crawl +1 more") == {
+            "type": "tool",
+            "toolName": "crawl",
+            "title": "crawl +1 more",
+        }
+        tail = await engine.call_tool("agent_tail", {"id": agent.id})
+        ended = [(row["title"], row["status"]) for row in tail["events"] if row["type"] == "tool.progress"]
+        assert ended == [("lookup finished", "ok")]  # the tail says so too, before the result is recorded
+        first.release.set()
+        assert await _now(engine, agent.id, "index") == {"type": "tool", "toolName": "index", "title": "index"}
+        snapshot = await engine.call_tool("agent_await", {"agentId": agent.id, "timeoutMs": 0})
+        assert snapshot["currentItem"] == {"type": "tool", "toolName": "index", "title": "index"}
+
+        second.release.set()
+        done, _ = await engine.wait(agent.id, 10)
+        assert done.status == "completed"
+        record = await engine.call_tool("agent_get", {"id": agent.id})
+        assert (record["current"]["currentItem"], record["current"]["lastToolName"]) == (None, "lookup")
