@@ -15,7 +15,6 @@ import pytest
 from agentwatch.errors import StoreError
 from agentwatch.events import Event, NewEvent, RuntimeNotice, TurnId, UserMessage
 from agentwatch.live import LiveRing, connect_live
-from agentwatch.runtime import emitter as emitter_module
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
@@ -294,9 +293,10 @@ async def test_an_in_memory_ring_that_refuses_an_event_is_logged_and_the_observe
 
 
 async def test_a_session_that_only_streams_is_active_and_never_reads_stuck(
-    open_engine: OpenEngine, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+    open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    monkeypatch.setattr(emitter_module, "STREAM_TOUCH_SECONDS", 0.1)
+    """Even under a stuck threshold shorter than `STREAM_TOUCH_SECONDS` (once a healthy streaming session read
+    `stuck` there: its activity time moved on only every 5 s)."""
     model = scripted("slow-talker", ScriptedModel([Reply("word " * 30)], chunk_delay=0.1))  # about 3 s of deltas
     talker = role("talker", model, sessions=RoleSessions(stuck_after_seconds=0.6))
     async with open_engine(talker) as engine:

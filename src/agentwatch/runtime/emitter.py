@@ -72,7 +72,13 @@ from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.thread_observer import ObserverFactory, PartialTurn, ReplaySnapshot, ThreadObserver
 from agentwatch.store import SessionPatch, SessionRecord, Store, Write
 
-__all__ = ["GROUP_COMMIT_SECONDS", "SLOW_OBSERVER_SECONDS", "SessionEmitter"]
+__all__ = [
+    "GROUP_COMMIT_SECONDS",
+    "SLOW_OBSERVER_SECONDS",
+    "STREAM_TOUCH_SECONDS",
+    "SessionEmitter",
+    "stream_touch_seconds",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +94,19 @@ SLOW_OBSERVER_SECONDS = 0.1
 _WARNING_INTERVAL = 60.0
 STREAM_TOUCH_SECONDS = 5.0
 """While only ephemeral events flow (a long streamed answer or thinking), the session's activity time is
-moved on at most this often: a session that streams is active, so it never reads `stuck`."""
+moved on at most this often, or more often under a short stuck threshold (`stream_touch_seconds`): a session
+that streams is active, so it never reads `stuck`."""
+_TOUCHES_PER_THRESHOLD = 4
+
+
+def stream_touch_seconds(stuck_after: float) -> float:
+    """How often a streaming session's activity time is moved on under the stuck threshold `stuck_after`:
+    `STREAM_TOUCH_SECONDS`, or a quarter of the threshold when that is shorter. The activity time lags the
+    stream by this much, plus the gap between two streamed events and the write, so at 5 s a threshold of 5 s
+    or less read a healthy streaming session `stuck`."""
+    return min(STREAM_TOUCH_SECONDS, stuck_after / _TOUCHES_PER_THRESHOLD)
+
+
 _OBSERVER_SOURCE = "thread_observer"
 _OBSERVER_FAILURES = (Exception, asyncio.CancelledError)
 """What an observer's hook (or its factory) may raise and have recorded, the session going on: its hooks are
@@ -186,6 +204,9 @@ class SessionEmitter:
         self._inline = ring if isinstance(ring, MemoryRing) else None
         self._busy = False  # an event or an attach is being handed out right now
         self._touched = time.monotonic()  # when a write last moved the session's activity time on
+        self.touch_seconds = STREAM_TOUCH_SECONDS
+        """How often streaming moves the session's activity time on (each turn sets it from its role's stuck
+        threshold: `stream_touch_seconds`)."""
         self._ring_trouble = _trouble_of(ring)
 
     def add_observer(self, observer: ThreadObserver[Any]) -> None:
@@ -393,8 +414,8 @@ class SessionEmitter:
 
     def stream(self, payload: Payload, turn_id: str | None) -> None:
         """Emit an ephemeral event (a delta, tool progress): never stored, never waits (but for the activity
-        time it moves on now and then: `STREAM_TOUCH_SECONDS`)."""
-        if time.monotonic() - self._touched > STREAM_TOUCH_SECONDS:
+        time it moves on now and then: `touch_seconds`)."""
+        if time.monotonic() - self._touched > self.touch_seconds:
             tail = self._tail
             self.submit(Write(self.session_id, touch=True)).add_done_callback(partial(_log_failure, "its activity"))
             self._tail = tail  # it holds no event: what streams next need not wait for it

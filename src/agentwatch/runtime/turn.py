@@ -47,7 +47,7 @@ from agentwatch.events import (
 )
 from agentwatch.events.truncate import displayable
 from agentwatch.runtime.compaction import ContextFill
-from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter
+from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter, stream_touch_seconds
 from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held, leases_of
 from agentwatch.runtime.models import (
     PendingCall,
@@ -311,6 +311,7 @@ async def run_plan(
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
     run_id = await billed_run(runtime, session, trigger=plan.kind, turn_id=turn_id)
     turn = _Turn(runtime, emitter, session, definition, turn_id, run_id)
+    emitter.touch_seconds = stream_touch_seconds(runtime.stuck_after(session.role))  # (its role's, as read now)
     try:
         try:
             # Read once, before the start is recorded (which adds no messages): the compaction check needs it.
