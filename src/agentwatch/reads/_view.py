@@ -18,6 +18,22 @@ from agentwatch.store import Store
 __all__ = ["EngineView", "RoleView", "RosterView", "iso", "role_prompt_composer", "stuck_thresholds"]
 
 
+class LimitsView(Protocol):
+    """A role's limits, as the reads show them."""
+
+    @property
+    def requests(self) -> int: ...
+
+    @property
+    def tokens(self) -> int | None: ...
+
+    @property
+    def cost_usd(self) -> float | None: ...
+
+    @property
+    def agent_cost_usd(self) -> float | None: ...
+
+
 class RoleView(Protocol):
     """The parts of an agent definition the reads show."""
 
@@ -41,6 +57,9 @@ class RoleView(Protocol):
 
     @property
     def grant(self) -> tuple[str, ...]: ...
+
+    @property
+    def limits(self) -> LimitsView: ...
 
 
 class RosterView(Protocol):
