@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from agentwatch.events import Event, ObserverReported, ObserverStateChanged, RuntimeNotice
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.store import SessionFilter, SessionRecord
 from agentwatch.watchers.digest import (
     ActivityItem,
@@ -23,16 +24,22 @@ from agentwatch.watchers.digest import (
 from tests.runtime.support import OpenEngine, Scripted, role
 
 __all__ = [
+    "QUIET",
     "OpenEngine",
     "Scripted",
+    "coder_and_watcher",
+    "digests_received",
     "events",
     "eventually",
     "observers_of",
     "reporting",
     "reports",
     "role",
+    "settled_observer",
     "skeleton",
     "states",
+    "states_reached",
+    "turn",
     "turn_types",
     "warnings",
 ]
@@ -67,6 +74,12 @@ async def states(engine: Engine, session_id: str) -> list[tuple[str, str | None]
     ]
 
 
+async def states_reached(engine: Engine, session_id: str, count: int) -> list[tuple[str, str | None]]:
+    """The observer states recorded on a session once there are at least `count` of them (else none)."""
+    found = await states(engine, session_id)
+    return found if len(found) >= count else []
+
+
 async def reports(engine: Engine, session_id: str) -> list[str]:
     """The reports recorded on an observed session."""
     return [
@@ -89,6 +102,37 @@ async def observers_of(engine: Engine, session_id: str) -> list[SessionRecord]:
     """The observer sessions whose parent is `session_id`."""
     page = await engine.store.list_sessions(SessionFilter(parent_id=session_id, is_observer=True), limit=100)
     return page.items
+
+
+QUIET = ScriptedModel(function=lambda ctx: Reply("nothing to report"))
+"""An observer that never reports."""
+
+
+def coder_and_watcher(scripted: Scripted, tag: str) -> tuple[AgentDefinition, AgentDefinition]:
+    """A `coder` role that answers each prompt ("answer to ..."), observed by a quiet `watcher` (models named
+    after `tag`)."""
+    model = scripted(f"coder-{tag}", ScriptedModel(function=lambda ctx: Reply(f"answer to {ctx.prompt}")))
+    watcher = scripted(f"watcher-{tag}", QUIET)
+    return role("coder", model, observer="watcher", grant=("spawn",)), role("watcher", watcher)
+
+
+async def turn(engine: Engine, session_id: str, prompt: str) -> None:
+    """Give the session `prompt` and wait until its turn settles."""
+    await engine.enqueue(session_id, prompt)
+    await engine.wait(session_id, 10)
+
+
+async def digests_received(engine: Engine, observer_id: str) -> list[str]:
+    """The digest batches queued to an observer session, oldest first."""
+    inputs = await engine.store.list_inputs(observer_id, pending_only=False)
+    return [i.text for i in inputs if i.origin is not None and i.origin.ref == "observer-digest"]
+
+
+async def settled_observer(engine: Engine, observer_id: str, digests: int) -> bool:
+    """Whether the observer got at least `digests` batches and dealt with them all (idle, nothing pending)."""
+    session = await engine.store.get_session(observer_id)
+    received = await digests_received(engine, observer_id)
+    return len(received) >= digests and session.status == "idle" and session.pending_inputs == 0
 
 
 def turn_types(found: list[Event]) -> list[str]:

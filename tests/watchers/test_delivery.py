@@ -6,56 +6,87 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.models import Reply, ScriptedModel
-from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.policy import Decision, Policy, ToolRequest, Verdict
+from agentwatch.runtime.tools import function_tool
 from agentwatch.store import ObserverRef, SessionPatch
-from agentwatch.watchers import Batch, Pairing, SessionCourier, observer_agents
-from tests.watchers.support import OpenEngine, Scripted, eventually, observers_of, role, states, warnings
-
-QUIET = ScriptedModel(function=lambda ctx: Reply("nothing to report"))
-
-
-def definitions(scripted: Scripted, tag: str) -> tuple[Any, Any]:
-    model = scripted(f"coder-{tag}", ScriptedModel(function=lambda ctx: Reply(f"answer to {ctx.prompt}")))
-    watcher = scripted(f"watcher-{tag}", QUIET)
-    return role("coder", model, observer="watcher", grant=("spawn",)), role("watcher", watcher)
-
-
-async def turn(engine: Engine, session_id: str, prompt: str) -> None:
-    await engine.enqueue(session_id, prompt)
-    await engine.wait(session_id, 10)
-
-
-async def digests_received(engine: Engine, observer_id: str) -> list[str]:
-    inputs = await engine.store.list_inputs(observer_id, pending_only=False)
-    return [i.text for i in inputs if i.origin is not None and i.origin.ref == "observer-digest"]
+from agentwatch.watchers import Batch, Pairing, SessionCourier, observer_agents, postamble
+from tests.watchers.support import (
+    OpenEngine,
+    Scripted,
+    coder_and_watcher,
+    digests_received,
+    eventually,
+    observers_of,
+    role,
+    settled_observer,
+    states,
+    turn,
+    warnings,
+)
 
 
-async def settled_observer(engine: Engine, observer_id: str, digests: int) -> bool:
-    session = await engine.store.get_session(observer_id)
-    received = await digests_received(engine, observer_id)
-    return len(received) >= digests and session.status == "idle" and session.pending_inputs == 0
-
-
-async def test_a_deny_at_a_batch_marks_the_pairing_denied_and_clears_the_buffer(
-    open_engine: OpenEngine, scripted: Scripted
+@pytest.mark.parametrize("decision", ["deny", "ask", "defer"])
+async def test_anything_but_allow_at_a_batch_marks_the_pairing_denied_and_clears_the_buffer(
+    open_engine: OpenEngine, scripted: Scripted, decision: Decision
 ) -> None:
     def no_delivery(request: ToolRequest) -> Verdict | None:
-        return Verdict("deny", "data stays here") if request.purpose == "observer_delivery" else None
+        return Verdict(decision, "data stays here") if request.purpose == "observer_delivery" else None
 
-    async with open_engine(*definitions(scripted, "deny"), policies=[Policy("dlp", no_delivery)]) as engine:
+    async with open_engine(*coder_and_watcher(scripted, decision), policies=[Policy("dlp", no_delivery)]) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
         assert await eventually(lambda: _last_state(engine, session.id, "denied")) == [
             ("armed", "observer started"),
-            ("denied", "deny: data stays here"),
+            ("denied", f"{decision}: data stays here"),
         ]
         (observer,) = await observers_of(engine, session.id)
         await turn(engine, session.id, "two")
         assert await digests_received(engine, observer.id) == []
         pairing = observer_agents(engine).pairing(session.id)
         assert pairing is not None and pairing.buffer == [] and pairing.state == "denied"
+
+
+async def test_digests_that_come_while_the_observer_works_reach_it_as_one_batch(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Each send takes the whole buffer: the turns the observed agent ends while its observer is busy with a batch
+    reach the observer together, as one input closed by one postamble (with the observed role's message)."""
+    busy, release = asyncio.Event(), asyncio.Event()
+
+    async def ponder() -> str:
+        """Think it over."""
+        busy.set()
+        await asyncio.wait_for(release.wait(), 10)
+        return "pondered"
+
+    def watcher(ctx: Any) -> Any:
+        if not busy.is_set() and not ctx.tool_results:
+            return CallTool("ponder", {})
+        return Reply("nothing to report")
+
+    coder = scripted("coder-batch", ScriptedModel(function=lambda ctx: Reply(f"answer to {ctx.prompt}")))
+    async with open_engine(
+        role("coder", coder, observer="watcher", grant=("spawn",), observer_message="Mind the migrations."),
+        role("watcher", scripted("watcher-batch", ScriptedModel(function=watcher)), tools=("ponder",)),
+        tools=[function_tool(ponder)],
+    ) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        await asyncio.wait_for(busy.wait(), 10)  # the observer works on the first batch
+        await turn(engine, session.id, "two")
+        await turn(engine, session.id, "three")
+        release.set()
+        (observer,) = await observers_of(engine, session.id)
+        await eventually(lambda: settled_observer(engine, observer.id, 2))
+        first, second = await digests_received(engine, observer.id)
+        closing = postamble("Mind the migrations.")
+        assert "answer to one" in first and first.endswith(closing)
+        assert "answer to two" in second and "answer to three" in second and "answer to one" not in second
+        assert second.endswith(closing) and second.count(closing) == 1
 
 
 async def _last_state(engine: Engine, session_id: str, state: str) -> list[tuple[str, str | None]]:
@@ -71,7 +102,7 @@ async def test_a_gate_error_drops_that_batch_only(open_engine: OpenEngine, scrip
             raise failures.pop()
         return None
 
-    async with open_engine(*definitions(scripted, "gate"), policies=[Policy("flaky", flaky)]) as engine:
+    async with open_engine(*coder_and_watcher(scripted, "gate"), policies=[Policy("flaky", flaky)]) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
         assert await eventually(lambda: warnings(engine, session.id)) == [
@@ -95,7 +126,7 @@ async def test_a_policy_check_that_hangs_drops_that_batch_after_the_delivery_tim
             await asyncio.sleep(3600)  # a policy server that never answers
         return None
 
-    async with open_engine(*definitions(scripted, "hang"), policies=[Policy("stuck", stuck)]) as engine:
+    async with open_engine(*coder_and_watcher(scripted, "hang"), policies=[Policy("stuck", stuck)]) as engine:
         observers = engine.config.observers.model_copy(update={"delivery_timeout_seconds": 0.3})
         engine.config = engine.config.model_copy(update={"observers": observers})
         session = await engine.create("coder", source="chat")
@@ -127,7 +158,7 @@ class CutWire(SessionCourier):
 async def test_a_delivery_exception_drops_that_batch_and_is_not_requeued(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    async with open_engine(*definitions(scripted, "wire")) as engine:
+    async with open_engine(*coder_and_watcher(scripted, "wire")) as engine:
         observer_agents(engine).courier = CutWire(engine)
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
@@ -144,7 +175,7 @@ async def test_a_delivery_exception_drops_that_batch_and_is_not_requeued(
 async def test_a_lost_observer_context_starts_a_fresh_observer_with_a_recovery_note(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    async with open_engine(*definitions(scripted, "lost")) as engine:
+    async with open_engine(*coder_and_watcher(scripted, "lost")) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
         (first,) = await eventually(lambda: observers_of(engine, session.id))
@@ -170,7 +201,7 @@ async def test_a_lost_observer_context_starts_a_fresh_observer_with_a_recovery_n
 async def test_an_observer_stopped_by_a_person_is_terminal_and_never_brought_back(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    coder, watcher = definitions(scripted, "stop")
+    coder, watcher = coder_and_watcher(scripted, "stop")
     async with open_engine(coder, watcher) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
@@ -190,7 +221,7 @@ async def test_an_observer_stopped_by_a_person_is_terminal_and_never_brought_bac
 
 
 async def test_stopping_an_idle_observer_session_stops_it_for_good(open_engine: OpenEngine, scripted: Scripted) -> None:
-    coder, watcher = definitions(scripted, "idle-stop")
+    coder, watcher = coder_and_watcher(scripted, "idle-stop")
     async with open_engine(coder, watcher) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
@@ -217,7 +248,7 @@ async def test_a_stop_while_the_observers_turn_loop_lets_go_of_the_lease_stops_i
     """Its turn over (idle), an observer's turn loop still lets the lease go and looks for more work. A stop
     then cancelled the loop outside any turn, which recorded nothing, and said it stopped the observer: it stayed
     idle and took the next digest."""
-    coder, watcher = definitions(scripted, "idle-stop-loop")
+    coder, watcher = coder_and_watcher(scripted, "idle-stop-loop")
     async with open_engine(coder, watcher) as engine:
         session = await engine.create("coder", source="chat")
         release, letting_go = engine.store.release_lease, asyncio.Event()
@@ -247,7 +278,7 @@ async def test_a_stop_while_the_observers_turn_loop_lets_go_of_the_lease_stops_i
 async def test_an_idle_observer_stopped_by_another_engine_gets_no_more_deliveries(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    coder, watcher = definitions(scripted, "idle-stop-elsewhere")
+    coder, watcher = coder_and_watcher(scripted, "idle-stop-elsewhere")
     async with open_engine(coder, watcher) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
@@ -266,7 +297,7 @@ async def test_an_idle_observer_stopped_by_another_engine_gets_no_more_deliverie
 
 
 async def test_deleting_the_observer_stops_it(open_engine: OpenEngine, scripted: Scripted) -> None:
-    async with open_engine(*definitions(scripted, "delete")) as engine:
+    async with open_engine(*coder_and_watcher(scripted, "delete")) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
         (observer,) = await eventually(lambda: observers_of(engine, session.id))
@@ -282,7 +313,7 @@ async def test_deleting_the_observer_stops_it(open_engine: OpenEngine, scripted:
 async def test_a_delivery_to_an_unconfirmed_observer_is_refused_and_recorded(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    async with open_engine(*definitions(scripted, "marker")) as engine:
+    async with open_engine(*coder_and_watcher(scripted, "marker")) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")
         (observer,) = await eventually(lambda: observers_of(engine, session.id))
@@ -299,7 +330,7 @@ async def test_a_delivery_to_an_unconfirmed_observer_is_refused_and_recorded(
 async def test_a_restarted_engine_reattaches_only_a_matching_live_observer(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
-    coder, watcher = definitions(scripted, "resume")
+    coder, watcher = coder_and_watcher(scripted, "resume")
     async with open_engine(coder, watcher) as engine:
         session = await engine.create("coder", source="chat")
         await turn(engine, session.id, "one")

@@ -116,6 +116,25 @@ async def _reports_count(engine: Any, session_id: str, count: int) -> bool:
     return len(await reports(engine, session_id)) >= count
 
 
+async def test_the_report_tool_takes_one_required_text_and_no_recipient(open_engine: OpenEngine) -> None:
+    async with open_engine() as engine:
+        tool = engine.tools["ObserverReport"]
+    assert tool.parameters == {
+        "type": "object",
+        "properties": {
+            "report": {
+                "type": "string",
+                "minLength": 1,
+                "title": "Report",
+                "description": "What the observed agent should know: short and concrete.",
+            }
+        },
+        "required": ["report"],
+        "additionalProperties": False,
+    }
+    assert (tool.agents_only, tool.grant, tool.requires_approval, tool.asks_user) == (True, None, False, False)
+
+
 async def test_the_report_conditions_table(open_engine: OpenEngine, scripted: Scripted) -> None:
     model = scripted("task", ScriptedModel(function=lambda ctx: Reply("done")))
     quiet = scripted("quiet", ScriptedModel(function=lambda ctx: Reply("nothing to report")))

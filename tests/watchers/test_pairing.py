@@ -1,0 +1,72 @@
+"""Arming a pairing: reattaching the previous observer or starting a fresh one, the tombstone, and the mark."""
+
+from __future__ import annotations
+
+from agentwatch.runtime.engine import Engine
+from agentwatch.store import SessionRecord
+from agentwatch.watchers import observer_agents
+from tests.watchers.support import (
+    OpenEngine,
+    Scripted,
+    coder_and_watcher,
+    digests_received,
+    eventually,
+    observers_of,
+    settled_observer,
+    states_reached,
+    turn,
+)
+
+STARTED = ("armed", "observer started")
+
+
+async def paired(engine: Engine) -> tuple[str, SessionRecord]:
+    """A chat agent after one turn, and its observer once it has dealt with the first digest."""
+    session = await engine.create("coder", source="chat")
+    await turn(engine, session.id, "one")
+    (observer,) = await eventually(lambda: observers_of(engine, session.id))
+    await eventually(lambda: settled_observer(engine, observer.id, 1))
+    return session.id, observer
+
+
+async def test_a_restart_starts_a_fresh_observer_when_the_previous_one_was_reaped(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    coder, watcher = coder_and_watcher(scripted, "reaped-between")
+    async with open_engine(coder, watcher) as engine:
+        sid, observer = await paired(engine)
+    async with open_engine(coder, watcher, recover=False) as engine:
+        assert await engine.store.reap([observer.id]) == 1
+    async with open_engine(coder, watcher) as engine:
+        await turn(engine, sid, "two")
+        (fresh,) = await eventually(lambda: observers_of(engine, sid))
+        assert fresh.id != observer.id
+        await eventually(lambda: settled_observer(engine, fresh.id, 1))
+        assert await states_reached(engine, sid, 2) == [STARTED, STARTED]
+        ref = await engine.store.get_observer_ref(sid)
+        assert ref is not None and ref.observer_session_id == fresh.id and not ref.stopped
+        (received,) = await digests_received(engine, fresh.id)
+        assert "answer to two" in received and "answer to one" not in received
+
+
+async def test_an_observer_whose_mark_cannot_be_read_back_is_not_armed(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    coder, watcher = coder_and_watcher(scripted, "no-read-back")
+    async with open_engine(coder, watcher) as engine:
+        get_session = engine.store.get_session
+
+        async def forgetful(session_id: str) -> SessionRecord:
+            found = await get_session(session_id)
+            return found.model_copy(update={"is_observer": False}) if found.role == "watcher" else found
+
+        engine.store.get_session = forgetful  # type: ignore[method-assign]
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (found,) = await eventually(lambda: states_reached(engine, session.id, 1))
+        (observer,) = await observers_of(engine, session.id)
+        assert found == ("blocked", f"observer session {observer.id!r} could not be confirmed as an observer")
+        await turn(engine, session.id, "two")
+        assert await digests_received(engine, observer.id) == []
+        pairing = observer_agents(engine).pairing(session.id)
+        assert pairing is not None and pairing.state == "blocked"
