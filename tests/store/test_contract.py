@@ -705,6 +705,44 @@ async def test_observer_ref_is_replaced_and_keeps_its_tombstone(store: Store) ->
         await store.set_observer_ref(ObserverRef(observed_session_id="ses_nope", observer_type="critic"))
 
 
+async def test_reaping_a_deleted_observer_leaves_its_ref_as_a_tombstone(store: Store) -> None:
+    async def paired(name: str) -> tuple[str, str]:
+        observed = await store.create_session(SessionDraft(name=name, role="chat"))
+        draft = SessionDraft(name=f"{name}-critic", role="critic", parent_id=observed.id, is_observer=True)
+        ref = ObserverRef(observed_session_id=observed.id, observer_type="critic")
+        return observed.id, (await store.create_session(draft, observer_ref=ref)).id
+
+    (deleted, deleted_observer), (lost, lost_observer), (stopped, stopped_observer) = [
+        await paired(name) for name in ("deleted", "lost", "stopped")
+    ]
+    lost_ref = await store.get_observer_ref(lost)
+    now = datetime.now(UTC)
+    gone = await store.soft_delete(deleted_observer, reap_at=now)
+    earlier = datetime(2020, 1, 1, tzinfo=UTC)
+    await store.set_observer_ref(
+        ObserverRef(
+            observed_session_id=stopped,
+            observer_type="critic",
+            observer_session_id=stopped_observer,
+            stopped=True,
+            stopped_at=earlier,
+        )
+    )
+    await store.soft_delete(stopped_observer, reap_at=now)
+
+    assert await store.reap([deleted_observer, lost_observer, stopped_observer]) == 3
+
+    # deleted (a person's stop): the ref says it was stopped, and when
+    ref = await store.get_observer_ref(deleted)
+    assert ref is not None
+    assert (ref.stopped, ref.stopped_at, ref.observer_session_id) == (True, gone.deleted_at, deleted_observer)
+    # reaped, never deleted: nothing says it was stopped (its context is lost)
+    assert await store.get_observer_ref(lost) == lost_ref
+    # a tombstone already: kept as it was
+    ref = await store.get_observer_ref(stopped)
+    assert ref is not None and (ref.stopped, ref.stopped_at) == (True, earlier)
+
+
 async def test_runs_spans_and_journal(store: Store) -> None:
     run = await store.create_run(RunDraft(kind="heartbeat", entity="heartbeat:digest", input={"tick": 1}))
     assert await store.get_run(run.id) == run

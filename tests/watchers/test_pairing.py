@@ -29,6 +29,47 @@ async def paired(engine: Engine) -> tuple[str, SessionRecord]:
     return session.id, observer
 
 
+async def test_a_deleted_observer_stays_stopped_after_retention_reaps_it(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """A person deleted the observer between its turns (a stop for good), and retention reaped its session before
+    the observed agent ran again. Once, nothing was left to say it had been stopped: the missing session read as
+    a lost context, and a fresh observer took over."""
+    coder, watcher = coder_and_watcher(scripted, "reaped-tombstone")
+    async with open_engine(coder, watcher) as engine:
+        sid, observer = await paired(engine)
+    async with open_engine(coder, watcher, recover=False) as acting:  # as the CLI's `delete` opens one
+        await acting.delete(observer.id, by="alice")
+        assert await acting.store.reap([observer.id]) == 1
+    async with open_engine(coder, watcher) as engine:
+        await turn(engine, sid, "two")
+        assert await eventually(lambda: states_reached(engine, sid, 2)) == [
+            STARTED,
+            ("blocked", "a person stopped this observer; it is not brought back"),
+        ]
+        assert await observers_of(engine, sid) == []
+        ref = await engine.store.get_observer_ref(sid)
+        assert ref is not None and ref.stopped and ref.observer_session_id == observer.id
+
+
+async def test_an_observer_deleted_and_reaped_while_its_pairing_is_armed_is_not_replaced(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """The same, with the pairing armed in the engine that runs the observed agent: the delivery that finds the
+    observer gone reads the tombstone its reap left, and stops the pairing instead of starting a fresh one."""
+    coder, watcher = coder_and_watcher(scripted, "reaped-armed")
+    async with open_engine(coder, watcher) as engine:
+        sid, observer = await paired(engine)
+        await engine.delete(observer.id, by="alice")
+        assert await engine.store.reap([observer.id]) == 1
+        await turn(engine, sid, "two")
+        assert await eventually(lambda: states_reached(engine, sid, 2)) == [
+            STARTED,
+            ("stopped", "the observer session was deleted"),
+        ]
+        assert await observers_of(engine, sid) == []
+
+
 async def test_a_restart_starts_a_fresh_observer_when_the_previous_one_was_reaped(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -357,12 +357,27 @@ class SessionMethods(SqlBase):
         return await self._write(delete)
 
     async def reap(self, session_ids: Sequence[str]) -> int:
-        """Hard-delete sessions with their transcript (conversations, events, messages, inbox, requests)."""
+        """Hard-delete sessions with their transcript (conversations, events, messages, inbox, requests); an
+        observer ref that names a deleted session among them becomes its tombstone (`stopped`)."""
         if not session_ids:
             return 0
         condition, params = in_list("id", sorted(set(session_ids)))
-        # Foreign keys cascade to everything the session owns; the usage ledger has none, so it stays.
-        return await self._write(lambda tx: tx.execute(f"DELETE FROM sessions WHERE {condition}", params))
+        # A deleted observer session is one a person stopped for good; once it is gone, its ref is all that says
+        # so (else the pairing would read it as a lost context and start a fresh observer).
+        tombstone = (
+            "UPDATE observer_refs SET stopped = ?, updated_at = ?, stopped_at = COALESCE(stopped_at, "
+            "(SELECT deleted_at FROM sessions WHERE sessions.id = observer_refs.observer_session_id)) "
+            f"WHERE NOT stopped AND observer_session_id IN (SELECT id FROM sessions WHERE {condition} "
+            "AND deleted_at IS NOT NULL)"
+        )
+        now = self._dialect.time_param(utc_now())
+
+        async def reap(tx: Tx) -> int:
+            await tx.execute(tombstone, [True, now, *params])
+            # Foreign keys cascade to everything the session owns; the usage ledger has none, so it stays.
+            return await tx.execute(f"DELETE FROM sessions WHERE {condition}", params)
+
+        return await self._write(reap)
 
     async def due_for_reap(self, now: datetime, *, limit: int = 100) -> list[str]:
         """Ids of sessions whose `reap_at` has passed."""

@@ -211,7 +211,9 @@ class Store(RunStore, Protocol):
     async def reap(self, session_ids: Sequence[str]) -> int:
         """Hard-delete sessions with their conversations, events, inbox and requests (not the ledger).
 
-        Returns how many were removed.
+        An observer ref naming one of them that was soft-deleted becomes a tombstone (`stopped`, at its deletion
+        time) in the same transaction: a person's deletion stops an observer for good, and the ref keeps saying
+        so once the session is gone. Returns how many were removed.
         """
 
     async def due_for_reap(self, now: datetime, *, limit: int = 100) -> list[str]:

@@ -10,7 +10,7 @@ batch. For every batch:
 | the policy check raises | batch dropped, `runtime.warning` on the observed session |
 | the delivery raises (the observer's turn failed too) | batch dropped, `runtime.warning` |
 | the observer session is gone (reaped: its context is lost) | a fresh observer, with a recovery note, gets the batch |
-| a person stopped or deleted the observer | tombstone; pairing `stopped` for good |
+| a person stopped or deleted the observer (reaped since, too) | tombstone; pairing `stopped` for good |
 | the observer session is not marked as an observer | batch refused, `runtime.warning` |
 | the batch takes over `[observers] delivery_timeout_seconds` | batch dropped, observer hung (below) |
 
@@ -200,6 +200,10 @@ async def _deliver_once_more_if_lost(
         await courier.deliver(pairing, batch)
     except ObserverLost as exc:
         lost = pairing.observer_session_id
+        ref = await registry.engine.store.get_observer_ref(pairing.observed_session_id)
+        if ref is not None and ref.stopped and ref.observer_type == pairing.observer_type:
+            # Gone because a person deleted it (its reap left the tombstone): that is a stop, not a lost context.
+            raise ObserverStopped("the observer session was deleted") from None
         await registry.spawn(pairing)
         await registry.set_state(pairing, "armed", f"observer started afresh: {exc}")
         await registry.warn(pairing, f"the observer's context was lost ({exc}); a fresh observer took over", lost=lost)

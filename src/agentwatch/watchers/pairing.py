@@ -21,7 +21,8 @@ pairing: the observer type and definition, the observer's session, a buffer of d
   reattached when the type still matches, it was not stopped and its session still exists; otherwise a new
   observer session starts. A rule observer has no session: its `armed` state names it (a ref is written for
   it only to replace one naming another observer, or as its tombstone). A stopped tombstone for the same
-  type makes the pairing `blocked`: a stopped observer is never silently brought back.
+  type makes the pairing `blocked`: a stopped observer is never silently brought back. (A person's deletion is
+  such a stop; when retention reaps the deleted session, the store turns its ref into the tombstone.)
 - **marker**: a new observer session is created marked `is_observer`, together with the ref that names it,
   in one store transaction (so no crash leaves an observer without its ref, and the store refuses a second
   live observer for one pairing: the loser of a race reattaches to the winner's). The mark is read back
