@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentwatch.runtime.engine import Engine
-from agentwatch.store import SessionRecord
+from agentwatch.store import SessionPatch, SessionRecord
 from agentwatch.watchers import observer_agents
 from tests.watchers.support import (
     OpenEngine,
@@ -15,6 +15,7 @@ from tests.watchers.support import (
     settled_observer,
     states_reached,
     turn,
+    warnings,
 )
 
 STARTED = ("armed", "observer started")
@@ -88,6 +89,26 @@ async def test_a_restart_starts_a_fresh_observer_when_the_previous_one_was_reape
         assert ref is not None and ref.observer_session_id == fresh.id and not ref.stopped
         (received,) = await digests_received(engine, fresh.id)
         assert "answer to two" in received and "answer to one" not in received
+
+
+async def test_a_restart_pairs_no_session_whose_observer_mark_is_gone(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """The ref names a live session that is not marked as an observer: it is neither reattached nor taken for
+    the observer another engine just started (the store keeps its slot), and is given nothing."""
+    coder, watcher = coder_and_watcher(scripted, "unmarked")
+    async with open_engine(coder, watcher) as engine:
+        sid, observer = await paired(engine)
+        await engine.store.update_session(observer.id, SessionPatch(is_observer=False))
+    async with open_engine(coder, watcher) as engine:
+        await turn(engine, sid, "two")
+        assert await eventually(lambda: states_reached(engine, sid, 2)) == [
+            STARTED,
+            ("blocked", f"observer session {observer.id!r} could not be confirmed as an observer"),
+        ]
+        await turn(engine, sid, "three")
+        assert len(await digests_received(engine, observer.id)) == 1
+        assert await warnings(engine, sid) == []
 
 
 async def test_an_observer_whose_mark_cannot_be_read_back_is_not_armed(

@@ -26,7 +26,8 @@ pairing: the observer type and definition, the observer's session, a buffer of d
 - **marker**: a new observer session is created marked `is_observer`, together with the ref that names it,
   in one store transaction (so no crash leaves an observer without its ref, and the store refuses a second
   live observer for one pairing: the loser of a race reattaches to the winner's). The mark is read back
-  before the pairing arms; deliveries check it again and refuse an observer whose mark cannot be confirmed.
+  before the pairing arms (the winner's too: a live session the ref names whose mark is gone leaves the
+  pairing `blocked`); deliveries check it again and refuse an observer whose mark cannot be confirmed.
 - **no longer named**: an engine in which the observed role names no observer (any more) records a pairing
   left `armed` as `retired`, and reattaches the same observer once the role names its type again.
 - **owner only**: only the engine that owns the observed session (holds its lease, see
@@ -361,6 +362,8 @@ class PairingRegistry:
             if current is None or current.observer_session_id is None or current.observer_type != ref.observer_type:
                 raise
             winner = current.observer_session_id
+            if not (await store.get_session(winner)).is_observer:  # (the one the ref named, unmarked since)
+                raise MarkerUnconfirmed(f"observer session {winner!r} could not be confirmed as an observer") from None
             await self.attach(pairing, winner, first_run_done=await self._had_input(winner), record=False)
             return
         if not (await store.get_session(session_id)).is_observer:
