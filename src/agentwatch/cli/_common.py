@@ -218,6 +218,8 @@ class Reader:
         self.store = store
         self.ring = ring
         self._roster = roster
+        self.runs_agents = False
+        """It runs no agent: a role its roster lacks is no reason one does not run."""
 
     @property
     def roster(self) -> Roster:

@@ -122,11 +122,8 @@ def render_get(record: dict[str, Any]) -> None:
         f"[bold]{escape(record['name'])}[/] [dim]{record['id']}[/]  ", _word(record["word"]), f" {record['status']}"
     )
     fill = record["contextFill"]
-    role = escape(record["role"])
-    if record.get("roleProblem"):  # (this engine cannot run it: say why where the role is)
-        role += f" [yellow]({escape(record['roleProblem'])})[/]"
     rows: list[tuple[str, Any]] = [
-        ("role", role),
+        ("role", escape(record["role"])),
         ("model", escape(record["modelRef"] or "-")),
         ("scope", escape(record.get("scope") or "global")),
         ("parent", record["parentId"] or "-"),
@@ -144,6 +141,8 @@ def render_get(record: dict[str, Any]) -> None:
         ("inbox", f"{record['pendingInputs']} waiting"),
         ("cursor", current["cursor"]),
     ]
+    if problem := record.get("roleProblem"):  # (the engine answering cannot run it: why, and what to do)
+        rows.insert(1, ("not run", f"[yellow]{escape(problem)}[/]"))
     if hitl := current["pendingHitl"]:
         asks = "; ".join(hitl["questions"] or []) or hitl["kind"]
         rows.append(("asks", f"[yellow]{escape(asks)}[/] [dim]({hitl['hitlId']})[/]"))

@@ -90,6 +90,11 @@ class EngineView(Protocol):
     @property
     def roster(self) -> RosterView: ...
 
+    @property
+    def runs_agents(self) -> bool:
+        """Whether the view's engine runs the agents of its roles (a service, `run`); a read of the store alone
+        runs none."""
+
     def stuck_after(self, role: str) -> float:
         """The role's stuck threshold in seconds (role front matter, else project config, else 600)."""
 

@@ -111,11 +111,12 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
         role_model, capabilities = definition.model, sorted(definition.grant)
     except NotFound as exc:
         role_model, capabilities = None, []
-        role_problem = (
-            f"{exc.message}; the agent's work waits for an engine that has agent type {session.role!r} (one open on "
-            "this store takes it within a second): define the type for the service that should run it (`agentwatch "
-            "agents check` checks an agents directory), or delete the agent"
-        )
+        if view.runs_agents:  # (a read of the store alone runs no agent: its roster is no reason one waits)
+            role_problem = (
+                f"{exc.message}; the agent's work waits for an engine that has agent type {session.role!r} (one "
+                "open on this store takes it within a second): define the type for the service that should run it "
+                "(`agentwatch agents check` checks an agents directory), or delete the agent"
+            )
     inbox = await view.store.list_inputs(session.id)
     return AgentRecord(
         **row,

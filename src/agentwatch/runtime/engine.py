@@ -468,6 +468,11 @@ class Engine:
         threshold = self.stuck_after(session.role)
         return await status_snapshot(self.store, session, stuck_after=threshold, timed_out=timed_out, ring=self.ring)
 
+    @property
+    def runs_agents(self) -> bool:
+        """True: this engine runs the agents of its roles (a read of the store alone runs none)."""
+        return True
+
     def stuck_after(self, role: str) -> float:
         """The role's stuck threshold in seconds (its front matter, else the project's, else 600)."""
         return self.roster.session_settings(role, self.config.sessions).stuck_after_seconds
