@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
 
@@ -58,3 +58,24 @@ async def test_the_current_item_is_a_call_still_running_when_calls_made_beside_i
         assert done.status == "completed"
         record = await engine.call_tool("agent_get", {"id": agent.id})
         assert (record["current"]["currentItem"], record["current"]["lastToolName"]) == (None, "lookup")
+
+
+async def test_while_no_call_runs_the_current_item_says_whether_the_model_thinks_writes_or_is_still_asked(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once it said `writing` while the model reasoned, and before it had streamed a word."""
+    steps = {"thinker": [Think("Let me weigh the two options first."), Hang()], "writer": [Reply("Half of"), Hang()],
+             "asked": [Hang()]}  # fmt: skip
+    roles = [role(name, scripted(f"doing-{name}", ScriptedModel([step]))) for name, step in steps.items()]
+    async with open_engine(*roles) as engine:
+        titles = {}
+        for name, title in (("thinker", "thinking"), ("writer", "writing"), ("asked", "waiting for the model")):
+            agent = await engine.create(name)
+            await engine.enqueue(agent.id, "go")
+            titles[name] = await _now(engine, agent.id, title)
+            await engine.call_tool("agent_stop", {"id": agent.id})
+    assert titles == {
+        "thinker": {"type": "message", "toolName": None, "title": "thinking"},
+        "writer": {"type": "message", "toolName": None, "title": "writing"},
+        "asked": {"type": "message", "toolName": None, "title": "waiting for the model"},
+    }

@@ -134,7 +134,10 @@ class CurrentItem(Answer):
 
     type: Literal["message", "tool"]
     tool_name: str | None
-    title: str
+    title: str = Field(
+        description="The running call's tool (`crawl +1 more` while more run beside it), or what the model does: "
+        "`thinking`, `writing`, or `waiting for the model` (asked, nothing streamed yet)."
+    )
 
 
 class PendingHitl(Answer):

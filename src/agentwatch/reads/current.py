@@ -8,7 +8,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentwatch.errors import AgentwatchError
-from agentwatch.events import Event, StreamCursor, ToolCall, ToolProgress, ToolResult, TurnEnded, TurnStarted, truncate
+from agentwatch.events import (
+    CompletionStarted,
+    ContentDelta,
+    Event,
+    StreamCursor,
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+    TurnEnded,
+    TurnStarted,
+    truncate,
+)
 from agentwatch.live import LiveRing
 from agentwatch.reads.answers import CurrentItem, CurrentSnapshot, PartialUsage, PendingHitl, StatusSnapshot
 from agentwatch.reads.words import status_word
@@ -51,7 +62,7 @@ async def current(store: Store, session: SessionRecord, ring: LiveRing | None = 
             title = f"{first} +{len(running) - 1} more" if len(running) > 1 else first
             current_item = CurrentItem(type="tool", tool_name=first, title=title)
         else:
-            current_item = CurrentItem(type="message", tool_name=None, title="writing")
+            current_item = CurrentItem(type="message", tool_name=None, title=await _model_doing(ring, session.id))
     else:
         recent = await store.read_events_backward(session.id, limit=1, types=["tool.call"])
     last_call = next((e.payload for e in recent if isinstance(e.payload, ToolCall)), None)
@@ -86,6 +97,22 @@ async def _running_calls(ring: LiveRing | None, session_id: str, recent: list[Ev
             held = []
         ended = {e.payload.tool_call_id for e in held if isinstance(e.payload, ToolProgress) and e.payload.status}
     return [e.payload for e in open_calls if isinstance(e.payload, ToolCall) and e.payload.tool_call_id not in ended]
+
+
+async def _model_doing(ring: LiveRing | None, session_id: str) -> str:
+    """What the model does while no call runs, as the live ring's newest event says: `thinking` or `writing` (the
+    part it streams), or `waiting for the model` (asked, nothing streamed yet); `writing` without the ring."""
+    if ring is None:
+        return "writing"
+    try:
+        newest = await ring.recent(session_id, limit=1)
+    except AgentwatchError as exc:  # (a view: the stored state still answers)
+        log.warning("what the model of %s does, without the live ring's events: %s", session_id, exc)
+        return "writing"
+    payload = newest[-1].payload if newest else None
+    if isinstance(payload, ContentDelta):
+        return "thinking" if payload.part == "thinking" else "writing"
+    return "waiting for the model" if isinstance(payload, CompletionStarted) else "writing"
 
 
 async def _pending_hitl(store: Store, session: SessionRecord) -> PendingHitl | None:
