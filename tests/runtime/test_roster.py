@@ -442,6 +442,21 @@ def test_a_missing_directory_is_an_empty_roster(tmp_path: Path) -> None:
     assert (len(roster), roster.problems) == (0, [])
 
 
+def test_a_missing_directory_is_named_with_the_settings_every_engine_reads() -> None:
+    # `serve`, `mcp` and `Engine.open` take no --agents-dir: the way to name the directory that they all read
+    # comes first, the flag of the two commands that have it after.
+    roster = load_roster(Path("nowhere"))
+
+    with pytest.raises(NotFound) as caught:
+        roster.get("planner")
+
+    assert caught.value.message == (
+        "no agent type 'planner'; the roster is empty: add planner.md to the agents directory (the agents "
+        "directory 'nowhere' does not exist: create it, or name yours with agents_dir in agentwatch.toml or "
+        "AGENTWATCH_AGENTS_DIR; `run` and `create` also take --agents-dir)"
+    )
+
+
 def test_get_lists_the_known_names_nearest_first(write_agent: WriteAgent) -> None:
     for name in ("coder", "reviewer", "coordinator"):
         write_agent(f"{name}.md", "---\nmodel: a:b\n---\n")

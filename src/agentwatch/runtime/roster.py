@@ -496,8 +496,9 @@ class Roster:
             message = f"no agent type {name!r}; the roster is empty: add {name}.md to the agents directory"
         if self.missing_directory is not None and name not in self._left_out:
             message += (
-                f" (the agents directory {str(self.missing_directory)!r} does not exist: pass --agents-dir, or set "
-                "agents_dir in agentwatch.toml)"
+                f" (the agents directory {str(self.missing_directory)!r} does not exist: create it, or name yours "
+                "with agents_dir in agentwatch.toml or AGENTWATCH_AGENTS_DIR; `run` and `create` also take "
+                "--agents-dir)"
             )
         raise NotFound(message, known=known)
 
