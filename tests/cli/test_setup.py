@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -293,6 +295,15 @@ def test_a_local_run_cut_off_by_its_timeout_says_what_becomes_of_the_turn(projec
                      "--timeout", "1")  # fmt: skip
     assert ran.returncode == 3, ran.stderr
     assert "'s turn is cut off with this command; it goes on when an engine next opens the store" in ran.stderr
+
+
+def test_the_stop_command_a_cut_off_run_prints_runs_as_printed(project: Path) -> None:
+    """Once: `agentwatch stop NAME` pasted a name with a space bare, which a shell splits into two arguments."""
+    ran = agentwatch(project, "run", "napper", "go", "--name", "slow one", "--setup", "shop.agents:napping",
+                     "--server", "none", "--timeout", "1")  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+    [command] = re.findall(r"`(agentwatch stop [^`]*)`", " ".join(ran.stderr.split()))
+    assert shlex.split(command) == ["agentwatch", "stop", "slow one"]
 
 
 def test_reading_the_store_says_stuck_as_the_engine_would_for_a_role_the_setup_defines(project: Path) -> None:

@@ -3,6 +3,8 @@ answers that could be megabytes are cut with a marker or paged."""
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Any, get_args
 
 import pytest
@@ -249,6 +251,20 @@ async def test_a_name_where_an_id_goes_is_told_how_to_find_the_id(open_engine: O
             )
         gone = await engine.call_tool("agent_history", {"id": "ses_01m944ebaz6w8fg8jp3nbf9c4y"})
         assert "(it may have been reaped)" in gone["error"]["message"]
+
+
+async def test_the_command_a_not_found_suggests_runs_as_printed(open_engine: OpenEngine) -> None:
+    """Once: a name with a space or a quote was pasted bare into `agentwatch get NAME` and `agentwatch ls -q NAME`,
+    which a shell splits (or waits on the open quote for)."""
+    name = "my agent's"
+    async with open_engine() as engine:
+        by_id = await engine.call_tool("agent_tail", {"id": name})
+        by_name = await engine.call_tool("agent_get", {"name": name})
+    suggested = [re.findall(r"`(agentwatch [^`]*)`", answer["error"]["message"]) for answer in (by_id, by_name)]
+    assert [shlex.split(command) for [command] in suggested] == [
+        ["agentwatch", "get", name],
+        ["agentwatch", "ls", "-q", name],
+    ]
 
 
 def test_run_list_takes_exactly_the_statuses_a_run_has() -> None:

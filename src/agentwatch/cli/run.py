@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import sys
 import threading
 import time
@@ -181,7 +182,7 @@ def _say_cut_off(name: str) -> None:
 
     err_console.print(
         f"[yellow]--timeout passed: {escape(name)}'s turn is cut off with this command; it goes on when an engine "
-        f"next opens the store (`agentwatch serve`), or `agentwatch stop {escape(name)}` ends it[/]",
+        f"next opens the store (`agentwatch serve`), or `agentwatch stop {escape(shlex.quote(name))}` ends it[/]",
         soft_wrap=True,
     )
 

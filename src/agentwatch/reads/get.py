@@ -6,6 +6,7 @@ unique live (not deleted) match; several matches are refused with their ids (`am
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime
 
 from pydantic import Field, JsonValue, model_validator
@@ -52,8 +53,8 @@ async def resolve_agent(view: EngineView, *, id: str | None, name: str | None, c
     page = await view.store.list_sessions(SessionFilter(name=name), sort="name", limit=_CANDIDATES)
     if not page.items:
         raise NotFound(
-            f"no agent named {name!r}; agent_list with q {name!r} finds similar names (`agentwatch ls -q {name}`), "
-            "and a deleted agent is found by its id"
+            f"no agent named {name!r}; agent_list with q {name!r} finds similar names "
+            f"(`agentwatch ls -q {shlex.quote(name)}`), and a deleted agent is found by its id"
         )
     if len(page.items) == 1:
         return page.items[0]

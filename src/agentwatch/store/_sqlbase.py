@@ -4,6 +4,7 @@ helpers, and the checks and messages of writes."""
 from __future__ import annotations
 
 import json
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -273,7 +274,7 @@ def no_session(session_id: str) -> str:
     if not session_id.startswith("ses_"):  # a name where an id goes
         return (
             f"no session with id {session_id!r}: an agent's id starts with ses_; find one by its name with "
-            f"agent_get {{name: {session_id!r}}} (or `agentwatch get {session_id}`)"
+            f"agent_get {{name: {session_id!r}}} (or `agentwatch get {shlex.quote(session_id)}`)"
         )
     return f"no session with id {session_id!r} (it may have been reaped); `agentwatch ls --all` lists the ids"
 
