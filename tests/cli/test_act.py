@@ -104,6 +104,13 @@ def test_answer_refusals_name_the_flag(store_url: str, waiting: dict[str, str]) 
     assert twice.exit_code == 2 and "takes one option" in twice.output
     no_options = invoke("answer", "asker", "--choice", "1", "--store", store_url)
     assert no_options.exit_code == 2 and "offers no options" in no_options.output
+    # The command's own refusal stands in its words (once "give the TEXT as text", blaming TEXT too).
+    no_options = invoke("answer", "asker", "--choice", "1", "--store", store_url, "--json")
+    assert _json(no_options)["error"] == {
+        "code": "invalid_argument",
+        "message": f"request {waiting['asker']} offers no options; give the answer as text",
+        "details": {"flags": ["--choice"]},
+    }
     both = invoke("answer", "picker", "dev", "--choice", "1", "--store", store_url)
     assert both.exit_code == 2
     neither = invoke("answer", "picker", "--store", store_url)

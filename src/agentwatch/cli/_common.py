@@ -430,7 +430,10 @@ _CURSOR_ARGS = ("cursor", "afterId")
 
 
 def flag_error(error: InvalidArgument, flags: Mapping[str, str], args: Mapping[str, Any]) -> InvalidArgument:
-    """`error` with the tool's argument names replaced by the CLI's flags, marked as a usage error."""
+    """`error` with the tool's argument names replaced by the CLI's flags, marked as a usage error. An error that
+    names its flags already is a check of the command's own, in the command line's words: it stands as it is."""
+    if error.details.get("flags"):
+        return error
     problems = error.details.get("problems")
     named: list[str] = []
     if isinstance(error, InvalidCursor):
@@ -455,10 +458,7 @@ def flag_error(error: InvalidArgument, flags: Mapping[str, str], args: Mapping[s
     fields = error.details.get("fields")
     if isinstance(fields, list):
         named += [flags[f] for f in fields if isinstance(f, str) and f in flags]
-    given = error.details.get("flags")
-    if isinstance(given, list):
-        named += [f for f in given if isinstance(f, str)]
-    details = {k: v for k, v in error.details.items() if k not in ("problems", "fields", "flags")}
+    details = {k: v for k, v in error.details.items() if k not in ("problems", "fields")}
     if not named:
         return type(error)(message, **details)
     if not any(flag in message for flag in named):

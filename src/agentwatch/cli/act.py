@@ -299,17 +299,19 @@ def answer(request_id: str, text: str | None, choices: tuple[int, ...], store_ur
         request = await link.request(args["hitlId"])
         options = request.options or []
         if not options:
-            raise InvalidArgument(f"request {request.id} offers no options; give the answer as text", fields=["choice"])
+            raise InvalidArgument(
+                f"request {request.id} offers no options; give the answer as text", flags=["--choice"]
+            )
         wrong = [n for n in choices if n > len(options)]
         if wrong:
             listed = "; ".join(f"{n}. {o}" for n, o in enumerate(options, 1))
             raise InvalidArgument(
-                f"--choice {wrong[0]} is not an option of {request.id}; its options: {listed}", fields=["choice"]
+                f"--choice {wrong[0]} is not an option of {request.id}; its options: {listed}", flags=["--choice"]
             )
         given = request.body.get("input")
         multiple = isinstance(given, dict) and given.get("multiple") is True
         if len(choices) > 1 and not multiple:
-            raise InvalidArgument(f"request {request.id} takes one option; give --choice once", fields=["choice"])
+            raise InvalidArgument(f"request {request.id} takes one option; give --choice once", flags=["--choice"])
         picked = [options[n - 1] for n in choices]
         args["answer"] = picked if multiple else picked[0]
 
