@@ -51,6 +51,34 @@ def test_piped_ls_is_complete_tab_separated_rows(tmp_path: Path) -> None:
     assert [line.split("\t")[0] for line in everything.stdout.splitlines()] == ["NAME", "short", LONG_NAME]
 
 
+def test_ls_on_a_narrow_terminal_still_shows_each_agents_name(tmp_path: Path) -> None:
+    """Once: below about 110 columns the NAME column was squeezed to nothing, and ids cut short were all a person
+    had to tell the rows apart."""
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    asyncio.run(_fill(url))
+    leader, follower = pty.openpty()
+    command = [sys.executable, "-m", "agentwatch", "ls", "--store", url]
+    process = subprocess.Popen(
+        command, stdout=follower, stderr=follower, cwd=tmp_path, env=os.environ | {"COLUMNS": "80"}
+    )
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert process.wait(timeout=30) == 0
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode()).splitlines()
+    names = [line.split()[0] for line in lines]
+    assert names[:2] == ["NAME", "short"] and LONG_NAME.startswith(names[2].removesuffix("…"))
+    assert max(len(line) for line in lines) <= 80
+
+
 def test_piped_get_and_history_cut_nothing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'out.db'}"
     session_id = asyncio.run(_fill(url))

@@ -84,7 +84,9 @@ def render_list(answer: dict[str, Any], *, deleted_too: bool = True) -> None:
         )
     headers = ["NAME", "ID", "ROLE", "WORD", "STATUS", "ACTIVE", "TOKENS", "WAITING", "PARENT"]
     if rows:
-        columns = [{"overflow": "ellipsis", "max_width": 24}] + [{"no_wrap": True}] * 8
+        # The name is what a person tells the rows by: on a narrow terminal it is cut short with the rest,
+        # never squeezed out (a column that may wrap is the first rich takes width from, down to nothing).
+        columns = [{"overflow": "ellipsis", "no_wrap": True, "min_width": 8, "max_width": 24}] + [{"no_wrap": True}] * 8
         print_table(headers, rows, columns=columns, box=None, header_style="bold", pad_edge=False)
     else:
         print_note("[dim]no agents match[/]" if deleted_too else "[dim]no agents match (deleted ones: --all)[/]")
