@@ -217,7 +217,8 @@ def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None
                 "error": {
                     "code": "unauthenticated",
                     "message": f"the service at {service.url} (found in {str(path)!r}) needs a token: set "
-                    f"{TOKEN_ENV} to the token it printed, or pass --server none to use the store directly",
+                    f"{TOKEN_ENV} to its token (the {TOKEN_ENV} it was started with, or the one it printed when it "
+                    "started), or pass --server none to use the store directly",
                 }
             }
         )
