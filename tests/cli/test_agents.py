@@ -107,6 +107,14 @@ def test_check_resolves_the_projects_aliases_and_declared_scripted_models(projec
     assert "agents/a.md: model: no scripted model 'coder' (model ref 'scripted:coder') was given or registered" in (
         _flat(undeclared)
     )
+    # What to do here, as for a tool: the Python way alone left a reader of `check` without the flag.
+    assert (
+        _flat(undeclared).count(
+            "until then each of its turns fails; a scripted model your project hands the engine in Python is declared "
+            "here with --scripted NAME"
+        )
+        == 1
+    )
     declared = _check("--scripted", "coder")
     assert declared.exit_code == 0, declared.output
     unknown = CliRunner().invoke(cli, ["agents", "check"], env={"AGENTWATCH_AGENTS_DIR": "elsewhere"})

@@ -103,6 +103,9 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
         if problem.field in ("tools", "approval_tools") and problem.message.startswith("unknown tool"):
             declare = "; a tool your project registers in Python is declared here with --tool NAME"
             problems[index] = dataclasses.replace(problem, message=problem.message + declare)
+        elif problem.field == "model" and problem.message.startswith("no scripted model"):
+            declare = "; a scripted model your project hands the engine in Python is declared here with --scripted NAME"
+            problems[index] = dataclasses.replace(problem, message=problem.message + declare)
     problems.extend(_observer_gate_problems(roster, config))
     problems.extend(_schedule_problems(roster, config, project))
     problems.extend(refused)
