@@ -29,7 +29,7 @@ def _run(command: str, cwd: Path, env: dict[str, str], timeout: float = 60) -> s
 
 
 def test_the_demo_ends_with_the_commands_to_see_what_it_left(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTWATCH_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTWATCH_", "VIRTUAL_ENV"))}
     demo = subprocess.run(
         [sys.executable, str(DEMO)],
         cwd=tmp_path,
@@ -82,3 +82,24 @@ def test_the_demo_ends_with_the_commands_to_see_what_it_left(tmp_path: Path) -> 
     final = _run(commands[0], tmp_path, env)
     planner = next(row.split("\t") for row in final.stdout.splitlines() if row.startswith("planner\t"))
     assert (planner[3], planner[4]) == ("done", "completed")
+
+
+def test_with_its_virtual_environment_active_the_commands_drop_its_path(tmp_path: Path) -> None:
+    """Once: `agentwatch` was bare, but the `--resume` line kept the interpreter's path (`.venv/bin/python`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTWATCH_"))}
+    env |= {"VIRTUAL_ENV": sys.prefix, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+    demo = subprocess.run(
+        [sys.executable, str(DEMO)],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = demo.stdout.rstrip().splitlines()
+    start = next(i for i, line in enumerate(lines) if "what to do next" in line)
+    commands = [re.split(r"\s{2,}", line.strip())[0] for line in lines[start + 1 :]]
+    assert [command.split()[0] for command in commands] == ["agentwatch"] * 3 + ["python", "agentwatch"]
+    assert commands[3] == f"python {DEMO} --resume"

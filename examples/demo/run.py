@@ -323,6 +323,14 @@ def _agentwatch() -> str:
     return _here(installed)
 
 
+def _python() -> str:
+    """This Python as typed from here: `python` when it is the active virtual environment's, else its path."""
+    active = os.environ.get("VIRTUAL_ENV")
+    if active and Path(active).resolve() == Path(sys.prefix).resolve():
+        return "python"
+    return _here(sys.executable)
+
+
 def next_steps(name: str, *, answer_planner: bool) -> None:
     """The commands to look at what the demo left, exactly as they run from here."""
     agentwatch, store = _agentwatch(), f"--store {STORE}"
@@ -332,7 +340,7 @@ def next_steps(name: str, *, answer_planner: bool) -> None:
     ]
     if answer_planner:
         steps.append((f'{agentwatch} answer planner "PostgreSQL" {store}', "answer the planner's question"))
-        resume = shlex.join([_here(sys.executable), _here(HERE / "run.py"), "--resume"])
+        resume = shlex.join([_python(), _here(HERE / "run.py"), "--resume"])
         steps.append((resume, "then the demo's engine again: the planner goes on"))
     # Its engine has none of the demo's roles: a question answered through it waits for `--resume`.
     steps.append((f"{agentwatch} serve {store}", "the same agents in a browser (its address), over HTTP and MCP"))
