@@ -215,6 +215,28 @@ async def test_create_through_the_service_starts_the_turn_there(
         assert sent.exit_code == 0 and f"the service at {url} continues it now" in sent.stdout, sent.output
 
 
+async def test_work_handed_to_a_service_without_the_agents_role_is_not_said_to_go_on_there(
+    open_engine: OpenEngine, scripted: Scripted, tmp_path: Path
+) -> None:
+    """Once: `send` and `answer` through a service that lacks the agent's role (the demo's agents, served by
+    `agentwatch serve`) said "the service continues it now", while the agent's log said it would not."""
+    from agentwatch.store import SessionDraft
+
+    model = scripted("remote-roleless", ScriptedModel.replying("hello"))
+    async with open_engine(role("helper", model), extensions=[]) as engine, service(engine) as (url, _):
+        ghost = await engine.store.create_session(SessionDraft(name="ghost", role="ghost"))
+        away = ["--server", url, "--store", nowhere(tmp_path)]
+        sent = await run_cli("send", "ghost", "hi", *away)
+        assert sent.exit_code == 0, sent.output
+        assert sent.stdout == (
+            f"queued for {ghost.id} (1 waiting): the service at {url} has no agent type 'ghost', so it leaves the "
+            "work to an engine that has it (one open on this store takes it within a second, else the next one "
+            "opened with it)\n"
+        )
+        created = await run_cli("create", "helper", "hi", "--name", "known", *away)
+        assert created.exit_code == 0 and f"the service at {url} continues it now" in created.stdout, created.output
+
+
 async def test_a_local_service_is_found_through_its_discovery_file(
     open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path
 ) -> None:

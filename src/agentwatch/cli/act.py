@@ -39,7 +39,7 @@ from agentwatch.cli._common import (
     store_option,
 )
 from agentwatch.cli.remote import Service, find_service, server_option
-from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -243,18 +243,30 @@ async def _request_of(link: Link, given: str, *, held: bool = False) -> RequestR
     return pending[0]
 
 
-def _say(result: dict[str, Any], as_json: bool, text: str) -> None:
+def _say(result: dict[str, Any], as_json: bool, text: str | Callable[[], str]) -> None:
+    """The tool's answer with --json, else `text` (a function: made only then, when it asks the service)."""
     if as_json:
         print_json(result)
     else:
-        click.echo(text)
+        click.echo(text() if callable(text) else text)
 
 
-def _left(store_url: str | None) -> str:
-    """Who takes the work up: the service it went through, or the engine that runs the agent."""
+def _left(store_url: str | None, session_id: str, role: str | None = None) -> str:
+    """Who takes the work up: the service it went through when it runs the agent's role (`role`, else read),
+    else an engine that has the role; on the store, the engine that runs the agent."""
     service = find_service(store_url)  # (the one this command used: found once per command)
     if service is not None:
-        return f"the service at {service.url} continues it now"
+        try:
+            role = role or str(service.answer("agent_get", {"id": session_id})["role"])
+            roles = {row["name"] for row in service.answer("agent_roles", {})["roles"]}
+        except AgentwatchError:  # (the work is handed over all the same: only the sentence is at stake)
+            roles = {role}
+        if role in roles:
+            return f"the service at {service.url} continues it now"
+        return (
+            f"the service at {service.url} has no agent type {role!r}, so it leaves the work to an engine that has "
+            "it (one open on this store takes it within a second, else the next one opened with it)"
+        )
     return (
         "the engine that runs the agent continues it (a running `agentwatch run` after its turn; else the next "
         "engine to open the store: `agentwatch serve`)"
@@ -324,7 +336,11 @@ def answer(request_id: str, text: str | None, choices: tuple[int, ...], store_ur
         request="hitlId",
         prepare=pick,
     )
-    _say(result, as_json, f"answered {result['hitlId']} of {result['agentId']}: {_left(store_url)}")
+    _say(
+        result,
+        as_json,
+        lambda: f"answered {result['hitlId']} of {result['agentId']}: {_left(store_url, result['agentId'])}",
+    )
 
 
 def _approval(request_id: str, approved: bool, message: str | None, store_url: str | None, as_json: bool) -> None:
@@ -342,7 +358,11 @@ def _approval(request_id: str, approved: bool, message: str | None, store_url: s
     flags = {"hitlId": "ID", "answer": "--reason" if not approved else "--message"}
     result = act(store_url, "agent_answer", args, flags, request="hitlId", prepare=is_approval)
     word = "approved" if approved else "denied"
-    _say(result, as_json, f"{word} {result['hitlId']} of {result['agentId']}: {_left(store_url)}")
+    _say(
+        result,
+        as_json,
+        lambda: f"{word} {result['hitlId']} of {result['agentId']}: {_left(store_url, result['agentId'])}",
+    )
 
 
 @click.command("approve", short_help="Approve a tool call an agent waits on.")
@@ -428,8 +448,12 @@ def create(
 
     config = resolve_config(store_url, setup=setup, agents_dir=agents_dir)
     result = act(store_url, "agent_create", args, {"role": "ROLE", "prompt": "PROMPT", "name": "--name"}, config=config)
-    waiting = f", with its first input waiting: {_left(store_url)}" if result["pendingInputs"] else ""
-    _say(result, as_json, f"created {result['name']} ({result['agentId']}){waiting}")
+
+    def created() -> str:
+        waiting = f", with its first input waiting: {_left(store_url, result['agentId'], role)}"
+        return f"created {result['name']} ({result['agentId']}){waiting if result['pendingInputs'] else ''}"
+
+    _say(result, as_json, created)
 
 
 # -- send, stop, escalate, delete -----------------------------------------------------------------------
@@ -456,8 +480,11 @@ def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
         return
     from agentwatch.cli.remote import read
 
-    held = read(store_url, "agent_get", {"id": result["agentId"]}, {}).get("interception")
-    then = f"it waits until {held['by']} hands the agent back" if held else _left(store_url)
+    record = read(store_url, "agent_get", {"id": result["agentId"]}, {})
+    held = record.get("interception")
+    then = (
+        f"it waits until {held['by']} hands the agent back" if held else _left(store_url, record["id"], record["role"])
+    )
     click.echo(f"queued for {result['agentId']} ({result['pendingInputs']} waiting): {then}")
 
 
@@ -560,4 +587,4 @@ def hand_back(agent: str, store_url: str | None, as_json: bool) -> None:
     """
     result = act(store_url, "agent_hand_back", {"id": agent}, {"id": "AGENT"}, agent="id")
     waiting = f"{result['pendingInputs']} input(s) waiting"
-    _say(result, as_json, f"{result['id']} is handed back ({waiting}): {_left(store_url)}")
+    _say(result, as_json, lambda: f"{result['id']} is handed back ({waiting}): {_left(store_url, result['id'])}")
