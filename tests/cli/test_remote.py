@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 from starlette.types import Receive, Scope, Send
 
@@ -213,6 +214,25 @@ async def test_create_through_the_service_starts_the_turn_there(
         assert (await engine.store.get_session(agent_id)).last_text == "got hello"
         sent = await run_cli("send", agent_id, "more", "--server", url, "--store", nowhere(tmp_path))
         assert sent.exit_code == 0 and f"the service at {url} continues it now" in sent.stdout, sent.output
+
+
+async def test_a_service_is_found_from_a_subdirectory_of_its_project_and_from_its_root(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: the project's default store is relative in its root and absolute in a subdirectory, and the two
+    spellings of one store did not match: a service started in one was not found from the other, so `run` ran
+    the turn in its own process and `tail -f` read the store beside a running service."""
+    model = scripted("remote-subdirectory", ScriptedModel.replying("hello"))
+    monkeypatch.chdir(tmp_path)
+    relative = f"sqlite:///{Path(store_url.removeprefix('sqlite:///')).relative_to(tmp_path)}"
+    async with open_engine(role("helper", model), extensions=[]) as engine, service(engine) as (url, app):
+        for announced, asked in ((relative, store_url), (store_url, relative)):
+            write_discovery(resolve_config(announced), url, token_needed=False)
+            listed = await run_cli("ls", "--store", asked, "--json")
+            assert listed.exit_code == 0, listed.output
+            assert app.tools() == ["agent_list"], (announced, asked)  # through the service
+            app.paths.clear()
+            remove_discovery(discovery_file(resolve_config(announced)))
 
 
 async def test_work_handed_to_a_service_without_the_agents_role_is_not_said_to_go_on_there(

@@ -74,15 +74,33 @@ def server_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 # -- discovery ---------------------------------------------------------------------------------------------
 
 
+def _sqlite_file(store: str) -> Path | None:
+    """A SQLite store's database file, absolute (a relative path is relative to the working directory); None
+    for another store, or one in memory."""
+    scheme, _, rest = store.partition("://")
+    target = rest.partition("?")[0]
+    if scheme == "sqlite" and target.startswith("/") and target not in ("/", "/:memory:"):
+        return Path(target[1:]).absolute()
+    return None
+
+
 def discovery_file(config: Config) -> Path:
     """Where a service on `config`'s store announces itself: beside a SQLite store's file
     (`agentwatch.db-service.json`), else `.agentwatch/service.json` under the project root."""
-    scheme, _, rest = config.store.partition("://")
-    target = rest.partition("?")[0]
-    if scheme == "sqlite" and target.startswith("/") and target not in ("/", "/:memory:"):
-        database = Path(target[1:]).absolute()
+    database = _sqlite_file(config.store)
+    if database is not None:
         return database.with_name(f"{database.name}-service.json")
     return (config.root / ".agentwatch" / "service.json").absolute()
+
+
+def _announced_store(config: Config) -> str:
+    """The store as a service announces it and a command looks for it: a SQLite store by its file's absolute
+    path (the project's default is relative in the project's root and absolute in a subdirectory of it, and
+    is one store either way), any other without its password."""
+    from agentwatch.store import hide_password
+
+    database = _sqlite_file(config.store)
+    return f"sqlite:///{database}" if database is not None else hide_password(config.store)
 
 
 def write_discovery(config: Config, url: str, *, token_needed: bool) -> Path:
@@ -90,11 +108,9 @@ def write_discovery(config: Config, url: str, *, token_needed: bool) -> Path:
 
     Each service also keeps its own record beside the file (`.<file>.<pid>`), so that when the one the file
     names stops, the file names another that still runs (`remove_discovery`) instead of none."""
-    from agentwatch.store import hide_password
-
     path = discovery_file(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"url": url, "pid": os.getpid(), "token": token_needed, "store": hide_password(config.store)}
+    record = {"url": url, "pid": os.getpid(), "token": token_needed, "store": _announced_store(config)}
     _own_record(path).write_text(json.dumps(record) + "\n")
     _announce(path, record)
     return path
@@ -192,7 +208,6 @@ def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None
             return None
         return Service(_base_url(given), token, "--server" if _META in meta else SERVER_ENV)
     from agentwatch.cli._common import resolve_config
-    from agentwatch.store import hide_password
 
     try:
         config = resolve_config(store_url)
@@ -201,7 +216,7 @@ def _find_service(store_url: str | None, meta: dict[str, Any]) -> Service | None
             raise
         return None  # a broken configuration: the command's own reading of it says what it does about it
     path = discovery_file(config)
-    store = hide_password(config.store)
+    store = _announced_store(config)
     for record in _announced(path):
         if not _alive(record.get("pid")) or not isinstance(record.get("url"), str) or record.get("store") != store:
             continue
