@@ -8,16 +8,28 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from agentwatch.cli._render import LivePrinter
-from agentwatch.events import Event, EventId, ModelReroute, Payload, RuntimeRetry, SessionId, TurnId
+from agentwatch.events import (
+    AssistantMessage,
+    Event,
+    EventId,
+    ModelReroute,
+    ObserverStateChanged,
+    Payload,
+    RuntimeRetry,
+    SessionId,
+    TurnId,
+)
 
 
-def printed(*payloads: Payload) -> list[str]:
+def printed(*payloads: Payload | tuple[str, Payload]) -> list[str]:
+    """What the printer prints of `payloads` (each of session ses_1, or of the session a pair names)."""
     out = io.StringIO()
     printer = LivePrinter(Console(file=out, width=200, color_system=None), names={"ses_1": "coder"})
-    for seq, payload in enumerate(payloads, start=1):
+    for seq, given in enumerate(payloads, start=1):
+        session, payload = given if isinstance(given, tuple) else ("ses_1", given)
         at = datetime(2026, 12, 1, tzinfo=UTC)
         printer.on_event(
-            "ses_1", Event.trusted(EventId(f"evt_{seq}"), SessionId("ses_1"), seq, 0, at, TurnId("trn_1"), payload)
+            session, Event.trusted(EventId(f"evt_{seq}"), SessionId(session), seq, 0, at, TurnId("trn_1"), payload)
         )
     return out.getvalue().splitlines()
 
@@ -47,3 +59,12 @@ def test_a_tail_row_whose_detail_is_its_title_says_it_once() -> None:
     assert tail_line(row).count("Pick one") == 1
     other = {**row, "detail": "options: a, b"}
     assert "Pick one" in tail_line(other) and "options: a, b" in tail_line(other)
+
+
+def test_an_observer_agents_lines_are_named_by_its_type_and_whom_it_watches() -> None:
+    """Once: prefixed with the last 8 characters of its id (an observer starts no sub-task to learn a name from)."""
+    lines = printed(
+        ObserverStateChanged(observer_type="reviewer", observer_session_id="ses_01observer73gxx3wh", state="armed"),
+        ("ses_01observer73gxx3wh", AssistantMessage(text="Looks fine so far.")),
+    )
+    assert lines == ["reviewer on coder Looks fine so far."]

@@ -14,6 +14,7 @@ from agentwatch.events import (
     Event,
     ModelReroute,
     ObserverReported,
+    ObserverStateChanged,
     RequestOpened,
     RequestResolved,
     RuntimeNotice,
@@ -75,6 +76,10 @@ class LivePrinter:
             return
         if isinstance(payload, SubtaskStarted):
             self.names.setdefault(payload.child_session_id, payload.name)
+        elif isinstance(payload, ObserverStateChanged) and payload.observer_session_id:
+            # (an observer agent starts no sub-task: its lines are named by its type and whom it watches)
+            watched = self.names.get(thread_id, thread_id[-8:])
+            self.names.setdefault(payload.observer_session_id, f"{payload.observer_type} on {watched}")
         line = self._line(payload)
         if line is not None:
             self._end_stream()
