@@ -21,7 +21,7 @@ from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import RoleSessions
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.store import SessionDraft, SessionRecord, Store, Write, connect_store
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import OpenEngine, Scripted, role, until
 
 TURN = TurnId("trn_emitter")
 
@@ -179,14 +179,13 @@ async def test_observers_are_given_what_other_engines_wrote_in_its_place_in_the_
         agent = paused["agentId"]
         async with Engine.open(url, root=tmp_path, definitions=[definition], extensions=[], runs_turns=False) as b:
             await b.answer(paused["pendingHitl"]["hitlId"], "red")
-        for _ in range(500):  # a's turn goes on once it sees the answer
+        for _ in range(1500):  # a's turn goes on once it sees the answer
             if (await a.store.get_session(agent)).status == "completed":
                 break
             await asyncio.sleep(0.02)
-        for _ in range(250):  # the turn loop lets the session's lease go (c then runs the next turn, not a)
-            if not a.leases.holds(agent):
-                break
-            await asyncio.sleep(0.02)
+        # The turn loop lets the session's lease go, so c runs the next turn, not a (under load this once took over
+        # the 5 s the test gave it, the test went on regardless, and a ran c's turn too).
+        await until(lambda: not a.leases.holds(agent), 30)
         async with Engine.open(url, root=tmp_path, definitions=[definition], extensions=[]) as c:
             await c.enqueue(agent, "and now?")  # a whole turn run by another engine
             await c.wait(agent, 30)
