@@ -14,6 +14,23 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo" / "run.py"
 
 
+def _next_commands(cwd: Path, env: dict[str, str]) -> list[str]:
+    """The commands the demo, run from `cwd`, ends with (what to do next)."""
+    demo = subprocess.run(
+        [sys.executable, str(DEMO)],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = demo.stdout.rstrip().splitlines()
+    start = next(i for i, line in enumerate(lines) if "what to do next" in line)
+    return [re.split(r"\s{2,}", line.strip())[0] for line in lines[start + 1 :]]
+
+
 def _run(command: str, cwd: Path, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`command` run exactly as printed, from `cwd`."""
     return subprocess.run(
@@ -30,19 +47,7 @@ def _run(command: str, cwd: Path, env: dict[str, str], timeout: float = 60) -> s
 
 def test_the_demo_ends_with_the_commands_to_see_what_it_left(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTWATCH_", "VIRTUAL_ENV"))}
-    demo = subprocess.run(
-        [sys.executable, str(DEMO)],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    lines = demo.stdout.rstrip().splitlines()
-    start = next(i for i, line in enumerate(lines) if "what to do next" in line)
-    commands = [re.split(r"\s{2,}", line.strip())[0] for line in lines[start + 1 :]]
+    commands = _next_commands(tmp_path, env)
     # The bare name when the shell finds this install's agentwatch, else its path (the temp directory is not
     # below the install, so the path is absolute).
     agentwatch = commands[0].split()[0]
@@ -88,18 +93,6 @@ def test_with_its_virtual_environment_active_the_commands_drop_its_path(tmp_path
     """Once: `agentwatch` was bare, but the `--resume` line kept the interpreter's path (`.venv/bin/python`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTWATCH_"))}
     env |= {"VIRTUAL_ENV": sys.prefix, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
-    demo = subprocess.run(
-        [sys.executable, str(DEMO)],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    lines = demo.stdout.rstrip().splitlines()
-    start = next(i for i, line in enumerate(lines) if "what to do next" in line)
-    commands = [re.split(r"\s{2,}", line.strip())[0] for line in lines[start + 1 :]]
+    commands = _next_commands(tmp_path, env)
     assert [command.split()[0] for command in commands] == ["agentwatch"] * 3 + ["python", "agentwatch"]
     assert commands[3] == f"python {DEMO} --resume"

@@ -10,6 +10,7 @@ import pty
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,24 @@ async def _fill(url: str) -> str:
         return session.id
 
 
+def _on_a_terminal(command: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> tuple[bytes, int]:
+    """What `command` printed on a terminal of its own (a pty), and its exit code."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(command, stdout=follower, stderr=follower, cwd=cwd, env=env)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    return seen, process.wait(timeout=30)
+
+
 def test_piped_ls_is_complete_tab_separated_rows(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'out.db'}"
     session_id = asyncio.run(_fill(url))
@@ -56,23 +75,9 @@ def test_ls_on_a_narrow_terminal_still_shows_each_agents_name(tmp_path: Path) ->
     had to tell the rows apart."""
     url = f"sqlite:///{tmp_path / 'out.db'}"
     asyncio.run(_fill(url))
-    leader, follower = pty.openpty()
     command = [sys.executable, "-m", "agentwatch", "ls", "--store", url]
-    process = subprocess.Popen(
-        command, stdout=follower, stderr=follower, cwd=tmp_path, env=os.environ | {"COLUMNS": "80"}
-    )
-    os.close(follower)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the terminal closed: the process is done
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(leader)
-    assert process.wait(timeout=30) == 0
+    seen, code = _on_a_terminal(command, tmp_path, env=os.environ | {"COLUMNS": "80"})
+    assert code == 0
     lines = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode()).splitlines()
     names = [line.split()[0] for line in lines]
     assert names[:2] == ["NAME", "short"] and LONG_NAME.startswith(names[2].removesuffix("…"))
@@ -210,20 +215,8 @@ def test_await_shows_what_it_waits_for_on_a_terminal_only(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'out.db'}"
     _running_session(url)
     command = [sys.executable, "-m", "agentwatch", "await", "busy", "--timeout", "1.5", "--store", url]
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(command, stdout=follower, stderr=follower, cwd=tmp_path)
-    os.close(follower)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the terminal closed: the process is done
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(leader)
-    assert process.wait(timeout=30) == 3
+    seen, code = _on_a_terminal(command, tmp_path)
+    assert code == 3
     assert b"waiting for busy (running)" in seen
     piped = subprocess.run(command, capture_output=True, cwd=tmp_path, check=False, timeout=30)
     assert piped.returncode == 3
