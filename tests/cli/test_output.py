@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from agentwatch.cli import cli
-from agentwatch.events import AssistantMessage, NewEvent, StreamCursor, TurnId, TurnStarted, UserMessage
+from agentwatch.events import AssistantMessage, NewEvent, StreamCursor, TurnId, TurnStarted, Usage, UserMessage
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.store import SessionDraft, SessionPatch, Write, open_store
+from agentwatch.store import SessionDraft, SessionPatch, UsageEntry, Write, open_store
 from tests.runtime.support import Scripted, role
 
 LONG_NAME = "a-name-much-longer-than-any-terminal-column-would-show-" + "x" * 40
@@ -31,6 +31,8 @@ async def _fill(url: str) -> str:
     async with open_store(url) as store:
         session = await store.create_session(SessionDraft(name=LONG_NAME, role="coder"))
         await store.append(session.id, [NewEvent(UserMessage(text=LONG_TEXT)), NewEvent(AssistantMessage(text="ok"))])
+        spent = Usage(input_tokens=1000, output_tokens=200, requests=1, cost_usd=0.0123)
+        await store.write(Write(session.id, usage=[UsageEntry(role="coder", model="openai:gpt-4o", usage=spent)]))
         await store.create_session(SessionDraft(name="short", role="coder"))
         return session.id
 
@@ -91,6 +93,7 @@ def test_piped_get_and_history_cut_nothing(tmp_path: Path) -> None:
     assert got.exit_code == 0, got.output
     fields = dict(line.split("\t", 1) for line in got.stdout.splitlines()[1:])
     assert fields["role"] == "coder"
+    assert fields["usage"] == "1,200 tokens $0.0123"  # what it spent, not only its tokens
     assert StreamCursor.decode(fields["cursor"]).session_id == session_id  # the whole cursor, not cut
     history = CliRunner().invoke(cli, ["history", session_id, "--store", url])
     assert LONG_TEXT.strip() in history.stdout

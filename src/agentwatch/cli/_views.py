@@ -118,6 +118,12 @@ def render_summary(answer: dict[str, Any]) -> None:
         print_table(["ROLE", "SESSIONS", "LAST ACTIVE"], rows, box=None, header_style="bold")
 
 
+def spend(item: dict[str, Any]) -> str:
+    """`tokens`, and `costUsd` when it is known, of a record, as a person reads them."""
+    cost = f" ${item['costUsd']:.4f}" if item.get("costUsd") is not None else ""
+    return f"{item['tokens']:,} tokens{cost}"
+
+
 def render_get(record: dict[str, Any]) -> None:
     current = record["current"]
     console.print(
@@ -130,7 +136,7 @@ def render_get(record: dict[str, Any]) -> None:
         ("scope", escape(record.get("scope") or "global")),
         ("parent", record["parentId"] or "-"),
         ("active", ago(current["lastActivityAt"])),
-        ("usage", f"{record['usage']['tokens']:,} tokens"),
+        ("usage", spend({**record["usage"], "costUsd": record["usage"]["costUsd"] or None})),  # (no price: no cost)
         (
             "context",
             f"{fill.get('tokens', '-')} / {fill.get('window') or '?'} tokens"

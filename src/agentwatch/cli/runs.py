@@ -27,6 +27,7 @@ from agentwatch.cli._common import (
     setup_option,
     store_option,
 )
+from agentwatch.cli._views import spend
 from agentwatch.cli.remote import find_service, server_option
 from agentwatch.cli.remote import read as call_tool
 
@@ -88,7 +89,7 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
 
     rows = [
         [run["id"], escape(run["entity"] or run["kind"]), _status(run["status"]), run["startedAt"][:19],
-         _duration(run["durationMs"]), _spend(run), escape(run["statusReason"] or "")]
+         _duration(run["durationMs"]), spend(run), escape(run["statusReason"] or "")]
         for run in answer["runs"]
     ]  # fmt: skip
     if not rows:
@@ -131,7 +132,7 @@ def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
     run = answer["run"]
     console.print(
         f"[bold]{escape(run['entity'] or run['kind'])}[/] [dim]{run['id']}[/]  {_status(run['status'])}  "
-        f"{_duration(run['durationMs'])}  {_spend(run)}"
+        f"{_duration(run['durationMs'])}  {spend(run)}"
     )
     if run["statusReason"] and run["status"] != "completed":
         console.print(f"  [red]{escape(run['statusReason'])}[/]")
@@ -144,7 +145,7 @@ def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
             attempt = f" (attempt {span['attempt']}/{span['attempts']})" if span["attempts"] > 1 else ""
             console.print(
                 f"{'  ' * (depth + 1)}[dim]{span['kind']}[/] {escape(span['label'])}{attempt}  "
-                f"{_status(span['status'])}  {_duration(span['durationMs'])}  {_spend(span)}",
+                f"{_status(span['status'])}  {_duration(span['durationMs'])}  {spend(span)}",
                 soft_wrap=True,
             )
             show(span["id"], depth + 1)
@@ -397,11 +398,6 @@ def _duration(ms: int | None) -> str:
     if ms is None:
         return "[cyan]running[/]"
     return f"{ms / 1000:.1f} s" if ms < 120_000 else f"{ms / 60_000:.1f} min"
-
-
-def _spend(item: dict[str, Any]) -> str:
-    cost = f" ${item['costUsd']:.4f}" if item.get("costUsd") is not None else ""
-    return f"{item['tokens']:,} tokens{cost}"
 
 
 def _signed(value: float | int | None, unit: str) -> str:
