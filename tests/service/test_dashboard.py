@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
-from agentwatch.events import NewEvent, ToolResult, UserMessage
+from agentwatch.events import NewEvent, ToolResult, Usage, UserMessage
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import RoleSessions
 from agentwatch.service import ServiceSettings, create_app
-from agentwatch.store import RequestDraft, SessionDraft, SessionFilter, SessionPatch, Write
+from agentwatch.store import RequestDraft, SessionDraft, SessionFilter, SessionPatch, UsageEntry, Write
 from tests.conftest import IN_CI
 from tests.runtime.support import HeldTool
 from tests.service.support import role, served
@@ -294,8 +294,11 @@ async def test_a_failed_agent_shows_its_record_and_switching_fast_shows_the_agen
         second = await engine.task("chatty", "second words", timeout=10)
         page, problems = await _page(browser, base)
 
+        spent = Usage(input_tokens=1000, output_tokens=200, requests=1, cost_usd=0.0123)
+        await engine.store.write(Write(str(failed["agentId"]), usage=[UsageEntry(role="broken", usage=spent)]))
         await page.locator(f'#agents tr[data-id="{failed["agentId"]}"]').click()
         await expect(page.locator("#d-word")).to_have_text("failed", timeout=WAIT_MS)
+        await expect(page.locator("#d-meta")).to_contain_text("1200 tokens · $0.0123")  # what it spent, too
         await expect(page.locator("#d-name")).not_to_be_empty()
         await expect(page.locator("#log")).to_contain_text("turn failed")
         await expect(page.locator("#d-problem")).to_contain_text("ZeroDivisionError")  # why, in its header

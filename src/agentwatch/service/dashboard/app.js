@@ -718,7 +718,8 @@
     if (state.selected !== id) return;
     state.agent = agent;
     $("d-name").textContent = agent.displayName || agent.name;
-    const tokens = agent.usage ? `${agent.usage.tokens} tokens` : "";
+    const spent = agent.usage && agent.usage.costUsd ? ` · $${agent.usage.costUsd.toFixed(4)}` : "";
+    const tokens = agent.usage ? `${agent.usage.tokens} tokens${spent}` : "";
     const meta = [agent.role, agent.status, agent.modelRef, tokens, agent.id].filter(Boolean).join(" · ");
     const run = agent.runId
       ? [" · ", link(`run ${agent.runId}`, runHash(agent.runId), () => openRun(agent.runId))]
