@@ -98,6 +98,38 @@ async def test_a_turn_continued_after_an_approval_counts_the_requests_made_befor
     assert calls == ["step 0"]
 
 
+async def test_a_continued_turn_over_a_limit_at_its_start_answers_the_calls_it_leaves_open(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: a turn refused at its start (the limit lowered while it waited on a person) ended with the approved
+    calls open, so the record showed them running in a failed agent until the next turn closed them."""
+    model = scripted("limits-lowered", ScriptedModel(function=_notes_forever))
+    looping = role("looper", model, tools=("note",), approval_tools=("note",), limits={"requests": 5})
+    async with open_engine(looping, tools=[note]) as engine:
+        paused = await engine.task("looper", "Take notes.", timeout=10)
+    agent_id = str(paused["agentId"])
+    lowered = AgentDefinition(**{**looping.model_dump(), "limits": {"requests": 1}})
+    async with open_engine(lowered, tools=[note]) as engine:
+        await engine.answer(str(paused["pendingHitl"]["hitlId"]), True)  # type: ignore[index]
+        session, _ = await engine.wait(agent_id, 10)
+        ended = await _turn_end(engine, agent_id)
+        kinds = ["tool.call", "tool.result", "turn.ended"]
+        stopped = [(e.type, getattr(e.payload, "status", None)) for e in await engine.store.read_events(
+            agent_id, limit=100, types=kinds)]  # fmt: skip
+        history = await engine.store.read_messages(session.conversation_id)
+    assert session.status == "failed" and ended.usage.requests == 0 and "(limits.requests)" in str(ended.error)
+    assert calls == []  # the approved call did not run: the turn made no request, its tools none
+    assert stopped == [("tool.call", None), ("turn.ended", None), ("tool.result", "interrupted"), ("turn.ended", None)]
+    assert history[-1]["parts"][0]["outcome"] == "interrupted"  # type: ignore[index,call-overload]
+    again = AgentDefinition(**{**looping.model_dump(), "approval_tools": (), "limits": {"requests": 2}})
+    async with open_engine(again, tools=[note]) as engine:  # the next input's turn finds no call open
+        await engine.enqueue(agent_id, "Go on.")
+        session, _ = await engine.wait(agent_id, 10)
+        results = await engine.store.read_events(agent_id, limit=100, types=["tool.result"])
+    assert session.status == "failed" and calls == ["step 1"]
+    assert [r.payload.tool_call_id for r in results] == ["call_0_0", "call_1_0", "call_2_0"]  # each once
+
+
 async def test_an_agent_over_its_spend_stops_mid_turn_then_fails_each_new_turn_without_a_request(
     open_engine: OpenEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

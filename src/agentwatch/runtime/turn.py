@@ -328,7 +328,7 @@ async def run_plan(
                 turn.spent_before = await _spent_before(runtime, session.id, turn_id)
             turn.stopped = turn.over_limit()
             if turn.stopped is not None:
-                await _finish(turn, TurnResult(outcome="failed", output=None, usage=turn.usage, error=turn.stopped))
+                await _refuse(turn, history)
                 return False
             turn_input = TurnInput(
                 model=session.model_override or definition.model or "",
@@ -359,6 +359,17 @@ async def run_plan(
 
 
 _INTERRUPTED = object()
+
+
+async def _refuse(turn: _Turn, history: Sequence[JsonValue]) -> None:
+    """End a turn that reached a limit of its role before its first model request. The calls a continued turn
+    finds open (those a person answered, those a restart cut off) get their `interrupted` results first, as a run
+    stopped at a limit writes them, so its record ends with no call unanswered."""
+    results, closing = close_open_calls(history)
+    if results:
+        await turn.commit(results, messages=closing)
+    assert turn.stopped is not None
+    await _finish(turn, TurnResult(outcome="failed", output=None, usage=turn.usage, error=turn.stopped))
 
 
 async def _spent_before(runtime: Runtime, session_id: str, turn_id: str) -> Usage:
