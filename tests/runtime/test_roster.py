@@ -16,11 +16,13 @@ from agentwatch.errors import Conflict, InvalidArgument, NotFound
 from agentwatch.runtime.roster import (
     AgentDefinition,
     DefinitionProblem,
+    RoleLimits,
     RoleSessions,
     Roster,
     check_agents,
     load_roster,
 )
+from agentwatch.runtime.toolservers import ToolServer
 
 AGENTS = Path("agents")
 TOOLS = ["read_file", "write_file", "run_tests", "agent_task", "agent_await"]
@@ -185,6 +187,37 @@ def test_wrong_types_name_the_field_and_the_value(write_agent: WriteAgent) -> No
         "agents/t.md: sessions.continue_after_restart: should be a valid integer (got True)",
         "agents/t.md: approval_tools[0]: should be a valid string (got 1)",
     ]
+
+
+def test_problems_in_limits_and_tool_servers_name_their_own_keys_as_the_file_spells_them(
+    write_agent: WriteAgent,
+) -> None:
+    """Once: they were read as the definition's own keys (`limits.tokns` suggested `tools`, and listed the
+    definition's keys), named in snake_case whatever the file wrote, and shown the sessions' example."""
+    write_agent(
+        "l.md",
+        "---\nmodel: a:b\nlimits: {requests: '10', costUsd: -1, agentCostUsd: true, tokns: 5}\n"
+        "mcp_servers: [{name: x, url: 'https://a.example', flavour: 1}, 5]\n---\n",
+    )
+    write_agent("n.md", "---\nmodel: a:b\nlimits: 5\n---\n")
+    write_agent("r.md", "---\nmodel: a:b\nlimits: {agentCostUsd: 1, agent_cost_usd: 2}\n---\n")
+    write_agent("z.md", "---\nmodel: a:b\nlimits:\n---\n")
+
+    roster = load_roster(AGENTS)
+
+    keys = ", ".join(ToolServer.model_fields)
+    assert messages(roster) == [
+        "agents/l.md: limits.requests: should be a valid integer (got '10')",
+        "agents/l.md: limits.costUsd: should be greater than 0 (got -1)",
+        "agents/l.md: limits.agentCostUsd: should be a valid number (got True)",
+        "agents/l.md: limits.tokns: unknown key (did you mean 'tokens'?)",
+        f"agents/l.md: mcp_servers[0].flavour: unknown key; the keys are {keys}",
+        'agents/l.md: mcp_servers[1]: should be keys and values, like {name: tracker, url: "https://mcp.example.com/mcp"}'
+        " (got 5)",
+        "agents/n.md: limits: should be keys and values, like {tokens: 200000, cost_usd: 2.0} (got 5)",
+        "agents/r.md: limits: 'agent_cost_usd' repeats 'agentCostUsd', spelled another way; keep one",
+    ]
+    assert roster.get("z").limits == RoleLimits()  # (no limits but the default, as an empty `sessions:`)
 
 
 def test_invalid_yaml_names_the_line_of_the_file(write_agent: WriteAgent) -> None:

@@ -154,11 +154,13 @@ def _respelled(value: object, fields: Collection[str]) -> object:
     if not isinstance(value, dict):
         return value
     respelled: dict[object, object] = {}
+    spelled: dict[object, object] = {}  # our key -> the key as given first
     for key, item in value.items():
         ours = _our_key(key, fields) if isinstance(key, str) else key
         if ours in respelled:
-            raise ValueError(f"{key!r} repeats {ours!r}, spelled another way; keep one")
+            raise ValueError(f"{key!r} repeats {spelled[ours]!r}, spelled another way; keep one")
         respelled[ours] = item
+        spelled[ours] = key
     return respelled
 
 
@@ -190,15 +192,21 @@ class RoleLimits(BaseModel):
     """Model requests per turn."""
     tokens: int | None = Field(None, ge=1, strict=True)
     """Tokens per turn, input and output."""
-    cost_usd: float | None = Field(None, gt=0)
+    cost_usd: float | None = Field(None, gt=0, strict=True)
     """Spend per turn, in US dollars (counted where the model's price is known)."""
-    agent_cost_usd: float | None = Field(None, gt=0)
+    agent_cost_usd: float | None = Field(None, gt=0, strict=True)
     """Spend of one agent over all its turns, in US dollars."""
 
     @model_validator(mode="before")
     @classmethod
     def _other_spellings(cls, value: object) -> object:
         return _respelled(value, cls.model_fields)
+
+
+_SECTIONS: Mapping[str, type[RoleSessions | RoleLimits]] = MappingProxyType(
+    {"sessions": RoleSessions, "limits": RoleLimits}
+)
+"""The keys of a definition whose value is settings of their own (with their own other spellings)."""
 
 
 class AgentDefinition(BaseModel):
@@ -281,10 +289,10 @@ class AgentDefinition(BaseModel):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return () if value is None else value
 
-    @field_validator("sessions", mode="before")
+    @field_validator("sessions", "limits", mode="before")
     @classmethod
-    def _null_sessions(cls, value: object) -> object:
-        return RoleSessions() if value is None else value
+    def _null_settings(cls, value: object, info: ValidationInfo) -> object:
+        return _SECTIONS[str(info.field_name)]() if value is None else value
 
     @field_validator("mcp_servers", mode="before")
     @classmethod
@@ -801,9 +809,10 @@ def _parse_file(
         )
         for key in ignored
     )
-    sessions = fields.get("sessions")
-    if isinstance(sessions, dict):
-        written.update({f"sessions.{_our_key(str(k), RoleSessions.model_fields)}": f"{k}" for k in sessions})
+    for section, settings in _SECTIONS.items():
+        given = fields.get(section)
+        if isinstance(given, dict):
+            written.update({f"{section}.{_our_key(str(k), settings.model_fields)}": f"{k}" for k in given})
     context = {"model_aliases": aliases}
     try:
         definition = AgentDefinition.model_validate(
@@ -832,7 +841,7 @@ def _problems_from(
     exc: ValidationError, path: Path | None, agent: str | None, written: Mapping[str, str] | None = None
 ) -> list[DefinitionProblem]:
     """A problem per validation error, its field spelled as the file spells it (`written`: our key, or
-    `sessions.<key>`, to the file's spelling)."""
+    `<section>.<key>` of `_SECTIONS`, to the file's spelling)."""
     written = written or {}
     problems = []
     for error in exc.errors(include_url=False):
@@ -840,12 +849,11 @@ def _problems_from(
         spelled: list[str | int] = list(loc)
         if spelled and isinstance(spelled[0], str):
             spelled[0] = written.get(spelled[0], spelled[0])
-            if loc[0] == "sessions" and len(loc) > 1:
-                spelled[1] = written.get(f"sessions.{loc[1]}", loc[1])
+            if loc[0] in _SECTIONS and len(loc) > 1:
+                spelled[1] = written.get(f"{loc[0]}.{loc[1]}", loc[1])
         field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in spelled).lstrip(".") or None
         if error["type"] == "extra_forbidden":
-            parent: type[BaseModel] = RoleSessions if loc[:-1] == ("sessions",) else AgentDefinition
-            valid = [key for key in parent.model_fields if key not in ("instructions", "source_path")]
+            valid = [key for key in _keys_of(loc[:-1]).model_fields if key not in ("instructions", "source_path")]
             key = str(loc[-1])
             hint = _did_you_mean(key, valid) or f"; the keys are {', '.join(valid)}"
             message = f"unknown key{hint}"
@@ -857,11 +865,29 @@ def _problems_from(
             # Our lists are tuples inside, but the file author writes YAML lists.
             message = f"should be a list, like [a, b] (got {error['input']!r})"
         elif error["type"] in ("model_type", "dict_type"):
-            message = f"should be keys and values, like {{stuck_after_seconds: 900}} (got {error['input']!r})"
+            like = _EXAMPLES.get(tuple(part for part in loc if isinstance(part, str)))
+            message = f"should be keys and values{f', like {like}' if like else ''} (got {error['input']!r})"
         else:
             message = f"{error['msg'].removeprefix('Input ')} (got {error['input']!r})"
         problems.append(DefinitionProblem(path, field, message, "error", agent))
     return problems
+
+
+def _keys_of(loc: tuple[str | int, ...]) -> type[BaseModel]:
+    """The model whose keys the front matter gives at `loc` (the definition's own, a section's, a tool server's)."""
+    if len(loc) == 1 and loc[0] in _SECTIONS:
+        return _SECTIONS[str(loc[0])]
+    if len(loc) == 2 and loc[0] == "mcp_servers":
+        return ToolServer
+    return AgentDefinition
+
+
+_EXAMPLES: Mapping[tuple[str, ...], str] = {
+    ("sessions",): "{stuck_after_seconds: 900}",
+    ("limits",): "{tokens: 200000, cost_usd: 2.0}",
+    ("mcp_servers",): '{name: tracker, url: "https://mcp.example.com/mcp"}',
+}
+"""What the keys a front-matter key holds look like, for the error that says it holds none."""
 
 
 def _unknown_tools(tools: Iterable[str], field: str, known_tools: Collection[str]) -> list[str]:
