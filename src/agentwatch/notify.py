@@ -32,9 +32,9 @@ body with that secret, so the receiver can tell it came from here.
 A notice never holds up an agent: notices queue (1,000 at most; beyond, the newest are dropped and logged) and
 background tasks send them, 4 at once, each tried 3 times (after 1 and 2 s) when the webhook fails or
 answers 5xx or 429; a request's notice only while the request still waits (one answered or dismissed meanwhile
-is not sent again). One that could not be sent is recorded on its agent as a `runtime.warning`. Each engine
-sends what it wrote, so a fleet of services on one store sends each notice once; a notice still queued when its
-engine stops is sent for 3 s at most, then dropped.
+is not sent again). One that could not be sent is recorded on its agent as a `runtime.warning`, unless the agent
+was deleted meanwhile. Each engine sends what it wrote, so a fleet of services on one store sends each notice
+once; a notice still queued when its engine stops is sent for 3 s at most, then dropped.
 """
 
 from __future__ import annotations
@@ -221,15 +221,25 @@ class Notifications:
             return False
 
     async def _warn(self, notice: _Notice, failure: str) -> None:
+        """Say on the notice's agent that the webhook was not told; nothing is written on an agent a person
+        deleted (or retention reaped) meanwhile."""
         assert self._runtime is not None
+        try:
+            if (await self._runtime.store.get_session(notice.session_id)).deleted_at is not None:
+                return
+        except NotFound:
+            return
         warning = RuntimeNotice(
             type="runtime.warning",
             message=f"the webhook was not told {notice.subject}: {failure}",
             source="notify",
             detail={"notice": notice.kind, "event_id": notice.event.id, "request_id": notice.request_id},
         )
-        channel = await self._runtime.driver(notice.session_id)
-        await channel.commit(Write(notice.session_id, events=[NewEvent(warning)], touch=False), rides=True)
+        try:
+            channel = await self._runtime.driver(notice.session_id)
+            await channel.commit(Write(notice.session_id, events=[NewEvent(warning)], touch=False), rides=True)
+        except NotFound:
+            pass  # reaped since it was read
 
     async def close(self) -> None:
         senders, queue = self._senders, self._queue

@@ -258,6 +258,36 @@ async def test_a_request_that_stopped_waiting_while_its_notice_is_tried_again_is
     assert warnings == []
 
 
+@pytest.mark.parametrize("gone_by", ["delete", "reap"])
+async def test_a_failure_whose_agent_went_while_its_notice_was_tried_writes_nothing_on_it(
+    open_engine: OpenEngine,
+    scripted: Scripted,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    gone_by: str,
+) -> None:
+    """Once: a report's or a failure's notice the webhook never took was said on its agent even after a person
+    deleted it, and on one reaped meanwhile the warning's write failed with a traceback in the log."""
+    monkeypatch.setattr(notify, "FIRST_WAIT_SECONDS", 0.5)
+    hook = Webhook(503, 503, 503)
+    failing = role("failing", scripted(f"notify-gone-{gone_by}", ScriptedModel([Fail("the model is down")])))
+    try:
+        async with open_engine(failing, extensions=[Notifications(hook.url, on=["failed"])]) as engine:
+            failed = await engine.task("failing", "Try.", timeout=10)
+            agent_id = str(failed["agentId"])
+            await until(lambda: len(hook.received) == 1)
+            await engine.delete(agent_id)
+            if gone_by == "reap":
+                await engine.store.reap([agent_id])
+            await until(lambda: len(hook.received) == 3)
+            await asyncio.sleep(0.3)  # (past the last try's answer)
+            warnings = [] if gone_by == "reap" else await _warnings(engine, agent_id)
+    finally:
+        hook.close()
+    assert failed["status"] == "failed" and warnings == []
+    assert "could not send a notice" not in caplog.text
+
+
 def _without_notifications() -> list[Any]:
     """The default extensions but the notifications (this test brings its own)."""
     return [extension for extension in default_extensions() if not isinstance(extension, Notifications)]
