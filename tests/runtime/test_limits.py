@@ -4,6 +4,7 @@ start, with no model request. Spend is counted by real prices, over real HTTP (a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import AgentDefinition, RoleLimits
 from tests.fakes.openai_server import FakeOpenAI
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import OpenEngine, Scripted, lease_config, role
 
 calls: list[str] = []
 
@@ -99,7 +100,7 @@ async def test_a_turn_continued_after_an_approval_counts_the_requests_made_befor
 
 
 async def test_a_continued_turn_over_a_limit_at_its_start_answers_the_calls_it_leaves_open(
-    open_engine: OpenEngine, scripted: Scripted
+    open_engine: OpenEngine, scripted: Scripted, tmp_path: Path
 ) -> None:
     """Once: a turn refused at its start (the limit lowered while it waited on a person) ended with the approved
     calls open, so the record showed them running in a failed agent until the next turn closed them."""
@@ -109,7 +110,8 @@ async def test_a_continued_turn_over_a_limit_at_its_start_answers_the_calls_it_l
         paused = await engine.task("looper", "Take notes.", timeout=10)
     agent_id = str(paused["agentId"])
     lowered = AgentDefinition(**{**looping.model_dump(), "limits": {"requests": 1}})
-    async with open_engine(lowered, tools=[note]) as engine:
+    # (a short lease: a look at the inbox that this engine's close cuts short may leave the lease taken)
+    async with open_engine(lowered, tools=[note], config=lease_config(tmp_path)) as engine:
         await engine.answer(str(paused["pendingHitl"]["hitlId"]), True)  # type: ignore[index]
         session, _ = await engine.wait(agent_id, 10)
         ended = await _turn_end(engine, agent_id)
