@@ -166,6 +166,29 @@ async def test_an_agent_over_its_spend_stops_mid_turn_then_fails_each_new_turn_w
     assert (third_end.error or "").startswith("the agent has spent ")
 
 
+async def test_a_spend_limit_a_model_without_a_known_price_cannot_reach_is_said_once_a_turn(
+    open_engine: OpenEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: the turn ran on as if unlimited, and nothing said so (nor in the terminal)."""
+    unpriced = role("local", "openai-chat:my-local-llama", tools=("get_weather",), limits={"cost_usd": 1e-9})
+    unlimited = role("plain", "openai-chat:my-local-llama", tools=("get_weather",))
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        async with open_engine(unpriced, unlimited, tools=[get_weather]) as engine:
+            done = await engine.task("local", "Weather in Paris?", timeout=10)
+            plain = await engine.task("plain", "Weather in Paris?", timeout=10)
+            warnings = await engine.store.read_events(str(done["agentId"]), limit=100, types=["runtime.warning"])
+            unsaid = await engine.store.read_events(str(plain["agentId"]), limit=100, types=["runtime.warning"])
+            ended = await _turn_end(engine, str(done["agentId"]))
+    assert done["status"] == "completed" and ended.usage.requests == 2 and ended.usage.cost_usd is None
+    assert [w.payload.message for w in warnings] == [
+        "limits.cost_usd of role 'local' cannot stop this turn: the price of model 'openai-chat:my-local-llama' is "
+        "not known, so its spend is not counted; limits.tokens and limits.requests bound a turn on such a model"
+    ]
+    assert unsaid == []
+
+
 def test_limits_are_checked_where_the_role_is_defined() -> None:
     with pytest.raises(ValueError, match=r"limits\.tokens"):
         AgentDefinition(name="coder", model="scripted:coder", limits={"tokens": 0})

@@ -111,6 +111,8 @@ class _Turn:
     """What the turn's earlier parts used (a turn continued after a pause or a restart)."""
     stopped: str | None = None
     """Why the turn was stopped at a limit of its role (its error), once it was."""
+    unpriced_told: bool = False
+    """The turn said that a spend limit of its role cannot stop it (`unpriced`)."""
 
     @property
     def session_id(self) -> str:
@@ -143,6 +145,21 @@ class _Turn:
                 f"{role} (limits.agent_cost_usd); raise the limit to let it go on"
             )
         return None
+
+    def unpriced(self, finished: CompletionFinished) -> RuntimeNotice | None:
+        """The warning, once a turn, that the spend limits of its role cannot stop it: the price of the model
+        that gave the response `finished` ends is not known, so its spend is not counted (None: nothing to say)."""
+        limits = self.definition.limits
+        named = [f"limits.{key}" for key in ("cost_usd", "agent_cost_usd") if getattr(limits, key) is not None]
+        if self.unpriced_told or finished.usage.cost_usd is not None or not named:
+            return None
+        self.unpriced_told = True
+        message = (
+            f"{' and '.join(named)} of role {self.session.role!r} cannot stop this turn: the price of model "
+            f"{finished.model!r} is not known, so its spend is not counted; limits.tokens and limits.requests "
+            "bound a turn on such a model"
+        )
+        return RuntimeNotice(type="runtime.warning", message=message, source="limits")
 
     def write(
         self,
@@ -191,9 +208,12 @@ class _Sink:
         turn = self._turn
         usage: list[UsageEntry] = []
         fields: dict[str, Any] = {}
+        said: list[Payload] = []
         for payload in payloads:
             if isinstance(payload, CompletionFinished):
                 turn.usage = turn.usage + payload.usage
+                if (unpriced := turn.unpriced(payload)) is not None:
+                    said.append(unpriced)
                 usage.append(
                     UsageEntry(
                         turn_id=turn.turn_id,
@@ -206,7 +226,8 @@ class _Sink:
                 fields["context_fill"] = _measured(payload)
             elif isinstance(payload, AssistantMessage) and payload.text:
                 fields["last_text"] = displayable(payload.text)
-        write = turn.write(payloads, messages=messages, patch=SessionPatch(**fields) if fields else None, usage=usage)
+        patch = SessionPatch(**fields) if fields else None
+        write = turn.write([*payloads, *said], messages=messages, patch=patch, usage=usage)
         leases = leases_of(turn.runtime)
         if leases is not None and not leases.holds(turn.session_id):
             return self._once_held(write)  # whatever the write: nothing is deferred or pipelined past a lost lease
