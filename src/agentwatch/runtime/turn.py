@@ -125,7 +125,8 @@ class _Turn:
         used = self.spent_before + self.usage
         go_on = "send the agent a new input to go on, or raise the limit"
         if used.requests >= limits.requests:
-            return f"the turn made {used.requests} model requests, the limit of role {role} (limits.requests); {go_on}"
+            made = "1 model request" if used.requests == 1 else f"{used.requests} model requests"
+            return f"the turn made {made}, the limit of role {role} (limits.requests); {go_on}"
         if limits.tokens is not None and used.total_tokens >= limits.tokens:
             return (
                 f"the turn used {used.total_tokens:,} tokens, reaching the limit of {limits.tokens:,} of role {role} "
