@@ -40,7 +40,8 @@ def serve(
     `tail -f` attaches to its live stream. It ticks the heartbeats `[heartbeats]` in agentwatch.toml declares,
     and serves a dashboard at its address and Prometheus metrics at /metrics. With AGENTWATCH_TRACING=1 it sends
     OpenTelemetry spans of every turn (OTLP, as the OTEL_* variables say); with AGENTWATCH_NOTIFY_WEBHOOK it tells
-    that webhook each time an agent waits on a person.
+    that webhook each time an agent waits on a person (and, as AGENTWATCH_NOTIFY_ON says, each observer report and
+    failed turn).
 
     \b
     A host that is not loopback (localhost, 127.0.0.0/8, ::1) needs a token: AGENTWATCH_TOKEN (or one is
