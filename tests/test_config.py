@@ -73,6 +73,23 @@ def test_an_unknown_setting_gets_the_nearest_one(tmp_path: Path, toml: str, expe
     assert caught.value.message.endswith(expected), caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ('[notify]\nwebhook = "https://hooks.example.com/x"\non = true\n', "notify.on: should be a list, like [a, b]"),
+        ("[observers]\nallowed_types = 5\n", "observers.allowed_types: should be a list, like [a, b]"),
+    ],
+)
+def test_a_setting_that_takes_a_list_says_so(tmp_path: Path, toml: str, expected: str) -> None:
+    """Once: "Input should be a valid tuple" (a tuple inside; the file writes a list)."""
+    (tmp_path / "agentwatch.toml").write_text(toml)
+
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(tmp_path, env={})
+
+    assert caught.value.message.endswith(expected), caught.value.message
+
+
 def test_a_relative_sqlite_path_of_the_project_is_under_its_root(tmp_path: Path) -> None:
     """Once: `agents_dir` was read under the root and the store's file made in the working directory."""
     project = tmp_path / "proj"

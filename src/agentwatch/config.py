@@ -453,6 +453,8 @@ def _problem(err: Any, from_env: Mapping[tuple[str, ...], str], env: Mapping[str
         return f"{from_env[loc]}={env[from_env[loc]]!r}: {message}"
     if err["type"] == "extra_forbidden":
         message = f"not a setting{did_you_mean(loc[-1], _table_at(loc[:-1]).model_fields)}"
+    elif err["type"] == "tuple_type":  # (a tuple inside; the file writes a list)
+        message = "should be a list, like [a, b]"
     elif loc[-1:] == ("[key]",) and err["type"] == "string_pattern_mismatch":  # a heartbeat's or hook's name
         loc = loc[:-1]
         message = "not a name: use letters, digits, '_', '.' and '-', starting with a letter or digit (at most 100)"
