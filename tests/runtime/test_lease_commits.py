@@ -10,6 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, commit_claimed
 from agentwatch.runtime.models import ScriptedModel
@@ -130,3 +132,29 @@ async def test_after_a_turn_the_lease_goes_once_its_end_is_stored(tmp_path: Path
     ends = [i for i, t in enumerate(commits.transactions) if "INSERT INTO events" in t]
     releases = [i for i, t in enumerate(commits.transactions) if "DELETE FROM leases" in t]
     assert len(releases) == 1 and releases[0] > ends[-1]
+
+
+async def test_a_take_cut_short_lets_go_of_what_the_store_took_all_the_same(tmp_path: Path) -> None:
+    """Once: an engine closing while a turn loop took a lease left it taken (the store committed the take, the
+    engine never heard), so the next engine waited a whole lease before it ran the agent's new input."""
+    path = tmp_path / "aw.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        session = await store.create_session(SessionDraft(name="s-cut", role="any"))
+        leases = Leases(store, ttl=30)
+        other = sqlite3.connect(path, isolation_level=None)  # another process holds the write lock for a moment
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            take = asyncio.ensure_future(leases.acquire(session.id))
+            await asyncio.sleep(0.3)  # the take waits for the lock
+            take.cancel()
+            await asyncio.sleep(0.1)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        with pytest.raises(asyncio.CancelledError):
+            await take
+        await store.get_session(session.id)  # (a read: the writer is done with what was queued before it)
+        await asyncio.sleep(0.2)
+        assert await store.get_lease(session.id) is None  # let go: free for the next engine at once
+        assert not leases.holds(session.id)
+        await leases.close()

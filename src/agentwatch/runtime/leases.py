@@ -91,6 +91,8 @@ SWEEP_SECONDS = 0.25
 """How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal)."""
 HAND_OVER_SECONDS = 0.001
 """The lease a closing engine leaves behind: expired at once, so another engine's sweep takes it over."""
+CUT_TAKE_SECONDS = 5.0
+"""How long a take cut short is waited for, to let go of what it took (see `Leases._let_go_of`)."""
 UNCLAIMED_SECONDS = 10.0
 """How long work of an agent whose role an engine lacks waits under an expired lease before that engine says on the
 agent that no engine open on the store runs the role (one that has it takes the work within about a second)."""
@@ -236,11 +238,25 @@ class Leases:
         expired lease, returns that lease (a turn it continues says whose it was), else True."""
         async with self._one_change(session_id):
             sent = time.monotonic()
-            taken = await self.store.take_lease(session_id, self.owner, self.ttl)
+            try:
+                taken = await self.store.take_lease(session_id, self.owner, self.ttl)
+            except asyncio.CancelledError:
+                await self._let_go_of(session_id)
+                raise
             self._unreachable = False  # (the store answered)
             if taken is not False:
                 self._hold(session_id, sent)
             return taken
+
+    async def _let_go_of(self, session_id: str) -> None:
+        """A take cut short (its engine closing, its turn loop stopped) may go on in the store all the same: what
+        it took is let go at once (a release queued behind it; nothing if it took nothing). Kept, nobody here
+        would know of it, and the next engine waited a whole lease."""
+        try:
+            await asyncio.wait_for(self.store.release_lease(session_id, self.owner), CUT_TAKE_SECONDS)
+        except Exception as exc:  # (it expires on its own)
+            log.warning("could not let go of the lease of %s a cut-off take took (it expires on its own): %s",
+                        session_id, exc)  # fmt: skip
 
     async def release(self, session_id: str) -> None:
         """Let the lease go (best effort: a lease that cannot be released expires on its own)."""
