@@ -1,10 +1,17 @@
-"""Times for people: `3m ago`, `2h ago`, `yesterday`."""
+"""Times and spend for people: `3m ago`, `2h ago`, `yesterday`; `1,200 tokens $0.0123`."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-__all__ = ["ago"]
+__all__ = ["ago", "spend"]
+
+
+def spend(item: dict[str, Any]) -> str:
+    """`tokens`, and `costUsd` when it is known, of a record, as a person reads them."""
+    cost = f" ${item['costUsd']:.4f}" if item.get("costUsd") is not None else ""
+    return f"{item['tokens']:,} tokens{cost}"
 
 
 def ago(value: str | datetime | None, *, now: datetime | None = None) -> str:

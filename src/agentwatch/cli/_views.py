@@ -16,7 +16,7 @@ from rich.text import Text
 
 from agentwatch.cli._common import Reader, console
 from agentwatch.cli._table import Cell, print_note, print_table
-from agentwatch.cli._time import ago
+from agentwatch.cli._time import ago, spend
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
@@ -116,12 +116,6 @@ def render_summary(answer: dict[str, Any]) -> None:
     if by_role := answer.get("byRole"):
         rows = [[escape(row["role"]), str(row["sessions"]), ago(row["lastActiveAt"])] for row in by_role]
         print_table(["ROLE", "SESSIONS", "LAST ACTIVE"], rows, box=None, header_style="bold")
-
-
-def spend(item: dict[str, Any]) -> str:
-    """`tokens`, and `costUsd` when it is known, of a record, as a person reads them."""
-    cost = f" ${item['costUsd']:.4f}" if item.get("costUsd") is not None else ""
-    return f"{item['tokens']:,} tokens{cost}"
 
 
 def render_get(record: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from agentwatch.cli._common import (
     setup_option,
     store_option,
 )
-from agentwatch.cli._views import spend
+from agentwatch.cli._time import spend
 from agentwatch.cli.remote import find_service, server_option
 from agentwatch.cli.remote import read as call_tool
 
