@@ -33,7 +33,7 @@ from agentwatch.runtime import leases as leases_module
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, claimed, new_owner
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.store import SessionDraft, SessionPatch, Write, _events, connect_store
+from agentwatch.store import InputDraft, SessionDraft, SessionPatch, Write, _events, connect_store
 from tests.runtime.support import LEASE, HeldTool, Scripted, lease_config, one_call_per_prompt, role, until
 from tests.store.databases import postgres_schema
 
@@ -599,6 +599,38 @@ async def test_a_dead_owners_turn_continues_within_the_lease_plus_a_second(
     assert (continued[0].at - lease.expires_at).total_seconds() <= 2.0
     assert b.leases.takeovers == 1
     assert started(runs) and len(set(started(runs))) == len(started(runs))
+
+
+async def test_work_a_draining_owner_handed_over_starts_a_turn_with_no_takeover_note(
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once, on a fleet: input queued through one service while another (draining for a deploy) ran the agent's
+    turn waited for that turn's end and was handed over; the sweep that took it started the turn loop before it
+    read whether a turn was cut off, so with that read answered late (a busy store), it found the new turn
+    running and wrote "this engine continues the session's turn" in the middle of a turn that continued
+    nothing. Now the takeover is noted before the loop looks for work, from the state the previous owner left."""
+    model = scripted("leases-handed-input", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    note_takeover = Leases.note_takeover
+
+    async def late_note(self: Leases, runtime: Any, lease: Any) -> None:  # its read answered late
+        await asyncio.sleep(0.3)
+        await note_takeover(self, runtime, lease)
+
+    monkeypatch.setattr(Leases, "note_takeover", late_note)
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 1.0)]) as b:
+        # What a draining owner leaves: its turn ended, input queued meanwhile, the lease handed over.
+        session = await b.create("slow")
+        assert await b.store.acquire_lease(session.id, new_owner(), 0.001)
+        await b.store.write(Write(session.id, inputs_add=[InputDraft(text="go")]))
+        await until(lambda: b.leases.takeovers == 1)
+        settled, timed_out = await b.wait(session.id, 15)
+        events = await check_log(b, session.id)
+    assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
+    assert [e.payload.trigger for e in events if isinstance(e.payload, TurnStarted)] == ["input"]
+    assert [e.payload.message for e in events if isinstance(e.payload, RuntimeNotice)] == []
 
 
 async def test_a_closing_engine_hands_its_turn_over_at_once(tmp_path: Path, url: str, scripted: Scripted) -> None:

@@ -531,16 +531,22 @@ class Leases:
             return False  # another engine was faster
         try:
             channel = await runtime.driver(session_id)
-            channel.kick()
-            if isinstance(taken, LeaseRecord):
-                await self.note_takeover(runtime, taken)
+            try:
+                if isinstance(taken, LeaseRecord):
+                    # Before the loop looks: a turn it starts would read as a cut-off one being continued.
+                    await self.note_takeover(runtime, taken)
+            finally:
+                channel.kick()  # (a note that could not be written holds no work up)
         except AgentwatchError:  # reaped meanwhile: nothing to continue
             await self.release(session_id)
         return True
 
     async def note_takeover(self, runtime: Runtime, lease: LeaseRecord) -> None:
         """Record on a session whose turn this engine continues that it took the lease over from `lease`'s owner
-        (whichever path took it: the sweep, or a turn loop that found the session's lease expired)."""
+        (whichever path took it: the sweep, or a turn loop that found the session's lease expired). Called before
+        this engine runs anything on the session, so the status read is the one the previous owner left: a turn
+        cut off (running, or paused on a request) is noted, work merely handed over (input queued behind a turn
+        that ended) is not."""
         self.takeovers += 1
         session = await self.store.get_session(lease.session_id)
         if session.status not in ("running", "awaiting_input"):
