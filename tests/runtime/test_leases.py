@@ -33,7 +33,7 @@ from agentwatch.runtime import leases as leases_module
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.leases import Leases, claimed, new_owner
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.store import InputDraft, SessionDraft, SessionPatch, Write, _events, connect_store
+from agentwatch.store import InputDraft, LeaseRecord, SessionDraft, SessionPatch, Write, _events, connect_store
 from tests.runtime.support import LEASE, HeldTool, Scripted, lease_config, one_call_per_prompt, role, until
 from tests.store.databases import postgres_schema
 
@@ -185,6 +185,48 @@ async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_an
         record = await a.call_tool("agent_get", {"id": session.id})
     assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
     assert record["roleProblem"] is None and started(runs) != []
+
+
+async def cut_off_turn(url: str, session_id: str) -> tuple[str, LeaseRecord]:
+    """Leave the session as a process that died mid-turn leaves it: a running turn and a lease nobody renews
+    (expired already); returns that owner and its lease."""
+    turn = TurnId("trn_dead")
+    store = await connect_store(url)
+    try:
+        await store.write(
+            Write(
+                session_id,
+                events=[NewEvent(TurnStarted(), turn), NewEvent(UserMessage(text="go"), turn)],
+                session=SessionPatch(status="running", current_turn_id=turn, turn_attempts=1),
+            )
+        )
+        dead = new_owner()
+        assert await store.acquire_lease(session_id, dead, 0.001)
+        lease = await store.get_lease(session_id)
+    finally:
+        await store.close()
+    assert lease is not None
+    return dead, lease
+
+
+async def test_an_engine_without_the_role_opened_beside_a_dead_owners_turn_says_so_and_notes_no_takeover(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once, on a fleet: a service whose agents directory lacks a role, started while a turn of that role was cut
+    off (its service killed), took the turn up at its start, wrote "this engine continues the session's turn",
+    and then that it cannot run the agent. Now it only says that it cannot."""
+    with_the_role, runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-roleless-recovery")
+    async with with_the_role() as a:
+        session = await a.create("slow")
+    await cut_off_turn(url, session.id)
+    async with Engine.open(url, config=config) as b:  # no roles at all
+        await asyncio.sleep(1.0)  # its start-up recovery, and a sweep or two
+        events = await b.store.read_events(session.id, limit=100)
+        assert b.leases.held == []
+    notes = [e.payload for e in events if isinstance(e.payload, RuntimeNotice)]
+    assert [(note.type, note.source) for note in notes] == [("runtime.warning", "roster")]
+    assert b.leases.owner in notes[0].message and "cannot run this agent" in notes[0].message
+    assert runs == []
 
 
 @contextlib.asynccontextmanager

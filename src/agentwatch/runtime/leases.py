@@ -546,10 +546,11 @@ class Leases:
         (whichever path took it: the sweep, or a turn loop that found the session's lease expired). Called before
         this engine runs anything on the session, so the status read is the one the previous owner left: a turn
         cut off (running, or paused on a request) is noted, work merely handed over (input queued behind a turn
-        that ended) is not."""
+        that ended) is not. Nor is a turn of a role this engine lacks: it continues nothing, says so (see
+        `SessionDriver`) and hands the lease over."""
         self.takeovers += 1
         session = await self.store.get_session(lease.session_id)
-        if session.status not in ("running", "awaiting_input"):
+        if session.status not in ("running", "awaiting_input") or not _has_role(runtime, session.role):
             return
         late = (datetime.now(UTC) - lease.expires_at).total_seconds()
         notice = RuntimeNotice(
@@ -563,6 +564,15 @@ class Leases:
         )
         channel = await runtime.driver(lease.session_id)
         await channel.commit(Write(lease.session_id, events=[NewEvent(notice)], touch=False))
+
+
+def _has_role(runtime: Runtime, role: str) -> bool:
+    """Whether the engine's roster has `role` (an engine never runs an agent whose role it lacks)."""
+    try:
+        runtime.roster.get(role)
+    except NotFound:
+        return False
+    return True
 
 
 def _forget(tasks: dict[str, asyncio.Task[None]], key: str, task: asyncio.Task[None]) -> None:
