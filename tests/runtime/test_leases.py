@@ -229,6 +229,40 @@ async def test_an_engine_without_the_role_opened_beside_a_dead_owners_turn_says_
     assert runs == []
 
 
+@pytest.mark.parametrize("said_by", ["start-up", "upkeep"])
+async def test_a_dead_owners_turn_that_waited_for_its_role_is_noted_as_taken_from_the_dead_owner(
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch, said_by: str
+) -> None:
+    """Once, on a fleet: the only service with a role was killed mid-turn; a service without the role said so on
+    the agent (at its start, or once the work had waited 10 s) under the lease, taken over for a moment and handed
+    over, and so left the lease in its own name. The service with the role, started again, continued the turn
+    with a note naming the service that only said the warning as the owner that let the lease lapse, and when.
+    Now the lease goes back as the dead owner left it."""
+    monkeypatch.setattr(engines, "MAINTENANCE_SECONDS", 0.05)
+    monkeypatch.setattr(leases_module, "UNCLAIMED_SECONDS", 0.3)
+    with_the_role, _runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-unclaimed-dead")
+    async with with_the_role() as a:
+        session = await a.create("slow")
+    async with contextlib.AsyncExitStack() as stack:
+        if said_by == "start-up":  # it takes the turn up as it opens, and says it cannot run it
+            dead, left = await cut_off_turn(url, session.id)
+        b = await stack.enter_async_context(Engine.open(url, config=config))  # no roles at all
+        if said_by == "upkeep":  # it sees the work wait, and says that no engine runs it
+            dead, left = await cut_off_turn(url, session.id)
+        await asyncio.sleep(1.0)  # many upkeep passes
+        kept = await b.store.get_lease(session.id)
+        assert kept is not None and (kept.owner, kept.expires_at) == (dead, left.expires_at)
+    async with with_the_role() as a:
+        settled, timed_out = await a.wait(session.id, 10)
+        events = await check_log(a, session.id)
+    assert not timed_out and settled.status == "completed"
+    said = [e.payload for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.source == "roster"]
+    assert len(said) == 1 and said[0].type == "runtime.warning"
+    (taken,) = [e.payload for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.source == "leases"]
+    assert taken.detail is not None
+    assert (taken.detail["previous_owner"], taken.detail["lease_expired_at"]) == (dead, left.expires_at.isoformat())
+
+
 @contextlib.asynccontextmanager
 async def owner_in_a_tool(
     tmp_path: Path, url: str, scripted: Scripted, name: str, seconds: float

@@ -94,6 +94,23 @@ async def test_an_expired_lease_nobody_took_is_renewed_by_its_owner(store: Store
     assert not await store.acquire_lease(session_id, "engine-b", 60)
 
 
+async def test_a_lease_taken_over_for_a_note_is_handed_back_as_its_owner_left_it(store: Store) -> None:
+    session_id = await _session(store)
+    assert await store.acquire_lease(session_id, "engine-a", SHORT)
+    await asyncio.sleep(2 * SHORT)
+    left = await store.get_lease(session_id)
+    assert left is not None and left.expired
+    assert await store.take_lease(session_id, "engine-b", 60) == left
+
+    assert not await store.hand_back_lease(session_id, "engine-c", left)  # not its lease: nothing changes
+    held = await store.get_lease(session_id)
+    assert held is not None and (held.owner, held.expired) == ("engine-b", False)
+    assert await store.hand_back_lease(session_id, "engine-b", left)
+    assert await store.get_lease(session_id) == left
+    assert await store.expired_leases() == [left]
+    assert await store.take_lease(session_id, "engine-c", 60) == left
+
+
 async def test_renew_returns_only_the_leases_the_owner_holds_in_the_order_given(store: Store) -> None:
     ids = [await _session(store) for _ in range(4)]
     for session_id in ids[:3]:

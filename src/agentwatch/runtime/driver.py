@@ -198,7 +198,7 @@ class SessionDriver:
 
     async def _runs_role(self, session: SessionRecord) -> bool:
         """Whether this engine has the session's role. When it has not (a service of a rolling deploy that adds
-        the role, one opened on another agents directory), it says so on the session and hands its lease over:
+        the role, one opened on another agents directory), it says so on the session and hands its lease back:
         the work is left as it is, for an engine that has the role, whose sweep takes it within a second (this
         engine's sweep leaves it alone)."""
         try:
@@ -216,7 +216,8 @@ class SessionDriver:
                 source=ROSTER_SOURCE,
             )
             await self.emitter.commit(Write(self.session_id, events=[NewEvent(notice)], touch=False))
-            await self._hand_over()
+            if leases is not None:
+                await leases.hand_back(self.session_id)
             return False
         return True
 

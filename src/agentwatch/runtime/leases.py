@@ -124,6 +124,7 @@ class Leases:
         # Which take of a session's lease is held (a renewal's answer about an earlier take is stale).
         self._taken: dict[str, int] = {}
         self._takes = 0
+        self._previous: dict[str, LeaseRecord] = {}  # the lease another owner left, per session taken over here
         self._asking: dict[str, asyncio.Future[bool | BaseException]] = {}  # store renewals under way, per session
         self._asked: list[str] = []  # confirmations waiting for the next batch
         self._changes: dict[str, _Change] = {}  # takes and releases under way, per session
@@ -220,6 +221,7 @@ class Leases:
 
     def _drop(self, session_id: str) -> float | None:
         self._taken.pop(session_id, None)
+        self._previous.pop(session_id, None)
         return self._held.pop(session_id, None)
 
     def claim(self) -> LeaseClaim:
@@ -246,6 +248,8 @@ class Leases:
             self._unreachable = False  # (the store answered)
             if taken is not False:
                 self._hold(session_id, sent)
+            if isinstance(taken, LeaseRecord):
+                self._previous[session_id] = taken
             return taken
 
     async def _let_go_of(self, session_id: str) -> None:
@@ -298,6 +302,21 @@ class Leases:
             await self.store.renew_leases(self.owner, [session_id], HAND_OVER_SECONDS)
         except Exception as exc:  # it expires on its own
             log.warning("could not hand over the lease of %s (it expires on its own): %s", session_id, exc)
+
+    async def hand_back(self, session_id: str) -> None:
+        """`hand_over`, by an engine that ran nothing under the lease (it lacks the session's role, and only said
+        so): a lease it took over from another owner goes back as that owner left it, so the engine that
+        continues the turn names the owner that was cut off, and since when, rather than this one."""
+        previous = self._previous.get(session_id)
+        if previous is None or session_id not in self._held:
+            await self.hand_over(session_id)
+            return
+        self.forget(session_id)
+        try:
+            if not await self.store.hand_back_lease(session_id, self.owner, previous):
+                log.warning("could not hand back the lease of %s: another engine holds it", session_id)
+        except Exception as exc:  # it expires on its own
+            log.warning("could not hand back the lease of %s (it expires on its own): %s", session_id, exc)
 
     async def renew(self) -> list[str]:
         """Renew every held lease; returns the ids this engine no longer holds: those the store says another
@@ -508,7 +527,7 @@ class Leases:
             await channel.commit(Write(session.id, events=[NewEvent(notice)], touch=False))
             return True
         finally:
-            await self.hand_over(session.id)
+            await self.hand_back(session.id)
 
     async def _said(self, session_id: str, lease: LeaseRecord) -> bool:
         """Whether the session's newest event says already that an engine cannot run its role (then `lease` is

@@ -194,6 +194,15 @@ class LeaseMethods(ABC):
             lambda tx: tx.execute("DELETE FROM leases WHERE session_id = ? AND owner = ?", [session_id, owner])
         )
 
+    async def hand_back_lease(self, session_id: str, owner: str, lease: LeaseRecord) -> bool:
+        """Put `session_id`'s lease back as `lease` was (its owner and expiry) if `owner` holds it; True when it
+        did, otherwise nothing changes."""
+        _check_owner(owner)
+        _check_owner(lease.owner)
+        sql = "UPDATE leases SET owner = ?, expires_at = ? WHERE session_id = ? AND owner = ? RETURNING session_id"
+        params = [lease.owner, self._dialect.time_param(lease.expires_at), session_id, owner]
+        return bool(await self._write(lambda tx: tx.fetch(sql, params)))
+
     async def get_lease(self, session_id: str) -> LeaseRecord | None:
         """The session's lease (expired or not), or None when nobody holds one."""
 

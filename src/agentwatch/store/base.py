@@ -339,6 +339,11 @@ class Store(RunStore, Protocol):
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Give up the session's lease if `owner` holds it; otherwise nothing changes."""
 
+    async def hand_back_lease(self, session_id: str, owner: str, lease: LeaseRecord) -> bool:
+        """Put the session's lease back as `lease` was (its owner and expiry) if `owner` holds it, as an owner that
+        took a lease over only to write a note does: whoever takes it next sees the owner that left it, and since
+        when. True when it was put back; otherwise nothing changes."""
+
     async def get_lease(self, session_id: str) -> LeaseRecord | None:
         """The session's lease, expired or not (see `LeaseRecord.expired`), or None when there is none."""
 
