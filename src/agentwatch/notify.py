@@ -14,8 +14,9 @@ The engine that wrote the event POSTs one JSON document to the webhook:
 
 ```json
 {"text": "coder (ses_...) asks you: Which branch should I push to?", "event": "request.waiting",
- "agentId": "ses_...", "name": "coder", "role": "coder", "requestId": "req_...", "kind": "question",
- "summary": "Which branch should I push to?", "questions": null, "options": ["main", "dev"], "since": "..."}
+ "agentId": "ses_...", "name": "coder", "role": "coder", "parentId": null, "requestId": "req_...",
+ "kind": "question", "summary": "Which branch should I push to?", "questions": null, "options": ["main", "dev"],
+ "since": "..."}
 {"text": "loop-guard on coder (ses_...): You called read_file with the same input 3 times.",
  "event": "observer.report", "agentId": "ses_...", "name": "coder", "role": "coder", "observer": "loop-guard",
  "report": "You called read_file with the same input 3 times.", "at": "..."}
@@ -24,7 +25,8 @@ The engine that wrote the event POSTs one JSON document to the webhook:
  "at": "..."}
 ```
 
-`text` is a sentence for a chat's incoming webhook (Slack and Mattermost show it as it is; it is cut at
+Each names the agent, and `parentId` the agent that spawned it (null for one a person started). `text` is a
+sentence for a chat's incoming webhook (Slack and Mattermost show it as it is; it is cut at
 `TEXT_MAX` characters, the whole report or error being in its own field); the rest is for a program. With
 `AGENTWATCH_NOTIFY_SECRET` set, each POST carries `X-Agentwatch-Signature: sha256=<hex>`, the HMAC-SHA256 of its
 body with that secret, so the receiver can tell it came from here.
@@ -185,7 +187,7 @@ class Notifications:
             return None
         name = session.display_name or session.name
         who = f"{name} ({session.id})"
-        agent = {"agentId": session.id, "name": session.name, "role": session.role}
+        agent = {"agentId": session.id, "name": session.name, "role": session.role, "parentId": session.parent_id}
         payload, at = notice.event.payload, notice.event.at.isoformat()
         if isinstance(payload, ObserverReported):
             said = f"{payload.observer_type} on {who}: {payload.report}"

@@ -140,6 +140,7 @@ async def test_a_request_held_for_the_parent_is_told_only_once_a_person_has_it(
         busy.release.set()
     [(document, _, headers)] = webhook.received
     assert (document["agentId"], document["kind"]) == (kid.id, "choice")
+    assert document["parentId"] == kid.parent_id is not None  # whose sub-agent asks
     assert SIGNATURE_HEADER.lower() not in headers  # no secret, no signature
 
 
