@@ -155,6 +155,25 @@ async def test_a_stop_that_finds_nothing_running_leaves_the_waiting_work_to_an_e
     assert [engine for engine, event, _ in runs if event == "start"] == ["a"]
 
 
+async def test_sends_through_an_engine_without_the_role_say_so_once(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """Once: each send through an engine that lacks the agent's role wrote the same warning on the agent again."""
+    with_the_role, runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-roleless-sends")
+    async with with_the_role() as a:
+        session = await a.create("slow")
+    async with Engine.open(url, config=config) as b:  # no roles at all
+        for text in ("go", "and on", "and on again"):
+            await b.enqueue(session.id, text)
+            await until(lambda: b.leases.held == [])
+        said = [e for e in await b.store.read_events(session.id, limit=100) if isinstance(e.payload, RuntimeNotice)]
+    assert [(e.payload.type, e.payload.source) for e in said] == [("runtime.warning", "roster")]
+    async with with_the_role() as a:
+        settled, timed_out = await a.wait(session.id, 10)
+    assert not timed_out and settled.pending_inputs == 0  # nothing sent was lost
+    assert {engine for engine, event, _ in runs if event == "start"} == {"a"}
+
+
 async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_and_still_runs_later(
     tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:

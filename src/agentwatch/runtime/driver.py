@@ -26,7 +26,14 @@ from agentwatch.events import Event, NewEvent, RuntimeNotice
 from agentwatch.live.memory import MemoryRing
 from agentwatch.runtime.emitter import SessionEmitter
 from agentwatch.runtime.full_collections import turn_loop_ended, turn_loop_started
-from agentwatch.runtime.leases import ROSTER_SOURCE, end_after_fault, leases_of, owned_plan, release_after_stop
+from agentwatch.runtime.leases import (
+    ROSTER_SOURCE,
+    end_after_fault,
+    leases_of,
+    owned_plan,
+    release_after_stop,
+    role_lack_said,
+)
 from agentwatch.runtime.services import Runtime
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.turn import run_plan
@@ -215,7 +222,8 @@ class SessionDriver:
                 ),
                 source=ROSTER_SOURCE,
             )
-            await self.emitter.commit(Write(self.session_id, events=[NewEvent(notice)], touch=False))
+            if not await role_lack_said(self.runtime.store, self.session_id):  # (each send would say it again)
+                await self.emitter.commit(Write(self.session_id, events=[NewEvent(notice)], touch=False))
             if leases is not None:
                 await leases.hand_back(self.session_id)
             return False

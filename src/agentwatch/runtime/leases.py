@@ -532,10 +532,7 @@ class Leases:
     async def _said(self, session_id: str, lease: LeaseRecord) -> bool:
         """Whether the session's newest event says already that an engine cannot run its role (then `lease` is
         not looked at again while it stays as it is)."""
-        newest = await self.store.read_events_backward(session_id, limit=1)
-        said = (
-            bool(newest) and isinstance(newest[0].payload, RuntimeNotice) and newest[0].payload.source == ROSTER_SOURCE
-        )
+        said = await role_lack_said(self.store, session_id)
         if said:
             self._unclaimed.add((session_id, lease.expires_at))
         return said
@@ -583,6 +580,13 @@ class Leases:
         )
         channel = await runtime.driver(lease.session_id)
         await channel.commit(Write(lease.session_id, events=[NewEvent(notice)], touch=False))
+
+
+async def role_lack_said(store: Store, session_id: str) -> bool:
+    """Whether the session's newest event says already that an engine cannot run its role (nothing happened on it
+    since: saying it again would add nothing)."""
+    newest = await store.read_events_backward(session_id, limit=1)
+    return bool(newest) and isinstance(newest[0].payload, RuntimeNotice) and newest[0].payload.source == ROSTER_SOURCE
 
 
 def _has_role(runtime: Runtime, role: str) -> bool:
