@@ -164,15 +164,10 @@ def _respelled(value: object, fields: Collection[str]) -> object:
     return respelled
 
 
-class RoleSessions(BaseModel):
-    """A role's own session settings; None leaves the project (or engine) default in force."""
+class _RoleTable(BaseModel):
+    """A table of a definition with settings of its own (`sessions`, `limits`), read in the seeds' spellings too."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-    stuck_after_seconds: float | None = Field(None, gt=0, strict=True)
-    """A running session of this role with no activity for longer than this is `stuck`."""
-    continue_after_restart: int | None = Field(None, ge=0, strict=True)
-    """How many times a turn cut off by a restart is continued before it ends `interrupted` (0 = never)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -180,13 +175,20 @@ class RoleSessions(BaseModel):
         return _respelled(value, cls.model_fields)
 
 
-class RoleLimits(BaseModel):
+class RoleSessions(_RoleTable):
+    """A role's own session settings; None leaves the project (or engine) default in force."""
+
+    stuck_after_seconds: float | None = Field(None, gt=0, strict=True)
+    """A running session of this role with no activity for longer than this is `stuck`."""
+    continue_after_restart: int | None = Field(None, ge=0, strict=True)
+    """How many times a turn cut off by a restart is continued before it ends `interrupted` (0 = never)."""
+
+
+class RoleLimits(_RoleTable):
     """What one turn of a role may use before the engine stops it, and what one agent of the role may spend in
     all. A turn over a limit ends `failed` once the model response that crossed it is stored, before the tools it
     calls run (a final answer is kept: nothing more would follow it); an agent over its spend fails each new turn
     at its start. None: no limit."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     requests: int = Field(50, ge=1, strict=True)
     """Model requests per turn."""
@@ -196,11 +198,6 @@ class RoleLimits(BaseModel):
     """Spend per turn, in US dollars (counted where the model's price is known)."""
     agent_cost_usd: float | None = Field(None, gt=0, strict=True)
     """Spend of one agent over all its turns, in US dollars."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _other_spellings(cls, value: object) -> object:
-        return _respelled(value, cls.model_fields)
 
 
 _SECTIONS: Mapping[str, type[RoleSessions | RoleLimits]] = MappingProxyType(
