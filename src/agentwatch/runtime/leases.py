@@ -566,7 +566,7 @@ class Leases:
         `SessionDriver`) and hands the lease over."""
         self.takeovers += 1
         session = await self.store.get_session(lease.session_id)
-        if session.status not in ("running", "awaiting_input") or not _has_role(runtime, session.role):
+        if session.status not in ("running", "awaiting_input") or session.role not in runtime.roster:
             return
         late = (datetime.now(UTC) - lease.expires_at).total_seconds()
         notice = RuntimeNotice(
@@ -587,15 +587,6 @@ async def role_lack_said(store: Store, session_id: str) -> bool:
     since: saying it again would add nothing)."""
     newest = await store.read_events_backward(session_id, limit=1)
     return bool(newest) and isinstance(newest[0].payload, RuntimeNotice) and newest[0].payload.source == ROSTER_SOURCE
-
-
-def _has_role(runtime: Runtime, role: str) -> bool:
-    """Whether the engine's roster has `role` (an engine never runs an agent whose role it lacks)."""
-    try:
-        runtime.roster.get(role)
-    except NotFound:
-        return False
-    return True
 
 
 def _forget(tasks: dict[str, asyncio.Task[None]], key: str, task: asyncio.Task[None]) -> None:
