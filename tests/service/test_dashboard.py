@@ -1067,3 +1067,38 @@ async def test_a_link_to_an_agent_or_a_run_that_is_not_there_says_so(
         await expect(page.locator("#pick-run")).to_contain_text("run_nonexistent", timeout=WAIT_MS)
         await expect(page.locator("#run")).to_be_hidden()
         assert [p for p in problems if "404" not in p] == []
+
+
+async def test_the_agent_picked_low_in_a_long_list_is_shown_where_the_person_looks(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once with a long list a person who scrolled down to an agent and picked it saw nothing happen: the agent was
+    shown at the top of the page, out of view, beside the list's first rows (the runs view the same)."""
+    model = scripted("dashboard-far-down", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        for n in range(60):
+            await engine.create("helper", name=f"agent-{n:02d}")
+        for n in range(30):
+            async with engine.run(f"report-{n:02d}"):
+                pass
+        page, problems = await _page(browser, base)
+        await page.set_viewport_size({"width": 1280, "height": 800})
+        far_down = page.locator("#agents tbody tr", has_text="agent-00")  # (the oldest, below the 59 others)
+        await expect(far_down).to_have_count(1, timeout=WAIT_MS)
+        await far_down.click()  # (scrolled to first, as a person would)
+        await expect(page.locator("#d-name")).to_have_text("agent-00", timeout=WAIT_MS)
+        for shown in ("#d-name", "#log", "#send"):
+            await expect(page.locator(shown)).to_be_in_viewport()
+        top = await page.locator("#d-name").bounding_box()
+        header = await page.locator("header.top").bounding_box()
+        assert top is not None and header is not None and top["y"] >= header["y"] + header["height"]  # not under it
+        await page.locator("#agents tbody tr").first.click()  # and back up
+        await expect(page.locator("#d-name")).to_be_in_viewport()
+
+        await page.get_by_role("button", name="Runs").click()
+        oldest = page.locator("#runs tbody tr", has_text="workflow:report-00")
+        await expect(oldest).to_have_count(1, timeout=WAIT_MS)
+        await oldest.click()
+        await expect(page.locator("#r-name")).to_have_text("workflow:report-00", timeout=WAIT_MS)
+        await expect(page.locator("#r-name")).to_be_in_viewport()
+        assert problems == []

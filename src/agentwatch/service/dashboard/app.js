@@ -929,7 +929,16 @@
     });
   }
 
+  // The header's height, for what stays in view under it (style.css: --header); it wraps on a narrow window.
+  function keepHeaderHeight() {
+    const header = document.querySelector("header.top");
+    const keep = () => document.documentElement.style.setProperty("--header", `${header.offsetHeight}px`);
+    new ResizeObserver(keep).observe(header);
+    keep();
+  }
+
   takeToken();
+  keepHeaderHeight();
   wire();
   checkAccess();
   refresh();
