@@ -1102,3 +1102,23 @@ async def test_the_agent_picked_low_in_a_long_list_is_shown_where_the_person_loo
         await expect(page.locator("#r-name")).to_have_text("workflow:report-00", timeout=WAIT_MS)
         await expect(page.locator("#r-name")).to_be_in_viewport()
         assert problems == []
+
+
+async def test_on_a_phone_the_runs_view_fits_the_screen(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once at 390 px the runs list ran off the screen (its "spent" column cut off), and the page scrolled sideways,
+    the run's trace too; above them the status chips, hidden in this view, left a gap the height of two rows."""
+    model = scripted("dashboard-phone-runs", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        async with engine.run("nightly_digest_of_the_repository") as run, run.span("Work") as work:
+            await work.task("helper", "go")
+        page = await browser.new_page(viewport={"width": 390, "height": 800})
+        await page.goto(f"{base}/#run={run.id}")
+        await expect(page.locator("#spans li[data-kind=task]")).to_contain_text("open agent", timeout=WAIT_MS)
+        row = page.locator(f'#runs tr[data-id="{run.id}"]')
+        await expect(row).to_contain_text("completed", timeout=WAIT_MS)
+        for cell in (row.locator("td").nth(2), row.locator(".word"), page.locator("#spans .num").last):
+            box = await cell.bounding_box()
+            assert box is not None and box["x"] + box["width"] <= 390, box
+        assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        header = await page.locator("header.top").bounding_box()
+        assert header is not None and header["height"] < 100, header
