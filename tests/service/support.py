@@ -23,13 +23,14 @@ def role(name: str, model: str, *, tools: tuple[str, ...] = (), **fields: Any) -
 
 
 @asynccontextmanager
-async def served(app: Starlette, *, ws_max_size: int = 65_536) -> AsyncIterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1 and an ephemeral port; yields the base URL."""
+async def served(app: Starlette, *, ws_max_size: int = 65_536, port: int = 0) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on 127.0.0.1 and `port` (0: an ephemeral one; a service started again takes the
+    port it had); yields the base URL."""
     server = _Server(
         uvicorn.Config(
             app,
             host="127.0.0.1",
-            port=0,
+            port=port,
             lifespan="on",
             log_level="warning",
             ws_max_size=ws_max_size,

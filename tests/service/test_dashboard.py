@@ -1122,3 +1122,33 @@ async def test_on_a_phone_the_runs_view_fits_the_screen(open_engine: Any, script
         assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
         header = await page.locator("header.top").bounding_box()
         assert header is not None and header["height"] < 100, header
+
+
+async def test_the_page_says_the_service_is_gone_and_goes_on_once_it_is_back(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """A service restarted under an open page (a deploy): the page says it is offline, in view on a phone (once the
+    sentence ran off the screen and the page scrolled sideways), then shows what the agent did once it is back,
+    with no reload. Once at 390 px the header's "offline: ..." sentence did not wrap."""
+    model = scripted("dashboard-restart", ScriptedModel(function=lambda ctx: Reply(f"echo {ctx.prompt}")))
+    helper = role("helper", model)
+    async with open_engine(helper) as engine, served(create_app(engine)) as base:
+        session = await engine.task("helper", "before", timeout=10)
+        page, problems = await _page(browser, f"{base}/#agent={session['agentId']}")
+        await page.set_viewport_size({"width": 390, "height": 800})
+        await expect(page.locator("#log")).to_contain_text("echo before", timeout=WAIT_MS)
+    status = page.locator("header").get_by_role("status")
+    await expect(status).to_contain_text("offline: The service does not answer", timeout=WAIT_MS)
+    box = await status.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box
+    assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+
+    port = int(base.rsplit(":", 1)[1])
+    async with open_engine(helper) as engine, served(create_app(engine), port=port):
+        await expect(status).to_have_text("live", timeout=WAIT_MS)
+        await engine.enqueue(session["agentId"], "after")
+        await expect(page.locator("#log")).to_contain_text("echo after", timeout=WAIT_MS)  # (live: no reload)
+        await expect(page.locator("#log li", has_text="echo before")).to_have_count(1)  # (shown once)
+        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+    # (the browser logs the calls that found the service gone)
+    assert [p for p in problems if "ERR_CONNECTION_REFUSED" not in p and "ERR_INCOMPLETE" not in p] == []
