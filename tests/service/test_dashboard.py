@@ -1152,3 +1152,41 @@ async def test_the_page_says_the_service_is_gone_and_goes_on_once_it_is_back(
         await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
     # (the browser logs the calls that found the service gone)
     assert [p for p in problems if "ERR_CONNECTION_REFUSED" not in p and "ERR_INCOMPLETE" not in p] == []
+
+
+async def test_more_agents_and_runs_than_a_page_holds_are_all_reached_from_the_page(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once past 100 agents the older ones could be reached only by a filter that happened to find them, and past
+    50 runs the older runs were not listed at all, with no sign that there were more."""
+    model = scripted("dashboard-pages", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        for n in range(130):
+            await engine.create("helper", name=f"agent-{n:03d}")
+        for n in range(55):
+            async with engine.run(f"report-{n:02d}"):
+                pass
+        page, problems = await _page(browser, base)
+        rows, more = page.locator("#agents tbody tr"), page.locator("#more-agents")
+        await expect(rows).to_have_count(100, timeout=WAIT_MS)
+        await expect(page.locator("#agents-empty")).to_contain_text("100 most recently active of 130")
+        await expect(more).to_have_text("Show 30 more")
+        await more.click()
+        await expect(rows).to_have_count(130, timeout=WAIT_MS)
+        await expect(rows.last).to_contain_text("agent-000")
+        await expect(page.locator("#agents-empty")).to_be_hidden()
+        await expect(more).to_be_hidden()
+        await expect(rows.nth(100)).to_be_focused()  # (the keyboard goes on to the rows it added)
+        await page.wait_for_timeout(2500)  # past the list's refresh: the rows asked for are kept
+        await expect(rows).to_have_count(130)
+        await page.locator("#q").fill("agent-00")  # a new filter starts from its first page
+        await expect(rows).to_have_count(10, timeout=WAIT_MS)
+
+        await page.get_by_role("button", name="Runs").click()
+        runs = page.locator("#runs tbody tr")
+        await expect(runs).to_have_count(50, timeout=WAIT_MS)
+        await page.get_by_role("button", name="Show older runs").click()
+        await expect(runs).to_have_count(55, timeout=WAIT_MS)
+        await expect(runs.last).to_contain_text("workflow:report-00")
+        await expect(page.locator("#more-runs")).to_be_hidden()
+        assert problems == []

@@ -8,6 +8,8 @@
   const WORDS = ["needs_you", "working", "stuck", "failed", "idle", "done"];
   const LABELS = { needs_you: "needs you", working: "working", stuck: "stuck", failed: "failed", idle: "idle", done: "done" };
   const REFRESH_MS = 2000;
+  const AGENTS_PAGE = 100; // the most `agent_list` answers at once
+  const RUNS_PAGE = 50;
   const TAIL_PAGE = 200;
   const MAX_CHARS = 4000; // the most a tail line's detail holds (a longer one ends with its full length)
   const LOG_KEPT = 1000;
@@ -41,6 +43,8 @@
     run: null, // the id of the run shown on the right of the runs view
     refused: false, // the service refused the token the page holds
     names: new Map(), // the names of the agents listed so far, by id (a parent is shown by its name)
+    agentPages: 1, // how many pages of agents the list shows ("Show more" adds one; a new filter starts again)
+    runPages: 1,
   };
 
   class ServiceError extends Error {
@@ -235,20 +239,35 @@
 
   // -- the list of agents --------------------------------------------------------------------------
 
+  // The first `wanted` pages of a listing, as one: the pages a person asked for ("Show more") are read again at
+  // each refresh. Its first page's answer, with `items` (every page's) and whether more follow.
+  async function pages(tool, args, key, wanted) {
+    const first = await call(tool, args);
+    const items = [...first[key]];
+    let next = first.nextCursor;
+    for (let n = 1; n < wanted && next; n += 1) {
+      const page = await call(tool, { ...args, cursor: next });
+      items.push(...page[key]);
+      next = page.nextCursor;
+    }
+    return { ...first, items, more: Boolean(next) };
+  }
+
   async function refresh() {
     try {
-      const args = { limit: 100, sort: "newest", counts: true };
+      const args = { limit: AGENTS_PAGE, sort: "newest", counts: true };
       if (state.q) args.q = state.q;
       if (state.view === "runs") {
-        showRuns((await call("run_list", { limit: 50 })).runs);
+        const listed = await pages("run_list", { limit: RUNS_PAGE }, "runs", state.runPages);
+        showRuns(listed.items, listed.more);
       } else {
         // The chips count the agents the list shows under each word (the same filter, per agent): a list
         // narrowed to a word counts only that word, so the chips are counted without it.
-        const calls = [call("agent_list", state.word ? { ...args, word: [state.word] } : args)];
+        const calls = [pages("agent_list", state.word ? { ...args, word: [state.word] } : args, "agents", state.agentPages)];
         if (state.word) calls.push(call("agent_list", { ...args, limit: 1 }));
-        const [page, all = page] = await Promise.all(calls);
+        const [listed, all = listed] = await Promise.all(calls);
         showWords(all.counts);
-        showAgents(page.agents, page.counts.total);
+        showAgents(listed.items, listed.counts.total);
       }
       setConnection(true, null, await draining());
     } catch (error) {
@@ -288,7 +307,7 @@
       let chip = nav.children[i];
       if (!chip) {
         chip = el("button", { type: "button", "data-word": word || "all",
-                              onclick: () => { state.word = word; refresh(); } });
+                              onclick: () => { state.word = word; state.agentPages = 1; refresh(); } });
         nav.append(chip);
       }
       chip.textContent = `${label} ${count}`;
@@ -346,10 +365,12 @@
     const more = total > agents.length;
     empty.hidden = agents.length > 0 && !more;
     empty.textContent = more
-      ? `Showing the ${agents.length} most recently active of ${total}: filter by status or name to find the others.`
+      ? `Showing the ${agents.length} most recently active of ${total}: show more, or filter by status or name.`
       : state.word || state.q
         ? "No agent matches."
         : "No agents yet. Start one below, or with `agentwatch run ROLE \"TASK\"`.";
+    $("more-agents").hidden = !more;
+    $("more-agents").textContent = `Show ${Math.min(AGENTS_PAGE, total - agents.length)} more`;
   }
 
   async function showRoles() {
@@ -387,7 +408,7 @@
     return el("span", { class: `word ${status}` }, status.replace("_", " "));
   }
 
-  function showRuns(runs) {
+  function showRuns(runs, more) {
     syncRows($("runs"), runs, ["", "", "muted", "", "muted"], selectRun, (run, [name, status, started, time, cost]) => {
       name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, run.statusReason || run.id));
       status.replaceChildren(statusBadge(run.status));
@@ -396,6 +417,7 @@
       cost.textContent = spent(run);
     }, state.run);
     $("runs-empty").hidden = runs.length > 0;
+    $("more-runs").hidden = !more;
     const shown = runs.find((run) => run.id === state.run);
     if (shown && shown.status === "running") showRun(state.run).catch(complain); // (an ended trace stays as it is)
   }
@@ -860,6 +882,7 @@
     window.addEventListener("hashchange", goToPlace);
     $("q").addEventListener("input", (e) => {
       state.q = e.target.value.trim();
+      state.agentPages = 1;
       clearTimeout(wire.search);
       wire.search = setTimeout(refresh, 250);
     });
@@ -877,6 +900,16 @@
       });
     });
     $("earlier").addEventListener("click", showEarlier);
+    for (const [button, table, key] of [["more-agents", "agents", "agentPages"], ["more-runs", "runs", "runPages"]]) {
+      $(button).addEventListener("click", () => act($(button), async () => {
+        const rows = $(table).tBodies[0].rows;
+        const before = rows.length;
+        state[key] += 1;
+        await refresh();
+        // The keyboard goes on to the first row it added (the button is gone after the last page).
+        if ($(button).hidden && rows[before]) rows[before].focus();
+      }));
+    }
     $("skip").addEventListener("click", (e) => {
       e.preventDefault(); // (the address says which agent is open, not where the focus is)
       if (state.selected) focusDetail();
