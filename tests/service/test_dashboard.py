@@ -1190,3 +1190,25 @@ async def test_more_agents_and_runs_than_a_page_holds_are_all_reached_from_the_p
         await expect(runs.last).to_contain_text("workflow:report-00")
         await expect(page.locator("#more-runs")).to_be_hidden()
         assert problems == []
+
+
+async def test_the_agent_shown_says_what_it_does_this_moment(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the page said only `working`: its log's last line showed the call, but not whether it still ran (a call
+    and its result are both lines titled with the tool's name), and a person could not tell a long call from a
+    model slow to answer."""
+    held = HeldTool("wait_for_release")
+    async with (
+        open_engine(held.role("waiter", scripted, "dashboard-now"), tools=[held.tool]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("waiter")
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        now = page.locator("#d-now")
+        await expect(page.locator("#d-word")).to_have_text("idle", timeout=WAIT_MS)
+        await expect(now).to_be_hidden()
+        await engine.enqueue(session.id, "wait")
+        await expect(now).to_have_text("Now: running wait_for_release", timeout=WAIT_MS)
+        held.release.set()
+        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+        await expect(now).to_be_hidden()
+        assert problems == []

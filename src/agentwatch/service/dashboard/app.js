@@ -760,6 +760,11 @@
       ? el("strong", { class: "deleted" }, ` · deleted, readable until ${when(agent.reapAt)}`)
       : "";
     $("d-meta").replaceChildren(meta, ...parent, ...run, hold, inbox, deleted);
+    // What it does this moment (`current.currentItem`): the tool that runs, or what its model does. The log's last
+    // line does not say whether a call it shows still runs.
+    const now = agent.current && agent.current.currentItem;
+    $("d-now").textContent = now ? `Now: ${now.type === "tool" ? `running ${now.title}` : now.title}` : "";
+    $("d-now").hidden = !now;
     // Why it stands still: no engine runs its role, or why its last turn failed (a limit of its role, a model down).
     const problem = agent.roleProblem || (agent.status === "failed" && agent.error) || "";
     $("d-problem").textContent = problem;
