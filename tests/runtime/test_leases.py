@@ -696,6 +696,65 @@ async def test_a_dead_owners_turn_continues_within_the_lease_plus_a_second(
     assert started(runs) and len(set(started(runs))) == len(started(runs))
 
 
+ORPHANS = 12
+"""How many turns the dead owner of the spread test leaves (the fleet trial's kill orphaned 11)."""
+
+
+@pytest.mark.parametrize("survivors", [1, 2])
+async def test_a_dead_owners_turns_are_spread_over_the_engines_with_the_role_each_continued_once(
+    tmp_path: Path, url: str, scripted: Scripted, survivors: int
+) -> None:
+    """Once, on a fleet: every turn a killed service owned went to one surviving service, whose first sweep took
+    all of them (up to 100). Now a sweep takes a share of the orphans it finds, so the other engines' sweeps get
+    some; an engine alone still takes them all within the lease plus a second."""
+    model = scripted("leases-spread", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with contextlib.AsyncExitStack() as stack:
+        engines = [
+            await stack.enter_async_context(
+                Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, name, 0.1)])
+            )
+            for name in "bc"[:survivors]
+        ]
+        store = engines[0].store
+        # What a process that died with many turns running leaves: running turns, leases nobody renews.
+        dead, leases = new_owner(), {}
+        for number in range(ORPHANS):
+            session = await engines[0].create("slow", name=f"orphan-{number}")
+            turn = TurnId(f"trn_dead_{number}")
+            await store.write(
+                Write(
+                    session.id,
+                    events=[NewEvent(TurnStarted(), turn), NewEvent(UserMessage(text="go"), turn)],
+                    session=SessionPatch(status="running", current_turn_id=turn, turn_attempts=1),
+                )
+            )
+            assert await store.acquire_lease(session.id, dead, LEASE)
+            lease = await store.get_lease(session.id)
+            assert lease is not None
+            leases[session.id] = lease
+        for session_id in leases:
+            settled, timed_out = await engines[0].wait(session_id, 15)
+            assert not timed_out and settled.status == "completed", settled
+        logs = {session_id: await check_log(engines[0], session_id) for session_id in leases}
+        takeovers = [engine.leases.takeovers for engine in engines]
+    takers: list[str] = []
+    for session_id, events in logs.items():
+        (note,) = [e for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.source == "leases"]
+        assert note.payload.detail["previous_owner"] == dead
+        takers.append(note.payload.detail["owner"])
+        taken = (note.at - leases[session_id].expires_at).total_seconds()
+        assert taken <= 1.0, f"taken over {taken:.2f} s after the lease expired"
+        continued = [e for e in events if isinstance(e.payload, TurnStarted) and e.payload.trigger == "continue"]
+        assert len(continued) == 1
+    assert len(started(runs)) == ORPHANS and len(set(started(runs))) == ORPHANS  # each continued once
+    assert sum(takeovers) == ORPHANS
+    assert sorted(takers.count(engine.leases.owner) for engine in engines) == sorted(takeovers)
+    assert all(takeovers), f"the orphaned turns were not spread: {takeovers} per engine"
+
+
 async def test_work_a_draining_owner_handed_over_starts_a_turn_with_no_takeover_note(
     tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:

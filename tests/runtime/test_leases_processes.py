@@ -266,3 +266,55 @@ async def test_engines_on_one_store_never_run_a_turn_twice_and_continue_a_dead_o
         f"total {time.monotonic() - started:.1f} s"
     )
     assert worst <= TAKEOVER_SLACK, f"an orphaned turn continued {worst:.2f} s after its lease expired"
+
+
+SPREAD_SESSIONS = 12
+"""The turns the killed engine of the spread test runs (the fleet trial's kill orphaned 11)."""
+
+
+@pytest.mark.slow
+async def test_a_killed_engines_turns_are_spread_over_the_surviving_engines_and_each_continued_once(
+    tmp_path: Path, store_url: str
+) -> None:
+    """Once, on a fleet: all 11 turns one killed service owned went to one surviving service, whose first sweep
+    took up to 100. Two survivors, then a victim running 12 turns is SIGKILLed: each survivor takes some of
+    them, and each is continued exactly once (one takeover note, no tool call run twice, every session
+    settled)."""
+    root, runs = tmp_path / "project", tmp_path / "runs.log"
+    root.mkdir()
+    (root / "agentwatch.toml").write_text(
+        f"[sessions]\nlease_seconds = {LEASE_SECONDS}\ncontinue_after_restart = 1000\n"
+    )
+    store = await connect_store(store_url)
+    survivors = [start(store_url, root, runs, 0, seed) for seed in (1, 2)]
+    children = list(survivors)
+    try:
+        for survivor in survivors:
+            survivor.read_until("ready")
+        victim = start(store_url, root, runs, SPREAD_SESSIONS, 3)
+        children.append(victim)
+        victim.read_until("ready")
+        await asyncio.sleep(0.3)  # its turns are in their tools
+        kill(victim)
+        killed_at = datetime.now(UTC) - timedelta(milliseconds=5)
+        orphans = await owned_running(store, victim.owner)
+        await wait_settled(store, 60)
+        for survivor in survivors:
+            survivor.process.stdin.close()  # type: ignore[union-attr]
+            survivor.read_until("closed")
+        await check_invariants(store, runs)
+        takers: Counter[str] = Counter()
+        for session_id in orphans:
+            events = await store.read_events(session_id, types=["runtime.info"], limit=10_000)
+            notes = [e for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.source == "leases"]
+            taken = [e.payload.detail for e in notes if e.at >= killed_at and isinstance(e.payload.detail, dict)]
+            assert len(taken) == 1, f"the orphaned turn of {session_id} was taken over {len(taken)} times"
+            assert taken[0]["previous_owner"] == victim.owner
+            takers[str(taken[0]["owner"])] += 1
+    finally:
+        for child in children:
+            kill(child)
+        await store.close()
+    print(f"\n{store_url.split(':')[0]}: {len(orphans)} orphaned turns, taken over: {sorted(takers.values())}")
+    assert len(orphans) >= 4, f"the kill caught only {len(orphans)} turns running"
+    assert set(takers) == {survivor.owner for survivor in survivors}, f"not spread over the survivors: {takers}"

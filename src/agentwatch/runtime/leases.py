@@ -12,9 +12,14 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
   it lets the lease go after a turn (and before, too, when work was queued in its own engine meanwhile), so
   nothing queued meanwhile is stranded;
 - a turn whose owner died is continued by whichever engine takes the expired lease first: each engine that
-  recovers turns sweeps the store for expired leases about once a second, so an orphaned turn continues
+  recovers turns sweeps the store for expired leases four times a second, so an orphaned turn continues
   within the lease plus about a second, and records a `runtime.info` note (source `leases`) naming the
-  previous owner. The restart note and `continue_after_restart` apply as after a restart;
+  previous owner. The restart note and `continue_after_restart` apply as after a restart. The turns of one
+  dead owner are spread over the engines that have their roles: a sweep takes a share of the orphans it sees
+  for the first time (`TAKEOVER_SHARE`, picked at random, one fewer per `TAKEOVER_SHARE_TURNS` turns the
+  engine already runs, at least one), so the other engines' sweeps, which come within the same quarter
+  second, take the others; an orphan it saw in its previous sweep, which nobody took meanwhile, it takes
+  whatever its share (it may be alone), so a turn waits at most two sweeps;
 - a stop sent to an engine that does not run the turn (through another service) is asked of the lease's
   holder in the store (`Store.request_stop`); the holder reads it about once a second while it holds leases
   and stops the turn itself, as whoever asked;
@@ -46,6 +51,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import re
 import secrets
 import socket
@@ -89,6 +95,11 @@ STOP_CHECK_SECONDS = 1.0
 """How often an engine that holds leases looks for the stops other engines asked of it."""
 SWEEP_SECONDS = 0.25
 """How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal)."""
+TAKEOVER_SHARE = 4
+"""How many of the orphans a sweep sees for the first time it takes, in an engine that runs no turn: the others
+are left to the sweeps of the other engines (see `Leases.sweep`)."""
+TAKEOVER_SHARE_TURNS = 10
+"""An engine takes one orphan fewer per sweep for each this many turns it already runs (its held leases)."""
 HAND_OVER_SECONDS = 0.001
 """The lease a closing engine leaves behind: expired at once, so another engine's sweep takes it over."""
 CUT_TAKE_SECONDS = 5.0
@@ -137,6 +148,7 @@ class Leases:
         """False stops taking over expired leases (a draining engine: the work goes to another one)."""
         self._unreachable = False  # the last renewal failed, or a store call since (the store could not be asked)
         self._unclaimed: set[tuple[str, datetime]] = set()  # expired leases whose agents `say_unclaimed` told
+        self._sighted: set[tuple[str, datetime]] = set()  # the expired leases the last sweep found
 
     # -- holding --------------------------------------------------------------------------------------
 
@@ -463,9 +475,16 @@ class Leases:
             self._unreachable = True
 
     async def sweep(self, runtime: Runtime) -> int:
-        """Take over sessions whose owner's lease expired and let their turn loops look for work (all at once);
-        returns how many were taken. Only sessions of the roles this engine runs: the others are left to an
-        engine that has their role (see `SessionDriver`), and never crowd out the ones it can run."""
+        """Take over sessions whose owner's lease expired and let their turn loops look for work (those taken at
+        once); returns how many were taken. Only sessions of the roles this engine runs: the others are left to
+        an engine that has their role (see `SessionDriver`), and never crowd out the ones it can run.
+
+        Not every orphan found: of those this sweep sees for the first time it takes `share()`, picked at
+        random (engines that sweep at the same moment then mostly pick different ones), and leaves the rest to
+        the other engines' sweeps, which come within the same quarter second; a killed service's turns are so
+        spread over the survivors instead of all going to whichever swept first. An orphan the previous sweep
+        saw too is taken whatever the share: nobody took it since (this engine may be the only one with the
+        role), so no turn waits more than two sweeps."""
         # A lease of this engine's own that expired in the store is not an orphan: its renewal is late (under
         # load it waits behind other writes) and renews it, since nobody took it over.
         expired = [
@@ -473,8 +492,17 @@ class Leases:
             for lease in await self.store.expired_leases(limit=100, roles=runtime.roster.runnable())
             if not (lease.owner == self.owner and lease.session_id in self._held)
         ]
-        taken = await asyncio.gather(*(self._take_over(runtime, lease) for lease in expired))
+        sighted, self._sighted = self._sighted, {(lease.session_id, lease.expires_at) for lease in expired}
+        seen = [lease for lease in expired if (lease.session_id, lease.expires_at) in sighted]
+        new = [lease for lease in expired if (lease.session_id, lease.expires_at) not in sighted]
+        chosen = seen + random.sample(new, min(self.share(), len(new)))
+        taken = await asyncio.gather(*(self._take_over(runtime, lease) for lease in chosen))
         return sum(taken)
+
+    def share(self) -> int:
+        """How many newly found orphans a sweep takes: `TAKEOVER_SHARE`, one fewer per `TAKEOVER_SHARE_TURNS`
+        turns this engine runs, at least one (a busy engine leaves more to the others)."""
+        return max(1, TAKEOVER_SHARE - len(self._held) // TAKEOVER_SHARE_TURNS)
 
     async def say_unclaimed(self, runtime: Runtime) -> int:
         """Say on each agent of a role this engine lacks whose work nobody took for `UNCLAIMED_SECONDS` (its lease
