@@ -741,6 +741,42 @@ async def test_reaping_a_deleted_observer_leaves_its_ref_as_a_tombstone(store: S
     # a tombstone already: kept as it was
     ref = await store.get_observer_ref(stopped)
     assert ref is not None and (ref.stopped, ref.stopped_at) == (True, earlier)
+    # each kept as its pairing's tombstone too
+    for observed in (deleted, stopped):
+        ref = await store.get_observer_ref(observed)
+        assert ref is not None
+        assert await store.get_observer_tombstone(observed, "critic") == ref.model_copy(update={"updated_at": None})
+    assert await store.get_observer_tombstone(lost, "critic") is None
+
+
+async def test_a_tombstone_holds_for_its_pairing_after_the_ref_names_another_observer_type(store: Store) -> None:
+    session = await store.create_session(SessionDraft(name="nova", role="chat"))
+    assert await store.get_observer_tombstone(session.id, "critic") is None
+    earlier = datetime(2020, 1, 1, tzinfo=UTC)
+    stopped = await store.set_observer_ref(
+        ObserverRef(
+            observed_session_id=session.id,
+            observer_type="critic",
+            observer_session_id="ses_critic",
+            stopped=True,
+            stopped_at=earlier,
+        )
+    )
+    draft = SessionDraft(name="nova-linter", role="linter", parent_id=session.id, is_observer=True)
+    linter = await store.create_session(
+        draft, observer_ref=ObserverRef(observed_session_id=session.id, observer_type="linter")
+    )
+    ref = await store.get_observer_ref(session.id)
+    assert ref is not None and (ref.observer_type, ref.observer_session_id, ref.stopped) == ("linter", linter.id, False)
+    tombstone = stopped.model_copy(update={"updated_at": None})
+    assert await store.get_observer_tombstone(session.id, "critic") == tombstone
+    assert await store.get_observer_tombstone(session.id, "linter") is None
+    # a second stop of the pairing keeps the first one's tombstone
+    await store.set_observer_ref(ObserverRef(observed_session_id=session.id, observer_type="critic", stopped=True))
+    assert await store.get_observer_tombstone(session.id, "critic") == tombstone
+    # gone with the observed session
+    assert await store.reap([session.id]) == 1
+    assert await store.get_observer_tombstone(session.id, "critic") is None
 
 
 async def test_runs_spans_and_journal(store: Store) -> None:

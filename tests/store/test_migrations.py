@@ -76,6 +76,11 @@ def _write_schema_1(execute: Execute, dialect: Literal["sqlite", "postgres"], ti
         "VALUES ('ses_old1', 'loop-guard', 'ses_old2', ?)",
         (time(_T0),),
     )
+    execute(  # a person stopped it (kept as the pairing's tombstone from schema 13 on)
+        "INSERT INTO observer_refs (observed_session_id, observer_type, observer_session_id, stopped, stopped_at, "
+        "updated_at) VALUES ('ses_old2', 'critic', 'ses_gone', ?, ?, ?)",
+        (True, time(_T0), time(_T0)),
+    )
 
 
 def _schema_1_database(store_url: str, backend: str) -> None:
@@ -131,6 +136,13 @@ async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str,
             assert [event.seq for event in newer] == [3, 1]
         ref = await store.get_observer_ref("ses_old1")
         assert ref is not None and ref.observer_session_id == "ses_old2"
+        assert await store.get_observer_tombstone("ses_old1", "loop-guard") is None
+        stone = await store.get_observer_tombstone("ses_old2", "critic")
+        assert stone is not None and (stone.observer_session_id, stone.stopped, stone.stopped_at) == (
+            "ses_gone",
+            True,
+            _T0,
+        )
         # The activity listings page through the upgraded rows (on PostgreSQL by a column the upgrade computed).
         first = await store.list_sessions(SessionFilter(), sort="newest", limit=1)
         second = await store.list_sessions(SessionFilter(), sort="newest", limit=1, cursor=first.next_cursor)

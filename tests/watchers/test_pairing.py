@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.store import SessionPatch, SessionRecord
-from agentwatch.watchers import observer_agents
+from agentwatch.watchers import describe, observer_agents
 from tests.watchers.support import (
+    QUIET,
     OpenEngine,
     Scripted,
     coder_and_watcher,
     digests_received,
     eventually,
     observers_of,
+    role,
     settled_observer,
     states_reached,
     turn,
@@ -89,6 +93,58 @@ async def test_a_restart_starts_a_fresh_observer_when_the_previous_one_was_reape
         assert ref is not None and ref.observer_session_id == fresh.id and not ref.stopped
         (received,) = await digests_received(engine, fresh.id)
         assert "answer to two" in received and "answer to one" not in received
+
+
+async def observers_of_type(engine: Engine, session_id: str, observer_type: str) -> list[SessionRecord]:
+    return [o for o in await observers_of(engine, session_id) if o.role == observer_type]
+
+
+async def test_a_stopped_observer_type_stays_stopped_after_the_role_named_another_type(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """The seeds: a person's stop leaves a tombstone that prevents silent resurrection. Once, it was kept only
+    until the observer ref named another type: a person stopped `alpha` on an agent, its role then named `beta`
+    (which starts: nobody stopped it), then `alpha` again, and a fresh `alpha` started by itself. The tombstone
+    now holds for the pairing, the agent and the observer type."""
+    model = scripted("coder-retyped", ScriptedModel(function=lambda ctx: Reply(f"answer to {ctx.prompt}")))
+    quiet = scripted("watcher-retyped", QUIET)
+    watchers = [role("alpha", quiet), role("beta", quiet)]
+
+    def coder(observer: str) -> AgentDefinition:
+        return role("coder", model, observer=observer, grant=("spawn",))
+
+    async with open_engine(coder("alpha"), *watchers) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        (alpha,) = await eventually(lambda: observers_of(engine, session.id))
+        await eventually(lambda: settled_observer(engine, alpha.id, 1))
+        assert await observer_agents(engine).stop_observer(session.id, by="alice") is True
+    async with open_engine(coder("beta"), *watchers) as engine:
+        await turn(engine, session.id, "two")
+        (beta,) = await eventually(lambda: observers_of_type(engine, session.id, "beta"))
+        await eventually(lambda: settled_observer(engine, beta.id, 1))
+    async with open_engine(coder("alpha"), *watchers) as engine:
+        await turn(engine, session.id, "three")
+        assert await eventually(lambda: states_reached(engine, session.id, 4)) == [
+            STARTED,
+            ("stopped", "stopped by alice"),
+            STARTED,
+            ("blocked", "a person stopped this observer; it is not brought back"),
+        ]
+        assert sorted(o.role for o in await observers_of(engine, session.id)) == ["alpha", "beta"]
+        assert len(await digests_received(engine, alpha.id)) == 1
+        ref = await engine.store.get_observer_ref(session.id)  # names the pairing `agent_get` shows
+        assert ref is not None and (ref.observer_type, ref.observer_session_id, ref.stopped) == (
+            "alpha",
+            alpha.id,
+            True,
+        )
+        entry = await describe(engine.store, await engine.store.get_session(session.id))
+        assert entry is not None and (entry["observerType"], entry["state"]) == ("alpha", "blocked")
+    async with open_engine(coder("beta"), *watchers) as engine:  # nobody stopped beta: it watches again
+        await turn(engine, session.id, "four")
+        assert (await eventually(lambda: states_reached(engine, session.id, 5)))[-1] == STARTED
+        assert len(await observers_of_type(engine, session.id, "alpha")) == 1
 
 
 async def test_a_restart_pairs_no_session_whose_observer_mark_is_gone(

@@ -160,6 +160,16 @@ def _value_codecs(fields: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[tuple
     return moments, tuple((index, codec) for index, codec in codecs if codec is not stored_iso)
 
 
+def _keep_tombstones(where: str) -> str:
+    """SQL that keeps the stopped observer refs `where` selects as their pairings' tombstones; a pairing stopped
+    before keeps its first one."""
+    return (
+        "INSERT INTO observer_tombstones (observed_session_id, observer_type, observer_session_id, stopped_at) "
+        "SELECT observed_session_id, observer_type, observer_session_id, COALESCE(stopped_at, updated_at) "
+        f"FROM observer_refs WHERE stopped AND {where} ON CONFLICT (observed_session_id, observer_type) DO NOTHING"
+    )
+
+
 class SessionMethods(SqlBase):
     """Sessions and observer refs over `Tx`."""
 
@@ -374,6 +384,9 @@ class SessionMethods(SqlBase):
 
         async def reap(tx: Tx) -> int:
             await tx.execute(tombstone, [True, now, *params])
+            await tx.execute(
+                _keep_tombstones(f"observer_session_id IN (SELECT id FROM sessions WHERE {condition})"), params
+            )
             # Foreign keys cascade to everything the session owns; the usage ledger has none, so it stays.
             return await tx.execute(f"DELETE FROM sessions WHERE {condition}", params)
 
@@ -405,6 +418,8 @@ class SessionMethods(SqlBase):
         return ref.model_copy(update={"stopped_at": stopped_at, "updated_at": now})
 
     async def _upsert_observer_ref(self, tx: Tx, stored: ObserverRef) -> None:
+        """Record the ref; a stopped one is kept as its pairing's tombstone too (the first stop's, when the pairing
+        was stopped before), which outlives the ref naming another observer type later."""
         params = self._params(stored.model_dump(), frozenset())
         columns = list(params)
         updates = ", ".join(f"{column} = excluded.{column}" for column in columns[1:])
@@ -413,9 +428,23 @@ class SessionMethods(SqlBase):
             f"ON CONFLICT (observed_session_id) DO UPDATE SET {updates}"
         )
         await tx.execute(sql, list(params.values()))
+        if stored.stopped:
+            await tx.execute(_keep_tombstones("observed_session_id = ?"), [stored.observed_session_id])
 
     async def get_observer_ref(self, observed_session_id: str) -> ObserverRef | None:
         """The observer ref kept with a session, if any."""
         sql = f"{select(OBSERVER_COLUMNS, 'observer_refs')} WHERE observed_session_id = ?"
         rows = await self._read(lambda tx: tx.fetch(sql, [observed_session_id]))
         return from_row(ObserverRef, OBSERVER_COLUMNS, rows[0], frozenset()) if rows else None
+
+    async def get_observer_tombstone(self, observed_session_id: str, observer_type: str) -> ObserverRef | None:
+        """The tombstone a person's stop of the session's `observer_type` observer left, if any (see `Store`)."""
+        sql = (
+            "SELECT observed_session_id, observer_type, observer_session_id, stopped_at FROM observer_tombstones "
+            "WHERE observed_session_id = ? AND observer_type = ?"
+        )
+        rows = await self._read(lambda tx: tx.fetch(sql, [observed_session_id, observer_type]))
+        if not rows:
+            return None
+        columns = ("observed_session_id", "observer_type", "observer_session_id", "stopped_at")
+        return from_row(ObserverRef, columns, rows[0], frozenset()).model_copy(update={"stopped": True})

@@ -14,6 +14,8 @@ Promises every backend keeps:
   (`clock_timestamp()`), whatever the clocks of the processes using it; SQLite's local clock (one machine).
 - At most one live observer session per pairing: `create_session(draft, observer_ref=ref)` creates the
   observer session and records the ref naming it in one transaction, so no crash leaves two.
+- A tombstone (a stopped observer ref) holds for its pairing, the observed session and the observer type: it is
+  kept (`get_observer_tombstone`) when the session's ref goes on to name an observer of another type.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from agentwatch.store.records import (
 
 __all__ = ["SCHEMA_VERSION", "EventValues", "RunStore", "Store"]
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 
@@ -358,3 +360,9 @@ class Store(RunStore, Protocol):
 
     async def get_observer_ref(self, observed_session_id: str) -> ObserverRef | None:
         """The observer ref kept with a session, if any."""
+
+    async def get_observer_tombstone(self, observed_session_id: str, observer_type: str) -> ObserverRef | None:
+        """The tombstone of the pairing of the session with an observer of `observer_type`: a stopped ref (with no
+        `updated_at`) naming the observer a person stopped (`set_observer_ref` with `stopped`, or its deletion,
+        once reaped; the first stop's), kept after the session's ref names another observer type; None when no
+        observer of that type was stopped on it."""

@@ -20,9 +20,13 @@ pairing: the observer type and definition, the observer's session, a buffer of d
 - **reattach or fresh**: the observer ref kept with the observed session names the previous observer. It is
   reattached when the type still matches, it was not stopped and its session still exists; otherwise a new
   observer session starts. A rule observer has no session: its `armed` state names it (a ref is written for
-  it only to replace one naming another observer, or as its tombstone). A stopped tombstone for the same
-  type makes the pairing `blocked`: a stopped observer is never silently brought back. (A person's deletion is
-  such a stop; when retention reaps the deleted session, the store turns its ref into the tombstone.)
+  it only to replace one naming another observer, or as its tombstone).
+- **tombstone**: a person's stop holds for the pairing, the observed session and the observer type: a
+  tombstone of that type (`Store.get_observer_tombstone`; kept when the ref goes on to name another type)
+  makes the pairing `blocked`, and the ref names it again. A stopped observer is never silently brought back,
+  not even after the role named another observer type in between; an observer of another type is not
+  stopped by it. (A person's deletion is such a stop; when retention reaps the deleted session, the store
+  turns its ref into the tombstone.)
 - **marker**: a new observer session is created marked `is_observer`, together with the ref that names it,
   in one store transaction (so no crash leaves an observer without its ref, and the store refuses a second
   live observer for one pairing: the loser of a race reattaches to the winner's). The mark is read back
@@ -274,8 +278,11 @@ class PairingRegistry:
         observer ref to read."""
         store = self.engine.store
         ref = None if fresh else await store.get_observer_ref(pairing.observed_session_id)
-        if ref is not None and ref.stopped and ref.observer_type == pairing.observer_type:
-            pairing.observer_session_id = ref.observer_session_id
+        stone = await self._tombstone_of(pairing, ref)
+        if stone is not None:
+            if stone != ref:  # (left when the role named another observer type): the ref names this pairing again
+                await store.set_observer_ref(stone)
+            pairing.observer_session_id = stone.observer_session_id
             await self.set_state(pairing, "blocked", "a person stopped this observer; it is not brought back")
             return
         try:
@@ -313,6 +320,14 @@ class PairingRegistry:
             await self.set_state(pairing, "blocked", str(exc))
             return
         await self.set_state(pairing, "armed", reason)
+
+    async def _tombstone_of(self, pairing: Pairing, ref: ObserverRef | None) -> ObserverRef | None:
+        """The tombstone of the pairing's observer type on the observed session: the ref itself when it names
+        that type, else the one the store kept when the ref went on to another type (there is none without a
+        ref: a ref is never removed)."""
+        if ref is None or ref.observer_type == pairing.observer_type:
+            return ref if ref is not None and ref.stopped else None
+        return await self.engine.store.get_observer_tombstone(pairing.observed_session_id, pairing.observer_type)
 
     async def _reattachable(self, ref: ObserverRef | None, pairing: Pairing) -> SessionRecord | str | None:
         if ref is None or ref.observer_type != pairing.observer_type or ref.observer_session_id is None:
