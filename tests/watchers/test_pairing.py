@@ -7,6 +7,7 @@ from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.store import SessionPatch, SessionRecord
 from agentwatch.watchers import describe, observer_agents
+from agentwatch.watchers.delivery import RECOVERY_NOTE
 from tests.watchers.support import (
     QUIET,
     OpenEngine,
@@ -75,9 +76,12 @@ async def test_an_observer_deleted_and_reaped_while_its_pairing_is_armed_is_not_
         assert await observers_of(engine, sid) == []
 
 
-async def test_a_restart_starts_a_fresh_observer_when_the_previous_one_was_reaped(
+async def test_a_restart_starts_a_fresh_observer_with_a_recovery_note_when_the_previous_one_was_reaped(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
+    """The seeds: when an observer's resumable state is lost, a fresh observer starts, with a recovery note. Once,
+    the observer that replaced a reaped one as its pairing was armed (an engine opened since) got no such note,
+    unlike one that replaces it at a delivery: it took the agent's work for the start of it."""
     coder, watcher = coder_and_watcher(scripted, "reaped-between")
     async with open_engine(coder, watcher) as engine:
         sid, observer = await paired(engine)
@@ -93,10 +97,21 @@ async def test_a_restart_starts_a_fresh_observer_when_the_previous_one_was_reape
         assert ref is not None and ref.observer_session_id == fresh.id and not ref.stopped
         (received,) = await digests_received(engine, fresh.id)
         assert "answer to two" in received and "answer to one" not in received
+        framing = (await engine.store.list_inputs(fresh.id, pending_only=False))[0]
+        assert framing.origin is not None and framing.origin.ref == "observer-framing"
+        assert framing.text.endswith(RECOVERY_NOTE)
 
 
 async def observers_of_type(engine: Engine, session_id: str, observer_type: str) -> list[SessionRecord]:
     return [o for o in await observers_of(engine, session_id) if o.role == observer_type]
+
+
+async def test_an_observer_first_armed_gets_no_recovery_note(open_engine: OpenEngine, scripted: Scripted) -> None:
+    async with open_engine(*coder_and_watcher(scripted, "first-armed")) as engine:
+        _, observer = await paired(engine)
+        framing = (await engine.store.list_inputs(observer.id, pending_only=False))[0]
+        assert framing.origin is not None and framing.origin.ref == "observer-framing"
+        assert RECOVERY_NOTE not in framing.text
 
 
 async def test_a_stopped_observer_type_stays_stopped_after_the_role_named_another_type(

@@ -158,6 +158,7 @@ async def run_deliveries(registry: PairingRegistry, pairing: Pairing, courier: C
         if any(_ends_stopped(digest) for digest in digests):
             pairing.may_have_ended = True
         batch = Batch(digests, observer_message=pairing.observer_message, dropped=dropped)  # rendered when read
+        batch.recovery = pairing.recovery
         count = f"{len(digests)} digest(s) dropped"
         try:
             verdict = await registry.gate(pairing, "observer_delivery")
@@ -204,10 +205,10 @@ async def _deliver_once_more_if_lost(
         if ref is not None and ref.stopped and ref.observer_type == pairing.observer_type:
             # Gone because a person deleted it (its reap left the tombstone): that is a stop, not a lost context.
             raise ObserverStopped("the observer session was deleted") from None
-        await registry.spawn(pairing)
+        await registry.spawn(pairing, recovery=True)
         await registry.set_state(pairing, "armed", f"observer started afresh: {exc}")
         await registry.warn(pairing, f"the observer's context was lost ({exc}); a fresh observer took over", lost=lost)
-        batch.recovery = True
+        batch.recovery = pairing.recovery
         await courier.deliver(pairing, batch)
 
 

@@ -19,8 +19,10 @@ pairing: the observer type and definition, the observer's session, a buffer of d
   reads when it opens, once it has restarted).
 - **reattach or fresh**: the observer ref kept with the observed session names the previous observer. It is
   reattached when the type still matches, it was not stopped and its session still exists; otherwise a new
-  observer session starts. A rule observer has no session: its `armed` state names it (a ref is written for
-  it only to replace one naming another observer, or as its tombstone).
+  observer session starts. One that replaces an observer of the same type whose session is gone (reaped: its
+  context is lost) is told so in its framing (the recovery note), as one that replaces it at a delivery is. A
+  rule observer has no session: its `armed` state names it (a ref is written for it only to replace one naming
+  another observer, or as its tombstone).
 - **tombstone**: a person's stop holds for the pairing, the observed session and the observer type: a
   tombstone of that type (`Store.get_observer_tombstone`; kept when the ref goes on to name another type)
   makes the pairing `blocked`, and the ref names it again. A stopped observer is never silently brought back,
@@ -114,6 +116,9 @@ class Pairing:
     """The observer's session (None for a rule observer)."""
     first_run_done: bool = False
     """Whether the observer session already got its framing prompt."""
+    recovery: bool = False
+    """The observer session was started fresh in place of one of this pairing whose context was lost: the framing
+    of its first batch says so (`Batch.recovery`)."""
     buffer: list[Digest] = field(default_factory=list)
     dropped: int = 0
     """Digests dropped from a full buffer since the last batch."""
@@ -314,7 +319,7 @@ class PairingRegistry:
                 await self.attach(pairing, previous.id, first_run_done=await self._had_input(previous.id))
                 reason = "reattached to its observer"
             else:
-                await self.spawn(pairing)
+                await self.spawn(pairing, recovery=previous == "lost")
                 reason = "observer started"
         except MarkerUnconfirmed as exc:
             await self.set_state(pairing, "blocked", str(exc))
@@ -330,12 +335,14 @@ class PairingRegistry:
         return await self.engine.store.get_observer_tombstone(pairing.observed_session_id, pairing.observer_type)
 
     async def _reattachable(self, ref: ObserverRef | None, pairing: Pairing) -> SessionRecord | str | None:
+        """The observer session to reattach; "stopped" when a person stopped it, "lost" when it is gone (reaped:
+        a fresh one starts, told that the context was lost), None when there is none of this type."""
         if ref is None or ref.observer_type != pairing.observer_type or ref.observer_session_id is None:
             return None
         try:
             session = await self.engine.store.get_session(ref.observer_session_id)
         except NotFound:
-            return None  # reaped: start afresh
+            return "lost"
         if stopped_by_person(session):
             return "stopped"
         return session if session.is_observer else None
@@ -343,9 +350,10 @@ class PairingRegistry:
     async def _had_input(self, session_id: str) -> bool:
         return bool(await self.engine.store.list_inputs(session_id, pending_only=False))
 
-    async def spawn(self, pairing: Pairing) -> None:
+    async def spawn(self, pairing: Pairing, *, recovery: bool = False) -> None:
         """Start a new observer session for the pairing, marked, with its ref in the same transaction, and
-        confirmed; when another live observer was paired meanwhile, reattach to that one instead."""
+        confirmed; when another live observer was paired meanwhile, reattach to that one instead. `recovery`:
+        it replaces an observer of the pairing whose context was lost (its framing says so)."""
         store = self.engine.store
         observed = await store.get_session(pairing.observed_session_id)
         definition = pairing.definition
@@ -379,20 +387,30 @@ class PairingRegistry:
             winner = current.observer_session_id
             if not (await store.get_session(winner)).is_observer:  # (the one the ref named, unmarked since)
                 raise MarkerUnconfirmed(f"observer session {winner!r} could not be confirmed as an observer") from None
-            await self.attach(pairing, winner, first_run_done=await self._had_input(winner), record=False)
+            # (The winner replaced the same lost observer, if one was lost.)
+            first_run_done = await self._had_input(winner)
+            await self.attach(pairing, winner, first_run_done=first_run_done, recovery=recovery, record=False)
             return
         if not (await store.get_session(session_id)).is_observer:
             raise MarkerUnconfirmed(f"observer session {session_id!r} could not be confirmed as an observer")
-        await self.attach(pairing, session_id, first_run_done=False, record=False)
+        await self.attach(pairing, session_id, first_run_done=False, recovery=recovery, record=False)
 
     async def attach(
-        self, pairing: Pairing, observer_session_id: str, *, first_run_done: bool, record: bool = True
+        self,
+        pairing: Pairing,
+        observer_session_id: str,
+        *,
+        first_run_done: bool,
+        recovery: bool = False,
+        record: bool = True,
     ) -> None:
-        """Point the pairing (and, with `record`, the durable ref) at an observer session."""
+        """Point the pairing (and, with `record`, the durable ref) at an observer session (`recovery`: see
+        `Pairing.recovery`)."""
         if pairing.observer_session_id is not None:
             self.by_observer.pop(pairing.observer_session_id, None)
         pairing.observer_session_id = observer_session_id
         pairing.first_run_done = first_run_done
+        pairing.recovery = recovery
         self.by_observer[observer_session_id] = pairing.observed_session_id
         if not record:
             return
