@@ -7,15 +7,17 @@ import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from redis import asyncio as aioredis
 
 from agentwatch.errors import MissingDependency, StoreUnavailable
-from agentwatch.events import EVENT_ADAPTER, StreamCursor
+from agentwatch.events import EVENT_ADAPTER, Event, EventId, SessionId, StreamCursor, ToolProgress, new_id
 from agentwatch.live import connect_live
 from agentwatch.live.redis import DEFAULT_STREAM_TTL, RedisRing
+from agentwatch.reads.tail import project
 
 from .streams import build_events, drop_streams, new_session, read, unique_prefix
 
@@ -207,4 +209,30 @@ async def test_a_cancellation_the_redis_client_swallows_still_cancels_the_caller
         await asyncio.wait([task], timeout=5)
         assert task.cancelled()
     finally:
+        await ring.close()
+
+
+async def test_a_tool_progress_published_before_it_named_its_tool_still_loads(redis_url: str, key_prefix: str) -> None:
+    """`tool.progress` named its tool only in its message before it had `tool_name`: such an entry, still in a
+    stream when a newer engine reads it, loads with no tool name, and its tail row names the tool as before."""
+    ring = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    client = aioredis.from_url(redis_url)
+    try:
+        sid = new_session()
+        progress = ToolProgress(tool_call_id="call_1", tool_name="lookup", message="finished", status="ok")
+        event = Event(
+            id=EventId(new_id("evt")), session_id=SessionId(sid), seq=1, sub=1, at=datetime.now(UTC), payload=progress
+        )
+        old = json.loads(EVENT_ADAPTER.dump_json(event))
+        del old["payload"]["tool_name"]
+        old["payload"]["message"] = "lookup finished"
+        await client.xadd(f"{key_prefix}{sid}", {"event": json.dumps(old)}, id="1-1")
+
+        [loaded] = await ring.recent(sid)
+        assert isinstance(loaded.payload, ToolProgress)
+        assert (loaded.payload.tool_name, loaded.payload.message) == (None, "lookup finished")
+        row = project(loaded, max_chars=100)
+        assert (row["title"], row["toolName"], row["status"]) == ("lookup finished", None, "ok")
+    finally:
+        await client.aclose()
         await ring.close()

@@ -46,8 +46,12 @@ async def test_the_current_item_is_a_call_still_running_when_calls_made_beside_i
             "title": "crawl +1 more",
         }
         tail = await engine.call_tool("agent_tail", {"id": agent.id})
-        ended = [(row["title"], row["status"]) for row in tail["events"] if row["type"] == "tool.progress"]
-        assert ended == [("lookup finished", "ok")]  # the tail says so too, before the result is recorded
+        ended = [
+            (row["title"], row["toolName"], row["detail"], row["status"])
+            for row in tail["events"]
+            if row["type"] == "tool.progress"
+        ]
+        assert ended == [("lookup", "lookup", "finished", "ok")]  # the tail says so too, before the result is recorded
         first.release.set()
         assert await _now(engine, agent.id, "index") == {"type": "tool", "toolName": "index", "title": "index"}
         snapshot = await engine.call_tool("agent_await", {"agentId": agent.id, "timeoutMs": 0})

@@ -49,8 +49,12 @@ class ToolProgress(BasePayload):
     type: Literal["tool.progress"] = "tool.progress"
     tool_call_id: str
     """The call that is running."""
+    tool_name: str | None = None
+    """Name of the tool, as on its `tool.call`. None on events published before the field existed (a Redis ring
+    holds them for a while): their message then names the tool."""
     message: str
-    """What it is doing."""
+    """What it is doing (`reading page 3`), or, once it ended, how: `finished`, `failed`, `denied`,
+    `interrupted`."""
     fraction: float | None = None
     """How far along, from 0 to 1, when known."""
     status: ToolStatus | None = None

@@ -205,7 +205,7 @@ _FACTS: dict[type[Any], Callable[[Any], _Facts]] = {
     ThinkingBlock: _message_facts,
     ToolCall: lambda p: (p.display_as or p.tool_name, p.tool_name, _text(p.input), "running"),
     ToolResult: lambda p: (p.tool_name, p.tool_name, p.output, p.status),
-    ToolProgress: lambda p: (p.message, None, p.message, p.status or "running"),
+    ToolProgress: lambda p: (p.tool_name or p.message, p.tool_name, p.message, p.status or "running"),
     ContentDelta: lambda p: (p.part, None, p.delta, None),
     SubtaskStarted: lambda p: (f"spawned {p.name} ({p.role})", None, p.child_session_id, "running"),
     SubtaskEnded: lambda p: (f"sub-agent {p.status}", None, p.child_session_id, p.status),

@@ -95,7 +95,9 @@ async def test_payloads_of_a_turn_come_in_order_with_their_messages() -> None:
             ),
             r[5].messages,
         ),
-        Record("stream", (ToolProgress(tool_call_id="call_0_0", message="reading", fraction=0.5),)),
+        Record(
+            "stream", (ToolProgress(tool_call_id="call_0_0", tool_name="read_file", message="reading", fraction=0.5),)
+        ),
         Record(
             "commit",
             (
@@ -277,7 +279,7 @@ async def test_a_call_that_ends_beside_calls_still_running_says_so_live() -> Non
     sink = RecordingSink()
     running = asyncio.create_task(run_turn(turn(tools=tools), sink, models=resolver(model)))
     await wait_for(lambda: bool(ended(sink)))
-    assert ended(sink) == [ToolProgress(tool_call_id="q", message="quick finished", status="ok")]
+    assert ended(sink) == [ToolProgress(tool_call_id="q", tool_name="quick", message="finished", status="ok")]
     release.set()
     await running
     assert len(ended(sink)) == 1
@@ -295,7 +297,7 @@ async def test_a_call_that_ends_beside_calls_still_running_says_so_live() -> Non
         )
     )
     await wait_for(lambda: bool(ended(sink)))
-    assert ended(sink) == [ToolProgress(tool_call_id="d", message="drop denied", status="denied")]
+    assert ended(sink) == [ToolProgress(tool_call_id="d", tool_name="drop", message="denied", status="denied")]
     release.set()
     await running
 

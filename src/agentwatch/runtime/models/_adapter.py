@@ -377,8 +377,8 @@ class _TurnRun:
         live that this one is over (what the agent does now is one of the others)."""
         self._unended.discard(tool_call_id)
         if self._unended:
-            message = f"{tool_name} {_ENDED[status]}"
-            self._emit(ToolProgress(tool_call_id=tool_call_id, message=message, status=status))
+            ended = ToolProgress(tool_call_id=tool_call_id, tool_name=tool_name, message=_ENDED[status], status=status)
+            self._emit(ended)
 
     def _answers(self, history: list[ModelMessage]) -> DeferredToolResults | None:
         """Results for the open calls the history ends with: the answers given, `interrupted` for the rest."""

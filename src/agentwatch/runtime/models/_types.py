@@ -41,7 +41,9 @@ class ToolContext:
 
     def progress(self, message: str, fraction: float | None = None) -> None:
         """Tell watchers what the tool is doing (an ephemeral `ToolProgress`; never stored, never blocks)."""
-        self._emit(ToolProgress(tool_call_id=self.tool_call_id, message=message, fraction=fraction))
+        self._emit(
+            ToolProgress(tool_call_id=self.tool_call_id, tool_name=self.tool_name, message=message, fraction=fraction)
+        )
 
     def __repr__(self) -> str:
         return f"ToolContext(tool_call_id={self.tool_call_id!r}, tool_name={self.tool_name!r})"
