@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 
 from agentwatch.cli import cli
 from agentwatch.events import RequestDismissed, UserMessage
+from agentwatch.runtime.leases import role_lack_said
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.store import RequestDraft, SessionDraft, SessionPatch, Store, Write, open_store
 from tests.runtime.support import OpenEngine, Scripted, role
@@ -355,6 +356,55 @@ async def test_create_makes_the_agent_at_once_and_the_next_engine_runs_it(
         await _until(done)
         session = await engine.store.get_session(answer["agentId"])
         assert session.last_text == "made it" and session.origin is not None and session.origin.kind == "person"
+
+
+async def test_await_says_why_an_idle_agents_input_is_not_run_as_the_store_tells_it(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`await` told to start `agentwatch serve` whenever an idle agent's input waited, though an engine may hold the
+    agent (it runs it next) or run on the store without the agent's type (another serve would not help)."""
+    agents = tmp_path / "project-agents"  # (not the engine's: it runs no agent of this type)
+    agents.mkdir()
+    (agents / "maker.md").write_text(role("maker", scripted("await-hint", ScriptedModel.replying("ok"))).to_markdown())
+    made = await asyncio.to_thread(
+        invoke, "create", "maker", "go", "--name", "m1", "--agents-dir", str(agents), "--store", store_url, "--json"
+    )
+    agent_id = _json(made)["agentId"]
+
+    async def hint() -> str:
+        waited = await asyncio.to_thread(invoke, "await", "m1", "--timeout", "0", "--store", store_url)
+        assert waited.exit_code == 3, waited.output
+        assert "input(s) of m1 wait for an engine to run them" in waited.stderr, waited.stderr
+        return " ".join(waited.stderr.split())
+
+    # Just queued, its lease handed back: an engine with the type takes it within a second, if one is open.
+    said = await hint()
+    assert "no engine took them up yet" in said and "start `agentwatch serve`" in said
+    # Long unclaimed (an engine without the type would have said so by now): no engine is open on the store.
+    monkeypatch.setattr("agentwatch.runtime.leases.UNCLAIMED_SECONDS", -60.0)
+    said = await hint()
+    assert "no engine open on this store runs this agent; start `agentwatch serve`" in said
+    monkeypatch.undo()
+
+    # An engine holds the agent: it runs the input once it gets to it.
+    async with open_store(store_url) as store:
+        assert await store.acquire_lease(agent_id, "own_busy_engine", 60.0)
+        said = await hint()
+        assert "engine own_busy_engine holds this agent" in said and "serve" not in said
+        await store.release_lease(agent_id, "own_busy_engine")
+
+    # An engine open on the store without the agent's type said so on the agent: another serve would not help.
+    async with open_engine() as engine:
+        await engine.enqueue(agent_id, "again")
+
+        async def handed_back() -> bool:
+            lease = await engine.store.get_lease(agent_id)
+            return await role_lack_said(engine.store, agent_id) and (lease is None or lease.expired)
+
+        await _until(handed_back)
+        said = await hint()
+    assert "an engine open on this store has no agent type 'maker'" in said, said
+    assert "agents check" in said and "start `agentwatch serve`" not in said
 
 
 def test_a_text_of_dash_is_read_from_standard_input(store_url: str, waiting: dict[str, str]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -20,6 +21,8 @@ from agentwatch.cli._time import ago, spend
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
+
+    from agentwatch.store import SessionRecord
 
 __all__ = [
     "follow_session",
@@ -282,10 +285,9 @@ async def wait_until_settled(
             done = await settled(reader.store, session)  # as an engine's own wait reads it
             if done or loop.time() >= deadline:
                 if not done and session.status == "idle" and session.pending_inputs:
-                    print_note(  # (an idle agent, yet not settled: its input waits for an engine)
-                        f"[dim]{session.pending_inputs} input(s) of {escape(session.name)} wait for an engine to run "
-                        "them, and none is running this agent: start `agentwatch serve` on this store[/]"
-                    )
+                    # (an idle agent, yet not settled: its input waits for an engine)
+                    waiting = f"{session.pending_inputs} input(s) of {session.name} wait for an engine to run them"
+                    print_note(f"[dim]{escape(waiting)}: {escape(await _why_not_run(reader, session))}[/]")
                 return await status_snapshot(
                     reader.store,
                     session,
@@ -297,6 +299,35 @@ async def wait_until_settled(
                 waited = int(loop.time() - started)
                 status.update(f"waiting for {escape(session.name)} ({session.status}) · {waited}s")
             await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+
+
+async def _why_not_run(reader: Reader, session: SessionRecord) -> str:
+    """Why an idle agent's inputs are not run, as the store tells it, and what to do: an engine holds the agent
+    (it runs them once it gets to them), an engine open on the store has not its role (it said so on the agent),
+    or no engine took them up (none is open, or, just queued, one has not looked yet)."""
+    from agentwatch.runtime.engine import MAINTENANCE_SECONDS
+    from agentwatch.runtime.leases import UNCLAIMED_SECONDS, role_lack_said
+
+    role = session.role
+    lease = await reader.store.get_lease(session.id)
+    if lease is not None and not lease.expired:
+        return f"engine {lease.owner} holds this agent and runs them once it gets to them"
+    if await role_lack_said(reader.store, session.id):
+        return (
+            f"an engine open on this store has no agent type {role!r} (its warning is the agent's newest event: "
+            f"`agentwatch tail {session.id}`); define the type for the service that should run it (`agentwatch agents "
+            "check` checks an agents directory), or delete the agent"
+        )
+    start = f"start `agentwatch serve` on this store with agent type {role!r}"
+    if role not in reader.roster:
+        start += f" (this project has none: add {role}.md to its agents directory, or define it in its --setup)"
+    # An engine that lacks the role says so on the agent once its work waited UNCLAIMED_SECONDS (it looks every
+    # MAINTENANCE_SECONDS); one that has it takes the work within a second.
+    looked = UNCLAIMED_SECONDS + MAINTENANCE_SECONDS + 1.0
+    if lease is not None and (datetime.now(UTC) - lease.expires_at).total_seconds() < looked:
+        soon = f"one open on this store with agent type {role!r} does within a second"
+        return f"no engine took them up yet ({soon}); {start}"
+    return f"no engine open on this store runs this agent; {start}"
 
 
 def render_await(answer: dict[str, Any]) -> None:
