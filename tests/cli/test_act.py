@@ -120,7 +120,7 @@ def test_answer_refusals_name_the_flag(store_url: str, waiting: dict[str, str]) 
     for blank in ("", "   "):  # once: accepted, and the agent went on with nothing
         said_nothing = invoke("answer", "asker", blank, "--store", store_url, "--json")
         assert said_nothing.exit_code == 2 and _json(said_nothing)["error"]["details"]["flags"] == ["TEXT"]
-        assert "the TEXT is empty; give the reply itself" in _json(said_nothing)["error"]["message"]
+        assert "TEXT: the answer is empty; give the reply itself" in _json(said_nothing)["error"]["message"]
     assert asyncio.run(_request(store_url, waiting["asker"])).status == "pending"
 
 

@@ -119,6 +119,13 @@ CASES: list[tuple[list[str], int, str]] = [
     (["tail", S, "--after", "{seq_overflow}"], 2, "--after"),
     (["tail", S, "--after", "garbage"], 2, "--after"),
     (["tail", S, "--types", "\udcff"], 2, "--types"),
+    # An argument named by a plain word is the flag only where the message names the argument, not the word.
+    (["tail", S, "--types", "nope"], 2, "--types: 'nope' names no event type; the types are "),
+    (
+        ["history", S, "--cursor", "garbage"],
+        2,
+        "--cursor: 'garbage' is not a page cursor; pass back exactly the cursor",
+    ),
     (["prompt", S, "--against", "yesterday"], 2, "--against"),
     (["prompt", "nobody"], 1, "nobody"),
     (["export", "ses_garbage"], 1, "ses_garbage"),

@@ -429,6 +429,16 @@ _CURSOR_ARGS = ("cursor", "afterId")
 """The arguments that take a cursor: a refused cursor is theirs even when the error names no argument."""
 
 
+def _argument_named(field: str) -> str:
+    """Where a message names the argument `field`: a camelCase name (`maxChars`) anywhere; a plain word (`types`,
+    `cursor`) only where it stands for the argument, at the message's start or in backquotes (`the types are ...`,
+    `pass back the cursor` use it as a word, and read wrong as `the --types are ...`)."""
+    name = re.escape(field)
+    if field.lower() != field:
+        return rf"(?<![\w-]){name}(?![\w-])"
+    return rf"^{name}(?![\w-])|(?<=`){name}(?=`)"
+
+
 def flag_error(error: InvalidArgument, flags: Mapping[str, str], args: Mapping[str, Any]) -> InvalidArgument:
     """`error` with the tool's argument names replaced by the CLI's flags, marked as a usage error. An error that
     names its flags already is a check of the command's own, in the command line's words: it stands as it is."""
@@ -452,9 +462,10 @@ def flag_error(error: InvalidArgument, flags: Mapping[str, str], args: Mapping[s
     else:
         message = error.message
         for field, flag in sorted(flags.items(), key=lambda item: -len(item[0])):
-            if re.search(rf"(?<![\w-]){re.escape(field)}(?![\w-])", message):
+            pattern = _argument_named(field)
+            if re.search(pattern, message):
                 named.append(flag)
-                message = re.sub(rf"(?<![\w-]){re.escape(field)}(?![\w-])", flag, message)
+                message = re.sub(pattern, flag, message)
     fields = error.details.get("fields")
     if isinstance(fields, list):
         named += [flags[f] for f in fields if isinstance(f, str) and f in flags]
