@@ -1,8 +1,10 @@
 """One turn that streams for a while and then runs a slow tool: the scenario the restart fault test kills.
 
-Used both by the child process (`python -m tests.runtime.restart_scenario DB MARKERS [approval]`) and by
-the test, which continues the turn in its own engine after the kill. With `approval`, the tool needs a
+Used both by the child process (`python -m tests.runtime.restart_scenario DB MARKERS [approval|parallel]`) and
+by the test, which continues the turn in its own engine after the kill. With `approval`, the tool needs a
 person's approval: the turn pauses on it, and the child approves it (the call then runs in the answer turn).
+With `parallel`, the model calls a quick tool beside the slow one, in one response: the quick call ends while
+the slow one still runs.
 """
 
 from __future__ import annotations
@@ -26,27 +28,44 @@ def _script(ctx: Any) -> Any:
     return Reply(f"Finished after: {' | '.join(r.output for r in ctx.tool_results)}")
 
 
-def setup(markers: Path, *, approval: bool = False) -> tuple[AgentDefinition, list[Any]]:
-    """The role and its tool (approved by a person first, with `approval`); the tool appends `start`/`end`
-    lines to `markers` so runs can be counted."""
-    register_scripted_model("restart-scenario", ScriptedModel(function=_script, chunk_delay=0.01))
+def _parallel_script(ctx: Any) -> Any:
+    if ctx.request_index == 0:
+        return [
+            CallTool("quick_tool", {"label": "q"}, id="c_quick"),
+            CallTool("slow_tool", {"label": "x"}, id="c_slow"),
+        ]
+    return Reply(f"Finished after: {' | '.join(f'{r.name}={r.output}' for r in ctx.tool_results)}")
+
+
+def setup(markers: Path, *, approval: bool = False, parallel: bool = False) -> tuple[AgentDefinition, list[Any]]:
+    """The role and its tools (the slow one approved by a person first, with `approval`; the quick one called
+    beside it, with `parallel`); each tool appends `start`/`end` lines to `markers` so runs can be counted."""
+    script = _parallel_script if parallel else _script
+    register_scripted_model("restart-scenario", ScriptedModel(function=script, chunk_delay=0.01))
+
+    def mark(line: str) -> None:
+        with markers.open("a") as file:
+            file.write(f"{line}\n")
 
     async def slow_tool(label: str) -> str:
-        with markers.open("a") as file:
-            file.write(f"start {label}\n")
+        mark(f"start {label}")
         await asyncio.sleep(1.0)
-        with markers.open("a") as file:
-            file.write(f"end {label}\n")
+        mark(f"end {label}")
+        return f"did {label}"
+
+    async def quick_tool(label: str) -> str:
+        mark(f"start {label}")
+        mark(f"end {label}")
         return f"did {label}"
 
     definition = AgentDefinition(
         name="worker",
         model="scripted:restart-scenario",
         instructions="You work.",
-        tools=("slow_tool",),
+        tools=("slow_tool", "quick_tool") if parallel else ("slow_tool",),
         approval_tools=("slow_tool",) if approval else (),
     )
-    return definition, [slow_tool]
+    return definition, [slow_tool, quick_tool] if parallel else [slow_tool]
 
 
 class Reporter:
@@ -59,8 +78,8 @@ class Reporter:
         pass
 
 
-async def child(db: Path, markers: Path, *, approval: bool = False) -> None:
-    definition, tools = setup(markers, approval=approval)
+async def child(db: Path, markers: Path, *, approval: bool = False, parallel: bool = False) -> None:
+    definition, tools = setup(markers, approval=approval, parallel=parallel)
     async with Engine.open(
         f"sqlite:///{db}", agents_dir=db.parent / "none", root=db.parent, definitions=[definition], tools=tools
     ) as engine:
@@ -77,4 +96,7 @@ async def child(db: Path, markers: Path, *, approval: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(child(Path(sys.argv[1]), Path(sys.argv[2]), approval=sys.argv[3:] == ["approval"]))
+    mode = sys.argv[3:]
+    asyncio.run(
+        child(Path(sys.argv[1]), Path(sys.argv[2]), approval=mode == ["approval"], parallel=mode == ["parallel"])
+    )

@@ -22,6 +22,7 @@ from agentwatch.runtime.engine import Engine
 from tests.runtime.restart_scenario import setup
 
 KILLS_PER_PHASE = 10
+INTERRUPTED = "The tool call was interrupted before a result was produced."
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -110,11 +111,11 @@ async def test_a_killed_engine_continues_its_turn_without_losing_or_doubling_eve
             assert session.last_text == "Finished after: did x"
 
 
-def kill_while_the_approved_call_runs(db: Path, markers: Path) -> str:
-    """Start the child engine with the approval scenario, kill it with SIGKILL while the approved call runs;
-    returns the session id."""
+def kill_while_running(db: Path, markers: Path, mode: str, *running: str) -> str:
+    """Start the child engine in `mode` (`approval`, `parallel`), kill it with SIGKILL once the `running` lines
+    are all in `markers` (the calls they mark started or ended); returns the session id."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.runtime.restart_scenario", str(db), str(markers), "approval"],
+        [sys.executable, "-m", "tests.runtime.restart_scenario", str(db), str(markers), mode],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -125,9 +126,9 @@ def kill_while_the_approved_call_runs(db: Path, markers: Path) -> str:
         assert process.stdout is not None
         session_id = process.stdout.readline().split()[1]
         deadline = time.monotonic() + 60
-        while not (markers.exists() and "start x" in markers.read_text()):  # the approved call is running
+        while not (markers.exists() and all(line in markers.read_text().split("\n") for line in running)):
             if time.monotonic() > deadline or process.poll() is not None:
-                pytest.fail("the approved call never started")
+                pytest.fail(f"the child never got as far as {running}")
             time.sleep(0.01)
         time.sleep(0.2)
     finally:
@@ -144,7 +145,7 @@ async def test_a_killed_engine_running_an_approved_call_never_runs_it_again(tmp_
     saying the turn had resumed; killed meanwhile, the engine left the session waiting on the answered request,
     and the next engine could plan the same answer turn and run the call again."""
     db, markers = tmp_path / "approval.db", tmp_path / "approval.log"
-    session_id = kill_while_the_approved_call_runs(db, markers)
+    session_id = kill_while_running(db, markers, "approval", "start x")  # the approved call is running
     definition, tools = setup(markers, approval=True)
     async with Engine.open(
         f"sqlite:///{db}", agents_dir=tmp_path / "none", root=tmp_path, definitions=[definition], tools=tools
@@ -154,3 +155,48 @@ async def test_a_killed_engine_running_an_approved_call_never_runs_it_again(tmp_
     assert not timed_out and session.status == "completed", session.status
     assert [e.payload.status for e in events if isinstance(e.payload, ToolResult)] == ["interrupted"]
     assert markers.read_text().split("\n").count("start x") == 1
+
+
+@pytest.mark.slow
+async def test_a_call_that_ended_beside_one_cut_off_keeps_its_result_when_the_turn_continues(tmp_path: Path) -> None:
+    """Once: the results of calls the model made together were stored only once every one of them ended, so a
+    kill while one still ran lost the result of the other, which had ended; the continued turn told the model
+    that call was interrupted too, inviting it to do again what was done."""
+    db, markers = tmp_path / "parallel.db", tmp_path / "parallel.log"
+    session_id = kill_while_running(db, markers, "parallel", "end q", "start x")  # the quick call ended
+    definition, tools = setup(markers, parallel=True)
+    async with Engine.open(
+        f"sqlite:///{db}", agents_dir=tmp_path / "none", root=tmp_path, definitions=[definition], tools=tools
+    ) as engine:
+        session, timed_out = await engine.wait(session_id, 30)
+        events = await engine.store.read_events(session_id, limit=10_000)
+        history = await engine.store.read_messages(session.conversation_id)
+    assert not timed_out and session.status == "completed", session.status
+    results = [(e.payload.tool_call_id, e.payload.status) for e in events if isinstance(e.payload, ToolResult)]
+    assert sorted(results) == [("c_quick", "ok"), ("c_slow", "interrupted")]  # one result each
+    runs = markers.read_text().split("\n")
+    assert runs.count("start q") == 1 and runs.count("start x") == 1  # neither ran again
+    # the model was given the quick call's real result, and `interrupted` for the slow one alone
+    assert session.last_text == f"Finished after: quick_tool=did q | slow_tool={INTERRUPTED}"
+    returns = {p["tool_call_id"]: (p["content"], p["outcome"]) for m in history for p in m["parts"]
+               if p["part_kind"] == "tool-return"}  # fmt: skip
+    assert returns == {"c_quick": ("did q", "success"), "c_slow": (INTERRUPTED, "failed")}
+
+
+@pytest.mark.slow
+async def test_stopping_a_turn_cut_off_beside_a_call_that_ended_keeps_that_calls_result(tmp_path: Path) -> None:
+    """The stop of a turn whose engine died (by an engine that does not run its role) closes only the calls that
+    have no stored result: the call that ended keeps its own, once, in the record and in the conversation."""
+    db, markers = tmp_path / "stopped.db", tmp_path / "stopped.log"
+    session_id = kill_while_running(db, markers, "parallel", "end q", "start x")
+    async with Engine.open(f"sqlite:///{db}", agents_dir=tmp_path / "none", root=tmp_path) as engine:
+        assert await engine.stop(session_id)
+        session = await engine.store.get_session(session_id)
+        events = await engine.store.read_events(session_id, limit=10_000)
+        history = await engine.store.read_messages(session.conversation_id)
+    assert session.status == "cancelled"
+    results = [(e.payload.tool_call_id, e.payload.status) for e in events if isinstance(e.payload, ToolResult)]
+    assert results == [("c_quick", "ok"), ("c_slow", "interrupted")]
+    returns = {p["tool_call_id"]: (p["content"], p["outcome"]) for m in history for p in m["parts"]
+               if p["part_kind"] == "tool-return"}  # fmt: skip
+    assert returns == {"c_quick": ("did q", "success"), "c_slow": (INTERRUPTED, "interrupted")}

@@ -59,5 +59,5 @@ class ToolProgress(BasePayload):
     """How far along, from 0 to 1, when known."""
     status: ToolStatus | None = None
     """Set by the engine when the call ended (or will not run: denied, answered, cut off) while calls the model
-    made beside it still run: its `tool.result` is recorded with theirs, once every one of them ended, and until
-    then only this says it is over. None while the call runs."""
+    made beside it still run: said live at once, while its `tool.result` (stored then, on its own) is written.
+    None while the call runs."""

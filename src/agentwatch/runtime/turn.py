@@ -348,9 +348,11 @@ async def run_plan(
                 return False
             if plan.kind != "input":
                 turn.spent_before = await _spent_before(runtime, session.id, turn_id)
+            answers = _answers(plan.requests)
+            results = await _results_left(runtime, session.id, turn_id) if plan.kind == "continue" else []
             turn.stopped = turn.over_limit()
             if turn.stopped is not None:
-                await _refuse(turn, history)
+                await _refuse(turn, history, results)
                 return False
             turn_input = TurnInput(
                 model=session.model_override or definition.model or "",
@@ -358,7 +360,8 @@ async def run_plan(
                 history=history,
                 prompt=prompt if isinstance(prompt, str) else None,
                 tools=[*_tool_specs(turn), *await _server_tool_specs(turn)],
-                answers=_answers(plan.requests),
+                answers=answers,
+                results=results,
                 max_requests=definition.limits.requests - turn.spent_before.requests,
                 conversation_id=session.conversation_id,
             )
@@ -383,15 +386,30 @@ async def run_plan(
 _INTERRUPTED = object()
 
 
-async def _refuse(turn: _Turn, history: Sequence[JsonValue]) -> None:
+async def _refuse(turn: _Turn, history: Sequence[JsonValue], stored: Sequence[ToolResult]) -> None:
     """End a turn that reached a limit of its role before its first model request. The calls a continued turn
-    finds open (those a person answered, those a restart cut off) get their `interrupted` results first, as a run
-    stopped at a limit writes them, so its record ends with no call unanswered."""
-    results, closing = close_open_calls(history)
-    if results:
+    finds open get their results first, so its record ends with no call unanswered: a call that ended before a
+    restart keeps its `stored` result; the rest (those a person answered, those a restart cut off) are
+    `interrupted`, as a run stopped at a limit writes them."""
+    results, closing = close_open_calls(history, results=stored)
+    if closing:
         await turn.commit(results, messages=closing)
     assert turn.stopped is not None
     await _finish(turn, TurnResult(outcome="failed", output=None, usage=turn.usage, error=turn.stopped))
+
+
+async def _results_left(runtime: Runtime, session_id: str, turn_id: str) -> list[ToolResult]:
+    """The `tool.result`s a turn that was cut off stored since its last model response: those of the calls that
+    ended beside calls still running (each is stored as it ends), which the continued turn gives back to the
+    model rather than `interrupted`."""
+    kinds = ["tool.result", "completion.finished"]
+    newest_first = await runtime.store.read_events_backward(session_id, limit=1000, types=kinds, turn_id=turn_id)
+    results: list[ToolResult] = []
+    for event in newest_first:
+        if not isinstance(event.payload, ToolResult):
+            break  # the response that made the calls
+        results.append(event.payload)
+    return results[::-1]
 
 
 async def _spent_before(runtime: Runtime, session_id: str, turn_id: str) -> Usage:
@@ -785,7 +803,9 @@ async def end_stopped_turn(
         if called - {e.payload.tool_call_id for e in left if isinstance(e.payload, ToolResult)}:
             # (only then the model layer: a command that stops a paused turn loads none)
             session = await store.get_session(session_id)
-            results, messages = close_open_calls(await store.read_messages(session.conversation_id))
+            stored = [e.payload for e in left if isinstance(e.payload, ToolResult)]
+            history = await store.read_messages(session.conversation_id)
+            results, messages = close_open_calls(history, results=stored)
             events = results + events
     events.append(TurnEnded(outcome="cancelled", reason=reason, usage=usage or Usage()))
     await channel.commit(

@@ -259,9 +259,10 @@ async def test_an_approved_call_runs_when_the_turn_continues() -> None:
     assert done.output == "Gone."
 
 
-async def test_a_call_that_ends_beside_calls_still_running_says_so_live() -> None:
-    """The results of calls made together are committed once every one of them ended; a call that ended (or,
-    answered or denied, will not run) while others run says so as it happens, and the last one need not."""
+async def test_a_call_that_ends_beside_calls_still_running_commits_its_result_at_once() -> None:
+    """A call that ended (or, answered or denied, will not run) while calls made beside it still run commits its
+    result on its own, and says so live as it happens; the last one to end leaves its result to the commit that
+    opens the next request, as a lone call does."""
     release = asyncio.Event()
 
     async def hold(ctx: ToolContext, args: dict[str, Any]) -> JsonValue:
@@ -274,15 +275,21 @@ async def test_a_call_that_ends_beside_calls_still_running_says_so_live() -> Non
     def ended(sink: RecordingSink) -> list[Payload]:
         return [p for r in sink.records for p in r.payloads if isinstance(p, ToolProgress)]
 
+    def results(sink: RecordingSink) -> list[str]:
+        return [p.tool_call_id for p in sink.durable if isinstance(p, ToolResult)]
+
     tools = [spec("hold", hold), spec("quick", quick), spec("drop", quick, requires_approval=True)]
     model = ScriptedModel(steps=[[CallTool("hold", id="h"), CallTool("quick", id="q")], Reply("ok")])
     sink = RecordingSink()
     running = asyncio.create_task(run_turn(turn(tools=tools), sink, models=resolver(model)))
-    await wait_for(lambda: bool(ended(sink)))
+    await wait_for(lambda: bool(results(sink)))
     assert ended(sink) == [ToolProgress(tool_call_id="q", tool_name="quick", message="finished", status="ok")]
+    assert sink.commits[-1] == Record("commit", (ToolResult(tool_call_id="q", tool_name="quick", output="quick"),))
     release.set()
     await running
     assert len(ended(sink)) == 1
+    assert results(sink) == ["q", "h"]  # each once: the next request's start carries the held one's alone
+    assert [shape(m) for m in sink.messages][2] == ("request", ["tool-return", "tool-return"])
 
     release.clear()
     model = ScriptedModel(steps=[[CallTool("drop", id="d"), CallTool("hold", id="h")], Reply("ok")])
@@ -298,8 +305,13 @@ async def test_a_call_that_ends_beside_calls_still_running_says_so_live() -> Non
     )
     await wait_for(lambda: bool(ended(sink)))
     assert ended(sink) == [ToolProgress(tool_call_id="d", tool_name="drop", message="denied", status="denied")]
+    await wait_for(lambda: bool(results(sink)))
+    denied = ToolResult(tool_call_id="d", tool_name="drop", output="The tool call was denied.", status="denied")
+    # (pipelined: it shares the commit of the turn's start, which the approved call waits for)
+    assert sink.commits[0] == Record("commit", (denied,), wait=False)
     release.set()
     await running
+    assert results(sink) == ["d", "h"]
 
 
 async def test_continuing_after_a_crash_never_runs_a_cut_off_tool_again() -> None:
@@ -335,6 +347,63 @@ async def test_continuing_after_a_crash_never_runs_a_cut_off_tool_again() -> Non
     assert result.output == "I will check what was built."
 
 
+async def test_continuing_after_a_crash_gives_back_the_stored_results_of_calls_that_ended() -> None:
+    """Calls that ended beside one still running when the process died: their results were committed as they
+    ended, so the continued run gives them back to the model as they were (not `interrupted`), stores none of them
+    again and runs none of them again; only the call cut off is `interrupted`."""
+    runs: list[str] = []
+    started = asyncio.Event()
+
+    async def quick(ctx: ToolContext, args: dict[str, Any]) -> JsonValue:
+        runs.append(ctx.tool_call_id)
+        return {"wrote": args["path"]}
+
+    async def broken(ctx: ToolContext, args: dict[str, Any]) -> JsonValue:
+        runs.append(ctx.tool_call_id)
+        raise OSError("disk on fire")
+
+    async def slow(ctx: ToolContext, args: dict[str, Any]) -> JsonValue:
+        runs.append(ctx.tool_call_id)
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    def script(ctx: ScriptContext) -> ScriptStep:
+        if ctx.request_index == 0:
+            return [CallTool("quick", {"path": "a"}, id="q"), CallTool("broken", id="b"), CallTool("slow", id="s")]
+        return Reply("; ".join(f"{r.name}={r.status}:{r.output}" for r in ctx.tool_results))
+
+    tools = [spec("quick", quick), spec("broken", broken), spec("slow", slow)]
+    model = ScriptedModel(function=script)
+    crashed = RecordingSink()
+    task = asyncio.create_task(run_turn(turn(tools=tools), crashed, models=resolver(model)))
+    await started.wait()
+    await wait_for(lambda: len([p for p in crashed.durable if isinstance(p, ToolResult)]) == 2)
+    # what the store held when the process died: the response with its calls, and the results committed since
+    history = reloaded(crashed.messages)
+    stored = [p for p in crashed.durable if isinstance(p, ToolResult)]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [shape(m) for m in history] == [("request", ["user-prompt"]), ("response", ["tool-call"] * 3)]
+    assert stored == [
+        ToolResult(tool_call_id="q", tool_name="quick", output='{"wrote":"a"}'),
+        ToolResult(tool_call_id="b", tool_name="broken", output="OSError: disk on fire", status="error"),
+    ]
+
+    sink = RecordingSink()
+    result = await run_turn(
+        turn("[restart note]", history=history, tools=tools, results=stored), sink, models=resolver(model)
+    )
+    assert sorted(runs) == ["b", "q", "s"]  # each ran once, before the crash
+    assert sink.commits[0].payloads == (
+        ToolResult(tool_call_id="s", tool_name="slow", output=INTERRUPTED, status="interrupted"),
+        CompletionStarted(request_index=0, model=REF),
+    )
+    assert [shape(m) for m in sink.commits[0].messages] == [("request", ["tool-return"] * 3 + ["user-prompt"])]
+    assert result.output == (f'quick=ok:{{"wrote":"a"}}; broken=error:OSError: disk on fire; slow=error:{INTERRUPTED}')
+
+
 async def test_continuing_after_a_crash_applies_answers_that_cover_cut_off_calls() -> None:
     ran: list[str] = []
 
@@ -353,10 +422,12 @@ async def test_continuing_after_a_crash_applies_answers_that_cover_cut_off_calls
     answers = [ToolAnswer("r", approved=True)]
     await run_turn(turn(None, history=history, tools=tools, answers=answers), sink, models=resolver(model))
     assert ran == ["risky"]
-    assert sink.commits[0].payloads[:2] == (
+    # the cut-off call's result is durable before the approved call runs beside it (with the turn's start)
+    assert sink.commits[0].payloads == (
         ToolResult(tool_call_id="p", tool_name="plain", output=INTERRUPTED, status="interrupted"),
-        ToolResult(tool_call_id="r", tool_name="risky", output="done"),
     )
+    assert sink.commits[1].payloads[:1] == (ToolResult(tool_call_id="r", tool_name="risky", output="done"),)
+    assert [shape(m) for m in sink.commits[1].messages] == [("request", ["tool-return", "tool-return"])]
 
 
 async def test_cancelling_mid_stream_commits_the_partial_response_and_reraises() -> None:
@@ -401,12 +472,12 @@ async def test_cancelling_mid_tool_closes_every_call_and_reraises() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    last = sink.commits[-1]
-    assert last.payloads == (
-        ToolResult(tool_call_id="f", tool_name="fast", output="fast result"),
-        ToolResult(tool_call_id="s", tool_name="slow", output=INTERRUPTED, status="interrupted"),
-    )
+    early, last = sink.commits[-2:]
+    # the fast call's result was committed as it ended; the closing commit adds the slow one's, and both returns
+    assert early.payloads == (ToolResult(tool_call_id="f", tool_name="fast", output="fast result"),)
+    assert last.payloads == (ToolResult(tool_call_id="s", tool_name="slow", output=INTERRUPTED, status="interrupted"),)
     assert [shape(m) for m in last.messages] == [("request", ["tool-return", "tool-return"])]
+    assert [p["content"] for p in last.messages[0]["parts"]] == ["fast result", INTERRUPTED]  # type: ignore[index,call-overload]
 
     again = RecordingSink()
     result = await run_turn(turn(None, history=reloaded(sink.messages), tools=tools), again, models=resolver(model))

@@ -26,6 +26,7 @@ from typing import Any as _Any
 from pydantic import JsonValue as _JsonValue
 
 from agentwatch.events import Payload as _Payload
+from agentwatch.events import ToolResult as _ToolResult
 from agentwatch.runtime.models._types import (
     PendingCall,
     RetryPolicy,
@@ -81,13 +82,16 @@ def run_turn(
     return run_on_model_layer(turn, sink, models=models)
 
 
-def close_open_calls(history: _Sequence[_JsonValue]) -> tuple[list[_Payload], list[_JsonValue]]:
-    """The `tool.result` payloads (`interrupted`) and the closing model message for the calls the stored
-    `history` (model-layer messages) leaves open, as a run cut off in its tools writes them: for a turn
-    stopped where it was not running."""
+def close_open_calls(
+    history: _Sequence[_JsonValue], *, results: _Sequence[_ToolResult] = ()
+) -> tuple[list[_Payload], list[_JsonValue]]:
+    """The `tool.result` payloads and the closing model message for the calls the stored `history` (model-layer
+    messages) leaves open, for a turn that ends without running them (stopped where it was not running, or
+    refused at a limit): each call closed with its stored result among `results` (no payload: it is stored),
+    else `interrupted`, as a run cut off in its tools writes it."""
     from agentwatch.runtime.models._adapter import close_open_calls as close_on_model_layer
 
-    return close_on_model_layer(history)
+    return close_on_model_layer(history, results=results)
 
 
 __all__ = [

@@ -12,9 +12,11 @@ node through `Agent.iter`, so the adapter commits at the points the engine relie
    barrier).
 
 So a request makes two commits: its start, pipelined, carrying the results of the tools that ran since the
-previous response; and its response with the calls it makes, waited for. A cancelled or failed run commits
-what it recovered first; a run never leaves a stored tool call without a result (calls that never finished
-get an `interrupted` return).
+previous response; and its response with the calls it makes, waited for. A call that ends while calls the
+model made beside it still run commits its `ToolResult` at once, on its own: a crash before the others end
+must not lose it (a turn continued after one gives the model back the results stored, and `interrupted` only
+for the calls that have none). A cancelled or failed run commits what it recovered first; a run never leaves a
+stored tool call without a result (calls that never finished get an `interrupted` return).
 
 Importing this module loads pydantic-ai (about a second); `agentwatch.runtime.models.run_turn` imports it the
 first time a turn runs. pydantic-ai's first-run banner is turned off: an engine's users own their terminal.
@@ -78,6 +80,7 @@ from agentwatch.events import (
 from agentwatch.runtime.models._outcomes import tool_status
 from agentwatch.runtime.models._types import (
     PendingCall,
+    ToolAnswer,
     ToolContext,
     ToolSpec,
     ToolWaits,
@@ -205,30 +208,72 @@ def _interrupted_return(call: ToolCallPart) -> ToolReturnPart:
     )
 
 
-def close_open_calls(history: Sequence[JsonValue]) -> tuple[list[Payload], list[JsonValue]]:
-    """The `tool.result` payloads (`interrupted`) and the closing model message for the calls the stored
-    `history` leaves open: what a run cut off in its tools writes, for a turn stopped where it was not running
-    (its owner gone), so its record ends with no call unanswered and the next turn finds none open."""
+_DENIED = "The tool call was denied."
+"""What the model is told of a call a person denied without saying why."""
+
+_OUTCOMES: dict[ToolStatus, Any] = {
+    "ok": "success",
+    "error": "failed",
+    "denied": "denied",
+    "interrupted": "interrupted",
+}
+"""The outcome of a tool return, by the status of its stored `tool.result` (the reverse of `tool_status`)."""
+
+
+def _stored_return(call: ToolCallPart, result: ToolResult) -> ToolReturnPart:
+    """The return of a call whose `tool.result` is stored: what the model was given when the call ended."""
+    return ToolReturnPart(
+        tool_name=call.tool_name,
+        content=result.output,
+        tool_call_id=call.tool_call_id,
+        outcome=_OUTCOMES[result.status],
+    )
+
+
+def _answered_return(call: ToolCallPart, answer: ToolAnswer) -> ToolReturnPart:
+    """The return a person's answer gives a call that will not run: the answer to a question, a denial, or
+    `interrupted` for a call approved to run."""
+    if answer.approved is True:
+        return _interrupted_return(call)
+    if answer.approved is False:
+        content: JsonValue = answer.message or _DENIED
+        return ToolReturnPart(call.tool_name, content, tool_call_id=call.tool_call_id, outcome="denied")
+    return ToolReturnPart(call.tool_name, answer.value, tool_call_id=call.tool_call_id)
+
+
+def close_open_calls(
+    history: Sequence[JsonValue], *, results: Sequence[ToolResult] = ()
+) -> tuple[list[Payload], list[JsonValue]]:
+    """The `tool.result` payloads and the closing model message for the calls the stored `history` leaves open,
+    for a turn that ends without running them (stopped where it was not running, or refused at a limit), so its
+    record ends with no call unanswered and the next turn finds none open. A call with a stored result among
+    `results` (it ended before the turn was cut off) is closed with it, and needs no payload; the rest are
+    `interrupted`, as a run cut off in its tools writes them."""
     open_calls = _open_calls(_load_history(history))
     if not open_calls:
         return [], []
-    closing = ModelRequest(parts=[_interrupted_return(call) for call in open_calls])
-    return _tool_results(closing, {}), [_dump_one(closing)]
+    stored = {result.tool_call_id: result for result in results}
+    returns: list[ToolReturnPart] = []
+    payloads: list[Payload] = []
+    for call in open_calls:
+        result = stored.get(call.tool_call_id)
+        if result is not None:
+            returns.append(_stored_return(call, result))
+            continue
+        part = _interrupted_return(call)
+        returns.append(part)
+        payloads.append(_tool_result(part))
+    return payloads, [_dump_one(ModelRequest(parts=list(returns)))]
 
 
-def _tool_results(request: ModelRequest, statuses: dict[str, ToolStatus]) -> list[Payload]:
-    """The `tool.result` payloads of a request's tool returns: each with the status `statuses` recorded for its
-    call (taken out of it), else its return's outcome's."""
-    return [
-        ToolResult(
-            tool_call_id=part.tool_call_id,
-            tool_name=part.tool_name,
-            output=part.model_response_str(wrap_if_error=False),
-            status=statuses.pop(part.tool_call_id, None) or tool_status(part.outcome),
-        )
-        for part in request.parts
-        if isinstance(part, ToolReturnPart)
-    ]
+def _tool_result(part: ToolReturnPart, status: ToolStatus | None = None) -> ToolResult:
+    """The `tool.result` of a tool return: with `status`, else its outcome's."""
+    return ToolResult(
+        tool_call_id=part.tool_call_id,
+        tool_name=part.tool_name,
+        output=part.model_response_str(wrap_if_error=False),
+        status=status or tool_status(part.outcome),
+    )
 
 
 class _TurnRun:
@@ -245,7 +290,11 @@ class _TurnRun:
         self._stored: frozenset[int] = frozenset()  # ids of the history's messages
         self._statuses: dict[str, ToolStatus] = {}  # tool call id -> status that the return's outcome can't tell
         self._unended: set[str] = set()  # the ids of the newest response's calls that may still run
-        self._inflight: asyncio.Future[object] | None = None
+        self._waits_on_person = {spec.name for spec in turn.tools if spec.asks_user or spec.requires_approval}
+        # tool call id -> its return, for the calls whose `tool.result` is stored already (committed as the call
+        # ended beside others still running, or by an earlier run of the turn): never committed again
+        self._recorded: dict[str, ToolReturnPart] = {}
+        self._inflight: set[asyncio.Future[object]] = set()  # shielded commits a cancellation may catch halfway
         self._run: AgentRun[None, _Output] | None = None
         self._pipelined = False  # a pipelined commit was made that no waiting commit has covered yet
         self._dumped: dict[int, JsonValue] = {}  # id(message) -> its JSON, when dumped before its commit
@@ -281,8 +330,12 @@ class _TurnRun:
             tools=[self._tool(spec) for spec in self.turn.tools],
             output_type=[str, DeferredToolRequests],  # lets the run end on calls that wait for a person
         )
-        deferred = self._answers(history)
+        deferred, settled = self._answers(history)
         try:
+            if settled:
+                # Answered or denied calls beside approved ones that run now: their results are durable before
+                # those run (the tools wait for every write of the turn), in the commit of the turn's start.
+                await self._commit(settled, (), wait=False)
             async with agent.iter(
                 self.turn.prompt,
                 message_history=history,
@@ -354,10 +407,16 @@ class _TurnRun:
                     # The call waits on a person (a sign-in): the run pauses on it, and an approval runs it again.
                     raise CallDeferred({_WAITS: exc.kind, "summary": exc.summary, **exc.detail}) from exc
                 except Exception as exc:
-                    self._ended(context.tool_call_id, spec.name, "error")
+                    text = _error_text(exc)
+                    failed = ToolReturnPart(spec.name, text, tool_call_id=context.tool_call_id, outcome="failed")
+                    if (result := self._ended(failed)) is not None:
+                        await self._commit([result], ())
                     # pydantic-ai would end the run on a plain exception; the model should see it instead.
-                    raise ToolFailed(_error_text(exc)) from exc
-                self._ended(context.tool_call_id, spec.name, "ok")
+                    raise ToolFailed(text) from exc
+                if (
+                    result := self._ended(ToolReturnPart(spec.name, output, tool_call_id=context.tool_call_id))
+                ) is not None:
+                    await self._commit([result], ())
                 return output
 
             function = call
@@ -371,45 +430,71 @@ class _TurnRun:
         tool.requires_approval = spec.requires_approval and not spec.asks_user
         return tool
 
-    def _ended(self, tool_call_id: str, tool_name: str, status: ToolStatus) -> None:
-        """A call ended. Its `tool.result` is recorded with the results of the calls the model made beside it,
-        once every one of them ended; while any of them may still run, a `ToolProgress` with its `status` says
-        live that this one is over (what the agent does now is one of the others)."""
+    def _ended(self, part: ToolReturnPart) -> ToolResult | None:
+        """A call ended with the return `part`. While calls the model made beside it may still run, its
+        `tool.result` is to be committed now, on its own (returned; a `ToolProgress` with its status says live at
+        once that it is over): a crash before they end must not lose it. The last of them to end leaves its result
+        to the commit that opens the next model request, as a lone call does (None)."""
+        tool_call_id = part.tool_call_id
         self._unended.discard(tool_call_id)
-        if self._unended:
-            ended = ToolProgress(tool_call_id=tool_call_id, tool_name=tool_name, message=_ENDED[status], status=status)
-            self._emit(ended)
+        if not self._unended:
+            return None
+        status = self._statuses.pop(tool_call_id, None) or tool_status(part.outcome)
+        self._emit(
+            ToolProgress(tool_call_id=tool_call_id, tool_name=part.tool_name, message=_ENDED[status], status=status)
+        )
+        self._recorded[tool_call_id] = part
+        return _tool_result(part, status)
 
-    def _answers(self, history: list[ModelMessage]) -> DeferredToolResults | None:
-        """Results for the open calls the history ends with: the answers given, `interrupted` for the rest."""
+    def _answers(self, history: list[ModelMessage]) -> tuple[DeferredToolResults | None, list[Payload]]:
+        """Results for the open calls the history ends with: the stored results of those that ended before the
+        turn was cut off, the answers given, `interrupted` for the rest. And the `tool.result`s to commit at once:
+        those of the answered calls, when calls approved beside them run now (see `_ended`)."""
         open_calls = _open_calls(history)
         if not open_calls:
-            return None  # answers to calls that are no longer open were applied before; nothing to do
+            return None, []  # answers to calls that are no longer open were applied before; nothing to do
         answers = {answer.tool_call_id: answer for answer in self.turn.answers}
+        stored = {result.tool_call_id: result for result in self.turn.results}
         results = DeferredToolResults()
-        settled: list[tuple[ToolCallPart, ToolStatus]] = []  # the calls that do not run: their results are known now
+        settled: list[ToolReturnPart] = []  # the calls that do not run: their results are known now
         for call in open_calls:
-            answer = answers.get(call.tool_call_id)
-            if answer is None:
+            call_id = call.tool_call_id
+            result = stored.get(call_id)
+            answer = answers.get(call_id)
+            if result is not None:
+                # It ended before the turn was cut off: the model gets its result back, stored once, never run again.
+                self._recorded[call_id] = _stored_return(call, result)
+                if result.status == "ok":
+                    results.calls[call_id] = result.output
+                elif result.status == "denied":
+                    results.approvals[call_id] = ToolDenied(result.output)
+                else:
+                    results.calls[call_id] = ToolFailed(result.output)
+            elif answer is None:
                 # A restart cut the call off (or nobody answered it): never run it again.
-                results.calls[call.tool_call_id] = ToolFailed(INTERRUPTED_TOOL_RETURN_CONTENT)
-                self._statuses[call.tool_call_id] = "interrupted"
-                settled.append((call, "interrupted"))
+                results.calls[call_id] = ToolFailed(INTERRUPTED_TOOL_RETURN_CONTENT)
+                self._statuses[call_id] = "interrupted"
+                settled.append(_interrupted_return(call))
             elif answer.approved is True:
-                results.approvals[call.tool_call_id] = True
-                self._unended.add(call.tool_call_id)  # it runs now
+                results.approvals[call_id] = True
+                self._unended.add(call_id)  # it runs now
             elif answer.approved is False:
-                results.approvals[call.tool_call_id] = ToolDenied(answer.message or "The tool call was denied.")
-                settled.append((call, "denied"))
+                results.approvals[call_id] = ToolDenied(answer.message or _DENIED)
+                settled.append(_answered_return(call, answer))
             else:
-                results.calls[call.tool_call_id] = answer.value
-                settled.append((call, "ok"))
-        for call, status in settled:
-            self._ended(call.tool_call_id, call.tool_name, status)
-        return results
+                results.calls[call_id] = answer.value
+                settled.append(_answered_return(call, answer))
+        return results, [result for part in settled if (result := self._ended(part)) is not None]
 
     def _tool_results(self, request: ModelRequest) -> list[Payload]:
-        return _tool_results(request, self._statuses)
+        """The `tool.result`s of a request's tool returns not stored yet: each with the status recorded for its
+        call (taken out of `_statuses`), else its return's outcome's."""
+        recorded, statuses = self._recorded, self._statuses
+        return [
+            _tool_result(part, statuses.pop(part.tool_call_id, None))
+            for part in request.parts
+            if isinstance(part, ToolReturnPart) and part.tool_call_id not in recorded
+        ]
 
     # -- model requests ----------------------------------------------------------------------------------------
 
@@ -470,7 +555,9 @@ class _TurnRun:
         """What a response says, in our words: its text and thinking, how it finished, and its tool calls."""
         payloads: list[Payload] = []
         calls: list[Payload] = []
-        self._unended = {call.tool_call_id for call in response.tool_calls}
+        # (not the calls that wait on a person: they do not run in this run, and the others' results go together)
+        waits = self._waits_on_person
+        self._unended = {call.tool_call_id for call in response.tool_calls if call.tool_name not in waits}
         for part in response.parts:
             if isinstance(part, ThinkingPart) and part.content:
                 payloads.append(ThinkingBlock(text=part.content))
@@ -544,9 +631,9 @@ class _TurnRun:
 
     async def _after_interruption(self, finish_reason: str) -> None:
         """Commit what a cancelled or failed run recovered, leaving no stored tool call without a result."""
-        if self._inflight is not None and not self._inflight.done():
+        for write in list(self._inflight):
             try:
-                await self._inflight  # a commit the cancellation caught halfway: it finishes (it is shielded)
+                await write  # a commit the cancellation caught halfway: it finishes (it is shielded)
             except Exception:
                 logger.exception("a commit failed while the run was interrupted")
         run = self._run
@@ -569,7 +656,13 @@ class _TurnRun:
         if partial_request is not None or open_calls:
             finished = partial_request.parts if partial_request is not None else []
             done = {p.tool_call_id for p in finished if isinstance(p, ToolReturnPart)}
-            returns = [_interrupted_return(call) for call in open_calls if call.tool_call_id not in done]
+            # (a call whose result was committed as it ended is closed with that result)
+            recorded = self._recorded
+            returns = [
+                recorded.get(call.tool_call_id) or _interrupted_return(call)
+                for call in open_calls
+                if call.tool_call_id not in done
+            ]
             closing = (
                 replace(partial_request, parts=[*finished, *returns], state="complete")
                 if partial_request is not None
@@ -613,9 +706,9 @@ class _TurnRun:
             await write
         else:
             # A durable step is all or nothing: a cancellation arriving mid-write lets the write finish.
-            self._inflight = write
+            self._inflight.add(write)
             await asyncio.shield(write)
-            self._inflight = None
+            self._inflight.discard(write)
         # A waiting commit covers every pipelined one before it (it raises when one of them failed).
         self._pipelined = not wait
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import JsonValue
 
-from agentwatch.events import Payload, ToolProgress, Usage
+from agentwatch.events import Payload, ToolProgress, ToolResult, Usage
 
 __all__ = [
     "PendingCall",
@@ -183,6 +183,10 @@ class TurnInput:
     """The tools the model may call."""
     answers: Sequence[ToolAnswer] = ()
     """Answers to the calls that paused the previous run of this turn."""
+    results: Sequence[ToolResult] = ()
+    """The stored `tool.result`s of calls the history leaves open (calls that ended before the turn was cut off,
+    beside calls that were still running): the model gets them back as they were, and the calls are neither run
+    nor recorded again. Only the open calls with neither a result nor an answer are `interrupted`."""
     max_requests: int = 50
     """Model requests this run may make before it fails."""
     conversation_id: str | None = None
