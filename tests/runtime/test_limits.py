@@ -136,6 +136,42 @@ async def test_a_continued_turn_over_a_limit_at_its_start_answers_the_calls_it_l
     assert [r.payload.tool_call_id for r in results] == ["call_0_0", "call_1_0", "call_2_0"]  # each once
 
 
+def _asks_a_city(ctx: Any) -> Any:
+    answers = [e.text for e in ctx.transcript if e.kind == "tool_result" and e.tool_name == "ask_user"]
+    if not answers:
+        return CallTool("ask_user", {"question": "Which city?"})
+    return Reply(f"Going with {answers[-1]}.")
+
+
+async def test_an_answer_to_a_turn_refused_at_its_start_is_kept_for_the_next_turn(
+    open_engine: OpenEngine, scripted: Scripted, tmp_path: Path
+) -> None:
+    """Once: a person's answer to a question was dropped when the turn it resumed was refused at its start (the
+    limit lowered while it waited): the call was closed `interrupted`, and the agent never saw the answer."""
+    asking = role("asker", scripted("limits-ask", ScriptedModel(function=_asks_a_city)), tools=("ask_user",),
+                  limits={"requests": 5})  # fmt: skip
+    async with open_engine(asking) as engine:
+        paused = await engine.task("asker", "Plan a trip.", timeout=10)
+    agent_id = str(paused["agentId"])
+    assert paused["status"] == "awaiting_input"
+    lowered = AgentDefinition(**{**asking.model_dump(), "limits": {"requests": 1}})
+    async with open_engine(lowered, config=lease_config(tmp_path)) as engine:
+        await engine.answer(str(paused["pendingHitl"]["hitlId"]), "Lisbon")  # type: ignore[index]
+        session, _ = await engine.wait(agent_id, 10)
+        ended = await _turn_end(engine, agent_id)
+        results = await engine.store.read_events(agent_id, limit=100, types=["tool.result"])
+        history = await engine.store.read_messages(session.conversation_id)
+    assert session.status == "failed" and ended.usage.requests == 0 and "limits.requests" in (ended.error or "")
+    assert [(r.payload.tool_name, r.payload.status, r.payload.output) for r in results] == [
+        ("ask_user", "ok", "Lisbon")
+    ]
+    assert history[-1]["parts"][0]["content"] == "Lisbon"  # type: ignore[index,call-overload]
+    async with open_engine(asking, config=lease_config(tmp_path)) as engine:  # the agent goes on with a new input
+        await engine.enqueue(agent_id, "Go on.")
+        session, _ = await engine.wait(agent_id, 10)
+    assert session.last_text == "Going with Lisbon."
+
+
 async def test_an_agent_over_its_spend_stops_mid_turn_then_fails_each_new_turn_without_a_request(
     open_engine: OpenEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

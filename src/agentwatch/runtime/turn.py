@@ -352,7 +352,7 @@ async def run_plan(
             results = await _results_left(runtime, session.id, turn_id) if plan.kind == "continue" else []
             turn.stopped = turn.over_limit()
             if turn.stopped is not None:
-                await _refuse(turn, history, results)
+                await _refuse(turn, history, answers, results)
                 return False
             turn_input = TurnInput(
                 model=session.model_override or definition.model or "",
@@ -386,12 +386,15 @@ async def run_plan(
 _INTERRUPTED = object()
 
 
-async def _refuse(turn: _Turn, history: Sequence[JsonValue], stored: Sequence[ToolResult]) -> None:
+async def _refuse(
+    turn: _Turn, history: Sequence[JsonValue], answers: Sequence[ToolAnswer], stored: Sequence[ToolResult]
+) -> None:
     """End a turn that reached a limit of its role before its first model request. The calls a continued turn
-    finds open get their results first, so its record ends with no call unanswered: a call that ended before a
-    restart keeps its `stored` result; the rest (those a person answered, those a restart cut off) are
-    `interrupted`, as a run stopped at a limit writes them."""
-    results, closing = close_open_calls(history, results=stored)
+    finds open get their results first, so its record ends with no call unanswered: a person's answer to a
+    question (or a denial) is kept as the call's result, which the agent reads when it goes on with a new input;
+    a call that ended before a restart keeps its `stored` result; the rest (approved calls, calls a restart cut
+    off) are `interrupted`, as a run stopped at a limit writes them."""
+    results, closing = close_open_calls(history, answers=answers, results=stored)
     if closing:
         await turn.commit(results, messages=closing)
     assert turn.stopped is not None

@@ -83,15 +83,15 @@ def run_turn(
 
 
 def close_open_calls(
-    history: _Sequence[_JsonValue], *, results: _Sequence[_ToolResult] = ()
+    history: _Sequence[_JsonValue], *, answers: _Sequence[ToolAnswer] = (), results: _Sequence[_ToolResult] = ()
 ) -> tuple[list[_Payload], list[_JsonValue]]:
     """The `tool.result` payloads and the closing model message for the calls the stored `history` (model-layer
     messages) leaves open, for a turn that ends without running them (stopped where it was not running, or
-    refused at a limit): each call closed with its stored result among `results` (no payload: it is stored),
-    else `interrupted`, as a run cut off in its tools writes it."""
+    refused at a limit): each call closed with its stored result among `results` (no payload: it is stored), or
+    with its answer among `answers`, else `interrupted`, as a run cut off in its tools writes it."""
     from agentwatch.runtime.models._adapter import close_open_calls as close_on_model_layer
 
-    return close_on_model_layer(history, results=results)
+    return close_on_model_layer(history, answers=answers, results=results)
 
 
 __all__ = [

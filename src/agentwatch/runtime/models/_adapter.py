@@ -231,8 +231,8 @@ def _stored_return(call: ToolCallPart, result: ToolResult) -> ToolReturnPart:
 
 
 def _answered_return(call: ToolCallPart, answer: ToolAnswer) -> ToolReturnPart:
-    """The return a person's answer gives a call that will not run: the answer to a question, a denial, or
-    `interrupted` for a call approved to run."""
+    """The return a person's answer gives a call that will not run now (its turn ends first): the answer to a
+    question, a denial, or `interrupted` for a call approved to run."""
     if answer.approved is True:
         return _interrupted_return(call)
     if answer.approved is False:
@@ -242,17 +242,19 @@ def _answered_return(call: ToolCallPart, answer: ToolAnswer) -> ToolReturnPart:
 
 
 def close_open_calls(
-    history: Sequence[JsonValue], *, results: Sequence[ToolResult] = ()
+    history: Sequence[JsonValue], *, answers: Sequence[ToolAnswer] = (), results: Sequence[ToolResult] = ()
 ) -> tuple[list[Payload], list[JsonValue]]:
     """The `tool.result` payloads and the closing model message for the calls the stored `history` leaves open,
     for a turn that ends without running them (stopped where it was not running, or refused at a limit), so its
     record ends with no call unanswered and the next turn finds none open. A call with a stored result among
-    `results` (it ended before the turn was cut off) is closed with it, and needs no payload; the rest are
-    `interrupted`, as a run cut off in its tools writes them."""
+    `results` (it ended before the turn was cut off) is closed with it, and needs no payload; one a person
+    answered (`answers`) is closed with the answer, which is not lost; the rest are `interrupted`, as a run cut
+    off in its tools writes them."""
     open_calls = _open_calls(_load_history(history))
     if not open_calls:
         return [], []
     stored = {result.tool_call_id: result for result in results}
+    given = {answer.tool_call_id: answer for answer in answers}
     returns: list[ToolReturnPart] = []
     payloads: list[Payload] = []
     for call in open_calls:
@@ -260,7 +262,8 @@ def close_open_calls(
         if result is not None:
             returns.append(_stored_return(call, result))
             continue
-        part = _interrupted_return(call)
+        answer = given.get(call.tool_call_id)
+        part = _interrupted_return(call) if answer is None else _answered_return(call, answer)
         returns.append(part)
         payloads.append(_tool_result(part))
     return payloads, [_dump_one(ModelRequest(parts=list(returns)))]
