@@ -59,3 +59,33 @@ async def test_conversations_say_why_they_ended_and_an_archived_one_reads_back(
         no_episode = await engine.call_tool("agent_history", {"id": session.id, "episodeId": "trn_nope"})
         assert no_episode["error"]["code"] == "not_found"  # (once: an empty page, as if the turn wrote nothing)
         assert "has no episode 'trn_nope'" in no_episode["error"]["message"]
+
+
+async def test_paging_back_goes_on_in_the_conversation_it_began_in_after_a_clear(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: a clear (or a compaction) between two pages made the next page read the new conversation before the
+    cursor's position, where there is nothing: an empty last page, and the rest of the transcript never read."""
+    model = scripted("talk3", ScriptedModel(function=lambda ctx: Reply(f"re: {ctx.prompt}")))
+    async with open_engine(role("chat", model)) as engine:
+        session = await engine.create("chat", name="talker", source="chat")
+        for prompt in ("one", "two", "three"):
+            await engine.enqueue(session.id, prompt)
+            await engine.wait(session.id, 10)
+        before = await engine.store.get_session(session.id)
+        stored = [e.id for e in await engine.store.read_events(session.id, limit=1000)]
+
+        first = await engine.call_tool("agent_history", {"id": session.id, "limit": 4})
+        await engine.clear(session.id)
+        await engine.enqueue(session.id, "four")
+        await engine.wait(session.id, 10)
+
+        pages, cursor = [first], first["nextCursor"]
+        while cursor is not None:
+            page = await engine.call_tool("agent_history", {"id": session.id, "limit": 4, "cursor": cursor})
+            assert page["conversationId"] == before.conversation_id
+            pages.append(page)
+            cursor = page["nextCursor"]
+        assert [event["id"] for page in reversed(pages) for event in page["events"]] == stored
+        newest = await engine.call_tool("agent_history", {"id": session.id})
+        assert newest["conversationId"] != before.conversation_id  # a first page reads the current one

@@ -2,7 +2,8 @@
 
 Without `conversationId` it reads the session's current conversation; `conversations` lists every one with
 why each ended (`clear`, `compact`). `episodeId` reads one episode: the events of one turn (a turn id,
-`trn_...`), since a turn is the unit a chat episode is dispatched as.
+`trn_...`), since a turn is the unit a chat episode is dispatched as. A `nextCursor` keeps the conversation its
+page was read from, so paging back goes on in it after a clear or a compaction started a new one.
 """
 
 from __future__ import annotations
@@ -49,15 +50,22 @@ def conversations(session: SessionRecord, records: list[ConversationRecord]) -> 
     ]
 
 
-def _before_seq(args: HistoryArgs) -> int | None:
+def _digest(args: HistoryArgs) -> str:
+    return query_digest({"history": args.model_dump(mode="json", exclude={"cursor", "limit"})})
+
+
+def _position(args: HistoryArgs) -> tuple[int | None, str | None]:
+    """Where the cursor's page stopped (the seq to read before) and the conversation it was reading: a page
+    goes on in the conversation the first one read, even once a clear or a compaction started a new one."""
     if args.cursor is None:
-        return None
-    digest = query_digest({"history": args.model_dump(mode="json", exclude={"cursor", "limit"})})
+        return None, None
     with field_named("cursor"):
-        cursor = PageCursor.decode(args.cursor, query=digest)
+        cursor = PageCursor.decode(args.cursor, query=_digest(args))
         match cursor.key:
-            case (int(seq),) if 1 <= seq <= MAX_SEQ:
-                return seq
+            case (int(seq),) if 1 <= seq <= MAX_SEQ:  # (a cursor of an earlier version: no conversation)
+                return seq, None
+            case (int(seq), str() | None as conversation_id) if 1 <= seq <= MAX_SEQ:
+                return seq, conversation_id
         raise InvalidCursor("the cursor does not hold an agent_history position; drop it to start from the newest")
 
 
@@ -70,9 +78,10 @@ async def history_answer(view: EngineView, args: HistoryArgs) -> HistoryAnswer:
     """
     session = await view.store.get_session(args.id)
     records = await view.store.list_conversations(session.id)
+    before_seq, paged = _position(args)
     conversation_id = args.conversation_id
     if args.episode_id is None:
-        conversation_id = conversation_id or session.conversation_id
+        conversation_id = conversation_id or paged or session.conversation_id
     if conversation_id is not None and conversation_id not in {c.id for c in records}:
         raise NotFound(
             f"agent {session.id!r} has no conversation {conversation_id!r}; the `conversations` of agent_history's "
@@ -80,7 +89,7 @@ async def history_answer(view: EngineView, args: HistoryArgs) -> HistoryAnswer:
         )
     newest_first = await view.store.read_events_backward(
         session.id,
-        before_seq=_before_seq(args),
+        before_seq=before_seq,
         limit=args.limit + 1,
         conversation_id=conversation_id,
         turn_id=args.episode_id,
@@ -104,8 +113,7 @@ async def history_answer(view: EngineView, args: HistoryArgs) -> HistoryAnswer:
     page = list(reversed(kept))
     next_cursor = None
     if len(newest_first) > len(kept):
-        digest = query_digest({"history": args.model_dump(mode="json", exclude={"cursor", "limit"})})
-        next_cursor = PageCursor(digest, (page[0][0],)).encode()
+        next_cursor = PageCursor(_digest(args), (page[0][0], conversation_id)).encode()
     return HistoryAnswer(
         id=session.id,
         conversation_id=conversation_id,
