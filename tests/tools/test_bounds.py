@@ -11,8 +11,9 @@ import pytest
 
 import agentwatch.reads.export
 from agentwatch.errors import InvalidArgument
-from agentwatch.events import PageCursor, StreamCursor, query_digest
+from agentwatch.events import PageCursor, StreamCursor, is_durable_type, query_digest
 from agentwatch.reads.runs import RunStatus
+from agentwatch.reads.tail import PROJECTION
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.service._wire import status_for
 from agentwatch.store import RUN_ENDINGS
@@ -235,8 +236,16 @@ async def test_history_pages_by_size_and_previews_an_event_too_large_to_send(
         assert "truncated" not in whole and len(whole["history"]) == len(stored)
         monkeypatch.setattr(agentwatch.reads.export, "MAX_EXPORT_CHARS", large // 2)
         cut = await engine.call_tool("agent_export", {"id": sid})
-        assert cut["truncated"]["historyEvents"] == len(cut["history"]) < len(stored)
-        assert "agent_history" in cut["truncated"]["reason"]
+        truncated = cut["truncated"]
+        assert truncated["historyEvents"] == len(cut["history"]) < len(stored)
+        assert "agent_history" in truncated["reason"]
+        # What was left out, and from where to read it (once: only how many events it held, no seq, no cursor).
+        assert truncated["lastSeq"] == cut["history"][-1]["seq"] == truncated["historyEvents"]
+        assert truncated["leftOut"] == len(stored) - len(cut["history"])
+        assert f"the {truncated['leftOut']} after seq {truncated['lastSeq']} are left out" in truncated["reason"]
+        durable = [name for name in PROJECTION if is_durable_type(name)]
+        rest = await engine.call_tool("agent_tail", {"id": sid, "afterId": truncated["cursor"], "types": durable})
+        assert len(rest["events"]) == truncated["leftOut"] and not rest["hasMore"]
 
 
 async def test_a_name_where_an_id_goes_is_told_how_to_find_the_id(open_engine: OpenEngine) -> None:

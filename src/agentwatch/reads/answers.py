@@ -419,10 +419,16 @@ class SummaryAnswer(Answer):
 
 
 class Truncation(Answer):
-    """Where an answer was cut to stay within its size cap."""
+    """Where an answer was cut to stay within its size cap, what it left out and how to read that."""
 
     history_events: int
     """Events the answer holds."""
+    last_seq: int
+    """The seq of the last event it holds (0: none); the events after it were left out."""
+    left_out: int
+    """How many events after `lastSeq` were left out (every one the agent had when it was exported)."""
+    cursor: str
+    """The stream position after the last event it holds: `agent_tail {afterId: cursor}` reads on from there."""
     reason: str
 
 

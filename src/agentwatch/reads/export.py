@@ -2,8 +2,10 @@
 
 The `agent_get` record, every event of every conversation (as `agent_history` speaks them, oldest first),
 the conversations, every request it opened (any status), and its lifetime usage from the ledger. The events
-stop at about `MAX_EXPORT_CHARS` characters; a cut export says so in `truncated` (read further with
-`agent_history`); an event over `MAX_ANSWER_CHARS` by itself is sent as a preview marked `truncated`.
+are those it had when the export began, up to about `MAX_EXPORT_CHARS` characters; a cut export says so in
+`truncated`: how many events after which seq it left out, and the cursor `agent_tail` reads on from
+(`agent_history` reads them in full). An event over `MAX_ANSWER_CHARS` by itself is sent as a preview marked
+`truncated`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from typing import Any
 
 from pydantic import Field
 
+from agentwatch.events import StreamCursor
 from agentwatch.reads._events import event_entry, event_size, preview
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import EventEntry, ExportAnswer, Truncation
 from agentwatch.reads.get import agent_record
 from agentwatch.reads.history import conversations
+from agentwatch.store import SessionRecord
 from agentwatch.tools import MAX_ANSWER_CHARS, Args, Caller, Id, dump
 
 __all__ = ["MAX_EXPORT_CHARS", "ExportArgs", "agent_export", "export_agent", "export_answer"]
@@ -41,8 +45,10 @@ async def export_answer(view: EngineView, session_id: str) -> ExportAnswer:
     history: list[EventEntry] = []
     budget, cut = MAX_EXPORT_CHARS, False
     after = 0
-    while not cut:
-        page = await store.read_events(session.id, after_seq=after, limit=_PAGE)
+    while not cut and after < session.last_seq:  # (what is written once the export began is not in it)
+        page = await store.read_events(session.id, after_seq=after, limit=min(_PAGE, session.last_seq - after))
+        if not page:
+            break
         for event in page:
             entry = event_entry(event)
             size = event_size(entry)
@@ -54,8 +60,6 @@ async def export_answer(view: EngineView, session_id: str) -> ExportAnswer:
                 break
             history.append(entry)
             budget -= size
-        if len(page) < _PAGE:
-            break
         after = page[-1].seq
     requests = await store.list_requests(session_id=session.id, status=None, limit=_REQUESTS)
     usage = (await store.usage_totals([session.id]))[session.id]
@@ -66,12 +70,22 @@ async def export_answer(view: EngineView, session_id: str) -> ExportAnswer:
         history=history,
         requests=[request.model_dump(mode="json") for request in requests],
         usage=usage.model_dump(mode="json") | {"tokens": usage.total_tokens},
-        truncated=Truncation(
-            history_events=len(history),
-            reason=f"the events stop at about {MAX_EXPORT_CHARS:,} characters; agent_history pages the rest",
-        )
-        if cut
-        else None,
+        truncated=_truncation(session, history) if cut else None,
+    )
+
+
+def _truncation(session: SessionRecord, history: list[EventEntry]) -> Truncation:
+    """What a cut export left out (the events after its last one: seqs have no gaps) and where to read them."""
+    last_seq = history[-1].seq if history else 0
+    left_out = session.last_seq - last_seq
+    return Truncation(
+        history_events=len(history),
+        last_seq=last_seq,
+        left_out=left_out,
+        cursor=StreamCursor(session.id, last_seq).encode(),
+        reason=f"the events stop at about {MAX_EXPORT_CHARS:,} characters: the {left_out} after seq {last_seq} are "
+        "left out; agent_history reads them in full (newest page first, an archived conversation by its "
+        "conversationId), agent_tail with afterId set to this cursor reads them on as compact rows",
     )
 
 
