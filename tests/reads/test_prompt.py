@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
-from agentwatch.runtime.models import Reply, ScriptedModel
+from agentwatch.events import UserMessage
+from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import AgentDefinition
 from tests.runtime.support import OpenEngine, Scripted
 
@@ -50,3 +52,38 @@ async def test_prompt_diffs_show_what_moved(open_engine: OpenEngine, scripted: S
         assert refused["error"]["code"] == "invalid"
         plain = await engine.call_tool("agent_prompt", {"id": session.id})
         assert plain["system"]["text"] == v2
+
+
+async def test_each_dispatch_of_a_continued_turn_shows_what_it_was_handed(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: the first dispatch of a turn continued after a restart showed the engine's note in its user text,
+    though the note came with the continuation; and the note's eventId named the first dispatch."""
+    gate = asyncio.Event()
+
+    async def slow_tool() -> str:
+        await gate.wait()
+        return "finished"
+
+    model = scripted(
+        "prompt-restart",
+        ScriptedModel(function=lambda ctx: CallTool("slow_tool", {}) if ctx.request_index == 0 else Reply("after")),
+    )
+    definition = AgentDefinition(name="writer", model=model, instructions="You write.", tools=("slow_tool",))
+    async with open_engine(definition, tools=[slow_tool]) as engine:
+        session = await engine.create("writer", name="w")
+        await engine.enqueue(session.id, "draft it")
+        while not await engine.store.read_events(session.id, limit=1, types=["tool.call"]):
+            await asyncio.sleep(0.01)
+    async with open_engine(definition, tools=[slow_tool]) as engine:  # the turn goes on here, with a note
+        await engine.wait(session.id, 10)
+        first, note = await engine.store.read_events(session.id, limit=10, types=["message.user"])
+        assert isinstance(note.payload, UserMessage) and note.payload.meta
+
+        dispatched = await engine.call_tool("agent_prompt", {"id": session.id, "eventId": first.id})
+        assert (dispatched["trigger"], dispatched["user"]) == ("input", "draft it")
+        continued = await engine.call_tool("agent_prompt", {"id": session.id, "eventId": note.id})
+        assert continued["trigger"] == "continue" and continued["user"] == f"draft it\n\n{note.payload.text}"
+        newest = await engine.call_tool("agent_prompt", {"id": session.id, "against": "previous"})
+        assert newest["at"] == continued["at"] and newest["turnId"] == dispatched["turnId"]
+        assert newest["against"]["turnId"] == dispatched["turnId"] and newest["against"]["diff"] == []

@@ -4,6 +4,9 @@ The system prompt is stored on a `turn.started` event only when its hash changed
 the one on the newest `turn.started` at or before it that carries one. `against: "previous"` diffs it with
 the dispatch before; `against: "definition"` with what the role composes now (through a `compose` callable,
 so this module needs no runtime). A role that no longer resolves is refused (`invalid`).
+
+A turn continued (after a restart, or after an answer) has one dispatch per `turn.started`: each shows the turn's
+user text as far as it went then, and a message's `eventId` names the dispatch that handed it over.
 """
 
 from __future__ import annotations
@@ -59,7 +62,11 @@ async def _turn_start(store: Store, session: SessionRecord, event_id: str | None
     message = await store.get_event(session.id, event_id)
     if not isinstance(message.payload, UserMessage) or message.turn_id is None:
         raise InvalidArgument(f"eventId {event_id!r} is a {message.type} event; pass the id of a user message")
-    starts = await store.read_events(session.id, limit=1, types=["turn.started"], turn_id=message.turn_id)
+    # The dispatch that handed it over: the newest start of its turn before it (a note of the engine's that a
+    # continued turn opens with belongs to that continuation, not to the turn's first dispatch).
+    starts = await store.read_events_backward(
+        session.id, before_seq=message.seq, limit=1, types=["turn.started"], turn_id=message.turn_id
+    )
     if not starts:
         raise NotFound(f"the turn of event {event_id!r} has no start recorded")
     return starts[0]
@@ -86,9 +93,14 @@ async def _system_prompt(store: Store, session_id: str, start: Event) -> str | N
 
 
 async def _user_text(store: Store, session_id: str, start: Event) -> tuple[str | None, str | None]:
-    """The turn's user text (its messages joined as dispatched) and the first message's event id."""
+    """The turn's user text as of the dispatch `start` (its messages up to that dispatch, joined: a continued
+    turn's note is not part of the dispatches before it) and the first message's event id."""
     events = await store.read_events(session_id, limit=1000, types=["message.user"], turn_id=start.turn_id)
-    messages = [e for e in events if isinstance(e.payload, UserMessage)]
+    later = await store.read_events(
+        session_id, after_seq=start.seq, limit=1, types=["turn.started"], turn_id=start.turn_id
+    )
+    until = later[0].seq if later else None
+    messages = [e for e in events if isinstance(e.payload, UserMessage) and (until is None or e.seq < until)]
     if not messages:
         return None, None
     return "\n\n".join(e.payload.text for e in messages if isinstance(e.payload, UserMessage)), messages[0].id
