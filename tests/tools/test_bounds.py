@@ -259,7 +259,24 @@ async def test_a_name_where_an_id_goes_is_told_how_to_find_the_id(open_engine: O
                 in (named["error"]["message"])
             )
         gone = await engine.call_tool("agent_history", {"id": "ses_01m944ebaz6w8fg8jp3nbf9c4y"})
-        assert "(it may have been reaped)" in gone["error"]["message"]
+        assert "(it may have been reaped); agent_list {deleted: true} lists the ids" in gone["error"]["message"]
+
+
+async def test_an_event_id_of_another_agent_is_refused_saying_what_to_pass(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: only "session ... has no event ...", with nothing to do about it (an agent tailing with an id it kept
+    from another agent, or from a delta the live ring has let go of)."""
+    model = scripted("bounds-events", ScriptedModel(function=lambda ctx: Reply("ok")))
+    async with open_engine(role("chat", model)) as engine:
+        one, other = [(await engine.task("chat", "hi"))["agentId"] for _ in range(2)]
+        (message,) = await engine.store.read_events(one, limit=10, types=["message.user"])
+        tail = await engine.call_tool("agent_tail", {"id": other, "afterId": message.id})
+        assert tail["error"]["code"] == "not_found" and tail["error"]["details"]["fields"] == ["afterId"]
+        assert "pass the `cursor` of the answer it came in, or agent_get's current.cursor" in tail["error"]["message"]
+        prompt = await engine.call_tool("agent_prompt", {"id": other, "eventId": message.id})
+        assert prompt["error"]["code"] == "not_found" and prompt["error"]["details"]["fields"] == ["eventId"]
+        assert "pass the id of one of its user messages" in prompt["error"]["message"]
 
 
 async def test_the_command_a_not_found_suggests_runs_as_printed(open_engine: OpenEngine) -> None:

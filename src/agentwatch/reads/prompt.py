@@ -59,7 +59,14 @@ async def _turn_start(store: Store, session: SessionRecord, event_id: str | None
         if not newest:
             raise NotFound(f"agent {session.id!r} has run no turn yet; there is no prompt to show")
         return newest[0]
-    message = await store.get_event(session.id, event_id)
+    try:
+        message = await store.get_event(session.id, event_id)
+    except NotFound:
+        raise NotFound(
+            f"eventId: agent {session.id!r} has no event {event_id!r}; pass the id of one of its user messages "
+            "(message.user in agent_history), or leave eventId out for its newest turn",
+            fields=["eventId"],
+        ) from None
     if not isinstance(message.payload, UserMessage) or message.turn_id is None:
         raise InvalidArgument(f"eventId {event_id!r} is a {message.type} event; pass the id of a user message")
     # The dispatch that handed it over: the newest start of its turn before it (a note of the engine's that a

@@ -359,7 +359,12 @@ async def _position_of(view: EngineView, session_id: str, given: str, field: str
         except NotFound:
             held = [e for e in await _held(view, session_id) if e.id == given]
             if not held:
-                raise
+                raise NotFound(
+                    f"{field}: agent {session_id!r} has no event {given!r}: the id is another agent's, or a live-only "
+                    "event's (a delta, tool progress) the live ring no longer holds; pass the `cursor` of the answer "
+                    "it came in, or agent_get's current.cursor",
+                    fields=[field],
+                ) from None
             return held[0].cursor
     with field_named(field):
         return StreamCursor.decode(given, session_id=session_id)

@@ -276,7 +276,10 @@ def no_session(session_id: str) -> str:
             f"no session with id {session_id!r}: an agent's id starts with ses_; find one by its name with "
             f"agent_get {{name: {session_id!r}}} (or `agentwatch get {shlex.quote(session_id)}`)"
         )
-    return f"no session with id {session_id!r} (it may have been reaped); `agentwatch ls --all` lists the ids"
+    return (
+        f"no session with id {session_id!r} (it may have been reaped); agent_list {{deleted: true}} lists the ids "
+        "(`agentwatch ls --all`)"
+    )
 
 
 def unexpected_status(session_id: str, status: str, expected: Sequence[str]) -> str:
