@@ -1,7 +1,8 @@
 """Retention: which sessions are reaped, and when.
 
 - A soft-deleted session stays readable by id (and listed with `deleted: true`) until its `reap_at`; its
-  observer session (an observer agent's) is reaped with it, once not at work.
+  observer session (an observer agent's) is reaped with it, once not at work. A heartbeat or hook session's
+  `reap_at` is its TTL's moment when that comes first (`deleted_reap_at`), and it goes with what it spawned.
 - A heartbeat or hook session (source `heartbeat` / `hook`) that is not running or waiting is reaped once its
   last activity is older than `retention.heartbeat_ttl` / `retention.hook_ttl` (default 24 h), together with
   the sub-agents it spawned (and theirs), once none of them runs or waits.
@@ -23,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from agentwatch.config import RetentionConfig
 from agentwatch.store import SessionFilter, SessionRecord, Store, descendants, every_session
 
-__all__ = ["HELD_UNTIL", "held_until", "reap_due", "reap_runs_due", "sessions_due"]
+__all__ = ["HELD_UNTIL", "deleted_reap_at", "held_until", "reap_due", "reap_runs_due", "sessions_due"]
 
 HELD_UNTIL = "held_until"
 """The settings key a watch sets to keep its session until the watch ends."""
@@ -49,6 +50,27 @@ def _ttl(retention: RetentionConfig, source: str) -> timedelta:
     return retention.heartbeat_ttl if source == "heartbeat" else retention.hook_ttl
 
 
+def deleted_reap_at(session: SessionRecord, retention: RetentionConfig, *, now: datetime) -> datetime:
+    """When `session`, soft-deleted at `now`, is reaped: `deleted_ttl` later, or at its TTL's moment (a
+    heartbeat's or hook's session, a TTL after its last activity) when that comes first; the `reapAt` its
+    readers are told."""
+    keep = now + retention.deleted_ttl
+    if session.source not in _TTL_SOURCES:
+        return keep
+    return min(keep, session.last_active_at + _ttl(retention, session.source))
+
+
+async def _family(
+    store: Store, session: SessionRecord, due: list[str], keep: Callable[[SessionRecord], bool]
+) -> list[str] | None:
+    """A heartbeat or hook session and what it spawned (and theirs) not yet `due`, to reap together; None while
+    one of them runs, waits or is held."""
+    spawned = await descendants(store, session.id)
+    if any(s.status in ("running", "awaiting_input") or keep(s) for s in spawned):
+        return None  # reaped with what it spawned, once that has settled
+    return [session.id, *(s.id for s in spawned if s.id not in due)]
+
+
 async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetime, limit: int = _PAGE) -> list[str]:
     """Ids of the sessions to reap at `now` (soft-deleted past `reap_at`, heartbeat/hook past TTL, with what they
     spawned): about `limit`, more only when one session's family alone is larger."""
@@ -59,9 +81,16 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
         return held is not None and held > now
 
     for session_id in await store.due_for_reap(now, limit=limit):
-        if keep(await store.get_session(session_id)):
+        session = await store.get_session(session_id)
+        if keep(session) or session_id in due:
             continue
-        due.append(session_id)
+        if session.source in _TTL_SOURCES:
+            family = await _family(store, session, due, keep)
+            if family is None:
+                continue
+            due += family
+        else:
+            due.append(session_id)
         # Its observer goes with it: it watched that agent alone, which will never run again.
         watchers = await store.list_sessions(SessionFilter(parent_id=session_id, is_observer=True), limit=_PAGE)
         due += [s.id for s in watchers.items if s.status not in ("running", "awaiting_input") and not keep(s)]
@@ -77,10 +106,9 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
                 break
             if keep(session) or session.id in due:
                 continue
-            spawned = await descendants(store, session.id)
-            if any(s.status in ("running", "awaiting_input") or keep(s) for s in spawned):
-                continue  # reaped with what it spawned, once that has settled
-            family = [session.id, *(s.id for s in spawned if s.id not in due)]
+            family = await _family(store, session, due, keep)
+            if family is None:
+                continue
             if due and len(due) + len(family) > limit:
                 return due  # never a family split over two passes: its parent would go, the rest stay
             due += family

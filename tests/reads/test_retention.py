@@ -10,7 +10,7 @@ from agentwatch.config import RetentionConfig
 from agentwatch.retention import HELD_UNTIL, reap_due, reap_runs_due, sessions_due
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import Reply, ScriptedModel
-from agentwatch.store import SessionFilter, SessionPatch
+from agentwatch.store import SessionFilter, SessionPatch, Write
 from tests.runtime.support import OpenEngine, Scripted, role
 
 
@@ -147,3 +147,42 @@ async def test_runs_are_reaped_after_their_ttl_and_the_ledger_keeps_what_they_bi
         assert (await engine.call_tool("run_list", {}))["runs"] == []
         assert (await engine.call_tool("agent_get", {"id": snapshot["agentId"]}))["status"] == "completed"
         assert (await engine.store.usage_totals([snapshot["agentId"]]))[snapshot["agentId"]].total_tokens > 0
+
+
+async def test_a_deleted_heartbeat_session_says_when_its_ttl_reaps_it_and_goes_with_what_it_spawned(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: a deleted heartbeat session said `reapAt` a week ahead (the deleted rows' keep) while its TTL reaped
+    it within a day, so a reader counting on `reapAt` found it gone days early; and where its `reapAt` came first,
+    it was reaped without the sub-agents it spawned, which nothing reaped after."""
+    model = scripted("tick-deleted", ScriptedModel(function=lambda ctx: Reply("tick")))
+    async with open_engine(role("digest", model)) as engine:
+        tick = await engine.create("digest", name="tick", source="heartbeat", group_key="hb:digest")
+        helper = await engine.create("digest", name="helper", source="task", parent_id=tick.id)
+        chat = await engine.create("digest", name="chat", source="chat")
+        retention = engine.config.retention
+        for session in (tick, chat):
+            await engine.call_tool("agent_delete", {"id": session.id})
+        tick_reap = datetime.fromisoformat((await engine.call_tool("agent_get", {"id": tick.id}))["reapAt"])
+        chat_reap = datetime.fromisoformat((await engine.call_tool("agent_get", {"id": chat.id}))["reapAt"])
+        assert chat_reap - datetime.now(UTC) > retention.deleted_ttl - timedelta(minutes=1)
+        assert tick_reap - datetime.now(UTC) < retention.heartbeat_ttl  # its TTL, shorter than the keep
+
+        assert await reap_due(engine.store, retention, now=tick_reap - timedelta(seconds=1)) == 0
+        for tool in ("agent_get", "agent_history", "agent_export"):  # readable until the moment it said
+            assert not isinstance((await engine.call_tool(tool, {"id": tick.id})).get("error"), dict), tool
+        assert await reap_due(engine.store, retention, now=tick_reap + timedelta(seconds=1)) == 2
+        for gone in (tick, helper):
+            assert (await engine.call_tool("agent_get", {"id": gone.id}))["error"]["code"] == "not_found"
+        assert (await engine.call_tool("agent_get", {"id": chat.id}))["id"] == chat.id
+
+        # Kept for less than a TTL, a deleted tick goes at its reapAt, with what it spawned once that settled.
+        short = RetentionConfig(heartbeat_ttl="24h", deleted_ttl="1h")
+        tick = await engine.create("digest", name="tick2", source="heartbeat", group_key="hb:digest")
+        busy = await engine.create("digest", name="busy", source="task", parent_id=tick.id)
+        await engine.store.update_session(busy.id, SessionPatch(status="running"))
+        later = datetime.now(UTC) + timedelta(hours=2)
+        await engine.store.write(Write(tick.id, delete_until=later - timedelta(hours=1)))  # as deleted_ttl = 1h
+        assert await reap_due(engine.store, short, now=later) == 0  # what it spawned still runs: both wait
+        await engine.store.update_session(busy.id, SessionPatch(status="completed"))
+        assert await reap_due(engine.store, short, now=later) == 2

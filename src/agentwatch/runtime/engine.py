@@ -31,7 +31,7 @@ from agentwatch.errors import Conflict, InvalidArgument, UserError
 from agentwatch.events import DELETION_SOURCE, NewEvent, Origin, RuntimeNotice, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
-from agentwatch.retention import reap_due, reap_runs_due
+from agentwatch.retention import deleted_reap_at, reap_due, reap_runs_due
 from agentwatch.runtime import compaction, requests
 from agentwatch.runtime.driver import DRIVER_IDLE_SECONDS, DRIVERS_KEPT, SessionDriver, evict_idle
 from agentwatch.runtime.extensions import Extension, default_extensions
@@ -636,7 +636,8 @@ class Engine:
 
     async def _delete(self, session_id: str, by: str) -> SessionRecord:
         await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
-        reap_at = datetime.now(UTC) + self.config.retention.deleted_ttl
+        stopped = await self.store.get_session(session_id)
+        reap_at = deleted_reap_at(stopped, self.config.retention, now=datetime.now(UTC))
         # Its last event, in the same write as the deletion: attach streams end with it (`DELETION_SOURCE`),
         # and its history says who and when. Of two deletions at once, the store lets one write (the other
         # finds the agent deleted), so there is one such event, and no moment when the agent is deleted
