@@ -122,3 +122,23 @@ def test_every_field_left_out_is_listed_once_in_the_docs() -> None:
         NOT_APPLICABLE - {"sessionCount", "recent"}, 1
     )
     assert all(f"`{key}`" in text for key in ("sessionCount", "recent"))
+
+
+async def test_a_name_reused_after_a_delete_names_the_new_agent_and_the_old_one_reads_by_id(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("reuse", ScriptedModel(function=lambda ctx: Reply("ok")))
+    async with open_engine(role("chat", model)) as engine:
+        for scope in (None, "42:bot1"):
+            old = await engine.create("chat", name="nova", scope=scope)
+            await engine.call_tool("agent_delete", {"id": old.id})
+            new = await engine.create("chat", name="nova", scope=scope)  # the name is free again
+            caller = Caller(scope=scope)
+            assert (await engine.call_tool("agent_get", {"name": "nova"}, caller=caller))["id"] == new.id
+            kept = await engine.call_tool("agent_get", {"id": old.id})
+            assert (kept["name"], kept["deletedAt"] is not None) == ("nova", True)
+            await engine.call_tool("agent_delete", {"id": new.id})
+        listed = await engine.call_tool("agent_list", {"q": "nova", "deleted": True})
+        assert len(listed["agents"]) == 4 and all(row["deletedAt"] for row in listed["agents"])
+        assert (await engine.call_tool("agent_list", {"q": "nova"}))["agents"] == []
+        assert (await engine.call_tool("agent_get", {"name": "nova"}))["error"]["code"] == "not_found"
