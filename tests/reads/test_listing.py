@@ -118,6 +118,24 @@ async def test_filters_are_anded(store: Store) -> None:
     assert await names(**{"from": "2000-01-01T00:00:00Z", "to": "2001-01-01T00:00:00Z"}) == []
 
 
+async def test_q_finds_a_part_of_a_name_as_written_and_a_to_z_in_any_case_on_every_backend(store: Store) -> None:
+    """Once: `q` was lowered in full while the store's lower() folds A-Z alone, so `q: "NÖVA"`, the name's own
+    spelling, missed the agent named NÖVA-1 (on both backends), and a display name folded differently on each."""
+    view = view_of(store)
+    for name in ("NÖVA-1", "Élan", "plain"):
+        await make_session(store, name)
+    await make_session(store, "shown", display_name="Ωmega")
+
+    async def names(q: str) -> list[str]:
+        return sorted(row["name"] for row in await listed(view, q=q))
+
+    assert await names("NÖVA") == await names("nÖva-") == ["NÖVA-1"]
+    assert await names("ÉLAN") == ["Élan"]
+    assert await names("ΩMEGA") == await names("Ωmega") == ["shown"]
+    assert await names("PLAIN") == ["plain"]
+    assert await names("növa") == await names("ωmega") == []  # beyond A-Z, a letter's case is part of it
+
+
 async def test_deleted_sessions_are_listed_only_when_asked(store: Store) -> None:
     view = view_of(store)
     gone = await make_session(store, "gone")

@@ -56,7 +56,7 @@ def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any
 )
 @click.option("--group-key", help="One lineage, e.g. hb:digest.")
 @click.option("--parent", "parent_id", help="What this agent (a name or an id) spawned.")
-@click.option("-q", "query", help="A part of the name or display name (any case).")
+@click.option("-q", "query", help="A part of the name or display name (A-Z in any case).")
 @click.option("--window", help="Active within this long: 1h, 24h, 7d.")
 @click.option(
     "--sort",

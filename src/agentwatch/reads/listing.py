@@ -49,7 +49,7 @@ class ListArgs(Args):
     role: Name | None = Field(None, description="The agent type.")
     feature: Name | None = Field(None, description="The feature whose roles to include ('engine' = the system's).")
     group_key: Name | None = Field(None, description="A lineage, e.g. 'hb:digest'.")
-    q: Name | None = Field(None, description="A part of the name or display name (any case).")
+    q: Name | None = Field(None, description="A part of the name or display name, as written (A-Z in any case).")
     run: Id | None = Field(None, description="The sessions one run started (its run id).")
     entity: Name | None = Field(None, description="The sessions started by runs of this entity.")
     parent_id: Id | None = Field(None, description="The sessions this agent spawned.")

@@ -84,6 +84,9 @@ class Dialect:
     activity_tenths: bool = False
     """The sessions table keeps `active_tenth`, the tenth of a second of `last_active_at` (`tenth_of`), and
     the activity listings' indexes hold it instead of the exact time (PostgreSQL: see its migration 8)."""
+    ascii_case: str = ""
+    """What makes `lower()` of a column fold A-Z alone, as SQLite's does (PostgreSQL's folds by the column's
+    collation: all of Unicode under the database's, none beyond ASCII under "C")."""
 
 
 def aware(moment: datetime) -> datetime:
@@ -228,6 +231,9 @@ _SORT: dict[str, tuple[str, bool]] = {
 _HEAD_KEYS = {"group_key": "COALESCE(group_key, id)", "run_id": "COALESCE(run_id, id)"}
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def session_where(dialect: Dialect, where: SessionFilter) -> tuple[list[str], list[Any]]:
     """The filter as SQL conditions (to be ANDed) and their parameters."""
     if where.heads_of is not None:
@@ -249,8 +255,13 @@ def session_where(dialect: Dialect, where: SessionFilter) -> tuple[list[str], li
         if value is not None:
             add(f"{column} = ?", value)
     if where.q is not None:
-        pattern = where.q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        add("(lower(name) LIKE ? ESCAPE '\\' OR lower(display_name) LIKE ? ESCAPE '\\')", *[f"%{pattern}%"] * 2)
+        # A-Z fold on both sides, as lower() does on every backend: any part of a name in its own case matches.
+        pattern = where.q.translate(_ASCII_LOWER).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        case = dialect.ascii_case
+        add(
+            f"(lower(name{case}) LIKE ? ESCAPE '\\' OR lower(display_name{case}) LIKE ? ESCAPE '\\')",
+            *[f"%{pattern}%"] * 2,
+        )
     if where.is_observer is not None:
         add("is_observer = ?", where.is_observer)
     if where.intercepted is not None:

@@ -81,7 +81,12 @@ def _json_text(text: str) -> str:
 
 
 DIALECT = Dialect(
-    name="postgres", for_update=" FOR UPDATE", time_param=aware, json_param=_json_text, activity_tenths=True
+    name="postgres",
+    for_update=" FOR UPDATE",
+    time_param=aware,
+    json_param=_json_text,
+    activity_tenths=True,
+    ascii_case=' COLLATE "C"',
 )
 
 

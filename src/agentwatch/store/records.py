@@ -220,7 +220,7 @@ class SessionFilter(BaseModel):
     feature: Sequence[str] | None = None
     group_key: str | None = None
     q: str | None = None
-    """A part of the name or the display name (case-insensitive)."""
+    """A part of the name or the display name, as written; A-Z in any case (as lower() folds on every backend)."""
     name: str | None = None
     """The exact name."""
     scope: str | None = None
