@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agentwatch.events import truncation_marker
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
@@ -83,3 +84,17 @@ async def test_while_no_call_runs_the_current_item_says_whether_the_model_thinks
         "writer": {"type": "message", "toolName": None, "title": "writing"},
         "asked": {"type": "message", "toolName": None, "title": "waiting for the model"},
     }
+
+
+async def test_the_last_assistant_text_is_capped_at_1000_characters_with_its_marker(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: 1000 characters were kept and the marker came on top (1,031 in all), past the documented cap."""
+    said = "x" * 1500
+    async with open_engine(role("talker", scripted("long-talker", ScriptedModel([Reply(said)])))) as engine:
+        agent_id = (await engine.task("talker", "go"))["agentId"]
+        record = await engine.call_tool("agent_get", {"id": agent_id})
+    text = record["current"]["lastAssistantText"]
+    marker = truncation_marker(1500)
+    assert len(text) == 1000 and text == said[: 1000 - len(marker)] + marker
+    assert record["textOutput"] == said  # the whole text is still there

@@ -60,7 +60,7 @@ async def test_details_are_capped_with_the_marker_and_types_take_both_spellings(
     model = scripted("shouter2", ScriptedModel(function=echo_script))
     async with open_engine(role("shouter", model, tools=("shout",)), tools=[shout]) as engine:
         sid = (await engine.task("shouter", "hello"))["agentId"]
-        results = await engine.call_tool("agent_tail", {"id": sid, "types": ["tool.result"], "maxChars": 10})
+        results = await engine.call_tool("agent_tail", {"id": sid, "types": ["tool.result"], "maxChars": 40})
         (row,) = results["events"]
         assert row == {
             "id": row["id"],
@@ -73,6 +73,9 @@ async def test_details_are_capped_with_the_marker_and_types_take_both_spellings(
             "status": "ok",
             "truncated": True,
         }
+        assert len(row["detail"]) == 40  # the cap holds the marker too (once it came on top of 40 kept characters)
+        short = await engine.call_tool("agent_tail", {"id": sid, "types": ["tool.result"], "maxChars": 10})
+        assert short["events"][0]["detail"] == "HELLOHELL…"  # a cap shorter than the marker keeps a bare …
         items = await engine.call_tool("agent_tail", {"id": sid, "types": ["item.started"]})
         assert [(r["type"], r["toolName"], r["detail"]) for r in items["events"]] == [
             ("item.started", "shout", '{"text":"hello"}')

@@ -27,16 +27,21 @@ def truncation_marker(total_chars: int) -> str:
 
 
 def truncate(text: str, max_chars: int) -> Truncated:
-    """Keep the first `max_chars` characters of `text` and append the marker when anything was cut.
+    """`text` cut to at most `max_chars` characters, the marker included, when it is longer.
 
-    The kept prefix is exactly `max_chars` long, so the result is at most `max_chars` plus the marker.
+    A cap is read as the most a value holds (`capped at 1000 chars`), so the kept prefix leaves room for the
+    marker; a cap shorter than the marker keeps what fits before a bare `…` (the `truncated` flag and
+    `total_chars` still say how much there was).
     """
     if max_chars < 0:
         raise ValueError(f"max_chars must be >= 0, got {max_chars!r}")
     total = len(text)
     if total <= max_chars:
         return Truncated(text, False, total)
-    return Truncated(text[:max_chars] + truncation_marker(total), True, total)
+    marker = truncation_marker(total)
+    if len(marker) > max_chars:
+        marker = marker[: min(1, max_chars)]
+    return Truncated(text[: max_chars - len(marker)] + marker, True, total)
 
 
 def displayable(text: str) -> str:
