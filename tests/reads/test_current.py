@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentwatch.events import truncation_marker
+from agentwatch.events import CompletionFinished, Event, TurnStarted, truncation_marker
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
@@ -98,3 +98,77 @@ async def test_the_last_assistant_text_is_capped_at_1000_characters_with_its_mar
     marker = truncation_marker(1500)
     assert len(text) == 1000 and text == said[: 1000 - len(marker)] + marker
     assert record["textOutput"] == said  # the whole text is still there
+
+
+async def test_the_usage_of_a_turn_continued_after_a_restart_counts_every_part_but_not_the_downtime(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: it counted from the continuation's start only (about 0 ms for a turn cut off at its last call), and the
+    tokens of the continuation only (none for a turn the restart ended `interrupted`)."""
+    worked, down = 0.4, 0.6
+    slow = HeldTool("slow")
+
+    async def warm() -> str:
+        await asyncio.sleep(worked)
+        return "warm"
+
+    def script(ctx: Any) -> Any:
+        steps = [CallTool("warm", {}), CallTool("slow", {}), Reply("ok")]
+        return steps[min(ctx.request_index, 2)]
+
+    cases = [("goes-on", None, "completed"), ("stops", {"continue_after_restart": 0}, "interrupted")]
+    for name, sessions, outcome in cases:
+        model = scripted(f"restarted-{name}", ScriptedModel(function=script))
+        worker = role(name, model, tools=("warm", "slow"), sessions=sessions)
+        async with open_engine(worker, tools=[warm, slow.tool]) as engine:
+            agent = await engine.create(name)
+            await engine.enqueue(agent.id, "go")
+            await asyncio.wait_for(slow.started.wait(), 10)
+            slow.started.clear()
+        await asyncio.sleep(down)  # the engine is down: no part of the turn runs
+        async with open_engine(worker, tools=[warm, slow.tool]) as engine:
+            done, _ = await engine.wait(agent.id, 10)
+            assert done.status == outcome, done.status
+            usage = (await engine.call_tool("agent_get", {"id": agent.id}))["current"]["partialUsage"]
+            events = await engine.store.read_events(agent.id, limit=100)
+        _assert_whole_turn(usage, events, worked=worked, left_out=down)
+
+
+def _assert_whole_turn(usage: dict[str, Any], events: list[Event], *, worked: float, left_out: float) -> None:
+    """`partialUsage` counts the `worked` seconds of the turn's first part, not the `left_out` seconds between
+    its parts, and the tokens of every part."""
+    starts = [e for e in events if isinstance(e.payload, TurnStarted)]
+    wall = (events[-1].at - starts[0].at).total_seconds() * 1000
+    assert worked * 1000 <= usage["durationMs"] <= wall - left_out * 1000, (usage, wall)
+    spent = [e.payload.usage.total_tokens for e in events if isinstance(e.payload, CompletionFinished)]
+    assert len(spent) > 1 and usage["tokens"] == sum(spent) > 0
+
+
+async def test_the_usage_of_a_turn_resumed_after_a_request_counts_both_parts_but_not_the_wait(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: only the part after the answer counted, in time and in tokens."""
+    worked, waited = 0.4, 0.6
+
+    async def warm() -> str:
+        await asyncio.sleep(worked)
+        return "warm"
+
+    def script(ctx: Any) -> Any:
+        steps = [CallTool("warm", {}), CallTool("ask_user", {"question": "Which colour?"}), Reply("red it is")]
+        return steps[sum(entry.kind == "tool_result" for entry in ctx.transcript)]
+
+    asker = role("asker", scripted("asks-midway", ScriptedModel(function=script)), tools=("warm", "ask_user"))
+    async with open_engine(asker, tools=[warm]) as engine:
+        agent = await engine.create("asker")
+        await engine.enqueue(agent.id, "go")
+        paused, _ = await engine.wait(agent.id, 10)
+        assert paused.status == "awaiting_input", paused.status
+        await asyncio.sleep(waited)  # a person takes a while to answer
+        pending = (await engine.call_tool("agent_get", {"id": agent.id}))["current"]["pendingHitl"]
+        await engine.answer(pending["hitlId"], "red")
+        done, _ = await engine.wait(agent.id, 10)
+        assert done.status == "completed", done.status
+        usage = (await engine.call_tool("agent_get", {"id": agent.id}))["current"]["partialUsage"]
+        events = await engine.store.read_events(agent.id, limit=100)
+    _assert_whole_turn(usage, events, worked=worked, left_out=waited)

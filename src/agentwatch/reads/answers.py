@@ -154,11 +154,15 @@ class PendingHitl(Answer):
 
 
 class PartialUsage(Answer):
-    """What the session's last finished turn spent, and how long it took."""
+    """What the session's last finished turn spent, and how long it took: a turn continued after a restart or
+    resumed after a request counts all its parts."""
 
-    tokens: int
-    cost_usd: float | None
-    duration_ms: int | None
+    tokens: int = Field(description="Input and output tokens of every part of the turn.")
+    cost_usd: float | None = Field(description="What every part of the turn cost, when the price is known.")
+    duration_ms: int | None = Field(
+        description="How long its parts ran, each from its start to its end (or to the last thing it did before a "
+        "restart cut it off): the time the engine was down or a person took to answer is not counted."
+    )
 
 
 class CurrentSnapshot(Answer):

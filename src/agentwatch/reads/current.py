@@ -9,6 +9,7 @@ from typing import Any
 
 from agentwatch.errors import AgentwatchError
 from agentwatch.events import (
+    CompletionFinished,
     CompletionStarted,
     ContentDelta,
     Event,
@@ -17,7 +18,7 @@ from agentwatch.events import (
     ToolProgress,
     ToolResult,
     TurnEnded,
-    TurnStarted,
+    Usage,
     truncate,
 )
 from agentwatch.live import LiveRing
@@ -141,17 +142,80 @@ async def _last_turn_usage(store: Store, session: SessionRecord) -> PartialUsage
     ended = await store.read_events_backward(session.id, limit=1, types=["turn.ended"])
     if not ended or not isinstance(ended[0].payload, TurnEnded):
         return None
-    end = ended[0]
-    usage = end.payload.usage if isinstance(end.payload, TurnEnded) else None
-    started = await store.read_events_backward(session.id, before_seq=end.seq, limit=1, types=["turn.started"])
-    duration = None
-    if started and isinstance(started[0].payload, TurnStarted):
-        duration = int((end.at - started[0].at).total_seconds() * 1000)
-    return PartialUsage(
-        tokens=usage.total_tokens if usage else 0,
-        cost_usd=usage.cost_usd if usage else None,
-        duration_ms=duration,
+    spent, duration = await _whole_turn(store, ended[0], ended[0].payload)
+    return PartialUsage(tokens=spent.total_tokens, cost_usd=spent.cost_usd, duration_ms=duration)
+
+
+_PART_TYPES = [
+    "turn.started",
+    "message.user",
+    "completion.started",
+    "completion.finished",
+    "thinking.completed",
+    "message.assistant",
+    "tool.call",
+    "tool.result",
+    "request.opened",
+    "subtask.started",
+    "subtask.ended",
+]
+"""What a part of a turn writes while it runs: the newest of them bounds a part a restart cut off. What the
+engine writes when it picks the turn up again (the requests it dismisses, a notice, the end of a turn it does not
+continue) is not the part's time."""
+_PARTS_SCAN = 1000
+"""Parts of one turn read back (a turn is continued a few times at most, and paused once per request)."""
+
+
+async def _whole_turn(store: Store, end: Event, ended: TurnEnded) -> tuple[Usage, int | None]:
+    """What the turn `end` closes spent and how long it ran, across its parts: a turn a restart cut off goes on
+    in a new part (`turn.started` with `trigger: continue`), one paused on a request in a new part once it is
+    answered (`trigger: answer`), all under its turn id, while each `turn.ended` counts only its own part (and
+    the end of a turn a restart did not continue counts none). Each part counts from its start to its end, or,
+    when a restart cut it off, to the last thing it wrote: the time the engine was down or a person took to
+    answer is no part's. The duration is None for a turn without a recorded start."""
+    if end.turn_id is None:  # (a stop that found no turn)
+        started = await store.read_events_backward(end.session_id, before_seq=end.seq, limit=1, types=["turn.started"])
+        return ended.usage, _ms(started[0].at, end.at) if started else None
+    starts = await store.read_events_backward(
+        end.session_id, before_seq=end.seq, limit=_PARTS_SCAN, types=["turn.started"], turn_id=end.turn_id
     )
+    if not starts:
+        return ended.usage, None
+    spent = ended.usage
+    if len(starts) > 1 or _cut_off(ended):  # the model requests of every part (a turn makes a few dozen)
+        finished = await store.read_events(
+            end.session_id, after_seq=starts[-1].seq, limit=10_000, types=["completion.finished"], turn_id=end.turn_id
+        )
+        parts = (e.payload for e in finished if e.seq < end.seq and isinstance(e.payload, CompletionFinished))
+        spent = sum((p.usage for p in parts), Usage())
+    total, bound = 0, end
+    for start in starts:  # newest first: each part ran until the next one started (or the turn ended)
+        if bound is end and not _cut_off(ended):
+            total += _ms(start.at, end.at)
+        else:
+            total += await _part_ms(store, start, bound)
+        bound = start
+    return spent, total
+
+
+def _cut_off(ended: TurnEnded) -> bool:
+    """Whether the end was written by a restart that did not continue the turn (its last part was cut off)."""
+    return ended.outcome == "interrupted"
+
+
+async def _part_ms(store: Store, start: Event, bound: Event) -> int:
+    """The time of the part that began at `start` and was over before `bound`: to its `turn.ended` when it
+    paused, else to the last thing it wrote before a restart cut it off."""
+    kinds = ["turn.ended", *_PART_TYPES]
+    newest = await store.read_events_backward(
+        start.session_id, before_seq=bound.seq, limit=1, types=kinds, turn_id=start.turn_id
+    )
+    last = newest[0] if newest and newest[0].seq >= start.seq else start
+    return _ms(start.at, last.at)
+
+
+def _ms(start: datetime, end: datetime) -> int:
+    return max(0, int((end - start).total_seconds() * 1000))
 
 
 async def snapshot_answer(
