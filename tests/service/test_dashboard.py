@@ -1087,7 +1087,7 @@ async def test_the_agent_picked_low_in_a_long_list_is_shown_where_the_person_loo
         await expect(far_down).to_have_count(1, timeout=WAIT_MS)
         await far_down.click()  # (scrolled to first, as a person would)
         await expect(page.locator("#d-name")).to_have_text("agent-00", timeout=WAIT_MS)
-        for shown in ("#d-name", "#log", "#send"):
+        for shown in ("#d-name", "#log-empty", "#send"):  # (it has done nothing yet)
             await expect(page.locator(shown)).to_be_in_viewport()
         top = await page.locator("#d-name").bounding_box()
         header = await page.locator("header.top").bounding_box()
@@ -1211,4 +1211,120 @@ async def test_the_agent_shown_says_what_it_does_this_moment(open_engine: Any, s
         held.release.set()
         await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
         await expect(now).to_be_hidden()
+        assert problems == []
+
+
+async def test_an_agent_with_nothing_yet_says_so(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once an agent with no events showed an empty box, a line one pixel high, under its header."""
+    model = scripted("dashboard-nothing-yet", ScriptedModel.replying("All done."))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        session = await engine.create("helper", name="quiet")
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        empty = page.locator("#log-empty")
+        await expect(empty).to_have_text("Nothing yet: what it does shows here, live.", timeout=WAIT_MS)
+        await expect(page.locator("#log")).to_be_hidden()
+        await engine.enqueue(session.id, "go")
+        await expect(page.locator("#log")).to_contain_text("All done.", timeout=WAIT_MS)
+        await expect(empty).to_be_hidden()
+        await page.locator(f'#agents tr[data-id="{session.id}"]').click()  # (opened again: its lines at once)
+        await expect(page.locator("#log")).to_contain_text("All done.", timeout=WAIT_MS)
+        await expect(empty).to_be_hidden()
+        assert problems == []
+
+
+async def test_an_agent_waiting_on_a_person_leads_the_list_however_many_were_active_since(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once the list showed the 100 agents active last: one that had waited on a person since before them was not
+    on it (only the "needs you" chip, or "Show more", found it)."""
+    ran: list[str] = []
+    cleaner, delete_file = _cleaner_role(scripted, "dashboard-buried", ran)
+    helper = role("helper", scripted("dashboard-buried-helper", ScriptedModel.replying("ok")))
+    async with open_engine(cleaner, helper, tools=[delete_file]) as engine, served(create_app(engine)) as base:
+        paused = await engine.task("cleaner", "a.txt", timeout=10)
+        for n in range(101):
+            await engine.create("helper", name=f"agent-{n:03d}")
+        page, problems = await _page(browser, base)
+        rows = page.locator("#agents tbody tr")
+        await expect(rows.first).to_contain_text("needs you", timeout=WAIT_MS)
+        assert await rows.first.get_attribute("data-id") == paused["agentId"]
+        await expect(rows).to_have_count(101)  # the page of 100, and it
+        await expect(page.locator("#agents-empty")).to_contain_text(
+            "100 most recently active of 102 (and, first, 1 older that needs you)"
+        )
+        await expect(page.locator("#more-agents")).to_have_text("Show 2 more")
+        await page.locator("#more-agents").click()
+        await expect(rows).to_have_count(102, timeout=WAIT_MS)  # once each
+        await expect(page.locator(f'#agents tr[data-id="{paused["agentId"]}"]')).to_have_count(1)
+        await expect(rows.first).to_contain_text("needs you")
+        assert problems == []
+
+
+async def test_runs_are_filtered_by_entity_or_kind_and_by_status(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the runs view listed every run, newest first, with no filter (`run_list` takes entity and status)."""
+    model = scripted("dashboard-run-filter", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        for name in ("report", "report", "digest"):
+            async with engine.run(name):
+                pass
+        with pytest.raises(RuntimeError):
+            async with engine.run("report"):
+                raise RuntimeError("the source was down")
+        async with engine.run("tick", kind="heartbeat"):
+            pass
+        page, problems = await _page(browser, f"{base}/#runs")
+        runs = page.locator("#runs tbody tr")
+        await expect(runs).to_have_count(5, timeout=WAIT_MS)
+        entity, status = page.locator("#run-entity"), page.locator("#run-status")
+        await entity.fill("workflow:report")
+        await expect(runs).to_have_count(3, timeout=WAIT_MS)
+        await status.select_option("failed")
+        await expect(runs).to_have_count(1, timeout=WAIT_MS)
+        await expect(runs).to_contain_text("the source was down")
+        await entity.fill("workflow:digest")
+        await expect(page.locator("#runs-none")).to_have_text("No run matches.", timeout=WAIT_MS)
+        await expect(runs).to_have_count(0)
+        await expect(page.locator("#runs-empty")).to_be_hidden()
+        await status.select_option("")
+        await expect(runs).to_have_count(1, timeout=WAIT_MS)
+        await entity.fill("heartbeat")  # (a kind)
+        await expect(runs).to_have_count(1, timeout=WAIT_MS)
+        await expect(runs).to_contain_text("heartbeat:tick")
+        suggested = await page.locator("#entities option").evaluate_all("options => options.map(o => o.value)")
+        assert {"workflow:report", "workflow:digest", "heartbeat:tick", "workflow", "heartbeat"} <= set(suggested)
+        await entity.fill("")
+        await expect(runs).to_have_count(5, timeout=WAIT_MS)
+        assert problems == []
+
+
+async def test_an_observers_report_reads_as_its_fields_in_its_own_log(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once the observer's own log showed what its report tool answered as raw JSON (`{"delivered":true,...}`)."""
+    model = scripted("dashboard-observed-log", ScriptedModel(function=lambda ctx: Reply("shipped")))
+    watcher = scripted("dashboard-watcher-log", reporting("You skipped the tests."))
+    coder = role("coder", model, observer="reviewer", grant=("spawn",))
+    async with (
+        open_engine(coder, role("reviewer", watcher), extensions=None) as engine,  # (observer agents on)
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("coder", name="shipper", source="chat")
+        await engine.enqueue(session.id, "ship it")
+        for _ in range(500):  # the observer reads the turn's digest and reports
+            described = (await engine.call_tool("agent_get", {"id": session.id})).get("observer") or {}
+            if described.get("reports"):
+                break
+            await asyncio.sleep(0.02)
+        page, problems = await _page(browser, f"{base}/#agent={described['observerSessionId']}")
+        tool_lines = page.locator("#log li.tool")
+        called = page.locator('#log li.tool[data-type="item.started"] dl').first
+        await expect(called).to_have_text("reportYou skipped the tests.", timeout=WAIT_MS)
+        fields = page.locator('#log li.tool[data-type="item.completed"] dl').first  # (one report a digest)
+        await expect(fields.locator("dt")).to_have_text(["delivered", "observedId", "message"])
+        await expect(fields.locator("dd").nth(0)).to_have_text("yes")
+        await expect(fields.get_by_role("link")).to_have_attribute("href", f"#agent={session.id}")
+        await expect(fields.locator("dd").nth(2)).to_contain_text("Report queued for 'shipper'")
+        await expect(tool_lines).not_to_contain_text(['"delivered"'])
+        await fields.get_by_role("link").click()  # the agent it watches
+        await expect(page.locator("#d-name")).to_have_text("shipper", timeout=WAIT_MS)
         assert problems == []

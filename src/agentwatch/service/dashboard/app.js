@@ -45,6 +45,9 @@
     names: new Map(), // the names of the agents listed so far, by id (a parent is shown by its name)
     agentPages: 1, // how many pages of agents the list shows ("Show more" adds one; a new filter starts again)
     runPages: 1,
+    runFilter: "", // the entity (`workflow:report`) or kind (`heartbeat`) the runs are filtered by ("": any)
+    runStatus: "", // the status they are filtered by ("": any)
+    entities: new Set(), // the entities and kinds of the runs listed so far (the filter suggests them)
   };
 
   class ServiceError extends Error {
@@ -258,7 +261,7 @@
       const args = { limit: AGENTS_PAGE, sort: "newest", counts: true };
       if (state.q) args.q = state.q;
       if (state.view === "runs") {
-        const listed = await pages("run_list", { limit: RUNS_PAGE }, "runs", state.runPages);
+        const listed = await pages("run_list", runArgs(), "runs", state.runPages);
         showRuns(listed.items, listed.more);
       } else {
         // The chips count the agents the list shows under each word (the same filter, per agent): a list
@@ -267,7 +270,7 @@
         if (state.word) calls.push(call("agent_list", { ...args, limit: 1 }));
         const [listed, all = listed] = await Promise.all(calls);
         showWords(all.counts);
-        showAgents(listed.items, listed.counts.total);
+        showAgents(listed.items, listed.counts.total, state.word ? [] : await waitingOnYou(listed, args));
       }
       setConnection(true, null, await draining());
     } catch (error) {
@@ -276,6 +279,15 @@
       clearTimeout(state.refreshTimer); // one timer, however many refreshes were asked for
       state.refreshTimer = setTimeout(refresh, REFRESH_MS);
     }
+  }
+
+  // The agents that wait on a person, for the top of the "all" list: past a page of agents active since, they
+  // would be out of it. Asked for only when the list's counts say some are not among its rows.
+  async function waitingOnYou(listed, args) {
+    const shown = listed.items.filter((agent) => agent.word === "needs_you");
+    if (shown.length >= (listed.counts.words.needs_you || 0)) return shown;
+    const { counts, ...rest } = args; // (counted already)
+    return (await call("agent_list", { ...rest, word: ["needs_you"], limit: AGENTS_PAGE })).agents;
   }
 
   async function draining() {
@@ -346,8 +358,12 @@
     }
   }
 
-  function showAgents(agents, total) {
-    syncRows($("agents"), agents, ["", "", "", "muted"], select, (agent, [who, role, word, active]) => {
+  // `agents`: the pages listed; `waiting`: the agents that wait on a person, shown first (once each).
+  function showAgents(agents, total, waiting = []) {
+    const first = new Set(waiting.map((agent) => agent.id));
+    const rows = [...waiting, ...agents.filter((agent) => !first.has(agent.id))];
+    const extra = rows.length - agents.length; // (waiting ones from past the pages listed)
+    syncRows($("agents"), rows, ["", "", "", "muted"], select, (agent, [who, role, word, active]) => {
       state.names.set(agent.id, agent.displayName || agent.name);
       const held = agent.interception ? `held by ${agent.interception.by}` : null;
       const waiting = agent.oldestRequest ? agent.oldestRequest.summary : null;
@@ -359,13 +375,14 @@
     }, state.selected);
     // The agent shown, when its row says another word: one that changes with no event of the agent (it went
     // stuck: nothing happened to it) is shown anew from here.
-    const shown = agents.find((agent) => agent.id === state.selected);
+    const shown = rows.find((agent) => agent.id === state.selected);
     if (shown && state.agent && state.agent.id === shown.id && state.agent.word !== shown.word) laterDetail();
     const empty = $("agents-empty");
     const more = total > agents.length;
     empty.hidden = agents.length > 0 && !more;
+    const also = extra ? ` (and, first, ${extra} older that need${extra === 1 ? "s" : ""} you)` : "";
     empty.textContent = more
-      ? `Showing the ${agents.length} most recently active of ${total}: show more, or filter by status or name.`
+      ? `Showing the ${agents.length} most recently active of ${total}${also}: show more, or filter by status or name.`
       : state.word || state.q
         ? "No agent matches."
         : "No agents yet. Start one below, or with `agentwatch run ROLE \"TASK\"`.";
@@ -408,6 +425,14 @@
     return el("span", { class: `word ${status}` }, status.replace("_", " "));
   }
 
+  // What `run_list` is asked: a filter with a colon names an entity (`workflow:report`), one without a kind.
+  function runArgs() {
+    const args = { limit: RUNS_PAGE };
+    if (state.runFilter) args[state.runFilter.includes(":") ? "entity" : "kind"] = state.runFilter;
+    if (state.runStatus) args.status = [state.runStatus];
+    return args;
+  }
+
   function showRuns(runs, more) {
     syncRows($("runs"), runs, ["", "", "muted", "", "muted"], selectRun, (run, [name, status, started, time, cost]) => {
       name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, run.statusReason || run.id));
@@ -416,8 +441,15 @@
       time.textContent = took(run.durationMs);
       cost.textContent = spent(run);
     }, state.run);
-    $("runs-empty").hidden = runs.length > 0;
+    const filtered = Boolean(state.runFilter || state.runStatus);
+    $("runs-empty").hidden = runs.length > 0 || filtered;
+    $("runs-none").hidden = runs.length > 0 || !filtered;
     $("more-runs").hidden = !more;
+    const known = state.entities.size;
+    for (const run of runs) state.entities.add(run.kind).add(run.entity || run.kind);
+    if (state.entities.size !== known) {
+      $("entities").replaceChildren(...[...state.entities].sort().map((value) => el("option", { value })));
+    }
     const shown = runs.find((run) => run.id === state.run);
     if (shown && shown.status === "running") showRun(state.run).catch(complain); // (an ended trace stays as it is)
   }
@@ -520,6 +552,7 @@
     keepPlace();
     markCurrent($("agents"), id);
     $("log").replaceChildren();
+    $("log-empty").hidden = true; // (said once its first read found nothing)
     $("earlier").hidden = true;
     $("detail").hidden = false;
     $("pick").hidden = true;
@@ -528,6 +561,7 @@
       // cursor, after which the live stream brings the rest (a request opened between the two reads was in
       // the log and missing from the detail, and no later event refreshed it).
       await tail();
+      if (state.selected === id) $("log-empty").hidden = $("log").children.length > 0;
       if (state.selected === id) await showDetail();
     } catch (error) {
       if (state.selected === id && error.code === "not_found") {
@@ -637,9 +671,35 @@
       el("time", { datetime: line.at }, clock(line.at)),
       el("div", {},
         el("span", { class: "title" }, child ? link(title, agentHash(child), () => openAgent(child)) : title),
-        statusLine(line)
+        statusLine(line) || fieldsLine(line)
           || (line.detail && line.detail !== line.title && !child ? el("span", { class: "detail" }, line.detail) : null)),
     );
+  }
+
+  // A tool call's input or result that is a JSON object (what `observer_report` and most tools answer) as its
+  // fields, one a line: each name, and its value as text (a nested one as compact JSON), an agent's or a run's
+  // id a link to it. Nothing is left out. Null for any other line (and for a detail cut short: shown as it is).
+  function fieldsLine(line) {
+    if (!["tool_call", "tool_result"].includes(line.itemType) || !(line.detail || "").startsWith("{")) return null;
+    let fields;
+    try {
+      fields = JSON.parse(line.detail);
+    } catch {
+      return null;
+    }
+    const entries = Object.entries(fields);
+    if (!entries.length) return null;
+    return el("dl", { class: "detail fields" }, ...entries.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, shownValue(value))]));
+  }
+
+  function shownValue(value) {
+    if (typeof value === "string") {
+      if (/^ses_\w+$/.test(value)) return link(state.names.get(value) || value, agentHash(value), () => openAgent(value));
+      if (/^run_\w+$/.test(value)) return link(value, runHash(value), () => openRun(value));
+      return value;
+    }
+    if (typeof value === "boolean") return value ? "yes" : "no";
+    return JSON.stringify(value);
   }
 
   // A sub-agent's status record (what `agent_task` and `agent_await` answer) as one short line: who (a link), how
@@ -891,6 +951,21 @@
       clearTimeout(wire.search);
       wire.search = setTimeout(refresh, 250);
     });
+    $("run-entity").addEventListener("input", (e) => {
+      state.runFilter = e.target.value.trim();
+      state.runPages = 1;
+      clearTimeout(wire.runSearch);
+      wire.runSearch = setTimeout(refresh, 250);
+    });
+    $("run-status").addEventListener("change", (e) => {
+      state.runStatus = e.target.value;
+      state.runPages = 1;
+      refresh();
+    });
+    // The log's first line takes the place of the line that says there is none yet.
+    new MutationObserver(() => {
+      if ($("log").children.length) $("log-empty").hidden = true;
+    }).observe($("log"), { childList: true });
     $("send").addEventListener("submit", async (e) => {
       e.preventDefault();
       const field = e.target.elements.text;
