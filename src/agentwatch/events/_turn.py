@@ -41,4 +41,6 @@ class TurnEnded(BasePayload):
     error: str | None = None
     """The error message, for `failed`."""
     usage: Usage = Usage()
-    """Tokens and cost of the whole turn."""
+    """Tokens and cost of this part of the turn: a turn paused on a person or cut off by a restart ends each part
+    with a `turn.ended` of its own (none for a part a dead process left; its `completion.finished` events say what
+    it used). `partialUsage` (`agent_get`'s `current`) adds the parts up."""
