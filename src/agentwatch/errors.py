@@ -11,7 +11,8 @@ AgentwatchError                  code
 ├── StoreError                   store_error        the store cannot be used
 │   ├── StoreUnavailable         store_unavailable  the server cannot be reached
 │   ├── NotADatabase             not_a_database     the file is not a database of ours
-│   └── SchemaTooNew             schema_too_new     the database was written by a newer agentwatch
+│   ├── SchemaTooNew             schema_too_new     the database was written by a newer agentwatch
+│   └── DamagedRecord            damaged_record     a stored row cannot be read back (edited by hand, ...)
 ├── MissingDependency            missing_dependency an optional extra is not installed
 ├── ToolError                    tool_failed        a tool called from outside a turn raised (its own fault)
 ├── ServiceUnreachable           service_unreachable the service the CLI was pointed at cannot be reached
@@ -32,6 +33,7 @@ __all__ = [
     "AgentwatchError",
     "Ambiguous",
     "Conflict",
+    "DamagedRecord",
     "Invalid",
     "InvalidArgument",
     "InvalidCursor",
@@ -144,6 +146,14 @@ class SchemaTooNew(StoreError):
     """The database was migrated by a newer agentwatch than this one."""
 
     code = "schema_too_new"
+
+
+class DamagedRecord(StoreError):
+    """A row of the store cannot be read back as the record it holds: text that is not JSON, a payload that no
+    longer fits its type, a time that is not one (a row edited by hand, a restore gone wrong). The message names
+    the row (its session, an event's seq, the column) and `details` hold the same facts."""
+
+    code = "damaged_record"
 
 
 class MissingDependency(AgentwatchError):

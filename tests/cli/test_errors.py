@@ -24,6 +24,7 @@ from agentwatch.cli import cli
 from agentwatch.events import NewEvent, PageCursor, StreamCursor, UserMessage
 from agentwatch.store import SessionDraft, open_store
 from tests.cli.test_cli import all_commands
+from tests.store.test_damaged import tamper
 
 
 @dataclass(frozen=True)
@@ -289,3 +290,48 @@ def test_no_option_value_makes_a_traceback(fixture: Fixture, name: str, command:
 def test_a_run_name_that_would_read_as_an_id_is_a_usage_error_of_its_flag() -> None:
     done = CliRunner().invoke(cli, ["run", "coder", "hi", "--name", "ses_x"])
     assert done.exit_code == 2 and "Invalid value for --name" in done.output and "looks like an agent id" in done.output
+
+
+def test_a_damaged_row_is_one_line_naming_it_and_the_rest_reads_on(tmp_path: Path) -> None:
+    """Rows edited behind the store's back: what cannot be read is a `damaged_record` error (exit 1, one line on
+    stderr, no pydantic dump); a damaged event reads as the store's notice in its place, but for a read of its
+    type alone (`get` scans the newest tool call)."""
+    url = f"sqlite:///{tmp_path / 'damaged.db'}"
+
+    async def fill() -> list[str]:
+        async with open_store(url) as store:
+            ids = []
+            for name in ("alpha", "beta", "gamma"):
+                session = await store.create_session(SessionDraft(name=name, role="coder"))
+                await store.append(session.id, [NewEvent(UserMessage(text=f"m{i}")) for i in range(4)])
+                ids.append(session.id)
+            return ids
+
+    alpha, beta, gamma = asyncio.run(fill())
+    tamper(url, "UPDATE sessions SET settings = 'garbage' WHERE id = ?", [alpha])
+    tamper(url, "UPDATE events SET payload = '{bad' WHERE session_id = ? AND seq = 2", [beta])
+    call = """UPDATE events SET payload = '{"type":"tool.call"}', type = 'tool.call' WHERE session_id = ? AND seq = 2"""
+    tamper(url, call, [gamma])
+
+    damaged = {
+        ("get", "alpha"): f"the stored session {alpha!r} (alpha) is damaged: its settings value is not valid JSON",
+        ("history", "alpha"): "its settings value",
+        ("export", "alpha"): "its settings value",
+        ("get", "gamma"): f"the stored event 2 (tool.call) of session {gamma!r} is damaged: its payload value",
+    }
+    for argv, named in damaged.items():
+        result = invoke([*argv, "--store", url], tmp_path)
+        assert_no_traceback(result, list(argv))
+        assert result.exit_code == 1, result.output
+        (line,) = result.stderr.splitlines()
+        assert line.startswith("error (damaged_record): the stored ") and named in line, line
+        assert "restore the store from a backup" in line and "pydantic" not in line
+        as_json = invoke([*argv, "--store", url, "--json"], tmp_path)
+        assert as_json.exit_code == 1 and json.loads(as_json.stdout)["error"]["code"] == "damaged_record"
+
+    for argv in (["history", "beta"], ["tail", "beta"], ["export", "beta"], ["get", "beta"], ["history", "gamma"]):
+        result = invoke([*argv, "--store", url], tmp_path)
+        assert result.exit_code == 0, result.output
+        if argv[0] != "get":
+            assert "m0" in result.stdout and "m3" in result.stdout, result.stdout
+            assert "event 2 (" in result.stdout and "is damaged" in result.stdout, result.stdout

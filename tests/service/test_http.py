@@ -9,10 +9,13 @@ from typing import Any
 
 import httpx
 
+from agentwatch.events import NewEvent, UserMessage
 from agentwatch.runtime.models import ScriptedModel
 from agentwatch.service import ServiceSettings, create_app
+from agentwatch.store import SessionDraft
 from agentwatch.tools import MAX_PROMPT_CHARS, function_tool
 from tests.service.support import busy_agent_served, role, served
+from tests.store.test_damaged import tamper
 
 JSON = {"content-type": "application/json"}
 
@@ -180,3 +183,41 @@ async def test_a_wait_whose_caller_hung_up_ends(open_engine: Any, scripted: Any)
                 break
             await asyncio.sleep(0.02)
         assert waits() <= 0
+
+
+async def test_a_damaged_row_is_a_structured_store_error_and_the_rest_reads_on(
+    open_engine: Any, store_url: str
+) -> None:
+    """A row edited behind the store's back: the tool that cannot read it answers `damaged_record` (500), naming
+    the row, as `call_tool` does; a damaged event reads as the store's notice in the history."""
+    async with (
+        open_engine() as engine,
+        served(create_app(engine)) as base,
+        httpx.AsyncClient(base_url=base) as http,
+    ):
+        alpha = await engine.store.create_session(SessionDraft(name="alpha", role="coder"))
+        beta = await engine.store.create_session(SessionDraft(name="beta", role="coder"))
+        await engine.store.append(beta.id, [NewEvent(UserMessage(text=f"m{i}")) for i in range(3)])
+        tamper(store_url, "UPDATE sessions SET settings = ? WHERE id = ?", ["garbage", alpha.id])
+        call = '{"type":"tool.call"}'
+        tamper(
+            store_url,
+            "UPDATE events SET payload = ?, type = 'tool.call' WHERE session_id = ? AND seq = 2",
+            [call, beta.id],
+        )
+
+        got = await http.post("/api/tools/agent_get", json={"name": "alpha"})
+        assert got.status_code == 500, got.text
+        assert got.json() == await engine.call_tool("agent_get", {"name": "alpha"})
+        error = got.json()["error"]
+        assert error["code"] == "damaged_record" and error["details"] == {"session_id": alpha.id, "column": "settings"}
+        assert error["message"].startswith(f"the stored session {alpha.id!r} (alpha) is damaged: its settings value")
+        assert "restore the store from a backup" in error["message"]
+
+        history = await http.post("/api/tools/agent_history", json={"id": beta.id})
+        assert history.status_code == 200, history.text
+        events = history.json()["events"]
+        assert [event["seq"] for event in events] == [1, 2, 3]
+        assert events[1]["type"] == "runtime.error" and "event 2 (tool.call)" in events[1]["payload"]["message"]
+        scan = await http.post("/api/tools/agent_get", json={"id": beta.id})  # (it scans the tool calls)
+        assert scan.status_code == 500 and scan.json()["error"]["details"]["seq"] == 2, scan.text

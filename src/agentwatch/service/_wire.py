@@ -48,6 +48,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "store_unavailable": 503,
     "not_a_database": 503,
     "schema_too_new": 503,
+    "damaged_record": 500,
 }
 """The HTTP status of each structured error code (an unknown code of a refused call is a 400)."""
 

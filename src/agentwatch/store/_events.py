@@ -11,15 +11,18 @@ from typing import Any, TypeVar
 from pydantic import JsonValue, ValidationError
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
-from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, new_id
+from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, RuntimeNotice, new_id
 from agentwatch.store._appends import Appends, apply_appends, read_counters
 from agentwatch.store._leases import claim_lease
 from agentwatch.store._sessions import GET_SESSION, session_from_row, stored_iso, stored_time
 from agentwatch.store._sql import (
+    DAMAGE,
     SESSION_COLUMNS,
     Row,
     Tx,
     check_limit,
+    damage_reason,
+    damaged_row,
     from_row,
     in_list,
 )
@@ -48,7 +51,7 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["EventMethods", "event_from_row"]
+__all__ = ["DAMAGED_SOURCE", "EventMethods", "damaged_notice", "event_from_row", "events_from_rows"]
 
 _SEQ_MAX = 2**63 - 1
 _LAST_SEQ = SESSION_COLUMNS.index("last_seq")
@@ -77,33 +80,114 @@ def _payload(type_name: str, payload: Any) -> Any:
 
 def event_from_row(row: Row) -> Event:
     """An event from a row selected as `EVENT_READ`. The store wrote the envelope, so it is read back as it
-    is (its time decoded); the payload is validated by its own type's model (the row's `type` names it)."""
+    is (its time decoded); the payload is validated by its own type's model (the row's `type` names it).
+    Raises what decoding raises (`DAMAGE`) for a damaged row: `events_from_rows` says what to do with it."""
     event_id, session_id, seq, at, turn_id, conversation_id, payload, type_name = row
     return Event.trusted(
         event_id, session_id, seq, 0, stored_time(at), turn_id, _payload(type_name, payload), conversation_id
     )
 
 
+# -- damaged events -----------------------------------------------------------------------------------------
+#
+# One damaged event must not make the rest of its session unreadable: a read of the log as it is (every type,
+# or types that include `runtime.error`: a tail, the history, an export, a follower, an observer's feed) gets a
+# `runtime.error` notice from the store in the damaged event's place, with its id, seq, time and turn, which
+# says what is damaged; the seqs stay whole, so cursors and followers go on past it. A read of other types only
+# (the runtime's `turn.started`, a `tool.call` scan) cannot be answered without it, and raises `DamagedRecord`.
+
+DAMAGED_SOURCE = "store"
+"""The `source` of the notice read in a damaged event's place."""
+
+
+def events_from_rows(rows: list[Row], types: Sequence[str] | None) -> list[Event]:
+    """The events of rows selected as `EVENT_READ` by a read of `types` (None: every type), a damaged one as the
+    store's notice in its place or `DamagedRecord` (see above). Rows are decoded without a look at each: only a
+    page with a damaged row is gone over again, row by row."""
+    try:
+        return [event_from_row(row) for row in rows]
+    except DAMAGE:
+        return [_event_or_notice(row, types) for row in rows]
+
+
+def _event_or_notice(row: Row, types: Sequence[str] | None) -> Event:
+    try:
+        return event_from_row(row)
+    except DAMAGE as error:
+        event_id, session_id, seq, at, turn_id, conversation_id, _, type_name = row
+        moment = _stored_at(at, session_id, seq)  # (first: a damaged time is not the payload's fault)
+        notice = damaged_notice(seq, type_name, error, types, session_id)
+        return Event.trusted(event_id, session_id, seq, 0, moment, turn_id, notice, conversation_id)
+
+
+def damaged_notice(
+    seq: int, type_name: str, error: BaseException, types: Sequence[str] | None, session_id: str
+) -> RuntimeNotice:
+    """The notice read in place of event `seq` (of type `type_name`), whose payload raised `error`; or, for a read
+    of `types` that leaves notices out, `DamagedRecord`."""
+    damaged = damaged_row(
+        f"event {seq} ({type_name}) of session {session_id!r}",
+        "payload",
+        error,
+        advice="restore the store from a backup, correct that value by hand, or delete the agent",
+        session_id=session_id,
+        seq=seq,
+        type=type_name,
+    )
+    if types is not None and "runtime.error" not in types:
+        raise damaged
+    return RuntimeNotice(
+        type="runtime.error",
+        message=f"{damaged.message.removeprefix('the stored ')}; it is read as this notice, the events around it "
+        "as they are",
+        source=DAMAGED_SOURCE,
+        detail={"damaged": {"seq": seq, "type": type_name, "reason": damage_reason(error)}},
+    )
+
+
+def _stored_at(at: Any, session_id: str, seq: int) -> datetime:
+    """The time of a damaged event's row, or `DamagedRecord` when that is damaged too (no notice can stand in)."""
+    try:
+        return stored_time(at)
+    except DAMAGE as error:
+        raise damaged_row(
+            f"event {seq} of session {session_id!r}", "at", error, session_id=session_id, seq=seq
+        ) from None
+
+
 _VALUES_READ = "id, seq, at, payload, type"
 """The columns `read_event_values` selects."""
 
 
-def _event_values(rows: list[Row]) -> list[EventValues]:
+def _event_values(rows: list[Row], session_id: str, types: Sequence[str] | None) -> list[EventValues]:
     """Rows selected as `_VALUES_READ` as `EventValues` (`_payload` inlined, and each tuple made without the
-    named tuple's Python-level constructor: a tail reads a few hundred events)."""
+    named tuple's Python-level constructor: a tail reads a few hundred events); a damaged event as
+    `events_from_rows` reads it."""
     validators = _VALIDATE_JSON
     make = tuple.__new__
     values: list[EventValues] = []
-    for event_id, seq, at, payload, type_name in rows:
-        validate = validators.get(type_name)
-        try:
-            decoded = validate(payload) if validate is not None and type(payload) is str else None
-        except ValidationError:
-            decoded = None
-        if decoded is None:
-            decoded = _payload(type_name, payload)
-        values.append(make(EventValues, (event_id, seq, stored_iso(at), decoded)))
+    try:
+        for event_id, seq, at, payload, type_name in rows:
+            validate = validators.get(type_name)
+            try:
+                decoded = validate(payload) if validate is not None and type(payload) is str else None
+            except ValidationError:
+                decoded = None
+            if decoded is None:
+                decoded = _payload(type_name, payload)
+            values.append(make(EventValues, (event_id, seq, stored_iso(at), decoded)))
+    except DAMAGE:
+        return [_values_or_notice(row, session_id, types) for row in rows]
     return values
+
+
+def _values_or_notice(row: Row, session_id: str, types: Sequence[str] | None) -> EventValues:
+    event_id, seq, at, payload, type_name = row
+    try:
+        return EventValues(event_id, seq, stored_iso(at), _payload(type_name, payload))
+    except DAMAGE as error:
+        moment = _stored_at(at, session_id, seq)
+        return EventValues(event_id, seq, moment.isoformat(), damaged_notice(seq, type_name, error, types, session_id))
 
 
 class EventMethods(SqlBase):
@@ -325,7 +409,7 @@ class EventMethods(SqlBase):
             return session, await tx.fetch(sql, params)
 
         session, rows = await self._read(read)
-        return session_from_row(session), [event_from_row(row) for row in rows]
+        return session_from_row(session), events_from_rows(rows, types)
 
     async def read_event_values(
         self,
@@ -353,7 +437,7 @@ class EventMethods(SqlBase):
             return head, await tx.fetch(sql, params)
 
         head, rows = await self._read(read)
-        return head, _event_values(rows)
+        return head, _event_values(rows, session_id, types)
 
     async def _events(
         self,
@@ -375,7 +459,7 @@ class EventMethods(SqlBase):
                 await self._require_session(tx, session_id)  # an unknown session is an error, not an empty log
             return rows
 
-        return [event_from_row(row) for row in await self._read(read)]
+        return events_from_rows(await self._read(read), types)
 
     async def get_event(self, session_id: str, event_id: str) -> Event:
         """One event by id. Raises `NotFound`."""
@@ -383,7 +467,8 @@ class EventMethods(SqlBase):
         rows = await self._read(lambda tx: tx.fetch(sql, [event_id, session_id]))
         if not rows:
             raise NotFound(f"session {session_id!r} has no event {event_id!r}")
-        return event_from_row(rows[0])
+        [event] = events_from_rows(rows, None)
+        return event
 
     # -- conversations, inbox, requests, ledger -------------------------------------------------------
 
@@ -403,7 +488,16 @@ class EventMethods(SqlBase):
         """The model-layer messages of a conversation, in the order they were written."""
         sql = "SELECT body FROM messages WHERE conversation_id = ? ORDER BY idx"
         rows = await self._read(lambda tx: tx.fetch(sql, [conversation_id]))
-        return [json.loads(row[0]) for row in rows]
+        try:
+            return [json.loads(row[0]) for row in rows]
+        except DAMAGE:
+            for index, (body,) in enumerate(rows):
+                try:
+                    json.loads(body)
+                except DAMAGE as error:
+                    what = f"model message {index + 1} of conversation {conversation_id!r}"
+                    raise damaged_row(what, "body", error, conversation_id=conversation_id, index=index) from None
+            raise
 
 
 def _check_read(seq: int | None, limit: int, types: Sequence[str] | None) -> None:

@@ -15,11 +15,13 @@ from pydantic import AwareDatetime, BaseModel
 from agentwatch.errors import Conflict, InvalidArgument, NotFound
 from agentwatch.events import PageCursor, new_id
 from agentwatch.store._sql import (
+    DAMAGE,
     SESSION_COLUMNS,
     SESSION_JSON,
     Row,
     Tx,
     check_limit,
+    damaged_session,
     from_row,
     in_list,
     keyset_page,
@@ -72,7 +74,12 @@ def stored_time(value: Any) -> datetime:
 
 
 def _json(value: Any) -> Any:
-    return {} if value == "{}" else json.loads(value)  # most settings are empty
+    if value == "{}":
+        return {}  # most settings are empty
+    document = json.loads(value)
+    if type(document) is not dict:  # (valid JSON, but not what the field holds: damaged)
+        raise TypeError(f"a JSON {type(document).__name__}, not an object")
+    return document
 
 
 def _codec(annotation: Any) -> Callable[[Any], Any] | None:
@@ -130,6 +137,7 @@ _SESSION_CODECS: list[tuple[int, Callable[[Any], Any]]] = [
     if codec is not None
 ]
 _SESSION_FIELDS = set(SESSION_COLUMNS)
+_ID, _NAME = SESSION_COLUMNS.index("id"), SESSION_COLUMNS.index("name")
 GET_SESSION = f"{select(SESSION_COLUMNS, 'sessions')} WHERE id = ?"
 
 
@@ -139,10 +147,14 @@ def session_from_row(row: Row) -> SessionRecord:
     A NULL stays None: every field whose default is not None has a NOT NULL column on both backends.
     """
     values = list(row)
-    for index, codec in _SESSION_CODECS:
-        value = values[index]
-        if value is not None:
-            values[index] = codec(value)
+    try:
+        for index, codec in _SESSION_CODECS:
+            value = values[index]
+            if value is not None:
+                values[index] = codec(value)
+    except DAMAGE as error:
+        session_id, name = row[_ID], row[_NAME]
+        raise damaged_session(session_id, name, SESSION_COLUMNS[index], error) from None
     record = object.__new__(SessionRecord)
     object.__setattr__(record, "__dict__", dict(zip(SESSION_COLUMNS, values, strict=True)))
     object.__setattr__(record, "__pydantic_fields_set__", _SESSION_FIELDS)  # shared: all names, never fewer
@@ -288,25 +300,32 @@ class SessionMethods(SqlBase):
         moments, codecs = _value_codecs(tuple(fields))
         items: list[list[Any]] = []
         width = len(fields)  # the sort key's columns that `fields` lacks come after them
-        for row in rows[:limit]:
-            values = list(row[:width])
-            for index in moments:
-                value = values[index]
-                # `stored_iso` inlined: SQLite's fixed-width UTC text is already the ISO text, but for a whole second.
-                if value is not None and not (
-                    type(value) is str
-                    and len(value) == 32
-                    and value[26:] == "+00:00"
-                    and value[10] == "T"
-                    and value[19] == "."
-                    and value[19:26] != ".000000"
-                ):
-                    values[index] = stored_iso(value)
-            for index, codec in codecs:
-                value = values[index]
-                if value is not None:
-                    values[index] = codec(value)
-            items.append(values)
+        try:
+            for row in rows[:limit]:
+                values = list(row[:width])
+                for index in moments:
+                    value = values[index]
+                    # `stored_iso` inlined: SQLite's fixed-width UTC text is already the ISO text, but for a whole
+                    # second.
+                    if value is not None and not (
+                        type(value) is str
+                        and len(value) == 32
+                        and value[26:] == "+00:00"
+                        and value[10] == "T"
+                        and value[19] == "."
+                        and value[19:26] != ".000000"
+                    ):
+                        values[index] = stored_iso(value)
+                for index, codec in codecs:
+                    value = values[index]
+                    if value is not None:
+                        values[index] = codec(value)
+                items.append(values)
+        except DAMAGE as error:
+            # The id is among `fields`, else the last column the listing added (see `keyset_page`).
+            session_id = row[fields.index("id")] if "id" in fields else row[-1]
+            name = row[fields.index("name")] if "name" in fields else None
+            raise damaged_session(session_id, name, fields[index], error) from None
         next_cursor = cursor_after(rows[limit - 1]) if len(rows) > limit else None
         return Page(items, next_cursor)
 

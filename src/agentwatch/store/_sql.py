@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from agentwatch.errors import InvalidArgument, InvalidCursor
+from agentwatch.errors import DamagedRecord, InvalidArgument, InvalidCursor
 from agentwatch.events import (
     PAYLOAD_ADAPTER,
     PageCursor,
@@ -32,6 +32,7 @@ from agentwatch.store.records import (
 )
 
 __all__ = [
+    "DAMAGE",
     "EVENT_INSERT",
     "LIVE_SQL",
     "SESSION_COLUMNS",
@@ -42,6 +43,9 @@ __all__ = [
     "check_limit",
     "check_params",
     "check_text",
+    "damage_reason",
+    "damaged_row",
+    "damaged_session",
     "from_row",
     "has_surrogate",
     "in_list",
@@ -182,18 +186,103 @@ def to_params(dialect: Dialect, values: dict[str, Any], json_columns: frozenset[
     return encoded
 
 
+# -- damaged rows ------------------------------------------------------------------------------------------
+#
+# The store reads back what it wrote, so a row that cannot be decoded was changed behind its back (edited by
+# hand, a restore gone wrong). Decoding is where that shows, once for every caller: a row is decoded without
+# looking (a `try` costs nothing until it raises), and only a failure goes back over the row to name what is
+# damaged, as a `DamagedRecord`.
+
+DAMAGE = (ValueError, TypeError)
+"""What decoding a damaged row raises: `json.JSONDecodeError` and pydantic's `ValidationError` are
+`ValueError`s, as is a time that is not one; a value of the wrong kind (a number where JSON text should be)
+is a `TypeError`."""
+
+_RECORD_KINDS: dict[str, tuple[str, str, str]] = {
+    # model -> (what a row of it is called, the column that identifies it, that column's name in `details`)
+    "ConversationRecord": ("conversation", "id", "conversation_id"),
+    "InputRecord": ("inbox input", "id", "input_id"),
+    "RequestRecord": ("request", "id", "request_id"),
+    "RunRecord": ("run", "id", "run_id"),
+    "SpanRecord": ("span", "id", "span_id"),
+    "JournalEntry": ("journal entry", "id", "entry_id"),
+    "ObserverRef": ("observer ref of session", "observed_session_id", "session_id"),
+}
+
+_REPAIR = "restore the store from a backup, or correct that value by hand"
+"""What to do about a damaged row (the engine reads the row before it changes it, so it cannot help)."""
+
+
+def damage_reason(error: BaseException) -> str:
+    """What is wrong with a stored value, in a few words, from what decoding it raised."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"is not valid JSON ({error.msg} at character {error.pos})"
+    if isinstance(error, ValidationError):
+        problems = error.errors(include_url=False)
+        first = problems[0]
+        where = ".".join(str(part) for part in first["loc"])
+        more = f", and {len(problems) - 1} more problem(s)" if len(problems) > 1 else ""
+        return f"does not fit its type ({where + ': ' if where else ''}{first['msg']}{more})"
+    return f"cannot be read ({error})"
+
+
+def damaged_row(
+    what: str, column: str, error: BaseException, *, advice: str = _REPAIR, **details: Any
+) -> DamagedRecord:
+    """The error for a stored row that cannot be read back: `what` names the row (`session 'ses_...'`),
+    `column` the part of it that is damaged, `advice` what to do; `details` are the same facts for a program."""
+    return DamagedRecord(
+        f"the stored {what} is damaged: its {column} value {damage_reason(error)}; {advice}", column=column, **details
+    )
+
+
 def from_row(model: type[M], columns: Sequence[str], row: Row, json_columns: frozenset[str]) -> M:
-    """Build a record from a row selected as `columns`."""
+    """Build a record from a row selected as `columns`; `DamagedRecord` for a row that cannot be one."""
     values: dict[str, Any] = {}
-    for column, value in zip(columns, row, strict=True):
-        if value is None:
-            continue  # the record's default (None, or {} for settings)
-        if column in json_columns:
-            value = json.loads(value)
-        elif isinstance(value, datetime):
-            value = value.astimezone(UTC)
-        values[column] = value
-    return model.model_validate(values)
+    try:
+        for column, value in zip(columns, row, strict=True):
+            if value is None:
+                continue  # the record's default (None, or {} for settings)
+            if column in json_columns:
+                value = json.loads(value)
+            elif isinstance(value, datetime):
+                value = value.astimezone(UTC)
+            values[column] = value
+        return model.model_validate(values)
+    except DAMAGE as error:
+        raise _damaged_record(model, columns, row, json_columns, error) from None
+
+
+def _damaged_record(
+    model: type[BaseModel], columns: Sequence[str], row: Row, json_columns: frozenset[str], error: BaseException
+) -> DamagedRecord:
+    """The `DamagedRecord` for a row `from_row` could not make a `model` of: the column whose JSON does not
+    parse, else the first field validation refused."""
+    by_column = dict(zip(columns, row, strict=True))
+    column = "row"
+    for name in columns:
+        if name in json_columns and by_column[name] is not None:
+            try:
+                json.loads(by_column[name])
+            except DAMAGE as bad_json:
+                column, error = name, bad_json
+                break
+    else:
+        problems = error.errors() if isinstance(error, ValidationError) else []
+        if problems and problems[0]["loc"]:
+            column = str(problems[0]["loc"][0])
+    if model is SessionRecord and "id" in by_column and "name" in by_column:
+        return damaged_session(by_column["id"], by_column["name"], column, error)
+    what, key, detail = _RECORD_KINDS.get(model.__name__, (model.__name__, "id", "id"))
+    if by_column.get(key) is None:
+        return damaged_row(what, column, error)
+    return damaged_row(f"{what} {by_column[key]!r}", column, error, **{detail: by_column[key]})
+
+
+def damaged_session(session_id: str, name: str | None, column: str, error: BaseException) -> DamagedRecord:
+    """The `DamagedRecord` for the row of session `session_id` (`name`, when known) whose `column` raised `error`."""
+    what = f"session {session_id!r}" + (f" ({name})" if name else "")
+    return damaged_row(what, column, error, session_id=session_id)
 
 
 def in_list(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
