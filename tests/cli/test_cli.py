@@ -127,9 +127,44 @@ async def _create_store(url: str) -> None:
 def test_an_unknown_store_scheme_says_what_to_use(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "agentwatch.cli", "db", "info", "--store", "mysql://x/y"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
-    assert done.returncode == 1
-    assert "unknown store URL scheme 'mysql'" in done.stderr
+    assert done.returncode == 2  # a usage error, of --store
+    assert "Invalid value for '--store': unknown store URL scheme 'mysql'" in done.stderr
     assert "sqlite:///" in done.stderr
+
+
+def test_a_plain_file_path_is_a_sqlite_store(tmp_path: Path) -> None:
+    """`--store /abs/path.db` (or a relative path) is the SQLite store file there, as `sqlite:///` and its
+    absolute path; a value that is neither a URL nor a path is a usage error of --store."""
+    (tmp_path / "work").mkdir()
+    made = CliRunner().invoke(cli, ["create", "coder", "--store", str(tmp_path / "plain.db")])
+    assert "plain.db" not in made.output  # (the store is made; the missing role is what it refuses)
+    assert (tmp_path / "plain.db").is_file()
+    asyncio.run(_one_session(f"sqlite:///{tmp_path / 'plain.db'}"))
+    for store in (str(tmp_path / "plain.db"), "../plain.db"):
+        command = [sys.executable, "-m", "agentwatch.cli", "ls", "--store", store, "--json"]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path / "work", check=False)
+        assert done.returncode == 0, done.stderr
+        assert [agent["name"] for agent in json.loads(done.stdout)["agents"]] == ["nova"]
+    info = CliRunner().invoke(cli, ["db", "info", "--store", str(tmp_path / "plain.db"), "--json"])
+    assert info.exit_code == 0 and json.loads(info.stdout)["url"] == f"sqlite:///{tmp_path / 'plain.db'}"
+
+    for value, said in [
+        ("postgresql:/host/db", "is neither a store URL nor a file path"),
+        ("a?b.db", "holds a '?'"),
+        ("  ", "names no store"),
+    ]:
+        refused = CliRunner().invoke(cli, ["ls", "--store", value, "--json"])
+        assert refused.exit_code == 2, refused.output
+        error = json.loads(refused.stdout)["error"]
+        assert error["details"] == {"flags": ["--store"]} and said in error["message"], error
+    assert "the path of a SQLite store file" in " ".join(CliRunner().invoke(cli, ["ls", "--help"]).output.split())
+
+
+async def _one_session(url: str) -> None:
+    from agentwatch.store import SessionDraft, open_store
+
+    async with open_store(url) as store:
+        await store.create_session(SessionDraft(name="nova", role="coder"))
 
 
 def test_tail_follow_resumes_after_a_reconnect_with_no_gap_or_repeat(tmp_path: Path) -> None:

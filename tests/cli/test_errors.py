@@ -137,7 +137,9 @@ CASES: list[tuple[list[str], int, str]] = [
     (["ls", "--store", f"sqlite:////tmp/{LONG_NAME}.db"], 1, LONG_NAME[:50]),
     (["ls", "--store", "sqlite:////etc/hostname/x.db"], 1, "/etc/hostname/x.db"),
     (["ls", "--store", "sqlite:///{root}/missing.db"], 1, "missing.db"),
-    (["ls", "--store", "mysql://x/y"], 1, "mysql"),
+    (["ls", "--store", "mysql://x/y"], 2, "mysql"),  # (a usage error of --store: once exit 1, naming no flag)
+    (["ls", "--store", "postgresql:/x"], 2, "--store"),
+    (["ls", "--store", "{root}/missing.db"], 1, "missing.db"),  # (a path: the SQLite file there, which is missing)
     (["ls", "--store", "\udcff"], 2, "--store"),
     (["db", "info", "--store", f"sqlite:////tmp/{LONG_NAME}.db"], 1, LONG_NAME[:50]),
     (["db", "info", "--store", "sqlite:////etc/hostname/x.db"], 1, "/etc/hostname/x.db"),

@@ -108,9 +108,10 @@ def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         "--store",
         "store_url",
         metavar="URL",
+        type=StoreUrl(),
         default=None,
-        help="Store URL (sqlite:///path.db or postgresql://...). Default: $AGENTWATCH_STORE, agentwatch.toml, "
-        "then sqlite:///.agentwatch/agentwatch.db.",
+        help="Store URL (sqlite:///path.db or postgresql://...), or the path of a SQLite store file. Default: "
+        "$AGENTWATCH_STORE, agentwatch.toml, then sqlite:///.agentwatch/agentwatch.db.",
     )(fn)
 
 
@@ -133,6 +134,23 @@ class Text(click.types.StringParamType):
         except UnicodeEncodeError:
             self.fail(f"{_safe(text)} is not valid UTF-8 text", param, ctx)
         return text
+
+
+class StoreUrl(Text):
+    """A store URL, or the path of a SQLite store file (`agentwatch.store.store_url`): as the store's URL."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = super().convert(value, param, ctx)
+        if not text:
+            return text  # (none given: the configured store)
+        from agentwatch.store import store_url
+
+        try:
+            return store_url(text)
+        except InvalidArgument as exc:
+            self.fail(exc.message, param, ctx)
 
 
 class TextOrStdin(Text):

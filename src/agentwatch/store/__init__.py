@@ -9,6 +9,7 @@ async with open_store("sqlite:///.agentwatch/agentwatch.db") as store:
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -98,6 +99,7 @@ __all__ = [
     "hide_password",
     "open_store",
     "refuse_missing_file",
+    "store_url",
 ]
 
 
@@ -137,6 +139,8 @@ async def connect_store(url: str, *, create: bool = True) -> Store:
             f"store URL {url!r} has no scheme; use sqlite:///path/to/agentwatch.db or "
             "postgresql://user@host:5432/dbname"
         )
+    if scheme not in _SCHEMES:
+        raise _unknown_scheme(scheme, url)
     if not create:
         refuse_missing_file(url)
     if scheme == "sqlite":
@@ -147,10 +151,45 @@ async def connect_store(url: str, *, create: bool = True) -> Store:
         from agentwatch.store.postgres import PostgresStore
 
         return await PostgresStore.open(url, create=create)
-    raise InvalidArgument(
+    raise _unknown_scheme(scheme, url)
+
+
+_SCHEMES = ("sqlite", "postgresql", "postgres")
+_LOOKS_LIKE_A_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _unknown_scheme(scheme: str, url: str) -> InvalidArgument:
+    return InvalidArgument(
         f"unknown store URL scheme {scheme!r} in {url!r}; agentwatch stores live in sqlite:///path.db "
         "(embedded, the default) or postgresql://user@host:5432/dbname"
     )
+
+
+def store_url(value: str) -> str:
+    """The store URL `value` names, as a person may give it (`--store`): a URL (`scheme://...`) of a known
+    scheme as it is, and the path of a SQLite file (no scheme: `/abs/agentwatch.db`, `store.db`, relative to
+    the working directory) as the `sqlite:///` URL of its absolute path. Refused (`InvalidArgument`): an unknown
+    scheme, a value that is neither (`postgresql:/host/db`, a scheme without `//`), and a path a URL cannot carry
+    (`?` starts a URL's options)."""
+    scheme, sep, _ = value.partition("://")
+    if sep:
+        if scheme not in _SCHEMES:
+            raise _unknown_scheme(scheme, value)
+        return value
+    if value == ":memory:":
+        return "sqlite://:memory:"
+    if not value.strip():
+        raise InvalidArgument(f"{value!r} names no store; give a store URL or the path of a SQLite file")
+    if _LOOKS_LIKE_A_SCHEME.match(value.partition("/")[0]):
+        raise InvalidArgument(
+            f"{value!r} is neither a store URL nor a file path; use sqlite:///path/to/agentwatch.db, "
+            "postgresql://user@host:5432/dbname, or the path of a SQLite file (/path/to/agentwatch.db)"
+        )
+    if "?" in value:
+        raise InvalidArgument(
+            f"the file path {value!r} holds a '?', which a store URL reads as its options; rename the file"
+        )
+    return f"sqlite:///{Path(value).expanduser().absolute()}"
 
 
 @asynccontextmanager
