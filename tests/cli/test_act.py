@@ -153,12 +153,21 @@ def test_stop_and_delete_a_paused_agent(store_url: str, waiting: dict[str, str])
     stopped = _json(result)
     assert (stopped["stopped"], stopped["status"], stopped["by"]) == (True, "cancelled", "a person")
     assert asyncio.run(_request(store_url, waiting["picker"])).status == "dismissed"
-    again = invoke("stop", "picker", "--store", store_url)
-    assert again.exit_code == 0 and "no turn to stop" in again.stdout
+    again = invoke("stop", "picker", "--store", store_url)  # (once "ses_... had no turn to stop")
+    assert again.exit_code == 0 and again.stdout == f"picker ({stopped['id']}) had no turn to stop (cancelled)\n"
+    said = invoke("stop", stopped["id"], "--store", store_url)  # (named by its id: its name all the same)
+    assert said.stdout == again.stdout
+    deployer = invoke("stop", "deployer", "--store", store_url)
+    assert deployer.exit_code == 0 and deployer.stdout.startswith("stopped deployer (ses_"), deployer.output
+    assert deployer.stdout.endswith(" (by a person): cancelled\n"), deployer.output
+    sent = invoke("send", "picker", "again", "--store", store_url)
+    assert sent.exit_code == 0 and sent.stdout.startswith(f"queued for picker ({stopped['id']}), 1 waiting: ")
 
     deleted = invoke("delete", "asker", "--store", store_url, "--json")
     assert deleted.exit_code == 0, deleted.output
     assert _json(deleted)["deletedAt"] is not None
+    lead = invoke("delete", "lead", "--store", store_url)
+    assert lead.exit_code == 0 and lead.stdout.startswith("deleted lead (ses_"), lead.output
     assert asyncio.run(_request(store_url, waiting["asker"])).status == "dismissed"
     gone = invoke("send", "asker", "more", "--store", store_url, "--json")  # deleted names no longer resolve
     assert gone.exit_code == 1

@@ -170,6 +170,8 @@ async def test_acting_commands_go_through_the_service_which_stops_its_own_turns(
             again = await run_cli("stop", "worker", *away)
             assert again.exit_code == 0, again.output
             assert (answer_of(again)["stopped"], answer_of(again)["status"]) == (False, "cancelled")
+            said = await run_cli("stop", "worker", *away[:-1])  # (once "ses_... had no turn to stop")
+            assert said.stdout == f"worker ({session.id}) had no turn to stop (cancelled)\n", said.output
             release.set()
 
             chooser = await engine.create("worker", name="chooser", source="chat")
@@ -249,9 +251,9 @@ async def test_work_handed_to_a_service_without_the_agents_role_is_not_said_to_g
         sent = await run_cli("send", "ghost", "hi", *away)
         assert sent.exit_code == 0, sent.output
         assert sent.stdout == (
-            f"queued for {ghost.id} (1 waiting): the service at {url} has no agent type 'ghost', so it leaves the "
-            "work to an engine that has it (one open on this store takes it within a second, else the next one "
-            "opened with it)\n"
+            f"queued for ghost ({ghost.id}), 1 waiting: the service at {url} has no agent type 'ghost', so it "
+            "leaves the work to an engine that has it (one open on this store takes it within a second, else the "
+            "next one opened with it)\n"
         )
         created = await run_cli("create", "helper", "hi", "--name", "known", *away)
         assert created.exit_code == 0 and f"the service at {url} continues it now" in created.stdout, created.output

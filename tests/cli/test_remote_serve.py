@@ -159,7 +159,7 @@ def test_tail_follow_attaches_to_the_service_live_and_ctrl_c_exits_130(
         sent = subprocess.run(cli("send", "worker", "go", "--store", store), cwd=tmp_path, env=environment(),
                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
         assert sent.returncode == 0, sent.stderr
-        assert sent.stdout.startswith(f"queued for {created['agentId']}")
+        assert sent.stdout.startswith(f"queued for worker ({created['agentId']}), 1 waiting: "), sent.stdout
 
         def turn_ended(rows: list[tuple[float, dict[str, Any]]]) -> bool:
             return any(row["type"].startswith("turn.") and row["status"] == "completed" for _, row in rows)

@@ -251,6 +251,22 @@ def _say(result: dict[str, Any], as_json: bool, text: str | Callable[[], str]) -
         click.echo(text() if callable(text) else text)
 
 
+def _named(record: Mapping[str, Any]) -> str:
+    """An agent as the commands name it (`created nova (ses_...)`): its name, then its id."""
+    return f"{record['name']} ({record['id']})"
+
+
+def _agent_named(store_url: str | None, session_id: str) -> str:
+    """`_named` for the agent `session_id`, read where the command acted (the service, else the store); its id
+    alone when it cannot be read (the action is done all the same: only the sentence is at stake)."""
+    from agentwatch.cli.remote import read
+
+    try:
+        return _named(read(store_url, "agent_get", {"id": session_id}, {}))
+    except AgentwatchError:
+        return session_id
+
+
 def _left(store_url: str | None, session_id: str, role: str | None = None) -> str:
     """Who takes the work up: the service it went through when it runs the agent's role (`role`, else read),
     else an engine that has the role; on the store, the engine that runs the agent."""
@@ -485,7 +501,7 @@ def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
     then = (
         f"it waits until {held['by']} hands the agent back" if held else _left(store_url, record["id"], record["role"])
     )
-    click.echo(f"queued for {result['agentId']} ({result['pendingInputs']} waiting): {then}")
+    click.echo(f"queued for {_named(record)}, {result['pendingInputs']} waiting: {then}")
 
 
 @click.command("stop", short_help="Stop an agent's turn (it ends cancelled).")
@@ -506,11 +522,14 @@ def stop(agent: str, store_url: str | None, as_json: bool) -> None:
     """
 
     result = act(store_url, "agent_stop", {"id": agent}, {"id": "AGENT"}, agent="id")
-    if result["stopped"]:
-        text = f"stopped {result['id']} (by {result['by']}): {result['status']}"
-    else:
-        text = f"{result['id']} had no turn to stop ({result['status']})"
-    _say(result, as_json, text)
+
+    def said() -> str:
+        named = _agent_named(store_url, result["id"])
+        if result["stopped"]:
+            return f"stopped {named} (by {result['by']}): {result['status']}"
+        return f"{named} had no turn to stop ({result['status']})"
+
+    _say(result, as_json, said)
 
 
 @click.command("escalate", short_help="Hand a question held for the parent agent to a person now.")
@@ -547,7 +566,7 @@ def delete(agent: str, store_url: str | None, as_json: bool) -> None:
     """
 
     result = act(store_url, "agent_delete", {"id": agent}, {"id": "AGENT"}, agent="id")
-    _say(result, as_json, f"deleted {result['id']} (reaped after {result['reapAt']})")
+    _say(result, as_json, lambda: f"deleted {_agent_named(store_url, result['id'])}, reaped after {result['reapAt']}")
 
 
 @click.command("take-over", short_help="Take an agent over: its inputs wait until you hand it back.")
