@@ -257,6 +257,15 @@ async def test_work_handed_to_a_service_without_the_agents_role_is_not_said_to_g
         )
         created = await run_cli("create", "helper", "hi", "--name", "known", *away)
         assert created.exit_code == 0 and f"the service at {url} continues it now" in created.stdout, created.output
+        # `await` times out on it, and says why, as the service tells it (once: nothing, though on the store it said).
+        waited = await run_cli("await", "ghost", "--timeout", "0.2", *away)
+        assert waited.exit_code == 3, waited.output
+        said = " ".join(waited.stderr.split())
+        assert said.startswith(f"1 input(s) of ghost wait for an engine to run them: the service at {url} cannot "
+                               "run it: no agent type 'ghost'"), said  # fmt: skip
+        assert "define the type for the service that should run it" in said, said
+        as_json = await run_cli("await", "ghost", "--timeout", "0", "--json", *away)  # (stdout: the answer alone)
+        assert as_json.exit_code == 3 and json.loads(as_json.stdout)["timedOut"] is True
 
 
 async def test_a_local_service_is_found_through_its_discovery_file(

@@ -476,6 +476,30 @@ def read(
         raise flag_error(exc, flags, args) from None
 
 
+def _note_idle_wait(service: Service, session_id: str) -> None:
+    """Say why an idle agent's inputs are not run, as the service tells it (its record's `roleProblem`); on the
+    store, `wait_until_settled` says it from the agent's lease and events."""
+    from rich.markup import escape
+
+    from agentwatch.cli._table import print_note
+
+    try:
+        record = service.answer("agent_get", {"id": session_id})
+    except AgentwatchError:
+        return  # (the snapshot says it timed out all the same: only the note is at stake)
+    if not record.get("pendingInputs"):
+        return
+    problem = record.get("roleProblem")
+    why = (
+        f"the service at {service.url} cannot run it: {problem}"
+        if problem
+        else f"the service at {service.url} has agent type {record.get('role')!r}, so the engine that holds the agent "
+        f"runs them once it gets to it (a `run`, or another service on the store: `agentwatch get {session_id}`)"
+    )
+    waiting = f"{record['pendingInputs']} input(s) of {record.get('name')} wait for an engine to run them"
+    print_note(f"[dim]{escape(waiting)}: {escape(why)}[/]")
+
+
 def stream_events(service: Service, session_id: str, after: str | None) -> Iterator[Event]:
     """The session's events after `after`, live from the service's attach stream (a snapshot frame, sent
     when `after` is None, gives its history first); they end with the agent's deletion."""
@@ -533,6 +557,8 @@ def await_settled(service: Service, session_id: str, timeout: float, *, spinner:
                 continue
             failures = 0
             if not snapshot.get("timedOut") or left <= 0:
+                if snapshot.get("timedOut") and snapshot.get("status") == "idle":
+                    _note_idle_wait(service, session_id)
                 return snapshot
             if status is not None:
                 from rich.markup import escape
