@@ -61,6 +61,17 @@ async def _active_in_its_pane(page: Any, row: Any, width: int) -> None:
     assert active["x"] + active["width"] <= pane["x"] + pane["width"], (width, active, pane)
 
 
+async def _agents_and_runs(engine: Any, *, agents: int, runs: int) -> None:
+    """`agents` agents of role helper named `agent-NN` (as many digits as the last number has, oldest first), and
+    `runs` runs named `report-NN`."""
+    digits = len(str(agents - 1))
+    for n in range(agents):
+        await engine.create("helper", name=f"agent-{n:0{digits}d}")
+    for n in range(runs):
+        async with engine.run(f"report-{n:02d}"):
+            pass
+
+
 async def _page(browser: Any, url: str) -> tuple[Any, list[str]]:
     """A new page at `url`, and the list its script errors land in (a test ends by asserting it is empty)."""
     page = await browser.new_page()
@@ -1076,11 +1087,7 @@ async def test_the_agent_picked_low_in_a_long_list_is_shown_where_the_person_loo
     shown at the top of the page, out of view, beside the list's first rows (the runs view the same)."""
     model = scripted("dashboard-far-down", ScriptedModel.replying("ok"))
     async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
-        for n in range(60):
-            await engine.create("helper", name=f"agent-{n:02d}")
-        for n in range(30):
-            async with engine.run(f"report-{n:02d}"):
-                pass
+        await _agents_and_runs(engine, agents=60, runs=30)
         page, problems = await _page(browser, base)
         await page.set_viewport_size({"width": 1280, "height": 800})
         far_down = page.locator("#agents tbody tr", has_text="agent-00")  # (the oldest, below the 59 others)
@@ -1161,11 +1168,7 @@ async def test_more_agents_and_runs_than_a_page_holds_are_all_reached_from_the_p
     50 runs the older runs were not listed at all, with no sign that there were more."""
     model = scripted("dashboard-pages", ScriptedModel.replying("ok"))
     async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
-        for n in range(130):
-            await engine.create("helper", name=f"agent-{n:03d}")
-        for n in range(55):
-            async with engine.run(f"report-{n:02d}"):
-                pass
+        await _agents_and_runs(engine, agents=130, runs=55)
         page, problems = await _page(browser, base)
         rows, more = page.locator("#agents tbody tr"), page.locator("#more-agents")
         await expect(rows).to_have_count(100, timeout=WAIT_MS)

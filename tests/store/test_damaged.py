@@ -37,6 +37,15 @@ async def two_sessions(store: Store) -> tuple[SessionRecord, SessionRecord]:
     return alpha, beta
 
 
+def damage_third_event(store_url: str, session: SessionRecord, type_name: str, payload: str) -> None:
+    """Make the session's event 3 one of `type_name` with `payload`, behind the store's back."""
+    tamper(
+        store_url,
+        "UPDATE events SET payload = ?, type = ? WHERE session_id = ? AND seq = 3",
+        [payload, type_name, session.id],
+    )
+
+
 # -- sessions ----------------------------------------------------------------------------------------------
 
 
@@ -92,11 +101,7 @@ async def test_a_damaged_event_reads_as_the_stores_notice_in_its_place(
     store: Store, store_url: str, type_name: str, payload: str, said: str
 ) -> None:
     alpha, _ = await two_sessions(store)
-    tamper(
-        store_url,
-        "UPDATE events SET payload = ?, type = ? WHERE session_id = ? AND seq = 3",
-        [payload, type_name, alpha.id],
-    )
+    damage_third_event(store_url, alpha, type_name, payload)
     intact = {event.seq: event for event in await store.read_events(alpha.id) if event.seq != 3}
 
     def check(events: Sequence[Any]) -> None:
@@ -127,11 +132,7 @@ async def test_a_read_of_other_types_than_the_notice_refuses_a_damaged_event(
 ) -> None:
     """A read that asks for some types only (the runtime's scans) cannot be answered without the damaged event."""
     alpha, beta = await two_sessions(store)
-    tamper(
-        store_url,
-        "UPDATE events SET payload = ?, type = ? WHERE session_id = ? AND seq = 3",
-        [payload, type_name, alpha.id],
-    )
+    damage_third_event(store_url, alpha, type_name, payload)
     for read in (
         lambda: store.read_events(alpha.id, types=[type_name]),
         lambda: store.read_events_backward(alpha.id, types=[type_name, "message.user"]),
