@@ -11,8 +11,18 @@ from typing import Any
 import pytest
 
 from agentwatch.errors import DamagedRecord
-from agentwatch.events import NewEvent, RuntimeNotice, UserMessage
-from agentwatch.store import RequestDraft, SessionDraft, SessionFilter, SessionPatch, SessionRecord, Store, Write
+from agentwatch.events import CompletionFinished, NewEvent, RuntimeNotice, ToolResult, Usage, UserMessage
+from agentwatch.store import (
+    RequestDraft,
+    RunDraft,
+    SessionDraft,
+    SessionFilter,
+    SessionPatch,
+    SessionRecord,
+    Store,
+    UsageEntry,
+    Write,
+)
 
 
 def tamper(store_url: str, sql: str, params: Sequence[Any]) -> None:
@@ -187,3 +197,95 @@ def test_the_damaged_record_is_a_store_error() -> None:
     error = DamagedRecord("x", seq=3)
     assert isinstance(error, StoreError)
     assert AgentwatchError.from_dict(error.to_dict()).__class__ is DamagedRecord  # a client raises it back
+
+
+async def test_a_damaged_completion_keeping_a_model_message_is_a_damaged_record(store: Store, store_url: str) -> None:
+    """A model response is kept once, in its completion.finished event: the messages read names that event."""
+    alpha, _ = await two_sessions(store)
+    response = {"kind": "response", "parts": [{"part_kind": "text", "content": "hi"}]}
+    finished = CompletionFinished(request_index=0, model="m", usage=Usage(requests=1), response=response)
+    [event] = await store.write(Write(alpha.id, [NewEvent(finished)], messages=[{"kind": "request"}, response]))
+    tamper(store_url, "UPDATE events SET payload = ? WHERE session_id = ? AND seq = ?", ["{bad", alpha.id, event.seq])
+
+    with pytest.raises(DamagedRecord) as caught:
+        await store.read_messages(alpha.conversation_id)
+    assert caught.value.message.startswith(
+        f"the stored event 6 (completion.finished) of session {alpha.id!r} is damaged: its payload value is not valid"
+    ), caught.value.message
+    details = {"column": "payload", "session_id": alpha.id, "seq": 6, "type": "completion.finished"}
+    assert caught.value.details == details
+
+
+async def test_a_damaged_tool_output_kept_for_a_model_message_is_a_damaged_record(
+    store: Store, store_url: str, backend: str
+) -> None:
+    if backend != "sqlite":
+        pytest.skip("PostgreSQL keeps a tool's output in its model message as well")
+    alpha, _ = await two_sessions(store)
+    result = ToolResult(tool_call_id="c1", tool_name="lookup", output="found")
+    returned = {"kind": "request", "parts": [{"part_kind": "tool-return", "tool_call_id": "c1", "content": "found"}]}
+    await store.write(Write(alpha.id, [NewEvent(result)], messages=[returned]))
+
+    tamper(store_url, "UPDATE message_rows SET body = ? WHERE event_path IS NOT NULL", ["{nope"])
+    with pytest.raises(DamagedRecord) as caught:
+        await store.read_messages(alpha.conversation_id)
+    assert caught.value.message.startswith(
+        f"the stored model message 1 of conversation {alpha.conversation_id!r} is damaged: its body value is not"
+    ), caught.value.message
+
+    tamper(
+        store_url, "UPDATE message_rows SET body = ? WHERE event_path IS NOT NULL", ['{"kind":"request","parts":[{}]}']
+    )
+    tamper(store_url, "UPDATE events SET payload = ? WHERE session_id = ? AND seq = 6", ["{bad", alpha.id])
+    with pytest.raises(DamagedRecord) as caught:
+        await store.read_messages(alpha.conversation_id)
+    assert caught.value.message.startswith(f"the stored event 6 (tool.result) of session {alpha.id!r} is damaged")
+
+
+@pytest.mark.parametrize(("stored", "said"), [("garbage", "is not valid JSON"), ("[1, 2]", "cannot be read")])
+async def test_a_write_that_expects_the_session_unheld_refuses_a_damaged_hold(
+    store: Store, store_url: str, stored: str, said: str
+) -> None:
+    alpha, _ = await two_sessions(store)
+    tamper(store_url, "UPDATE sessions SET interception = ? WHERE id = ?", [stored, alpha.id])
+    with pytest.raises(DamagedRecord) as caught:
+        await store.write(Write(alpha.id, session=SessionPatch(display_name="A"), expect_unheld=True))
+    assert caught.value.message.startswith(f"the stored session {alpha.id!r} (alpha) is damaged: its interception")
+    assert said in caught.value.message, caught.value.message
+    assert caught.value.details == {"session_id": alpha.id, "column": "interception"}
+
+
+@pytest.mark.parametrize(("stored", "said"), [("yesterday", "Invalid isoformat"), ("2026-01-01 10:00", "without its")])
+async def test_a_damaged_time_in_the_spend_ledger_is_a_damaged_record(
+    store: Store, store_url: str, backend: str, stored: str, said: str
+) -> None:
+    if backend != "sqlite":
+        pytest.skip("PostgreSQL keeps a ledger entry's time as a timestamp, which holds nothing but times")
+    run = await store.create_run(RunDraft(kind="task"))
+    alpha = await store.create_session(SessionDraft(name="alpha", role="coder", run_id=run.id))
+    await store.write(Write(alpha.id, usage=[UsageEntry(turn_id="trn_a", run_id=run.id, usage=Usage(requests=1))]))
+    tamper(store_url, "UPDATE usage_ledger SET at = ? WHERE turn_id = 'trn_a'", [stored])
+    with pytest.raises(DamagedRecord) as caught:
+        await store.run_usage(run.id)
+    assert caught.value.message.startswith(
+        f"the stored spend of turn 'trn_a' of session {alpha.id!r} in run {run.id!r} is damaged: its at value"
+    ), caught.value.message
+    assert said in caught.value.message
+    assert caught.value.details == {"column": "at", "run_id": run.id, "session_id": alpha.id, "turn_id": "trn_a"}
+
+
+async def test_a_damaged_lease_is_a_damaged_record(store: Store, store_url: str, backend: str) -> None:
+    if backend != "sqlite":
+        pytest.skip("PostgreSQL keeps a lease's expiry as a timestamp, which holds nothing but times")
+    alpha, _ = await two_sessions(store)
+    assert await store.acquire_lease(alpha.id, "worker-1", 60)
+    tamper(store_url, "UPDATE leases SET expires_at = '1999-99-99' WHERE session_id = ?", [alpha.id])
+    for read in (
+        lambda: store.get_lease(alpha.id),
+        lambda: store.expired_leases(),  # ('1999-...' is before now: it reads as expired)
+        lambda: store.take_lease(alpha.id, "worker-2", 60),  # (it reads the lease it takes over)
+    ):
+        with pytest.raises(DamagedRecord) as caught:
+            await read()
+        assert caught.value.message.startswith(f"the stored lease of session {alpha.id!r} is damaged: its expires_at")
+        assert caught.value.details == {"column": "expires_at", "session_id": alpha.id}

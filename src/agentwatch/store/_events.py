@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 
 from pydantic import JsonValue, ValidationError
 
-from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.errors import Conflict, DamagedRecord, InvalidArgument, NotFound, StoreError, StoreUnavailable
 from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, RuntimeNotice, new_id
 from agentwatch.store._appends import Appends, apply_appends, read_counters
 from agentwatch.store._leases import claim_lease
-from agentwatch.store._sessions import GET_SESSION, session_from_row, stored_iso, stored_time
+from agentwatch.store._sessions import GET_SESSION, session_from_row, session_value, stored_iso, stored_time
 from agentwatch.store._sql import (
     DAMAGE,
     SESSION_COLUMNS,
@@ -51,7 +51,7 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["DAMAGED_SOURCE", "EventMethods", "damaged_notice", "event_from_row", "events_from_rows"]
+__all__ = ["DAMAGED_SOURCE", "EventMethods", "damaged_event", "damaged_notice", "event_from_row", "events_from_rows"]
 
 _SEQ_MAX = 2**63 - 1
 _LAST_SEQ = SESSION_COLUMNS.index("last_seq")
@@ -120,12 +120,9 @@ def _event_or_notice(row: Row, types: Sequence[str] | None) -> Event:
         return Event.trusted(event_id, session_id, seq, 0, moment, turn_id, notice, conversation_id)
 
 
-def damaged_notice(
-    seq: int, type_name: str, error: BaseException, types: Sequence[str] | None, session_id: str
-) -> RuntimeNotice:
-    """The notice read in place of event `seq` (of type `type_name`), whose payload raised `error`; or, for a read
-    of `types` that leaves notices out, `DamagedRecord`."""
-    damaged = damaged_row(
+def damaged_event(seq: int, type_name: str, error: BaseException, session_id: str) -> DamagedRecord:
+    """The error for event `seq` (of type `type_name`) of session `session_id`, whose payload raised `error`."""
+    return damaged_row(
         f"event {seq} ({type_name}) of session {session_id!r}",
         "payload",
         error,
@@ -134,6 +131,14 @@ def damaged_notice(
         seq=seq,
         type=type_name,
     )
+
+
+def damaged_notice(
+    seq: int, type_name: str, error: BaseException, types: Sequence[str] | None, session_id: str
+) -> RuntimeNotice:
+    """The notice read in place of event `seq` (of type `type_name`), whose payload raised `error`; or, for a read
+    of `types` that leaves notices out, `DamagedRecord`."""
+    damaged = damaged_event(seq, type_name, error, session_id)
     if types is not None and "runtime.error" not in types:
         raise damaged
     return RuntimeNotice(
@@ -233,9 +238,9 @@ class EventMethods(SqlBase):
         if write.expect_status is not None and session.status not in write.expect_status:
             raise Conflict(unexpected_status(session_id, session.status, write.expect_status))
         if write.expect_unheld:
-            [(held,)] = await tx.fetch("SELECT interception FROM sessions WHERE id = ?", [session_id])
+            [(held, name)] = await tx.fetch("SELECT interception, name FROM sessions WHERE id = ?", [session_id])
             if held is not None:
-                by = (json.loads(held) if isinstance(held, str) else held).get("by")
+                by = session_value(session_id, name, "interception", held).get("by")
                 raise Conflict(f"session {session_id!r} is already held by {by}; take it over once it is handed back")
         changes = session.changes
         if write.delete_until is not None:
@@ -487,7 +492,17 @@ class EventMethods(SqlBase):
     async def read_messages(self, conversation_id: str) -> list[JsonValue]:
         """The model-layer messages of a conversation, in the order they were written."""
         sql = "SELECT body FROM messages WHERE conversation_id = ? ORDER BY idx"
-        rows = await self._read(lambda tx: tx.fetch(sql, [conversation_id]))
+        try:
+            rows = await self._read(lambda tx: tx.fetch(sql, [conversation_id]))
+        except (StoreError, InvalidArgument) as failure:
+            # The `messages` view decodes the events a message is kept in (SQLite's JSON functions, PostgreSQL's
+            # cast to json), so a damaged one fails the query itself: find it, to name it.
+            if isinstance(failure, StoreUnavailable):
+                raise
+            damaged = await self._damaged_message_source(conversation_id)
+            if damaged is None:
+                raise
+            raise damaged from None
         try:
             return [json.loads(row[0]) for row in rows]
         except DAMAGE:
@@ -495,9 +510,39 @@ class EventMethods(SqlBase):
                 try:
                     json.loads(body)
                 except DAMAGE as error:
-                    what = f"model message {index + 1} of conversation {conversation_id!r}"
-                    raise damaged_row(what, "body", error, conversation_id=conversation_id, index=index) from None
+                    raise _damaged_message(conversation_id, index, error) from None
             raise
+
+    async def _damaged_message_source(self, conversation_id: str) -> DamagedRecord | None:
+        """The error for what the `messages` view of a conversation could not decode: an event a message is kept
+        in whose payload is not JSON, or the body of a message that holds a tool's output in its place (SQLite);
+        None when neither is damaged. Read without a JSON function, for a read of the view that failed."""
+        sql = (
+            "SELECT m.idx, m.body, m.event_path, c.session_id, e.seq, e.type, e.payload FROM message_rows m "
+            "JOIN conversations c ON c.id = m.conversation_id "
+            "LEFT JOIN events e ON e.session_id = c.session_id AND e.seq = m.event_seq "
+            "WHERE m.conversation_id = ? AND m.event_seq IS NOT NULL ORDER BY m.idx"
+        )
+        for index, body, path, session_id, seq, type_name, payload in await self._read(
+            lambda tx: tx.fetch(sql, [conversation_id])
+        ):
+            if payload is not None:
+                try:
+                    json.loads(payload)
+                except DAMAGE as error:
+                    return damaged_event(seq, type_name, error, session_id)
+            if body is not None and path is not None:
+                try:
+                    json.loads(body)
+                except DAMAGE as error:
+                    return _damaged_message(conversation_id, index, error)
+        return None
+
+
+def _damaged_message(conversation_id: str, index: int, error: BaseException) -> DamagedRecord:
+    """The error for the model message at `index` of a conversation, whose body raised `error`."""
+    what = f"model message {index + 1} of conversation {conversation_id!r}"
+    return damaged_row(what, "body", error, conversation_id=conversation_id, index=index)
 
 
 def _check_read(seq: int | None, limit: int, types: Sequence[str] | None) -> None:

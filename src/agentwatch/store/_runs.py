@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from agentwatch.errors import Conflict
 from agentwatch.events import Usage, new_id
 from agentwatch.store._sql import (
+    DAMAGE,
+    Row,
     Tx,
     aware,
     check_limit,
+    damaged_row,
     from_row,
     in_list,
 )
@@ -198,18 +201,7 @@ class RunMethods(SqlBase):
             "WHERE run_id = ? GROUP BY session_id, turn_id ORDER BY MIN(at), session_id"
         )
         rows = await self._read(lambda tx: tx.fetch(sql, [run_id]))
-        return [
-            TurnUsage(
-                session_id=row[0],
-                turn_id=row[1],
-                role=row[2],
-                model=row[3],
-                first_at=_moment(row[4]),
-                last_at=_moment(row[5]),
-                usage=usage_from_sums(row[6:]),
-            )
-            for row in rows
-        ]
+        return [_turn_usage(run_id, row) for row in rows]
 
     async def run_totals(self, run_ids: Sequence[str]) -> dict[str, Usage]:
         """What each run billed in all, from the spend ledger (a run that billed nothing: zero)."""
@@ -268,6 +260,26 @@ class RunMethods(SqlBase):
         return [from_row(JournalEntry, JOURNAL_COLUMNS, row, JOURNAL_JSON) for row in rows]
 
 
+def _turn_usage(run_id: str, row: Row) -> TurnUsage:
+    """A turn's spend from a row of `run_usage`; `DamagedRecord` when a time of its ledger entries is damaged
+    (the sums read a damaged number as SQLite's SUM does)."""
+    session_id, turn_id, role, model, first_at, last_at = row[:6]
+    try:
+        first, last = _moment(first_at), _moment(last_at)
+    except DAMAGE as error:
+        what = f"spend of turn {turn_id!r} of session {session_id!r} in run {run_id!r}"
+        raise damaged_row(what, "at", error, run_id=run_id, session_id=session_id, turn_id=turn_id) from None
+    usage = usage_from_sums(row[6:])
+    return TurnUsage(
+        session_id=session_id, turn_id=turn_id, role=role, model=model, first_at=first, last_at=last, usage=usage
+    )
+
+
 def _moment(value: Any) -> datetime:
-    """A time an aggregate returned: text on SQLite, a datetime on PostgreSQL."""
-    return aware(value if isinstance(value, datetime) else datetime.fromisoformat(value))
+    """A time an aggregate returned: text on SQLite (ISO 8601 with its offset), a datetime on PostgreSQL."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    moment = datetime.fromisoformat(value)
+    if moment.utcoffset() is None:
+        raise ValueError(f"{value!r} is a time without its offset from UTC")
+    return moment.astimezone(UTC)

@@ -53,7 +53,7 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["GET_SESSION", "SessionMethods", "session_from_row", "stored_iso", "stored_time"]
+__all__ = ["GET_SESSION", "SessionMethods", "session_from_row", "session_value", "stored_iso", "stored_time"]
 
 T = TypeVar("T")
 
@@ -161,6 +161,21 @@ def session_from_row(row: Row) -> SessionRecord:
     object.__setattr__(record, "__pydantic_extra__", None)
     object.__setattr__(record, "__pydantic_private__", None)
     return record
+
+
+_CODEC_OF: dict[str, Callable[[Any], Any]] = {SESSION_COLUMNS[index]: codec for index, codec in _SESSION_CODECS}
+
+
+def session_value(session_id: str, name: str | None, column: str, value: Any) -> Any:
+    """One stored `column` of session `session_id` (`name`, when known) decoded as `session_from_row` decodes
+    it, for a write that reads that column alone; `DamagedRecord` for a damaged value."""
+    codec = _CODEC_OF.get(column)
+    if value is None or codec is None:
+        return value
+    try:
+        return codec(value)
+    except DAMAGE as error:
+        raise damaged_session(session_id, name, column, error) from None
 
 
 @functools.cache
