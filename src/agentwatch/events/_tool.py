@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import JsonValue
+from pydantic import Field, JsonValue
 
 from agentwatch.events._base import BasePayload
 
@@ -39,6 +39,10 @@ class ToolResult(BasePayload):
     """What the model was given back, as text."""
     status: ToolStatus = "ok"
     """`ok`, `error` (the tool raised; the model saw the failure), `denied`, or `interrupted`."""
+    value: JsonValue = Field(default=None, exclude_if=lambda value: value is None)
+    """The return itself, when it was not text (an object, a list, a number) and this result is stored ahead of
+    the model message that gives it to the model (a call that ended beside calls still running): a turn continued
+    after a crash gives the model back this, as it was, rather than its text. Left out otherwise."""
 
 
 class ToolProgress(BasePayload):

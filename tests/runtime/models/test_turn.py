@@ -343,6 +343,8 @@ async def test_continuing_after_a_crash_never_runs_a_cut_off_tool_again() -> Non
         CompletionStarted(request_index=0, model=REF),
     )
     assert [shape(m) for m in sink.commits[0].messages] == [("request", ["tool-return", "user-prompt"])]
+    # the stored message says what the event says: the call was interrupted (as a run cut off in its tools has it)
+    assert sink.commits[0].messages[0]["parts"][0]["outcome"] == "interrupted"  # type: ignore[index,call-overload]
     assert model.requests[-1].prompt == "[restart note]"
     assert result.output == "I will check what was built."
 
@@ -387,7 +389,7 @@ async def test_continuing_after_a_crash_gives_back_the_stored_results_of_calls_t
         await task
     assert [shape(m) for m in history] == [("request", ["user-prompt"]), ("response", ["tool-call"] * 3)]
     assert stored == [
-        ToolResult(tool_call_id="q", tool_name="quick", output='{"wrote":"a"}'),
+        ToolResult(tool_call_id="q", tool_name="quick", output='{"wrote":"a"}', value={"wrote": "a"}),
         ToolResult(tool_call_id="b", tool_name="broken", output="OSError: disk on fire", status="error"),
     ]
 
@@ -401,7 +403,20 @@ async def test_continuing_after_a_crash_gives_back_the_stored_results_of_calls_t
         CompletionStarted(request_index=0, model=REF),
     )
     assert [shape(m) for m in sink.commits[0].messages] == [("request", ["tool-return"] * 3 + ["user-prompt"])]
-    assert result.output == (f'quick=ok:{{"wrote":"a"}}; broken=error:OSError: disk on fire; slow=error:{INTERRUPTED}')
+    # each return as an uninterrupted run has it: the object the tool returned (not its text), the cut-off call
+    # `interrupted`
+    returns = [
+        (part["tool_call_id"], part["content"], part["outcome"])
+        for part in sink.commits[0].messages[0]["parts"][:3]  # type: ignore[index,call-overload,union-attr]
+    ]
+    assert returns == [
+        ("q", {"wrote": "a"}, "success"),
+        ("b", "OSError: disk on fire", "failed"),
+        ("s", INTERRUPTED, "interrupted"),
+    ]
+    assert result.output == (
+        f'quick=ok:{{"wrote":"a"}}; broken=error:OSError: disk on fire; slow=interrupted:{INTERRUPTED}'
+    )
 
 
 async def test_continuing_after_a_crash_applies_answers_that_cover_cut_off_calls() -> None:

@@ -224,7 +224,7 @@ def _stored_return(call: ToolCallPart, result: ToolResult) -> ToolReturnPart:
     """The return of a call whose `tool.result` is stored: what the model was given when the call ended."""
     return ToolReturnPart(
         tool_name=call.tool_name,
-        content=result.output,
+        content=result.output if result.value is None else result.value,
         tool_call_id=call.tool_call_id,
         outcome=_OUTCOMES[result.status],
     )
@@ -269,13 +269,16 @@ def close_open_calls(
     return payloads, [_dump_one(ModelRequest(parts=list(returns)))]
 
 
-def _tool_result(part: ToolReturnPart, status: ToolStatus | None = None) -> ToolResult:
-    """The `tool.result` of a tool return: with `status`, else its outcome's."""
+def _tool_result(part: ToolReturnPart, *, ahead: bool = False) -> ToolResult:
+    """The `tool.result` of a tool return, with its outcome's status. One stored `ahead` of the model message
+    holding the return keeps a return that is not text as it is (`ToolResult.value`)."""
+    content = part.content
     return ToolResult(
         tool_call_id=part.tool_call_id,
         tool_name=part.tool_name,
         output=part.model_response_str(wrap_if_error=False),
-        status=status or tool_status(part.outcome),
+        status=tool_status(part.outcome),
+        value=content if ahead and isinstance(content, dict | list | int | float) else None,
     )
 
 
@@ -291,7 +294,10 @@ class _TurnRun:
         # Messages are tracked by identity: pydantic-ai appends the very objects we committed to its history.
         self._committed: dict[int, ModelMessage] = {}
         self._stored: frozenset[int] = frozenset()  # ids of the history's messages
-        self._statuses: dict[str, ToolStatus] = {}  # tool call id -> status that the return's outcome can't tell
+        # tool call id -> the return the model is given for a call this run does not run (a stored result, or
+        # `interrupted`): pydantic-ai builds its part from a `DeferredToolResults` entry, which cannot say
+        # `interrupted`; the part is made this one before its request is committed (see `_given_returns`)
+        self._given: dict[str, ToolReturnPart] = {}
         self._unended: set[str] = set()  # the ids of the newest response's calls that may still run
         self._waits_on_person = {spec.name for spec in turn.tools if spec.asks_user or spec.requires_approval}
         # tool call id -> its return, for the calls whose `tool.result` is stored already (committed as the call
@@ -442,12 +448,12 @@ class _TurnRun:
         self._unended.discard(tool_call_id)
         if not self._unended:
             return None
-        status = self._statuses.pop(tool_call_id, None) or tool_status(part.outcome)
+        status = tool_status(part.outcome)
         self._emit(
             ToolProgress(tool_call_id=tool_call_id, tool_name=part.tool_name, message=_ENDED[status], status=status)
         )
         self._recorded[tool_call_id] = part
-        return _tool_result(part, status)
+        return _tool_result(part, ahead=True)
 
     def _answers(self, history: list[ModelMessage]) -> tuple[DeferredToolResults | None, list[Payload]]:
         """Results for the open calls the history ends with: the stored results of those that ended before the
@@ -466,9 +472,9 @@ class _TurnRun:
             answer = answers.get(call_id)
             if result is not None:
                 # It ended before the turn was cut off: the model gets its result back, stored once, never run again.
-                self._recorded[call_id] = _stored_return(call, result)
+                self._recorded[call_id] = self._given[call_id] = part = _stored_return(call, result)
                 if result.status == "ok":
-                    results.calls[call_id] = result.output
+                    results.calls[call_id] = part.content
                 elif result.status == "denied":
                     results.approvals[call_id] = ToolDenied(result.output)
                 else:
@@ -476,8 +482,8 @@ class _TurnRun:
             elif answer is None:
                 # A restart cut the call off (or nobody answered it): never run it again.
                 results.calls[call_id] = ToolFailed(INTERRUPTED_TOOL_RETURN_CONTENT)
-                self._statuses[call_id] = "interrupted"
-                settled.append(_interrupted_return(call))
+                self._given[call_id] = part = _interrupted_return(call)
+                settled.append(part)
             elif answer.approved is True:
                 results.approvals[call_id] = True
                 self._unended.add(call_id)  # it runs now
@@ -490,13 +496,31 @@ class _TurnRun:
         return results, [result for part in settled if (result := self._ended(part)) is not None]
 
     def _tool_results(self, request: ModelRequest) -> list[Payload]:
-        """The `tool.result`s of a request's tool returns not stored yet: each with the status recorded for its
-        call (taken out of `_statuses`), else its return's outcome's."""
-        recorded, statuses = self._recorded, self._statuses
+        """The `tool.result`s of a request's tool returns not stored yet, each with its return's outcome's status
+        (the returns given for calls this run did not run are made the ones `_answers` settled first)."""
+        if self._given:
+            self._given_returns(request)
+        recorded = self._recorded
         return [
-            _tool_result(part, statuses.pop(part.tool_call_id, None))
+            _tool_result(part)
             for part in request.parts
             if isinstance(part, ToolReturnPart) and part.tool_call_id not in recorded
+        ]
+
+    def _given_returns(self, request: ModelRequest) -> None:
+        """Make the returns pydantic-ai built from `DeferredToolResults` for calls this run does not run the ones
+        `_answers` settled: `interrupted` (not `failed`, the nearest a deferred result can say), as the stored
+        `tool.result` and a run cut off in its tools have it. Done in place, before the request is committed
+        and sent: the model and the stored message see the same return."""
+        given = self._given
+        parts = request.parts
+        if not any(isinstance(part, ToolReturnPart) and part.tool_call_id in given for part in parts):
+            return
+        request.parts = [
+            replace(cast(ToolReturnPart, part), content=settled.content, outcome=settled.outcome)
+            if isinstance(part, ToolReturnPart) and (settled := given.pop(part.tool_call_id, None)) is not None
+            else part
+            for part in parts
         ]
 
     # -- model requests ----------------------------------------------------------------------------------------
