@@ -147,11 +147,9 @@ async def connect_store(url: str, *, create: bool = True) -> Store:
         from agentwatch.store.sqlite import SqliteStore
 
         return await SqliteStore.open(url)
-    if scheme in ("postgresql", "postgres"):
-        from agentwatch.store.postgres import PostgresStore
+    from agentwatch.store.postgres import PostgresStore  # (postgresql:// or postgres://)
 
-        return await PostgresStore.open(url, create=create)
-    raise _unknown_scheme(scheme, url)
+    return await PostgresStore.open(url, create=create)
 
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")

@@ -77,7 +77,7 @@ from agentwatch.events import (
     ToolStatus,
     Usage,
 )
-from agentwatch.runtime.models._outcomes import tool_status
+from agentwatch.runtime.models._outcomes import tool_outcome, tool_status
 from agentwatch.runtime.models._types import (
     PendingCall,
     ToolAnswer,
@@ -208,25 +208,13 @@ def _interrupted_return(call: ToolCallPart) -> ToolReturnPart:
     )
 
 
-_DENIED = "The tool call was denied."
-"""What the model is told of a call a person denied without saying why."""
-
-_OUTCOMES: dict[ToolStatus, Any] = {
-    "ok": "success",
-    "error": "failed",
-    "denied": "denied",
-    "interrupted": "interrupted",
-}
-"""The outcome of a tool return, by the status of its stored `tool.result` (the reverse of `tool_status`)."""
-
-
 def _stored_return(call: ToolCallPart, result: ToolResult) -> ToolReturnPart:
     """The return of a call whose `tool.result` is stored: what the model was given when the call ended."""
     return ToolReturnPart(
         tool_name=call.tool_name,
         content=result.output if result.value is None else result.value,
         tool_call_id=call.tool_call_id,
-        outcome=_OUTCOMES[result.status],
+        outcome=tool_outcome(result.status),
     )
 
 
@@ -236,7 +224,7 @@ def _answered_return(call: ToolCallPart, answer: ToolAnswer) -> ToolReturnPart:
     if answer.approved is True:
         return _interrupted_return(call)
     if answer.approved is False:
-        content: JsonValue = answer.message or _DENIED
+        content: JsonValue = answer.message or ToolDenied().message
         return ToolReturnPart(call.tool_name, content, tool_call_id=call.tool_call_id, outcome="denied")
     return ToolReturnPart(call.tool_name, answer.value, tool_call_id=call.tool_call_id)
 
@@ -488,7 +476,7 @@ class _TurnRun:
                 results.approvals[call_id] = True
                 self._unended.add(call_id)  # it runs now
             elif answer.approved is False:
-                results.approvals[call_id] = ToolDenied(answer.message or _DENIED)
+                results.approvals[call_id] = ToolDenied(answer.message) if answer.message else ToolDenied()
                 settled.append(_answered_return(call, answer))
             else:
                 results.calls[call_id] = answer.value
