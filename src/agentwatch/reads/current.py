@@ -183,11 +183,7 @@ async def _whole_turn(store: Store, end: Event, ended: TurnEnded) -> tuple[Usage
         return ended.usage, None
     spent = ended.usage
     if len(starts) > 1 or _cut_off(ended):  # the model requests of every part (a turn makes a few dozen)
-        finished = await store.read_events(
-            end.session_id, after_seq=starts[-1].seq, limit=10_000, types=["completion.finished"], turn_id=end.turn_id
-        )
-        parts = (e.payload for e in finished if e.seq < end.seq and isinstance(e.payload, CompletionFinished))
-        spent = sum((p.usage for p in parts), Usage())
+        spent = await turn_spent(store, end.session_id, end.turn_id, before_seq=end.seq)
     total, bound = 0, end
     for start in starts:  # newest first: each part ran until the next one started (or the turn ended)
         if bound is end and not _cut_off(ended):
@@ -196,6 +192,16 @@ async def _whole_turn(store: Store, end: Event, ended: TurnEnded) -> tuple[Usage
             total += await _part_ms(store, start, bound)
         bound = start
     return spent, total
+
+
+async def turn_spent(store: Store, session_id: str, turn_id: str, *, before_seq: int | None = None) -> Usage:
+    """What a turn's model requests used (before event `before_seq`), across its parts: each part's `turn.ended`
+    counts its own, and a part a restart cut off has none."""
+    finished = await store.read_events(session_id, limit=10_000, types=["completion.finished"], turn_id=turn_id)
+    bound = before_seq if before_seq is not None else float("inf")
+    return sum(
+        (e.payload.usage for e in finished if e.seq < bound and isinstance(e.payload, CompletionFinished)), Usage()
+    )
 
 
 def _cut_off(ended: TurnEnded) -> bool:

@@ -46,6 +46,7 @@ from agentwatch.events import (
     new_id,
 )
 from agentwatch.events.truncate import displayable
+from agentwatch.reads.current import turn_spent
 from agentwatch.runtime.compaction import ContextFill
 from agentwatch.runtime.emitter import GROUP_COMMIT_SECONDS, SessionEmitter, stream_touch_seconds
 from agentwatch.runtime.leases import LeaseLost, check_held, ensure_held, leases_of
@@ -347,7 +348,7 @@ async def run_plan(
             if prompt is _INTERRUPTED:
                 return False
             if plan.kind != "input":
-                turn.spent_before = await _spent_before(runtime, session.id, turn_id)
+                turn.spent_before = await turn_spent(runtime.store, session.id, turn_id)  # (its earlier parts)
             answers = _answers(plan.requests)
             results = await _results_left(runtime, session.id, turn_id) if plan.kind == "continue" else []
             turn.stopped = turn.over_limit()
@@ -413,13 +414,6 @@ async def _results_left(runtime: Runtime, session_id: str, turn_id: str) -> list
             break  # the response that made the calls
         results.append(event.payload)
     return results[::-1]
-
-
-async def _spent_before(runtime: Runtime, session_id: str, turn_id: str) -> Usage:
-    """What the earlier parts of a continued turn used: the usage of its model requests so far."""
-    kinds = ["completion.finished"]
-    finished = await runtime.store.read_events(session_id, limit=10_000, types=kinds, turn_id=turn_id)
-    return sum((e.payload.usage for e in finished if isinstance(e.payload, CompletionFinished)), Usage())
 
 
 async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str | object | None:
