@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentwatch.runtime.models import Reply, ScriptedModel
 from tests.runtime.support import OpenEngine, Scripted, role
+
+
+async def _three_turns(engine: Any) -> Any:
+    """A chat agent `talker` that was asked "one", "two" and "three", each turn over."""
+    session = await engine.create("chat", name="talker", source="chat")
+    for prompt in ("one", "two", "three"):
+        await engine.enqueue(session.id, prompt)
+        await engine.wait(session.id, 10)
+    return session
 
 
 async def test_pages_walk_back_through_the_whole_conversation_once(open_engine: OpenEngine, scripted: Scripted) -> None:
     model = scripted("talk", ScriptedModel(function=lambda ctx: Reply(f"re: {ctx.prompt}")))
     async with open_engine(role("chat", model)) as engine:
-        session = await engine.create("chat", name="talker", source="chat")
-        for prompt in ("one", "two", "three"):
-            await engine.enqueue(session.id, prompt)
-            await engine.wait(session.id, 10)
+        session = await _three_turns(engine)
         stored = [e.id for e in await engine.store.read_events(session.id, limit=1000)]
 
         pages: list[list[str]] = []
@@ -68,10 +76,7 @@ async def test_paging_back_goes_on_in_the_conversation_it_began_in_after_a_clear
     cursor's position, where there is nothing: an empty last page, and the rest of the transcript never read."""
     model = scripted("talk3", ScriptedModel(function=lambda ctx: Reply(f"re: {ctx.prompt}")))
     async with open_engine(role("chat", model)) as engine:
-        session = await engine.create("chat", name="talker", source="chat")
-        for prompt in ("one", "two", "three"):
-            await engine.enqueue(session.id, prompt)
-            await engine.wait(session.id, 10)
+        session = await _three_turns(engine)
         before = await engine.store.get_session(session.id)
         stored = [e.id for e in await engine.store.read_events(session.id, limit=1000)]
 

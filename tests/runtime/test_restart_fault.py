@@ -7,12 +7,14 @@ was cut off is reported to the model as interrupted and never run again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,16 @@ def kill_while_running(db: Path, markers: Path, mode: str, *running: str) -> str
     return session_id
 
 
+@contextlib.asynccontextmanager
+async def _continuing(db: Path, markers: Path, **mode: bool) -> AsyncIterator[Engine]:
+    """A new engine on the killed child's store, with its role and tools (`mode` as `setup` takes it)."""
+    definition, tools = setup(markers, **mode)
+    async with Engine.open(
+        f"sqlite:///{db}", agents_dir=db.parent / "none", root=db.parent, definitions=[definition], tools=tools
+    ) as engine:
+        yield engine
+
+
 @pytest.mark.slow
 async def test_a_killed_engine_running_an_approved_call_never_runs_it_again(tmp_path: Path) -> None:
     """Once: an answer turn's start was deferred to its next write, so an approved call ran with nothing durable
@@ -146,10 +158,7 @@ async def test_a_killed_engine_running_an_approved_call_never_runs_it_again(tmp_
     and the next engine could plan the same answer turn and run the call again."""
     db, markers = tmp_path / "approval.db", tmp_path / "approval.log"
     session_id = kill_while_running(db, markers, "approval", "start x")  # the approved call is running
-    definition, tools = setup(markers, approval=True)
-    async with Engine.open(
-        f"sqlite:///{db}", agents_dir=tmp_path / "none", root=tmp_path, definitions=[definition], tools=tools
-    ) as engine:
+    async with _continuing(db, markers, approval=True) as engine:
         session, timed_out = await engine.wait(session_id, 30)
         events = await engine.store.read_events(session_id, limit=10_000)
     assert not timed_out and session.status == "completed", session.status
@@ -164,10 +173,7 @@ async def test_a_call_that_ended_beside_one_cut_off_keeps_its_result_when_the_tu
     that call was interrupted too, inviting it to do again what was done."""
     db, markers = tmp_path / "parallel.db", tmp_path / "parallel.log"
     session_id = kill_while_running(db, markers, "parallel", "end q", "start x")  # the quick call ended
-    definition, tools = setup(markers, parallel=True)
-    async with Engine.open(
-        f"sqlite:///{db}", agents_dir=tmp_path / "none", root=tmp_path, definitions=[definition], tools=tools
-    ) as engine:
+    async with _continuing(db, markers, parallel=True) as engine:
         session, timed_out = await engine.wait(session_id, 30)
         events = await engine.store.read_events(session_id, limit=10_000)
         history = await engine.store.read_messages(session.conversation_id)

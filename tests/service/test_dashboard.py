@@ -61,6 +61,16 @@ async def _active_in_its_pane(page: Any, row: Any, width: int) -> None:
     assert active["x"] + active["width"] <= pane["x"] + pane["width"], (width, active, pane)
 
 
+async def _reported(engine: Any, session_id: str) -> dict[str, Any]:
+    """The agent's `observer` once its observer reported (it reads the turn's digest first)."""
+    for _ in range(500):
+        described = (await engine.call_tool("agent_get", {"id": session_id})).get("observer") or {}
+        if described.get("reports"):
+            break
+        await asyncio.sleep(0.02)
+    return described
+
+
 async def _agents_and_runs(engine: Any, *, agents: int, runs: int) -> None:
     """`agents` agents of role helper named `agent-NN` (as many digits as the last number has, oldest first), and
     `runs` runs named `report-NN`."""
@@ -747,11 +757,7 @@ async def test_the_page_shows_who_watches_an_agent_and_what_it_last_reported(
     ):
         session = await engine.create("coder", source="chat")
         await engine.enqueue(session.id, "ship it")
-        for _ in range(500):  # the observer reads the turn's digest and reports
-            described = (await engine.call_tool("agent_get", {"id": session.id})).get("observer") or {}
-            if described.get("reports"):
-                break
-            await asyncio.sleep(0.02)
+        await _reported(engine, session.id)  # (the observer read the turn and reported)
         page, problems = await _page(browser, f"{base}/#token={TOKEN}")
         await page.locator(f'#agents tr[data-id="{session.id}"]').click()
         observer = page.locator("#d-observer")
@@ -1313,11 +1319,7 @@ async def test_an_observers_report_reads_as_its_fields_in_its_own_log(
     ):
         session = await engine.create("coder", name="shipper", source="chat")
         await engine.enqueue(session.id, "ship it")
-        for _ in range(500):  # the observer reads the turn's digest and reports
-            described = (await engine.call_tool("agent_get", {"id": session.id})).get("observer") or {}
-            if described.get("reports"):
-                break
-            await asyncio.sleep(0.02)
+        described = await _reported(engine, session.id)
         page, problems = await _page(browser, f"{base}/#agent={described['observerSessionId']}")
         tool_lines = page.locator("#log li.tool")
         called = page.locator('#log li.tool[data-type="item.started"] dl').first
