@@ -52,7 +52,7 @@ def test_the_demo_ends_with_the_commands_to_see_what_it_left(tmp_path: Path) -> 
     # below the install, so the path is absolute).
     agentwatch = commands[0].split()[0]
     assert agentwatch in ("agentwatch", str(Path(sys.executable).parent / "agentwatch"))
-    store = "--store sqlite:///.agentwatch/demo.db"
+    store = "--store .agentwatch/demo.db"
     assert commands == [
         f"{agentwatch} ls {store}",
         f"{agentwatch} tail -f planner {store}",

@@ -48,7 +48,9 @@ from agentwatch.runtime.roster import load_roster
 HERE = Path(__file__).resolve().parent
 STATE = Path(".agentwatch")
 WORKSPACE = STATE / "demo-workspace"
-STORE = f"sqlite:///{STATE / 'demo.db'}"
+STORE_FILE = STATE / "demo.db"
+"""The store's file; the commands printed at the end name it so (`--store` takes a SQLite file's path)."""
+STORE = f"sqlite:///{STORE_FILE}"
 console = Console(width=None if sys.stdout.isatty() else 120)  # logs and CI are wider than 80
 
 FIXED_CALC = (HERE / "project" / "calc.py").read_text().replace("return a - b", "return a + b")
@@ -333,7 +335,7 @@ def _python() -> str:
 
 def next_steps(name: str, *, answer_planner: bool) -> None:
     """The commands to look at what the demo left, exactly as they run from here."""
-    agentwatch, store = _agentwatch(), f"--store {STORE}"
+    agentwatch, store = _agentwatch(), f"--store {STORE_FILE}"
     steps = [
         (f"{agentwatch} ls {store}", "every agent and the word it says"),
         (f"{agentwatch} tail -f {name} {store}", f"follow {name} live (Ctrl-C to stop)"),
