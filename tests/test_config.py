@@ -110,6 +110,46 @@ def test_a_relative_sqlite_path_of_the_project_is_under_its_root(tmp_path: Path)
     assert load_config(odd, env={}).store == DEFAULT_STORE_URL
 
 
+def test_the_variable_and_the_file_take_a_sqlite_file_path_as_store_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: `--store aw.db` worked, but `AGENTWATCH_STORE=aw.db` and `store = "aw.db"` were stores with no scheme."""
+    project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    (project / "agentwatch.toml").write_text('store = "data/aw.db"\n')
+    assert load_config(project, env={}).store == f"sqlite:///{project}/data/aw.db"  # under the root
+    (project / "agentwatch.toml").write_text(f'store = "{tmp_path}/srv/aw.db"\n')
+    assert load_config(project, env={}).store == f"sqlite:///{tmp_path}/srv/aw.db"
+    # The variable's relative path is the working directory's; a URL of a known scheme is as given.
+    assert load_config(project, env={"AGENTWATCH_STORE": "here.db"}).store == f"sqlite:///{elsewhere}/here.db"
+    given = {"AGENTWATCH_STORE": "postgresql://u@h/db"}
+    assert load_config(project, env=given).store == "postgresql://u@h/db"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("redis://h/0", "unknown store URL scheme 'redis' in 'redis://h/0'; agentwatch stores live in sqlite:///"),
+        ("postgresql:/h/db", "'postgresql:/h/db' is neither a store URL nor a file path; use sqlite:///"),
+        ("aw.db?mode=ro", "the file path "),
+    ],
+)
+def test_a_bad_store_is_named_with_where_it_came_from(tmp_path: Path, value: str, expected: str) -> None:
+    with pytest.raises(InvalidArgument) as by_variable:
+        load_config(tmp_path, env={"AGENTWATCH_STORE": value})
+    said = by_variable.value.message
+    assert said.startswith(f"the configuration has problems: AGENTWATCH_STORE={value!r}: {expected}"), said
+
+    (tmp_path / "agentwatch.toml").write_text(f'store = "{value}"\n')
+    with pytest.raises(InvalidArgument) as by_file:
+        load_config(tmp_path, env={})
+    said = by_file.value.message
+    assert said.startswith(f"{str(tmp_path / 'agentwatch.toml')!r} has problems: store: {expected}"), said
+    assert load_config(tmp_path, env={"AGENTWATCH_STORE": "aw.db"}).store.endswith("/aw.db")  # the variable wins
+
+
 async def test_an_engine_opened_on_a_project_root_keeps_its_store_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,7 +1,7 @@
 """Project configuration: `agentwatch.toml` at the project root, overridden by `AGENTWATCH_*` variables.
 
 ```toml
-store = "sqlite:///.agentwatch/agentwatch.db"   # or postgresql://user@host:5432/db
+store = ".agentwatch/agentwatch.db"             # a SQLite file (under the root), or postgresql://user@host:5432/db
 live = "memory://"                               # or redis://127.0.0.1:6379/0
 agents_dir = "agents"
 setup = "myproject.agents:setup"                # your tools, policies, ... for serve, run and mcp
@@ -51,7 +51,11 @@ base_url = "http://127.0.0.1:11434/v1"
 aliases = { sonnet = "anthropic:claude-sonnet-4-5", fast = "local:llama3.1", inherit = "openai:gpt-4o" }
 ```
 
-Environment: `AGENTWATCH_STORE`, `AGENTWATCH_LIVE`, `AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
+`store` is what `--store` takes: a store URL (`sqlite:///data/aw.db`, `postgresql://...`) or the path of a SQLite
+file; a relative path (or relative `sqlite:///` URL) is under the root, as `agents_dir` is.
+
+Environment: `AGENTWATCH_STORE` (as `store`, a relative path being the working directory's), `AGENTWATCH_LIVE`,
+`AGENTWATCH_AGENTS_DIR`, `AGENTWATCH_OBSERVER_AGENTS=0|1`,
 `AGENTWATCH_BACKGROUND_TASKS=0` (turns every background task off, observer agents included),
 `AGENTWATCH_LEASE_SECONDS`, `AGENTWATCH_DEPLOY_HOLD_MINUTES`, `AGENTWATCH_SETUP`, `AGENTWATCH_TRACING=0|1`,
 `AGENTWATCH_NOTIFY_WEBHOOK`, `AGENTWATCH_NOTIFY_ON=waiting,report,failed` (and `AGENTWATCH_NOTIFY_SECRET`,
@@ -89,6 +93,7 @@ __all__ = [
     "ProviderConfig",
     "RetentionConfig",
     "SessionDefaults",
+    "env_store",
     "load_config",
     "parse_duration",
 ]
@@ -381,7 +386,6 @@ def _env_flag(name: str, value: str) -> bool:
 
 
 _ENV_FIELDS: dict[str, tuple[str, ...]] = {
-    "AGENTWATCH_STORE": ("store",),
     "AGENTWATCH_LIVE": ("live",),
     "AGENTWATCH_AGENTS_DIR": ("agents_dir",),
     "AGENTWATCH_LEASE_SECONDS": ("sessions", "lease_seconds"),
@@ -390,14 +394,17 @@ _ENV_FIELDS: dict[str, tuple[str, ...]] = {
     "AGENTWATCH_NOTIFY_WEBHOOK": ("notify", "webhook"),
     "AGENTWATCH_NOTIFY_ON": ("notify", "on"),
 }
-"""The variables that set a field as given (the switches are read by `_env_flag`), by the field they set."""
+"""The variables that set a field as given (the switches are read by `_env_flag`, the store by `env_store`), by
+the field they set."""
+_STORE_VARIABLE = "AGENTWATCH_STORE"
 
 
 def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) -> Config:
     """Read `agentwatch.toml` under `root` (when present), then apply `AGENTWATCH_*` variables.
 
+    The store is named as `--store` names it (`agentwatch.store.store_url`): a URL, or the path of a SQLite file.
     A relative SQLite path in the file (or the default store's) is under `root`, as `agents_dir` is; one in
-    `AGENTWATCH_STORE` is taken as given (relative to the working directory)."""
+    `AGENTWATCH_STORE` is relative to the working directory."""
     env = os.environ if env is None else env
     root = Path(root)
     path = root / CONFIG_FILE
@@ -409,7 +416,8 @@ def load_config(root: str | Path = ".", env: Mapping[str, str] | None = None) ->
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument(f"{str(path)!r} is not valid TOML: {exc}") from None
-    raw["store"] = _under_root(raw.get("store", DEFAULT_STORE_URL), root)
+    given = env_store(env)
+    raw["store"] = given if given is not None else _file_store(raw.get("store", DEFAULT_STORE_URL), root, path)
     raw["root"] = root
     for name, (*sections, field) in _ENV_FIELDS.items():
         if name in env:
@@ -475,6 +483,32 @@ def _table_at(loc: tuple[str, ...]) -> type[BaseModel]:
             break
         model = annotation
     return model
+
+
+def env_store(env: Mapping[str, str]) -> str | None:
+    """The store URL `AGENTWATCH_STORE` names in `env` (None when it is not set), read as `--store` reads it: a
+    relative path is the working directory's. A bad value is refused (`InvalidArgument`) naming the variable."""
+    if _STORE_VARIABLE not in env:
+        return None
+    value = env[_STORE_VARIABLE]
+    return _store_url(value, None, f"the configuration has problems: {_STORE_VARIABLE}={value!r}")
+
+
+def _file_store(value: object, root: Path, path: Path) -> object:
+    """The store URL the file's `store` names, read as `--store` reads it, with a relative path (or relative
+    `sqlite:///` URL) under `root`. A bad value is refused (`InvalidArgument`) naming the file."""
+    if not isinstance(value, str):
+        return value  # (the type's own error, reported as the file's)
+    return _under_root(_store_url(value, root, f"{str(path)!r} has problems: store"), root)
+
+
+def _store_url(value: str, base: Path | None, where: str) -> str:
+    from agentwatch.store import store_url  # (the store package loads only for a configuration)
+
+    try:
+        return store_url(value, base)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{where}: {exc.message}") from None
 
 
 def _under_root(url: object, root: Path) -> object:

@@ -160,6 +160,25 @@ def test_a_plain_file_path_is_a_sqlite_store(tmp_path: Path) -> None:
     assert "the path of a SQLite store file" in " ".join(CliRunner().invoke(cli, ["ls", "--help"]).output.split())
 
 
+def test_the_variable_and_the_file_name_a_sqlite_file_as_store_does(tmp_path: Path) -> None:
+    """Once: only `--store` took a plain path; `AGENTWATCH_STORE=plain.db` was a store URL with no scheme."""
+    project = tmp_path / "proj"
+    (project / "sub").mkdir(parents=True)
+    asyncio.run(_one_session(f"sqlite:///{tmp_path / 'plain.db'}"))
+    env = {**os.environ, "AGENTWATCH_STORE": "../plain.db"}  # the working directory's
+    for toml in ("", "[sessions]\nstuck_after_seconds = -1\n"):  # a broken file: read with the defaults
+        (project / "agentwatch.toml").write_text(toml)
+        command = [sys.executable, "-m", "agentwatch.cli", "ls", "--json"]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=project, env=env, check=False)
+        assert done.returncode == 0, done.stderr
+        assert [agent["name"] for agent in json.loads(done.stdout)["agents"]] == ["nova"]
+    (project / "agentwatch.toml").write_text('store = "../plain.db"\n')  # the project root's, from a subdirectory
+    env.pop("AGENTWATCH_STORE")
+    done = subprocess.run(command, capture_output=True, text=True, cwd=project / "sub", env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [agent["name"] for agent in json.loads(done.stdout)["agents"]] == ["nova"]
+
+
 async def _one_session(url: str) -> None:
     from agentwatch.store import SessionDraft, open_store
 

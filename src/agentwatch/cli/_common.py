@@ -111,7 +111,8 @@ def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         type=StoreUrl(),
         default=None,
         help="Store URL (sqlite:///path.db or postgresql://...), or the path of a SQLite store file. Default: "
-        "$AGENTWATCH_STORE, agentwatch.toml, then sqlite:///.agentwatch/agentwatch.db.",
+        "$AGENTWATCH_STORE, agentwatch.toml's store (either one a URL or a path too), then "
+        ".agentwatch/agentwatch.db under the project root.",
     )(fn)
 
 
@@ -335,15 +336,18 @@ def resolve_config(
     `reading`: a command that only reads, given a store (`--store`, AGENTWATCH_STORE), reads it with the
     default settings when agentwatch.toml (or a variable) is broken, saying so: a broken file must not keep
     anyone from reading their agents (in an incident, say)."""
-    from agentwatch.config import Config, load_config
+    from agentwatch.config import Config, env_store, load_config
 
     root = root or project_root(Path("."))
     try:
         config = load_config(root)
     except InvalidArgument as exc:
-        store = store_url or os.environ.get("AGENTWATCH_STORE")
+        try:
+            store = store_url or env_store(os.environ)
+        except InvalidArgument:
+            store = None  # (the variable is what is broken: the error above says so)
         if not (reading and store):
-            raise
+            raise exc from None
         from agentwatch.store import hide_password
 
         _warn_once(f"{exc.message}; reading {hide_password(store)} with the default settings")

@@ -163,12 +163,12 @@ def _unknown_scheme(scheme: str, url: str) -> InvalidArgument:
     )
 
 
-def store_url(value: str) -> str:
-    """The store URL `value` names, as a person may give it (`--store`): a URL (`scheme://...`) of a known
-    scheme as it is, and the path of a SQLite file (no scheme: `/abs/agentwatch.db`, `store.db`, relative to
-    the working directory) as the `sqlite:///` URL of its absolute path. Refused (`InvalidArgument`): an unknown
-    scheme, a value that is neither (`postgresql:/host/db`, a scheme without `//`), and a path a URL cannot carry
-    (`?` starts a URL's options)."""
+def store_url(value: str, base: Path | None = None) -> str:
+    """The store URL `value` names, as a person may give it (`--store`, `AGENTWATCH_STORE`, `store` in
+    agentwatch.toml): a URL (`scheme://...`) of a known scheme as it is, and the path of a SQLite file (no
+    scheme: `/abs/agentwatch.db`, `store.db`, relative to `base`, by default the working directory) as the
+    `sqlite:///` URL of its absolute path. Refused (`InvalidArgument`): an unknown scheme, a value that is neither
+    (`postgresql:/host/db`, a scheme without `//`), and a path a URL cannot carry (`?` starts a URL's options)."""
     scheme, sep, _ = value.partition("://")
     if sep:
         if scheme not in _SCHEMES:
@@ -183,11 +183,12 @@ def store_url(value: str) -> str:
             f"{value!r} is neither a store URL nor a file path; use sqlite:///path/to/agentwatch.db, "
             "postgresql://user@host:5432/dbname, or the path of a SQLite file (/path/to/agentwatch.db)"
         )
-    if "?" in value:
+    path = ((base or Path(".")) / Path(value).expanduser()).absolute()
+    if "?" in str(path):
         raise InvalidArgument(
-            f"the file path {value!r} holds a '?', which a store URL reads as its options; rename the file"
+            f"the file path {str(path)!r} holds a '?', which a store URL reads as its options; move or rename it"
         )
-    return f"sqlite:///{Path(value).expanduser().absolute()}"
+    return f"sqlite:///{path}"
 
 
 @asynccontextmanager
