@@ -157,16 +157,49 @@ async def test_a_read_of_other_types_than_the_notice_refuses_a_damaged_event(
     assert len(await store.read_events(beta.id, types=["message.user"])) == 3
 
 
-async def test_an_event_whose_time_is_damaged_too_is_a_damaged_record(
-    store: Store, store_url: str, backend: str
+@pytest.mark.parametrize(
+    ("payload", "at", "said"),
+    [
+        ("{", "yesterday", "Invalid isoformat"),
+        # Once: a time without its offset read as a naive datetime (a local time to whatever compared it).
+        ('{"type":"message.user","text":"alpha 2"}', "2026-01-01T00:00:00", "without its offset from UTC"),
+    ],
+)
+async def test_an_event_whose_time_is_damaged_is_a_damaged_record(
+    store: Store, store_url: str, backend: str, payload: str, at: str, said: str
 ) -> None:
     if backend != "sqlite":
         pytest.skip("PostgreSQL keeps an event's time as a timestamp, which holds nothing but times")
     alpha, _ = await two_sessions(store)
-    tamper(store_url, "UPDATE events SET payload = '{', at = 'yesterday' WHERE session_id = ? AND seq = 2", [alpha.id])
+    tamper(store_url, "UPDATE events SET payload = ?, at = ? WHERE session_id = ? AND seq = 2", [payload, at, alpha.id])
     with pytest.raises(DamagedRecord) as caught:
         await store.read_events(alpha.id)
     assert caught.value.message.startswith(f"the stored event 2 of session {alpha.id!r} is damaged: its at value")
+    assert said in caught.value.message
+
+
+@pytest.mark.parametrize("column", ["created_at", "last_active_at"])
+async def test_a_session_time_without_its_offset_is_a_damaged_record(
+    store: Store, store_url: str, backend: str, column: str
+) -> None:
+    """Once: `2026-01-01T00:00:00` read as a naive datetime, which broke a comparison later or read as local time."""
+    if backend != "sqlite":
+        pytest.skip("PostgreSQL keeps a session's times as timestamps with their zone")
+    alpha, beta = await two_sessions(store)
+    tamper(store_url, f"UPDATE sessions SET {column} = '2026-01-01T00:00:00' WHERE id = ?", [alpha.id])
+    for read in (
+        lambda: store.get_session(alpha.id),
+        lambda: store.list_sessions(SessionFilter()),
+        lambda: store.list_session_values(SessionFilter(), ["name", column]),
+    ):
+        with pytest.raises(DamagedRecord) as caught:
+            await read()
+        assert caught.value.message.startswith(
+            f"the stored session {alpha.id!r} (alpha) is damaged: its {column} value cannot be read "
+            "('2026-01-01T00:00:00' is a time without its offset from UTC)"
+        ), caught.value.message
+        assert caught.value.details == {"column": column, "session_id": alpha.id}
+    assert (await store.get_session(beta.id)).name == "beta"
 
 
 # -- other records -----------------------------------------------------------------------------------------
@@ -274,12 +307,13 @@ async def test_a_damaged_time_in_the_spend_ledger_is_a_damaged_record(
     assert caught.value.details == {"column": "at", "run_id": run.id, "session_id": alpha.id, "turn_id": "trn_a"}
 
 
-async def test_a_damaged_lease_is_a_damaged_record(store: Store, store_url: str, backend: str) -> None:
+@pytest.mark.parametrize("expires_at", ["1999-99-99", "1999-01-01T00:00:00"])  # (the second: without its offset)
+async def test_a_damaged_lease_is_a_damaged_record(store: Store, store_url: str, backend: str, expires_at: str) -> None:
     if backend != "sqlite":
         pytest.skip("PostgreSQL keeps a lease's expiry as a timestamp, which holds nothing but times")
     alpha, _ = await two_sessions(store)
     assert await store.acquire_lease(alpha.id, "worker-1", 60)
-    tamper(store_url, "UPDATE leases SET expires_at = '1999-99-99' WHERE session_id = ?", [alpha.id])
+    tamper(store_url, "UPDATE leases SET expires_at = ? WHERE session_id = ?", [expires_at, alpha.id])
     for read in (
         lambda: store.get_lease(alpha.id),
         lambda: store.expired_leases(),  # ('1999-...' is before now: it reads as expired)

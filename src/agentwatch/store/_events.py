@@ -14,7 +14,7 @@ from agentwatch.errors import Conflict, DamagedRecord, InvalidArgument, NotFound
 from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, RuntimeNotice, new_id
 from agentwatch.store._appends import Appends, apply_appends, read_counters
 from agentwatch.store._leases import claim_lease
-from agentwatch.store._sessions import GET_SESSION, session_from_row, session_value, stored_iso, stored_time
+from agentwatch.store._sessions import GET_SESSION, session_from_row, session_value, stored_iso
 from agentwatch.store._sql import (
     DAMAGE,
     SESSION_COLUMNS,
@@ -25,6 +25,7 @@ from agentwatch.store._sql import (
     damaged_row,
     from_row,
     in_list,
+    stored_time,
 )
 from agentwatch.store._sqlbase import (
     CONVERSATION_COLUMNS,

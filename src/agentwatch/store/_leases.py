@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from agentwatch.errors import InvalidArgument, NotFound
-from agentwatch.store._sql import DAMAGE, Dialect, Row, Tx, damaged_row, in_list, utc_text
+from agentwatch.store._sql import DAMAGE, Dialect, Row, Tx, damaged_row, in_list, stored_time, utc_text
 from agentwatch.store.records import LeaseClaim, LeaseRecord
 
 __all__ = ["LeaseMethods", "claim_lease"]
@@ -67,7 +67,7 @@ def _record(row: Row) -> LeaseRecord:
     (SQLite keeps it as text)."""
     session_id, owner, expires_at, expired = row
     try:
-        moment = expires_at.astimezone(UTC) if isinstance(expires_at, datetime) else datetime.fromisoformat(expires_at)
+        moment = stored_time(expires_at)
         return LeaseRecord(session_id=session_id, owner=owner, expires_at=moment, expired=bool(expired))
     except DAMAGE as error:
         raise damaged_row(f"lease of session {session_id!r}", "expires_at", error, session_id=session_id) from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from agentwatch.errors import Conflict
@@ -17,6 +17,7 @@ from agentwatch.store._sql import (
     damaged_row,
     from_row,
     in_list,
+    stored_time,
 )
 from agentwatch.store._sqlbase import (
     JOURNAL_COLUMNS,
@@ -265,7 +266,7 @@ def _turn_usage(run_id: str, row: Row) -> TurnUsage:
     (the sums read a damaged number as SQLite's SUM does)."""
     session_id, turn_id, role, model, first_at, last_at = row[:6]
     try:
-        first, last = _moment(first_at), _moment(last_at)
+        first, last = stored_time(first_at), stored_time(last_at)
     except DAMAGE as error:
         what = f"spend of turn {turn_id!r} of session {session_id!r} in run {run_id!r}"
         raise damaged_row(what, "at", error, run_id=run_id, session_id=session_id, turn_id=turn_id) from None
@@ -273,13 +274,3 @@ def _turn_usage(run_id: str, row: Row) -> TurnUsage:
     return TurnUsage(
         session_id=session_id, turn_id=turn_id, role=role, model=model, first_at=first, last_at=last, usage=usage
     )
-
-
-def _moment(value: Any) -> datetime:
-    """A time an aggregate returned: text on SQLite (ISO 8601 with its offset), a datetime on PostgreSQL."""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC)
-    moment = datetime.fromisoformat(value)
-    if moment.utcoffset() is None:
-        raise ValueError(f"{value!r} is a time without its offset from UTC")
-    return moment.astimezone(UTC)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -27,6 +27,7 @@ from agentwatch.store._sql import (
     keyset_page,
     quiet_expression,
     session_where,
+    stored_time,
 )
 from agentwatch.store._sqlbase import (
     GROUP_BY,
@@ -53,7 +54,7 @@ from agentwatch.store.records import (
     Write,
 )
 
-__all__ = ["GET_SESSION", "SessionMethods", "session_from_row", "session_value", "stored_iso", "stored_time"]
+__all__ = ["GET_SESSION", "SessionMethods", "session_from_row", "session_value", "stored_iso"]
 
 T = TypeVar("T")
 
@@ -65,12 +66,6 @@ T = TypeVar("T")
 # again: a listing page reads 21 rows and a tail starts with one, and validation was half their cost. Each
 # field's codec is chosen from its annotation once, at import; a field of a kind not listed here is a
 # mistake caught at import, and a test holds the records equal to `model_validate` on both backends.
-
-
-def stored_time(value: Any) -> datetime:
-    """A stored moment as an aware UTC datetime: SQLite keeps ISO 8601 text with its +00:00 offset,
-    PostgreSQL gives an aware datetime."""
-    return datetime.fromisoformat(value) if isinstance(value, str) else value.astimezone(UTC)
 
 
 def _json(value: Any) -> Any:
@@ -380,9 +375,7 @@ class SessionMethods(SqlBase):
             SessionGroup(
                 key=key,
                 sessions=int(n),
-                last_active_at=newest.astimezone(UTC)
-                if isinstance(newest, datetime)
-                else datetime.fromisoformat(newest),
+                last_active_at=stored_time(newest),
             )
             for key, n, newest in rows
         ]

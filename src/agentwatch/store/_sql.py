@@ -93,6 +93,20 @@ class Dialect:
     collation: all of Unicode under the database's, none beyond ASCII under "C")."""
 
 
+def stored_time(value: str | datetime) -> datetime:
+    """A stored moment as an aware UTC datetime: SQLite keeps ISO 8601 text with its +00:00 offset, PostgreSQL
+    gives an aware datetime. A text without an offset is damage (`ValueError`, as for one that is no time): read
+    as a naive datetime, it would be a local time to whatever compared it."""
+    if not isinstance(value, str):
+        return value.astimezone(UTC)
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is not UTC:  # (the store writes +00:00, which reads as UTC itself)
+        if moment.tzinfo is None:
+            raise ValueError(f"{value!r} is a time without its offset from UTC")
+        moment = moment.astimezone(UTC)
+    return moment
+
+
 def aware(moment: datetime) -> datetime:
     """`moment` in UTC; a naive datetime is refused (its time zone would be a guess)."""
     if not isinstance(moment, datetime) or moment.tzinfo is None or moment.utcoffset() is None:
