@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentwatch.errors import Conflict, NotFound
+from agentwatch.errors import Conflict, DamagedRecord, NotFound
 from agentwatch.events import (
     CompactionApplied,
     ConversationCleared,
@@ -27,7 +27,9 @@ from agentwatch.events import (
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.runtime.tools import function_tool
+from agentwatch.store import SessionDraft
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, asking_child, role, until
+from tests.store.test_damaged import tamper
 
 
 async def all_events(engine: Any, session_id: str) -> list[Event]:
@@ -65,6 +67,28 @@ async def test_agent_task_runs_a_turn_to_done(open_engine: OpenEngine, scripted:
         assert session.origin == Origin(kind="person")  # started from outside a turn: by a person, as `run` does
         totals = await engine.store.usage_totals([session.id])
         assert totals[session.id].total_tokens == ended.usage.total_tokens
+
+
+@pytest.mark.parametrize(
+    ("column", "stored"), [("settings", "garbage"), ("context_fill", "{"), ("origin", '{"channel": 5}')]
+)
+async def test_an_agent_whose_row_is_damaged_can_be_deleted(
+    open_engine: OpenEngine, url: str, column: str, stored: str
+) -> None:
+    """Once: deleting read the whole row first, so an agent with a damaged value could not be got rid of."""
+    async with open_engine(store=url) as engine:
+        alpha = await engine.store.create_session(SessionDraft(name="alpha", role="coder"))
+        await engine.store.create_session(SessionDraft(name="beta", role="coder"))
+        tamper(url, f"UPDATE sessions SET {column} = ? WHERE id = ?", [stored, alpha.id])
+        with pytest.raises(DamagedRecord) as caught:  # (reads still say what is damaged, and how to get rid of it)
+            await engine.store.get_session(alpha.id)
+        assert caught.value.message.endswith(f"or delete the agent by its id (`agentwatch delete {alpha.id}`)")
+
+        deleted = await engine.call_tool("agent_delete", {"id": alpha.id})
+        assert deleted.keys() == {"id", "deletedAt", "reapAt"} and deleted["id"] == alpha.id, deleted
+        assert await engine.call_tool("agent_delete", {"id": alpha.id}) == deleted  # (deleted already: as it was)
+        listed = await engine.call_tool("agent_list", {})
+        assert [agent["name"] for agent in listed["agents"]] == ["beta"]
 
 
 async def test_a_wait_that_a_deletion_ends_answers_deleted(open_engine: OpenEngine, scripted: Scripted) -> None:
@@ -806,7 +830,8 @@ async def test_deletions_at_once_write_one_notice_with_it(open_engine: OpenEngin
         assert len({(s.deleted_at, s.reap_at) for s in deleted}) == 1
         events = await all_events(engine, agent_id)
         notices = [e for e in events if e.type == "runtime.info" and e.payload.source == "deletion"]
-        assert len(notices) == 1 and notices[0].seq == deleted[0].last_seq == events[-1].seq
+        last_seq = (await engine.store.get_session(agent_id)).last_seq
+        assert len(notices) == 1 and notices[0].seq == last_seq == events[-1].seq
         assert (await engine.delete(agent_id)).deleted_at == deleted[0].deleted_at  # again: nothing changes
         assert len(await all_events(engine, agent_id)) == len(events)
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
-from agentwatch.errors import Conflict, InvalidArgument, UserError
+from agentwatch.errors import Conflict, DamagedRecord, InvalidArgument, UserError
 from agentwatch.events import DELETION_SOURCE, NewEvent, Origin, RuntimeNotice, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
@@ -51,7 +51,7 @@ from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.runs import Run, RunListener, start_run
-from agentwatch.runtime.services import Runtime, RuntimeServices, ToolSetHook
+from agentwatch.runtime.services import Deletion, Runtime, RuntimeServices, ToolSetHook
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.tools import builtin_tools, project_tool
 from agentwatch.runtime.tools.base import Caller, Tool
@@ -352,8 +352,8 @@ class Engine:
         async with self._drivers_lock:
             driver = self._drivers.get(session_id)
             if driver is None:
-                session = await self.store.get_session(session_id)
-                driver = SessionDriver(self, session_id, session.last_seq, self._factories)
+                [last_seq] = await self._columns(session_id, "last_seq")  # (all it needs: a damaged row has one)
+                driver = SessionDriver(self, session_id, last_seq, self._factories)
                 if self._draining:
                     driver.drain()
                 evict_idle(self._drivers, keep=DRIVERS_KEPT - 1)  # room for this one
@@ -620,11 +620,14 @@ class Engine:
         """Who stopped the session's turn (consumed by the turn that ends)."""
         return self._stop_reasons.pop(session_id, "a person")
 
-    async def delete(self, session_id: str, *, by: str = "a person") -> SessionRecord:
-        """Soft-delete a session (its turn is stopped); readable by id until its reap time."""
-        session = await self.store.get_session(session_id)
-        if session.deleted_at is not None:
-            return session
+    async def delete(self, session_id: str, *, by: str = "a person") -> Deletion:
+        """Soft-delete a session (its turn is stopped); readable by id until its reap time.
+
+        A session whose row is damaged (`DamagedRecord` for a value it holds) is deleted too: that is how a
+        person gets rid of it. Deleting reads only what it needs; what its stop cannot read is left as it is."""
+        deletion = await self._deletion(session_id)
+        if deletion is not None:
+            return deletion
         self._deleting.add(session_id)  # a wait the stop ends answers with the deletion
         try:
             return await self._delete(session_id, by)
@@ -634,10 +637,15 @@ class Engine:
             if driver is not None:
                 driver.notify_changed()  # a wait that found it being deleted answers now, not at its next poll
 
-    async def _delete(self, session_id: str, by: str) -> SessionRecord:
-        await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
-        stopped = await self.store.get_session(session_id)
-        reap_at = deleted_reap_at(stopped, self.config.retention, now=datetime.now(UTC))
+    async def _delete(self, session_id: str, by: str) -> Deletion:
+        now = datetime.now(UTC)
+        try:
+            await self._stop(session_id, by, idle_observer=False)  # (a deleted observer is stopped as deleted)
+            reap_at = deleted_reap_at(await self.store.get_session(session_id), self.config.retention, now=now)
+        except DamagedRecord as damaged:
+            # Its turn cannot run on what cannot be read (a turn this engine ran was stopped before the read).
+            log.info("deleting session %s, whose stored state is damaged: %s", session_id, damaged.message)
+            reap_at = now + self.config.retention.deleted_ttl
         # Its last event, in the same write as the deletion: attach streams end with it (`DELETION_SOURCE`),
         # and its history says who and when. Of two deletions at once, the store lets one write (the other
         # finds the agent deleted), so there is one such event, and no moment when the agent is deleted
@@ -652,11 +660,28 @@ class Engine:
         try:
             await (await self.driver(session_id)).commit(write)
         except Conflict:
-            session = await self.store.get_session(session_id)
-            if session.deleted_at is None:
+            deletion = await self._deletion(session_id)
+            if deletion is None:
                 raise
-            return session  # deleted meanwhile by someone else
-        return await self.store.get_session(session_id)
+            return deletion  # deleted meanwhile by someone else
+        deletion = await self._deletion(session_id)
+        assert deletion is not None  # (written above; a reap comes days later)
+        return deletion
+
+    async def _deletion(self, session_id: str) -> Deletion | None:
+        """The session's deletion (None: not deleted), read from those columns alone."""
+        deleted_at, reap_at = await self._columns(session_id, "deleted_at", "reap_at")
+        if deleted_at is None:
+            return None
+        return Deletion(session_id, datetime.fromisoformat(deleted_at), datetime.fromisoformat(reap_at))
+
+    async def _columns(self, session_id: str, *fields: str) -> list[Any]:
+        """The values of `fields` of a session (deleted or not), in JSON form, read and decoded alone: a value
+        damaged in another column does not keep them from being read. `NotFound` for no such session."""
+        page = await self.store.list_session_values(SessionFilter(ids=[session_id], deleted=True), fields, limit=1)
+        if not page.items:
+            await self.store.get_session(session_id)  # (the store's own `NotFound`, which says what to give)
+        return page.items[0]
 
     async def live_children(self, session_id: str) -> list[SessionRecord]:
         """Sub-agents of a session that have not ended (not its observer, which is no sub-agent of it)."""

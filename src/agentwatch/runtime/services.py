@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import JsonValue
@@ -31,10 +32,21 @@ if TYPE_CHECKING:
     from agentwatch.runtime.thread_observer import ObserverFactory
     from agentwatch.tools import Caller, Tool
 
-__all__ = ["Runtime", "RuntimeServices", "SessionChannel", "ToolSetHook"]
+__all__ = ["Deletion", "Runtime", "RuntimeServices", "SessionChannel", "ToolSetHook"]
 
 ToolSetHook = Callable[["SessionRecord", Sequence[str]], Sequence[str]]
 """Adjusts the tool names a session's turn gets, given the session and the names its role lists."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """A session's soft deletion, as `delete` answers it: read from those columns alone, so that a session whose
+    row is damaged elsewhere can be deleted too."""
+
+    session_id: str
+    deleted_at: datetime
+    reap_at: datetime
+    """Until when it stays readable by id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +172,8 @@ class Runtime(Protocol):
     def stop_reason(self, session_id: str) -> str:
         """Who stopped the session's turn (consumed by the turn that ends)."""
 
-    async def delete(self, session_id: str, *, by: str = "a person") -> SessionRecord:
-        """Soft-delete a session."""
+    async def delete(self, session_id: str, *, by: str = "a person") -> Deletion:
+        """Soft-delete a session (one whose row is damaged too)."""
 
     async def answer(self, request_id: str, answer: JsonValue, *, by: str = "a person") -> RequestRecord:
         """Resolve a pending request; the paused turn continues."""

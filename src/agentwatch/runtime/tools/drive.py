@@ -364,11 +364,9 @@ async def agent_hand_back(engine: Runtime, caller: Caller, args: HandBackArgs) -
 
 
 async def agent_delete(engine: Runtime, caller: Caller, args: DeleteArgs) -> Deleted:
-    session = await engine.delete(args.id, by=caller.session_id or "a person")
+    deletion = await engine.delete(args.id, by=caller.session_id or "a person")
     return Deleted(
-        id=session.id,
-        deleted_at=session.deleted_at.isoformat() if session.deleted_at else None,
-        reap_at=session.reap_at.isoformat() if session.reap_at else None,
+        id=deletion.session_id, deleted_at=deletion.deleted_at.isoformat(), reap_at=deletion.reap_at.isoformat()
     )
 
 
