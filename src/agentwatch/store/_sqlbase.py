@@ -18,7 +18,6 @@ from agentwatch.store._sql import (
     SESSION_COLUMNS,
     SESSION_JSON,
     Dialect,
-    Row,
     Tx,
     check_text,
     from_row,
@@ -194,21 +193,6 @@ class SqlBase(ABC):
     async def _require_session(self, tx: Tx, session_id: str) -> None:
         if not await tx.fetch("SELECT 1 FROM sessions WHERE id = ?", [session_id]):
             raise NotFound(f"no session with id {session_id!r} (it may have been reaped)")
-
-    def _event(self, row: Row) -> Event:
-        """An event from a row selected as `EVENT_READ`; the payload is validated by its own type's model (the
-        row's `type` column names it), which skips the union's dispatch."""
-        event_id, session_id, seq, at, turn_id, conversation_id, payload, type_name = row
-        payload = decode_payload(type_name, payload)
-        return Event(
-            id=event_id,
-            session_id=session_id,
-            seq=seq,
-            at=at.astimezone(UTC) if isinstance(at, datetime) else datetime.fromisoformat(at),
-            turn_id=turn_id,
-            conversation_id=conversation_id,
-            payload=payload,
-        )
 
 
 def decode_payload(type_name: str, payload: Any) -> Any:
