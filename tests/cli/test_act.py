@@ -22,6 +22,7 @@ from agentwatch.runtime.leases import role_lack_said
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.store import RequestDraft, SessionDraft, SessionPatch, Store, Write, open_store
 from tests.runtime.support import OpenEngine, Scripted, role
+from tests.store.test_damaged import tamper
 
 
 def invoke(*argv: str) -> Result:
@@ -175,6 +176,25 @@ def test_stop_and_delete_a_paused_agent(store_url: str, waiting: dict[str, str])
     assert hidden.exit_code == 0 and "no agents match (deleted ones: --all)" in hidden.output
     shown = invoke("ls", "-q", "asker", "--all", "--store", store_url)
     assert shown.exit_code == 0 and "asker" in shown.output and "--all" not in shown.output
+
+
+def test_an_agent_whose_row_is_damaged_is_deleted_by_its_name(store_url: str) -> None:
+    """Once: naming it read its whole row, so only its id could delete it."""
+
+    async def prepare() -> str:
+        async with open_store(store_url) as store:
+            return (await store.create_session(SessionDraft(name="broken", role="coder"))).id
+
+    broken = asyncio.run(prepare())
+    tamper(store_url, "UPDATE sessions SET settings = ? WHERE id = ?", ["garbage", broken])
+    looked = invoke("get", "broken", "--store", store_url, "--json")  # (a read still says it is damaged)
+    assert looked.exit_code == 1 and _json(looked)["error"]["code"] == "damaged_record", looked.output
+    deleted = invoke("delete", "broken", "--store", store_url)
+    assert deleted.exit_code == 0, deleted.output
+    # (named by its id: its name is in the row that cannot be read)
+    assert deleted.stdout.startswith(f"deleted {broken}, reaped after "), deleted.output
+    listed = invoke("ls", "--store", store_url)
+    assert listed.exit_code == 0 and "broken" not in listed.output
 
 
 def test_acting_on_a_missing_store_creates_nothing(tmp_path: Path) -> None:

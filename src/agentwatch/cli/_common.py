@@ -402,15 +402,15 @@ async def resolve_id(reader: Reader, agent: str, *, scope: str | None) -> str:
     with the candidates' ids)."""
     if agent.startswith("ses_"):
         return agent
-    from agentwatch.reads.get import GetArgs, resolve_agent
+    from agentwatch.reads.get import GetArgs, resolve_name
     from agentwatch.tools import Caller, parse_args
 
     try:
         args = parse_args(GetArgs, "agent_get", {"name": agent})
     except InvalidArgument as exc:
         raise flag_error(exc, {"name": "AGENT"}, {}) from None
-    session = await resolve_agent(reader, id=None, name=args.name, caller=Caller(scope=scope))
-    return session.id
+    assert args.name is not None
+    return await resolve_name(reader.store, args.name, caller=Caller(scope=scope))
 
 
 def call_tool(

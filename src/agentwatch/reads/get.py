@@ -19,10 +19,10 @@ from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import AgentRecord, MailboxEntry, ObserverEntry, OwnerEntry, SubagentUsage
 from agentwatch.reads.current import current
 from agentwatch.reads.observer import observer_entry
-from agentwatch.store import SessionFilter, SessionRecord, descendants
+from agentwatch.store import SessionFilter, SessionRecord, Store, descendants
 from agentwatch.tools import Args, Caller, Id, Name
 
-__all__ = ["GetArgs", "agent_get", "agent_record", "observer_info", "resolve_agent"]
+__all__ = ["GetArgs", "agent_get", "agent_record", "observer_info", "resolve_agent", "resolve_name"]
 
 _CANDIDATES = 100
 _PROMPT_SCAN = 100
@@ -43,26 +43,34 @@ class GetArgs(Args):
 
 async def resolve_agent(view: EngineView, *, id: str | None, name: str | None, caller: Caller) -> SessionRecord:
     """The session `id` names, or the one `name` resolves to for `caller` (see the module docs)."""
-    if id is not None:
-        return await view.store.get_session(id)
-    assert name is not None
+    if id is None:
+        assert name is not None
+        id = await resolve_name(view.store, name, caller=caller)
+    return await view.store.get_session(id)
+
+
+async def resolve_name(store: Store, name: str, *, caller: Caller) -> str:
+    """The id of the session `name` resolves to for `caller`: the one of that name in the caller's scope, else
+    the only one of that name (several: `Ambiguous`, with the candidates' ids). Reads the id, scope and status
+    alone, so that an agent whose row is damaged elsewhere is found too (and can be deleted by its name)."""
+    fields = ("id", "scope", "status")
     if caller.scope is not None:
-        mine = await view.store.list_sessions(SessionFilter(name=name, scope=caller.scope), limit=1)
+        mine = await store.list_session_values(SessionFilter(name=name, scope=caller.scope), fields, limit=1)
         if mine.items:
-            return mine.items[0]
-    page = await view.store.list_sessions(SessionFilter(name=name), sort="name", limit=_CANDIDATES)
+            return str(mine.items[0][0])
+    page = await store.list_session_values(SessionFilter(name=name), fields, sort="name", limit=_CANDIDATES)
     if not page.items:
         raise NotFound(
             f"no agent named {name!r}; agent_list with q {name!r} finds similar names "
             f"(`agentwatch ls -q {shlex.quote(name)}`), and a deleted agent is found by its id"
         )
     if len(page.items) == 1:
-        return page.items[0]
-    listed = "; ".join(f"{s.id} ({_scope_text(s.scope)}, {s.status})" for s in page.items)
+        return str(page.items[0][0])
+    listed = "; ".join(f"{agent_id} ({_scope_text(scope)}, {status})" for agent_id, scope, status in page.items)
     count = f"{len(page.items)}{'+' if page.next_cursor else ''}"
     raise Ambiguous(
         f'{count} agents are named "{name}": {listed}. Pass `id` instead.',
-        candidates=[{"id": s.id, "scope": s.scope, "status": s.status} for s in page.items],
+        candidates=[{"id": agent_id, "scope": scope, "status": status} for agent_id, scope, status in page.items],
     )
 
 
