@@ -66,8 +66,6 @@ _HEADER: Final = b"SQLite format 3\x00"
 _MAX_GROUP: Final = 512
 _GATHER_S: Final = 0.001
 """How long a group waits for the rest of the callers of the previous one, at most (see `_collect`)."""
-_GATHER_STEP_S: Final = 0.0002
-"""How often the waiting writer looks whether they came."""
 _PAGE_SIZE: Final = 8192
 """Bytes per page of a new database file (see `_open_database`)."""
 _SQLITE_MIN: Final = (3, 35, 0)
@@ -147,6 +145,10 @@ class SqliteStore(SqlStore):
         self._data_version = -1
         self._unsettled: list[dict[str, Counters]] = []
         """The counters the open transaction's appends leave, for `_known` once it commits."""
+        self._awaited = 0
+        """The size of the group the writer waits for (0: it does not wait; see `_collect`)."""
+        self._filled = threading.Event()
+        """Set once `_awaited` jobs are unfinished: the group the writer waits for is queued."""
         self._group_counts = [0, 0]
         """Transactions the writer committed, and the writes in them (for the benchmarks)."""
         self._writer.start()
@@ -220,15 +222,25 @@ class SqliteStore(SqlStore):
         The group is what is queued when the first job arrives, and, when that is fewer jobs than the
         previous group had, what comes in the next `_GATHER_S`, until there are as many: when many callers
         write at once, the previous group's callers are still being woken (a few per loop turn) and are about
-        to queue their next write. The writer sleeps meanwhile, looking every `_GATHER_STEP_S`, so the
-        callers' loop runs without contending with the writer for the GIL (and without waking it at each
-        write), and the group fills. A lone caller (a previous group of one) never waits.
+        to queue their next write. The writer sleeps meanwhile, until the caller that completes the group
+        wakes it (`_awaited`, `_filled`: one wake-up per group, not one per write, nor a look every so often),
+        so the callers' loop runs without contending with the writer for the GIL, and the group fills. A lone
+        caller (a previous group of one) never waits.
         """
         jobs = [self._queue.get()]
         if self._drain(jobs) and len(jobs) < expected:
             deadline = time.monotonic() + _GATHER_S
-            while self._drain(jobs) and len(jobs) < expected and time.monotonic() < deadline:
-                time.sleep(_GATHER_STEP_S)
+            filled = self._filled
+            while True:
+                filled.clear()
+                self._awaited = expected  # (`_submit` sets `filled` once as many jobs are unfinished)
+                if not self._drain(jobs) or len(jobs) >= expected:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0 or not filled.wait(left):
+                    self._drain(jobs)
+                    break
+            self._awaited = 0
         if jobs[-1] is None:
             jobs.pop()
             return cast(list[Job], jobs), False
@@ -456,8 +468,11 @@ class SqliteStore(SqlStore):
         job = Job(run, self._mailboxes.of(loop), future, write, session_id, appends)
         if write and self._write_here(job, loop):
             return future
-        self._unfinished.append(job)
+        unfinished = self._unfinished
+        unfinished.append(job)
         self._queue.put(job)
+        if len(unfinished) >= self._awaited > 0:
+            self._filled.set()
         return future
 
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
@@ -489,6 +504,7 @@ class SqliteStore(SqlStore):
             return
         self._closed = True
         self._queue.put(None)
+        self._filled.set()
         await asyncio.to_thread(self._writer.join)
         if self._readers is not None:
             await asyncio.to_thread(self._readers.close)
