@@ -59,11 +59,11 @@ def test_every_command_has_an_example_here() -> None:
 
 
 @pytest.fixture
-def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tuple[Path, str, str, str]:
+def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tuple[Path, str, str, str, str]:
     """A project as the examples assume one: `agents/coder.md`, a setup in `myproject/agents.py`, a hook, the default
     store with a `coder` that has run two turns, a `nova` in chat 42:bot1, two runs of the workflow `report`,
-    and the demo's agents under `examples/`; its root, the coder's id, its newest event's id and the second
-    run's id."""
+    and the demo's agents under `examples/`; its root, the coder's id, its newest event's id, the second run's id
+    and the first's (a second `run_...` in an example, as `compare RUN --against RUN` takes: another run)."""
     model = scripted("cli-examples", ScriptedModel.replying(*["done"] * 8))
     agents = tmp_path / "agents"
     agents.mkdir(exist_ok=True)
@@ -75,17 +75,19 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
     (tmp_path / "agentwatch.toml").write_text(HOOKS)
     url = f"sqlite:///{tmp_path / '.agentwatch' / 'agentwatch.db'}"
 
-    async def prepare() -> tuple[str, str, str]:
+    async def prepare() -> tuple[str, str, str, str]:
         async with open_engine(store=url, extensions=[]) as engine:
             session = await engine.create("coder", name="coder", source="cli")
             for prompt in ("one", "two"):
                 await engine.enqueue(session.id, prompt)
                 await engine.wait(session.id, 10)
             coder_id: str = session.id
+            runs = []
             for topic in ("tides", "moons"):
                 async with engine.run("report", input={"topic": topic}) as run:
                     await run.task("coder", f"notes on {topic}")
                     await run.journal("retry", "an example retry line")
+                runs.append(run.id)
         async with open_store(url) as store:
             await store.create_session(SessionDraft(name="nova", role="coder", scope="42:bot1"))
             await _waiting(store, "asker", RequestDraft(kind="question", summary="Which DB?", questions=["Which DB?"]))
@@ -100,7 +102,7 @@ def project(open_engine: OpenEngine, scripted: Scripted, tmp_path: Path) -> tupl
             interception: dict[str, JsonValue] = {"by": "ada", "since": datetime.now(UTC).isoformat()}
             await store.write(Write(taken.id, session=SessionPatch(interception=interception)))
             [newest] = await store.read_events_backward(coder_id, limit=1)
-        return coder_id, newest.id, run.id
+        return coder_id, newest.id, runs[1], runs[0]
 
     return tmp_path, *asyncio.run(prepare())
 
@@ -114,9 +116,10 @@ async def _waiting(store: Store, name: str, request: RequestDraft, parent_id: st
 
 
 @pytest.mark.parametrize(("name", "example"), EXAMPLES, ids=[example for _, example in EXAMPLES])
-def test_the_help_example_works(project: tuple[Path, str, str, str], name: str, example: str) -> None:
-    root, coder_id, event_id, run_id = project
-    example = example.replace(EXAMPLE_RUN, run_id).replace(EXAMPLE_EVENT, event_id)
+def test_the_help_example_works(project: tuple[Path, str, str, str, str], name: str, example: str) -> None:
+    root, coder_id, event_id, run_id, earlier_run_id = project
+    example = example.replace(EXAMPLE_RUN, run_id, 1).replace(EXAMPLE_RUN, earlier_run_id)
+    example = example.replace(EXAMPLE_EVENT, event_id)
     for shown in EXAMPLE_IDS:
         example = example.replace(shown, coder_id)
     argv = shlex.split(example)[1:]

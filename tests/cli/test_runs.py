@@ -64,6 +64,8 @@ def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Sc
     assert compared["input"] == [{"path": "topic", "this": "moons", "that": "tides"}]
     text = invoke("runs", "compare", second, "--store", store_url)
     assert "Research / researcher" in text.output and '"tides" → "moons"' in text.output  # JSON, not repr
+    itself = invoke("runs", "compare", second, "--against", second, "--store", store_url)
+    assert itself.exit_code == 2 and "--against: " in itself.output and "the run itself" in itself.output
 
     journal = _json(invoke("runs", "history", second, "--source", "journal", "--json", "--store", store_url))
     assert [e["title"] for e in journal["entries"]] == ["researcher: attempt 1 failed; trying again in 0 s"]

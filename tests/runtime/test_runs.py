@@ -192,6 +192,9 @@ async def test_compare_aligns_spans_by_path_and_diffs_the_inputs_leaf_by_leaf(
         assert (first_one["against"], first_one["deltas"], first_one["spans"]) == (None, None, [])
         explicit = await _call(engine, "run_compare", id=first, against=run.id)
         assert explicit["input"] == [{"path": "depth", "this": 1, "that": 2}]
+        itself = await engine.call_tool("run_compare", {"id": run.id, "against": run.id})
+        assert itself["error"]["code"] == "invalid_argument" and itself["error"]["details"]["fields"] == ["against"]
+        assert "leave it out" in itself["error"]["message"]  # (what to do: its previous run, or another)
 
 
 async def test_history_pages_back_through_agents_pipeline_and_journal_in_one_order(

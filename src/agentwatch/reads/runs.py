@@ -561,6 +561,12 @@ def _roll_up_costs(spans: list[TraceSpan], stored: Sequence[SpanRecord]) -> bool
 
 async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> CompareAnswer:
     """The `run_compare` tool."""
+    if args.against == args.id:
+        raise InvalidArgument(
+            f"against: {args.against!r} is the run itself, which differs from itself in nothing; leave it out to "
+            "compare with the previous finished run of the same entity, or name another run",
+            fields=["against"],
+        )
     store = engine.store
     run = await store.get_run(args.id)
     if args.against is not None:
