@@ -9,6 +9,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from agentwatch.cli import cli
+from agentwatch.runtime.heartbeats import Heartbeat, Tick, tick
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
 from tests.runtime.support import OpenEngine, Scripted, role
@@ -86,3 +87,32 @@ def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Sc
     assert bare.exit_code == 0 and "an entity is KIND:NAME: workflow:report" in bare.output, bare.output
     bad = invoke("runs", "ls", "--limit", "0", "--store", store_url)
     assert bad.exit_code == 2 and "--limit" in bad.output
+
+
+def test_a_run_whose_reason_is_a_code_shows_its_error_in_ls_trace_and_history(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str
+) -> None:
+    """A heartbeat whose gate raised ends `failed` with statusReason `gate_error`, a code: what the gate said is in
+    its error, which people see beside the code (and `-q` finds), not only with --json."""
+
+    async def broken(due: Tick) -> bool:
+        raise ConnectionError("the mail server is down")
+
+    digester = role("digester", scripted("cli-runs-gate", ScriptedModel.replying("digest")))
+
+    async def record() -> str:
+        async with open_engine(digester) as engine:
+            run_id = await tick(engine, Heartbeat("mail", "digester", every=60, prompt="x", gate=broken), 3)
+        assert run_id is not None
+        return run_id
+
+    run_id = asyncio.run(record())
+    said = "gate_error: ConnectionError: the mail server is down"
+    listed = invoke("runs", "ls", "--store", store_url)
+    assert listed.exit_code == 0 and said in listed.output, listed.output
+    traced = invoke("runs", "trace", run_id, "--store", store_url)
+    assert traced.exit_code == 0 and said in traced.output, traced.output
+    found = _json(invoke("runs", "history", run_id, "-q", "mail server", "--json", "--store", store_url))
+    assert [(e["type"], e["detail"]) for e in found["entries"]] == [("run.ended", said)]
+    table = invoke("runs", "history", run_id, "--store", store_url)
+    assert said in table.output, table.output

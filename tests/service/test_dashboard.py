@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from agentwatch.events import NewEvent, ToolResult, Usage, UserMessage
+from agentwatch.runtime.heartbeats import Heartbeat, Tick, tick
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import RoleSessions
 from agentwatch.service import ServiceSettings, create_app
@@ -448,6 +449,23 @@ async def test_the_runs_view_shows_a_runs_trace_and_opens_its_agents(
         await page.locator("#d-meta a").click()  # and back to its run
         await expect(page.locator("#r-name")).to_have_text("workflow:report", timeout=WAIT_MS)
         await expect(page.locator(f'#runs tr[data-id="{run.id}"]')).to_have_attribute("aria-current", "true")
+        assert problems == []
+
+
+async def test_a_run_whose_reason_is_a_code_says_what_went_wrong(open_engine: Any, scripted: Any, browser: Any) -> None:
+    async def broken(due: Tick) -> bool:
+        raise ConnectionError("the mail server is down")
+
+    digester = role("digester", scripted("dashboard-gate", ScriptedModel.replying("digest")))
+    async with open_engine(digester) as engine, served(create_app(engine)) as base:
+        run_id = await tick(engine, Heartbeat("mail", "digester", every=60, prompt="x", gate=broken), 3)
+        page, problems = await _page(browser, base)
+        await page.get_by_role("button", name="Runs").click()
+        said = "gate_error: ConnectionError: the mail server is down"
+        row = page.locator(f'#runs tr[data-id="{run_id}"]')
+        await expect(row).to_contain_text(said, timeout=WAIT_MS)
+        await row.click()
+        await expect(page.locator("#r-meta")).to_contain_text(said, timeout=WAIT_MS)
         assert problems == []
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from agentwatch.config import Config
 
 __all__ = ["runs"]
+
+_CODE = re.compile(r"[a-z_]+")
+"""A statusReason that is a code (`gate`, `overlap`, `gate_error`) rather than a sentence."""
 
 
 @click.group("runs", short_help="Runs (workflows, heartbeats, hooks): read them; fire a hook.")
@@ -89,7 +93,7 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
 
     rows = [
         [run["id"], escape(run["entity"] or run["kind"]), _status(run["status"]), run["startedAt"][:19],
-         _duration(run["durationMs"]), spend(run), escape(run["statusReason"] or "")]
+         _duration(run["durationMs"]), spend(run), escape(_why(run))]
         for run in answer["runs"]
     ]  # fmt: skip
     if not rows:
@@ -135,7 +139,7 @@ def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
         f"{_duration(run['durationMs'])}  {spend(run)}"
     )
     if run["statusReason"] and run["status"] != "completed":
-        console.print(f"  [red]{escape(run['statusReason'])}[/]")
+        console.print(f"  [red]{escape(_why(run))}[/]")
     children: dict[str | None, list[dict[str, Any]]] = {}
     for span in answer["spans"]:
         children.setdefault(span["parentSpanId"], []).append(span)
@@ -392,6 +396,17 @@ def _status(status: str) -> str:
 
     color = {"completed": "green", "failed": "red", "timed_out": "red", "running": "cyan"}.get(status, "yellow")
     return f"[{color}]{escape(status)}[/]"
+
+
+def _why(run: dict[str, Any]) -> str:
+    """Why the run ended as it did: its statusReason, and when that is only a code (`gate_error`), its error's
+    message after it, which says what went wrong."""
+    reason: str = run["statusReason"] or ""
+    error = run["error"]
+    message = error.get("message") if isinstance(error, dict) else None
+    if message and _CODE.fullmatch(reason):
+        return f"{reason}: {message}"
+    return reason
 
 
 def _duration(ms: int | None) -> str:

@@ -13,7 +13,7 @@ requests, their events) is added while they exist; `honesty` says what a trace c
   the spans aligned by their label path (`Research / Collect sources`), the inputs leaf by leaf, the brain sha.
 - `run_history {id, source?, agentId?, q?, cursor?, limit}`: the run's log, newest page first and each page
   oldest first: its agents' events (as `agent_tail` shows them), its pipeline (the run and its spans starting
-  and ending) and its journal (retries, notes), in one order.
+  and ending; the run's end has its error as detail) and its journal (retries, notes), in one order.
 """
 
 from __future__ import annotations
@@ -808,10 +808,12 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
 def _pipeline(run: RunRecord, spans: Sequence[SpanRecord]) -> list[tuple[tuple[str, int, str], HistoryEntry]]:
     order = _SOURCE_ORDER["pipeline"]
 
-    def entry(at: datetime, key: str, kind: str, title: str, status: str | None) -> tuple[Any, HistoryEntry]:
+    def entry(
+        at: datetime, key: str, kind: str, title: str, status: str | None, detail: str | None = None
+    ) -> tuple[Any, HistoryEntry]:
         text = _iso(at)
         line = HistoryEntry(
-            at=text, source="pipeline", agent_id=None, type=kind, title=title, detail=None, status=status
+            at=text, source="pipeline", agent_id=None, type=kind, title=title, detail=detail, status=status
         )
         return (text, order, key), line
 
@@ -825,8 +827,17 @@ def _pipeline(run: RunRecord, spans: Sequence[SpanRecord]) -> list[tuple[tuple[s
         title = f"{run.kind} {run.entity or run.id} {run.status}" + (
             f": {run.status_reason}" if run.status_reason else ""
         )
-        found.append(entry(run.ended_at, f"3{run.id}", "run.ended", title, run.status))
+        found.append(entry(run.ended_at, f"3{run.id}", "run.ended", title, run.status, _error_text(run.error)))
     return found
+
+
+def _error_text(error: JsonValue) -> str | None:
+    """What a run's `error` says, as one line (`RuntimeError: the editor rejected it`); None when it has none."""
+    if not isinstance(error, dict):
+        return None
+    kind, message = error.get("class"), error.get("message")
+    text = ": ".join(str(part) for part in (kind, message) if part not in (None, ""))
+    return text or None
 
 
 def _text_of(entry: HistoryEntry) -> str:

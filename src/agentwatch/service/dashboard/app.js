@@ -416,6 +416,14 @@
     return ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${(ms / 60000).toFixed(1)} min`;
   }
 
+  // Why a run ended as it did: its statusReason, and when that is only a code (`gate_error`), its error's message
+  // after it, which says what went wrong (as `agentwatch runs` says it).
+  function why(run) {
+    const reason = run.statusReason || "";
+    const message = run.error && typeof run.error === "object" ? run.error.message : null;
+    return message && /^[a-z_]+$/.test(reason) ? `${reason}: ${message}` : reason;
+  }
+
   function spent(item) {
     const cost = item.costUsd === null || item.costUsd === undefined ? "" : ` · $${item.costUsd.toFixed(4)}`;
     return `${item.tokens.toLocaleString()} tokens${cost}`;
@@ -435,7 +443,7 @@
 
   function showRuns(runs, more) {
     syncRows($("runs"), runs, ["", "", "muted", "", "muted"], selectRun, (run, [name, status, started, time, cost]) => {
-      name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, run.statusReason || run.id));
+      name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, why(run) || run.id));
       status.replaceChildren(statusBadge(run.status));
       started.textContent = ago(run.startedAt);
       time.textContent = took(run.durationMs);
@@ -486,7 +494,7 @@
     if (state.run !== id) return;
     const run = trace.run;
     $("r-name").textContent = run.entity || run.kind;
-    $("r-meta").textContent = [run.id, took(run.durationMs), spent(run), run.statusReason].filter(Boolean).join(" · ");
+    $("r-meta").textContent = [run.id, took(run.durationMs), spent(run), why(run)].filter(Boolean).join(" · ");
     $("r-status").replaceWith(Object.assign(statusBadge(run.status), { id: "r-status" }));
     const children = new Map();
     for (const span of trace.spans) {
