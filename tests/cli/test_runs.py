@@ -70,6 +70,9 @@ def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Sc
 
     journal = _json(invoke("runs", "history", second, "--source", "journal", "--json", "--store", store_url))
     assert [e["title"] for e in journal["entries"]] == ["researcher: attempt 1 failed; trying again in 0 s"]
+    agent = next(s["ref"]["agentId"] for s in trace["spans"] if s["kind"] == "task")
+    nowhere = invoke("runs", "history", second, "--agent", agent, "--source", "journal", "--store", store_url)
+    assert nowhere.exit_code == 2 and "--agent" in nowhere.output and "--source" in nowhere.output, nowhere.output
     table = invoke("runs", "history", second, "--store", store_url)
     assert table.exit_code == 0 and "run.started" not in table.output  # titles, not types, for people
     assert "workflow workflow:report started" in table.output

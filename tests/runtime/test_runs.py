@@ -238,6 +238,12 @@ async def test_history_pages_back_through_agents_pipeline_and_journal_in_one_ord
 
         stranger = await engine.call_tool("run_history", {"id": run.id, "agentId": "ses_nope"})
         assert stranger["error"]["code"] == "invalid_argument" and stranger["error"]["details"]["fields"] == ["agentId"]
+        # An agent has events, not pipeline or journal lines: asked for those only, it is refused, not an empty page.
+        elsewhere = await engine.call_tool(
+            "run_history", {"id": run.id, "agentId": first["agentId"], "source": ["journal"]}
+        )
+        assert elsewhere["error"]["code"] == "invalid_argument", elsewhere
+        assert elsewhere["error"]["details"]["fields"] == ["agentId", "source"]
         bad_cursor = await engine.call_tool("run_history", {"id": run.id, "cursor": "p1.nope"})
         assert bad_cursor["error"]["code"] == "invalid_argument"
         missing = await engine.call_tool("run_trace", {"id": "run_nope"})

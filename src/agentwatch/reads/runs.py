@@ -757,6 +757,12 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
                     before = (at, order, ref)
                 case _:  # (the checksum is no secret: a forged cursor passes it)
                     raise InvalidCursor("the cursor does not hold a run_history position; drop it to start over")
+    if args.agent_id is not None and args.source and "agent" not in args.source:
+        raise InvalidArgument(
+            "agentId narrows the agent log (its events), which `source` leaves out: the pipeline and the journal "
+            "belong to no agent; add agent to `source`, or leave agentId out",
+            fields=["agentId", "source"],
+        )
     sources = set(args.source or _SOURCES) & ({"agent"} if args.agent_id else set(_SOURCES))
     entries: list[tuple[tuple[str, int, str], HistoryEntry]] = []
     truncated = False
