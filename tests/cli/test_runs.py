@@ -12,6 +12,7 @@ from agentwatch.cli import cli
 from agentwatch.runtime.heartbeats import Heartbeat, Tick, tick
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
+from agentwatch.store import RunDraft, SpanDraft
 from tests.runtime.support import OpenEngine, Scripted, role
 
 
@@ -119,3 +120,21 @@ def test_a_run_whose_reason_is_a_code_shows_its_error_in_ls_trace_and_history(
     assert [(e["type"], e["detail"]) for e in found["entries"]] == [("run.ended", said)]
     table = invoke("runs", "history", run_id, "--store", store_url)
     assert said in table.output, table.output
+
+
+def test_a_run_still_going_says_how_long_it_has_run(open_engine: OpenEngine, store_url: str) -> None:
+    """A run (or span) still running has no duration yet: people are told how long it has run so far, which is
+    what they ask of a run that seems slow, rather than `running` a second time."""
+
+    async def record() -> str:
+        async with open_engine() as engine:
+            run = await engine.store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
+            await engine.store.open_span(SpanDraft(run_id=run.id, kind="phase", label="Research"))
+        return run.id
+
+    run_id = asyncio.run(record())
+    listed = invoke("runs", "ls", "--store", store_url)
+    assert listed.exit_code == 0 and " s so far" in listed.output, listed.output
+    traced = invoke("runs", "trace", run_id, "--store", store_url)
+    assert traced.exit_code == 0 and traced.output.count(" s so far") == 2, traced.output  # the run and its phase
+    assert "running  running" not in traced.output

@@ -18,7 +18,16 @@ from agentwatch.runtime.heartbeats import Heartbeat, Tick, tick
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.roster import RoleSessions
 from agentwatch.service import ServiceSettings, create_app
-from agentwatch.store import RequestDraft, SessionDraft, SessionFilter, SessionPatch, UsageEntry, Write
+from agentwatch.store import (
+    RequestDraft,
+    RunDraft,
+    SessionDraft,
+    SessionFilter,
+    SessionPatch,
+    SpanDraft,
+    UsageEntry,
+    Write,
+)
 from tests.conftest import IN_CI
 from tests.runtime.support import HeldTool
 from tests.service.support import role, served
@@ -466,6 +475,20 @@ async def test_a_run_whose_reason_is_a_code_says_what_went_wrong(open_engine: An
         await expect(row).to_contain_text(said, timeout=WAIT_MS)
         await row.click()
         await expect(page.locator("#r-meta")).to_contain_text(said, timeout=WAIT_MS)
+        assert problems == []
+
+
+async def test_a_run_still_going_says_how_long_it_has_run(open_engine: Any, scripted: Any, browser: Any) -> None:
+    async with open_engine() as engine, served(create_app(engine)) as base:
+        run = await engine.store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
+        await engine.store.open_span(SpanDraft(run_id=run.id, kind="phase", label="Research"))
+        page, problems = await _page(browser, base)
+        await page.get_by_role("button", name="Runs").click()
+        row = page.locator(f'#runs tr[data-id="{run.id}"]')
+        await expect(row).to_contain_text(" s so far", timeout=WAIT_MS)
+        await row.click()
+        await expect(page.locator("#r-meta")).to_contain_text(" s so far", timeout=WAIT_MS)
+        await expect(page.locator("#spans")).to_contain_text(" s so far", timeout=WAIT_MS)
         assert problems == []
 
 

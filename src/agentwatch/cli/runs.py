@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -93,7 +94,7 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
 
     rows = [
         [run["id"], escape(run["entity"] or run["kind"]), _status(run["status"]), run["startedAt"][:19],
-         _duration(run["durationMs"]), spend(run), escape(_why(run))]
+         _took(run), spend(run), escape(_why(run))]
         for run in answer["runs"]
     ]  # fmt: skip
     if not rows:
@@ -136,7 +137,7 @@ def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
     run = answer["run"]
     console.print(
         f"[bold]{escape(run['entity'] or run['kind'])}[/] [dim]{run['id']}[/]  {_status(run['status'])}  "
-        f"{_duration(run['durationMs'])}  {spend(run)}"
+        f"{_took(run)}  {spend(run)}"
     )
     if run["statusReason"] and run["status"] != "completed":
         console.print(f"  [red]{escape(_why(run))}[/]")
@@ -149,7 +150,7 @@ def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
             attempt = f" (attempt {span['attempt']}/{span['attempts']})" if span["attempts"] > 1 else ""
             console.print(
                 f"{'  ' * (depth + 1)}[dim]{span['kind']}[/] {escape(span['label'])}{attempt}  "
-                f"{_status(span['status'])}  {_duration(span['durationMs'])}  {spend(span)}",
+                f"{_status(span['status'])}  {_took(span)}  {spend(span)}",
                 soft_wrap=True,
             )
             show(span["id"], depth + 1)
@@ -409,9 +410,16 @@ def _why(run: dict[str, Any]) -> str:
     return reason
 
 
-def _duration(ms: int | None) -> str:
-    if ms is None:
-        return "[cyan]running[/]"
+def _took(item: dict[str, Any]) -> str:
+    """How long a run or span took; while it runs (no duration yet), how long it has run so far."""
+    if item["durationMs"] is not None:
+        return _duration(item["durationMs"])
+    started = datetime.fromisoformat(item["startedAt"])
+    ms = max(0, round((datetime.now(UTC) - started).total_seconds() * 1000))
+    return f"[cyan]{_duration(ms)} so far[/]"
+
+
+def _duration(ms: int) -> str:
     return f"{ms / 1000:.1f} s" if ms < 120_000 else f"{ms / 60_000:.1f} min"
 
 
@@ -427,4 +435,5 @@ def _side(side: dict[str, Any] | None) -> str:
     if side is None:
         return "[dim]-[/]"
     attempts = f", {side['attempts']} attempts" if side["attempts"] > 1 else ""
-    return f"{_status(side['status'])} {_duration(side['durationMs'])}{attempts}"
+    took = f" {_duration(side['durationMs'])}" if side["durationMs"] is not None else ""  # (none while it runs)
+    return f"{_status(side['status'])}{took}{attempts}"

@@ -411,9 +411,12 @@
     refresh();
   }
 
-  function took(ms) {
-    if (ms === null || ms === undefined) return "running";
-    return ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${(ms / 60000).toFixed(1)} min`;
+  // How long a run or span took; while it runs (no duration yet), how long it has run so far.
+  function took(item) {
+    const running = item.durationMs === null || item.durationMs === undefined;
+    const ms = running ? Math.max(0, Date.now() - Date.parse(item.startedAt)) : item.durationMs;
+    const text = ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${(ms / 60000).toFixed(1)} min`;
+    return running ? `${text} so far` : text;
   }
 
   // Why a run ended as it did: its statusReason, and when that is only a code (`gate_error`), its error's message
@@ -446,7 +449,7 @@
       name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, why(run) || run.id));
       status.replaceChildren(statusBadge(run.status));
       started.textContent = ago(run.startedAt);
-      time.textContent = took(run.durationMs);
+      time.textContent = took(run);
       cost.textContent = spent(run);
     }, state.run);
     const filtered = Boolean(state.runFilter || state.runStatus);
@@ -494,7 +497,7 @@
     if (state.run !== id) return;
     const run = trace.run;
     $("r-name").textContent = run.entity || run.kind;
-    $("r-meta").textContent = [run.id, took(run.durationMs), spent(run), why(run)].filter(Boolean).join(" · ");
+    $("r-meta").textContent = [run.id, took(run), spent(run), why(run)].filter(Boolean).join(" · ");
     $("r-status").replaceWith(Object.assign(statusBadge(run.status), { id: "r-status" }));
     const children = new Map();
     for (const span of trace.spans) {
@@ -511,7 +514,7 @@
           : null;
         const line = el("li", { "data-kind": span.kind },
           el("span", {}, el("span", { class: "kind" }, span.kind), `${span.label}${attempt}`, agent),
-          statusBadge(span.status), el("span", { class: "num" }, took(span.durationMs)),
+          statusBadge(span.status), el("span", { class: "num" }, took(span)),
           el("span", { class: "num" }, spent(span)));
         line.style.setProperty("--depth", String(depth)); // (through the CSSOM: the page's policy allows no inline style)
         lines.push(line);
