@@ -87,6 +87,8 @@ def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Sc
     assert missing.exit_code == 1 and "run_nope" in missing.output and "runs ls" in missing.output
     agent = invoke("runs", "trace", "ses_01jdq3v9c8k2m6n4p7r0s5t8w1", "--store", store_url)
     assert agent.exit_code == 1 and "an agent's id; its runId names the run" in agent.output
+    entity = invoke("runs", "compare", "workflow:report", "--store", store_url)  # an entity, not one of its runs
+    assert entity.exit_code == 1 and "runs ls --entity workflow:report" in entity.output, entity.output
     bare = invoke("runs", "ls", "--entity", "report", "--store", store_url)  # the kind left out
     assert bare.exit_code == 0 and "an entity is KIND:NAME: workflow:report" in bare.output, bare.output
     bad = invoke("runs", "ls", "--limit", "0", "--store", store_url)

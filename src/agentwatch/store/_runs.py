@@ -74,9 +74,9 @@ class RunMethods(SqlBase):
         return await self._write(create)
 
     async def _run(self, tx: Tx, run_id: str) -> RunRecord:
-        hint = "an agent's id; its runId names the run that started it" if run_id.startswith("ses_") else None
-        missing = f"no run with id {run_id!r}" + (f" ({hint})" if hint else "; `agentwatch runs ls` lists the runs")
-        record: RunRecord = await self._one(tx, RunRecord, "runs", RUN_COLUMNS, RUN_JSON, ("id", run_id), missing)
+        record: RunRecord = await self._one(
+            tx, RunRecord, "runs", RUN_COLUMNS, RUN_JSON, ("id", run_id), _no_run(run_id)
+        )
         return record
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -274,3 +274,15 @@ def _turn_usage(run_id: str, row: Row) -> TurnUsage:
     return TurnUsage(
         session_id=session_id, turn_id=turn_id, role=role, model=model, first_at=first, last_at=last, usage=usage
     )
+
+
+def _no_run(run_id: str) -> str:
+    """Why there is no run `run_id`, and what to do: an agent's id and an entity (`heartbeat:digest`) are told apart
+    from a run's."""
+    if run_id.startswith("ses_"):
+        return f"no run with id {run_id!r} (an agent's id; its runId names the run that started it)"
+    if ":" in run_id and not run_id.startswith("run_"):
+        return (
+            f"no run with id {run_id!r}: that is an entity; `agentwatch runs ls --entity {run_id}` lists its runs' ids"
+        )
+    return f"no run with id {run_id!r}; `agentwatch runs ls` lists the runs"
