@@ -70,3 +70,24 @@ def test_fire_alone_cut_off_by_its_timeout_says_so_and_exits_3(hooked: Path) -> 
     done = agentwatch(hooked, "runs", "fire", "deploy", "--server", "none", "--timeout", "0")
     assert done.returncode == 3, done.stderr
     assert "--timeout passed before run run_" in done.stderr and "cut off with this command" in done.stderr
+
+
+def test_fire_alone_cut_off_by_its_timeout_ends_its_run_cancelled_and_its_agent_stopped(project: Path) -> None:
+    """What `--timeout` says happens, happens: the run ends `cancelled` and its agent is stopped, not left
+    `interrupted` with a turn that the next engine to open the store would continue past the timeout."""
+    (project / "shop" / "slow.py").write_text(
+        "from agentwatch import ScriptedModel\n\nsetup = {'models': {'sleeper': ScriptedModel.hang()}}\n"
+    )
+    (project / "agents" / "sleeper.md").write_text("---\nname: sleeper\nmodel: scripted:sleeper\n---\nYou sleep.\n")
+    (project / "agentwatch.toml").write_text(
+        'setup = "shop.slow:setup"\n[hooks.nap]\nrole = "sleeper"\nprompt = "nap"\n'
+    )
+    cut = agentwatch(project, "runs", "fire", "nap", "--server", "none", "--timeout", "1", "--json")
+    assert cut.returncode == 3, cut.stderr
+    assert "cut off with this command (cancelled)" in cut.stderr
+    run_id = json.loads(cut.stdout)["runId"]
+    trace = json.loads(agentwatch(project, "runs", "trace", run_id, "--json").stdout)
+    assert trace["run"]["status"] == "cancelled", trace["run"]
+    (task,) = [span for span in trace["spans"] if span["kind"] == "task"]
+    agent = json.loads(agentwatch(project, "get", task["ref"]["agentId"], "--json").stdout)
+    assert agent["status"] == "cancelled", agent

@@ -372,7 +372,10 @@ async def _fire_here(
         async def status() -> str:
             return (await engine.store.get_run(run_id)).status
 
-        return fired, await _ended(status, timeout)
+        ended = await _ended(status, timeout)
+        if not ended and engine.hooks is not None:  # cut off with this command: cancelled, its agent stopped
+            await engine.hooks.cancel(run_id)
+        return fired, ended
 
 
 def _traced(service: Service, run_id: str) -> Callable[[], Awaitable[str]]:

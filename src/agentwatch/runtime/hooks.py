@@ -100,6 +100,8 @@ class HookRunner:
         self._runtime = runtime
         self.hooks = {hook.name: hook for hook in hooks}
         self._fires: set[asyncio.Task[None]] = set()
+        self._running: dict[str, asyncio.Task[None]] = {}
+        """The fires in progress in this engine, by their run's id."""
 
     async def fire(self, name: str, input: JsonValue = None, key: str | None = None) -> HookFired:
         """Start a run of hook `name` (see the module docs); returns once the run is recorded."""
@@ -118,13 +120,19 @@ class HookRunner:
         try:
             async with start_run(self._runtime, hook.name, kind="hook", input=input, id=run_id) as run:
                 recorded.set_result(HookFired(run.id, duplicate=False))
-                await run.sole_task(
-                    hook.role,
-                    task_prompt(hook, input),
-                    timeout=hook.timeout,
-                    source="hook",
-                    group_key=f"hook:{hook.name}",
-                )
+                this = asyncio.current_task()
+                if this is not None:  # (always: `fire` made it a task)
+                    self._running[run.id] = this
+                try:
+                    await run.sole_task(
+                        hook.role,
+                        task_prompt(hook, input),
+                        timeout=hook.timeout,
+                        source="hook",
+                        group_key=f"hook:{hook.name}",
+                    )
+                finally:
+                    self._running.pop(run.id, None)
         except Exception as exc:
             if recorded.done():  # after the run was recorded: it ended `failed` with the error
                 log.warning("hook %s: its run failed: %s", hook.name, exc)
@@ -177,6 +185,17 @@ class HookRunner:
                     )
                     await self._runtime.store.append_journal(entry)
         return stopped
+
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel the fire of run `run_id` running in this engine, and wait for its end: the run ends `cancelled`
+        and its agent is stopped (`Span.task`). False when no fire of that run runs here (it ended, or another
+        engine runs it)."""
+        task = self._running.get(run_id)
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return True
 
     async def close(self) -> None:
         """Cut off the fires still running (their runs end `interrupted`; their agents' turns go on at the next
