@@ -88,6 +88,11 @@ async def test_a_tick_while_the_previous_one_runs_is_skipped_as_an_overlap(
         await first
         by_tick = {run.input["tick"]: (run.status, run.status_reason) for run in await _runs(engine, "digest")}
         assert by_tick == {1: ("completed", None), 2: ("skipped", "overlap")}
+        # Which earlier tick it overlapped is said in its journal, with where to look.
+        (busy,) = (await engine.store.list_sessions(SessionFilter(group_key="hb:digest"))).items
+        journal = await engine.call_tool("run_history", {"id": tick_id("digest", 2), "source": ["journal"]})
+        (said,) = [e["title"] for e in journal["entries"]]
+        assert f"{busy.name} ({busy.id})" in said and f"agentwatch runs trace {tick_id('digest', 1)}" in said, said
 
 
 async def test_a_tick_stops_an_earlier_ticks_agent_that_outlived_its_run_and_the_timeout(
