@@ -7,6 +7,7 @@ processes killed at random moments are in `test_leases_processes.py`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,7 +32,7 @@ from agentwatch.events import (
 from agentwatch.runtime import engine as engines
 from agentwatch.runtime import leases as leases_module
 from agentwatch.runtime.engine import Engine
-from agentwatch.runtime.leases import Leases, claimed, new_owner
+from agentwatch.runtime.leases import TAKEOVER_SHARE, Leases, claimed, new_owner
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.store import InputDraft, LeaseRecord, SessionDraft, SessionPatch, Write, _events, connect_store
 from tests.runtime.support import LEASE, HeldTool, Scripted, lease_config, one_call_per_prompt, role, until
@@ -697,7 +698,28 @@ async def test_a_dead_owners_turn_continues_within_the_lease_plus_a_second(
 
 
 ORPHANS = 12
-"""How many turns the dead owner of the spread test leaves (the fleet trial's kill orphaned 11)."""
+"""How many turns the dead owner of the spread tests leaves (the fleet trial's kill orphaned 11)."""
+
+
+async def dead_owners_turns(engine: Engine, lease: float) -> tuple[str, dict[str, LeaseRecord]]:
+    """Leave `ORPHANS` sessions of role `slow` as a process that died with their turns running leaves them:
+    running turns, and leases of `lease` seconds nobody renews. Returns that owner and its lease per session."""
+    dead, leases = new_owner(), {}
+    for number in range(ORPHANS):
+        session = await engine.create("slow", name=f"orphan-{number}")
+        turn = TurnId(f"trn_dead_{number}")
+        await engine.store.write(
+            Write(
+                session.id,
+                events=[NewEvent(TurnStarted(), turn), NewEvent(UserMessage(text="go"), turn)],
+                session=SessionPatch(status="running", current_turn_id=turn, turn_attempts=1),
+            )
+        )
+        assert await engine.store.acquire_lease(session.id, dead, lease)
+        left = await engine.store.get_lease(session.id)
+        assert left is not None
+        leases[session.id] = left
+    return dead, leases
 
 
 @pytest.mark.parametrize("survivors", [1, 2])
@@ -718,23 +740,7 @@ async def test_a_dead_owners_turns_are_spread_over_the_engines_with_the_role_eac
             )
             for name in "bc"[:survivors]
         ]
-        store = engines[0].store
-        # What a process that died with many turns running leaves: running turns, leases nobody renews.
-        dead, leases = new_owner(), {}
-        for number in range(ORPHANS):
-            session = await engines[0].create("slow", name=f"orphan-{number}")
-            turn = TurnId(f"trn_dead_{number}")
-            await store.write(
-                Write(
-                    session.id,
-                    events=[NewEvent(TurnStarted(), turn), NewEvent(UserMessage(text="go"), turn)],
-                    session=SessionPatch(status="running", current_turn_id=turn, turn_attempts=1),
-                )
-            )
-            assert await store.acquire_lease(session.id, dead, LEASE)
-            lease = await store.get_lease(session.id)
-            assert lease is not None
-            leases[session.id] = lease
+        dead, leases = await dead_owners_turns(engines[0], LEASE)
         for session_id in leases:
             settled, timed_out = await engines[0].wait(session_id, 15)
             assert not timed_out and settled.status == "completed", settled
@@ -753,6 +759,94 @@ async def test_a_dead_owners_turns_are_spread_over_the_engines_with_the_role_eac
     assert sum(takeovers) == ORPHANS
     assert sorted(takers.count(engine.leases.owner) for engine in engines) == sorted(takeovers)
     assert all(takeovers), f"the orphaned turns were not spread: {takeovers} per engine"
+
+
+def sweeps_recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """How many turns each engine (by its owner) had taken over at the end of each of its sweeps, in order."""
+    swept: dict[str, list[int]] = collections.defaultdict(list)
+    sweep = Leases.sweep
+
+    async def recorded(self: Leases, runtime: Any) -> int:
+        taken = await sweep(self, runtime)
+        swept[self.owner].append(self.takeovers)
+        return taken
+
+    monkeypatch.setattr(Leases, "sweep", recorded)
+    return swept
+
+
+def check_continued_once(logs: dict[str, list[Any]], dead: str, runs: Runs) -> list[str]:
+    """Check that each of the dead owner's turns (their sessions' `logs`) was continued once, with a note naming
+    the dead owner; returns the owner that took each one over."""
+    takers: list[str] = []
+    for events in logs.values():
+        (note,) = [e for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.source == "leases"]
+        assert note.payload.detail["previous_owner"] == dead
+        takers.append(note.payload.detail["owner"])
+        continued = [e for e in events if isinstance(e.payload, TurnStarted) and e.payload.trigger == "continue"]
+        assert len(continued) == 1
+    assert len(started(runs)) == len(logs) and len(set(started(runs))) == len(logs)  # each tool run once
+    return takers
+
+
+async def test_an_engine_started_beside_a_dead_owners_turns_takes_a_share_and_leaves_the_rest_to_the_others(
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once, on a fleet: a service started while a killed service's turns waited to be taken over took every one
+    of them as it started (its start-up ran each unfinished turn whose lease it could take, lapsed ones too),
+    and the services already running got none. Now start-up leaves lapsed leases to the sweep, whose first one
+    runs as the engine starts: the newcomer takes its share, like any sweep, and the others' sweeps the rest."""
+    monkeypatch.setattr(leases_module, "SWEEP_SECONDS", 3600.0)  # one sweep, at start: the test sweeps by hand
+    swept = sweeps_recorded(monkeypatch)
+    model = scripted("leases-start-share", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    config = lease_config(tmp_path, lease=300.0)  # (renewed every 100 s: no sweep with the renewals either)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with contextlib.AsyncExitStack() as stack:
+        a = await stack.enter_async_context(
+            Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "a", 0.1)])
+        )
+        dead, leases = await dead_owners_turns(a, 300.0)
+        await a.store.renew_leases(dead, list(leases), 0.001)  # they lapse now, while no sweep of `a` runs
+        b = await stack.enter_async_context(
+            Engine.open(url, config=config, definitions=[definition], tools=[slow_tool(runs, "b", 0.1)])
+        )
+        await until(lambda: bool(swept[b.leases.owner]) or b.leases.takeovers == ORPHANS)
+        await a.leases.sweep(a)  # the running engine's next sweep
+        await b.leases.sweep(b)  # and the newcomer's, which takes what its first one saw and nobody took
+        for session_id in leases:
+            settled, timed_out = await a.wait(session_id, 15)
+            assert not timed_out and settled.status == "completed", settled
+        logs = {session_id: await check_log(a, session_id) for session_id in leases}
+    takers = check_continued_once(logs, dead, runs)
+    took = [b.leases.takeovers, a.leases.takeovers]
+    assert took == [ORPHANS - TAKEOVER_SHARE, TAKEOVER_SHARE], f"taken over per engine (newcomer first): {took}"
+    assert [takers.count(b.leases.owner), takers.count(a.leases.owner)] == took
+    assert swept[b.leases.owner] == [TAKEOVER_SHARE, ORPHANS - TAKEOVER_SHARE]
+
+
+async def test_an_engine_started_alone_on_a_dead_owners_turns_takes_them_all_by_its_second_sweep(
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up leaves lapsed leases to the sweep (see above); a service restarted alone after a crash still
+    continues all of its turns at once: its first sweep runs as it starts and takes its share, its second, a
+    quarter second later, all that the first saw and nobody took."""
+    swept = sweeps_recorded(monkeypatch)
+    model = scripted("leases-start-alone", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    config = lease_config(tmp_path)
+    definition = role("slow", model, tools=("slow_tool",))
+    tools = [slow_tool(runs, "a", 0.1)]
+    async with Engine.open(url, config=config, definitions=[definition], tools=tools, recover=False) as maker:
+        dead, leases = await dead_owners_turns(maker, 0.001)  # lapsed already (and `maker` sweeps for none)
+    async with Engine.open(url, config=config, definitions=[definition], tools=tools) as a:
+        for session_id in leases:
+            settled, timed_out = await a.wait(session_id, 15)
+            assert not timed_out and settled.status == "completed", settled
+        logs = {session_id: await check_log(a, session_id) for session_id in leases}
+        await until(lambda: len(swept[a.leases.owner]) >= 2)
+    assert check_continued_once(logs, dead, runs) == [a.leases.owner] * ORPHANS
+    assert swept[a.leases.owner][1] == ORPHANS, f"taken over by the end of each sweep: {swept[a.leases.owner]}"
 
 
 async def test_work_a_draining_owner_handed_over_starts_a_turn_with_no_takeover_note(

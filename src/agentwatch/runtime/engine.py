@@ -249,11 +249,13 @@ class Engine:
         # loop, and the turn's first commit, for as long as the import takes).
         await asyncio.to_thread(_load_model_layer)
         _freeze_start_up()
-        if recover:
+        if recover:  # (the turns of lapsed leases are left to the sweep, whose first one runs as the leases start)
             unfinished: tuple[SessionStatus, ...] = ("running", "awaiting_input")
+            runnable = set(self.roster.runnable())
             for status in unfinished:
                 async for session in every_session(self.store, SessionFilter(status=[status]), sort="newest"):
-                    (await self.driver(session.id)).kick()
+                    if await self.leases.runs_at_start(session, runnable):
+                        (await self.driver(session.id)).kick()
         self._maintenance = asyncio.create_task(self._maintain(recover=recover), name="agentwatch-maintenance")
         self.leases.start(self, sweep=recover)  # renew held leases; take over expired ones
         if self.heartbeats:  # (set only where they tick: see `open`)

@@ -7,19 +7,21 @@ holds (every `lease_renew_seconds`, default a third of the lease); when the loop
 the lease go. Taking a lease succeeds only when nobody holds it or its holder's lease expired, so:
 
 - a turn marked `running` (or paused, or with input waiting) whose owner is alive is left to that owner:
-  another engine that finds it (at start, after an `agent_enqueue` or an answer it took) does not get the
+  another engine that finds it (at start, after an `agent_enqueue` or an answer it took) does not take the
   lease and leaves the work where it is; the owner's loop looks at the inbox and the requests again once
   it lets the lease go after a turn (and before, too, when work was queued in its own engine meanwhile), so
   nothing queued meanwhile is stranded;
 - a turn whose owner died is continued by whichever engine takes the expired lease first: each engine that
-  recovers turns sweeps the store for expired leases four times a second, so an orphaned turn continues
-  within the lease plus about a second, and records a `runtime.info` note (source `leases`) naming the
-  previous owner. The restart note and `continue_after_restart` apply as after a restart. The turns of one
-  dead owner are spread over the engines that have their roles: a sweep takes a share of the orphans it sees
-  for the first time (`TAKEOVER_SHARE`, picked at random, one fewer per `TAKEOVER_SHARE_TURNS` turns the
-  engine already runs, at least one), so the other engines' sweeps, which come within the same quarter
-  second, take the others; an orphan it saw in its previous sweep, which nobody took meanwhile, it takes
-  whatever its share (it may be alone), so a turn waits at most two sweeps;
+  recovers turns sweeps the store for expired leases four times a second, the first time as it starts, so an
+  orphaned turn continues within the lease plus about a second, and records a `runtime.info` note (source
+  `leases`) naming the previous owner. The restart note and `continue_after_restart` apply as after a
+  restart. The turns of one dead owner are spread over the engines that have their roles: a sweep takes a
+  share of the orphans it sees for the first time (`TAKEOVER_SHARE`, picked at random, one fewer per
+  `TAKEOVER_SHARE_TURNS` turns the engine already runs, at least one), so the other engines' sweeps, which
+  come within the same quarter second, take the others; an orphan it saw in its previous sweep, which nobody
+  took meanwhile, it takes whatever its share (it may be alone), so a turn waits at most two sweeps. An engine
+  that starts leaves the turns of lapsed leases to its sweep too (`Leases.runs_at_start`: at once it looks
+  only at the unfinished turns whose lease nobody holds), so a newcomer takes its share of them, not all;
 - a stop sent to an engine that does not run the turn (through another service) is asked of the lease's
   holder in the store (`Store.request_stop`); the holder reads it about once a second while it holds leases
   and stops the turn itself, as whoever asked;
@@ -57,7 +59,7 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -94,7 +96,8 @@ DEFAULT_LEASE_SECONDS = 15.0
 STOP_CHECK_SECONDS = 1.0
 """How often an engine that holds leases looks for the stops other engines asked of it."""
 SWEEP_SECONDS = 0.25
-"""How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal)."""
+"""How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal), the
+first time as it starts."""
 TAKEOVER_SHARE = 4
 """How many of the orphans a sweep sees for the first time it takes, in an engine that runs no turn: the others
 are left to the sweeps of the other engines (see `Leases.sweep`)."""
@@ -397,12 +400,13 @@ class Leases:
         fencing = asyncio.create_task(self._fence(runtime), name="agentwatch-lease-fence")
         try:
             while True:
-                await asyncio.sleep(pause)
                 # The sweep runs beside the renewals, not before them: under load its store read waits behind
                 # the turns' writes, and renewals that waited for it let the local holds lapse, so that every
                 # tool call then waited for a confirmation (hundreds of turns, all woken by one store call).
+                # The first one runs at once: start-up leaves the turns of lapsed leases to it.
                 if sweep and self.sweeping and (sweeping is None or sweeping.done()):
                     sweeping = asyncio.create_task(self._sweep_once(runtime), name="agentwatch-lease-sweep")
+                await asyncio.sleep(pause)
                 try:
                     if time.monotonic() >= next_renewal:
                         next_renewal = time.monotonic() + self.renew_every
@@ -484,7 +488,8 @@ class Leases:
         the other engines' sweeps, which come within the same quarter second; a killed service's turns are so
         spread over the survivors instead of all going to whichever swept first. An orphan the previous sweep
         saw too is taken whatever the share: nobody took it since (this engine may be the only one with the
-        role), so no turn waits more than two sweeps."""
+        role), so no turn waits more than two sweeps. An engine that starts leaves the turns of lapsed leases to
+        its first sweep (`runs_at_start`), so a newcomer too takes only its share of them."""
         # A lease of this engine's own that expired in the store is not an orphan: its renewal is late (under
         # load it waits behind other writes) and renews it, since nobody took it over.
         expired = [
@@ -498,6 +503,19 @@ class Leases:
         chosen = seen + random.sample(new, min(self.share(), len(new)))
         taken = await asyncio.gather(*(self._take_over(runtime, lease) for lease in chosen))
         return sum(taken)
+
+    async def runs_at_start(self, session: SessionRecord, runnable: Collection[str]) -> bool:
+        """Whether an engine that starts looks for the work of an unfinished session (a turn running, or paused on
+        a request) at once: when nobody holds its lease (a turn paused on a request lets it go), or when the lease
+        lapsed on a role this engine lacks (the turn loop says on the agent that it cannot run it, and hands the
+        lease back). A live owner's turn is left to that owner. A lapsed lease of a role in `runnable` (a dead
+        owner's turn, or work handed over) is left to the sweep, whose first one runs as the engine starts: the
+        engine takes its share of a dead owner's turns, as any sweep does, not all of them (the engines already
+        running with the role take the others)."""
+        lease = await self.store.get_lease(session.id)
+        if lease is None:
+            return True
+        return lease.expired and session.role not in runnable
 
     def share(self) -> int:
         """How many newly found orphans a sweep takes: `TAKEOVER_SHARE`, one fewer per `TAKEOVER_SHARE_TURNS`
