@@ -110,14 +110,21 @@ def test_a_relative_sqlite_path_of_the_project_is_under_its_root(tmp_path: Path)
     assert load_config(odd, env={}).store == DEFAULT_STORE_URL
 
 
-def test_the_variable_and_the_file_take_a_sqlite_file_path_as_store_does(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once: `--store aw.db` worked, but `AGENTWATCH_STORE=aw.db` and `store = "aw.db"` were stores with no scheme."""
+@pytest.fixture
+def away(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A project folder, and another one that is the working directory."""
     project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
     project.mkdir()
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
+    return project, elsewhere
+
+
+def test_the_variable_and_the_file_take_a_sqlite_file_path_as_store_does(
+    tmp_path: Path, away: tuple[Path, Path]
+) -> None:
+    """Once: `--store aw.db` worked, but `AGENTWATCH_STORE=aw.db` and `store = "aw.db"` were stores with no scheme."""
+    project, elsewhere = away
     (project / "agentwatch.toml").write_text('store = "data/aw.db"\n')
     assert load_config(project, env={}).store == f"sqlite:///{project}/data/aw.db"  # under the root
     (project / "agentwatch.toml").write_text(f'store = "{tmp_path}/srv/aw.db"\n')
@@ -151,12 +158,9 @@ def test_a_bad_store_is_named_with_where_it_came_from(tmp_path: Path, value: str
 
 
 async def test_an_engine_opened_on_a_project_root_keeps_its_store_there(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    away: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
-    project.mkdir()
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
+    project, elsewhere = away
     for name in ("AGENTWATCH_STORE", "AGENTWATCH_AGENTS_DIR"):
         monkeypatch.delenv(name, raising=False)
     async with Engine.open(root=project, extensions=[]) as engine:
