@@ -152,6 +152,7 @@ def test_a_plain_file_path_is_a_sqlite_store(tmp_path: Path) -> None:
         ("postgresql:/host/db", "is neither a store URL nor a file path"),
         ("a?b.db", "holds a '?'"),
         ("  ", "names no store"),
+        ("~no-such-user-here/aw.db", "cannot find the home directory '~no-such-user-here'"),  # (once: internal)
     ]:
         refused = CliRunner().invoke(cli, ["ls", "--store", value, "--json"])
         assert refused.exit_code == 2, refused.output

@@ -183,7 +183,14 @@ def store_url(value: str, base: Path | None = None) -> str:
             f"{value!r} is neither a store URL nor a file path; use sqlite:///path/to/agentwatch.db, "
             "postgresql://user@host:5432/dbname, or the path of a SQLite file (/path/to/agentwatch.db)"
         )
-    path = ((base or Path(".")) / Path(value).expanduser()).absolute()
+    try:
+        given = Path(value).expanduser()
+    except RuntimeError:  # `~name` of a user this system does not know (or no home directory to find)
+        raise InvalidArgument(
+            f"cannot find the home directory {value.partition('/')[0]!r} names in {value!r}; give the path "
+            "without it (an absolute path, or one relative to the working directory)"
+        ) from None
+    path = ((base or Path(".")) / given).absolute()
     if "?" in str(path):
         raise InvalidArgument(
             f"the file path {str(path)!r} holds a '?', which a store URL reads as its options; move or rename it"
