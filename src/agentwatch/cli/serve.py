@@ -46,7 +46,8 @@ def serve(
     \b
     A host that is not loopback (localhost, 127.0.0.0/8, ::1) needs a token: AGENTWATCH_TOKEN (or one is
     generated and printed); AGENTWATCH_READ_TOKEN may call only the read tools. SIGTERM drains: no new turn starts and
-    running turns go on for up to --deploy-hold-minutes; a second SIGTERM stops at once.
+    running turns go on for up to --deploy-hold-minutes; a second SIGTERM stops at once (send it once the first
+    was received: the system merges two SIGTERMs sent in the same instant; a SIGINT after it is never merged).
 
     \b
     Examples:

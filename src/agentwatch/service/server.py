@@ -10,7 +10,9 @@ Stopping (SIGTERM, or Ctrl-C) drains, as a deploy expects: no new turn starts an
 refused (503 `unavailable`), reads and attach streams keep answering, and running turns go on for up to
 `deploy_hold_minutes` counted from the signal (0 = do not wait). Then the service stops; a turn still
 running is cut off and continues in another engine on the store (within about a second), or on the next
-start, as after a crash. A second signal stops at once.
+start, as after a crash. A second signal stops at once. Each signal delivered is counted, but the system keeps
+one SIGTERM pending at a time: a second SIGTERM sent before the first was delivered is merged into it and never
+reaches the process, which then drains; a SIGINT right after the SIGTERM is another signal, and stops at once.
 """
 
 from __future__ import annotations
