@@ -30,11 +30,14 @@ the turn's outcome for a request or call its turn ended while open, a run's or i
 later request or turn found open.
 
 What a span says is what the log says, and when: a ThreadObserver makes the spans from the events this engine
-wrote, once each is durable, and times them by the events' own times. No text of the conversation (prompts,
+wrote, once each is durable, and times them by the events' own times. One exception: a turn's span starts as the
+engine begins to record the part's start (a turn tracer, `Runtime.turn_tracers`), so that its `turn.started`
+keeps the span's trace context (`trace_context`, a W3C `traceparent`). No text of the conversation (prompts,
 answers, tool arguments or results) goes into a span. A turn cut off by a restart and continued by another engine
 is two `invoke_agent` spans, each made by the engine that ran that part (the second with trigger `continue`); one
-a person's answer resumed has trigger `answer` and a link to the part before it when this engine ran that part.
-A turn cut off when this engine closes ends its span with an error that says so.
+a person's answer resumed has trigger `answer`. Each part links to the part before it (`agentwatch.link`
+`resumes`), as that part's stored `turn.started` names it: across restarts and engines too. A turn cut off when
+this engine closes ends its span with an error that says so.
 
 Which provider: the one given; else the process's own when an OpenTelemetry SDK set one up (your code, or
 `opentelemetry-instrument`); else one made here that exports over OTLP/HTTP as the standard `OTEL_EXPORTER_OTLP_*`
@@ -75,7 +78,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Link, Span, SpanContext, Tracer, TracerProvider
 
     from agentwatch.runtime.runs import RunMark
-    from agentwatch.runtime.services import Runtime
+    from agentwatch.runtime.services import Runtime, TurnPart
 
 __all__ = ["Tracing"]
 
@@ -103,6 +106,7 @@ class Tracing:
         self._tracer: Tracer | None = None
         self._sessions: weakref.WeakSet[_SessionSpans] = weakref.WeakSet()  # (a driver let go drops its own)
         self._spawned: dict[str, SpanContext] = {}  # sub-agent session -> the span of the call that spawned it
+        self._opening: dict[str, Span] = {}  # session -> the span of its turn's part whose start is being recorded
         self._runs: dict[str, Span] = {}  # the open spans of runs: a run's by its id, its spans' by theirs
         self.destination: str | None = None
         """Where the spans go, in words (None while off)."""
@@ -123,6 +127,7 @@ class Tracing:
         self._tracer = self._provider.get_tracer(INSTRUMENTATION, version("agentwatch"))
         engine.start_with_observer(self._observer)
         engine.run_listeners.append(self._run_mark)
+        engine.turn_tracers.append(self._open_turn)
 
     def _process_provider(self) -> Any:
         """The process's SDK provider, or one made here that exports over OTLP/HTTP."""
@@ -152,9 +157,30 @@ class Tracing:
 
     def _observer(self, session_id: str) -> _SessionSpans:
         assert self._tracer is not None
-        spans = _SessionSpans(self._tracer, session_id, self._spawned)
+        spans = _SessionSpans(self._tracer, session_id, self._spawned, self._opening)
         self._sessions.add(spans)
         return spans
+
+    def _open_turn(self, part: TurnPart) -> str | None:
+        """Start the span of a part of a turn as the engine begins to record it, so that its `turn.started` keeps
+        the span's trace context: the turn's next part links to it, in whichever engine runs that part."""
+        if self._tracer is None:
+            return None
+        from opentelemetry import trace
+
+        started = part.started
+        name = f"invoke_agent {started.role}" if started.role is not None else "invoke_agent"
+        spawner = self._spawned.pop(part.session_id, None)
+        context = None
+        if spawner is not None:  # a sub-agent's first turn: in the trace of the call that spawned it
+            context = trace.set_span_in_context(trace.NonRecordingSpan(spawner))
+        links: list[Link] = []
+        earlier = _span_context(part.earlier) if part.earlier is not None else None
+        if earlier is not None:
+            links.append(trace.Link(earlier, {"agentwatch.link": "resumes"}))  # the part of the turn before
+        span = self._tracer.start_span(name, context=context, links=links)
+        self._opening[part.session_id] = span
+        return _traceparent(span)
 
     def _run_mark(self, mark: RunMark) -> None:
         """A run's span (`<kind> <entity>`) and its spans (`<kind> <label>`) as the run takes them; a task's
@@ -194,6 +220,7 @@ class Tracing:
         for spans in list(self._sessions):
             spans.cut_off()
         self._sessions.clear()
+        self._opening.clear()  # parts whose start was never recorded: their spans are not exported
         for span in self._runs.values():  # runs cut off: they end `interrupted` (or lapse) in the store
             _fail(span, CUT_OFF, "cut_off")
             span.end()
@@ -228,6 +255,9 @@ class _SessionSpans:
     session_id: str
     spawned: dict[str, SpanContext]
     """Shared by the engine's sessions: the span a sub-agent's first turn is a child of, by its session."""
+    opening: dict[str, Span]
+    """Shared by the engine's sessions: the span of the turn's part whose start is being recorded, by its session
+    (its `turn.started` names the span by its trace context)."""
     turn: Span | None = None
     turn_id: str | None = None
     """The id of the turn open here."""
@@ -237,9 +267,6 @@ class _SessionSpans:
     """When the turn open here began, when a person's answer resumed it (the calls it left them run then)."""
     chat: Span | None = None
     tools: dict[str, Span] = field(default_factory=dict)
-    earlier: tuple[str, SpanContext] | None = None
-    """The turn id and span of the last part of a turn that ended here: the part a person's answer (or a
-    continuation) resumes next links to it."""
     _closed: bool = False
 
     own_events_only = True
@@ -307,24 +334,20 @@ class _SessionSpans:
         if payload.role is not None:
             attributes["gen_ai.agent.name"] = payload.role
         self.turn_id, self.conversation_id = event.turn_id, event.conversation_id
-        self.answered_at = at if payload.trigger == "answer" else None
         if event.conversation_id is not None:
             attributes["gen_ai.conversation.id"] = event.conversation_id
         if payload.model is not None:
             attributes.update(_model_attributes(payload.model))
-        name = f"invoke_agent {payload.role}" if payload.role is not None else "invoke_agent"
-        spawner = self.spawned.pop(self.session_id, None)
-        context = None
-        if spawner is not None:  # a sub-agent's first turn: in the trace of the call that spawned it
-            from opentelemetry import trace
-
-            context = trace.set_span_in_context(trace.NonRecordingSpan(spawner))
-        links: list[Link] = []
-        if self.earlier is not None and self.earlier[0] == event.turn_id and payload.trigger != "input":
-            from opentelemetry.trace import Link
-
-            links.append(Link(self.earlier[1], {"agentwatch.link": "resumes"}))  # the part of the turn before
-        self.turn = self.tracer.start_span(name, context=context, links=links, start_time=at, attributes=attributes)
+        opened = self.opening.pop(self.session_id, None)
+        if opened is not None and payload.trace_context == _traceparent(opened):
+            opened.set_attributes(attributes)
+            self.turn = opened
+        else:  # a start whose span another turn tracer began: this one starts at the event
+            name = f"invoke_agent {payload.role}" if payload.role is not None else "invoke_agent"
+            self.turn = self.tracer.start_span(name, start_time=at, attributes=attributes)
+        # The calls a person's answer lets run begin with the part it resumed (its span says when, on an SDK's).
+        began = getattr(self.turn, "start_time", None)
+        self.answered_at = (began if isinstance(began, int) else at) if payload.trigger == "answer" else None
 
     def _tool(self, name: str, tool_call_id: str, at: int) -> Span:
         attributes = {
@@ -375,8 +398,6 @@ class _SessionSpans:
             _fail(turn, payload.error or reason, "failed")
         turn.end(at)
         self.turn = None
-        if self.turn_id is not None:
-            self.earlier = (self.turn_id, turn.get_span_context())
 
     def _end_chat(self, why: str, error_type: str, at: int | None) -> None:
         if self.chat is not None:
@@ -418,6 +439,26 @@ def _spawned_under(spawned: dict[str, SpanContext], session_id: str, span: Span)
     spawned[session_id] = span.get_span_context()
     while len(spawned) > SPAWNS_KEPT:  # sessions that never ran a turn here
         del spawned[next(iter(spawned))]
+
+
+def _traceparent(span: Span) -> str | None:
+    """The W3C `traceparent` that names `span` (None: a span of no trace, as a provider that makes none gives)."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent")
+
+
+def _span_context(traceparent: str) -> SpanContext | None:
+    """The span a stored W3C `traceparent` names (None: not a valid one)."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    context = trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": traceparent}))
+    found = context.get_span_context()
+    return found if found.is_valid else None
 
 
 def _otlp_endpoint() -> str:

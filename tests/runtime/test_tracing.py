@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from agentwatch.events import TurnStarted
 from agentwatch.notify import Notifications
 from agentwatch.runtime import engine as engines
 from agentwatch.runtime.models import CallTool, Fail, Reply, ScriptedModel
@@ -334,6 +335,40 @@ async def test_a_turn_cut_off_by_the_engine_closing_ends_its_spans_saying_so(
     [turn], [tool] = spans["invoke_agent holder"], spans["execute_tool wait_for_it"]
     for span in (turn, tool):
         assert (span.status.status_code, span.status.description) == (StatusCode.ERROR, CUT_OFF)
+
+
+async def test_a_turn_continued_after_a_restart_links_to_the_part_cut_off(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    # Each part is made by the engine that ran it, each its own trace; the second engine knows the first part's
+    # span only from the store.
+    provider, exporter = exported
+    held = HeldTool("wait_for_it")
+    definition = held.role("holder", scripted, "tracing-continues")
+    async with open_engine(definition, tools=[held.tool], extensions=[Tracing(provider)]) as engine:
+        session = await engine.create("holder")
+        await engine.enqueue(session.id, "Hold on.")
+        await asyncio.wait_for(held.started.wait(), 10)
+    held.release.set()
+    async with open_engine(definition, tools=[held.tool], extensions=[Tracing(provider)]) as engine:
+        ended, timed_out = await engine.wait(session.id, 30)
+        assert (ended.status, timed_out) == ("completed", False)
+        starts = await engine.store.read_events(session.id, types=["turn.started"])
+
+    cut_off, continued = _by_name(exporter.get_finished_spans())["invoke_agent holder"]
+    assert [span.attributes and span.attributes["agentwatch.turn.trigger"] for span in (cut_off, continued)] == [
+        "input",
+        "continue",
+    ]
+    assert [(link.context.trace_id, link.context.span_id) for link in continued.links] == [
+        (cut_off.context.trace_id, cut_off.context.span_id)
+    ]
+    assert [link.attributes for link in continued.links] == [{"agentwatch.link": "resumes"}]
+    assert not cut_off.links
+    stored = [event.payload.trace_context for event in starts if isinstance(event.payload, TurnStarted)]
+    assert [context and context.rsplit("-", 1)[0] for context in stored] == [  # (less the trace flags)
+        f"00-{span.context.trace_id:032x}-{span.context.span_id:016x}" for span in (cut_off, continued)
+    ]
 
 
 async def test_the_spans_of_sessions_whose_drivers_were_let_go_are_not_kept(

@@ -28,6 +28,9 @@ class TurnStarted(BasePayload):
     system_prompt: str | None = None
     """The exact system prompt, stored only when its hash differs from the session's previous turn (it is
     byte-stable by contract, so it is kept once rather than once per turn)."""
+    trace_context: str | None = None
+    """This part's `invoke_agent` span, as a W3C `traceparent`, when the engine that ran it made spans: the turn's
+    next part (continued after a restart, resumed by an answer) links to it, in whichever engine runs it."""
 
 
 class TurnEnded(BasePayload):

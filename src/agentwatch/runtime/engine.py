@@ -51,7 +51,7 @@ from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.runs import Run, RunListener, start_run
-from agentwatch.runtime.services import Deletion, Runtime, RuntimeServices, ToolSetHook
+from agentwatch.runtime.services import Deletion, Runtime, RuntimeServices, ToolSetHook, TurnTracer
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.tools import builtin_tools, project_tool
 from agentwatch.runtime.tools.base import Caller, Tool
@@ -133,6 +133,8 @@ class Engine:
         """Hooks that adjust each turn's tool set, applied in order (see `tools_for`)."""
         self.run_listeners: list[RunListener] = []
         """Told each step of the runs this engine takes (the tracing spans of workflows)."""
+        self.turn_tracers: list[TurnTracer] = []
+        """Asked for the trace context of each part of a turn this engine starts (the tracing spans of turns)."""
 
     @property
     def services(self) -> RuntimeServices:

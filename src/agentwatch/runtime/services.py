@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import JsonValue
 
 from agentwatch.config import Config
-from agentwatch.events import Origin
+from agentwatch.events import Origin, TurnStarted
 from agentwatch.live import LiveRing
 from agentwatch.store import RequestRecord, SessionRecord, Store, Write
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from agentwatch.runtime.thread_observer import ObserverFactory
     from agentwatch.tools import Caller, Tool
 
-__all__ = ["Deletion", "Runtime", "RuntimeServices", "SessionChannel", "ToolSetHook"]
+__all__ = ["Deletion", "Runtime", "RuntimeServices", "SessionChannel", "ToolSetHook", "TurnPart", "TurnTracer"]
 
 ToolSetHook = Callable[["SessionRecord", Sequence[str]], Sequence[str]]
 """Adjusts the tool names a session's turn gets, given the session and the names its role lists."""
@@ -47,6 +47,24 @@ class Deletion:
     deleted_at: datetime
     reap_at: datetime
     """Until when it stays readable by id."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPart:
+    """A part of a turn about to be recorded (a turn's start, or its continuation after a restart or an answer)."""
+
+    session_id: str
+    turn_id: str
+    started: TurnStarted
+    """Its `turn.started`, as it will be stored."""
+    earlier: str | None
+    """The trace context the turn's part before this one stored (None: this is the first part, or that part was
+    not traced)."""
+
+
+TurnTracer = Callable[[TurnPart], "str | None"]
+"""Starts the span of a part of a turn before its start is recorded, and gives the span's trace context (a W3C
+`traceparent`) for its `turn.started` to keep; None: no span."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +139,10 @@ class Runtime(Protocol):
     @property
     def run_listeners(self) -> list[RunListener]:
         """Told each step of the runs this engine takes (see `agentwatch.runtime.runs.RunMark`)."""
+
+    @property
+    def turn_tracers(self) -> list[TurnTracer]:
+        """Asked for the trace context of each part of a turn this engine starts (the first that gives one)."""
 
     async def driver(self, session_id: str) -> SessionChannel:
         """The session's channel in this engine (its emitter and turn loop), started on first use."""

@@ -65,7 +65,7 @@ from agentwatch.runtime.policy import ToolRequest
 from agentwatch.runtime.requests import release_held
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.runs import billed_run
-from agentwatch.runtime.services import Runtime
+from agentwatch.runtime.services import Runtime, TurnPart
 from agentwatch.runtime.tools.ask import choices_of, read_approval
 from agentwatch.runtime.tools.base import Caller, Tool
 from agentwatch.runtime.toolservers import read_oauth_answer, tool_servers
@@ -181,11 +181,38 @@ class _Turn:
             **changes,
         )
 
-    def begin(self, payloads: Sequence[Payload], *, patch: SessionPatch, **changes: Any) -> None:
-        """Record the start, deferred: it goes to the store with the turn's next write (the opening of the
-        first model request, normally), in one commit. A failure surfaces at the turn's first waiting
-        commit, before any tool runs."""
-        self.emitter.submit(self.write(payloads, patch=patch, **changes), turn=True, defer=math.inf)
+    async def begin(
+        self, started: TurnStarted, payloads: Sequence[Payload], *, patch: SessionPatch, **changes: Any
+    ) -> None:
+        """Record the start (`started`, then `payloads`), deferred: it goes to the store with the turn's next write
+        (the opening of the first model request, normally), in one commit. A failure surfaces at the turn's first
+        waiting commit, before any tool runs. `started` keeps the trace context the engine's turn tracers give."""
+        started = await self.traced(started)
+        self.emitter.submit(self.write([started, *payloads], patch=patch, **changes), turn=True, defer=math.inf)
+
+    async def traced(self, started: TurnStarted) -> TurnStarted:
+        """`started` with the trace context of this part's span, from the first turn tracer that gives one (a
+        tracer that fails is logged and passed over: watching never fails the turn)."""
+        tracers = self.runtime.turn_tracers
+        if not tracers:
+            return started
+        earlier = None
+        if started.trigger != "input":  # the part before, stored by whichever engine ran it
+            found = await self.runtime.store.read_events_backward(
+                self.session_id, limit=1, types=["turn.started"], turn_id=self.turn_id
+            )
+            if found and isinstance(found[0].payload, TurnStarted):
+                earlier = found[0].payload.trace_context
+        part = TurnPart(self.session_id, self.turn_id, started, earlier)
+        for tracer in tracers:
+            try:
+                context = tracer(part)
+            except Exception:
+                log.exception("a turn tracer failed on turn %s of %s", self.turn_id, self.session_id)
+                continue
+            if context is not None:
+                return started.model_copy(update={"trace_context": context})
+        return started
 
     async def commit(self, payloads: Sequence[Payload], *, patch: SessionPatch | None = None, **changes: Any) -> None:
         """Write and wait (not as part of the turn's chain: an end is recorded even after a failed step)."""
@@ -435,8 +462,9 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
         text = "\n\n".join(i.text for i in plan.inputs)
         summary = await _compaction_summary(turn, history)
         messages = [UserMessage(text=i.text, origin=i.origin, meta=i.meta) for i in plan.inputs]
-        turn.begin(
-            [started, *messages],
+        await turn.begin(
+            started,
+            messages,
             patch=SessionPatch(
                 status="running", current_turn_id=turn.turn_id, turn_attempts=1, error=None, settings=settings
             ),
@@ -444,8 +472,9 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
         )
         return f"{summary}\n\n{text}" if summary else text
     if plan.kind == "answer":
-        turn.begin(
-            [started.model_copy(update={"attempt": max(session.turn_attempts, 1)})],
+        await turn.begin(
+            started.model_copy(update={"attempt": max(session.turn_attempts, 1)}),
+            [],
             patch=SessionPatch(status="running", settings=settings),
         )
         return None
@@ -470,11 +499,9 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
     alive = await turn.runtime.live_children(session.id)
     note = restart_note(alive)
     attempt = continued + 2
-    turn.begin(
-        [
-            started.model_copy(update={"trigger": "continue", "attempt": attempt}),
-            UserMessage(text=note, origin=Origin(kind="engine"), meta=True),
-        ],
+    await turn.begin(
+        started.model_copy(update={"trigger": "continue", "attempt": attempt}),
+        [UserMessage(text=note, origin=Origin(kind="engine"), meta=True)],
         patch=SessionPatch(status="running", turn_attempts=attempt, settings=settings),
     )
     return note
