@@ -212,6 +212,8 @@ async def test_history_pages_back_through_agents_pipeline_and_journal_in_one_ord
         entries = whole["entries"]
         assert [e["at"] for e in entries] == sorted(e["at"] for e in entries)
         assert entries[0]["type"] == "run.started" and entries[-1]["type"] == "run.ended"
+        titles = [e["title"] for e in entries if e["type"] in ("run.started", "run.ended")]
+        assert titles == ["workflow:report started", "workflow:report completed"]  # (the entity says its kind)
         assert {e["source"] for e in entries} == {"agent", "pipeline", "journal"}
         assert ("journal", "note", "collecting from two sources") in {
             (e["source"], e["type"], e["title"]) for e in entries

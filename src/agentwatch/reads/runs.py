@@ -823,18 +823,22 @@ def _pipeline(run: RunRecord, spans: Sequence[SpanRecord]) -> list[tuple[tuple[s
         )
         return (text, order, key), line
 
-    found = [entry(run.started_at, f"0{run.id}", "run.started", f"{run.kind} {run.entity or run.id} started", None)]
+    called = _run_name(run)
+    found = [entry(run.started_at, f"0{run.id}", "run.started", f"{called} started", None)]
     for span in spans:
         name = f"{span.kind} {span.label}" + (f" (attempt {span.attempt})" if span.attempt > 1 else "")
         found.append(entry(span.started_at, f"1{span.id}", "span.started", name, None))
         if span.ended_at is not None:
             found.append(entry(span.ended_at, f"2{span.id}", "span.ended", f"{name} {span.status}", span.status))
     if run.ended_at is not None:
-        title = f"{run.kind} {run.entity or run.id} {run.status}" + (
-            f": {run.status_reason}" if run.status_reason else ""
-        )
+        title = f"{called} {run.status}" + (f": {run.status_reason}" if run.status_reason else "")
         found.append(entry(run.ended_at, f"3{run.id}", "run.ended", title, run.status, _error_text(run.error)))
     return found
+
+
+def _run_name(run: RunRecord) -> str:
+    """What a title calls a run: its entity, which says its kind (`workflow:report`); else its kind and id."""
+    return run.entity or f"{run.kind} {run.id}"
 
 
 def _error_text(error: JsonValue) -> str | None:
