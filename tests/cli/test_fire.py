@@ -88,6 +88,9 @@ def test_fire_alone_cut_off_by_its_timeout_ends_its_run_cancelled_and_its_agent_
     run_id = json.loads(cut.stdout)["runId"]
     trace = json.loads(agentwatch(project, "runs", "trace", run_id, "--json").stdout)
     assert trace["run"]["status"] == "cancelled", trace["run"]
+    assert trace["run"]["statusReason"] == (
+        "cancelled by `agentwatch runs fire`: its --timeout (1 s) passed before the run ended"
+    )  # (what cancelled it, not only that it was)
     (task,) = [span for span in trace["spans"] if span["kind"] == "task"]
     agent = json.loads(agentwatch(project, "get", task["ref"]["agentId"], "--json").stdout)
     assert agent["status"] == "cancelled", agent

@@ -177,3 +177,17 @@ async def test_maintenance_stops_a_fires_agent_that_outlived_its_run_and_the_tim
     assert [e["title"] for e in journal["entries"]] == [
         f"stopped {orphan.name}: its fire's run ended, and it ran past the hook's timeout (0.3 s)"
     ]
+
+
+async def test_a_fire_cancelled_says_who_cancelled_it(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Once: a fire cancelled by `agentwatch runs fire --timeout` ended with the reason `cancelled`, which said
+    neither what cancelled it nor why."""
+    slow = HeldTool("slow_check")
+    async with open_engine(slow.role("checker", scripted, "hook-cancel"), tools=[slow.tool], hooks=[CHECK]) as engine:
+        assert engine.hooks is not None
+        fired = await engine.call_tool("hook_fire", {"name": "deploy-check"})
+        await asyncio.wait_for(slow.started.wait(), 10)
+        assert await engine.hooks.cancel(fired["runId"], by="the deploy's script (its deadline passed)")
+        run = await engine.store.get_run(fired["runId"])
+        slow.release.set()
+    assert (run.status, run.status_reason) == ("cancelled", "cancelled by the deploy's script (its deadline passed)")

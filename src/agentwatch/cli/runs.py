@@ -282,8 +282,8 @@ def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout
 
     With a service running (--server, AGENTWATCH_SERVER, or `agentwatch serve` on this store) the run starts
     there and this prints its id at once (`--wait` waits for its end). Alone, the run goes in this process,
-    which waits for its end (a run still going at --timeout is cut off: it ends cancelled). Exits 1 when the
-    run did not complete, 3 when the timeout passed first.
+    which waits for its end (a run still going at --timeout is cut off: it ends cancelled, its statusReason
+    naming the timeout). Exits 1 when the run did not complete, 3 when the timeout passed first.
 
     \b
     Examples:
@@ -374,7 +374,8 @@ async def _fire_here(
 
         ended = await _ended(status, timeout)
         if not ended and engine.hooks is not None:  # cut off with this command: cancelled, its agent stopped
-            await engine.hooks.cancel(run_id)
+            by = f"`agentwatch runs fire`: its --timeout ({timeout:g} s) passed before the run ended"
+            await engine.hooks.cancel(run_id, by=by)
         return fired, ended
 
 

@@ -39,7 +39,7 @@ from pydantic import JsonValue
 from agentwatch.config import Config
 from agentwatch.errors import Conflict, NotFound
 from agentwatch.runtime.heartbeats import check_scheduled
-from agentwatch.runtime.runs import stable_run_id, start_run, stop_orphaned_task
+from agentwatch.runtime.runs import Run, stable_run_id, start_run, stop_orphaned_task
 from agentwatch.store import JournalEntry, SessionFilter
 
 if TYPE_CHECKING:
@@ -100,8 +100,8 @@ class HookRunner:
         self._runtime = runtime
         self.hooks = {hook.name: hook for hook in hooks}
         self._fires: set[asyncio.Task[None]] = set()
-        self._running: dict[str, asyncio.Task[None]] = {}
-        """The fires in progress in this engine, by their run's id."""
+        self._running: dict[str, tuple[Run, asyncio.Task[None]]] = {}
+        """The fires in progress in this engine (the run, the task that runs it), by their run's id."""
 
     async def fire(self, name: str, input: JsonValue = None, key: str | None = None) -> HookFired:
         """Start a run of hook `name` (see the module docs); returns once the run is recorded."""
@@ -122,7 +122,7 @@ class HookRunner:
                 recorded.set_result(HookFired(run.id, duplicate=False))
                 this = asyncio.current_task()
                 if this is not None:  # (always: `fire` made it a task)
-                    self._running[run.id] = this
+                    self._running[run.id] = (run, this)
                 try:
                     await run.sole_task(
                         hook.role,
@@ -186,13 +186,15 @@ class HookRunner:
                     await self._runtime.store.append_journal(entry)
         return stopped
 
-    async def cancel(self, run_id: str) -> bool:
+    async def cancel(self, run_id: str, by: str | None = None) -> bool:
         """Cancel the fire of run `run_id` running in this engine, and wait for its end: the run ends `cancelled`
-        and its agent is stopped (`Span.task`). False when no fire of that run runs here (it ended, or another
-        engine runs it)."""
-        task = self._running.get(run_id)
-        if task is None:
+        (`cancelled by <by>` its statusReason says, when given) and its agent is stopped (`Span.task`). False when
+        no fire of that run runs here (it ended, or another engine runs it)."""
+        running = self._running.get(run_id)
+        if running is None:
             return False
+        run, task = running
+        run.cancelled_by = by
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return True

@@ -287,6 +287,8 @@ class Run(Span):
         self.run = record
         self.ending = RunPatch(status="completed")
         """How the run ends when its block exits without an error (`end_as` changes it)."""
+        self.cancelled_by: str | None = None
+        """Who cancels the run, said in its statusReason when its block is cancelled (None: `cancelled`)."""
 
     @property
     def id(self) -> str:
@@ -366,7 +368,7 @@ async def start_run(
         yield run
         patch = run.ending
     except asyncio.CancelledError:
-        patch = _cut_off(runtime)
+        patch = _cut_off(runtime, run.cancelled_by)
         raise
     except BaseException as exc:
         error: JsonValue = {"class": type(exc).__name__, "message": str(exc)}
@@ -419,13 +421,13 @@ async def stop_orphaned_task(runtime: Runtime, session: SessionRecord, timeout: 
         return None  # it runs in another engine that did not stop it yet: looked at again later
 
 
-def _cut_off(runtime: Runtime) -> RunPatch:
-    """How a run (or span) cancelled in its block ends: `cancelled`; `interrupted` when its engine closes (a
-    deploy's stop), as when its process dies, its agents' turns going on at the next start."""
+def _cut_off(runtime: Runtime, by: str | None = None) -> RunPatch:
+    """How a run (or span) cancelled in its block ends: `cancelled` (`by` whom, when known); `interrupted` when its
+    engine closes (a deploy's stop), as when its process dies, its agents' turns going on at the next start."""
     if runtime.closing:
         reason = "the engine closed before the run ended; its agents' turns go on when an engine next opens the store"
         return RunPatch(status="interrupted", status_reason=reason)
-    return RunPatch(status="cancelled", status_reason="cancelled")
+    return RunPatch(status="cancelled", status_reason=f"cancelled by {by}" if by else "cancelled")
 
 
 def _lapse_seconds(runtime: Runtime) -> float:
