@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from click.testing import CliRunner, Result
@@ -12,7 +13,7 @@ from agentwatch.cli import cli
 from agentwatch.runtime.heartbeats import Heartbeat, Tick, tick
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
-from agentwatch.store import RunDraft, SpanDraft
+from agentwatch.store import RunDraft, RunPatch, SpanDraft
 from tests.runtime.support import OpenEngine, Scripted, role
 
 
@@ -140,3 +141,18 @@ def test_a_run_still_going_says_how_long_it_has_run(open_engine: OpenEngine, sto
     traced = invoke("runs", "trace", run_id, "--store", store_url)
     assert traced.exit_code == 0 and traced.output.count(" s so far") == 2, traced.output  # the run and its phase
     assert "running  running" not in traced.output
+
+
+def test_compare_says_a_run_still_going_has_its_figures_so_far(open_engine: OpenEngine, store_url: str) -> None:
+    async def record() -> tuple[str, str]:
+        async with open_engine() as engine:
+            done = await engine.store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
+            await engine.store.end_run(done.id, RunPatch(status="completed", ended_at=datetime.now(UTC)))
+            going = await engine.store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
+        return done.id, going.id
+
+    done, going = asyncio.run(record())
+    compared = invoke("runs", "compare", going, "--store", store_url)
+    assert compared.exit_code == 0, compared.output
+    assert f"{going} is still running: its figures are so far; compare again once it ends" in compared.output
+    assert f"{done} is still running" not in compared.output

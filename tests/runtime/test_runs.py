@@ -197,6 +197,22 @@ async def test_compare_aligns_spans_by_path_and_diffs_the_inputs_leaf_by_leaf(
         assert "leave it out" in itself["error"]["message"]  # (what to do: its previous run, or another)
 
 
+async def test_compare_says_which_run_is_still_going(open_engine: OpenEngine) -> None:
+    """Once: a run still going was compared by its figures so far (`tokens -65`, `time ?`) with nothing to say so
+    but a `status completed → running` delta, which reads as a change of outcome."""
+    async with open_engine() as engine:
+        store = engine.store
+        done = await store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
+        await store.end_run(done.id, RunPatch(status="completed", ended_at=datetime.now(UTC)))
+        going = await store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
+        compared = await _call(engine, "run_compare", id=going.id)
+        assert (compared["against"]["id"], compared["stillRunning"]) == (done.id, ["this"])
+        backwards = await _call(engine, "run_compare", id=done.id, against=going.id)
+        assert backwards["stillRunning"] == ["that"]
+        alone = await _call(engine, "run_compare", id=done.id)
+        assert (alone["against"], alone["stillRunning"]) == (None, [])
+
+
 async def test_history_pages_back_through_agents_pipeline_and_journal_in_one_order(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -21,6 +21,7 @@ from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import (
     RequestDraft,
     RunDraft,
+    RunPatch,
     SessionDraft,
     SessionFilter,
     SessionPatch,
@@ -480,6 +481,8 @@ async def test_a_run_whose_reason_is_a_code_says_what_went_wrong(open_engine: An
 
 async def test_a_run_still_going_says_how_long_it_has_run(open_engine: Any, scripted: Any, browser: Any) -> None:
     async with open_engine() as engine, served(create_app(engine)) as base:
+        done = await engine.store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
+        await engine.store.end_run(done.id, RunPatch(status="completed", ended_at=datetime.now(UTC)))
         run = await engine.store.create_run(RunDraft(kind="workflow", entity="workflow:report"))
         await engine.store.open_span(SpanDraft(run_id=run.id, kind="phase", label="Research"))
         page, problems = await _page(browser, base)
@@ -489,6 +492,10 @@ async def test_a_run_still_going_says_how_long_it_has_run(open_engine: Any, scri
         await row.click()
         await expect(page.locator("#r-meta")).to_contain_text(" s so far", timeout=WAIT_MS)
         await expect(page.locator("#spans")).to_contain_text(" s so far", timeout=WAIT_MS)
+        # Compared with the run before it, its figures are said to be so far (not only a status delta).
+        await expect(page.locator("#r-compare")).to_contain_text(
+            "this run is still running: its figures are so far", timeout=WAIT_MS
+        )
         assert problems == []
 
 

@@ -175,7 +175,7 @@ def trace(run_id: str, store_url: str | None, as_json: bool) -> None:
 @json_option
 def compare(run_id: str, against: str | None, store_url: str | None, as_json: bool) -> None:
     """What changed between two runs (the `run_compare` tool): time, cost, status, the spans aligned by their
-    label path, the inputs leaf by leaf, the brain sha.
+    label path, the inputs leaf by leaf, the brain sha. A run still going is said to be: its figures are so far.
 
     \b
     Example:
@@ -200,6 +200,9 @@ def compare(run_id: str, against: str | None, store_url: str | None, as_json: bo
         f"time {_signed(deltas['durationMs'], 'ms')}, tokens {_signed(deltas['tokens'], '')}, "
         f"cost {_signed(deltas['costUsd'], '$')}, status {escape(deltas['status'])}"
     )
+    for side in answer["stillRunning"]:
+        run = answer["run" if side == "this" else "against"]
+        console.print(f"[yellow]{run['id']} is still running: its figures are so far; compare again once it ends[/]")
     rows = [[escape(span["path"]), _side(span["this"]), _side(span["that"])] for span in answer["spans"]]
     if rows:
         print_table(["SPAN", "THIS RUN", "THAT RUN"], rows, box=None, header_style="bold")

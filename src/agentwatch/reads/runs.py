@@ -11,6 +11,7 @@ requests, their events) is added while they exist; `honesty` says what a trace c
   agent's events, and once the agent was reaped from what its task's span kept of them when it ended.
 - `run_compare {id, against?}`: deltas with another run, by default the previous finished run of the same entity;
   the spans aligned by their label path (`Research / Collect sources`), the inputs leaf by leaf, the brain sha.
+  `stillRunning` names a side whose run has not ended: its figures are so far.
 - `run_history {id, source?, agentId?, q?, cursor?, limit}`: the run's log, newest page first and each page
   oldest first: its agents' events (as `agent_tail` shows them), its pipeline (the run and its spans starting
   and ending; the run's end has its error as detail) and its journal (retries, notes), in one order.
@@ -229,6 +230,10 @@ class CompareAnswer(Answer):
     spans: list[AlignedSpan]
     input: list[InputChange]
     brain_sha: BrainSha | None
+    still_running: list[Literal["this", "that"]] = Field(
+        description="The runs of the two still going (this, that): their time, tokens, cost and spans are so far, "
+        "and so are the deltas with them."
+    )
 
 
 class HistoryArgs(Args):
@@ -579,7 +584,9 @@ async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> 
     totals = await store.run_totals([run.id] + ([other.id] if other else []))
     this = _summary(run, totals[run.id])
     if other is None:
-        return CompareAnswer(run=this, against=None, deltas=None, spans=[], input=[], brain_sha=None)
+        return CompareAnswer(
+            run=this, against=None, deltas=None, spans=[], input=[], brain_sha=None, still_running=_still_running(run)
+        )
     that = _summary(other, totals[other.id])
     mine, theirs = _aligned((await _trace(engine, run))[0]), _aligned((await _trace(engine, other))[0])
     paths = list(dict.fromkeys([*mine, *theirs]))
@@ -597,7 +604,14 @@ async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> 
             InputChange(path=path, this=a, that=b) for path, (a, b) in _leaf_changes(run.input, other.input).items()
         ],
         brain_sha=BrainSha(this=run.brain_sha, that=other.brain_sha, changed=run.brain_sha != other.brain_sha),
+        still_running=_still_running(run, other),
     )
+
+
+def _still_running(this: RunRecord, that: RunRecord | None = None) -> list[Literal["this", "that"]]:
+    """The sides whose run has not ended: what `run_compare` says of them is so far."""
+    going: list[Literal["this", "that"]] = ["this"] if this.ended_at is None else []
+    return going + (["that"] if that is not None and that.ended_at is None else [])
 
 
 def _aligned(spans: Sequence[TraceSpan]) -> dict[str, SpanSide]:

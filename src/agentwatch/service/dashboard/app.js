@@ -540,8 +540,11 @@
     const d = compared.deltas;
     const sign = (v, unit) => (v === null || v === undefined ? "?" : `${v >= 0 ? "+" : ""}${v}${unit}`);
     const inputs = compared.input.map((c) => `${c.path}: ${JSON.stringify(c.that)} → ${JSON.stringify(c.this)}`);
+    // A run still going: its figures (and the deltas with them) are so far, which the deltas alone do not say.
+    const going = compared.stillRunning.map((side) => `${side === "this" ? "this run" : compared.against.id} is still `
+      + "running: its figures are so far");
     box.textContent = [`Against ${compared.against.id}: time ${sign(d.durationMs, " ms")}, tokens ${sign(d.tokens, "")}`,
-      d.status === "same" ? "" : `status ${d.status}`, ...inputs].filter(Boolean).join(" · ");
+      d.status === "same" ? "" : `status ${d.status}`, ...going, ...inputs].filter(Boolean).join(" · ");
   }
 
   function openRun(id) {
