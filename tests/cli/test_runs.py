@@ -92,6 +92,15 @@ def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Sc
     assert entity.exit_code == 1 and "runs ls --entity workflow:report" in entity.output, entity.output
     bare = invoke("runs", "ls", "--entity", "report", "--store", store_url)  # the kind left out
     assert bare.exit_code == 0 and "an entity is KIND:NAME: workflow:report" in bare.output, bare.output
+    typo = invoke("runs", "ls", "--entity", "workflow:reprot", "--store", store_url)
+    said = " ".join(typo.output.split())  # (as wrapped)
+    assert typo.exit_code == 0 and "no runs of workflow:reprot: no run has that entity" in said, typo.output
+    assert "closest first: workflow:report, workflow:doomed (`--entity workflow:report`)" in said, typo.output
+    suggested = _json(invoke("runs", "ls", "--entity", "workflow:reprot", "--json", "--store", store_url))
+    assert (suggested["runs"], suggested["entities"]) == ([], ["workflow:report", "workflow:doomed"])
+    filtered = _json(invoke("runs", "ls", "--entity", "workflow:report", "--status", "skipped", "--json",
+                            "--store", store_url))  # fmt: skip
+    assert (filtered["runs"], filtered["entities"]) == ([], None)  # (it has runs: none skipped)
     bad = invoke("runs", "ls", "--limit", "0", "--store", store_url)
     assert bad.exit_code == 2 and "--limit" in bad.output
 

@@ -1344,6 +1344,12 @@ async def test_runs_are_filtered_by_entity_or_kind_and_by_status(open_engine: An
         await expect(page.locator("#runs-empty")).to_be_hidden()
         await status.select_option("")
         await expect(runs).to_have_count(1, timeout=WAIT_MS)
+        await entity.fill("workflow:reprot")  # (a typo: the entities with runs are named, the closest first)
+        await expect(page.locator("#runs-none")).to_have_text(
+            "No run has the entity workflow:reprot; those with runs, closest first: workflow:report, "
+            "workflow:digest, heartbeat:tick.",
+            timeout=WAIT_MS,
+        )
         await entity.fill("heartbeat")  # (a kind)
         await expect(runs).to_have_count(1, timeout=WAIT_MS)
         await expect(runs).to_contain_text("heartbeat:tick")

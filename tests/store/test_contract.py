@@ -825,6 +825,8 @@ async def test_runs_listed_newest_first_and_what_their_turns_billed(store: Store
     page = await store.list_runs(RunFilter(), limit=2)
     rest = await store.list_runs(RunFilter(), limit=2, after=(page[-1].started_at, page[-1].id))
     assert [r.id for r in page + rest] == [second.id, other.id, first.id]
+    assert await store.run_entities() == ["heartbeat:digest", "workflow:report"]  # (each once)
+    assert await store.run_entities(limit=1) == ["heartbeat:digest"]
 
     session = await store.create_session(SessionDraft(name="researcher", role="researcher", run_id=first.id))
     at = datetime.now(UTC)

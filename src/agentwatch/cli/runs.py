@@ -98,11 +98,7 @@ def ls(store_url: str | None, as_json: bool, entity: str | None, kind: str | Non
         for run in answer["runs"]
     ]  # fmt: skip
     if not rows:
-        entity = args.get("entity")
-        hint = (
-            f" (an entity is KIND:NAME: workflow:{entity}, hook:{entity}, ...)" if entity and ":" not in entity else ""
-        )
-        print_note(f"[dim]no runs{escape(hint)}[/]")
+        print_note(f"[dim]{escape(_no_runs(args.get('entity'), answer['entities']))}[/]")
         return
     columns: list[dict[str, Any]] = [{"no_wrap": True}, {"overflow": "ellipsis", "max_width": 32}]
     columns += [{"no_wrap": True}] * 4 + [{"overflow": "ellipsis", "max_width": 48}]
@@ -397,6 +393,20 @@ async def _ended(status: Callable[[], Awaitable[str]], timeout: float) -> str:
             return ""
         await asyncio.sleep(0.2)
     return now
+
+
+def _no_runs(entity: str | None, entities: list[str] | None) -> str:
+    """What an empty `runs ls` says: when `--entity` names no entity that has runs, the ones that do (closest
+    first, as `run_list` gives them)."""
+    bare = f" (an entity is KIND:NAME: workflow:{entity}, hook:{entity}, ...)" if entity and ":" not in entity else ""
+    if entities is None:
+        return f"no runs{bare}"
+    if not entities:
+        return f"no runs of {entity}{bare}: no entity has runs yet"
+    return (
+        f"no runs of {entity}{bare}: no run has that entity; the entities with runs, closest first: "
+        f"{', '.join(entities)} (`--entity {entities[0]}`)"
+    )
 
 
 def _status(status: str) -> str:

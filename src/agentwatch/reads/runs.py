@@ -4,6 +4,8 @@ A run (a workflow run, a heartbeat tick or a hook fire: see `agentwatch.runtime.
 its agents: its row, its spans and journal, and the spend ledger. What its agents' sessions still hold (their
 requests, their events) is added while they exist; `honesty` says what a trace can no longer show.
 
+- `run_list {entity?, kind?, status?}`: runs newest first; an `entity` that has no runs (a typo) gets `entities`,
+  the ones that have runs, closest to it first.
 - `run_trace {id}`: the spans of the run (phases, tasks and their attempts, back-offs), every request its agents
   waited on (`hitl_wait`) and every turn its agents billed (`turn`; a sub-agent's under the task of the agent
   that spawned it). A span's cost is its turns' (the run's cost is all of them); a task's cost is the one it
@@ -24,6 +26,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from difflib import SequenceMatcher
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue
@@ -79,6 +82,8 @@ _COMPARABLE = tuple(status for status in RUN_ENDINGS if status != "skipped")
 """The runs `run_compare` takes as "the previous finished run": a skipped one did no work to compare with."""
 _ALIGNED = ("phase", "task", "step")
 """The spans `run_compare` aligns (turns, waits and back-offs differ from run to run by nature)."""
+_SUGGESTED = 20
+"""Entities `run_list` suggests at most when its `entity` has no runs."""
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """An input's key that a path shows bare (`a.b`); any other is quoted (`a["odd key"]`)."""
 
@@ -124,6 +129,10 @@ class RunListAnswer(Answer):
 
     runs: list[RunSummary]
     next_cursor: str | None
+    entities: list[str] | None = Field(
+        description=f"Null unless `entity` names no entity that has runs (a typo, say): then the entities that "
+        f"do, closest to it first (at most {_SUGGESTED})."
+    )
 
 
 class TraceArgs(Args):
@@ -290,7 +299,19 @@ async def run_list(engine: EngineView, caller: Caller, args: RunListArgs) -> Run
     totals = await engine.store.run_totals([run.id for run in page])
     last = page[-1] if page else None
     cursor = PageCursor(digest, (_iso(last.started_at), last.id)).encode() if more and last else None
-    return RunListAnswer(runs=[_summary(run, totals[run.id]) for run in page], next_cursor=cursor)
+    entities = await _entities_like(engine.store, args.entity) if args.entity and not page and not after else None
+    summaries = [_summary(run, totals[run.id]) for run in page]
+    return RunListAnswer(runs=summaries, next_cursor=cursor, entities=entities)
+
+
+async def _entities_like(store: Store, entity: str) -> list[str] | None:
+    """The entities that have runs, closest to `entity` first (the most alike, then in text order); None when
+    `entity` is one of them (its runs were filtered out otherwise)."""
+    known = await store.run_entities(limit=1000)
+    if entity in known:
+        return None
+    alike = {name: SequenceMatcher(None, entity.casefold(), name.casefold()).ratio() for name in known}
+    return sorted(known, key=lambda name: (-alike[name], name))[:_SUGGESTED]
 
 
 def _list_position(key: tuple[object, ...]) -> tuple[datetime, str]:

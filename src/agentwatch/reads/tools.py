@@ -138,7 +138,7 @@ def _run_list() -> Tool:
     return typed_tool(
         "run_list",
         "List runs (workflow runs, heartbeat ticks, hook fires), newest first; filter by entity, kind, status; "
-        "page with nextCursor.",
+        "page with nextCursor. An entity that has no runs (a typo) answers the entities that do, closest first.",
         run_list,
         args=RunListArgs,
         answer=RunListAnswer,

@@ -123,6 +123,14 @@ class RunMethods(SqlBase):
         rows = await self._read(lambda tx: tx.fetch(sql, [*params, limit]))
         return [from_row(RunRecord, RUN_COLUMNS, row, RUN_JSON) for row in rows]
 
+    async def run_entities(self, *, limit: int = 100) -> list[str]:
+        """The entities that have runs (`workflow:report`), in text order, at most `limit` (read from the index
+        `runs_entity`)."""
+        check_limit(limit, LIST_LIMIT)
+        sql = "SELECT DISTINCT entity FROM runs WHERE entity IS NOT NULL ORDER BY entity LIMIT ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [limit]))
+        return [str(row[0]) for row in rows]
+
     async def renew_runs(self, run_ids: Sequence[str], expires_at: datetime) -> None:
         """Move the expiry of the runs among `run_ids` that still run to `expires_at`."""
         condition, params = in_list("id", list(run_ids))

@@ -99,6 +99,9 @@ class RunStore(Protocol):
         """Runs matching `where`, newest first (by start, then id); `after`: the (started_at, id) of the last run
         of the previous page."""
 
+    async def run_entities(self, *, limit: int = 100) -> list[str]:
+        """The entities that have runs (`workflow:report`), in text order, at most `limit`."""
+
     async def renew_runs(self, run_ids: Sequence[str], expires_at: datetime) -> None:
         """Move the expiry of the runs among `run_ids` that still run to `expires_at`."""
 

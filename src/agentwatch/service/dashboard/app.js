@@ -262,7 +262,7 @@
       if (state.q) args.q = state.q;
       if (state.view === "runs") {
         const listed = await pages("run_list", runArgs(), "runs", state.runPages);
-        showRuns(listed.items, listed.more);
+        showRuns(listed.items, listed.more, listed.entities);
       } else {
         // The chips count the agents the list shows under each word (the same filter, per agent): a list
         // narrowed to a word counts only that word, so the chips are counted without it.
@@ -444,7 +444,8 @@
     return args;
   }
 
-  function showRuns(runs, more) {
+  // `entities`: when the filter names an entity that has no runs, those that do, closest first (`run_list`).
+  function showRuns(runs, more, entities) {
     syncRows($("runs"), runs, ["", "", "muted", "", "muted"], selectRun, (run, [name, status, started, time, cost]) => {
       name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, why(run) || run.id));
       status.replaceChildren(statusBadge(run.status));
@@ -455,9 +456,13 @@
     const filtered = Boolean(state.runFilter || state.runStatus);
     $("runs-empty").hidden = runs.length > 0 || filtered;
     $("runs-none").hidden = runs.length > 0 || !filtered;
+    $("runs-none").textContent = !entities ? "No run matches."
+      : entities.length ? `No run has the entity ${state.runFilter}; those with runs, closest first: ${entities.join(", ")}.`
+        : `No run has the entity ${state.runFilter}: no entity has runs yet.`;
     $("more-runs").hidden = !more;
     const known = state.entities.size;
     for (const run of runs) state.entities.add(run.kind).add(run.entity || run.kind);
+    for (const entity of entities || []) state.entities.add(entity); // (suggested too, as the filter is typed)
     if (state.entities.size !== known) {
       $("entities").replaceChildren(...[...state.entities].sort().map((value) => el("option", { value })));
     }
