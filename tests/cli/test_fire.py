@@ -28,7 +28,7 @@ def test_fire_alone_runs_the_hook_here_and_waits_for_its_end_once_per_key(hooked
     fired = agentwatch(hooked, *argv, "--json")
     assert fired.returncode == 0, fired.stderr
     answer = json.loads(fired.stdout)
-    assert (answer["hook"], answer["duplicate"], answer["status"], answer["timedOut"]) == (
+    assert (answer["hook"], answer["duplicate"], answer["status"], answer["waitTimedOut"]) == (
         "deploy", False, "completed", False
     )  # fmt: skip
     assert "no service running" in fired.stderr
@@ -86,6 +86,7 @@ def test_fire_alone_cut_off_by_its_timeout_ends_its_run_cancelled_and_its_agent_
     assert cut.returncode == 3, cut.stderr
     assert "cut off with this command (cancelled)" in cut.stderr
     run_id = json.loads(cut.stdout)["runId"]
+    assert (json.loads(cut.stdout)["status"], json.loads(cut.stdout)["waitTimedOut"]) == (None, True)
     trace = json.loads(agentwatch(project, "runs", "trace", run_id, "--json").stdout)
     assert trace["run"]["status"] == "cancelled", trace["run"]
     assert trace["run"]["statusReason"] == (
@@ -94,3 +95,22 @@ def test_fire_alone_cut_off_by_its_timeout_ends_its_run_cancelled_and_its_agent_
     (task,) = [span for span in trace["spans"] if span["kind"] == "task"]
     agent = json.loads(agentwatch(project, "get", task["ref"]["agentId"], "--json").stdout)
     assert agent["status"] == "cancelled", agent
+
+
+def test_fire_alone_whose_hook_timed_out_says_which_timeout_passed(project: Path) -> None:
+    """Once `--json` answered `"status": "timed_out"` beside `"timedOut": false`: the run's status (the hook's own
+    timeout passed) beside the command's wait (which had not), under one word. The wait's is `waitTimedOut`."""
+    (project / "shop" / "slow.py").write_text(
+        "from agentwatch import ScriptedModel\n\nsetup = {'models': {'sleeper': ScriptedModel.hang()}}\n"
+    )
+    (project / "agents" / "sleeper.md").write_text("---\nname: sleeper\nmodel: scripted:sleeper\n---\nYou sleep.\n")
+    (project / "agentwatch.toml").write_text(
+        'setup = "shop.slow:setup"\n[hooks.nap]\nrole = "sleeper"\nprompt = "nap"\ntimeout = "1s"\n'
+    )
+    late = agentwatch(project, "runs", "fire", "nap", "--server", "none", "--json")
+    assert late.returncode == 1, late.stderr
+    answer = json.loads(late.stdout)
+    assert (answer["status"], answer["waitTimedOut"], "timedOut" in answer) == ("timed_out", False, False)
+    said = agentwatch(project, "runs", "fire", "nap", "--server", "none")
+    assert said.returncode == 1, said.stderr
+    assert "timed_out (the hook's own timeout passed, not --timeout)" in said.stdout, said.stdout

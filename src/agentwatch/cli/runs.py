@@ -269,7 +269,13 @@ def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: s
 @click.argument("input_json", metavar="[INPUT]", required=False)
 @click.option("--key", help="Fire once per key: a key that fired before starts nothing and shows that run.")
 @click.option("--wait", is_flag=True, help="With a service: wait until the run ends (alone, it always waits).")
-@click.option("--timeout", type=SECONDS, default=600.0, show_default=True, help="Seconds to wait for the run to end.")
+@click.option(
+    "--timeout",
+    type=SECONDS,
+    default=600.0,
+    show_default=True,
+    help="Seconds this command waits for the run to end (the hook's own timeout is its [hooks.<name>] timeout).",
+)
 @store_option
 @server_option
 @setup_option
@@ -283,6 +289,10 @@ def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout
     there and this prints its id at once (`--wait` waits for its end). Alone, the run goes in this process,
     which waits for its end (a run still going at --timeout is cut off: it ends cancelled, its statusReason
     naming the timeout). Exits 1 when the run did not complete, 3 when the timeout passed first.
+
+    With --json, a fire waited for prints the `hook_fire` answer with `status`, the run's (`timed_out`: the
+    hook's own timeout passed, its agent stopped), and `waitTimedOut`, this command's (true: --timeout passed
+    before the run ended; `status` is then null).
 
     \b
     Examples:
@@ -312,11 +322,13 @@ def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout
             print_json(fired)
         return
     if as_json:
-        print_json({**fired, "status": ended or None, "timedOut": not ended})
+        print_json({**fired, "status": ended or None, "waitTimedOut": not ended})
     elif ended:
         from agentwatch.cli._common import console
 
-        console.print(f"{fired['runId']} {_status(ended)}: `agentwatch runs trace {fired['runId']}` shows its spans")
+        own = " (the hook's own timeout passed, not --timeout)" if ended == "timed_out" else ""
+        trace = f"`agentwatch runs trace {fired['runId']}` shows its spans"
+        console.print(f"{fired['runId']} {_status(ended)}{own}: {trace}", soft_wrap=True)
     if not ended:
         from agentwatch.cli._common import err_console
 
