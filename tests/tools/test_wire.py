@@ -4,16 +4,21 @@ its answer model dumped, valid against the output schema that `tool_schemas` pub
 from __future__ import annotations
 
 import re
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import jsonschema
 import pytest
 
+from agentwatch.errors import UserError
 from agentwatch.reads.answers import SessionRow, StatusSnapshot
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.tools import builtin_tools
 from agentwatch.tools import Answer, Args, Wire, dump, function_tool, omitted, tool_schemas
 from tests.runtime.support import OpenEngine, Scripted, role
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 CAMEL = re.compile(r"^[a-z][a-zA-Z0-9]*$")
 
@@ -74,6 +79,34 @@ def test_a_function_tool_keeps_its_parameter_names_and_documents_its_return_type
     tool = function_tool(read_file)
     assert sorted(tool.parameters["properties"]) == ["file_path", "max_lines"]  # type: ignore[arg-type]
     assert tool.output_schema == {"items": {"type": "string"}, "type": "array"}
+
+
+def open_file(path: Path, mode: Literal["read", "append"] = "read") -> Path:
+    """Open a file of the project."""
+    return path
+
+
+def price(amount: Decimal) -> str:
+    return str(amount)
+
+
+def test_a_function_tool_of_a_module_with_postponed_annotations_resolves_them_where_it_was_written() -> None:
+    # This module has `from __future__ import annotations`: the hints are strings naming its own imports.
+    tool = function_tool(open_file)
+    assert tool.parameters["properties"] == {  # type: ignore[index]
+        "path": {"format": "path", "title": "Path", "type": "string"},
+        "mode": {"default": "read", "enum": ["read", "append"], "title": "Mode", "type": "string"},
+    }
+    assert tool.output_schema == {"format": "path", "type": "string"}
+
+
+def test_a_function_tool_whose_hint_does_not_resolve_says_which_and_what_to_do() -> None:
+    with pytest.raises(UserError) as raised:
+        function_tool(price)
+    assert str(raised.value) == (
+        "tool function 'price': the type hint 'Decimal' of its parameter 'amount' does not resolve (name "
+        "'Decimal' is not defined); import what it names at the top of its module, not under TYPE_CHECKING"
+    )
 
 
 def lookup(key: str) -> str:

@@ -309,6 +309,16 @@ async def call_tool(
     return result if isinstance(result, dict) else {"result": result}
 
 
+def _resolved_hint(fn: Callable[..., Any], hint: Any) -> Any:
+    """`hint` as a type: a string one (a module with `from __future__ import annotations`) evaluated in the
+    globals of the module `fn` was written in, as `inspect.get_annotations(eval_str=True)` does. Left as a
+    string, pydantic would look its names up in this module instead."""
+    if not isinstance(hint, str):
+        return hint
+    written_in = getattr(inspect.unwrap(fn), "__globals__", None) or {}
+    return eval(hint, written_in)  # (the function's own hint, as the standard library does)
+
+
 def function_tool(
     fn: Callable[..., Any],
     *,
@@ -335,7 +345,13 @@ def function_tool(
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise UserError(f"tool function {tool_name!r} cannot take *args or **kwargs")
-        annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any
+        try:
+            annotation = _resolved_hint(fn, param.annotation) if param.annotation is not param.empty else Any
+        except Exception as exc:
+            raise UserError(
+                f"tool function {tool_name!r}: the type hint {param.annotation!r} of its parameter {param.name!r} "
+                f"does not resolve ({exc}); import what it names at the top of its module, not under TYPE_CHECKING"
+            ) from None
         default = param.default if param.default is not inspect.Parameter.empty else ...
         fields[param.name] = (annotation, default)
     model = create_model(f"{tool_name}_args", __base__=FunctionArgs, **fields)
@@ -353,9 +369,9 @@ def function_tool(
         return result  # type: ignore[no-any-return]
 
     output: dict[str, JsonValue] | None = None
-    try:
-        returns = inspect.signature(fn, eval_str=True).return_annotation
-        if returns is not inspect.Signature.empty:
+    try:  # (the answer's schema is documentation only: a return hint that does not resolve leaves it out)
+        if signature.return_annotation is not signature.empty:
+            returns = _resolved_hint(fn, signature.return_annotation)
             output = TypeAdapter(returns).json_schema(mode="serialization", by_alias=True)
     except Exception:
         output = None
