@@ -58,6 +58,10 @@ def clashing():
     return {"tools": [agent_get]}
 
 
+def unruly():
+    return {**setup(), "policies": ["no_pushes"]}
+
+
 async def nap() -> str:
     """Rest a long while."""
     import asyncio
@@ -219,6 +223,7 @@ def test_serve_with_tracing_on_sends_each_turns_spans_to_the_collector(project: 
         ("shop.agents:shout.__doc__", "gave a str; it must be a mapping of engine options"),
         ("shop.broken:setup", "importing 'shop.broken' failed: No module named 'notinstalledlib'; install what it"),
         ("shop.agents:clashing", "tool named 'agent_get', which is built in: give yours another name"),
+        ("shop.agents:unruly", "policies: 'no_pushes' (a str) is not a policy; give a Policy(name, decide) or a"),
         ("shop.agents:raising", f"agents.py:{RAISES_AT}: ValueError: the tools are not ready"),
     ],
 )

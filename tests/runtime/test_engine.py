@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentwatch.errors import Conflict, DamagedRecord, NotFound
+from agentwatch.errors import Conflict, DamagedRecord, NotFound, UserError
 from agentwatch.events import (
     CompactionApplied,
     ConversationCleared,
@@ -25,6 +25,7 @@ from agentwatch.events import (
     UserMessage,
 )
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
+from agentwatch.runtime.policy import ToolRequest, Verdict
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.runtime.tools import function_tool
 from agentwatch.store import SessionDraft
@@ -776,6 +777,45 @@ async def test_a_sub_agents_held_question_waits_while_its_parent_pauses_and_is_r
         assert (await engine.store.get_session(paused["agentId"])).status == "completed"
         kid = await engine.store.get_session(kid_id)
         assert (kid.pending_requests, kid.held_requests) == (1, 0)
+
+
+def read_note(path: str) -> str:
+    return f"the note at {path}"
+
+
+def delete_note(path: str) -> str:
+    return f"deleted {path}"
+
+
+def no_deleting(request: ToolRequest) -> Verdict | None:
+    return Verdict("deny", "nothing is deleted here") if request.tool_name == "delete_note" else None
+
+
+async def test_a_plain_function_is_a_policy_as_a_plain_function_is_a_tool(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    calls = [CallTool("read_note", {"path": "a"}), CallTool("delete_note", {"path": "a"}), Reply("tidied")]
+    model = scripted("tidier", ScriptedModel(calls))
+    tidier = role("tidier", model, tools=("read_note", "delete_note"))
+    async with open_engine(tidier, tools=[read_note, delete_note], policies=[no_deleting]) as engine:
+        snapshot = await engine.task("tidier", "Tidy the notes")
+        results = [e.payload for e in await all_events(engine, snapshot["agentId"]) if e.type == "tool.result"]
+        assert sorted((r.tool_name, r.status, r.output) for r in results if isinstance(r, ToolResult)) == [
+            ("delete_note", "error", "ToolRefused: delete_note was not allowed (deny): nothing is deleted here"),
+            ("read_note", "ok", "the note at a"),
+        ]
+
+
+async def test_a_policy_that_is_neither_a_policy_nor_a_function_is_refused_at_open(
+    open_engine: OpenEngine,
+) -> None:
+    with pytest.raises(UserError) as raised:
+        async with open_engine(policies=["no_deleting"]):
+            pass
+    assert str(raised.value) == (
+        "policies: 'no_deleting' (a str) is not a policy; give a Policy(name, decide) or a function that takes "
+        "a ToolRequest and returns a Verdict or None"
+    )
 
 
 def test_function_tools_take_their_schema_from_the_signature() -> None:

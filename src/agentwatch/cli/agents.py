@@ -69,6 +69,7 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
     from agentwatch.errors import UserError
     from agentwatch.runtime.models.refs import ModelResolver
     from agentwatch.runtime.models.scripted import ScriptedModel
+    from agentwatch.runtime.policy import as_policy
     from agentwatch.runtime.roster import DefinitionProblem, load_roster
     from agentwatch.runtime.setup import load_setup
     from agentwatch.runtime.tools import builtin_tools, project_tool
@@ -83,6 +84,11 @@ def check(agents_dir: Path | None, tools: tuple[str, ...], scripted: tuple[str, 
             given.append(project_tool(item).name)
         except UserError as exc:  # named as a built-in tool: the engine would refuse it
             refused.append(DefinitionProblem(Path(str(config.setup)), "tools", exc.message, "error"))
+    for policy in project.get("policies", ()):
+        try:
+            as_policy(policy)
+        except UserError as exc:  # not a policy nor a function: the engine would refuse it
+            refused.append(DefinitionProblem(Path(str(config.setup)), "policies", exc.message, "error"))
     known = {t.name for t in builtin_tools()} | _names(tools) | set(given)
     # A declared scripted model stands in as an empty script: only its name matters to a check.
     models = {name: ScriptedModel([]) for name in _names(scripted)} | dict(project.get("models", {}))

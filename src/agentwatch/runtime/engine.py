@@ -48,7 +48,7 @@ from agentwatch.runtime.leases import (
 )
 from agentwatch.runtime.models import ModelResolver, ScriptedModel
 from agentwatch.runtime.plan import settled
-from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain
+from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain, PolicyFn, as_policy
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.runs import Run, RunListener, start_run
 from agentwatch.runtime.services import Deletion, Runtime, RuntimeServices, ToolSetHook, TurnTracer
@@ -155,7 +155,7 @@ class Engine:
         config: Config | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         definitions: Iterable[AgentDefinition] = (),
-        policies: Iterable[Policy] = (),
+        policies: Iterable[Policy | PolicyFn] = (),
         recover: bool = True,
         extensions: Iterable[Extension] | None = None,
         models: Mapping[str, ScriptedModel] | None = None,
@@ -168,6 +168,8 @@ class Engine:
         """Open the store and live ring, load the roster, continue cut-off turns; close everything after.
 
         Arguments override `agentwatch.toml` and `AGENTWATCH_*` variables, which override the defaults.
+        `tools` and `policies` take plain functions too (sync or async): a tool's schema comes from its signature,
+        a policy is named after its function (`agentwatch.tools.function_tool`, `agentwatch.runtime.policy`).
         `extensions` None installs the default extensions (observer agents among them); `[]` installs none.
         `models` are model objects (a `ScriptedModel` in tests) by name: a role's `model: scripted:<name>` plays
         the one given as `<name>`, before any registered with `register_scripted_model`.
@@ -225,11 +227,12 @@ class Engine:
         config: Config,
         tools: Iterable[Tool | Callable[..., Any]],
         definitions: Iterable[AgentDefinition],
-        policies: Iterable[Policy],
+        policies: Iterable[Policy | PolicyFn],
         models: Mapping[str, ScriptedModel] | None = None,
         *,
         create_store: bool = True,
     ) -> Engine:
+        chained = [as_policy(policy) for policy in policies]  # (before anything opens: a bad one is refused here)
         registry = {tool.name: tool for tool in builtin_tools()}
         for item in tools:
             tool = project_tool(item)
@@ -237,7 +240,7 @@ class Engine:
         agents_dir = config.agents_dir if config.agents_dir.is_absolute() else config.root / config.agents_dir
         resolver = ModelResolver.from_config(config, models=models)  # its aliases apply to the roster too
         roster = load_roster(agents_dir, known_tools=registry, extra=definitions, models=resolver)
-        chain = PolicyChain([GrantPolicy({t.name: t.grant for t in registry.values() if t.grant}), *policies])
+        chain = PolicyChain([GrantPolicy({t.name: t.grant for t in registry.values() if t.grant}), *chained])
         store = await connect_store(config.store, create=create_store)
         try:
             ring = await connect_live(config.live)

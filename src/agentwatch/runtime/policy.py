@@ -13,7 +13,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Decision", "GrantPolicy", "Policy", "PolicyChain", "ToolRequest", "Verdict"]
+from agentwatch.errors import UserError
+
+__all__ = ["Decision", "GrantPolicy", "Policy", "PolicyChain", "PolicyFn", "ToolRequest", "Verdict", "as_policy"]
 
 Decision = Literal["allow", "deny", "ask", "defer"]
 _STRICTNESS: dict[Decision, int] = {"allow": 0, "defer": 1, "ask": 2, "deny": 3}
@@ -49,6 +51,7 @@ class Verdict:
 
 
 PolicyFn = Callable[[ToolRequest], "Verdict | Awaitable[Verdict | None] | None"]
+"""A policy's decision function: a verdict for the request, or None for no opinion; sync or async."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,19 @@ class Policy:
 
     name: str
     decide: PolicyFn
+
+
+def as_policy(item: Policy | PolicyFn) -> Policy:
+    """`item` as a policy: a plain function (sync or async) becomes one named after it, as a plain function
+    becomes a tool. Anything else is a `UserError` that says what a policy is."""
+    if isinstance(item, Policy):
+        return item
+    if not callable(item):
+        raise UserError(
+            f"policies: {item!r} (a {type(item).__name__}) is not a policy; give a Policy(name, decide) or a "
+            "function that takes a ToolRequest and returns a Verdict or None"
+        )
+    return Policy(getattr(item, "__name__", type(item).__name__), item)
 
 
 @dataclass
