@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +76,17 @@ def test_importing_the_engine_builds_no_tool_schema() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == out[1]  # every schema waits until it is read ...
     assert out[2:] == ["True", "False"]  # ... and is made (once) when it is
+
+
+def test_every_field_default_is_given_by_keyword_so_type_checkers_see_it_without_pydantics_plugin() -> None:
+    # mypy and pyright read a model's defaults through `dataclass_transform`, which knows `Field(default=...)`
+    # only: a field written `Field(None, ...)` reads as required, and a project checked without pydantic's mypy
+    # plugin was told `AgentDefinition(name=..., model=...)` misses the argument "source_path".
+    package = Path(agentwatch.__file__).parent
+    positional = [
+        f"{path.relative_to(package.parent)}:{node.lineno}"
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Field" and node.args
+    ]
+    assert positional == []

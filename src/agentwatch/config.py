@@ -151,17 +151,17 @@ class SessionDefaults(BaseModel):
 
     model_config = _STRICT
 
-    stuck_after_seconds: float = Field(600, gt=0)
+    stuck_after_seconds: float = Field(default=600, gt=0)
     """A running session with no activity for longer than this is `stuck`."""
-    continue_after_restart: int = Field(3, ge=0)
+    continue_after_restart: int = Field(default=3, ge=0)
     """How many times a turn cut off by a restart is continued before it ends `interrupted` (0 = never)."""
-    hold_for_parent_seconds: float = Field(300, ge=0)
+    hold_for_parent_seconds: float = Field(default=300, ge=0)
     """A sub-agent's request waits on its parent agent first, reaching a person after this long at the
     latest (0 = straight to a person)."""
-    lease_seconds: float = Field(15, gt=0, le=86400)
+    lease_seconds: float = Field(default=15, gt=0, le=86400)
     """How long an engine's ownership of a session's turns lasts unless renewed: when an engine dies, another
     continues its turns this long (plus about a second) later (`AGENTWATCH_LEASE_SECONDS`). Engine-wide."""
-    lease_renew_seconds: float | None = Field(None, gt=0)
+    lease_renew_seconds: float | None = Field(default=None, gt=0)
     """How often held leases are renewed (default a third of `lease_seconds`). Engine-wide."""
 
 
@@ -265,7 +265,7 @@ class ObserverConfig(BaseModel):
     deny: tuple[str, ...] = ()
     """Deny rules asked at arm time and before every batch: `agent_task` (no observer at all, as no background
     spawn) or `agent_task(<type>)` (that observer type)."""
-    delivery_timeout_seconds: float = Field(300, gt=0)
+    delivery_timeout_seconds: float = Field(default=300, gt=0)
     """How long one batch may take to reach an observer (its turn included) before it is given up on."""
 
 
@@ -319,7 +319,7 @@ class ServerConfig(BaseModel):
 
     bind: str = "127.0.0.1:8765"
     """HOST:PORT `agentwatch serve` listens on (an IPv6 host in brackets: `[::1]:8765`; port 0: any free one)."""
-    deploy_hold_minutes: float = Field(60, ge=0)
+    deploy_hold_minutes: float = Field(default=60, ge=0)
     """On SIGTERM, how long `agentwatch serve` lets running turns go on before they are cut off (they continue
     on the next start, as after a crash); 0 = do not wait (`AGENTWATCH_DEPLOY_HOLD_MINUTES`)."""
 

@@ -109,8 +109,8 @@ class SessionRow(Answer):
     parent_id: str | None
     run_id: str | None
     origin: dict[str, JsonValue] | None = Field(description="What started it: `{kind, ref}`.")
-    session_count: int | None = Field(None, description="Grouped listings: sessions in the lineage or run.")
-    recent: list[RecentEntry] | None = Field(None, description="Grouped listings: its newest sessions.")
+    session_count: int | None = Field(default=None, description="Grouped listings: sessions in the lineage or run.")
+    recent: list[RecentEntry] | None = Field(default=None, description="Grouped listings: its newest sessions.")
 
 
 class CountsAnswer(Answer):

@@ -31,8 +31,8 @@ _PROMPT_SCAN = 100
 class GetArgs(Args):
     """Arguments of `agent_get`: exactly one of `id` and `name`."""
 
-    id: Id | None = Field(None, description="The agent's id (ses_...); soft-deleted ones too.")
-    name: Name | None = Field(None, description="Its name; the calling chat's agent wins.")
+    id: Id | None = Field(default=None, description="The agent's id (ses_...); soft-deleted ones too.")
+    name: Name | None = Field(default=None, description="Its name; the calling chat's agent wins.")
 
     @model_validator(mode="after")
     def _one_of(self) -> GetArgs:

@@ -28,12 +28,12 @@ class HistoryArgs(Args):
     """Arguments of `agent_history`."""
 
     id: Id = Field(description="The agent's id (ses_...); soft-deleted ones too.")
-    limit: Count = Field(50, ge=1, le=100, description="Events per page, 1..100.")
-    cursor: Cursor | None = Field(None, description="nextCursor of the previous page: reads further back.")
+    limit: Count = Field(default=50, ge=1, le=100, description="Events per page, 1..100.")
+    cursor: Cursor | None = Field(default=None, description="nextCursor of the previous page: reads further back.")
     conversation_id: Id | None = Field(
-        None, alias="conversationId", description="An archived conversation (from `conversations`) to read."
+        default=None, alias="conversationId", description="An archived conversation (from `conversations`) to read."
     )
-    episode_id: Id | None = Field(None, alias="episodeId", description="One episode: the turn id (trn_...).")
+    episode_id: Id | None = Field(default=None, alias="episodeId", description="One episode: the turn id (trn_...).")
 
 
 def conversations(session: SessionRecord, records: list[ConversationRecord]) -> list[ConversationEntry]:

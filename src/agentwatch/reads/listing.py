@@ -38,33 +38,43 @@ class ListArgs(Args):
     """Arguments of `agent_list`; every filter given must hold (AND)."""
 
     status: list[SessionStatus] | None = Field(
-        None, max_length=MAX_LIST_ITEMS, description="Machine statuses to include."
+        default=None, max_length=MAX_LIST_ITEMS, description="Machine statuses to include."
     )
     word: list[Word] | None = Field(
-        None, max_length=MAX_LIST_ITEMS, description="Status words: idle, working, needs_you, stuck, failed, done."
+        default=None,
+        max_length=MAX_LIST_ITEMS,
+        description="Status words: idle, working, needs_you, stuck, failed, done.",
     )
     source: list[Name] | None = Field(
-        None, max_length=MAX_LIST_ITEMS, description="How sessions were started: chat, task, heartbeat, hook, ..."
+        default=None,
+        max_length=MAX_LIST_ITEMS,
+        description="How sessions were started: chat, task, heartbeat, hook, ...",
     )
-    role: Name | None = Field(None, description="The agent type.")
-    feature: Name | None = Field(None, description="The feature whose roles to include ('engine' = the system's).")
-    group_key: Name | None = Field(None, description="A lineage, e.g. 'hb:digest'.")
-    q: Name | None = Field(None, description="A part of the name or display name, as written (A-Z in any case).")
-    run: Id | None = Field(None, description="The sessions one run started (its run id).")
-    entity: Name | None = Field(None, description="The sessions started by runs of this entity.")
-    parent_id: Id | None = Field(None, description="The sessions this agent spawned.")
-    intercepted: bool | None = Field(None, description="true: only sessions a person took over.")
+    role: Name | None = Field(default=None, description="The agent type.")
+    feature: Name | None = Field(
+        default=None, description="The feature whose roles to include ('engine' = the system's)."
+    )
+    group_key: Name | None = Field(default=None, description="A lineage, e.g. 'hb:digest'.")
+    q: Name | None = Field(
+        default=None, description="A part of the name or display name, as written (A-Z in any case)."
+    )
+    run: Id | None = Field(default=None, description="The sessions one run started (its run id).")
+    entity: Name | None = Field(default=None, description="The sessions started by runs of this entity.")
+    parent_id: Id | None = Field(default=None, description="The sessions this agent spawned.")
+    intercepted: bool | None = Field(default=None, description="true: only sessions a person took over.")
     window: Window | None = Field(
-        None, description="Activity within this long before now: 24h, 7d, ... (at most 10 years)."
+        default=None, description="Activity within this long before now: 24h, 7d, ... (at most 10 years)."
     )
-    from_: Moment | None = Field(None, alias="from", description="Activity at or after this moment (ISO).")
-    to: Moment | None = Field(None, description="Activity before this moment (ISO).")
-    deleted: bool = Field(False, description="true also lists soft-deleted sessions.")
-    group: Group = Field("none", description="none (a row per session), lineage (per groupKey) or run.")
-    sort: SessionSort = Field("newest", description="newest, oldest (by last activity), name or status.")
-    limit: Count = Field(20, ge=1, le=100, description="Rows per page, 1..100.")
-    cursor: Cursor | None = Field(None, description="nextCursor of the previous page (same filters, group, sort).")
-    counts: bool = Field(False, description="On the first page, add per-word counts and the total.")
+    from_: Moment | None = Field(default=None, alias="from", description="Activity at or after this moment (ISO).")
+    to: Moment | None = Field(default=None, description="Activity before this moment (ISO).")
+    deleted: bool = Field(default=False, description="true also lists soft-deleted sessions.")
+    group: Group = Field(default="none", description="none (a row per session), lineage (per groupKey) or run.")
+    sort: SessionSort = Field(default="newest", description="newest, oldest (by last activity), name or status.")
+    limit: Count = Field(default=20, ge=1, le=100, description="Rows per page, 1..100.")
+    cursor: Cursor | None = Field(
+        default=None, description="nextCursor of the previous page (same filters, group, sort)."
+    )
+    counts: bool = Field(default=False, description="On the first page, add per-word counts and the total.")
 
 
 def listing_filter(view: EngineView, args: ListArgs, *, now: datetime) -> SessionFilter:

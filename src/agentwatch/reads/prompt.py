@@ -33,9 +33,10 @@ class PromptArgs(Args):
     """Arguments of `agent_prompt`."""
 
     id: Id = Field(description="The agent's id (ses_...).")
-    event_id: Id | None = Field(None, description="A user message's event id: that turn instead of the newest.")
+    event_id: Id | None = Field(default=None, description="A user message's event id: that turn instead of the newest.")
     against: Literal["previous", "definition"] | None = Field(
-        None, description="previous: diff with the dispatch before; definition: with what the role composes now."
+        default=None,
+        description="previous: diff with the dispatch before; definition: with what the role composes now.",
     )
 
 

@@ -117,11 +117,11 @@ RunStatus = Literal["running", "completed", "failed", "cancelled", "skipped", "t
 class RunListArgs(Args):
     """Arguments of `run_list`."""
 
-    entity: Name | None = Field(None, description="Runs of one entity: 'workflow:report', 'heartbeat:digest'.")
-    kind: Name | None = Field(None, description="workflow, heartbeat, hook, ...")
-    status: list[RunStatus] | None = Field(None, max_length=50, description="Statuses to include.")
-    limit: Count = Field(20, ge=1, le=100, description="Runs per page, 1..100.")
-    cursor: Cursor | None = Field(None, description="nextCursor of the previous page (same filters).")
+    entity: Name | None = Field(default=None, description="Runs of one entity: 'workflow:report', 'heartbeat:digest'.")
+    kind: Name | None = Field(default=None, description="workflow, heartbeat, hook, ...")
+    status: list[RunStatus] | None = Field(default=None, max_length=50, description="Statuses to include.")
+    limit: Count = Field(default=20, ge=1, le=100, description="Runs per page, 1..100.")
+    cursor: Cursor | None = Field(default=None, description="nextCursor of the previous page (same filters).")
 
 
 class RunListAnswer(Answer):
@@ -183,7 +183,7 @@ class CompareArgs(Args):
 
     id: Id = Field(description="The run's id (run_...).")
     against: Id | None = Field(
-        None,
+        default=None,
         description="The run to compare with; default: the previous finished (not skipped) run of the same entity.",
     )
 
@@ -250,15 +250,15 @@ class HistoryArgs(Args):
 
     id: Id = Field(description="The run's id (run_...).")
     source: list[Literal["agent", "pipeline", "journal"]] | None = Field(
-        None, max_length=3, description="Only these logs: agent (its agents' events), pipeline, journal."
+        default=None, max_length=3, description="Only these logs: agent (its agents' events), pipeline, journal."
     )
     agent_id: Id | None = Field(
-        None, description="Only the events of one of the run's agents, by id or name (and what it spawned)."
+        default=None, description="Only the events of one of the run's agents, by id or name (and what it spawned)."
     )
-    q: Name | None = Field(None, description="Only entries whose text or type holds this (any case).")
-    cursor: Cursor | None = Field(None, description="nextCursor of the previous page: older entries.")
-    limit: Count = Field(50, ge=1, le=200, description="Entries per page, 1..200.")
-    max_chars: Count = Field(2000, ge=1, le=4000, description="Cap on each entry's detail, 1..4000.")
+    q: Name | None = Field(default=None, description="Only entries whose text or type holds this (any case).")
+    cursor: Cursor | None = Field(default=None, description="nextCursor of the previous page: older entries.")
+    limit: Count = Field(default=50, ge=1, le=200, description="Entries per page, 1..200.")
+    max_chars: Count = Field(default=2000, ge=1, le=4000, description="Cap on each entry's detail, 1..4000.")
 
 
 class HistoryEntry(Answer):

@@ -32,12 +32,12 @@ class SummaryArgs(Args):
     """Arguments of `agent_summary`."""
 
     window: Window = Field(
-        "7d",  # (validated: its schema shows it as a caller writes it)
+        default="7d",  # (validated: its schema shows it as a caller writes it)
         validate_default=True,
         description="The stretch of time for started/failed/waiting/spend (at most 3650d).",
     )
-    words: bool = Field(False, description="Add the lineages by the word they say now.")
-    by: Literal["role"] | None = Field(None, description='"role": each role\'s sessions and newest activity.')
+    words: bool = Field(default=False, description="Add the lineages by the word they say now.")
+    by: Literal["role"] | None = Field(default=None, description='"role": each role\'s sessions and newest activity.')
 
 
 async def _nothing() -> None:

@@ -128,18 +128,18 @@ class TailArgs(Args):
 
     id: Id = Field(description="The agent's id (ses_...).")
     after_id: Cursor | None = Field(
-        None,
+        default=None,
         description="A cursor (current.cursor, or a previous tail's cursor) or an event id: read strictly after it.",
     )
     before_id: Cursor | None = Field(
-        None,
+        default=None,
         description="An event id or a cursor: read back, the stored events before it (a cursor's own event too), "
         "oldest first; hasMore then says older ones remain (pass the first row's id as beforeId). Not with afterId.",
     )
-    max_chars: Count = Field(500, ge=1, le=4000, description="Cap on each detail, 1..4000.")
-    max_events: Count = Field(50, ge=1, le=200, description="Events per answer, 1..200.")
+    max_chars: Count = Field(default=500, ge=1, le=4000, description="Cap on each detail, 1..4000.")
+    max_events: Count = Field(default=50, ge=1, le=200, description="Events per answer, 1..200.")
     types: list[Name] | None = Field(
-        None,
+        default=None,
         min_length=1,
         max_length=MAX_LIST_ITEMS,
         description="Event types to include, as log types (tool.call) or tail names (item.started, hitl.*, turn.*).",

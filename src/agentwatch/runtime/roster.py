@@ -178,9 +178,9 @@ class _RoleTable(BaseModel):
 class RoleSessions(_RoleTable):
     """A role's own session settings; None leaves the project (or engine) default in force."""
 
-    stuck_after_seconds: float | None = Field(None, gt=0, strict=True)
+    stuck_after_seconds: float | None = Field(default=None, gt=0, strict=True)
     """A running session of this role with no activity for longer than this is `stuck`."""
-    continue_after_restart: int | None = Field(None, ge=0, strict=True)
+    continue_after_restart: int | None = Field(default=None, ge=0, strict=True)
     """How many times a turn cut off by a restart is continued before it ends `interrupted` (0 = never)."""
 
 
@@ -190,13 +190,13 @@ class RoleLimits(_RoleTable):
     calls run (a final answer is kept: nothing more would follow it); an agent over its spend fails each new turn
     at its start. None: no limit."""
 
-    requests: int = Field(50, ge=1, strict=True)
+    requests: int = Field(default=50, ge=1, strict=True)
     """Model requests per turn."""
-    tokens: int | None = Field(None, ge=1, strict=True)
+    tokens: int | None = Field(default=None, ge=1, strict=True)
     """Tokens per turn, input and output."""
-    cost_usd: float | None = Field(None, gt=0, strict=True)
+    cost_usd: float | None = Field(default=None, gt=0, strict=True)
     """Spend per turn, in US dollars (counted where the model's price is known)."""
-    agent_cost_usd: float | None = Field(None, gt=0, strict=True)
+    agent_cost_usd: float | None = Field(default=None, gt=0, strict=True)
     """Spend of one agent over all its turns, in US dollars."""
 
 
@@ -220,7 +220,7 @@ class AgentDefinition(BaseModel):
     """`rule` marks an observer type run by a registered Python function: it takes no model, tools or grant."""
     description: str = ""
     """One line saying what the agent is for, shown in listings."""
-    model: str | None = Field(None, validate_default=True)
+    model: str | None = Field(default=None, validate_default=True)
     """The model ref, `<provider>:<model>` (`openai:gpt-4o`, `anthropic:claude-sonnet-4-5`, `scripted:coder`, or
     a provider named in the project config), or a model alias (`sonnet`; see `[models] aliases`), which the roster
     replaces with its ref; required for `llm` agents. A list (`model: [openai:gpt-4o,
@@ -246,7 +246,7 @@ class AgentDefinition(BaseModel):
     """The feature that ships this role, for grouping and filtering sessions."""
     mcp_servers: tuple[ToolServer, ...] = ()
     """MCP servers whose tools the agent may call, as `<server>__<tool>` (see `agentwatch.runtime.toolservers`)."""
-    source_path: Path | None = Field(None, exclude=True)
+    source_path: Path | None = Field(default=None, exclude=True)
     """The file the definition was loaded from; None when built in Python. Not part of equality."""
 
     @model_validator(mode="before")

@@ -65,7 +65,7 @@ def _is_none(value: object) -> bool:
 
 def omitted(description: str) -> Any:
     """A field left out of the answer when it is None (instead of sent as `null`)."""
-    return Field(None, description=description, exclude_if=_is_none)
+    return Field(default=None, description=description, exclude_if=_is_none)
 
 
 def dump(answer: BaseModel) -> dict[str, Any]:

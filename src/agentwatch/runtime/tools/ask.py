@@ -34,12 +34,14 @@ class AskArgs(Args):
 
     question: Text = Field(description="The question, complete enough to answer without context.")
     options: list[Text] | None = Field(
-        None,
+        default=None,
         min_length=1,
         max_length=MAX_LIST_ITEMS,
         description="Answers to choose from, when there are a few (at most 50); the answer is one of them.",
     )
-    multiple: bool = Field(False, description="With options: several may be chosen (the answer is a list of them).")
+    multiple: bool = Field(
+        default=False, description="With options: several may be chosen (the answer is a list of them)."
+    )
 
 
 class UserAnswer(RootModel[BoundedJson]):

@@ -76,12 +76,14 @@ class CreateArgs(Args):
 
     role: Name = Field(description="The agent type (role) to run.")
     name: AgentName | None = Field(
-        None, description="A name unique among live agents of its scope; made up when absent."
+        default=None, description="A name unique among live agents of its scope; made up when absent."
     )
-    scope: Name | None = Field(None, description="The chat the agent belongs to (e.g. '42:bot1'); global when absent.")
-    prompt: Prompt | None = Field(None, description="A first input to queue right away.")
-    display_name: TypedName | None = Field(None, description="A friendlier name to show.")
-    group_key: Name | None = Field(None, description="Its lineage key (e.g. 'hb:digest').")
+    scope: Name | None = Field(
+        default=None, description="The chat the agent belongs to (e.g. '42:bot1'); global when absent."
+    )
+    prompt: Prompt | None = Field(default=None, description="A first input to queue right away.")
+    display_name: TypedName | None = Field(default=None, description="A friendlier name to show.")
+    group_key: Name | None = Field(default=None, description="Its lineage key (e.g. 'hb:digest').")
 
 
 class EnqueueArgs(Args):
@@ -95,7 +97,7 @@ class AwaitArgs(Args):
     """Arguments of `agent_await` (`agentId` may be spelled `agent_id` or `id`)."""
 
     agent_id: AgentId
-    timeout_ms: Count = Field(60_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
+    timeout_ms: Count = Field(default=60_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
 
 
 class TaskArgs(Args):
@@ -103,8 +105,10 @@ class TaskArgs(Args):
 
     role: Name = Field(description="The agent type (role) to run.")
     prompt: Prompt = Field(description="The task.")
-    name: AgentName | None = Field(None, description="A name for the new agent; made up when absent.")
-    timeout_ms: Count = Field(600_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds.")
+    name: AgentName | None = Field(default=None, description="A name for the new agent; made up when absent.")
+    timeout_ms: Count = Field(
+        default=600_000, ge=0, le=MAX_TIMEOUT_MS, description="How long to wait, in milliseconds."
+    )
 
 
 class AnswerArgs(Args):
@@ -122,10 +126,10 @@ class FireArgs(Args):
 
     name: Name = Field(description="The hook to fire ([hooks.<name>] in agentwatch.toml).")
     input: BoundedJson = Field(
-        None, description="JSON for this fire: the run's input, given to the agent after the hook's prompt."
+        default=None, description="JSON for this fire: the run's input, given to the agent after the hook's prompt."
     )
     key: Name | None = Field(
-        None,
+        default=None,
         description="Fire once per key: a fire with a key that fired before starts nothing and answers that run "
         "(duplicate: true), so a scheduler may send it again safely; the same key with another input is refused.",
     )
@@ -155,7 +159,9 @@ class TakeOverArgs(Args):
     """Arguments of `agent_take_over`."""
 
     id: Id = Field(description="The agent's id (ses_...).")
-    by: TypedName | None = Field(None, description="Who takes it over (a person's name); 'a person' when absent.")
+    by: TypedName | None = Field(
+        default=None, description="Who takes it over (a person's name); 'a person' when absent."
+    )
 
 
 class HandBackArgs(Args):
