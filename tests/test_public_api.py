@@ -90,3 +90,9 @@ def test_every_field_default_is_given_by_keyword_so_type_checkers_see_it_without
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Field" and node.args
     ]
     assert positional == []
+
+
+def test_a_script_function_is_typed_with_names_agentwatch_exports() -> None:
+    from agentwatch.runtime import models
+
+    assert (agentwatch.ScriptContext, agentwatch.ScriptStep) == (models.ScriptContext, models.ScriptStep)

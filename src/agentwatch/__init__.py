@@ -25,7 +25,17 @@ if TYPE_CHECKING:
     from agentwatch.runtime.engine import Engine, run_task
     from agentwatch.runtime.heartbeats import Heartbeat, Tick
     from agentwatch.runtime.hooks import Hook
-    from agentwatch.runtime.models import CallTool, Fail, Hang, Reply, ScriptedModel, Think, register_scripted_model
+    from agentwatch.runtime.models import (
+        CallTool,
+        Fail,
+        Hang,
+        Reply,
+        ScriptContext,
+        ScriptedModel,
+        ScriptStep,
+        Think,
+        register_scripted_model,
+    )
     from agentwatch.runtime.policy import Policy, PolicyChain, ToolRequest, Verdict
     from agentwatch.runtime.roster import AgentDefinition
     from agentwatch.runtime.runs import TaskFailed
@@ -49,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     "PolicyChain": "agentwatch.runtime.policy",
     "Reply": "agentwatch.runtime.models",
     "ReplaySnapshot": "agentwatch.runtime.thread_observer",
+    "ScriptContext": "agentwatch.runtime.models",
+    "ScriptStep": "agentwatch.runtime.models",
     "ScriptedModel": "agentwatch.runtime.models",
     "TaskFailed": "agentwatch.runtime.runs",
     "Think": "agentwatch.runtime.models",
@@ -78,6 +90,8 @@ __all__ = [
     "PolicyChain",
     "ReplaySnapshot",
     "Reply",
+    "ScriptContext",
+    "ScriptStep",
     "ScriptedModel",
     "TaskFailed",
     "Think",
