@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol
+
+from typing_extensions import TypeVar  # (a default, PEP 696: `EventCollector()` needs no type argument)
 
 from agentwatch.events import Event, RequestOpened, StreamCursor
 
@@ -38,7 +40,7 @@ __all__ = [
     "ThreadObserver",
 ]
 
-R_contra = TypeVar("R_contra", contravariant=True)
+R_contra = TypeVar("R_contra", contravariant=True, default=Any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,7 @@ class ThreadObserver(Protocol[R_contra]):
 ObserverFactory = Callable[[str], ThreadObserver[Any]]
 """Makes the observer instance for one session's driver, given the session id."""
 
-T = TypeVar("T")
+T = TypeVar("T", default=Any)
 
 
 @dataclass
