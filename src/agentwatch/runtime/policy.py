@@ -1,8 +1,12 @@
 """The policy chain: one place that decides every tool call (and every observer spawn and delivery).
 
-Each `Policy` may allow, deny, ask (a person must approve) or defer (decide later, elsewhere), or have no
+Each `Policy` may allow, deny, ask (a person should approve) or defer (decide later, elsewhere), or have no
 opinion. The chain asks every policy; the strictest answer wins: deny > ask > defer > allow. Like
 PreToolUse hooks, a policy sees the tool name and its input, and who is calling.
+
+An agent's call runs only on `allow`: `ask` and `defer` refuse it as `deny` does (the model is told the verdict
+and its reason); no person is asked. A call a person approves first is one of its role's `approval_tools` (or
+of a tool made with `requires_approval`), asked before the chain decides.
 """
 
 from __future__ import annotations
