@@ -27,6 +27,7 @@ from agentwatch.events import TurnStarted
 from agentwatch.notify import Notifications
 from agentwatch.runtime import engine as engines
 from agentwatch.runtime.models import CallTool, Fail, Reply, ScriptedModel
+from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.tracing import CUT_OFF, Tracing
 from agentwatch.watchers import ObserverAgents
 from tests.fakes.openai_server import FakeOpenAI
@@ -318,17 +319,27 @@ async def test_a_span_that_ended_in_an_error_names_its_class_and_a_model_request
     }
 
 
-async def test_a_turn_cut_off_by_the_engine_closing_ends_its_spans_saying_so(
-    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
-) -> None:
+async def _cut_off(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter], model: str
+) -> tuple[HeldTool, AgentDefinition, str]:
+    """A traced engine whose turn (of a `holder`) is in its tool when the engine closes (only its model request's
+    span is over by then); the tool, the role and the session's id."""
     provider, exporter = exported
     held = HeldTool("wait_for_it")
-    definition = held.role("holder", scripted, "tracing-holds")
+    definition = held.role("holder", scripted, model)
     async with open_engine(definition, tools=[held.tool], extensions=[Tracing(provider)]) as engine:
         session = await engine.create("holder")
         await engine.enqueue(session.id, "Hold on.")
         await asyncio.wait_for(held.started.wait(), 10)
-        assert [span.name for span in exporter.get_finished_spans()] == ["chat tracing-holds"]
+        assert [span.name for span in exporter.get_finished_spans()] == [f"chat {model}"]
+    return held, definition, session.id
+
+
+async def test_a_turn_cut_off_by_the_engine_closing_ends_its_spans_saying_so(
+    open_engine: OpenEngine, scripted: Scripted, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    await _cut_off(open_engine, scripted, exported, "tracing-holds")
+    _, exporter = exported
 
     spans = _by_name(exporter.get_finished_spans())
     assert sorted(spans) == ["chat tracing-holds", "execute_tool wait_for_it", "invoke_agent holder"]
@@ -343,17 +354,12 @@ async def test_a_turn_continued_after_a_restart_links_to_the_part_cut_off(
     # Each part is made by the engine that ran it, each its own trace; the second engine knows the first part's
     # span only from the store.
     provider, exporter = exported
-    held = HeldTool("wait_for_it")
-    definition = held.role("holder", scripted, "tracing-continues")
-    async with open_engine(definition, tools=[held.tool], extensions=[Tracing(provider)]) as engine:
-        session = await engine.create("holder")
-        await engine.enqueue(session.id, "Hold on.")
-        await asyncio.wait_for(held.started.wait(), 10)
+    held, definition, session_id = await _cut_off(open_engine, scripted, exported, "tracing-continues")
     held.release.set()
     async with open_engine(definition, tools=[held.tool], extensions=[Tracing(provider)]) as engine:
-        ended, timed_out = await engine.wait(session.id, 30)
+        ended, timed_out = await engine.wait(session_id, 30)
         assert (ended.status, timed_out) == ("completed", False)
-        starts = await engine.store.read_events(session.id, types=["turn.started"])
+        starts = await engine.store.read_events(session_id, types=["turn.started"])
 
     cut_off, continued = _by_name(exporter.get_finished_spans())["invoke_agent holder"]
     assert [span.attributes and span.attributes["agentwatch.turn.trigger"] for span in (cut_off, continued)] == [
