@@ -265,6 +265,33 @@ async def test_approval_tools_run_only_when_approved(open_engine: OpenEngine, sc
         assert [(r.status, r.output) for r in results] == [("denied", "keep b")]
 
 
+async def test_a_call_the_policies_refuse_is_refused_before_a_person_is_asked_to_approve_it(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once: the approval was asked first, and the policies decided only once a person had approved."""
+    ran: list[str] = []
+    delete_file, script = _deleter(ran)
+    model = scripted("deleter-refused", ScriptedModel(function=script))
+    definition = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+
+    def keep_secrets(request: ToolRequest) -> Verdict | None:
+        return Verdict("deny", "secrets stay") if request.input.get("path") == "secret.txt" else None
+
+    async with open_engine(definition, tools=[delete_file], policies=[keep_secrets]) as engine:
+        refused = await engine.task("cleaner", "secret.txt", timeout=10)
+        assert (refused["status"], refused["pendingHitl"], ran) == ("completed", None, [])
+        assert await engine.store.list_requests(session_id=refused["agentId"]) == []
+        results = [e.payload for e in await all_events(engine, refused["agentId"]) if isinstance(e.payload, ToolResult)]
+        assert [(r.status, r.output) for r in results] == [
+            ("error", "ToolRefused: delete_file was not allowed (deny): secrets stay")
+        ]
+        allowed = await engine.task("cleaner", "a.txt", timeout=10)  # (one the policies allow is still asked)
+        assert allowed["pendingHitl"]["kind"] == "approval" and ran == []
+        await engine.answer(allowed["pendingHitl"]["hitlId"], True)
+        await engine.wait(allowed["agentId"], 10)
+        assert ran == ["a.txt"]
+
+
 async def test_a_wait_goes_on_while_an_answered_request_waits_for_an_engine_to_take_it_up(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -6,7 +6,8 @@ PreToolUse hooks, a policy sees the tool name and its input, and who is calling.
 
 An agent's call runs only on `allow`: `ask` and `defer` refuse it as `deny` does (the model is told the verdict
 and its reason); no person is asked. A call a person approves first is one of its role's `approval_tools` (or
-of a tool made with `requires_approval`), asked before the chain decides.
+of a tool made with `requires_approval`): the chain decides before the person is asked (a call it refuses is
+refused at once) and again when the approved call runs.
 """
 
 from __future__ import annotations

@@ -552,6 +552,7 @@ def _tool_specs(turn: _Turn) -> list[ToolSpec]:
                 description=tool.description,
                 parameters=tool.parameters,
                 run=_runner(turn, tool),
+                check=_checker(turn, tool.name),
                 requires_approval=tool.requires_approval or name in approval,
                 asks_user=tool.asks_user,
             )
@@ -572,6 +573,7 @@ async def _server_tool_specs(turn: _Turn) -> list[ToolSpec]:
             description=tool.description,
             parameters=tool.parameters,
             run=_gated(turn, tool.name, lambda context, args, call=tool.call: call(args)),
+            check=_checker(turn, tool.name),
             requires_approval=tool.name in approval,
         )
         for tool in listed
@@ -596,23 +598,37 @@ def _gated(turn: _Turn, name: str, call: Any) -> Any:
         # resumed (a crash then let the next engine run it again, and watchers saw nothing while it ran).
         await turn.emitter.barrier()
         await ensure_held(turn.runtime, turn.session_id)  # leases: never run a tool another engine may own
-        verdict = await turn.runtime.policy.decide(
-            ToolRequest(
-                name,
-                args,
-                session_id=turn.session_id,
-                role=turn.session.role,
-                grant=frozenset(turn.definition.grant),
-            )
-        )
-        if verdict.decision != "allow":
-            raise ToolRefused(f"{name} was not allowed ({verdict.decision}): {verdict.reason or 'by policy'}")
+        await _allowed(turn, name, args)
         # (Its result is written through the sink, which confirms the lease first when the local view is no
         # longer sure: a long tool, or a paused process.)
         result: JsonValue = await call(context, args)
         return result
 
     return run
+
+
+def _checker(turn: _Turn, name: str) -> Any:
+    """What a call a person is to approve goes through first: the policy chain (`ToolSpec.check`)."""
+
+    async def check(context: ToolContext, args: dict[str, Any]) -> None:
+        await _allowed(turn, name, args)
+
+    return check
+
+
+async def _allowed(turn: _Turn, name: str, args: dict[str, Any]) -> None:
+    """Raise `ToolRefused` unless the policy chain allows the call of `name` with `args`."""
+    verdict = await turn.runtime.policy.decide(
+        ToolRequest(
+            name,
+            args,
+            session_id=turn.session_id,
+            role=turn.session.role,
+            grant=frozenset(turn.definition.grant),
+        )
+    )
+    if verdict.decision != "allow":
+        raise ToolRefused(f"{name} was not allowed ({verdict.decision}): {verdict.reason or 'by policy'}")
 
 
 def _answers(requests: Sequence[RequestRecord]) -> list[ToolAnswer]:

@@ -42,7 +42,7 @@ from pydantic_ai import (
     ModelRequestNode,
     ToolDenied,
 )
-from pydantic_ai.exceptions import CallDeferred, ToolFailed, UsageLimitExceeded
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ToolFailed, UsageLimitExceeded
 from pydantic_ai.messages import (
     INTERRUPTED_TOOL_RETURN_CONTENT,
     AgentStreamEvent,
@@ -398,8 +398,16 @@ class _TurnRun:
 
             async def call(ctx: RunContext[None], **args: Any) -> Any:
                 context = ToolContext(ctx.tool_call_id or "", spec.name, emit)
+                # A call a person is to approve is decided like any first (the policies): one they refuse is
+                # refused now, and nobody is asked to approve what could not run.
+                asks = spec.requires_approval and not ctx.tool_call_approved
                 try:
-                    output = await spec.run(context, dict(args))
+                    if asks:
+                        if spec.check is not None:
+                            await spec.check(context, dict(args))
+                        output = None
+                    else:
+                        output = await spec.run(context, dict(args))
                 except ToolWaits as exc:
                     # The call waits on a person (a sign-in): the run pauses on it, and an approval runs it again.
                     raise CallDeferred({_WAITS: exc.kind, "summary": exc.summary, **exc.detail}) from exc
@@ -410,6 +418,8 @@ class _TurnRun:
                         await self._commit([result], ())
                     # pydantic-ai would end the run on a plain exception; the model should see it instead.
                     raise ToolFailed(text) from exc
+                if asks:
+                    raise ApprovalRequired  # the run pauses on it; the approval calls this again, approved
                 if (
                     result := self._ended(ToolReturnPart(spec.name, output, tool_call_id=context.tool_call_id))
                 ) is not None:
@@ -424,7 +434,6 @@ class _TurnRun:
             json_schema=dict(spec.parameters),
             takes_ctx=True,
         )
-        tool.requires_approval = spec.requires_approval and not spec.asks_user
         return tool
 
     def _ended(self, part: ToolReturnPart) -> ToolResult | None:

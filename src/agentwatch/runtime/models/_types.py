@@ -17,6 +17,7 @@ __all__ = [
     "PendingCall",
     "RetryPolicy",
     "ToolAnswer",
+    "ToolChecker",
     "ToolContext",
     "ToolRunner",
     "ToolSpec",
@@ -50,6 +51,7 @@ class ToolContext:
 
 
 ToolRunner = Callable[[ToolContext, dict[str, Any]], Awaitable[JsonValue]]
+ToolChecker = Callable[[ToolContext, dict[str, Any]], Awaitable[None]]
 """Runs one call of a tool: gets the context and the arguments the model sent, returns text or JSON."""
 
 
@@ -83,6 +85,9 @@ class ToolSpec:
     the turn goes on."""
     requires_approval: bool = False
     """A person must approve each call before it runs: the turn pauses with a pending `approval` call."""
+    check: ToolChecker | None = None
+    """For a call a person is to approve: decides first whether it could run at all (the policies), raising as
+    `run` would. A call it refuses is refused at once, as a failed result, and nobody is asked."""
     asks_user: bool = False
     """The call itself is a question (ask_user): the turn pauses with a pending `question` call and the answer
     becomes the call's result. `run` is never called for such a tool."""
