@@ -106,7 +106,8 @@ class Tracing:
         self._tracer: Tracer | None = None
         self._sessions: weakref.WeakSet[_SessionSpans] = weakref.WeakSet()  # (a driver let go drops its own)
         self._spawned: dict[str, SpanContext] = {}  # sub-agent session -> the span of the call that spawned it
-        self._opening: dict[str, Span] = {}  # session -> the span of its turn's part whose start is being recorded
+        # session -> the span of its turn's part whose start is being recorded, and the trace context that names it
+        self._opening: dict[str, tuple[Span, str | None]] = {}
         self._runs: dict[str, Span] = {}  # the open spans of runs: a run's by its id, its spans' by theirs
         self.destination: str | None = None
         """Where the spans go, in words (None while off)."""
@@ -179,8 +180,9 @@ class Tracing:
         if earlier is not None:
             links.append(trace.Link(earlier, {"agentwatch.link": "resumes"}))  # the part of the turn before
         span = self._tracer.start_span(name, context=context, links=links)
-        self._opening[part.session_id] = span
-        return _traceparent(span)
+        traceparent = _traceparent(span)
+        self._opening[part.session_id] = (span, traceparent)
+        return traceparent
 
     def _run_mark(self, mark: RunMark) -> None:
         """A run's span (`<kind> <entity>`) and its spans (`<kind> <label>`) as the run takes them; a task's
@@ -255,9 +257,9 @@ class _SessionSpans:
     session_id: str
     spawned: dict[str, SpanContext]
     """Shared by the engine's sessions: the span a sub-agent's first turn is a child of, by its session."""
-    opening: dict[str, Span]
-    """Shared by the engine's sessions: the span of the turn's part whose start is being recorded, by its session
-    (its `turn.started` names the span by its trace context)."""
+    opening: dict[str, tuple[Span, str | None]]
+    """Shared by the engine's sessions: the span of the turn's part whose start is being recorded and the trace
+    context that names it (as its `turn.started` does), by its session."""
     turn: Span | None = None
     turn_id: str | None = None
     """The id of the turn open here."""
@@ -338,8 +340,8 @@ class _SessionSpans:
             attributes["gen_ai.conversation.id"] = event.conversation_id
         if payload.model is not None:
             attributes.update(_model_attributes(payload.model))
-        opened = self.opening.pop(self.session_id, None)
-        if opened is not None and payload.trace_context == _traceparent(opened):
+        opened, named = self.opening.pop(self.session_id, (None, None))
+        if opened is not None and payload.trace_context == named:
             opened.set_attributes(attributes)
             self.turn = opened
         else:  # a start whose span another turn tracer began: this one starts at the event
