@@ -197,6 +197,18 @@ def test_an_agent_whose_row_is_damaged_is_deleted_by_its_name(store_url: str) ->
     assert listed.exit_code == 0 and "broken" not in listed.output
 
 
+def test_send_with_a_key_queues_once(store_url: str, waiting: dict[str, str]) -> None:
+    first = invoke("send", "picker", "Use staging", "--key", "pick-1", "--store", store_url)
+    assert first.exit_code == 0 and first.stdout.startswith("queued for picker (ses_"), first.output
+    again = invoke("send", "picker", "Use staging", "--key", "pick-1", "--store", store_url)  # a script's retry
+    assert again.exit_code == 0, again.output
+    assert again.stdout.endswith(" was sent this key before: nothing queued, 1 waiting\n"), again.output
+    other = invoke("send", "picker", "Use dev", "--key", "pick-1", "--store", store_url, "--json")
+    assert other.exit_code == 1 and _json(other)["error"]["code"] == "conflict", other.output
+    unkeyed = invoke("send", "picker", "Use staging", "--store", store_url, "--json")
+    assert _json(unkeyed)["pendingInputs"] == 2
+
+
 def test_acting_on_a_missing_store_creates_nothing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'typo.db'}"
     result = invoke("send", "coder", "hello", "--store", url)
@@ -263,7 +275,7 @@ async def test_input_sent_while_another_engine_runs_a_turn_waits_for_it(
         await _until(in_tool)
         sent = await asyncio.to_thread(invoke, "send", "worker", "second", "--store", store_url, "--json")
         assert sent.exit_code == 0, sent.output
-        assert _json(sent) == {"agentId": session.id, "pendingInputs": 1}
+        assert _json(sent) == {"agentId": session.id, "pendingInputs": 1, "duplicate": False}
         assert (await engine.store.get_session(session.id)).status == "running"  # the input waits its turn
         release.set()
 

@@ -1027,7 +1027,7 @@ async def test_enqueue_and_await_take_the_agent_as_id_too(open_engine: OpenEngin
     async with open_engine(role("helper", model)) as engine:
         session = await engine.create("helper")
         queued = await engine.call_tool("agent_enqueue", {"id": session.id, "prompt": "hi"})
-        assert queued == {"agentId": session.id, "pendingInputs": 1}
+        assert queued == {"agentId": session.id, "pendingInputs": 1, "duplicate": False}
         awaited = await engine.call_tool("agent_await", {"id": session.id, "timeoutMs": 10_000})
         assert awaited["status"] == "completed", awaited
         both = await engine.call_tool("agent_await", {"id": session.id, "agentId": session.id})

@@ -478,25 +478,34 @@ def create(
 @click.command("send", short_help="Queue input for an agent's next turn.")
 @click.argument("agent")
 @click.argument("text", type=TEXT_OR_STDIN)
+@click.option("--key", help="Queue once per key: a key this agent was sent before queues nothing (safe to send again).")
 @store_option
 @server_option
 @json_option
-def send(agent: str, text: str, store_url: str | None, as_json: bool) -> None:
+def send(agent: str, text: str, key: str | None, store_url: str | None, as_json: bool) -> None:
     """Queue TEXT (`-`: read it from standard input) for AGENT's (a name or an id) next turn. This is the
-    `agent_enqueue` tool.
+    `agent_enqueue` tool. With --key, a script or a scheduler may send the same input again (after a timeout,
+    say) without the agent getting it twice; the same key with other text is refused.
 
     \b
-    Example:
+    Examples:
       agentwatch send coder "Also update the changelog"
+      agentwatch send digest "Summarise 2026-12-06" --key digest-2026-12-06
     """
     args: dict[str, Any] = {"agentId": agent, "prompt": text}
-    result = act(store_url, "agent_enqueue", args, {"agentId": "AGENT", "prompt": "TEXT"}, agent="agentId")
+    if key is not None:
+        args["key"] = key
+    flags = {"agentId": "AGENT", "prompt": "TEXT", "key": "--key"}
+    result = act(store_url, "agent_enqueue", args, flags, agent="agentId")
     if as_json:
         print_json(result)
         return
     from agentwatch.cli.remote import read
 
     record = read(store_url, "agent_get", {"id": result["agentId"]}, {})
+    if result["duplicate"]:
+        click.echo(f"{_named(record)} was sent this key before: nothing queued, {result['pendingInputs']} waiting")
+        return
     held = record.get("interception")
     then = (
         f"it waits until {held['by']} hands the agent back" if held else _left(store_url, record["id"], record["role"])

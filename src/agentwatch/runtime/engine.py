@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hashlib
 import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 from pydantic import JsonValue
 
 from agentwatch.config import Config, load_config
-from agentwatch.errors import Conflict, DamagedRecord, InvalidArgument, UserError
+from agentwatch.errors import Conflict, DamagedRecord, InvalidArgument, NotFound, UserError
 from agentwatch.events import DELETION_SOURCE, NewEvent, Origin, RuntimeNotice, SubtaskStarted, new_id
 from agentwatch.live import LiveRing, connect_live
 from agentwatch.reads.current import status_snapshot
@@ -51,7 +52,7 @@ from agentwatch.runtime.plan import settled
 from agentwatch.runtime.policy import GrantPolicy, Policy, PolicyChain, PolicyFn, as_policy
 from agentwatch.runtime.roster import AgentDefinition, Roster, load_roster
 from agentwatch.runtime.runs import Run, RunListener, start_run
-from agentwatch.runtime.services import Deletion, Runtime, RuntimeServices, ToolSetHook, TurnTracer
+from agentwatch.runtime.services import Deletion, Queued, Runtime, RuntimeServices, ToolSetHook, TurnTracer
 from agentwatch.runtime.thread_observer import ObserverFactory, ReplaySnapshot
 from agentwatch.runtime.tools import builtin_tools, project_tool
 from agentwatch.runtime.tools.base import Caller, Tool
@@ -431,26 +432,67 @@ class Engine:
         )
         return await self.store.create_session(draft)
 
-    async def enqueue(self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False) -> int:
-        """Queue input for a session's next turn; returns how many inputs now wait in its inbox."""
+    async def enqueue(
+        self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False, key: str | None = None
+    ) -> int:
+        """Queue input for a session's next turn; returns how many inputs now wait in its inbox.
+
+        With `key`, the input is queued once: a call with a key this session was sent before queues nothing
+        (`queue_input` says so), so a caller may send it again safely after a lost answer or a timeout, for as
+        long as the session is kept. The same key with other text is refused (`Conflict`)."""
+        return (await self._queue(session_id, text, origin=origin, meta=meta, key=key)).pending_inputs
+
+    async def queue_input(
+        self, session_id: str, text: str, *, origin: Origin | None = None, key: str | None = None
+    ) -> Queued:
+        """`enqueue`, saying also whether the input's key was sent before (then nothing was queued)."""
+        return await self._queue(session_id, text, origin=origin, meta=False, key=key)
+
+    async def _queue(self, session_id: str, text: str, *, origin: Origin | None, meta: bool, key: str | None) -> Queued:
         check_prompt(text)
+        # A keyed input's id is made from its key: of two calls with one key, the store takes one (the id is taken).
+        input_id = keyed_input_id(session_id, key) if key is not None else None
         turn_loop_started()  # full collections wait from here: the turn this input starts is on its way
         try:
             session = await self.store.get_session(session_id)
             if session.deleted_at is not None:
                 raise Conflict(f"session {session_id!r} was deleted; create a new one")
+            if input_id is not None and await self._queued_before(session_id, input_id, key, text):
+                return Queued(session.pending_inputs, duplicate=True)
             driver = await self.driver(session_id)
-            write = Write(session_id, inputs_add=[InputDraft(text=text, origin=origin, meta=meta)])
+            draft = InputDraft(text=text, origin=origin, meta=meta, id=input_id)
+            write = Write(session_id, inputs_add=[draft])
 
             async def queue() -> None:
                 # leases: the input is never left without an owner to run it (the lease's take shares its commit)
                 await commit_claimed(self, session_id, lambda claim: driver.submit(replace(write, claim=claim)))
                 driver.kick()
 
-            await to_the_end(queue())  # (a caller that goes away leaves the input queued and looked at)
+            try:
+                await to_the_end(queue())  # (a caller that goes away leaves the input queued and looked at)
+            except Conflict:
+                # Another call with the same key queued it meanwhile (or the write clashed otherwise: then raised).
+                if input_id is None or not await self._queued_before(session_id, input_id, key, text):
+                    raise
+                return Queued((await self.store.get_session(session_id)).pending_inputs, duplicate=True)
         finally:
             turn_loop_ended()
-        return (await self.store.get_session(session_id)).pending_inputs
+        return Queued((await self.store.get_session(session_id)).pending_inputs, duplicate=False)
+
+    async def _queued_before(self, session_id: str, input_id: str, key: str | None, text: str) -> bool:
+        """Whether the keyed input `input_id` is in the session's inbox (taken or not) with this `text`; raises
+        `Conflict` when it holds other text: a reused key with new text is a caller's mistake."""
+        try:
+            earlier = await self.store.get_input(session_id, input_id)
+        except NotFound:
+            return False
+        if earlier.text != text:
+            raise Conflict(
+                f"key {key!r} queued other text for session {session_id!r}; an input with new text needs a new key "
+                "(or no key)",
+                fields=["key"],
+            )
+        return True
 
     async def wait(self, session_id: str, timeout: float) -> tuple[SessionRecord, bool]:
         """Wait until the session settles (done, failed, stopped, waiting on a request, or idle with nothing in
@@ -781,6 +823,11 @@ class _HandOver(Leases):
     async def acquire(self, session_id: str) -> bool:
         await self.store.acquire_lease(session_id, self.owner, HAND_OVER_SECONDS)
         return False
+
+
+def keyed_input_id(session_id: str, key: str) -> str:
+    """The inbox id of the input sent to a session with `key`: the same in every engine and process."""
+    return "inp_k" + hashlib.blake2b(f"{session_id}\0{key}".encode(), digest_size=12).hexdigest()
 
 
 def _load_model_layer() -> None:

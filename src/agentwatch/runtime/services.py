@@ -32,7 +32,16 @@ if TYPE_CHECKING:
     from agentwatch.runtime.thread_observer import ObserverFactory
     from agentwatch.tools import Caller, Tool
 
-__all__ = ["Deletion", "Runtime", "RuntimeServices", "SessionChannel", "ToolSetHook", "TurnPart", "TurnTracer"]
+__all__ = [
+    "Deletion",
+    "Queued",
+    "Runtime",
+    "RuntimeServices",
+    "SessionChannel",
+    "ToolSetHook",
+    "TurnPart",
+    "TurnTracer",
+]
 
 ToolSetHook = Callable[["SessionRecord", Sequence[str]], Sequence[str]]
 """Adjusts the tool names a session's turn gets, given the session and the names its role lists."""
@@ -47,6 +56,16 @@ class Deletion:
     deleted_at: datetime
     reap_at: datetime
     """Until when it stays readable by id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """An input queued for a session's next turn, as `queue_input` answers it."""
+
+    pending_inputs: int
+    """How many inputs wait in the session's inbox now."""
+    duplicate: bool
+    """The input's key was sent before: this call queued nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +194,15 @@ class Runtime(Protocol):
     ) -> SessionRecord:
         """Create a session of `role`."""
 
-    async def enqueue(self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False) -> int:
-        """Queue input for a session's next turn; returns how many inputs now wait."""
+    async def enqueue(
+        self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False, key: str | None = None
+    ) -> int:
+        """Queue input for a session's next turn (once per `key`); returns how many inputs now wait."""
+
+    async def queue_input(
+        self, session_id: str, text: str, *, origin: Origin | None = None, key: str | None = None
+    ) -> Queued:
+        """`enqueue`, saying also whether the input's key was sent before."""
 
     async def wait(self, session_id: str, timeout: float) -> tuple[SessionRecord, bool]:
         """Wait until the session settles; returns it and whether the wait timed out."""

@@ -272,7 +272,7 @@ class EventMethods(SqlBase):
                 changes[column] = {} if value is None and column == "settings" else value
 
         for draft in write.inputs_add:
-            values = draft.model_dump() | {"id": new_id("inp"), "session_id": session_id, "created_at": now}
+            values = draft.model_dump() | {"id": draft.id or new_id("inp"), "session_id": session_id, "created_at": now}
             await self._insert(tx, "inbox", values, INPUT_JSON)
             deltas["pending_inputs"] += 1
         if write.inputs_take:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from agentwatch.errors import NotFound
 from agentwatch.events import Usage, WaitsOn
 from agentwatch.store._sql import (
     check_limit,
@@ -44,6 +45,14 @@ class InboxMethods(SqlBase):
             sql += " AND taken_at IS NULL"
         rows = await self._read(lambda tx: tx.fetch(sql + " ORDER BY created_at, id", [session_id]))
         return [from_row(InputRecord, INPUT_COLUMNS, row, INPUT_JSON) for row in rows]
+
+    async def get_input(self, session_id: str, input_id: str) -> InputRecord:
+        """One inbox input of a session, taken or not. Raises `NotFound`."""
+        sql = f"{select(INPUT_COLUMNS, 'inbox')} WHERE id = ? AND session_id = ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [input_id, session_id]))
+        if not rows:
+            raise NotFound(f"session {session_id!r} has no input {input_id!r}")
+        return from_row(InputRecord, INPUT_COLUMNS, rows[0], INPUT_JSON)
 
     async def get_request(self, request_id: str) -> RequestRecord:
         """One request by id. Raises `NotFound`."""

@@ -295,6 +295,9 @@ class Store(RunStore, Protocol):
     async def list_inputs(self, session_id: str, *, pending_only: bool = True) -> list[InputRecord]:
         """Inbox inputs, oldest first."""
 
+    async def get_input(self, session_id: str, input_id: str) -> InputRecord:
+        """One inbox input of a session, taken or not. Raises `NotFound`."""
+
     async def get_request(self, request_id: str) -> RequestRecord:
         """One request by id. Raises `NotFound`."""
 

@@ -297,6 +297,9 @@ class InputDraft(BaseModel):
     origin: Origin | None = None
     meta: bool = False
     """True for text the runtime adds (engine notes, observer reports)."""
+    id: str | None = None
+    """Its id when the caller chose one (a keyed input: see `Engine.enqueue`); a write adding an input whose id
+    is taken is refused (`Conflict`) and adds nothing. None: the store makes one."""
 
 
 class InputRecord(InputDraft):

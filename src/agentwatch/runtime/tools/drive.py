@@ -91,6 +91,11 @@ class EnqueueArgs(Args):
 
     agent_id: AgentId
     prompt: Prompt = Field(description="The input for its next turn.")
+    key: Name | None = Field(
+        default=None,
+        description="Queue once per key: an input with a key this agent was sent before queues nothing and answers "
+        "duplicate: true, so a scheduler may send it again safely; the same key with other text is refused.",
+    )
 
 
 class AwaitArgs(Args):
@@ -186,10 +191,11 @@ class Created(Answer):
 
 
 class Enqueued(Answer):
-    """The `agent_enqueue` answer."""
+    """The `agent_enqueue` answer (`duplicate`: its key was sent before, and nothing was queued)."""
 
     agent_id: str
     pending_inputs: int
+    duplicate: bool
 
 
 class AnswerResult(Answer):
@@ -280,8 +286,8 @@ async def agent_enqueue(engine: Runtime, caller: Caller, args: EnqueueArgs) -> E
         held = (await engine.store.get_session(args.agent_id)).interception
         if held is not None:
             origin = Origin(kind="person", ref=str(held.get("by")))
-    pending = await engine.enqueue(args.agent_id, args.prompt, origin=origin)
-    return Enqueued(agent_id=args.agent_id, pending_inputs=pending)
+    queued = await engine.queue_input(args.agent_id, args.prompt, origin=origin, key=args.key)
+    return Enqueued(agent_id=args.agent_id, pending_inputs=queued.pending_inputs, duplicate=queued.duplicate)
 
 
 async def agent_await(engine: Runtime, caller: Caller, args: AwaitArgs) -> StatusSnapshot:
