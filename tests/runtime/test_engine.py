@@ -292,6 +292,64 @@ async def test_a_call_the_policies_refuse_is_refused_before_a_person_is_asked_to
         assert ran == ["a.txt"]
 
 
+def _calls_then_reply(*calls: dict[str, Any], tool: str = "delete_file") -> Callable[[Any], Any]:
+    """A script that calls `tool` with each of `calls` in turn (the next once the previous has a result), then
+    replies with every result it got."""
+
+    def script(ctx: Any) -> Any:
+        done = [entry.text for entry in ctx.transcript if entry.kind == "tool_result"]
+        if len(done) < len(calls):
+            return CallTool(tool, calls[len(done)])
+        return Reply(" | ".join(done))
+
+    return script
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ({}, "path: Field required"),
+        ({"path": ["a.txt"]}, "path: Input should be a valid string"),
+        ({"path": "a.txt", "force": True}, "force: unknown argument"),
+    ],
+)
+async def test_an_approval_tool_called_with_invalid_arguments_fails_at_once_and_nobody_is_asked(
+    open_engine: OpenEngine, scripted: Scripted, bad: dict[str, Any], problem: str
+) -> None:
+    """Once: a person was asked to approve a call that could not run, and it failed only once approved."""
+    ran: list[str] = []
+    delete_file, _ = _deleter(ran)
+    model = scripted("deleter-invalid", ScriptedModel(function=_calls_then_reply(bad, {"path": "a.txt"})))
+    definition = role("cleaner", model, tools=("delete_file",), approval_tools=("delete_file",))
+    async with open_engine(definition, tools=[delete_file]) as engine:
+        # The invalid call fails back to the model as its arguments' error, and the turn goes on: the model
+        # makes the call again, valid, and that one waits on a person.
+        asked = await engine.task("cleaner", "clean", timeout=10)
+        assert asked["pendingHitl"]["kind"] == "approval" and ran == []
+        (request,) = await engine.store.list_requests(session_id=asked["agentId"])
+        assert request.body == {"tool_name": "delete_file", "input": {"path": "a.txt"}}
+        results = [e.payload for e in await all_events(engine, asked["agentId"]) if isinstance(e.payload, ToolResult)]
+        ((status, output),) = [(r.status, r.output) for r in results]
+        assert status == "error" and output.startswith("InvalidArgument: bad arguments for delete_file: ")
+        assert problem in output
+        await engine.answer(request.id, True)
+        done, _ = await engine.wait(asked["agentId"], 10)
+        assert ran == ["a.txt"]
+        assert done.last_text == f"{output} | deleted a.txt"
+
+
+async def test_a_built_in_approval_tool_called_with_invalid_arguments_fails_at_once(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    model = scripted("lister", ScriptedModel(function=_calls_then_reply({"limit": "many"}, tool="agent_list")))
+    definition = role("lister", model, tools=("agent_list",), approval_tools=("agent_list",))
+    async with open_engine(definition) as engine:
+        snapshot = await engine.task("lister", "list", timeout=10)
+        assert (snapshot["status"], snapshot["pendingHitl"]) == ("completed", None)
+        assert await engine.store.list_requests(session_id=snapshot["agentId"]) == []
+        assert snapshot["lastAssistantText"].startswith("InvalidArgument: bad arguments for agent_list: limit: ")
+
+
 async def test_a_wait_goes_on_while_an_answered_request_waits_for_an_engine_to_take_it_up(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -316,6 +316,25 @@ async def test_the_policy_decides_server_tools_under_their_prefixed_name(
         assert result.status == "error" and "no adding today" in result.output
 
 
+async def test_a_server_tool_to_approve_called_against_its_input_schema_fails_at_once_and_nobody_is_asked(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Checked against the schema the server listed the tool with: only the valid call waits on a person."""
+    ref = scripted("approved-adder", calls(("fake__add", {"a": "two", "b": 3}), ("fake__add", {"a": 2, "b": 3})))
+    definition = role("approved-adder", ref, mcp_servers=(STDIO,), approval_tools=("fake__add",))
+    async with open_engine(definition) as engine:
+        asked = await engine.task("approved-adder", "add", timeout=60)
+        assert asked["pendingHitl"]["kind"] == "approval"
+        (request,) = await engine.store.list_requests(session_id=asked["agentId"])
+        assert request.body == {"tool_name": "fake__add", "input": {"a": 2, "b": 3}}
+        (refused,) = payloads(await events(engine, asked["agentId"]), ToolResult)
+        assert refused.status == "error"
+        assert refused.output.startswith("InvalidArgument: bad arguments for fake__add: a: 'two' is not of type")
+        await engine.answer(request.id, True)
+        done, _ = await engine.wait(asked["agentId"], 60)
+        assert done.last_text == f"{refused.output} | 5"
+
+
 def test_a_definition_lists_servers_in_either_spelling_and_bad_ones_are_refused() -> None:
     listed = {"name": "files", "command": "npx", "args": ["-y", "server"], "env": {"A": "1"}}
     for key in ("mcp_servers", "mcpServers"):

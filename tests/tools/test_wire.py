@@ -10,11 +10,21 @@ from typing import TYPE_CHECKING, Any, Literal
 import jsonschema
 import pytest
 
-from agentwatch.errors import UserError
+from agentwatch.errors import InvalidArgument, UserError
 from agentwatch.reads.answers import SessionRow, StatusSnapshot
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.tools import builtin_tools
-from agentwatch.tools import Answer, Args, Wire, dump, function_tool, omitted, tool_schemas
+from agentwatch.tools import (
+    Answer,
+    Args,
+    Tool,
+    Wire,
+    check_schema_args,
+    dump,
+    function_tool,
+    omitted,
+    tool_schemas,
+)
 from tests.runtime.support import OpenEngine, Scripted, role
 
 if TYPE_CHECKING:
@@ -111,6 +121,36 @@ def test_a_function_tool_whose_hint_does_not_resolve_says_which_and_what_to_do()
 
 def lookup(key: str) -> str:
     return f"value of {key}"
+
+
+def test_a_tool_checks_arguments_without_running_as_its_handler_would_and_a_bare_schema_is_checked_too() -> None:
+    def delete_file(path: str) -> str:
+        raise AssertionError("a check runs nothing")
+
+    typed = function_tool(delete_file)
+    typed.check_args({"path": "a.txt"})
+    with pytest.raises(InvalidArgument) as refused:
+        typed.check_args({"path": 3, "force": True})
+    assert refused.value.details == {
+        "problems": ["path: Input should be a valid string", "force: unknown argument"],
+        "fields": ["force", "path"],
+    }
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    }
+    bare = Tool("add", "Add two integers.", schema, typed.handler)
+    bare.check_args({"a": 1, "b": 2})
+    with pytest.raises(InvalidArgument) as refused:
+        bare.check_args({"a": "x" * 1000})
+    assert refused.value.message.startswith("bad arguments for add: a: 'xxx")
+    problems = refused.value.details["problems"]
+    assert problems[1] == "arguments: 'b' is a required property" and len(problems[0]) < 210
+    assert refused.value.details["fields"] == ["a", "arguments"]
+    with pytest.raises(InvalidArgument, match="add takes a JSON object of arguments, got an array"):
+        check_schema_args(schema, "add", [1, 2])
+    check_schema_args({"type": "not a type"}, "add", {"a": 1})  # (a server's broken schema: the server decides)
 
 
 async def test_every_answer_is_its_model_dumped_and_valid_against_its_output_schema(

@@ -13,7 +13,8 @@ mcp_servers:
   shadow ours or another server's.
 - **Grant.** Listing a server in a definition grants its tools to that role; every call still goes through
   the policy chain under its prefixed name, like any tool (a policy can deny `files__write_file`, and
-  `approval_tools: [files__write_file]` makes a person approve each call).
+  `approval_tools: [files__write_file]` makes a person approve each call, one whose arguments the tool's
+  `inputSchema` refuses failing at once instead).
 - **Lifetime.** A session's connection to a server opens on the first turn that needs it, stays open across
   the session's turns, and closes when the session ends (completed, failed, stopped) or the engine closes (a
   stdio server's process ends then). A server that cannot
@@ -48,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, m
 
 from agentwatch.events import AuthRequired, ExternalEvent, NewEvent, Payload, RequestOpened, RuntimeNotice, new_id
 from agentwatch.store import RequestDraft, SessionRecord, Write
+from agentwatch.tools import check_schema_args
 
 if TYPE_CHECKING:
     from agentwatch.runtime.models._mcp import ToolServerClient
@@ -150,6 +152,11 @@ class ServerTool:
     parameters: dict[str, JsonValue]
     call: Callable[[dict[str, Any]], Awaitable[JsonValue]]
     """Calls the tool on the server; raises `ToolWaits` when the server needs authorization first."""
+
+    def check_args(self, args: object) -> None:
+        """Raise `InvalidArgument` for arguments the tool's `inputSchema` refuses, without calling the server (a
+        call a person is to approve is checked so before the person is asked)."""
+        check_schema_args(self.parameters, self.name, args)
 
 
 @dataclass(frozen=True)

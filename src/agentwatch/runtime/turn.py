@@ -552,7 +552,7 @@ def _tool_specs(turn: _Turn) -> list[ToolSpec]:
                 description=tool.description,
                 parameters=tool.parameters,
                 run=_runner(turn, tool),
-                check=_checker(turn, tool.name),
+                check=_checker(turn, tool.name, tool.check_args),
                 requires_approval=tool.requires_approval or name in approval,
                 asks_user=tool.asks_user,
             )
@@ -573,7 +573,7 @@ async def _server_tool_specs(turn: _Turn) -> list[ToolSpec]:
             description=tool.description,
             parameters=tool.parameters,
             run=_gated(turn, tool.name, lambda context, args, call=tool.call: call(args)),
-            check=_checker(turn, tool.name),
+            check=_checker(turn, tool.name, tool.check_args),
             requires_approval=tool.name in approval,
         )
         for tool in listed
@@ -607,10 +607,13 @@ def _gated(turn: _Turn, name: str, call: Any) -> Any:
     return run
 
 
-def _checker(turn: _Turn, name: str) -> Any:
-    """What a call a person is to approve goes through first: the policy chain (`ToolSpec.check`)."""
+def _checker(turn: _Turn, name: str, check_args: Callable[[dict[str, Any]], None]) -> Any:
+    """What a call a person is to approve goes through first (`ToolSpec.check`): its arguments, checked as the
+    tool checks them (`check_args`: by its argument model, or a server's `inputSchema`), then the policy chain.
+    A call that could not run fails at once, as any call with bad arguments does, and nobody is asked."""
 
     async def check(context: ToolContext, args: dict[str, Any]) -> None:
+        check_args(args)  # (first: the policies decide on calls that could run)
         await _allowed(turn, name, args)
 
     return check

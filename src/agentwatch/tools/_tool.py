@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
@@ -24,6 +24,7 @@ __all__ = [
     "Tool",
     "ToolHandler",
     "call_tool",
+    "check_schema_args",
     "function_tool",
     "json_kind",
     "json_tool",
@@ -139,6 +140,15 @@ class Tool:
     output_schema: _SchemaField[Schema | None] = _SchemaField(required=False)
     """JSON schema of the answer (None when unknown)."""
 
+    def check_args(self, args: object) -> None:
+        """Raise `InvalidArgument` for arguments its handler would refuse, without running anything: by its
+        `args_model`, or (a tool built from a bare schema) against `parameters`. A call a person is to approve
+        is checked so before the person is asked."""
+        if self.args_model is not None:
+            parse_args(self.args_model, self.name, args)
+        else:
+            check_schema_args(self.parameters, self.name, args)
+
 
 class FunctionArgs(BaseModel):
     """Base of a function tool's argument model: the function's own parameter names, unknown ones refused.
@@ -182,20 +192,60 @@ def parse_args(model: type[A], tool_name: str, args: object) -> A:
     try:
         return model.model_validate(args)
     except ValidationError as exc:
-        problems, fields = [], []
         errors = exc.errors(include_input=False, include_url=False)
-        for err in errors[:_PROBLEMS_SHOWN]:
-            where = ".".join(_shown(p) for p in err["loc"]) or "arguments"
-            problems.append(f"{where}: {problem_text(err)}")
-            fields.append(_shown(err["loc"][0]) if err["loc"] else "arguments")
-        if len(errors) > _PROBLEMS_SHOWN:  # (an answer never many times the size of the request)
-            problems.append(f"and {len(errors) - _PROBLEMS_SHOWN} more")
-        accepted = ", ".join((info.alias or name) for name, info in model.model_fields.items())
+        found = [(err["loc"], problem_text(err)) for err in errors]
+        accepted = [(info.alias or name) for name, info in model.model_fields.items()]
+        raise _bad_arguments(tool_name, found, accepted) from None
+
+
+def check_schema_args(schema: Schema, tool_name: str, args: object) -> None:
+    """Validate `args` for `tool_name` against its JSON `schema` (a tool server's `inputSchema`): every problem
+    is named in one `InvalidArgument`, as `parse_args` names them.
+
+    Nothing is checked without the `jsonschema` package (the `toolservers` extra brings it), nor against a
+    schema that is not a valid one: the tool itself still refuses what it cannot take, when it runs.
+    """
+    try:
+        from jsonschema.exceptions import SchemaError
+        from jsonschema.validators import validator_for
+    except ImportError:
+        return
+    if not isinstance(args, dict):
         raise InvalidArgument(
-            f"bad arguments for {tool_name}: {'; '.join(problems)} (it takes: {accepted})",
-            problems=problems,
-            fields=sorted(set(fields)),
-        ) from None
+            f"{tool_name} takes a JSON object of arguments, got {json_kind(args)}", fields=["arguments"]
+        )
+    validator = validator_for(schema)
+    try:
+        validator.check_schema(schema)
+    except SchemaError:
+        return  # (a server's own mistake: it decides on the arguments itself)
+    found = [(tuple(err.absolute_path), _bounded(err.message)) for err in validator(schema).iter_errors(args)]
+    if found:
+        properties = schema.get("properties")
+        raise _bad_arguments(tool_name, found, list(properties) if isinstance(properties, dict) else [])
+
+
+def _bounded(text: str, limit: int = 200) -> str:
+    """A problem's text, short: a JSON-schema message quotes the value at fault, whatever its size."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bad_arguments(
+    tool_name: str, found: Sequence[tuple[Sequence[object], str]], accepted: Sequence[str]
+) -> InvalidArgument:
+    """The error for the problems `found` (where each is, what is wrong) in the arguments of `tool_name`, which
+    takes the arguments `accepted`. `details.fields` lists the arguments at fault, by their wire names."""
+    problems, fields = [], []
+    for loc, problem in found[:_PROBLEMS_SHOWN]:
+        problems.append(f"{'.'.join(_shown(p) for p in loc) or 'arguments'}: {problem}")
+        fields.append(_shown(loc[0]) if loc else "arguments")
+    if len(found) > _PROBLEMS_SHOWN:  # (an answer never many times the size of the request)
+        problems.append(f"and {len(found) - _PROBLEMS_SHOWN} more")
+    return InvalidArgument(
+        f"bad arguments for {tool_name}: {'; '.join(problems)} (it takes: {', '.join(accepted)})",
+        problems=problems,
+        fields=sorted(set(fields)),
+    )
 
 
 _PROBLEMS_SHOWN = 20

@@ -398,8 +398,8 @@ class _TurnRun:
 
             async def call(ctx: RunContext[None], **args: Any) -> Any:
                 context = ToolContext(ctx.tool_call_id or "", spec.name, emit)
-                # A call a person is to approve is decided like any first (the policies): one they refuse is
-                # refused now, and nobody is asked to approve what could not run.
+                # A call a person is to approve is decided like any first (its arguments, the policies): one
+                # refused is refused now, and nobody is asked to approve what could not run.
                 asks = spec.requires_approval and not ctx.tool_call_approved
                 try:
                     if asks:

@@ -86,8 +86,9 @@ class ToolSpec:
     requires_approval: bool = False
     """A person must approve each call before it runs: the turn pauses with a pending `approval` call."""
     check: ToolChecker | None = None
-    """For a call a person is to approve: decides first whether it could run at all (the policies), raising as
-    `run` would. A call it refuses is refused at once, as a failed result, and nobody is asked."""
+    """For a call a person is to approve: decides first whether it could run at all (its arguments, the
+    policies), raising as `run` would. A call it refuses is refused at once, as a failed result the model can
+    correct, and nobody is asked."""
     asks_user: bool = False
     """The call itself is a question (ask_user): the turn pauses with a pending `question` call and the answer
     becomes the call's result. `run` is never called for such a tool."""
