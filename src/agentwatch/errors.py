@@ -22,12 +22,20 @@ AgentwatchError                  code
 Every error renders as `{"error": {"code": ..., "message": ...}}` through `to_dict()`; the message says
 what went wrong, with identifiers in repr form, and what to do about it. `AgentwatchError.from_dict` turns
 that form back into the error (a client of the service raises what the engine raised).
+
+What to do is often a call: `Suggestion`, a tool and its arguments, named once where the error is raised. The
+message words it as the tool call (`run_list {entity: 'workflow:report'}`), which is what the caller of a tool can
+make (an agent over MCP, a program over HTTP, `engine.call_tool`), and `details["suggestions"]` carries it as data,
+so that a surface whose caller cannot call tools words it for them: the CLI as the command that makes the call
+(`agentwatch runs ls --entity workflow:report`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
 
 __all__ = [
     "AgentwatchError",
@@ -44,10 +52,43 @@ __all__ = [
     "ServiceUnreachable",
     "StoreError",
     "StoreUnavailable",
+    "Suggestion",
     "ToolError",
     "UserError",
     "did_you_mean",
 ]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A call that helps with an error: a tool and its arguments. `str()` words it as the tool call; the error
+    lists it in `suggestions`, and in `details["suggestions"]` of its `to_dict()` form (see the module docs)."""
+
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    """The tool's arguments, by their names in the tool's schema (JSON values)."""
+
+    def __str__(self) -> str:
+        if not self.arguments:
+            return self.tool
+        shown = ", ".join(f"{name}: {_literal(value)}" for name, value in self.arguments.items())
+        return f"{self.tool} {{{shown}}}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "arguments": dict(self.arguments)}
+
+    @classmethod
+    def from_dict(cls, value: object) -> Suggestion | None:
+        """The suggestion `to_dict()` gave, or None for anything else (an answer from another version)."""
+        if not isinstance(value, Mapping) or not isinstance(value.get("tool"), str):
+            return None
+        arguments = value.get("arguments")
+        return cls(value["tool"], dict(arguments) if isinstance(arguments, Mapping) else {})
+
+
+def _literal(value: object) -> str:
+    """An argument's value as messages show one: text in repr form (as every identifier), the rest as JSON."""
+    return repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 class AgentwatchError(Exception):
@@ -55,11 +96,17 @@ class AgentwatchError(Exception):
 
     code: ClassVar[str] = "error"
 
-    def __init__(self, message: str, **details: Any) -> None:
+    def __init__(self, message: str, *, suggest: Iterable[Suggestion] = (), **details: Any) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
         """Extra structured facts for the caller (for `ambiguous`: the candidates)."""
+        self.suggestions = tuple(suggest)
+        """The calls the message suggests, worded in it as `str(suggestion)`; `details.suggestions` in `to_dict()`."""
+
+    def reworded(self, message: str, **details: Any) -> Self:
+        """This error (its class and suggestions) with `message` and `details` instead of its own."""
+        return type(self)(message, suggest=self.suggestions, **details)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -68,8 +115,11 @@ class AgentwatchError(Exception):
     def to_dict(self) -> dict[str, Any]:
         """The structured form tools, the API and `--json` return."""
         error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details:
-            error["details"] = self.details
+        details = self.details
+        if self.suggestions:
+            details = details | {"suggestions": [suggestion.to_dict() for suggestion in self.suggestions]}
+        if details:
+            error["details"] = details
         return {"error": error}
 
     @staticmethod
@@ -83,8 +133,10 @@ class AgentwatchError(Exception):
         cls = _BY_CODE.get(code)
         if cls is None:
             cls = type(f"Error_{code}", (AgentwatchError,), {"code": code})
-        details = error.get("details")
-        return cls(str(error.get("message", code)), **(details if isinstance(details, Mapping) else {}))
+        details = dict(error["details"]) if isinstance(error.get("details"), Mapping) else {}
+        listed = details.pop("suggestions", None)
+        suggested = (Suggestion.from_dict(item) for item in listed) if isinstance(listed, list) else ()
+        return cls(str(error.get("message", code)), suggest=[s for s in suggested if s is not None], **details)
 
 
 _BY_CODE: dict[str, type[AgentwatchError]] = {"error": AgentwatchError}

@@ -189,6 +189,7 @@ def test_an_agent_whose_row_is_damaged_is_deleted_by_its_name(store_url: str) ->
     tamper(store_url, "UPDATE sessions SET settings = ? WHERE id = ?", ["garbage", broken])
     looked = invoke("get", "broken", "--store", store_url, "--json")  # (a read still says it is damaged)
     assert looked.exit_code == 1 and _json(looked)["error"]["code"] == "damaged_record", looked.output
+    assert _json(looked)["error"]["message"].endswith(f"(`agentwatch delete {broken}`)"), looked.output
     deleted = invoke("delete", "broken", "--store", store_url)
     assert deleted.exit_code == 0, deleted.output
     # (named by its id: its name is in the row that cannot be read)

@@ -17,7 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from agentwatch.cli import cli
+from agentwatch.cli._common import SUGGESTED_COMMANDS
 from agentwatch.runtime.models import ScriptedModel
+from agentwatch.runtime.tools import builtin_tools
 from tests.runtime.support import OpenEngine, Scripted, role
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +36,19 @@ def all_commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.
         if isinstance(command, click.Group):
             found += all_commands(command, f"{prefix}{name} ")
     return found
+
+
+@pytest.mark.parametrize("tool", sorted(SUGGESTED_COMMANDS))
+def test_the_command_of_a_suggested_call_takes_its_arguments_as_said(tool: str) -> None:
+    """The command that a suggestion is worded as (`agentwatch.errors.Suggestion`) exists, with a flag or an
+    ARGUMENT for each of the tool's arguments that it names."""
+    form = SUGGESTED_COMMANDS[tool]
+    command = dict(all_commands(cli))[form.command]
+    said = {opt for param in command.params for opt in getattr(param, "opts", [])}
+    said |= {param.human_readable_name.upper() for param in command.params if isinstance(param, click.Argument)}
+    assert set(form.flags.values()) | set(form.then) <= said, f"`agentwatch {form.command}` takes {sorted(said)}"
+    arguments = {t.name: t for t in builtin_tools()}[tool].parameters["properties"]
+    assert set(form.flags) <= set(arguments), f"{tool} takes {sorted(arguments)}"
 
 
 @pytest.mark.parametrize(("name", "command"), all_commands(cli), ids=[n for n, _ in all_commands(cli)])

@@ -468,3 +468,27 @@ def test_a_withdrawn_announcement_hands_the_file_only_to_a_live_service_of_the_s
     write_discovery(config, "http://127.0.0.1:2", token_needed=False)
     remove_discovery(path)
     assert json.loads(path.read_text())["url"] == "http://127.0.0.1:3"
+
+
+async def test_an_unknown_agent_or_run_names_the_command_to_run_on_the_store_and_through_the_service(
+    open_engine: OpenEngine, store_url: str, tmp_path: Path
+) -> None:
+    """What to do next is a tool call for an agent (over MCP and HTTP) and the command that makes it for a person
+    here: the same suggestion, worded where it is shown, whether the store or a service answered."""
+    gone = "ses_01m944ebaz6w8fg8jp3nbf9c4y"
+    expected = {
+        ("get", "nobody"): ("`agentwatch ls -q nobody` finds similar names", "agent_list {q: 'nobody'}"),
+        ("get", gone): ("`agentwatch ls --all` lists the ids", "agent_list {deleted: true}"),
+        ("runs", "trace", "run_nope"): ("`agentwatch runs ls` lists the runs", "run_list lists"),
+        ("runs", "trace", "workflow:report"): (
+            "`agentwatch runs ls --entity workflow:report` lists its runs' ids",
+            "run_list {entity: 'workflow:report'}",
+        ),
+    }
+    async with open_engine(extensions=[]) as engine, service(engine) as (url, _):
+        for argv, (command, tool_call) in expected.items():
+            for where in (["--store", store_url, "--server", "none"], ["--server", url, "--store", nowhere(tmp_path)]):
+                said = await run_cli(*argv, *where)
+                assert said.exit_code == 1 and command in said.stderr and tool_call not in said.stderr, said.output
+                error = answer_of(await run_cli(*argv, *where, "--json"))["error"]
+                assert command in error["message"] and error["details"]["suggestions"], error

@@ -83,7 +83,8 @@ async def test_an_agent_whose_row_is_damaged_can_be_deleted(
         tamper(url, f"UPDATE sessions SET {column} = ? WHERE id = ?", [stored, alpha.id])
         with pytest.raises(DamagedRecord) as caught:  # (reads still say what is damaged, and how to get rid of it)
             await engine.store.get_session(alpha.id)
-        assert caught.value.message.endswith(f"or delete the agent by its id (`agentwatch delete {alpha.id}`)")
+        assert caught.value.message.endswith(f"or delete the agent by its id (agent_delete {{id: {alpha.id!r}}})")
+        assert [str(call) for call in caught.value.suggestions] == [f"agent_delete {{id: {alpha.id!r}}}"]
 
         deleted = await engine.call_tool("agent_delete", {"id": alpha.id})
         assert deleted.keys() == {"id", "deletedAt", "reapAt"} and deleted["id"] == alpha.id, deleted

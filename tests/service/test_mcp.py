@@ -207,3 +207,44 @@ async def test_a_stdio_client_that_closes_its_end_gets_every_answer(tmp_path: Pa
     assert done.returncode == 0 and sorted(answers) == [1, 2, 3], done.stderr.decode()[-2000:]
     assert [a["name"] for a in answers[2]["result"]["structuredContent"]["agents"]] == ["piped"]
     assert answers[3]["result"]["structuredContent"]["status"] == "idle"
+
+
+async def test_an_unknown_agent_or_run_over_mcp_names_the_tool_to_call(open_engine: Any) -> None:
+    """Once: the error an agent got over MCP (and HTTP) said what to do as a CLI command (`agentwatch runs ls`,
+    `agentwatch ls -q ...`), which an agent calling tools cannot run; it names the tool call now, and carries it as
+    data."""
+    async with open_engine() as engine, served(create_app(engine)) as base, Client(f"{base}/mcp") as client:
+        refused = {
+            call: (await client.call_tool(call[0], dict([call[1:]]))).structured_content["error"]
+            for call in (
+                ("agent_get", "name", "nobody"),
+                ("agent_get", "id", "ses_01m944ebaz6w8fg8jp3nbf9c4y"),
+                ("run_trace", "id", "run_nope"),
+                ("run_trace", "id", "workflow:report"),
+            )
+        }
+        async with httpx2.AsyncClient() as http:  # (over HTTP the same answer)
+            posted = await http.post(f"{base}/api/tools/run_trace", json={"id": "run_nope"})
+    assert (posted.status_code, posted.json()["error"]) == (404, refused[("run_trace", "id", "run_nope")])
+    suggested = {call: (error["message"], error["details"]["suggestions"]) for call, error in refused.items()}
+    assert suggested == {
+        ("agent_get", "name", "nobody"): (
+            "no agent named 'nobody'; agent_list {q: 'nobody'} finds similar names, and a deleted agent is found by "
+            "its id",
+            [{"tool": "agent_list", "arguments": {"q": "nobody"}}],
+        ),
+        ("agent_get", "id", "ses_01m944ebaz6w8fg8jp3nbf9c4y"): (
+            "no session with id 'ses_01m944ebaz6w8fg8jp3nbf9c4y' (it may have been reaped); agent_list "
+            "{deleted: true} lists the ids",
+            [{"tool": "agent_list", "arguments": {"deleted": True}}],
+        ),
+        ("run_trace", "id", "run_nope"): (
+            "no run with id 'run_nope'; run_list lists the runs",
+            [{"tool": "run_list", "arguments": {}}],
+        ),
+        ("run_trace", "id", "workflow:report"): (
+            "no run with id 'workflow:report': that is an entity; run_list {entity: 'workflow:report'} lists its "
+            "runs' ids",
+            [{"tool": "run_list", "arguments": {"entity": "workflow:report"}}],
+        ),
+    }

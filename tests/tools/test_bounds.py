@@ -10,7 +10,8 @@ from typing import Any, get_args
 import pytest
 
 import agentwatch.reads.export
-from agentwatch.errors import InvalidArgument
+from agentwatch.cli._common import worded_for_a_person
+from agentwatch.errors import AgentwatchError, InvalidArgument
 from agentwatch.events import PageCursor, StreamCursor, is_durable_type, query_digest
 from agentwatch.reads.runs import RunStatus
 from agentwatch.reads.tail import PROJECTION
@@ -286,7 +287,14 @@ async def test_the_command_a_not_found_suggests_runs_as_printed(open_engine: Ope
     async with open_engine() as engine:
         by_id = await engine.call_tool("agent_tail", {"id": name})
         by_name = await engine.call_tool("agent_get", {"name": name})
-    suggested = [re.findall(r"`(agentwatch [^`]*)`", answer["error"]["message"]) for answer in (by_id, by_name)]
+    # A tool's caller is told the call to make; the CLI words it as the command that makes it.
+    errors = [AgentwatchError.from_dict(answer) for answer in (by_id, by_name)]
+    assert [str(error.suggestions[0]) for error in errors if error] == [
+        'agent_get {name: "my agent\'s"}',
+        'agent_list {q: "my agent\'s"}',
+    ]
+    worded = [worded_for_a_person(error).message for error in errors if error]
+    suggested = [re.findall(r"`(agentwatch [^`]*)`", message) for message in worded]
     assert [shlex.split(command) for [command] in suggested] == [
         ["agentwatch", "get", name],
         ["agentwatch", "ls", "-q", name],

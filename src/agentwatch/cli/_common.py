@@ -6,7 +6,9 @@ The store, the live ring, the roster and rich load inside the functions that nee
 Errors (`run_cli`) never print a traceback. Exit codes (`ExitCode`): 0 done, 1 failed or refused, 2 usage
 (a bad flag, argument or flag value, named as the flag: `--max-chars`), 3 timed out, 130 interrupted. With
 `--json` the error is printed to stdout as `{"error": {"code": ..., "message": ..., "details": ...}}`; a usage
-error's code is `invalid_argument` and its `details.flags` names the flags (or ARGUMENTS) at fault.
+error's code is `invalid_argument` and its `details.flags` names the flags (or ARGUMENTS) at fault. A call an
+error suggests (`agentwatch.errors.Suggestion`, worded for a tool's caller: `run_list {entity: 'workflow:report'}`)
+is worded as the command that makes it: `agentwatch runs ls --entity workflow:report` (`SUGGESTED_COMMANDS`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, TypeVar
 
 import click
 
-from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor, NotFound
+from agentwatch.errors import AgentwatchError, InvalidArgument, InvalidCursor, NotFound, Suggestion
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,11 +46,14 @@ __all__ = [
     "AGENTS_DIR_HELP",
     "MINUTES",
     "SECONDS",
+    "SUGGESTED_COMMANDS",
     "TEXT",
     "TEXT_OR_STDIN",
     "ExitCode",
     "Reader",
+    "SuggestedCommand",
     "call_tool",
+    "command_for",
     "console",
     "err_console",
     "existing_store",
@@ -60,6 +66,7 @@ __all__ = [
     "run_async",
     "run_cli",
     "store_option",
+    "worded_for_a_person",
 ]
 
 T = TypeVar("T")
@@ -493,10 +500,75 @@ def flag_error(error: InvalidArgument, flags: Mapping[str, str], args: Mapping[s
         named += [flags[f] for f in fields if isinstance(f, str) and f in flags]
     details = {k: v for k, v in error.details.items() if k not in ("problems", "fields")}
     if not named:
-        return type(error)(message, **details)
+        return error.reworded(message, **details)
     if not any(flag in message for flag in named):
         message = f"{', '.join(sorted(set(named)))}: {message}"
-    return type(error)(message, **details, flags=sorted(set(named)))
+    return error.reworded(message, **details, flags=sorted(set(named)))
+
+
+# -- suggested calls ---------------------------------------------------------------------------------------
+
+
+class SuggestedCommand(NamedTuple):
+    """The command that makes a tool's call: its words after `agentwatch`, and the flag (or ARGUMENT, in the
+    order the command takes them) of each argument, as the command's `flags` map names them."""
+
+    command: str
+    flags: Mapping[str, str]
+    then: tuple[str, ...] = ()
+    """Words after the arguments (a flag that shows what the suggestion is about)."""
+
+
+SUGGESTED_COMMANDS: Final[Mapping[str, SuggestedCommand]] = {
+    "agent_list": SuggestedCommand("ls", {"q": "-q", "deleted": "--all", "groupKey": "--group-key", "role": "--role"}),
+    "agent_get": SuggestedCommand("get", {"id": "AGENT", "name": "AGENT"}),
+    # (its `conversations`, what it is suggested for, are in the answer, not in the transcript printed)
+    "agent_history": SuggestedCommand("history", {"id": "AGENT", "conversationId": "--conversation"}, ("--json",)),
+    "agent_delete": SuggestedCommand("delete", {"id": "AGENT"}),
+    "run_list": SuggestedCommand("runs ls", {"entity": "--entity", "kind": "--kind", "status": "--status"}),
+    "run_trace": SuggestedCommand("runs trace", {"id": "RUN"}),
+}
+"""The commands of the tools that errors suggest calling (`Suggestion`), by tool."""
+
+
+def command_for(suggestion: Suggestion) -> str | None:
+    """The command line that makes `suggestion`'s call, quoted for a shell; None when no command makes it as
+    given (a tool, or an argument, that `SUGGESTED_COMMANDS` has no command or flag for)."""
+    form = SUGGESTED_COMMANDS.get(suggestion.tool)
+    if form is None:
+        return None
+    arguments: list[str] = []
+    options: list[str] = []
+    for name, value in suggestion.arguments.items():
+        flag = form.flags.get(name)
+        if flag is None:
+            return None
+        if not flag.startswith("-"):
+            arguments.append(str(value))
+        elif value is True:
+            options.append(flag)
+        elif isinstance(value, list):
+            options += [word for item in value for word in (flag, str(item))]
+        elif value is not None and value is not False:
+            options += [flag, str(value)]
+    return shlex.join(["agentwatch", *form.command.split(), *arguments, *options, *form.then])
+
+
+def _as_is(text: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that is `text` as it is (a template would read a backslash in a name)."""
+    return lambda _: text
+
+
+def worded_for_a_person(error: AgentwatchError) -> AgentwatchError:
+    """`error` with each call its message suggests worded as the command that makes it, in backquotes (where an
+    agent reads `agent_list {q: 'nova'}`, a person reads `agentwatch ls -q nova`)."""
+    message = error.message
+    for suggestion in sorted(error.suggestions, key=lambda s: len(str(s)), reverse=True):  # (`run_list {...}` first)
+        command = command_for(suggestion)
+        if command is not None:
+            said = rf"(?<![\w`]){re.escape(str(suggestion))}(?![\w`])"
+            message = re.sub(said, _as_is(f"`{command}`"), message)
+    return error if message == error.message else error.reworded(message, **error.details)
 
 
 # -- output ----------------------------------------------------------------------------------------------
@@ -569,7 +641,8 @@ def run_cli(group: click.Group, args: Sequence[str] | None = None, **extra: Any)
         )
         code = exc.exit_code
     except AgentwatchError as exc:
-        _report(exc.to_dict(), f"error ({exc.code}): {exc.message}", as_json)
+        shown = worded_for_a_person(exc)
+        _report(shown.to_dict(), f"error ({shown.code}): {shown.message}", as_json)
         code = ExitCode.USAGE if "flags" in exc.details else ExitCode.FAILED
     except BrokenPipeError:
         # The reader went away (`agentwatch ls | head -1`): stop quietly, and keep Python from complaining

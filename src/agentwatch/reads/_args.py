@@ -33,7 +33,7 @@ def field_named(name: str) -> Iterator[None]:
         if exc.details.get("fields"):
             raise
         kind = InvalidCursor if isinstance(exc, InvalidCursor) else InvalidArgument
-        raise kind(f"{name}: {exc.message}", **{**exc.details, "fields": [name]}) from None
+        raise kind(f"{name}: {exc.message}", suggest=exc.suggestions, **{**exc.details, "fields": [name]}) from None
 
 
 def _duration(value: object) -> timedelta:

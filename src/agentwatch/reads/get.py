@@ -6,13 +6,12 @@ unique live (not deleted) match; several matches are refused with their ids (`am
 
 from __future__ import annotations
 
-import shlex
 from datetime import UTC, datetime
 
 from pydantic import Field, JsonValue, model_validator
 from pydantic.alias_generators import to_camel
 
-from agentwatch.errors import Ambiguous, NotFound
+from agentwatch.errors import Ambiguous, NotFound, Suggestion
 from agentwatch.events import TurnStarted
 from agentwatch.reads._rows import oldest_request, row_fields
 from agentwatch.reads._view import EngineView, iso
@@ -60,9 +59,10 @@ async def resolve_name(store: Store, name: str, *, caller: Caller) -> str:
             return str(mine.items[0][0])
     page = await store.list_session_values(SessionFilter(name=name), fields, sort="name", limit=_CANDIDATES)
     if not page.items:
+        similar = Suggestion("agent_list", {"q": name})
         raise NotFound(
-            f"no agent named {name!r}; agent_list with q {name!r} finds similar names "
-            f"(`agentwatch ls -q {shlex.quote(name)}`), and a deleted agent is found by its id"
+            f"no agent named {name!r}; {similar} finds similar names, and a deleted agent is found by its id",
+            suggest=[similar],
         )
     if len(page.items) == 1:
         return str(page.items[0][0])

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from agentwatch.errors import InvalidCursor, NotFound
+from agentwatch.errors import InvalidCursor, NotFound, Suggestion
 from agentwatch.events import PageCursor, query_digest
 from agentwatch.reads._args import field_named
 from agentwatch.reads._events import event_entry, event_size, preview
@@ -83,9 +83,11 @@ async def history_answer(view: EngineView, args: HistoryArgs) -> HistoryAnswer:
     if args.episode_id is None:
         conversation_id = conversation_id or paged or session.conversation_id
     if conversation_id is not None and conversation_id not in {c.id for c in records}:
+        listed = Suggestion("agent_history", {"id": session.id})
         raise NotFound(
-            f"agent {session.id!r} has no conversation {conversation_id!r}; the `conversations` of agent_history's "
-            "answer list them (`agentwatch history AGENT --json`)"
+            f"agent {session.id!r} has no conversation {conversation_id!r}; the `conversations` of the answer of "
+            f"{listed} list them",
+            suggest=[listed],
         )
     newest_first = await view.store.read_events_backward(
         session.id,

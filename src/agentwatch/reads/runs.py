@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
-from agentwatch.errors import InvalidArgument, InvalidCursor
+from agentwatch.errors import InvalidArgument, InvalidCursor, Suggestion
 from agentwatch.events import Event, PageCursor, TurnEnded, TurnStarted, Usage, query_digest
 from agentwatch.reads._args import cursor_moment, field_named
 from agentwatch.reads._view import EngineView
@@ -812,7 +812,7 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
             entries.append(((at, _SOURCE_ORDER["journal"], line.id or ""), entry))
     if "agent" in sources:
         sessions = await _sessions(engine, run.id)
-        wanted = await _with_descendants(store, args.agent_id, sessions) if args.agent_id else list(sessions)
+        wanted = await _with_descendants(store, run.id, args.agent_id, sessions) if args.agent_id else list(sessions)
         read = 0
         for session_id in wanted:
             # The newest: a history pages back from the end.
@@ -889,8 +889,8 @@ def _text_of(entry: HistoryEntry) -> str:
     return " ".join(filter(None, (entry.type, entry.title, entry.detail))).casefold()
 
 
-async def _with_descendants(store: Store, agent: str, sessions: dict[str, SessionRecord]) -> list[str]:
-    """The agent of the run that `agent` names (its id, or its name) and every session of the run it spawned,
+async def _with_descendants(store: Store, run_id: str, agent: str, sessions: dict[str, SessionRecord]) -> list[str]:
+    """The agent of run `run_id` that `agent` names (its id, or its name) and every session of the run it spawned,
     directly or not."""
     if agent not in sessions:
         named = sorted(s.id for s in sessions.values() if s.name == agent)
@@ -900,10 +900,12 @@ async def _with_descendants(store: Store, agent: str, sessions: dict[str, Sessio
                 fields=["agentId"],
             )
         if not named:
+            trace = Suggestion("run_trace", {"id": run_id})
             raise InvalidArgument(
                 f"agentId: {agent!r} is neither the id nor the name of an agent of this run (or it was reaped); "
-                "`agentwatch runs trace RUN` shows its agents",
+                f"{trace} shows its agents",
                 fields=["agentId"],
+                suggest=[trace],
             )
         agent = named[0]
     return [agent, *(child.id for child in await descendants(store, agent) if child.id in sessions)]

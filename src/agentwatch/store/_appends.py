@@ -28,7 +28,7 @@ from typing import Any, Final, cast
 
 from pydantic import JsonValue
 
-from agentwatch.errors import Conflict, NotFound
+from agentwatch.errors import Conflict
 from agentwatch.events import CompletionFinished, Event, ToolResult, Usage, new_id
 from agentwatch.store._sql import (
     EVENT_INSERT,
@@ -473,7 +473,7 @@ async def apply_appends(
     for write in writes:
         session = sessions.get(write.session_id)
         if session is None:
-            outcomes.append(NotFound(no_session(write.session_id)))
+            outcomes.append(no_session(write.session_id))
         elif write.expect_status is not None and session.status not in write.expect_status:
             outcomes.append(Conflict(unexpected_status(write.session_id, session.status, write.expect_status)))
         else:

@@ -10,7 +10,15 @@ from typing import Any, TypeVar
 
 from pydantic import JsonValue, ValidationError
 
-from agentwatch.errors import Conflict, DamagedRecord, InvalidArgument, NotFound, StoreError, StoreUnavailable
+from agentwatch.errors import (
+    Conflict,
+    DamagedRecord,
+    InvalidArgument,
+    NotFound,
+    StoreError,
+    StoreUnavailable,
+    Suggestion,
+)
 from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, RuntimeNotice, new_id
 from agentwatch.store._appends import Appends, apply_appends, read_counters
 from agentwatch.store._leases import claim_lease
@@ -231,7 +239,7 @@ class EventMethods(SqlBase):
         # Locks the row (PostgreSQL), which serializes every writer of this session until the commit.
         session = (await read_counters(tx, self._dialect, [session_id])).get(session_id)
         if session is None:
-            raise NotFound(no_session(session_id))
+            raise no_session(session_id)
         # The time is read once the row is locked, so the writes of a session are timed in the order they commit
         # (read before, an input another process queued just after a stop could be stamped before the stop's
         # `turn.ended`, which `runtime.plan.settled` reads as queued before the stop).
@@ -354,8 +362,9 @@ class EventMethods(SqlBase):
             ],
         )
         if not rows:
+            shown = Suggestion("agent_get", {"id": session_id})
             raise NotFound(
-                f"session {session_id!r} has no request {request_id!r}; `agentwatch get` shows what it waits on"
+                f"session {session_id!r} has no request {request_id!r}; {shown} shows what it waits on", suggest=[shown]
             )
         record = from_row(RequestRecord, REQUEST_COLUMNS, rows[0], REQUEST_JSON)
         if record.status != "pending":
@@ -405,7 +414,7 @@ class EventMethods(SqlBase):
             # The row first: every event up to its last_seq is in what follows (a tail's head cursor).
             sessions = await tx.fetch(GET_SESSION, [session_id])
             if not sessions:
-                raise NotFound(no_session(session_id))
+                raise no_session(session_id)
             session = sessions[0]
             if after_seq is None:
                 head = session[_LAST_SEQ]
@@ -434,7 +443,7 @@ class EventMethods(SqlBase):
             # The row first: every event up to its last_seq is in what follows (a tail's head cursor).
             sessions = await tx.fetch("SELECT last_seq FROM sessions WHERE id = ?", [session_id])
             if not sessions:
-                raise NotFound(no_session(session_id))
+                raise no_session(session_id)
             head: int = sessions[0][0]
             seq = head + 1 if after_seq is None else after_seq
             sql, params = _events_query(

@@ -64,7 +64,7 @@ class InboxMethods(SqlBase):
                 REQUEST_COLUMNS,
                 REQUEST_JSON,
                 ("id", request_id),
-                f"no request with id {request_id!r}",
+                NotFound(f"no request with id {request_id!r}"),
             )
         )
         return record

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from agentwatch.errors import Conflict
+from agentwatch.errors import Conflict, NotFound, Suggestion
 from agentwatch.events import Usage, new_id
 from agentwatch.store._sql import (
     DAMAGE,
@@ -229,7 +229,7 @@ class RunMethods(SqlBase):
 
     async def _span(self, tx: Tx, span_id: str) -> SpanRecord:
         record: SpanRecord = await self._one(
-            tx, SpanRecord, "spans", SPAN_COLUMNS, SPAN_JSON, ("id", span_id), f"no span with id {span_id!r}"
+            tx, SpanRecord, "spans", SPAN_COLUMNS, SPAN_JSON, ("id", span_id), NotFound(f"no span with id {span_id!r}")
         )
         return record
 
@@ -284,13 +284,14 @@ def _turn_usage(run_id: str, row: Row) -> TurnUsage:
     )
 
 
-def _no_run(run_id: str) -> str:
-    """Why there is no run `run_id`, and what to do: an agent's id and an entity (`heartbeat:digest`) are told apart
+def _no_run(run_id: str) -> NotFound:
+    """There is no run `run_id`, and what to do: an agent's id and an entity (`heartbeat:digest`) are told apart
     from a run's."""
     if run_id.startswith("ses_"):
-        return f"no run with id {run_id!r} (an agent's id; its runId names the run that started it)"
+        return NotFound(f"no run with id {run_id!r} (an agent's id; its runId names the run that started it)")
     if ":" in run_id and not run_id.startswith("run_"):
-        return (
-            f"no run with id {run_id!r}: that is an entity; `agentwatch runs ls --entity {run_id}` lists its runs' ids"
-        )
-    return f"no run with id {run_id!r}; `agentwatch runs ls` lists the runs"
+        its_runs = Suggestion("run_list", {"entity": run_id})
+        message = f"no run with id {run_id!r}: that is an entity; {its_runs} lists its runs' ids"
+        return NotFound(message, suggest=[its_runs])
+    runs = Suggestion("run_list")
+    return NotFound(f"no run with id {run_id!r}; {runs} lists the runs", suggest=[runs])

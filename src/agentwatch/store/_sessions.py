@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import AwareDatetime, BaseModel
 
-from agentwatch.errors import Conflict, InvalidArgument, NotFound
+from agentwatch.errors import Conflict, InvalidArgument
 from agentwatch.events import PageCursor, new_id
 from agentwatch.store._sql import (
     DAMAGE,
@@ -249,7 +249,7 @@ class SessionMethods(SqlBase):
             "SELECT 1 FROM sessions WHERE id = ?" + self._dialect.for_update, [ref.observed_session_id]
         )
         if not observed:
-            raise NotFound(no_session(ref.observed_session_id))
+            raise no_session(ref.observed_session_id)
         rows = await tx.fetch(
             "SELECT observer_refs.observer_session_id FROM observer_refs JOIN sessions "
             "ON sessions.id = observer_refs.observer_session_id "
@@ -266,7 +266,7 @@ class SessionMethods(SqlBase):
         """One session by id, soft-deleted ones included. Raises `NotFound` (also once reaped)."""
         rows = await self._read(lambda tx: tx.fetch(GET_SESSION, [session_id]))
         if not rows:
-            raise NotFound(no_session(session_id))
+            raise no_session(session_id)
         return session_from_row(rows[0])
 
     async def update_session(self, session_id: str, patch: SessionPatch) -> SessionRecord:

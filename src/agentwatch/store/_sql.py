@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from agentwatch.errors import DamagedRecord, InvalidArgument, InvalidCursor
+from agentwatch.errors import DamagedRecord, InvalidArgument, InvalidCursor, Suggestion
 from agentwatch.events import (
     PAYLOAD_ADAPTER,
     PageCursor,
@@ -296,8 +296,9 @@ def _damaged_record(
 def damaged_session(session_id: str, name: str | None, column: str, error: BaseException) -> DamagedRecord:
     """The `DamagedRecord` for the row of session `session_id` (`name`, when known) whose `column` raised `error`."""
     what = f"session {session_id!r}" + (f" ({name})" if name else "")
-    advice = f"{_REPAIR}, or delete the agent by its id (`agentwatch delete {session_id}`)"
-    return damaged_row(what, column, error, advice=advice, session_id=session_id)
+    delete = Suggestion("agent_delete", {"id": session_id})
+    advice = f"{_REPAIR}, or delete the agent by its id ({delete})"
+    return damaged_row(what, column, error, advice=advice, suggest=[delete], session_id=session_id)
 
 
 def in_list(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:

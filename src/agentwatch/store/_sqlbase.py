@@ -4,7 +4,6 @@ helpers, and the checks and messages of writes."""
 from __future__ import annotations
 
 import json
-import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -12,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from agentwatch.errors import InvalidArgument, NotFound, UserError
+from agentwatch.errors import InvalidArgument, NotFound, Suggestion, UserError
 from agentwatch.events import PAYLOAD_ADAPTER, PAYLOAD_TYPES, Event, Usage
 from agentwatch.store._sql import (
     SESSION_COLUMNS,
@@ -167,14 +166,14 @@ class SqlBase(ABC):
         columns: Sequence[str],
         json_columns: frozenset[str],
         key: tuple[str, Any],
-        missing: str,
+        missing: NotFound,
         *,
         lock: bool = False,
     ) -> Any:
         sql = f"{select(columns, table)} WHERE {key[0]} = ?" + (self._dialect.for_update if lock else "")
         rows = await tx.fetch(sql, [key[1]])
         if not rows:
-            raise NotFound(missing)
+            raise missing
         return from_row(model, columns, rows[0], json_columns)
 
     async def _session(self, tx: Tx, session_id: str, *, lock: bool = False) -> SessionRecord:
@@ -254,16 +253,17 @@ def check_durable(write: Write) -> None:
                 check_text(value, f"usage {name}")
 
 
-def no_session(session_id: str) -> str:
+def no_session(session_id: str) -> NotFound:
+    """There is no session `session_id`: a name where an id goes is told how to find the id."""
     if not session_id.startswith("ses_"):  # a name where an id goes
-        return (
-            f"no session with id {session_id!r}: an agent's id starts with ses_; find one by its name with "
-            f"agent_get {{name: {session_id!r}}} (or `agentwatch get {shlex.quote(session_id)}`)"
+        by_name = Suggestion("agent_get", {"name": session_id})
+        return NotFound(
+            f"no session with id {session_id!r}: an agent's id starts with ses_; find one by its name with {by_name}",
+            suggest=[by_name],
         )
-    return (
-        f"no session with id {session_id!r} (it may have been reaped); agent_list {{deleted: true}} lists the ids "
-        "(`agentwatch ls --all`)"
-    )
+    listed = Suggestion("agent_list", {"deleted": True})
+    message = f"no session with id {session_id!r} (it may have been reaped); {listed} lists the ids"
+    return NotFound(message, suggest=[listed])
 
 
 def unexpected_status(session_id: str, status: str, expected: Sequence[str]) -> str:
