@@ -101,6 +101,10 @@ def test_runs_ls_trace_compare_and_history(open_engine: OpenEngine, scripted: Sc
     filtered = _json(invoke("runs", "ls", "--entity", "workflow:report", "--status", "skipped", "--json",
                             "--store", store_url))  # fmt: skip
     assert (filtered["runs"], filtered["entities"]) == ([], None)  # (it has runs: none skipped)
+    kind = invoke("runs", "ls", "--kind", "workflw", "--store", store_url)
+    said = " ".join(kind.output.split())  # (as wrapped)
+    assert kind.exit_code == 2 and "--kind: 'workflw' is no kind of run" in said, kind.output
+    assert "closest first: workflow, " in said and "no runs" not in said, kind.output
     bad = invoke("runs", "ls", "--limit", "0", "--store", store_url)
     assert bad.exit_code == 2 and "--limit" in bad.output
 

@@ -369,6 +369,25 @@ async def test_run_list_pages_newest_first_and_filters(open_engine: OpenEngine, 
         assert other_filters["error"]["code"] == "invalid_argument"
 
 
+async def test_run_list_refuses_a_kind_that_no_run_has_naming_the_kinds_closest_first(
+    open_engine: OpenEngine,
+) -> None:
+    """Once: `kind: "workflw"` answered no runs, as if there were none of that kind. A kind of run agentwatch
+    names (`hook`, before any fire) or one that a run has (`etl`) still lists; any other is refused."""
+    async with open_engine() as engine:
+        async with engine.run("report"), engine.run("load", kind="etl"):
+            pass
+        typo = await engine.call_tool("run_list", {"kind": "workflw"})
+        error = typo.get("error", {})
+        assert (error.get("code"), error.get("details", {}).get("fields")) == ("invalid_argument", ["kind"]), typo
+        assert error["message"].startswith("kind: 'workflw' is no kind of run; the kinds, closest first: workflow, ")
+        assert "etl" in error["message"] and "hook" in error["message"], error
+        assert (await _call(engine, "run_list", kind="hook"))["runs"] == []  # (none fired yet)
+        assert [r["entity"] for r in (await _call(engine, "run_list", kind="etl"))["runs"]] == ["etl:load"]
+        filtered = await _call(engine, "run_list", kind="etl", status=["failed"])
+        assert filtered["runs"] == []  # (it has runs: none failed)
+
+
 async def test_a_cancelled_run_stops_the_agent_its_task_waits_on(open_engine: OpenEngine, scripted: Scripted) -> None:
     search = HeldTool("slow_search")
     searcher = search.role("searcher", scripted, "runs-cancelled")

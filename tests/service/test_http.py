@@ -99,6 +99,7 @@ async def test_refused_calls_are_structured_errors_with_their_status(open_engine
             # Once a 500 and two tracebacks: nesting deeper than the JSON decoder recurses.
             (400, "invalid_argument", await http.post("/api/tools/agent_list", content=DEEP, headers=JSON)),
             (400, "invalid_argument", await http.post("/api/tools/agent_list", json={"cursor": "p1.zz"})),
+            (400, "invalid_argument", await http.post("/api/tools/run_list", json={"kind": "workflw"})),
             (404, "not_found", await http.post("/api/tools/agent_get", json={"id": "ses_nobody"})),
             (415, "unsupported_media_type", await http.post("/api/tools/agent_list", content=b"{}")),
             (413, "too_large", await http.post("/api/tools/agent_list", json={"x": "a" * 20_000})),

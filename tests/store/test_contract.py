@@ -827,6 +827,8 @@ async def test_runs_listed_newest_first_and_what_their_turns_billed(store: Store
     assert [r.id for r in page + rest] == [second.id, other.id, first.id]
     assert await store.run_entities() == ["heartbeat:digest", "workflow:report"]  # (each once)
     assert await store.run_entities(limit=1) == ["heartbeat:digest"]
+    assert await store.run_kinds() == ["heartbeat", "workflow"]  # (each once)
+    assert await store.run_kinds(limit=1) == ["heartbeat"]
 
     session = await store.create_session(SessionDraft(name="researcher", role="researcher", run_id=first.id))
     at = datetime.now(UTC)

@@ -62,7 +62,7 @@ def runs() -> None:
 
 @runs.command("ls", short_help="List runs, newest first.")
 @click.option("--entity", help="Runs of one entity: workflow:report, heartbeat:digest.")
-@click.option("--kind", help="workflow, pipeline, heartbeat, hook, ...")
+@click.option("--kind", help="workflow, pipeline, heartbeat, hook, or a kind a run has (any other is refused).")
 @click.option("--status", multiple=True, help="Status (repeatable): running, completed, failed, skipped, ...")
 @click.option("--limit", default=20, show_default=True, help="Runs per page (1..100).")
 @click.option("--cursor", help="The cursor a previous page printed.")

@@ -5,7 +5,8 @@ its agents: its row, its spans and journal, and the spend ledger. What its agent
 requests, their events) is added while they exist; `honesty` says what a trace can no longer show.
 
 - `run_list {entity?, kind?, status?}`: runs newest first; an `entity` that has no runs (a typo) gets `entities`,
-  the ones that have runs, closest to it first.
+  the ones that have runs, closest to it first. A `kind` that is none (a typo: `workflw`) is refused, naming the
+  kinds closest first: one that agentwatch names (`RUN_KINDS`: `hook` before any fire) or that a run has is one.
 - `run_trace {id}`: the spans of the run (phases, tasks and their attempts, back-offs), every request its agents
   waited on (`hitl_wait`) and every turn its agents billed (`turn`; a sub-agent's under the task of the agent
   that spawned it). A span's cost is its turns' (the run's cost is all of them); a task's cost is the one it
@@ -38,6 +39,7 @@ from agentwatch.reads._view import EngineView
 from agentwatch.reads.tail import project
 from agentwatch.store import (
     RUN_ENDINGS,
+    RUN_KINDS,
     RunFilter,
     RunRecord,
     SessionFilter,
@@ -83,7 +85,7 @@ _COMPARABLE = tuple(status for status in RUN_ENDINGS if status != "skipped")
 _ALIGNED = ("phase", "task", "step")
 """The spans `run_compare` aligns (turns, waits and back-offs differ from run to run by nature)."""
 _SUGGESTED = 20
-"""Entities `run_list` suggests at most when its `entity` has no runs."""
+"""Entities (or kinds) `run_list` suggests at most when its `entity` has no runs (its `kind` is none)."""
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """An input's key that a path shows bare (`a.b`); any other is quoted (`a["odd key"]`)."""
 
@@ -118,7 +120,10 @@ class RunListArgs(Args):
     """Arguments of `run_list`."""
 
     entity: Name | None = Field(default=None, description="Runs of one entity: 'workflow:report', 'heartbeat:digest'.")
-    kind: Name | None = Field(default=None, description="workflow, heartbeat, hook, ...")
+    kind: Name | None = Field(
+        default=None,
+        description="workflow, pipeline, heartbeat, hook, or a kind a run has; any other is refused (naming them).",
+    )
     status: list[RunStatus] | None = Field(default=None, max_length=50, description="Statuses to include.")
     limit: Count = Field(default=20, ge=1, le=100, description="Runs per page, 1..100.")
     cursor: Cursor | None = Field(default=None, description="nextCursor of the previous page (same filters).")
@@ -299,6 +304,8 @@ async def run_list(engine: EngineView, caller: Caller, args: RunListArgs) -> Run
     totals = await engine.store.run_totals([run.id for run in page])
     last = page[-1] if page else None
     cursor = PageCursor(digest, (_iso(last.started_at), last.id)).encode() if more and last else None
+    if args.kind and not page and not after:  # (runs of it would show it is a kind)
+        await _check_kind(engine.store, args.kind)
     entities = await _entities_like(engine.store, args.entity) if args.entity and not page and not after else None
     summaries = [_summary(run, totals[run.id]) for run in page]
     return RunListAnswer(runs=summaries, next_cursor=cursor, entities=entities)
@@ -308,10 +315,30 @@ async def _entities_like(store: Store, entity: str) -> list[str] | None:
     """The entities that have runs, closest to `entity` first (the most alike, then in text order); None when
     `entity` is one of them (its runs were filtered out otherwise)."""
     known = await store.run_entities(limit=1000)
-    if entity in known:
-        return None
-    alike = {name: SequenceMatcher(None, entity.casefold(), name.casefold()).ratio() for name in known}
-    return sorted(known, key=lambda name: (-alike[name], name))[:_SUGGESTED]
+    return None if entity in known else _closest(entity, known)
+
+
+async def _check_kind(store: Store, kind: str) -> None:
+    """Refuse a `kind` that no run has and agentwatch does not name (`RUN_KINDS`): a typo (`workflw`) would
+    otherwise list no runs, as if none of that kind had run. The refusal names the kinds, closest first (in its
+    message, and as `details.kinds` for a surface that suggests them)."""
+    if kind in RUN_KINDS:
+        return
+    known = sorted({*RUN_KINDS, *await store.run_kinds(limit=1000)})
+    if kind not in known:
+        kinds = _closest(kind, known)
+        raise InvalidArgument(
+            f"kind: {kind!r} is no kind of run; the kinds, closest first: {', '.join(kinds)} (or leave `kind` "
+            "out: runs of every kind)",
+            fields=["kind"],
+            kinds=kinds,
+        )
+
+
+def _closest(name: str, known: Sequence[str]) -> list[str]:
+    """`known`, the most like `name` first (then in text order), at most `_SUGGESTED`."""
+    alike = {other: SequenceMatcher(None, name.casefold(), other.casefold()).ratio() for other in known}
+    return sorted(known, key=lambda other: (-alike[other], other))[:_SUGGESTED]
 
 
 def _list_position(key: tuple[object, ...]) -> tuple[datetime, str]:

@@ -19,6 +19,7 @@ from agentwatch.errors import InvalidArgument, NotFound
 from agentwatch.store.base import SCHEMA_VERSION, EventValues, RunStore, Store
 from agentwatch.store.records import (
     RUN_ENDINGS,
+    RUN_KINDS,
     TERMINAL_STATUSES,
     ConversationRecord,
     InputDraft,
@@ -56,6 +57,7 @@ from agentwatch.store.records import (
 
 __all__ = [
     "RUN_ENDINGS",
+    "RUN_KINDS",
     "SCHEMA_VERSION",
     "TERMINAL_STATUSES",
     "ConversationRecord",

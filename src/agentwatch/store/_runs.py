@@ -131,6 +131,14 @@ class RunMethods(SqlBase):
         rows = await self._read(lambda tx: tx.fetch(sql, [limit]))
         return [str(row[0]) for row in rows]
 
+    async def run_kinds(self, *, limit: int = 100) -> list[str]:
+        """The kinds that runs have (`workflow`, `hook`), in text order, at most `limit` (no index holds them:
+        this reads every run, as a listing of a kind that no run has does)."""
+        check_limit(limit, LIST_LIMIT)
+        sql = "SELECT DISTINCT kind FROM runs ORDER BY kind LIMIT ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [limit]))
+        return [str(row[0]) for row in rows]
+
     async def renew_runs(self, run_ids: Sequence[str], expires_at: datetime) -> None:
         """Move the expiry of the runs among `run_ids` that still run to `expires_at`."""
         condition, params = in_list("id", list(run_ids))

@@ -102,6 +102,9 @@ class RunStore(Protocol):
     async def run_entities(self, *, limit: int = 100) -> list[str]:
         """The entities that have runs (`workflow:report`), in text order, at most `limit`."""
 
+    async def run_kinds(self, *, limit: int = 100) -> list[str]:
+        """The kinds that runs have (`workflow`, `hook`), in text order, at most `limit`."""
+
     async def renew_runs(self, run_ids: Sequence[str], expires_at: datetime) -> None:
         """Move the expiry of the runs among `run_ids` that still run to `expires_at`."""
 

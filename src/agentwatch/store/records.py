@@ -14,6 +14,7 @@ from agentwatch.events import NewEvent, Origin, RequestKind, Usage, WaitsOn
 
 __all__ = [
     "RUN_ENDINGS",
+    "RUN_KINDS",
     "TERMINAL_STATUSES",
     "ConversationEndReason",
     "ConversationRecord",
@@ -434,6 +435,10 @@ class Page(Generic[T]):
 
 RUN_ENDINGS = ("completed", "failed", "cancelled", "skipped", "timed_out", "interrupted")
 """The statuses a run ends with (before: `running`)."""
+
+RUN_KINDS = ("workflow", "pipeline", "heartbeat", "hook")
+"""The kinds of run agentwatch names: `engine.run`'s (`workflow` unless told), a heartbeat's tick, a hook's fire.
+A run may have a kind of its own (`engine.run(..., kind="etl")`): it is as much a kind once a run has it."""
 
 
 class RunDraft(BaseModel):

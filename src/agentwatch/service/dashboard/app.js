@@ -51,10 +51,11 @@
   };
 
   class ServiceError extends Error {
-    constructor(code, message, status) {
+    constructor(code, message, status, details = {}) {
       super(message);
       this.code = code;
       this.status = status;
+      this.details = details; // what the refusal names, structured (`run_list`'s kinds)
     }
   }
 
@@ -87,7 +88,7 @@
     } catch {
       // not JSON: said below
     }
-    if (refusal(body)) throw new ServiceError(body.error.code, body.error.message, response.status);
+    if (refusal(body)) throw new ServiceError(body.error.code, body.error.message, response.status, body.error.details);
     if (!response.ok || body === null) {
       throw new ServiceError("bad_response", `The service answered HTTP ${response.status}.`, response.status);
     }
@@ -261,8 +262,8 @@
       const args = { limit: AGENTS_PAGE, sort: "newest", counts: true };
       if (state.q) args.q = state.q;
       if (state.view === "runs") {
-        const listed = await pages("run_list", runArgs(), "runs", state.runPages);
-        showRuns(listed.items, listed.more, listed.entities);
+        const listed = await listRuns();
+        showRuns(listed.items, listed.more, listed.entities, listed.kinds);
       } else {
         // The chips count the agents the list shows under each word (the same filter, per agent): a list
         // narrowed to a word counts only that word, so the chips are counted without it.
@@ -444,8 +445,21 @@
     return args;
   }
 
-  // `entities`: when the filter names an entity that has no runs, those that do, closest first (`run_list`).
-  function showRuns(runs, more, entities) {
+  // The runs the filter lists. A filter that is no kind (`heartbaet`, or `heart` on its way to `heartbeat`) lists
+  // none: `run_list` refuses it, naming the kinds closest first (`kinds`), which is an answer, not an outage.
+  async function listRuns() {
+    try {
+      return await pages("run_list", runArgs(), "runs", state.runPages);
+    } catch (error) {
+      const kinds = error.code === "invalid_argument" && error.details ? error.details.kinds : null;
+      if (!Array.isArray(kinds)) throw error;
+      return { items: [], more: false, entities: null, kinds };
+    }
+  }
+
+  // `entities`: when the filter names an entity that has no runs, those that do, closest first (`run_list`);
+  // `kinds`: when it names no kind, the kinds, closest first.
+  function showRuns(runs, more, entities, kinds) {
     syncRows($("runs"), runs, ["", "", "muted", "", "muted"], selectRun, (run, [name, status, started, time, cost]) => {
       name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, why(run) || run.id));
       status.replaceChildren(statusBadge(run.status));
@@ -456,13 +470,14 @@
     const filtered = Boolean(state.runFilter || state.runStatus);
     $("runs-empty").hidden = runs.length > 0 || filtered;
     $("runs-none").hidden = runs.length > 0 || !filtered;
-    $("runs-none").textContent = !entities ? "No run matches."
+    $("runs-none").textContent = kinds ? `No run has the kind ${state.runFilter}; the kinds, closest first: ${kinds.join(", ")}.`
+      : !entities ? "No run matches."
       : entities.length ? `No run has the entity ${state.runFilter}; those with runs, closest first: ${entities.join(", ")}.`
         : `No run has the entity ${state.runFilter}: no entity has runs yet.`;
     $("more-runs").hidden = !more;
     const known = state.entities.size;
     for (const run of runs) state.entities.add(run.kind).add(run.entity || run.kind);
-    for (const entity of entities || []) state.entities.add(entity); // (suggested too, as the filter is typed)
+    for (const entity of [...(entities || []), ...(kinds || [])]) state.entities.add(entity); // (suggested too, as the filter is typed)
     if (state.entities.size !== known) {
       $("entities").replaceChildren(...[...state.entities].sort().map((value) => el("option", { value })));
     }
