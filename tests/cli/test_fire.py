@@ -75,18 +75,13 @@ def test_fire_alone_cut_off_by_its_timeout_says_so_and_exits_3(hooked: Path) -> 
 def test_fire_alone_cut_off_by_its_timeout_ends_its_run_cancelled_and_its_agent_stopped(project: Path) -> None:
     """What `--timeout` says happens, happens: the run ends `cancelled` and its agent is stopped, not left
     `interrupted` with a turn that the next engine to open the store would continue past the timeout."""
-    (project / "shop" / "slow.py").write_text(
-        "from agentwatch import ScriptedModel\n\nsetup = {'models': {'sleeper': ScriptedModel.hang()}}\n"
-    )
-    (project / "agents" / "sleeper.md").write_text("---\nname: sleeper\nmodel: scripted:sleeper\n---\nYou sleep.\n")
-    (project / "agentwatch.toml").write_text(
-        'setup = "shop.slow:setup"\n[hooks.nap]\nrole = "sleeper"\nprompt = "nap"\n'
-    )
+    _napping(project)
     cut = agentwatch(project, "runs", "fire", "nap", "--server", "none", "--timeout", "1", "--json")
     assert cut.returncode == 3, cut.stderr
     assert "cut off with this command (cancelled)" in cut.stderr
     run_id = json.loads(cut.stdout)["runId"]
-    assert (json.loads(cut.stdout)["status"], json.loads(cut.stdout)["waitTimedOut"]) == (None, True)
+    # Once `"status": null`: the run's status is said once its cancel settled, beside the wait that timed out.
+    assert (json.loads(cut.stdout)["status"], json.loads(cut.stdout)["waitTimedOut"]) == ("cancelled", True)
     trace = json.loads(agentwatch(project, "runs", "trace", run_id, "--json").stdout)
     assert trace["run"]["status"] == "cancelled", trace["run"]
     assert trace["run"]["statusReason"] == (
@@ -95,6 +90,31 @@ def test_fire_alone_cut_off_by_its_timeout_ends_its_run_cancelled_and_its_agent_
     (task,) = [span for span in trace["spans"] if span["kind"] == "task"]
     agent = json.loads(agentwatch(project, "get", task["ref"]["agentId"], "--json").stdout)
     assert agent["status"] == "cancelled", agent
+
+
+def test_fire_waited_for_past_its_timeout_with_a_service_says_the_run_goes_on(project: Path) -> None:
+    """With a service the run is not cut off at --timeout: `status` is its status then, `running`, as --help
+    says (once null, as if the run had none)."""
+    _napping(project)
+    with serving(project):
+        waited = agentwatch(project, "runs", "fire", "nap", "--wait", "--timeout", "1", "--json")
+        assert waited.returncode == 3, waited.stderr
+        answer = json.loads(waited.stdout)
+        assert (answer["status"], answer["waitTimedOut"]) == ("running", True)
+        assert "it goes on in the service" in waited.stderr
+    said = agentwatch(project, "runs", "fire", "--help").stdout
+    assert "`status` is then the run's once it was cut off, `cancelled`" in " ".join(said.split())
+
+
+def _napping(project: Path) -> None:
+    """The setup test's project with a hook `nap` whose role's model never answers."""
+    (project / "shop" / "slow.py").write_text(
+        "from agentwatch import ScriptedModel\n\nsetup = {'models': {'sleeper': ScriptedModel.hang()}}\n"
+    )
+    (project / "agents" / "sleeper.md").write_text("---\nname: sleeper\nmodel: scripted:sleeper\n---\nYou sleep.\n")
+    (project / "agentwatch.toml").write_text(
+        'setup = "shop.slow:setup"\n[hooks.nap]\nrole = "sleeper"\nprompt = "nap"\n'
+    )
 
 
 def test_fire_alone_whose_hook_timed_out_says_which_timeout_passed(project: Path) -> None:

@@ -44,6 +44,10 @@ __all__ = ["runs"]
 _CODE = re.compile(r"[a-z_]+")
 """A statusReason that is a code (`gate`, `overlap`, `gate_error`) rather than a sentence."""
 
+_Waited = tuple[str, bool]
+"""How a wait for a run's end ended: the run's status, and whether --timeout passed first (the status then is
+`running`, or what cutting the run off made it)."""
+
 
 @click.group("runs", short_help="Runs (workflows, heartbeats, hooks): read them; fire a hook.")
 def runs() -> None:
@@ -292,7 +296,8 @@ def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout
 
     With --json, a fire waited for prints the `hook_fire` answer with `status`, the run's (`timed_out`: the
     hook's own timeout passed, its agent stopped), and `waitTimedOut`, this command's (true: --timeout passed
-    before the run ended; `status` is then null).
+    before the run ended; `status` is then the run's once it was cut off, `cancelled`, or with a service, where
+    it goes on, `running`).
 
     \b
     Examples:
@@ -306,36 +311,37 @@ def fire(hook: str, input_json: str | None, key: str | None, wait: bool, timeout
         args["key"] = key
     flags = {"name": "HOOK", "input": "INPUT", "key": "--key"}
     service = find_service(store_url)
-    ended: str | None
+    waited: _Waited | None
     if service is None:
         config = resolve_config(store_url, setup=setup)
-        fired, ended = run_async(_fire_here(config, args, flags, timeout, as_json))
+        fired, waited = run_async(_fire_here(config, args, flags, timeout, as_json))
     else:
         if setup:
             from agentwatch.cli._common import err_console
 
             err_console.print(f"--setup is not used: the service at {service.url} fires the hook with its own setup")
         fired = _said(call_tool(store_url, "hook_fire", args, flags), as_json)  # (through `service`: found once)
-        ended = run_async(_ended(_traced(service, fired["runId"]), timeout)) if wait else None
-    if ended is None:
+        waited = run_async(_ended(_traced(service, fired["runId"]), timeout)) if wait else None
+    if waited is None:
         if as_json:
             print_json(fired)
         return
+    status, timed_out = waited
     if as_json:
-        print_json({**fired, "status": ended or None, "waitTimedOut": not ended})
-    elif ended:
+        print_json({**fired, "status": status, "waitTimedOut": timed_out})
+    elif not timed_out:
         from agentwatch.cli._common import console
 
-        own = " (the hook's own timeout passed, not --timeout)" if ended == "timed_out" else ""
+        own = " (the hook's own timeout passed, not --timeout)" if status == "timed_out" else ""
         trace = f"`agentwatch runs trace {fired['runId']}` shows its spans"
-        console.print(f"{fired['runId']} {_status(ended)}{own}: {trace}", soft_wrap=True)
-    if not ended:
+        console.print(f"{fired['runId']} {_status(status)}{own}: {trace}", soft_wrap=True)
+    if timed_out:
         from agentwatch.cli._common import err_console
 
-        where = "it goes on in the service" if service is not None else "it was cut off with this command (cancelled)"
+        where = "it goes on in the service" if service is not None else f"it was cut off with this command ({status})"
         err_console.print(f"[yellow]--timeout passed before run {fired['runId']} ended: {where}[/]", soft_wrap=True)
         click.get_current_context().exit(ExitCode.TIMED_OUT)
-    if ended != "completed":
+    if status != "completed":
         click.get_current_context().exit(ExitCode.FAILED)
 
 
@@ -364,8 +370,9 @@ def _said(fired: dict[str, Any], as_json: bool) -> dict[str, Any]:
 
 async def _fire_here(
     config: Config, args: dict[str, Any], flags: dict[str, str], timeout: float, as_json: bool
-) -> tuple[dict[str, Any], str]:
-    """Fire in an engine of this process (no service runs) and wait for the run's end: its answer and status."""
+) -> tuple[dict[str, Any], _Waited]:
+    """Fire in an engine of this process (no service runs) and wait for the run's end: its answer, and how the
+    wait ended (a run still going at `timeout` is cancelled, and its status read once the cancel settled)."""
     from agentwatch.cli._common import err_console, flag_error
     from agentwatch.cli.act import OnStore
     from agentwatch.errors import InvalidArgument
@@ -383,11 +390,12 @@ async def _fire_here(
         async def status() -> str:
             return (await engine.store.get_run(run_id)).status
 
-        ended = await _ended(status, timeout)
-        if not ended and engine.hooks is not None:  # cut off with this command: cancelled, its agent stopped
+        ended, timed_out = await _ended(status, timeout)
+        if timed_out and engine.hooks is not None:  # cut off with this command: cancelled, its agent stopped
             by = f"`agentwatch runs fire`: its --timeout ({timeout:g} s) passed before the run ended"
-            await engine.hooks.cancel(run_id, by=by)
-        return fired, ended
+            await engine.hooks.cancel(run_id, by=by)  # (it waits for the run's end)
+            ended = await status()  # `cancelled`; or how it ended, had it ended just before the cancel
+        return fired, (ended, timed_out)
 
 
 def _traced(service: Service, run_id: str) -> Callable[[], Awaitable[str]]:
@@ -397,14 +405,14 @@ def _traced(service: Service, run_id: str) -> Callable[[], Awaitable[str]]:
     return status
 
 
-async def _ended(status: Callable[[], Awaitable[str]], timeout: float) -> str:
-    """The run's status once it is no longer `running`, or "" when `timeout` passes first."""
+async def _ended(status: Callable[[], Awaitable[str]], timeout: float) -> _Waited:
+    """The run's status once it is no longer `running`; or `running`, and True, when `timeout` passes first."""
     deadline = time.monotonic() + timeout
     while (now := await status()) == "running":
         if time.monotonic() >= deadline:
-            return ""
+            return now, True
         await asyncio.sleep(0.2)
-    return now
+    return now, False
 
 
 def _no_runs(entity: str | None, entities: list[str] | None) -> str:
