@@ -411,6 +411,43 @@ async def test_a_cancelled_run_stops_the_agent_its_task_waits_on(open_engine: Op
         assert session.status == "cancelled"
 
 
+async def test_a_turn_still_running_is_a_span_before_it_bills(open_engine: OpenEngine, scripted: Scripted) -> None:
+    """Once a turn showed in a trace only once it billed (its usage written): a task whose agent waited on its
+    model's first answer had nothing under it. A running turn is a span still going, as a running task is."""
+    sleeper = role("sleeper", scripted("runs-running-turn", ScriptedModel.hang()))
+    async with open_engine(sleeper) as engine:
+        ids: list[str] = []
+
+        async def workflow() -> None:
+            async with engine.run("nap") as run:
+                ids.append(run.id)
+                await run.task("sleeper", "nap")
+
+        running = asyncio.create_task(workflow())
+        agent = None
+        for _ in range(200):  # until its agent is in its turn
+            sessions = await engine.store.list_sessions(SessionFilter())
+            agent = next((s for s in sessions.items if s.current_turn_id), None)
+            if agent is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert agent is not None and await engine.store.run_usage(ids[0]) == []  # (it billed nothing yet)
+        trace = await _call(engine, "run_trace", id=ids[0])
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    (task,) = [s for s in trace["spans"] if s["kind"] == "task"]
+    (turn,) = [s for s in trace["spans"] if s["kind"] == "turn"]
+    assert (turn["status"], turn["endedAt"], turn["durationMs"], turn["parentSpanId"]) == (
+        "running",
+        None,
+        None,
+        task["id"],
+    )
+    assert turn["ref"] == {"agentId": agent.id, "turnId": agent.current_turn_id} and turn["label"] == "sleeper turn"
+    assert (turn["costUsd"], turn["tokens"]) == (None, 0) and turn["startedAt"] >= task["startedAt"]
+
+
 async def test_bad_run_and_task_arguments_are_refused_before_anything_is_stored(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -9,9 +9,10 @@ requests, their events) is added while they exist; `honesty` says what a trace c
   kinds closest first: one that agentwatch names (`RUN_KINDS`: `hook` before any fire) or that a run has is one.
 - `run_trace {id}`: the spans of the run (phases, tasks and their attempts, back-offs), every request its agents
   waited on (`hitl_wait`) and every turn its agents billed (`turn`; a sub-agent's under the task of the agent
-  that spawned it). A span's cost is its turns' (the run's cost is all of them); a task's cost is the one it
-  recorded when the ledger holds less (`costCoverage: "partial"`). A turn's times and outcome come from its
-  agent's events, and once the agent was reaped from what its task's span kept of them when it ended.
+  that spawned it), and the turn each agent runs, billed or not yet (`running`, no end). A span's cost is its
+  turns' (the run's cost is all of them); a task's cost is the one it recorded when the ledger holds less
+  (`costCoverage: "partial"`). A turn's times and outcome come from its agent's events, and once the agent was
+  reaped from what its task's span kept of them when it ended.
 - `run_compare {id, against?}`: deltas with another run, by default the previous finished run of the same entity;
   the spans aligned by their label path (`Research / Collect sources`), the inputs leaf by leaf, the brain sha.
   `stillRunning` names a side whose run has not ended: its figures are so far.
@@ -406,9 +407,13 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
     times = await _turn_times(engine, sessions, stored)
     for turn in turns[:MAX_TURNS]:
         owner = _owner(turn.session_id, sessions, task_of)
-        spans.append(_turn_span(turn, owner, sessions.get(turn.session_id), times.get((turn.session_id, turn.turn_id))))
+        timed = times.get((turn.session_id, turn.turn_id))
+        spans.append(_billed_turn(turn, owner, sessions.get(turn.session_id), timed))
+    billed = {(turn.session_id, turn.turn_id) for turn in turns}
     for session in sessions.values():
         other = await _other_work(store, session, run)
+        if (going := _unbilled_turn(session, billed, other, times)) is not None:
+            spans.append(_turn_span(session.id, going, session.role, _owner(session.id, sessions, task_of), Usage()))
         for request in await store.list_requests(session_id=session.id, status=None, limit=1000):
             if request.created_at < run.started_at or (other is not None and request.turn_id in other.turns):
                 continue  # asked for other work of the agent's, before the run or after it
@@ -552,16 +557,48 @@ async def _turn_times(
     return _kept_marks(stored) | await _times_from_events(engine.store, sessions)
 
 
-def _turn_span(
+_Turn = tuple[str | None, datetime, datetime | None, str | None]
+"""A turn a span is drawn for: its id, when it started and ended, and how (`TurnEnded.outcome`; None while it
+runs)."""
+
+
+def _billed_turn(
     turn: TurnUsage,
     parent: str | None,
     session: SessionRecord | None,
     times: tuple[datetime, datetime | None, str | None] | None,
 ) -> TraceSpan:
+    """The span of a turn the ledger holds: timed by its agent's events (or its task's marks), else by its
+    billing."""
     role = turn.role or (session.role if session else "agent")
     start, end, outcome = times or (turn.first_at, turn.last_at, "completed")
+    return _turn_span(turn.session_id, (turn.turn_id, start, end, outcome), role, parent, turn.usage)
+
+
+def _unbilled_turn(
+    session: SessionRecord, billed: set[tuple[str, str | None]], other: _OtherWork | None, times: _TurnTimes
+) -> _Turn | None:
+    """The turn `session` runs (its `current_turn_id`) while it has billed nothing yet (its model has not
+    answered once): the ledger, which draws the other turns, does not hold it. None when it has none, it billed
+    (the ledger draws it), or it is other work of the agent's than the run's."""
+    turn_id = session.current_turn_id
+    if turn_id is None or (session.id, turn_id) in billed or (other is not None and turn_id in other.turns):
+        return None
+    start, end, outcome = times.get((session.id, turn_id)) or (session.last_active_at, None, None)
+    return turn_id, start, end, outcome
+
+
+def _turn_span(
+    agent_id: str,
+    turn: _Turn,
+    role: str,
+    parent: str | None,
+    usage: Usage,
+) -> TraceSpan:
+    """The span of `turn`, of `agent_id`, which billed `usage`."""
+    turn_id, start, end, outcome = turn
     return TraceSpan(
-        id=f"turn:{turn.session_id}:{turn.turn_id or '-'}",
+        id=f"turn:{agent_id}:{turn_id or '-'}",
         parent_span_id=parent,
         kind="turn",
         label=f"{role} turn",
@@ -572,9 +609,9 @@ def _turn_span(
         attempt=1,
         attempts=1,
         attempt_of=None,
-        ref={"agentId": turn.session_id, "turnId": turn.turn_id},
-        cost_usd=turn.usage.cost_usd,
-        tokens=turn.usage.total_tokens,
+        ref={"agentId": agent_id, "turnId": turn_id},
+        cost_usd=usage.cost_usd,
+        tokens=usage.total_tokens,
     )
 
 
