@@ -51,8 +51,9 @@ class ToolContext:
 
 
 ToolRunner = Callable[[ToolContext, dict[str, Any]], Awaitable[JsonValue]]
-ToolChecker = Callable[[ToolContext, dict[str, Any]], Awaitable[None]]
 """Runs one call of a tool: gets the context and the arguments the model sent, returns text or JSON."""
+ToolChecker = Callable[[ToolContext, dict[str, Any]], Awaitable[None]]
+"""Decides whether a call could run, without running it: raises as its `ToolRunner` would, returns otherwise."""
 
 
 class ToolWaits(Exception):
