@@ -490,7 +490,7 @@ def send(agent: str, text: str, key: str | None, store_url: str | None, as_json:
     \b
     Examples:
       agentwatch send coder "Also update the changelog"
-      agentwatch send digest "Summarise 2026-12-06" --key digest-2026-12-06
+      agentwatch send coder "Also tag the release" --key release-1.4.2
     """
     args: dict[str, Any] = {"agentId": agent, "prompt": text}
     if key is not None:
