@@ -904,6 +904,26 @@ async def test_a_policy_that_is_neither_a_policy_nor_a_function_is_refused_at_op
     )
 
 
+async def test_an_engine_used_after_close_says_it_is_closed_and_to_open_a_new_one(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    async with open_engine(role("greeter", scripted("echo", ScriptedModel([Reply("Hi.")])))) as engine:
+        session = await engine.create("greeter")
+    calls = {
+        "create": lambda: engine.create("greeter"),
+        "enqueue": lambda: engine.enqueue(session.id, "Hello"),
+        "wait": lambda: engine.wait(session.id, 1.0),
+        "stop": lambda: engine.stop(session.id),
+        "delete": lambda: engine.delete(session.id),
+        "answer": lambda: engine.answer("req_x", "yes"),
+        "call_tool": lambda: engine.call_tool("agent_list", {}),
+    }
+    for name, call in calls.items():
+        with pytest.raises(UserError) as raised:
+            await call()
+        assert str(raised.value) == "this engine is closed; open a new one (`Engine.open(...)`) to go on", name
+
+
 def test_function_tools_take_their_schema_from_the_signature() -> None:
     def read_file(path: str, limit: int = 100) -> str:
         """Read a text file."""

@@ -308,7 +308,9 @@ class Engine:
         return sorted(sid for sid, driver in list(self._drivers.items()) if driver.turn_running)
 
     async def close(self) -> None:
-        """Cut off running turns (they continue when an engine opens the store again) and close."""
+        """Cut off running turns (they continue when an engine opens the store again) and close.
+
+        From here on the engine refuses calls (`UserError`): open a new one to go on."""
         if self._closed:
             return
         self._closed = True
@@ -329,6 +331,11 @@ class Engine:
         await self.leases.close()  # hand the cut-off turns over to another live engine at once
         await self.ring.close()
         await self.store.close()
+
+    def _check_open(self) -> None:
+        """Refuse a call on an engine whose `close` was called, before it reaches the store (closed with it)."""
+        if self._closed:
+            raise UserError("this engine is closed; open a new one (`Engine.open(...)`) to go on")
 
     async def _maintain(self, *, recover: bool) -> None:
         while True:
@@ -384,6 +391,7 @@ class Engine:
 
         Resolves once they ran, so any message sent after it returns reaches the new subscriber.
         """
+        self._check_open()
         return await (await self.driver(thread_id)).subscribe(request)
 
     # -- sessions -------------------------------------------------------------------------------------
@@ -403,6 +411,7 @@ class Engine:
         boss: bool = False,
     ) -> SessionRecord:
         """Create a session of `role` (its name unique among live sessions of `scope`)."""
+        self._check_open()
         definition = self.roster.get(role)
         if definition.kind == "rule":
             raise InvalidArgument(
@@ -449,6 +458,7 @@ class Engine:
         return await self._queue(session_id, text, origin=origin, meta=False, key=key)
 
     async def _queue(self, session_id: str, text: str, *, origin: Origin | None, meta: bool, key: str | None) -> Queued:
+        self._check_open()
         check_prompt(text)
         # A keyed input's id is made from its key: of two calls with one key, the store takes one (the id is taken).
         input_id = keyed_input_id(session_id, key) if key is not None else None
@@ -498,6 +508,7 @@ class Engine:
         """Wait until the session settles (done, failed, stopped, waiting on a request, or idle with nothing in
         its inbox that a turn would take now: see `runtime.plan.settled`) or `timeout` seconds pass. Returns the
         session and whether the wait timed out."""
+        self._check_open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         driver = await self.driver(session_id)
@@ -514,6 +525,7 @@ class Engine:
 
     async def snapshot(self, session: SessionRecord, *, timed_out: bool = False) -> dict[str, JsonValue]:
         """The status snapshot `agent_await` and `agent_task` return."""
+        self._check_open()
         threshold = self.stuck_after(session.role)
         return await status_snapshot(self.store, session, stuck_after=threshold, timed_out=timed_out, ring=self.ring)
 
@@ -546,6 +558,7 @@ class Engine:
                 found = await research.task("researcher", "Collect sources", attempts=3)
         ```
         """
+        self._check_open()
         return start_run(self, name, kind=kind, input=input, brain_sha=brain_sha)
 
     async def stop(self, session_id: str, *, by: str = "a person") -> bool:
@@ -557,6 +570,7 @@ class Engine:
         A turn running in another live engine (its lease is held elsewhere and not expired) is stopped by that
         engine, asked through the store (it looks about once a second); this returns once the turn ended, or
         raises `Conflict` when it still runs after `STOP_WAIT_SECONDS` (the other engine hangs)."""
+        self._check_open()
         return await self._stop(session_id, by, idle_observer=True)
 
     async def _stop(self, session_id: str, by: str, *, idle_observer: bool) -> bool:
@@ -659,6 +673,7 @@ class Engine:
     async def fire_hook(self, name: str, input: JsonValue = None, *, key: str | None = None) -> HookFired:
         """Start a run of hook `name` with `input` (once per `key`, when given); returns once the run is recorded
         (see `agentwatch.runtime.hooks`)."""
+        self._check_open()
         if self.hooks is None:
             raise Conflict("this engine runs no turns, so it fires no hook: fire it through `agentwatch serve`")
         if self._draining:
@@ -674,6 +689,7 @@ class Engine:
 
         A session whose row is damaged (`DamagedRecord` for a value it holds) is deleted too: that is how a
         person gets rid of it. Deleting reads only what it needs; what its stop cannot read is left as it is."""
+        self._check_open()
         deletion = await self._deletion(session_id)
         if deletion is not None:
             return deletion
@@ -750,10 +766,12 @@ class Engine:
 
     async def answer(self, request_id: str, answer: JsonValue, *, by: str = "a person") -> RequestRecord:
         """Resolve a pending request; the paused turn continues (in this process or after a restart)."""
+        self._check_open()
         return await requests.answer(self, request_id, answer, by=by)
 
     async def escalate(self, request_id: str, *, reason: str = "escalated") -> RequestRecord:
         """Hand a request held for the parent agent over to a person now."""
+        self._check_open()
         return await requests.escalate(self, request_id, reason=reason)
 
     async def escalate_due(self) -> int:
@@ -764,11 +782,13 @@ class Engine:
 
     async def clear(self, session_id: str) -> SessionRecord:
         """Archive the current conversation (reason `clear`) and start a new, empty one."""
+        self._check_open()
         return await compaction.clear(self, session_id)
 
     async def compact(self, session_id: str, *, summary: str | None = None) -> SessionRecord:
         """Set the conversation's messages aside (archived, reason `compact`) behind a summary that opens the
         next turn. Without `summary`, the session's model writes it."""
+        self._check_open()
         return await compaction.compact(self, session_id, summary=summary)
 
     # -- tools ----------------------------------------------------------------------------------------
@@ -782,6 +802,7 @@ class Engine:
     async def call_tool(self, name: str, args: dict[str, Any], *, caller: Caller | None = None) -> dict[str, Any]:
         """Call a tool by name with JSON arguments; returns its dict or `{"error": {...}}`, never raises for
         a bad call."""
+        self._check_open()
         return await call_tool(self.tools, self, name, args, caller)
 
     def tools_for(self, session: SessionRecord, definition: AgentDefinition) -> tuple[str, ...]:
