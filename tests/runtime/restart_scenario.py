@@ -4,7 +4,7 @@ Used both by the child process (`python -m tests.runtime.restart_scenario DB MAR
 by the test, which continues the turn in its own engine after the kill. With `approval`, the tool needs a
 person's approval: the turn pauses on it, and the child approves it (the call then runs in the answer turn).
 With `parallel`, the model calls a quick tool beside the slow one, in one response: the quick call ends while
-the slow one still runs.
+the slow one still runs; with `parallel_none`, the same, the quick tool returning None.
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ def _parallel_script(ctx: Any) -> Any:
     return Reply(f"Finished after: {' | '.join(f'{r.name}={r.output}' for r in ctx.tool_results)}")
 
 
-def setup(markers: Path, *, approval: bool = False, parallel: bool = False) -> tuple[AgentDefinition, list[Any]]:
+def setup(
+    markers: Path, *, approval: bool = False, parallel: bool = False, quick_returns_none: bool = False
+) -> tuple[AgentDefinition, list[Any]]:
     """The role and its tools (the slow one approved by a person first, with `approval`; the quick one called
-    beside it, with `parallel`); each tool appends `start`/`end` lines to `markers` so runs can be counted."""
+    beside it, with `parallel`, returning None with `quick_returns_none`); each tool appends `start`/`end` lines
+    to `markers` so runs can be counted."""
     script = _parallel_script if parallel else _script
     register_scripted_model("restart-scenario", ScriptedModel(function=script, chunk_delay=0.01))
 
@@ -53,10 +56,10 @@ def setup(markers: Path, *, approval: bool = False, parallel: bool = False) -> t
         mark(f"end {label}")
         return f"did {label}"
 
-    async def quick_tool(label: str) -> str:
+    async def quick_tool(label: str) -> str | None:
         mark(f"start {label}")
         mark(f"end {label}")
-        return f"did {label}"
+        return None if quick_returns_none else f"did {label}"
 
     definition = AgentDefinition(
         name="worker",
@@ -78,8 +81,8 @@ class Reporter:
         pass
 
 
-async def child(db: Path, markers: Path, *, approval: bool = False, parallel: bool = False) -> None:
-    definition, tools = setup(markers, approval=approval, parallel=parallel)
+async def child(db: Path, markers: Path, **mode: bool) -> None:
+    definition, tools = setup(markers, **mode)
     async with Engine.open(
         f"sqlite:///{db}", agents_dir=db.parent / "none", root=db.parent, definitions=[definition], tools=tools
     ) as engine:
@@ -88,7 +91,7 @@ async def child(db: Path, markers: Path, *, approval: bool = False, parallel: bo
         print(f"session {session.id}", flush=True)
         await engine.enqueue(session.id, "work")
         settled, _ = await engine.wait(session.id, 60)
-        if approval and settled.status == "awaiting_input":
+        if mode.get("approval") and settled.status == "awaiting_input":
             [request] = await engine.store.list_requests(session_id=session.id, status="pending")
             await engine.answer(request.id, True)
             await asyncio.sleep(60)  # the approved call runs now; the test kills this process while it does
@@ -96,7 +99,9 @@ async def child(db: Path, markers: Path, *, approval: bool = False, parallel: bo
 
 
 if __name__ == "__main__":
-    mode = sys.argv[3:]
-    asyncio.run(
-        child(Path(sys.argv[1]), Path(sys.argv[2]), approval=mode == ["approval"], parallel=mode == ["parallel"])
-    )
+    modes = {
+        "approval": {"approval": True},
+        "parallel": {"parallel": True},
+        "parallel_none": {"parallel": True, "quick_returns_none": True},
+    }
+    asyncio.run(child(Path(sys.argv[1]), Path(sys.argv[2]), **modes.get(" ".join(sys.argv[3:]), {})))

@@ -190,6 +190,24 @@ async def test_a_call_that_ended_beside_one_cut_off_keeps_its_result_when_the_tu
 
 
 @pytest.mark.slow
+async def test_a_call_that_returned_none_beside_one_cut_off_gives_back_none_when_the_turn_continues(
+    tmp_path: Path,
+) -> None:
+    """Once: the result stored as the call ended (ahead of its model message) held only its text when the tool
+    returned None, so the continued turn gave the model the text (an empty string) where the first run had given
+    it None."""
+    db, markers = tmp_path / "none.db", tmp_path / "none.log"
+    session_id = kill_while_running(db, markers, "parallel_none", "end q", "start x")  # the quick call ended
+    async with _continuing(db, markers, parallel=True, quick_returns_none=True) as engine:
+        session, timed_out = await engine.wait(session_id, 30)
+        history = await engine.store.read_messages(session.conversation_id)
+    assert not timed_out and session.status == "completed", session.status
+    returns = {p["tool_call_id"]: (p["content"], p["outcome"]) for m in history for p in m["parts"]
+               if p["part_kind"] == "tool-return"}  # fmt: skip
+    assert returns == {"c_quick": (None, "success"), "c_slow": (INTERRUPTED, "interrupted")}  # as the first run
+
+
+@pytest.mark.slow
 async def test_stopping_a_turn_cut_off_beside_a_call_that_ended_keeps_that_calls_result(tmp_path: Path) -> None:
     """The stop of a turn whose engine died (by an engine that does not run its role) closes only the calls that
     have no stored result: the call that ended keeps its own, once, in the record and in the conversation."""

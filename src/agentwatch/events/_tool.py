@@ -43,6 +43,10 @@ class ToolResult(BasePayload):
     """The return itself, when it was not text (an object, a list, a number) and this result is stored ahead of
     the model message that gives it to the model (a call that ended beside calls still running): a turn continued
     after a crash gives the model back this, as it was, rather than its text. Left out otherwise."""
+    returned_none: bool = Field(default=False, exclude_if=lambda returned_none: not returned_none)
+    """True when the return was None and this result is stored ahead of its model message, as for `value` (which
+    cannot say it: a `value` of None says the return was text): a turn continued after a crash gives the model
+    back None, rather than its text. Left out otherwise."""
 
 
 class ToolProgress(BasePayload):

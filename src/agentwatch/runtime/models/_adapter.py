@@ -212,10 +212,18 @@ def _stored_return(call: ToolCallPart, result: ToolResult) -> ToolReturnPart:
     """The return of a call whose `tool.result` is stored: what the model was given when the call ended."""
     return ToolReturnPart(
         tool_name=call.tool_name,
-        content=result.output if result.value is None else result.value,
+        content=_stored_content(result),
         tool_call_id=call.tool_call_id,
         outcome=tool_outcome(result.status),
     )
+
+
+def _stored_content(result: ToolResult) -> JsonValue:
+    """What a stored `tool.result` says the model was given: the return itself when it was not text (an object,
+    a list, a number, None: stored ahead of its model message), else its text."""
+    if result.returned_none:
+        return None
+    return result.output if result.value is None else result.value
 
 
 def _answered_return(call: ToolCallPart, answer: ToolAnswer) -> ToolReturnPart:
@@ -259,7 +267,7 @@ def close_open_calls(
 
 def _tool_result(part: ToolReturnPart, *, ahead: bool = False) -> ToolResult:
     """The `tool.result` of a tool return, with its outcome's status. One stored `ahead` of the model message
-    holding the return keeps a return that is not text as it is (`ToolResult.value`)."""
+    holding the return keeps a return that is not text as it is (`ToolResult.value`, `ToolResult.returned_none`)."""
     content = part.content
     return ToolResult(
         tool_call_id=part.tool_call_id,
@@ -267,6 +275,7 @@ def _tool_result(part: ToolReturnPart, *, ahead: bool = False) -> ToolResult:
         output=part.model_response_str(wrap_if_error=False),
         status=tool_status(part.outcome),
         value=content if ahead and isinstance(content, dict | list | int | float) else None,
+        returned_none=ahead and content is None,
     )
 
 
