@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -305,6 +306,48 @@ async def test_a_damaged_time_in_the_spend_ledger_is_a_damaged_record(
     ), caught.value.message
     assert said in caught.value.message
     assert caught.value.details == {"column": "at", "run_id": run.id, "session_id": alpha.id, "turn_id": "trn_a"}
+
+
+@pytest.mark.parametrize(
+    ("column", "stored", "said"),
+    [
+        ("input_tokens", "lots", "'lots' is not a whole number"),
+        ("requests", 1.5, "1.5 is not a whole number"),
+    ],
+)
+async def test_a_damaged_count_in_the_spend_ledger_is_a_damaged_record_not_summed_as_zero(
+    store: Store, store_url: str, backend: str, column: str, stored: Any, said: str
+) -> None:
+    if backend != "sqlite":
+        pytest.skip("PostgreSQL keeps a ledger entry's numbers as numbers, which hold nothing else")
+    run = await store.create_run(RunDraft(kind="task"))
+    alpha = await store.create_session(SessionDraft(name="alpha", role="coder", run_id=run.id))
+    spent = Usage(input_tokens=5, requests=1, cost_usd=0.5)
+    await store.write(Write(alpha.id, usage=[UsageEntry(turn_id="trn_a", run_id=run.id, usage=spent)] * 2))
+    with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:
+        [entry_id] = connection.execute("SELECT MIN(id) FROM usage_ledger").fetchone()
+    connection.close()
+    tamper(store_url, f"UPDATE usage_ledger SET {column} = ? WHERE id = ?", [stored, entry_id])
+    now = datetime.now(UTC)
+    for read in (
+        lambda: store.usage_totals([alpha.id]),
+        lambda: store.usage_between(now - timedelta(hours=1), now + timedelta(hours=1)),
+        lambda: store.run_totals([run.id]),
+        lambda: store.run_usage(run.id),
+    ):
+        with pytest.raises(DamagedRecord) as caught:
+            await read()
+        assert caught.value.message == (
+            f"the stored spend entry {entry_id!r} (turn 'trn_a') of session {alpha.id!r} is damaged: its {column} "
+            f"value cannot be read ({said}); restore the store from a backup, or "
+            "correct that value by hand"
+        )
+        assert caught.value.details == {
+            "column": column,
+            "entry_id": entry_id,
+            "session_id": alpha.id,
+            "turn_id": "trn_a",
+        }
 
 
 @pytest.mark.parametrize("expires_at", ["1999-99-99", "1999-01-01T00:00:00"])  # (the second: without its offset)

@@ -19,7 +19,6 @@ from agentwatch.store._sqlbase import (
     LIST_LIMIT,
     REQUEST_COLUMNS,
     REQUEST_JSON,
-    USAGE_SUMS,
     SqlBase,
     select,
     usage_from_sums,
@@ -112,6 +111,5 @@ class InboxMethods(SqlBase):
             condition, more = in_list("role", list(roles))
             conditions.append(condition)
             params.extend(more)
-        sql = f"SELECT {USAGE_SUMS} FROM usage_ledger WHERE {' AND '.join(conditions)}"
-        rows = await self._read(lambda tx: tx.fetch(sql, params))
-        return usage_from_sums(rows[0])
+        [row] = await self._ledger_sums("", " AND ".join(conditions), params)
+        return usage_from_sums(row)

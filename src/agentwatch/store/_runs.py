@@ -27,7 +27,6 @@ from agentwatch.store._sqlbase import (
     RUN_JSON,
     SPAN_COLUMNS,
     SPAN_JSON,
-    USAGE_SUMS,
     SqlBase,
     patch_fields,
     select,
@@ -213,11 +212,9 @@ class RunMethods(SqlBase):
 
     async def run_usage(self, run_id: str) -> list[TurnUsage]:
         """What each turn billed to the run, from the spend ledger (reaped sessions included), oldest first."""
-        sql = (
-            f"SELECT session_id, turn_id, MIN(role), MIN(model), MIN(at), MAX(at), {USAGE_SUMS} FROM usage_ledger "
-            "WHERE run_id = ? GROUP BY session_id, turn_id ORDER BY MIN(at), session_id"
-        )
-        rows = await self._read(lambda tx: tx.fetch(sql, [run_id]))
+        keys = "session_id, turn_id, MIN(role), MIN(model), MIN(at), MAX(at)"
+        grouping = " GROUP BY session_id, turn_id ORDER BY MIN(at), session_id"
+        rows = await self._ledger_sums(keys, "run_id = ?", [run_id], grouping)
         return [_turn_usage(run_id, row) for row in rows]
 
     async def run_totals(self, run_ids: Sequence[str]) -> dict[str, Usage]:
@@ -278,8 +275,8 @@ class RunMethods(SqlBase):
 
 
 def _turn_usage(run_id: str, row: Row) -> TurnUsage:
-    """A turn's spend from a row of `run_usage`; `DamagedRecord` when a time of its ledger entries is damaged
-    (the sums read a damaged number as SQLite's SUM does)."""
+    """A turn's spend from a row of `run_usage`; `DamagedRecord` when a time of its ledger entries is damaged (a
+    damaged count was refused by `_ledger_sums`)."""
     session_id, turn_id, role, model, first_at, last_at = row[:6]
     try:
         first, last = stored_time(first_at), stored_time(last_at)

@@ -11,14 +11,16 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from agentwatch.errors import InvalidArgument, NotFound, Suggestion, UserError
+from agentwatch.errors import DamagedRecord, InvalidArgument, NotFound, Suggestion, UserError
 from agentwatch.events import PAYLOAD_ADAPTER, PAYLOAD_TYPES, Event, Usage
 from agentwatch.store._sql import (
     SESSION_COLUMNS,
     SESSION_JSON,
     Dialect,
+    Row,
     Tx,
     check_text,
+    damaged_row,
     from_row,
     in_list,
     to_params,
@@ -63,6 +65,9 @@ USAGE_SUMS = (
     "SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
     "SUM(reasoning_tokens), SUM(requests), SUM(cost_usd), COUNT(cost_usd)"
 )
+_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "requests")
+_NOT_WHOLE = " OR ".join(f"typeof({column}) != 'integer'" for column in _COUNTS)
+"""SQLite: a ledger entry with a count that is no whole number (text, a fraction: a row edited by hand)."""
 
 
 def utc_now() -> datetime:
@@ -138,11 +143,38 @@ class SqlBase(ABC):
         entry sums to zero."""
         wanted = list(dict.fromkeys(keys))
         condition, params = in_list(column, wanted)
-        sql = f"SELECT {column}, {USAGE_SUMS} FROM usage_ledger WHERE {condition} GROUP BY {column}"
-        rows = await self._read(lambda tx: tx.fetch(sql, params))
+        rows = await self._ledger_sums(column, condition, params, f" GROUP BY {column}")
         totals = {key: Usage() for key in wanted}
         totals.update({row[0]: usage_from_sums(row[1:]) for row in rows})
         return totals
+
+    async def _ledger_sums(self, keys: str, where: str, params: Sequence[Any], grouping: str = "") -> list[Row]:
+        """`SELECT keys, USAGE_SUMS FROM usage_ledger WHERE where grouping`: rows that end with the sums
+        `usage_from_sums` reads. `DamagedRecord` when an entry summed holds a count that is no whole number
+        (SQLite keeps any value in any column, and its SUM reads text as 0): the sum itself tells, as SQLite's
+        SUM of such a value is a REAL where whole numbers give an INTEGER (PostgreSQL's columns hold whole
+        numbers alone), so the sum stays one query; the entry is looked up only then, to name it."""
+        sql = f"SELECT {keys}{', ' if keys else ''}{USAGE_SUMS} FROM usage_ledger WHERE {where}{grouping}"
+        rows = await self._read(lambda tx: tx.fetch(sql, params))
+        if any(isinstance(total, float) for row in rows for total in row[-8:-2]):
+            raise await self._damaged_spend(where, params)
+        return rows
+
+    async def _damaged_spend(self, where: str, params: Sequence[Any]) -> DamagedRecord:
+        """The error for the (first) ledger entry among those `where` holds for whose count is no whole number."""
+        sql = (
+            f"SELECT id, session_id, turn_id, {', '.join(_COUNTS)} FROM usage_ledger "
+            f"WHERE ({where}) AND ({_NOT_WHOLE}) ORDER BY id LIMIT 1"
+        )
+        rows = await self._read(lambda tx: tx.fetch(sql, params))
+        if not rows:  # (corrected by hand since the sum was read)
+            return DamagedRecord("the stored spend ledger was damaged while it was summed; read it again")
+        entry_id, session_id, turn_id, *counts = rows[0]
+        column, value = next((c, v) for c, v in zip(_COUNTS, counts, strict=True) if type(v) is not int)
+        turn = f" (turn {turn_id!r})" if turn_id is not None else ""
+        details = {"entry_id": entry_id, "session_id": session_id} | ({"turn_id": turn_id} if turn_id else {})
+        error = ValueError(f"{value!r} is not a whole number")
+        return damaged_row(f"spend entry {entry_id!r}{turn} of session {session_id!r}", column, error, **details)
 
     async def _insert(self, tx: Tx, table: str, values: dict[str, Any], json_columns: frozenset[str]) -> None:
         params = self._params(values, json_columns)
