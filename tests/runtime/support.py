@@ -26,6 +26,19 @@ def role(name: str, model: str, *, tools: tuple[str, ...] = (), **fields: Any) -
     return AgentDefinition(name=name, model=model, instructions=f"You are {name}.", tools=tools, **fields)
 
 
+def prompt_recorder(
+    name: str, scripted: Scripted, model: str, prompts: list[str], *, answer: str = "done"
+) -> AgentDefinition:
+    """A role `name` on a scripted model `model` that adds each request's prompt to `prompts` and answers
+    `answer` and their count."""
+
+    def script(ctx: Any) -> Any:
+        prompts.append(ctx.prompt)
+        return Reply(f"{answer} {len(prompts)}")
+
+    return role(name, scripted(model, ScriptedModel(function=script)))
+
+
 LEASE = 1.0
 """The lease (seconds) of the lease tests: short, so expiry comes quickly."""
 

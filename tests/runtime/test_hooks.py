@@ -12,20 +12,15 @@ from agentwatch.config import load_config
 from agentwatch.errors import InvalidArgument, UserError
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.hooks import Hook, hooks_from_config
-from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.policy import ToolRequest
 from agentwatch.store import RunFilter, SessionFilter
-from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, prompt_recorder
 
 CHECK = Hook("deploy-check", "checker", prompt="Check the deploy.", timeout=30)
 
 
 def _checker(scripted: Scripted, name: str, prompts: list[str]) -> Any:
-    def script(ctx: Any) -> Any:
-        prompts.append(ctx.prompt)
-        return Reply(f"checked {len(prompts)}")
-
-    return role("checker", scripted(name, ScriptedModel(function=script)))
+    return prompt_recorder("checker", scripted, name, prompts, answer="checked")
 
 
 async def _settled(engine: Engine, run_id: str) -> dict[str, Any]:

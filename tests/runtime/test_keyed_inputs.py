@@ -7,16 +7,7 @@ import asyncio
 from typing import Any
 
 from agentwatch.runtime.engine import keyed_input_id
-from agentwatch.runtime.models import Reply, ScriptedModel
-from tests.runtime.support import OpenEngine, Scripted, role
-
-
-def _recorder(scripted: Scripted, name: str, prompts: list[str]) -> Any:
-    def script(ctx: Any) -> Any:
-        prompts.append(ctx.prompt)
-        return Reply(f"done {len(prompts)}")
-
-    return role("digest", scripted(name, ScriptedModel(function=script)))
+from tests.runtime.support import OpenEngine, Scripted, prompt_recorder
 
 
 async def _settled(engine: Any, agent_id: str) -> dict[str, Any]:
@@ -30,8 +21,8 @@ async def test_a_keyed_input_is_queued_once_through_any_engine(
 ) -> None:
     prompts: list[str] = []
     async with (
-        open_engine(_recorder(scripted, "keyed-once", prompts), store=url) as first,
-        open_engine(_recorder(scripted, "keyed-once", prompts), store=url) as second,
+        open_engine(prompt_recorder("digest", scripted, "keyed-once", prompts), store=url) as first,
+        open_engine(prompt_recorder("digest", scripted, "keyed-once", prompts), store=url) as second,
     ):
         agent = await first.create("digest")
         args = {"agentId": agent.id, "prompt": "Summarise 2026-12-06", "key": "digest-2026-12-06"}
@@ -71,7 +62,7 @@ async def test_callers_racing_with_one_key_queue_one_input(
     """Calls that all look before any has written: the store takes one (the input's id is made from the key), and
     the others hear it was queued; the session goes on as usual."""
     prompts: list[str] = []
-    async with open_engine(_recorder(scripted, "keyed-race", prompts), store=url) as engine:
+    async with open_engine(prompt_recorder("digest", scripted, "keyed-race", prompts), store=url) as engine:
         agent = await engine.create("digest")
         calls = [engine.queue_input(agent.id, "Reindex", key="reindex-1") for _ in range(6)]
         queued = await asyncio.gather(*calls)
