@@ -155,7 +155,11 @@ async def test_acting_commands_go_through_the_service_which_stops_its_own_turns(
             away = ["--server", url, "--store", nowhere(tmp_path), "--json"]
             sent = await run_cli("send", "worker", "first", *away)
             assert sent.exit_code == 0, sent.output
-            assert answer_of(sent) == {"agentId": session.id, "pendingInputs": answer_of(sent)["pendingInputs"]}
+            assert answer_of(sent) == {
+                "agentId": session.id,
+                "pendingInputs": answer_of(sent)["pendingInputs"],
+                "duplicate": False,
+            }
 
             async def in_tool() -> bool:
                 events = await engine.store.read_events(session.id, limit=100)
