@@ -211,7 +211,10 @@ async def test_a_damaged_row_is_a_structured_store_error_and_the_rest_reads_on(
         assert got.status_code == 500, got.text
         assert got.json() == await engine.call_tool("agent_get", {"name": "alpha"})
         error = got.json()["error"]
-        assert error["code"] == "damaged_record" and error["details"] == {"session_id": alpha.id, "column": "settings"}
+        details = dict(error["details"])
+        suggested = details.pop("suggestions")  # (the call that gets rid of it: its deletion, by its id)
+        assert error["code"] == "damaged_record" and details == {"session_id": alpha.id, "column": "settings"}
+        assert suggested == [{"tool": "agent_delete", "arguments": {"id": alpha.id}}]
         assert error["message"].startswith(f"the stored session {alpha.id!r} (alpha) is damaged: its settings value")
         assert "restore the store from a backup" in error["message"]
 
