@@ -125,16 +125,17 @@ class RunMethods(SqlBase):
     async def run_entities(self, *, limit: int = 100) -> list[str]:
         """The entities that have runs (`workflow:report`), in text order, at most `limit` (read from the index
         `runs_entity`)."""
-        check_limit(limit, LIST_LIMIT)
-        sql = "SELECT DISTINCT entity FROM runs WHERE entity IS NOT NULL ORDER BY entity LIMIT ?"
-        rows = await self._read(lambda tx: tx.fetch(sql, [limit]))
-        return [str(row[0]) for row in rows]
+        return await self._run_values("entity", limit)
 
     async def run_kinds(self, *, limit: int = 100) -> list[str]:
         """The kinds that runs have (`workflow`, `hook`), in text order, at most `limit` (no index holds them:
         this reads every run, as a listing of a kind that no run has does)."""
+        return await self._run_values("kind", limit)
+
+    async def _run_values(self, column: str, limit: int) -> list[str]:
+        """The values of `column` that runs have, in text order, at most `limit`."""
         check_limit(limit, LIST_LIMIT)
-        sql = "SELECT DISTINCT kind FROM runs ORDER BY kind LIMIT ?"
+        sql = f"SELECT DISTINCT {column} FROM runs WHERE {column} IS NOT NULL ORDER BY {column} LIMIT ?"
         rows = await self._read(lambda tx: tx.fetch(sql, [limit]))
         return [str(row[0]) for row in rows]
 
