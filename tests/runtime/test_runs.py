@@ -448,6 +448,92 @@ async def test_a_turn_still_running_is_a_span_before_it_bills(open_engine: OpenE
     assert (turn["costUsd"], turn["tokens"]) == (None, 0) and turn["startedAt"] >= task["startedAt"]
 
 
+async def test_a_turn_cancelled_while_its_model_had_not_answered_stays_a_span_with_its_end(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """The turn of `test_a_turn_still_running_is_a_span_before_it_bills`, once its run was cancelled: its span
+    stays, ended `cancelled`, whether or not its cut-off request billed (the ledger holds it with no tokens)."""
+    sleeper = role("sleeper", scripted("runs-cancelled-turn", ScriptedModel.hang()))
+    async with open_engine(sleeper) as engine:
+        ids: list[str] = []
+
+        async def workflow() -> None:
+            async with engine.run("nap") as run:
+                ids.append(run.id)
+                await run.task("sleeper", "nap")
+
+        running = asyncio.create_task(workflow())
+        agent = None
+        for _ in range(200):  # until its agent is in its turn
+            sessions = await engine.store.list_sessions(SessionFilter())
+            agent = next((s for s in sessions.items if s.current_turn_id), None)
+            if agent is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert agent is not None
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        trace = await _call(engine, "run_trace", id=ids[0])
+    (task,) = [s for s in trace["spans"] if s["kind"] == "task"]
+    (turn,) = [s for s in trace["spans"] if s["kind"] == "turn"]
+    assert (trace["run"]["status"], task["status"]) == ("cancelled", "cancelled")
+    assert (turn["status"], turn["parentSpanId"], turn["label"]) == ("cancelled", task["id"], "sleeper turn")
+    assert turn["ref"] == {"agentId": agent.id, "turnId": agent.current_turn_id}
+    assert turn["endedAt"] is not None and task["startedAt"] <= turn["startedAt"] <= turn["endedAt"]
+    assert turn["durationMs"] is not None and turn["tokens"] == 0
+
+
+async def test_a_turn_that_ended_without_billing_is_a_span_with_its_end_and_outcome(
+    open_engine: OpenEngine,
+) -> None:
+    """Once a turn that ended before its model answered once (here its model is none the engine knows: it fails
+    before any request, and bills nothing) was in no trace: the ledger drew the ended turns, and only the turn an
+    agent still ran was drawn from the agent. It is a span with its end and outcome, after its agent was reaped
+    too."""
+    lost = role("lost", "scripted:runs-no-such-model")
+    async with open_engine(lost) as engine:
+        with pytest.raises(TaskFailed, match="none of 2 attempt"):
+            async with engine.run("lost") as run:
+                await run.task("lost", "anything", attempts=2, backoff_seconds=0)
+        assert await engine.store.run_usage(run.id) == []  # (it never billed)
+        trace = await _call(engine, "run_trace", id=run.id)
+        agents = [s["ref"]["agentId"] for s in trace["spans"] if s["kind"] == "task"]
+        assert await engine.store.reap(agents) == 2
+        reaped = await _call(engine, "run_trace", id=run.id)
+    tasks = [s for s in trace["spans"] if s["kind"] == "task"]
+    turns = [s for s in trace["spans"] if s["kind"] == "turn"]
+    assert [(t["status"], t["parentSpanId"], t["ref"]["agentId"]) for t in turns] == [
+        ("failed", task["id"], task["ref"]["agentId"]) for task in tasks
+    ]
+    assert all(t["endedAt"] is not None and t["durationMs"] is not None for t in turns)
+    assert all(task["startedAt"] <= t["startedAt"] <= t["endedAt"] for task, t in zip(tasks, turns, strict=True))
+    assert [(t["label"], t["costUsd"], t["tokens"]) for t in turns] == [("lost turn", None, 0)] * 2
+    again = [s for s in reaped["spans"] if s["kind"] == "turn"]
+    assert [(t["id"], t["status"], t["startedAt"], t["endedAt"]) for t in again] == [
+        (t["id"], t["status"], t["startedAt"], t["endedAt"]) for t in turns
+    ]
+
+
+async def test_an_unbilled_turn_of_the_agent_after_its_run_ended_is_not_the_runs(open_engine: OpenEngine) -> None:
+    """A turn the run's agent began on new input after the run ended is other work of the agent's: one that
+    ended without billing is left out of the trace too, as the ledger leaves out one that billed."""
+    lost = role("lost", "scripted:runs-no-such-model-later")
+    async with open_engine(lost) as engine:
+        async with engine.run("lost") as run:
+            with pytest.raises(TaskFailed):
+                await run.task("lost", "anything")
+        (agent,) = (await engine.store.list_sessions(SessionFilter(run_id=run.id))).items
+        before = await _call(engine, "run_trace", id=run.id)
+        await engine.enqueue(agent.id, "something else")
+        settled, timed_out = await engine.wait(agent.id, 10)
+        assert not timed_out and settled.current_turn_id is None
+        assert len(await engine.store.read_events(agent.id, types=["turn.ended"])) == 2  # (it failed again)
+        after = await _call(engine, "run_trace", id=run.id)
+    assert [s["status"] for s in before["spans"] if s["kind"] == "turn"] == ["failed"]
+    assert after["spans"] == before["spans"]
+
+
 async def test_bad_run_and_task_arguments_are_refused_before_anything_is_stored(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

@@ -9,7 +9,8 @@ requests, their events) is added while they exist; `honesty` says what a trace c
   kinds closest first: one that agentwatch names (`RUN_KINDS`: `hook` before any fire) or that a run has is one.
 - `run_trace {id}`: the spans of the run (phases, tasks and their attempts, back-offs), every request its agents
   waited on (`hitl_wait`) and every turn its agents billed (`turn`; a sub-agent's under the task of the agent
-  that spawned it), and the turn each agent runs, billed or not yet (`running`, no end). A span's cost is its
+  that spawned it), the turn each agent runs, billed or not yet (`running`, no end), and each turn that ended
+  before it billed (failed or cancelled before its model answered once: no tokens). A span's cost is its
   turns' (the run's cost is all of them); a task's cost is the one it recorded when the ledger holds less
   (`costCoverage: "partial"`). A turn's times and outcome come from its agent's events, and once the agent was
   reaped from what its task's span kept of them when it ended.
@@ -400,20 +401,25 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
     stored = await store.list_spans(run.id)
     turns = await store.run_usage(run.id)
     sessions = await _sessions(engine, run.id)
-    truncated = len(turns) > MAX_TURNS
     attempts = _attempts(stored)
     spans = [_stored_span(span, attempts) for span in stored]
     task_of = _task_spans(stored)
     times = await _turn_times(engine, sessions, stored)
+    others = {session.id: await _other_work(store, session, run) for session in sessions.values()}
+    billed = {(turn.session_id, turn.turn_id) for turn in turns}
+    unbilled = _unbilled_turns(run, sessions, billed, others, times)
+    truncated = len(turns) + len(unbilled) > MAX_TURNS
     for turn in turns[:MAX_TURNS]:
         owner = _owner(turn.session_id, sessions, task_of)
         timed = times.get((turn.session_id, turn.turn_id))
         spans.append(_billed_turn(turn, owner, sessions.get(turn.session_id), timed))
-    billed = {(turn.session_id, turn.turn_id) for turn in turns}
+    roles = {turn.session_id: turn.role for turn in turns if turn.role}  # (a reaped agent's, from what it billed)
+    for agent_id, unbilled_turn in unbilled[: max(0, MAX_TURNS - len(turns))]:
+        session = sessions.get(agent_id)
+        role = session.role if session else roles.get(agent_id, "agent")
+        spans.append(_turn_span(agent_id, unbilled_turn, role, _owner(agent_id, sessions, task_of), Usage()))
     for session in sessions.values():
-        other = await _other_work(store, session, run)
-        if (going := _unbilled_turn(session, billed, other, times)) is not None:
-            spans.append(_turn_span(session.id, going, session.role, _owner(session.id, sessions, task_of), Usage()))
+        other = others[session.id]
         for request in await store.list_requests(session_id=session.id, status=None, limit=1000):
             if request.created_at < run.started_at or (other is not None and request.turn_id in other.turns):
                 continue  # asked for other work of the agent's, before the run or after it
@@ -573,6 +579,37 @@ def _billed_turn(
     role = turn.role or (session.role if session else "agent")
     start, end, outcome = times or (turn.first_at, turn.last_at, "completed")
     return _turn_span(turn.session_id, (turn.turn_id, start, end, outcome), role, parent, turn.usage)
+
+
+def _unbilled_turns(
+    run: RunRecord,
+    sessions: dict[str, SessionRecord],
+    billed: set[tuple[str, str | None]],
+    others: dict[str, _OtherWork | None],
+    times: _TurnTimes,
+) -> list[tuple[str, _Turn]]:
+    """The turns of the run's agents that the ledger does not hold, by agent id: they billed nothing (their model
+    never answered once). Each that ended (failed or cancelled before its first answer: its agent's events, or
+    its task's marks once it was reaped, say when and how), and the one each agent runs (`_unbilled_turn`).
+    What an agent did that was not the run's stays out: a turn begun before the run, or other work after it
+    ended (`_other_work`)."""
+    drawn: dict[tuple[str, str], _Turn] = {}
+    for (agent_id, turn_id), (start, end, outcome) in times.items():
+        other = others.get(agent_id)
+        if (
+            turn_id is None
+            or end is None  # (a turn that did not end is drawn while its agent runs it, below)
+            or (agent_id, turn_id) in billed
+            or start < run.started_at
+            or (other is not None and turn_id in other.turns)
+        ):
+            continue
+        drawn[(agent_id, turn_id)] = (turn_id, start, end, outcome)
+    for session in sessions.values():
+        going = _unbilled_turn(session, billed, others[session.id], times)
+        if going is not None and going[0] is not None:
+            drawn.setdefault((session.id, going[0]), going)  # (unless it ended as its session was read)
+    return [(agent_id, turn) for (agent_id, _), turn in drawn.items()]
 
 
 def _unbilled_turn(
