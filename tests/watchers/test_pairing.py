@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.roster import AgentDefinition
-from agentwatch.store import SessionPatch, SessionRecord
+from agentwatch.store import ObserverRef, SessionPatch, SessionRecord
 from agentwatch.watchers import describe, observer_agents
 from agentwatch.watchers.delivery import RECOVERY_NOTE
 from tests.watchers.support import (
@@ -56,6 +58,58 @@ async def test_a_deleted_observer_stays_stopped_after_retention_reaps_it(
         assert await observers_of(engine, sid) == []
         ref = await engine.store.get_observer_ref(sid)
         assert ref is not None and ref.stopped and ref.observer_session_id == observer.id
+
+
+async def test_agent_get_shows_an_observer_stopped_from_the_command_line_as_stopped(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """A person stopped the observer from the command line while no engine ran the agent it watches (that
+    process holds no pairing, so the tombstone is left to the engine that arms it next). `agent_get` read the
+    pairing as still `armed` ("observer started", not stopped) until then; it now reads the person's stop."""
+    coder, watcher = coder_and_watcher(scripted, "stopped-on-the-command-line")
+    async with open_engine(coder, watcher) as engine:
+        sid, observer = await paired(engine)
+    async with open_engine(coder, watcher, recover=False) as acting:  # as the CLI's `stop` opens one
+        assert await acting.stop(observer.id, by="alice") is True
+        entry = await describe(acting.store, await acting.store.get_session(sid))
+        stopped_at = (await acting.store.get_session(observer.id)).updated_at.isoformat()
+    assert entry is not None
+    assert (entry["state"], entry["reason"], entry["since"], entry["stopped"]) == (
+        "stopped",
+        "a person stopped this observer; it is not brought back",
+        stopped_at,
+        True,
+    )
+
+
+async def test_agent_get_gives_a_tombstoned_observer_the_reason_of_its_stop(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """The tombstone is written before the pairing's `stopped` state; read between the two, `agent_get` said
+    `stopped` with the reason and time of the state before ("observer started"): the reason is now the stop's."""
+    coder, watcher = coder_and_watcher(scripted, "tombstone-before-state")
+    async with open_engine(coder, watcher) as engine:
+        sid, observer = await paired(engine)
+    async with open_engine(coder, watcher, recover=False) as acting:
+        store = acting.store
+        stopped_at = datetime.now(UTC)
+        await store.set_observer_ref(
+            ObserverRef(
+                observed_session_id=sid,
+                observer_type=watcher.name,
+                observer_session_id=observer.id,
+                stopped=True,
+                stopped_at=stopped_at,
+            )
+        )
+        entry = await describe(store, await store.get_session(sid))
+    assert entry is not None
+    assert (entry["state"], entry["reason"], entry["since"], entry["stopped"]) == (
+        "stopped",
+        "a person stopped this observer; it is not brought back",
+        stopped_at.isoformat(),
+        True,
+    )
 
 
 async def test_an_observer_deleted_and_reaped_while_its_pairing_is_armed_is_not_replaced(

@@ -1,19 +1,24 @@
 """The observer of a session, as `agent_get` shows it: read from the store alone.
 
 The pairing itself lives in the watchers layer; what it leaves in the store (the observer ref with its
-tombstone, `observer.state` and `observer.report` events) is all this needs.
+tombstone, the observer session, `observer.state` and `observer.report` events) is all this needs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
+from agentwatch.errors import NotFound
 from agentwatch.events import ObserverReported, ObserverStateChanged, PairingState
 from agentwatch.reads.answers import ObserverEntry, ObserverReportEntry
-from agentwatch.store import SessionRecord, Store
+from agentwatch.store import ObserverRef, SessionRecord, Store
 from agentwatch.tools import dump
 
-__all__ = ["describe_observer", "observer_entry"]
+__all__ = ["STOPPED_FOR_GOOD", "describe_observer", "observer_entry", "stopped_by_person"]
+
+STOPPED_FOR_GOOD = "a person stopped this observer; it is not brought back"
+"""Why a pairing a person's stop ended stays over (the tombstone), as `agent_get` and the pairing say it."""
 
 
 async def describe_observer(store: Store, session: SessionRecord, *, reports: int = 5) -> dict[str, Any] | None:
@@ -44,8 +49,9 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
     state: PairingState = changed.state if changed is not None else "armed"
     reason = changed.reason if changed else None
     since = latest.at.isoformat() if latest is not None else None
-    if ref is not None and ref.stopped and state not in ("stopped", "blocked"):
-        state = "stopped"
+    stop = await _person_stop(store, ref) if state not in ("stopped", "blocked") else None
+    if stop is not None:
+        state, reason, since = "stopped", STOPPED_FOR_GOOD, stop.at.isoformat() if stop.at else since
     elif session.deleted_at is not None and state == "armed":
         # (not recorded: the notice of its deletion is a deleted session's last event)
         state, reason, since = "retired", "the observed agent was deleted", session.deleted_at.isoformat()
@@ -78,6 +84,40 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
         state=state,
         reason=reason,
         since=since,
-        stopped=bool(ref and ref.stopped),
+        stopped=bool(ref and ref.stopped) or stop is not None,
         reports=listed,
     )
+
+
+class _PersonStop(NamedTuple):
+    at: datetime | None
+    """When the person stopped (or deleted) the observer, when known."""
+
+
+async def _person_stop(store: Store, ref: ObserverRef | None) -> _PersonStop | None:
+    """When a person stopped the observer the ref names, though no `stopped` state records it yet; else None.
+
+    The pairing's engine writes the tombstone, then the state: read between the two, the tombstone says it. A
+    person who stops the observer while no engine runs the agent it watches (`agentwatch stop` on the store)
+    only ends the observer session: the next engine to arm the pairing writes both, and till then the session
+    says it."""
+    if ref is None:
+        return None
+    if ref.stopped:
+        return _PersonStop(ref.stopped_at or ref.updated_at)
+    if ref.observer_session_id is None:
+        return None
+    try:
+        observer = await store.get_session(ref.observer_session_id)
+    except NotFound:  # reaped: a lost context (a fresh observer takes over), unless its deletion left a tombstone
+        return None
+    if not stopped_by_person(observer):
+        return None
+    return _PersonStop(observer.deleted_at or observer.updated_at)
+
+
+def stopped_by_person(session: SessionRecord) -> bool:
+    """An observer session someone deleted, or whose turn someone stopped (the engine cancels one on its own
+    only when it hung, and first takes it out of the observer ref; a shutdown leaves turns running, to be
+    continued)."""
+    return session.deleted_at is not None or session.status == "cancelled"

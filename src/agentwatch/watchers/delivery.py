@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentwatch.errors import NotFound
 from agentwatch.events import Origin
+from agentwatch.reads.observer import stopped_by_person
 from agentwatch.runtime.leases import claimed_commit
 from agentwatch.store import InputDraft, ObserverRef, SessionRecord, Write
 from agentwatch.watchers.digest import Batch, Digest, TurnEndedItem, envelope_tag, safe_name
-from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive, stopped_by_person
+from agentwatch.watchers.pairing import Pairing, PairingRegistry, observed_alive
 from agentwatch.watchers.rules import RuleCourier
 
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ from agentwatch.events import (
     RuntimeNotice,
     new_id,
 )
-from agentwatch.reads.observer import describe_observer
+from agentwatch.reads.observer import STOPPED_FOR_GOOD, describe_observer, stopped_by_person
 from agentwatch.runtime.plan import lives_on
 from agentwatch.runtime.policy import ToolRequest, Verdict
 from agentwatch.runtime.roster import AgentDefinition
@@ -288,7 +288,7 @@ class PairingRegistry:
             if stone != ref:  # (left when the role named another observer type): the ref names this pairing again
                 await store.set_observer_ref(stone)
             pairing.observer_session_id = stone.observer_session_id
-            await self.set_state(pairing, "blocked", "a person stopped this observer; it is not brought back")
+            await self.set_state(pairing, "blocked", STOPPED_FOR_GOOD)
             return
         try:
             verdict = await self.gate(pairing, "observer_arm")
@@ -312,7 +312,7 @@ class PairingRegistry:
         previous = await self._reattachable(ref, pairing)
         if previous == "stopped":
             await self._tombstone(pairing, ref.observer_session_id if ref else None)
-            await self.set_state(pairing, "blocked", "a person stopped this observer; it is not brought back")
+            await self.set_state(pairing, "blocked", STOPPED_FOR_GOOD)
             return
         try:
             if isinstance(previous, SessionRecord):
@@ -456,13 +456,6 @@ def configured_verdict(config: ObserverConfig, observer_type: str) -> Verdict | 
         allowed = ", ".join(config.allowed_types) or "none"
         return Verdict("deny", f"{observer_type!r} is not in [observers] allowed_types ({allowed})", policy)
     return None
-
-
-def stopped_by_person(session: SessionRecord) -> bool:
-    """An observer session someone deleted, or whose turn someone stopped (the engine cancels one on its own
-    only when it hung, and first takes it out of the observer ref; a shutdown leaves turns running, to be
-    continued)."""
-    return session.deleted_at is not None or session.status == "cancelled"
 
 
 def observed_alive(session: SessionRecord) -> bool:
