@@ -346,6 +346,26 @@ def test_run_alone_waits_until_the_observer_has_read_the_turn(
     assert status == "idle" and types.count("turn.ended") >= 1 and "message.user" in types
 
 
+def test_run_alone_says_an_observer_that_is_not_armed_does_not_watch(
+    scripted: Scripted, store_url: str, tmp_path: Path
+) -> None:
+    """A model observer of a role without the `spawn` grant is denied: `run` said it "waited until its observer
+    reviewer settled", as if one had watched the turn; it now says the observer does not watch, and why."""
+    writer = scripted("remote-ungranted", ScriptedModel(function=lambda ctx: Reply("draft written")))
+    reviewer = scripted("remote-unarmed", ScriptedModel(function=lambda ctx: Reply("nothing to report")))
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "writer.md").write_text(role("writer", writer, observer="reviewer").to_markdown())
+    (agents / "reviewer.md").write_text(role("reviewer", reviewer).to_markdown())
+
+    result = invoke("run", "writer", "write it", "--name", "writer", "--store", store_url, "--agents-dir", str(agents))
+    assert result.exit_code == 0, result.output
+    assert "waited until its observer" not in result.stderr
+    assert "no service running: ran writer here; its observer reviewer does not watch it (denied: " in " ".join(
+        result.stderr.split()
+    )
+
+
 def test_run_alone_without_an_observer_says_so(scripted: Scripted, store_url: str, tmp_path: Path) -> None:
     model = scripted("remote-plain", ScriptedModel.replying("done"))
     agents = tmp_path / "agents"

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from agentwatch.config import Config
     from agentwatch.runtime.engine import Engine
     from agentwatch.store import RequestRecord, SessionRecord
+    from agentwatch.watchers.pairing import Pairing
 
 __all__ = ["run"]
 
@@ -80,8 +81,8 @@ async def _run(
             for request_id, answer in answers:
                 await engine.answer(request_id, answer, by="cli")
         snapshot = await engine.snapshot(session, timed_out=timed_out)
-        observer, settled = await _settle_observers(engine, session.id, deadline, spinner=True)
-        _say_alone(session.name, observer, settled)
+        pairing, settled = await _settle_observers(engine, session.id, deadline, spinner=True)
+        _say_alone(session.name, pairing, settled)
         if timed_out and session.status == "running":
             _say_cut_off(session.name)
         return snapshot
@@ -130,10 +131,10 @@ def _ask(name: str, requests: list[RequestRecord]) -> list[tuple[str, JsonValue]
 
 async def _settle_observers(
     engine: Engine, session_id: str, deadline: float, *, spinner: bool
-) -> tuple[str | None, bool]:
+) -> tuple[Pairing | None, bool]:
     """Wait until the session's observer has been given every digest and has read them (its turns settled,
-    and the session settled again after any report it was given); returns the observer's type (None when the
-    session has no observer) and whether it settled before `deadline`."""
+    and the session settled again after any report it was given); returns its pairing (None when the session
+    has no observer) and whether it settled before `deadline`."""
     from agentwatch.cli._common import err_console
     from agentwatch.errors import UserError
     from agentwatch.watchers.observers import observer_agents
@@ -164,9 +165,9 @@ async def _settle_observers(
                     _, busy = await engine.wait(watched, 0)  # timed out at once: not settled
             quiet = 0 if busy else quiet + 1
             if quiet >= 3:
-                return pairing.observer_type, True
+                return pairing, True
             if loop.time() >= deadline:
-                return pairing.observer_type, False
+                return pairing, False
             if status is not None:
                 from rich.markup import escape
 
@@ -187,19 +188,24 @@ def _say_cut_off(name: str) -> None:
     )
 
 
-def _say_alone(name: str, observer: str | None, settled: bool) -> None:
+def _say_alone(name: str, pairing: Pairing | None, settled: bool) -> None:
     from rich.markup import escape
 
     from agentwatch.cli._common import err_console
 
-    if observer is None:
-        text = f"no service running: ran {escape(name)} here (no observer to wait for)"
+    ran = f"no service running: ran {escape(name)} here"
+    observer = escape(pairing.observer_type) if pairing is not None else ""
+    if pairing is None:
+        text = f"{ran} (no observer to wait for)"
+    elif pairing.state in ("denied", "stopped", "blocked", "retired"):  # nothing watched the turn, or waited for
+        why = escape(f"{pairing.state}: {pairing.reason}" if pairing.reason else pairing.state)
+        text = f"{ran}; its observer {observer} does not watch it ({why})"
     elif settled:
-        text = f"no service running: ran {escape(name)} here and waited until its observer {escape(observer)} settled"
+        text = f"{ran} and waited until its observer {observer} settled"
     else:
         text = (
-            f"no service running: ran {escape(name)} here; its observer {escape(observer)} had not settled when "
-            "--timeout passed (what it had not read is lost; `agentwatch serve` keeps observers running)"
+            f"{ran}; its observer {observer} had not settled when --timeout passed (what it had not read is lost; "
+            "`agentwatch serve` keeps observers running)"
         )
     err_console.print(f"[dim]{text}[/]", soft_wrap=True)
 
