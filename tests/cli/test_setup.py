@@ -24,7 +24,7 @@ from tests.cli.test_remote_serve import environment, stopped
 from tests.fakes.otlp_collector import OtlpCollector
 
 SETUP = '''
-from agentwatch import AgentDefinition, CallTool, Reply, ScriptedModel
+from agentwatch import AgentDefinition, CallTool, Fail, Reply, ScriptedModel
 
 
 def shout(text: str) -> str:
@@ -107,6 +107,15 @@ def dozing():
 
 def _dozes(ctx):
     return Reply("rested") if ctx.tool_results else CallTool("doze", {})
+
+
+def failing_observer():
+    writer = AgentDefinition(
+        name="writer", model="scripted:writer", instructions="Write.", observer="failer", grant=["spawn"]
+    )
+    failer = AgentDefinition(name="failer", model="scripted:failer", instructions="Fail.")
+    models = {"writer": ScriptedModel.replying("draft written"), "failer": ScriptedModel([Fail("boom")])}
+    return {"definitions": [writer, failer], "models": models}
 
 
 def with_a_role():
@@ -300,6 +309,16 @@ def test_a_local_run_cut_off_by_its_timeout_says_what_becomes_of_the_turn(projec
                      "--timeout", "1")  # fmt: skip
     assert ran.returncode == 3, ran.stderr
     assert "'s turn is cut off with this command; it goes on when an engine next opens the store" in ran.stderr
+
+
+def test_a_local_run_says_a_failed_delivery_to_its_observer_once(project: Path) -> None:
+    """The failure is recorded on the agent (a `runtime.warning`), which `run` prints with its events; it was
+    logged as a warning too, which the command (no logging set up) printed a second time on stderr, by id."""
+    ran = agentwatch(project, "run", "writer", "go", "--setup", "shop.agents:failing_observer", "--server", "none")
+    assert ran.returncode == 0, ran.stderr
+    said = ran.stdout + ran.stderr
+    assert said.count("delivery to the observer failed") == 1, said
+    assert "runtime.warning: delivery to the observer failed" in " ".join(ran.stdout.split())
 
 
 def test_the_stop_command_a_cut_off_run_prints_runs_as_printed(project: Path) -> None:

@@ -353,10 +353,14 @@ class ObserverAgents:
         if (session.id, kind) in self._warned:
             return
         self._warned.add((session.id, kind))
-        log.warning("session %s (%s): %s", session.id, session.role, message)
+        log.info("session %s (%s): %s", session.id, session.role, message)  # (as `PairingRegistry.warn` logs)
         notice = RuntimeNotice(type="runtime.warning", message=message, source=SOURCE, detail={"role": session.role})
-        driver = await self.engine.driver(session.id)
-        await driver.commit(Write(session.id, events=[NewEvent(notice)], touch=False))
+        try:
+            driver = await self.engine.driver(session.id)
+            await driver.commit(Write(session.id, events=[NewEvent(notice)], touch=False))
+        except Exception as exc:
+            log.warning("could not record the warning on %s (%s): %s", session.id, message, exc)
+            raise
 
     def _define_rule(self, name: str) -> None:
         if self._engine is not None and name not in self._engine.roster:

@@ -197,8 +197,12 @@ class PairingRegistry:
         await driver.commit(Write(sid, events=[NewEvent(p) for p in payloads], touch=False), rides=rides)
 
     async def warn(self, pairing: Pairing, message: str, **detail: JsonValue) -> None:
-        """Record a `runtime.warning` about the observer on the observed session (and log it)."""
-        log.warning("observer of %s: %s", pairing.observed_session_id, message)
+        """Record a `runtime.warning` about the observer on the observed session (and log it).
+
+        Logged as info: the notice is what says it (`agent_tail`, the dashboard, `agentwatch run`'s events), and
+        a warning in the log is printed a second time by a command, which sets up no logging. Only a notice that
+        cannot be recorded is a warning in the log."""
+        log.info("observer of %s: %s", pairing.observed_session_id, message)
         notice = RuntimeNotice(
             type="runtime.warning",
             message=message,
@@ -208,7 +212,7 @@ class PairingRegistry:
         try:
             await self.record(pairing, notice)
         except Exception as exc:  # the observed session may be gone; the log has it
-            log.warning("could not record the warning on %s: %s", pairing.observed_session_id, exc)
+            log.warning("could not record the warning on %s (%s): %s", pairing.observed_session_id, message, exc)
 
     async def set_state(
         self, pairing: Pairing, state: PairingState, reason: str | None, *, record: bool = True
