@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from agentwatch.reads.runs import HistoryArgs
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
-from agentwatch.store import RunDraft, RunFilter, RunPatch, SessionFilter
+from agentwatch.store import RunDraft, RunFilter, RunPatch, SessionFilter, SessionRecord
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, lease_config, role
 from tests.watchers.support import reporting
 
@@ -411,31 +413,41 @@ async def test_a_cancelled_run_stops_the_agent_its_task_waits_on(open_engine: Op
         assert session.status == "cancelled"
 
 
+@contextlib.asynccontextmanager
+async def _napping(engine: Any) -> AsyncIterator[tuple[str, SessionRecord]]:
+    """A run of one task whose agent (role `sleeper`) hangs in its turn, its model never answering: the run's id
+    and the agent, once it is in that turn. The run is cancelled on the way out."""
+    ids: list[str] = []
+
+    async def workflow() -> None:
+        async with engine.run("nap") as run:
+            ids.append(run.id)
+            await run.task("sleeper", "nap")
+
+    running = asyncio.create_task(workflow())
+    agent = None
+    for _ in range(200):  # until its agent is in its turn
+        sessions = await engine.store.list_sessions(SessionFilter())
+        agent = next((s for s in sessions.items if s.current_turn_id), None)
+        if agent is not None:
+            break
+        await asyncio.sleep(0.05)
+    try:
+        assert agent is not None
+        yield ids[0], agent
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+
 async def test_a_turn_still_running_is_a_span_before_it_bills(open_engine: OpenEngine, scripted: Scripted) -> None:
     """Once a turn showed in a trace only once it billed (its usage written): a task whose agent waited on its
     model's first answer had nothing under it. A running turn is a span still going, as a running task is."""
     sleeper = role("sleeper", scripted("runs-running-turn", ScriptedModel.hang()))
-    async with open_engine(sleeper) as engine:
-        ids: list[str] = []
-
-        async def workflow() -> None:
-            async with engine.run("nap") as run:
-                ids.append(run.id)
-                await run.task("sleeper", "nap")
-
-        running = asyncio.create_task(workflow())
-        agent = None
-        for _ in range(200):  # until its agent is in its turn
-            sessions = await engine.store.list_sessions(SessionFilter())
-            agent = next((s for s in sessions.items if s.current_turn_id), None)
-            if agent is not None:
-                break
-            await asyncio.sleep(0.05)
-        assert agent is not None and await engine.store.run_usage(ids[0]) == []  # (it billed nothing yet)
-        trace = await _call(engine, "run_trace", id=ids[0])
-        running.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await running
+    async with open_engine(sleeper) as engine, _napping(engine) as (run_id, agent):
+        assert await engine.store.run_usage(run_id) == []  # (it billed nothing yet)
+        trace = await _call(engine, "run_trace", id=run_id)
     (task,) = [s for s in trace["spans"] if s["kind"] == "task"]
     (turn,) = [s for s in trace["spans"] if s["kind"] == "turn"]
     assert (turn["status"], turn["endedAt"], turn["durationMs"], turn["parentSpanId"]) == (
@@ -455,26 +467,9 @@ async def test_a_turn_cancelled_while_its_model_had_not_answered_stays_a_span_wi
     stays, ended `cancelled`, whether or not its cut-off request billed (the ledger holds it with no tokens)."""
     sleeper = role("sleeper", scripted("runs-cancelled-turn", ScriptedModel.hang()))
     async with open_engine(sleeper) as engine:
-        ids: list[str] = []
-
-        async def workflow() -> None:
-            async with engine.run("nap") as run:
-                ids.append(run.id)
-                await run.task("sleeper", "nap")
-
-        running = asyncio.create_task(workflow())
-        agent = None
-        for _ in range(200):  # until its agent is in its turn
-            sessions = await engine.store.list_sessions(SessionFilter())
-            agent = next((s for s in sessions.items if s.current_turn_id), None)
-            if agent is not None:
-                break
-            await asyncio.sleep(0.05)
-        assert agent is not None
-        running.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await running
-        trace = await _call(engine, "run_trace", id=ids[0])
+        async with _napping(engine) as (run_id, agent):
+            pass
+        trace = await _call(engine, "run_trace", id=run_id)
     (task,) = [s for s in trace["spans"] if s["kind"] == "task"]
     (turn,) = [s for s in trace["spans"] if s["kind"] == "turn"]
     assert (trace["run"]["status"], task["status"]) == ("cancelled", "cancelled")
