@@ -47,11 +47,13 @@ class InboxMethods(SqlBase):
 
     async def get_input(self, session_id: str, input_id: str) -> InputRecord:
         """One inbox input of a session, taken or not. Raises `NotFound`."""
-        sql = f"{select(INPUT_COLUMNS, 'inbox')} WHERE id = ? AND session_id = ?"
-        rows = await self._read(lambda tx: tx.fetch(sql, [input_id, session_id]))
-        if not rows:
-            raise NotFound(f"session {session_id!r} has no input {input_id!r}")
-        return from_row(InputRecord, INPUT_COLUMNS, rows[0], INPUT_JSON)
+        missing = NotFound(f"session {session_id!r} has no input {input_id!r}")
+        record: InputRecord = await self._read(
+            lambda tx: self._one(tx, InputRecord, "inbox", INPUT_COLUMNS, INPUT_JSON, ("id", input_id), missing)
+        )
+        if record.session_id != session_id:
+            raise missing
+        return record
 
     async def get_request(self, request_id: str) -> RequestRecord:
         """One request by id. Raises `NotFound`."""
