@@ -7,7 +7,7 @@ tombstone, the observer session, `observer.state` and `observer.report` events) 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from agentwatch.errors import NotFound
 from agentwatch.events import ObserverReported, ObserverStateChanged, PairingState
@@ -51,7 +51,7 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
     since = latest.at.isoformat() if latest is not None else None
     stop = await _person_stop(store, ref) if state not in ("stopped", "blocked") else None
     if stop is not None:
-        state, reason, since = "stopped", STOPPED_FOR_GOOD, stop.at.isoformat() if stop.at else since
+        state, reason, since = "stopped", STOPPED_FOR_GOOD, stop.isoformat()
     elif session.deleted_at is not None and state == "armed":
         # (not recorded: the notice of its deletion is a deleted session's last event)
         state, reason, since = "retired", "the observed agent was deleted", session.deleted_at.isoformat()
@@ -89,12 +89,7 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
     )
 
 
-class _PersonStop(NamedTuple):
-    at: datetime | None
-    """When the person stopped (or deleted) the observer, when known."""
-
-
-async def _person_stop(store: Store, ref: ObserverRef | None) -> _PersonStop | None:
+async def _person_stop(store: Store, ref: ObserverRef | None) -> datetime | None:
     """When a person stopped the observer the ref names, though no `stopped` state records it yet; else None.
 
     The pairing's engine writes the tombstone, then the state: read between the two, the tombstone says it. A
@@ -104,7 +99,7 @@ async def _person_stop(store: Store, ref: ObserverRef | None) -> _PersonStop | N
     if ref is None:
         return None
     if ref.stopped:
-        return _PersonStop(ref.stopped_at or ref.updated_at)
+        return ref.stopped_at or ref.updated_at
     if ref.observer_session_id is None:
         return None
     try:
@@ -113,7 +108,7 @@ async def _person_stop(store: Store, ref: ObserverRef | None) -> _PersonStop | N
         return None
     if not stopped_by_person(observer):
         return None
-    return _PersonStop(observer.deleted_at or observer.updated_at)
+    return observer.deleted_at or observer.updated_at
 
 
 def stopped_by_person(session: SessionRecord) -> bool:
