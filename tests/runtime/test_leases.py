@@ -182,7 +182,8 @@ async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_an
     engine has (a misspelt role file, a definition removed) waited unseen: the sweeps leave such work to an engine
     with the role, and `agent_get` said `idle`, input waiting, nothing more. Now an engine that sees the work wait
     says on the agent what to do (one `runtime.warning`, however many such engines), `agent_get` says why
-    (`roleProblem`), and an engine opened with the role still runs the work."""
+    (`roleProblem`), and an engine opened with the role still runs the work. A wait on the agent (`agent_await`) that times out says
+    the same (a scheduler waiting on it learns why nothing happens)."""
     monkeypatch.setattr(engines, "MAINTENANCE_SECONDS", 0.05)
     monkeypatch.setattr(leases_module, "UNCLAIMED_SECONDS", 0.3)
     with_the_role, runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-unclaimed")
@@ -193,6 +194,7 @@ async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_an
     async with Engine.open(url, config=config) as b, Engine.open(url, config=config) as c:  # no roles at all
         await asyncio.sleep(1.5)  # many upkeep passes of each
         record = await c.call_tool("agent_get", {"id": session.id})
+        awaited = await c.call_tool("agent_await", {"agentId": session.id, "timeoutMs": 200})
         events = await b.store.read_events(session.id, limit=100)
     said = [e.payload for e in events if isinstance(e.payload, RuntimeNotice) and e.payload.type == "runtime.warning"]
     assert len(said) == 1 and said[0].source == "roster", said
@@ -200,11 +202,14 @@ async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_an
     assert "delete the agent" in said[0].message and said[0].detail["role"] == "slow"  # type: ignore[index,call-overload]
     assert (record["status"], record["pendingInputs"]) == ("idle", 1)
     assert record["roleProblem"].startswith("no agent type 'slow'") and "delete the agent" in record["roleProblem"]
+    assert awaited["timedOut"] and awaited["roleProblem"] == record["roleProblem"]  # a scheduler's wait says why
     async with with_the_role() as a:
         settled, timed_out = await a.wait(session.id, 10)
         record = await a.call_tool("agent_get", {"id": session.id})
+        awaited = await a.call_tool("agent_await", {"agentId": session.id, "timeoutMs": 200})
     assert not timed_out and settled.status == "completed" and settled.pending_inputs == 0
     assert record["roleProblem"] is None and started(runs) != []
+    assert not awaited["timedOut"] and awaited["roleProblem"] is None
 
 
 async def cut_off_turn(url: str, session_id: str) -> tuple[str, LeaseRecord]:

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Protocol
 
 from agentwatch.config import Config
-from agentwatch.errors import AgentwatchError, Invalid
+from agentwatch.errors import AgentwatchError, Invalid, NotFound
 from agentwatch.live import LiveRing
 from agentwatch.store import Store
 
@@ -73,6 +73,20 @@ class RosterView(Protocol):
 
     def runnable(self) -> list[str]:
         """The agent types an agent can run as (rule observers left out), sorted."""
+
+
+def role_problem(roster: RosterView, role: str) -> str | None:
+    """Why an engine with `roster` cannot run an agent of `role` (its roster lacks the agent type), and what to do;
+    None when it can."""
+    try:
+        roster.get(role)
+    except NotFound as exc:
+        return (
+            f"{exc.message}; the agent's work waits for an engine that has agent type {role!r} (one open on this "
+            "store takes it within a second): define the type for the service that should run it (`agentwatch "
+            "agents check` checks an agents directory), or delete the agent"
+        )
+    return None
 
 
 class EngineView(Protocol):

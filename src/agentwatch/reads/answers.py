@@ -195,6 +195,11 @@ class StatusSnapshot(Answer):
     cursor: str
     timed_out: bool
     deleted: bool
+    role_problem: str | None = Field(
+        description="Set when the wait timed out and the engine answering cannot run the agent's role (its roster "
+        "lacks it): why, and what to do. The agent's work waits, nothing lost, for an engine that has the role; "
+        "null otherwise."
+    )
 
 
 class SubagentUsage(Answer):

@@ -22,6 +22,7 @@ from agentwatch.events import (
     truncate,
 )
 from agentwatch.live import LiveRing
+from agentwatch.reads._view import RosterView, role_problem
 from agentwatch.reads.answers import CurrentItem, CurrentSnapshot, PartialUsage, PendingHitl, StatusSnapshot
 from agentwatch.reads.words import status_word
 from agentwatch.store import SessionRecord, Store
@@ -231,9 +232,11 @@ async def snapshot_answer(
     stuck_after: float,
     timed_out: bool = False,
     ring: LiveRing | None = None,
+    roster: RosterView | None = None,
 ) -> StatusSnapshot:
     """What `agent_await` / `agent_task` return: the `current` snapshot with the agent's id, status and word,
-    plus `timedOut` and `deleted`."""
+    plus `timedOut` and `deleted`; and, when the wait timed out, why the engine of `roster` (one that runs
+    agents) cannot run the agent's role, if it cannot."""
     now = await current(store, session, ring)
     return StatusSnapshot(
         agent_id=session.id,
@@ -244,6 +247,7 @@ async def snapshot_answer(
         **dict(now),
         timed_out=timed_out,
         deleted=session.deleted_at is not None,
+        role_problem=role_problem(roster, session.role) if timed_out and roster is not None else None,
     )
 
 
@@ -254,6 +258,10 @@ async def status_snapshot(
     stuck_after: float,
     timed_out: bool = False,
     ring: LiveRing | None = None,
+    roster: RosterView | None = None,
 ) -> dict[str, Any]:
     """`snapshot_answer` as the JSON object the tools return (for Python callers and the CLI)."""
-    return dump(await snapshot_answer(store, session, stuck_after=stuck_after, timed_out=timed_out, ring=ring))
+    snapshot = await snapshot_answer(
+        store, session, stuck_after=stuck_after, timed_out=timed_out, ring=ring, roster=roster
+    )
+    return dump(snapshot)

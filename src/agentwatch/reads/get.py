@@ -14,7 +14,7 @@ from pydantic.alias_generators import to_camel
 from agentwatch.errors import Ambiguous, NotFound, Suggestion
 from agentwatch.events import TurnStarted
 from agentwatch.reads._rows import oldest_request, row_fields
-from agentwatch.reads._view import EngineView, iso
+from agentwatch.reads._view import EngineView, iso, role_problem
 from agentwatch.reads.answers import AgentRecord, MailboxEntry, ObserverEntry, OwnerEntry, SubagentUsage
 from agentwatch.reads.current import current
 from agentwatch.reads.observer import observer_entry
@@ -114,18 +114,13 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
     now = datetime.now(UTC)
     oldest = await oldest_request(view, session)
     row = row_fields(session, now=now, oldest=oldest, stuck_after=view.stuck_after(session.role))
-    role_problem = None
+    # (a read of the store alone runs no agent: its roster is no reason one waits)
+    problem = role_problem(view.roster, session.role) if view.runs_agents else None
     try:
         definition = view.roster.get(session.role)
         role_model, capabilities = definition.model, sorted(definition.grant)
-    except NotFound as exc:
+    except NotFound:
         role_model, capabilities = None, []
-        if view.runs_agents:  # (a read of the store alone runs no agent: its roster is no reason one waits)
-            role_problem = (
-                f"{exc.message}; the agent's work waits for an engine that has agent type {session.role!r} (one "
-                "open on this store takes it within a second): define the type for the service that should run it "
-                "(`agentwatch agents check` checks an agents directory), or delete the agent"
-            )
     inbox = await view.store.list_inputs(session.id)
     return AgentRecord(
         **row,
@@ -134,7 +129,7 @@ async def agent_record(view: EngineView, session: SessionRecord) -> AgentRecord:
         scope=session.scope,
         usage_with_subagents=await usage_with_subagents(view, session),
         role_model_ref=role_model,
-        role_problem=role_problem,
+        role_problem=problem,
         model_override=session.model_override,
         capabilities=list(capabilities),
         system_prompt=await _system_prompt(view, session),

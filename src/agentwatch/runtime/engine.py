@@ -527,7 +527,9 @@ class Engine:
         """The status snapshot `agent_await` and `agent_task` return."""
         self._check_open()
         threshold = self.stuck_after(session.role)
-        return await status_snapshot(self.store, session, stuck_after=threshold, timed_out=timed_out, ring=self.ring)
+        return await status_snapshot(
+            self.store, session, stuck_after=threshold, timed_out=timed_out, ring=self.ring, roster=self.roster
+        )
 
     @property
     def runs_agents(self) -> bool:

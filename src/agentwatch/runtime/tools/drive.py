@@ -268,7 +268,12 @@ def _origin(caller: Caller) -> Origin:
 
 async def _snapshot(engine: Runtime, session: SessionRecord, timed_out: bool) -> StatusSnapshot:
     return await snapshot_answer(
-        engine.store, session, stuck_after=engine.stuck_after(session.role), timed_out=timed_out, ring=engine.ring
+        engine.store,
+        session,
+        stuck_after=engine.stuck_after(session.role),
+        timed_out=timed_out,
+        ring=engine.ring,
+        roster=engine.roster,
     )
 
 
