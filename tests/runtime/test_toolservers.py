@@ -29,6 +29,8 @@ from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.policy import Policy, ToolRequest, Verdict
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.toolservers import ToolServer, read_oauth_answer, shown_answer, tool_servers
+from agentwatch.tools import Caller, Tool
+from tests.base_install import base_install
 from tests.fakes.mcp_tool_server import VAULT_TOKEN, serve_http
 from tests.runtime.support import OpenEngine, Scripted, role
 
@@ -330,6 +332,35 @@ async def test_a_server_tool_to_approve_called_against_its_input_schema_fails_at
         (refused,) = payloads(await events(engine, asked["agentId"]), ToolResult)
         assert refused.status == "error"
         assert refused.output.startswith("InvalidArgument: bad arguments for fake__add: a: 'two' is not of type")
+        await engine.answer(request.id, True)
+        done, _ = await engine.wait(asked["agentId"], 60)
+        assert done.last_text == f"{refused.output} | 5"
+
+
+async def test_a_bare_schema_tool_to_approve_called_with_bad_arguments_fails_at_once_on_a_base_install(
+    open_engine: OpenEngine, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool built from a bare JSON schema is checked against it as a server's tool is, with no extra installed:
+    the bad call never reaches a person."""
+    base_install(monkeypatch)
+
+    async def add(engine: Any, caller: Caller, args: dict[str, Any]) -> JsonValue:
+        return args["a"] + args["b"]
+
+    schema: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    }
+    bare = Tool("add", "Add two integers.", schema, add, requires_approval=True)
+    ref = scripted("bare-adder", calls(("add", {"a": "two", "b": 3}), ("add", {"a": 2, "b": 3})))
+    async with open_engine(role("bare-adder", ref, tools=("add",)), tools=[bare]) as engine:
+        asked = await engine.task("bare-adder", "add", timeout=60)
+        assert asked["pendingHitl"]["kind"] == "approval"
+        (request,) = await engine.store.list_requests(session_id=asked["agentId"])
+        assert request.body == {"tool_name": "add", "input": {"a": 2, "b": 3}}
+        (refused,) = payloads(await events(engine, asked["agentId"]), ToolResult)
+        assert refused.output.startswith("InvalidArgument: bad arguments for add: a: 'two' is not of type")
         await engine.answer(request.id, True)
         done, _ = await engine.wait(asked["agentId"], 60)
         assert done.last_text == f"{refused.output} | 5"

@@ -202,14 +202,12 @@ def check_schema_args(schema: Schema, tool_name: str, args: object) -> None:
     """Validate `args` for `tool_name` against its JSON `schema` (a tool server's `inputSchema`): every problem
     is named in one `InvalidArgument`, as `parse_args` names them.
 
-    Nothing is checked without the `jsonschema` package (the `toolservers` extra brings it), nor against a
-    schema that is not a valid one: the tool itself still refuses what it cannot take, when it runs.
+    Nothing is checked against a schema that is not a valid one: the tool itself still refuses what it cannot
+    take, when it runs. (`jsonschema` is imported here, by the first such check: most processes make none.)
     """
-    try:
-        from jsonschema.exceptions import SchemaError
-        from jsonschema.validators import validator_for
-    except ImportError:
-        return
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
     if not isinstance(args, dict):
         raise InvalidArgument(
             f"{tool_name} takes a JSON object of arguments, got {json_kind(args)}", fields=["arguments"]
