@@ -83,7 +83,7 @@ async def test_bad_fires_are_refused_with_what_to_do(
         assert refused.decision == "deny" and "'spawn' grant" in str(refused.reason)
     async with open_engine(checker, runs_turns=False) as acting:  # as an acting CLI command opens one
         idle = await acting.call_tool("hook_fire", {"name": "deploy-check"})
-        assert idle["error"]["code"] == "conflict" and "agentwatch serve" in idle["error"]["message"]
+        assert idle["error"]["code"] == "conflict" and "an engine that runs turns" in idle["error"]["message"]
     assert prompts == []
     with pytest.raises(UserError, match="runs role 'ghost', which is not defined"):
         async with open_engine(checker, hooks=[Hook("haunt", "ghost", prompt="boo")]):

@@ -114,6 +114,38 @@ async def test_mcp_over_stdio(tmp_path: Path) -> None:
     check(seen, "Done over stdio.")
 
 
+def stdio_server(tmp_path: Path, *options: str) -> StdioServerParameters:
+    """The `agentwatch mcp` of `tests.service.mcp_stdio_server`, on a store of the test's own."""
+    store = f"sqlite:///{tmp_path / 'mcp.db'}"
+    module = "tests.service.mcp_stdio_server"
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", module, store, str(tmp_path), *options], cwd=str(ROOT)
+    )
+
+
+async def test_a_hook_fired_over_stdio_runs_in_the_servers_engine(tmp_path: Path) -> None:
+    async with Client(stdio_server(tmp_path)) as client:
+        fired = await client.call_tool("hook_fire", {"name": "check", "input": {"sha": "4f2a"}})
+        assert not fired.is_error, fired
+        run_id = fired.structured_content["runId"]
+        for _ in range(100):
+            trace = (await client.call_tool("run_trace", {"id": run_id})).structured_content
+            if trace["run"]["status"] != "running":
+                break
+            await anyio.sleep(0.1)
+    assert trace["run"]["status"] == "completed", trace
+
+
+async def test_a_hook_fired_where_no_turn_runs_is_refused_in_words_an_agent_can_act_on(tmp_path: Path) -> None:
+    """Once: the refusal told the calling agent to fire it "through `agentwatch serve`", a command it cannot run."""
+    async with Client(stdio_server(tmp_path, "turnless")) as client:
+        refused = await client.call_tool("hook_fire", {"name": "check"})
+    error = refused.structured_content["error"]
+    assert refused.is_error and error["code"] == "conflict"
+    assert "agentwatch " not in error["message"], error
+    assert error["message"].startswith("hook 'check' cannot fire here: a fire runs in an engine that runs turns")
+
+
 async def test_a_read_only_stdio_server_runs_no_turn_and_creates_no_store(tmp_path: Path) -> None:
     """Once: `mcp --read-only` ran the store's queued turns (and, with no definitions where it was started,
     failed them for good), and made a store where none was."""

@@ -676,8 +676,11 @@ class Engine:
         """Start a run of hook `name` with `input` (once per `key`, when given); returns once the run is recorded
         (see `agentwatch.runtime.hooks`)."""
         self._check_open()
-        if self.hooks is None:
-            raise Conflict("this engine runs no turns, so it fires no hook: fire it through `agentwatch serve`")
+        if self.hooks is None:  # (the fire's run is held by the engine that runs it: see `agentwatch.runtime.hooks`)
+            raise Conflict(
+                f"hook {name!r} cannot fire here: a fire runs in an engine that runs turns, and this one runs none "
+                "(it only reads and writes the store); fire it through a server on this store whose engine runs turns"
+            )
         if self._draining:
             raise Conflict("this engine is draining for a restart: it starts no run; fire the hook again in a moment")
         return await self.hooks.fire(name, input, key)

@@ -20,9 +20,10 @@ or `Engine.open(hooks=[Hook("deploy-check", "checker", prompt="...")])` in Pytho
 - The fire runs a task: a session of `role` (source `hook`, group key `hook:<name>`: `agent_list {groupKey:
   "hook:deploy-check"}` lists every fire), reaped after `retention.hook_ttl`; the run ends as its task does
   (`Run.sole_task`: `completed`, `timed_out`, `cancelled` or `failed`), and is reaped after `retention.run_ttl`.
-- A fire runs in the engine that took it (one that runs turns: `agentwatch serve`, `Engine.open()`); one whose
-  process dies lapses and ends `interrupted`, as any run; its agent goes on after the restart, and an engine's
-  maintenance stops it once it runs past the hook's timeout (`stop_orphans`).
+- A fire runs in the engine that took it (one that runs turns: `agentwatch serve`, `agentwatch mcp` while its
+  client is connected, `Engine.open()`); one whose process dies lapses and ends `interrupted`, as any run; its
+  agent goes on after the restart, and an engine's maintenance stops it once it runs past the hook's timeout
+  (`stop_orphans`). An engine that runs no turns refuses a fire (a conflict): the run would have nobody to end it.
 """
 
 from __future__ import annotations
