@@ -313,9 +313,10 @@ async def test_a_damaged_time_in_the_spend_ledger_is_a_damaged_record(
     [
         ("input_tokens", "lots", "'lots' is not a whole number"),
         ("requests", 1.5, "1.5 is not a whole number"),
+        ("cost_usd", "lots", "'lots' is not a number"),
     ],
 )
-async def test_a_damaged_count_in_the_spend_ledger_is_a_damaged_record_not_summed_as_zero(
+async def test_a_damaged_count_or_cost_in_the_spend_ledger_is_a_damaged_record_not_summed_as_zero(
     store: Store, store_url: str, backend: str, column: str, stored: Any, said: str
 ) -> None:
     if backend != "sqlite":

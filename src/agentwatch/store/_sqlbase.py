@@ -63,11 +63,17 @@ EVENT_COLUMNS = "id, session_id, seq, at, turn_id, conversation_id, payload"
 EVENT_READ = EVENT_COLUMNS + ", type"
 USAGE_SUMS = (
     "SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
-    "SUM(reasoning_tokens), SUM(requests), SUM(cost_usd), COUNT(cost_usd)"
+    "SUM(reasoning_tokens), SUM(requests), SUM(cost_usd), MAX(cost_usd)"
 )
+"""The spend ledger's sums. `MAX(cost_usd)` is None when no entry is priced (the cost is then unknown, not zero);
+on SQLite it is also how a cost that is no number (text, a row edited by hand) shows, as SQLite orders text and
+blobs after every number: in place of a count of the priced entries, so the sums take no further aggregate."""
 _COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "requests")
-_NOT_WHOLE = " OR ".join(f"typeof({column}) != 'integer'" for column in _COUNTS)
-"""SQLite: a ledger entry with a count that is no whole number (text, a fraction: a row edited by hand)."""
+_DAMAGED = " OR ".join(
+    [*(f"typeof({column}) != 'integer'" for column in _COUNTS), "typeof(cost_usd) IN ('text', 'blob')"]
+)
+"""SQLite: a ledger entry with a count that is no whole number (text, a fraction), or a cost that is no number
+(text): a row edited by hand."""
 
 
 def utc_now() -> datetime:
@@ -80,7 +86,7 @@ def select(columns: Sequence[str], table: str) -> str:
 
 def usage_from_sums(row: Sequence[Any]) -> Usage:
     tokens = [int(value or 0) for value in row[:6]]
-    cost = float(row[6]) if row[7] else None  # no priced entry: the cost is unknown, not zero
+    cost = float(row[6]) if row[7] is not None else None  # no priced entry: the cost is unknown, not zero
     return Usage(
         input_tokens=tokens[0],
         output_tokens=tokens[1],
@@ -90,6 +96,11 @@ def usage_from_sums(row: Sequence[Any]) -> Usage:
         requests=tokens[5],
         cost_usd=cost,
     )
+
+
+def _damaged_sums(sums: Sequence[Any]) -> bool:
+    """Whether the `USAGE_SUMS` of some entries show one damaged (see `SqlBase._ledger_sums`)."""
+    return any(isinstance(total, float) for total in sums[:6]) or isinstance(sums[7], str | bytes)
 
 
 def patch_fields(patch: BaseModel) -> dict[str, Any]:
@@ -150,30 +161,35 @@ class SqlBase(ABC):
 
     async def _ledger_sums(self, keys: str, where: str, params: Sequence[Any], grouping: str = "") -> list[Row]:
         """`SELECT keys, USAGE_SUMS FROM usage_ledger WHERE where grouping`: rows that end with the sums
-        `usage_from_sums` reads. `DamagedRecord` when an entry summed holds a count that is no whole number
-        (SQLite keeps any value in any column, and its SUM reads text as 0): the sum itself tells, as SQLite's
-        SUM of such a value is a REAL where whole numbers give an INTEGER (PostgreSQL's columns hold whole
-        numbers alone), so the sum stays one query; the entry is looked up only then, to name it."""
+        `usage_from_sums` reads. `DamagedRecord` when an entry summed holds a count that is no whole number, or
+        a cost that is no number (SQLite keeps any value in any column, and its SUM reads text as 0): the sums
+        themselves tell, as SQLite's SUM of such a count is a REAL where whole numbers give an INTEGER, and the
+        MAX of the costs is then text (PostgreSQL's columns hold numbers alone), so the sum stays one query with
+        nothing added per row; the entry is looked up only then, to name it."""
         sql = f"SELECT {keys}{', ' if keys else ''}{USAGE_SUMS} FROM usage_ledger WHERE {where}{grouping}"
         rows = await self._read(lambda tx: tx.fetch(sql, params))
-        if any(isinstance(total, float) for row in rows for total in row[-8:-2]):
+        if any(_damaged_sums(row[-8:]) for row in rows):
             raise await self._damaged_spend(where, params)
         return rows
 
     async def _damaged_spend(self, where: str, params: Sequence[Any]) -> DamagedRecord:
-        """The error for the (first) ledger entry among those `where` holds for whose count is no whole number."""
+        """The error for the (first) ledger entry among those `where` holds for whose count is no whole number,
+        or whose cost is no number."""
         sql = (
-            f"SELECT id, session_id, turn_id, {', '.join(_COUNTS)} FROM usage_ledger "
-            f"WHERE ({where}) AND ({_NOT_WHOLE}) ORDER BY id LIMIT 1"
+            f"SELECT id, session_id, turn_id, cost_usd, {', '.join(_COUNTS)} FROM usage_ledger "
+            f"WHERE ({where}) AND ({_DAMAGED}) ORDER BY id LIMIT 1"
         )
         rows = await self._read(lambda tx: tx.fetch(sql, params))
         if not rows:  # (corrected by hand since the sum was read)
             return DamagedRecord("the stored spend ledger was damaged while it was summed; read it again")
-        entry_id, session_id, turn_id, *counts = rows[0]
-        column, value = next((c, v) for c, v in zip(_COUNTS, counts, strict=True) if type(v) is not int)
+        entry_id, session_id, turn_id, cost, *counts = rows[0]
         turn = f" (turn {turn_id!r})" if turn_id is not None else ""
         details = {"entry_id": entry_id, "session_id": session_id} | ({"turn_id": turn_id} if turn_id else {})
-        error = ValueError(f"{value!r} is not a whole number")
+        if isinstance(cost, str | bytes):
+            column, error = "cost_usd", ValueError(f"{cost!r} is not a number")
+        else:
+            column, value = next((c, v) for c, v in zip(_COUNTS, counts, strict=True) if type(v) is not int)
+            error = ValueError(f"{value!r} is not a whole number")
         return damaged_row(f"spend entry {entry_id!r}{turn} of session {session_id!r}", column, error, **details)
 
     async def _insert(self, tx: Tx, table: str, values: dict[str, Any], json_columns: frozenset[str]) -> None:
