@@ -182,8 +182,8 @@ async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_an
     engine has (a misspelt role file, a definition removed) waited unseen: the sweeps leave such work to an engine
     with the role, and `agent_get` said `idle`, input waiting, nothing more. Now an engine that sees the work wait
     says on the agent what to do (one `runtime.warning`, however many such engines), `agent_get` says why
-    (`roleProblem`), and an engine opened with the role still runs the work. A wait on the agent (`agent_await`) that times out says
-    the same (a scheduler waiting on it learns why nothing happens)."""
+    (`roleProblem`), and an engine opened with the role still runs the work. A wait on the agent (`agent_await`)
+    that times out says the same (a scheduler waiting on it learns why nothing happens)."""
     monkeypatch.setattr(engines, "MAINTENANCE_SECONDS", 0.05)
     monkeypatch.setattr(leases_module, "UNCLAIMED_SECONDS", 0.3)
     with_the_role, runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-unclaimed")
