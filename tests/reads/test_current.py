@@ -20,6 +20,12 @@ async def _now(engine: Any, agent_id: str, title: str) -> dict[str, Any]:
     return item
 
 
+async def _listed_now(engine: Any, agent_id: str) -> Any:
+    """The `currentItem` of the agent's `agent_list` row."""
+    rows = (await engine.call_tool("agent_list", {"limit": 100}))["agents"]
+    return next(row for row in rows if row["id"] == agent_id)["currentItem"]
+
+
 async def test_the_current_item_is_a_call_still_running_when_calls_made_beside_it_ended(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:
@@ -46,6 +52,8 @@ async def test_the_current_item_is_a_call_still_running_when_calls_made_beside_i
             "toolName": "crawl",
             "title": "crawl +1 more",
         }
+        # The list's row says the same, read from the live ring (a dashboard watching many agents shows it).
+        assert await _listed_now(engine, agent.id) == {"type": "tool", "toolName": "crawl", "title": "crawl +1 more"}
         tail = await engine.call_tool("agent_tail", {"id": agent.id})
         ended = [
             (row["title"], row["toolName"], row["detail"], row["status"])
@@ -57,12 +65,14 @@ async def test_the_current_item_is_a_call_still_running_when_calls_made_beside_i
         assert await _now(engine, agent.id, "index") == {"type": "tool", "toolName": "index", "title": "index"}
         snapshot = await engine.call_tool("agent_await", {"agentId": agent.id, "timeoutMs": 0})
         assert snapshot["currentItem"] == {"type": "tool", "toolName": "index", "title": "index"}
+        assert await _listed_now(engine, agent.id) == {"type": "tool", "toolName": "index", "title": "index"}
 
         second.release.set()
         done, _ = await engine.wait(agent.id, 10)
         assert done.status == "completed"
         record = await engine.call_tool("agent_get", {"id": agent.id})
         assert (record["current"]["currentItem"], record["current"]["lastToolName"]) == (None, "lookup")
+        assert await _listed_now(engine, agent.id) is None
 
 
 async def test_while_no_call_runs_the_current_item_says_whether_the_model_thinks_writes_or_is_still_asked(
@@ -73,12 +83,14 @@ async def test_while_no_call_runs_the_current_item_says_whether_the_model_thinks
              "asked": [Hang()]}  # fmt: skip
     roles = [role(name, scripted(f"doing-{name}", ScriptedModel([step]))) for name, step in steps.items()]
     async with open_engine(*roles) as engine:
-        titles = {}
+        titles, listed = {}, {}
         for name, title in (("thinker", "thinking"), ("writer", "writing"), ("asked", "waiting for the model")):
             agent = await engine.create(name)
             await engine.enqueue(agent.id, "go")
             titles[name] = await _now(engine, agent.id, title)
+            listed[name] = await _listed_now(engine, agent.id)
             await engine.call_tool("agent_stop", {"id": agent.id})
+    assert listed == titles
     assert titles == {
         "thinker": {"type": "message", "toolName": None, "title": "thinking"},
         "writer": {"type": "message", "toolName": None, "title": "writing"},

@@ -1271,6 +1271,29 @@ async def test_the_agent_shown_says_what_it_does_this_moment(open_engine: Any, s
         assert problems == []
 
 
+async def test_a_working_agents_row_says_what_it_does_this_moment(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once a working agent's row said only `working`: a person watching many agents could not see, without
+    opening each, which one was stuck in which tool."""
+    held = HeldTool("wait_for_release")
+    async with (
+        open_engine(held.role("waiter", scripted, "dashboard-row-now"), tools=[held.tool]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("waiter", name="slowpoke")
+        page, problems = await _page(browser, base)
+        row = page.locator(f'#agents tr[data-id="{session.id}"]')
+        await expect(row).to_contain_text("idle", timeout=WAIT_MS)
+        await engine.enqueue(session.id, "wait")
+        await expect(row.locator(".sub")).to_have_text("running wait_for_release", timeout=WAIT_MS)
+        await expect(row).to_contain_text("working")
+        held.release.set()
+        await expect(row).to_contain_text("done", timeout=WAIT_MS)
+        await expect(row.locator(".sub")).to_have_count(0)
+        assert problems == []
+
+
 async def test_an_agent_with_nothing_yet_says_so(open_engine: Any, scripted: Any, browser: Any) -> None:
     """Once an agent with no events showed an empty box, a line one pixel high, under its header."""
     model = scripted("dashboard-nothing-yet", ScriptedModel.replying("All done."))

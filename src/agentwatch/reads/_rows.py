@@ -9,8 +9,10 @@ from typing import Any
 
 from agentwatch.reads._view import EngineView, iso
 from agentwatch.reads.answers import OldestRequest, RecentEntry, SessionUsage
+from agentwatch.reads.current import doing_now
 from agentwatch.reads.words import status_word, word_of
 from agentwatch.store import SessionRecord
+from agentwatch.tools import dump
 
 __all__ = [
     "LISTED_FIELDS",
@@ -99,8 +101,10 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
     the rows are on the wire (a `SessionRow` of `row_fields`, dumped, field for field), made straight from
     those values: a listing page does not build a record and a row model per session only to dump them.
     `sessionCount` and `recent` are null (grouped listings set them). Only the sessions with a pending
-    request cost a read (their `oldestRequest`)."""
+    request cost a read of the store (their `oldestRequest`); a working one's `currentItem` is read from the live
+    ring."""
     waiting = [values[0] for values in sessions if values[17] > 0]  # id, pending_requests
+    working = [values[0] for values in sessions if values[5] == "running" and values[17] == 0]  # id, status
     oldest = {}
     if waiting:
         found = await asyncio.gather(*(_oldest(view, session_id) for session_id in waiting))
@@ -109,6 +113,11 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
             for session_id, request in zip(waiting, found, strict=True)
             if request is not None
         }
+    doing = {}
+    for session_id in working:  # (one after the other: a memory ring answers at once, and a task each costs more)
+        item = await doing_now(view.ring, session_id)
+        if item is not None:
+            doing[session_id] = dump(item)
     # Only a running session not waiting on a person is judged by its role's threshold (`quiet` below): a page
     # without one reads no agent definition.
     stuck_after = {
@@ -175,6 +184,7 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
                 "origin": origin,
                 "sessionCount": None,
                 "recent": None,
+                "currentItem": doing.get(session_id),
             }
         )
     return rows

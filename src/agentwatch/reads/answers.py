@@ -80,6 +80,17 @@ class RecentEntry(Answer):
     last_active_at: Timestamp | None
 
 
+class CurrentItem(Answer):
+    """What a running session is doing now."""
+
+    type: Literal["message", "tool"]
+    tool_name: str | None
+    title: str = Field(
+        description="The running call's tool (`crawl +1 more` while more run beside it), or what the model does: "
+        "`thinking`, `writing`, or `waiting for the model` (asked, nothing streamed yet)."
+    )
+
+
 class SessionRow(Answer):
     """One `agent_list` row: the one shape of a session that list, get and export share."""
 
@@ -111,6 +122,11 @@ class SessionRow(Answer):
     origin: dict[str, JsonValue] | None = Field(description="What started it: `{kind, ref}`.")
     session_count: int | None = Field(default=None, description="Grouped listings: sessions in the lineage or run.")
     recent: list[RecentEntry] | None = Field(default=None, description="Grouped listings: its newest sessions.")
+    current_item: CurrentItem | None = Field(
+        default=None,
+        description="What a working agent does now (as `current.currentItem` of agent_get), as the live ring "
+        "says it: null for the others, and for one whose turn runs where this service's ring does not reach.",
+    )
 
 
 class CountsAnswer(Answer):
@@ -127,17 +143,6 @@ class ListAnswer(Answer):
     agents: list[SessionRow]
     next_cursor: str | None
     counts: CountsAnswer | None = omitted("Per-word counts and the total; only on a first page asked with counts.")
-
-
-class CurrentItem(Answer):
-    """What a running session is doing now."""
-
-    type: Literal["message", "tool"]
-    tool_name: str | None
-    title: str = Field(
-        description="The running call's tool (`crawl +1 more` while more run beside it), or what the model does: "
-        "`thinking`, `writing`, or `waiting for the model` (asked, nothing streamed yet)."
-    )
 
 
 class PendingHitl(Answer):
@@ -264,6 +269,7 @@ class AgentRecord(SessionRow):
 
     session_count: int | None = omitted("Only on grouped `agent_list` rows; never on a record.")
     recent: list[RecentEntry] | None = omitted("Only on grouped `agent_list` rows; never on a record.")
+    current_item: CurrentItem | None = omitted("Only on `agent_list` rows; a record has `current.currentItem`.")
     scope: str | None
     usage_with_subagents: SubagentUsage
     role_model_ref: str | None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from agentwatch.events import (
     ToolProgress,
     ToolResult,
     TurnEnded,
+    TurnStarted,
     Usage,
     truncate,
 )
@@ -28,7 +30,7 @@ from agentwatch.reads.words import status_word
 from agentwatch.store import SessionRecord, Store
 from agentwatch.tools import dump
 
-__all__ = ["LAST_TEXT_CHARS", "current", "is_settled", "snapshot_answer", "status_snapshot"]
+__all__ = ["LAST_TEXT_CHARS", "current", "doing_now", "is_settled", "snapshot_answer", "status_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,8 @@ _CALLS_SCAN = 100
 """Tool calls and results read back to find the calls still open (those of the newest response, at most)."""
 _RING_SCAN = 1000
 """Events after the first open call read from the live ring to learn which open calls already ended."""
+_ROW_SCAN = 200
+"""The newest events of a running session read from the live ring for its `agent_list` row."""
 
 
 def is_settled(session: SessionRecord) -> bool:
@@ -59,12 +63,8 @@ async def current(store: Store, session: SessionRecord, ring: LiveRing | None = 
     if session.status == "running":
         recent = await store.read_events_backward(session.id, limit=_CALLS_SCAN, types=["tool.call", "tool.result"])
         running = await _running_calls(ring, session.id, recent)
-        if running:
-            first = running[0].tool_name
-            title = f"{first} +{len(running) - 1} more" if len(running) > 1 else first
-            current_item = CurrentItem(type="tool", tool_name=first, title=title)
-        else:
-            current_item = CurrentItem(type="message", tool_name=None, title=await _model_doing(ring, session.id))
+        names = [call.tool_name for call in running]
+        current_item = _item(names, await _model_doing(ring, session.id) if not names else "")
     else:
         recent = await store.read_events_backward(session.id, limit=1, types=["tool.call"])
     last_call = next((e.payload for e in recent if isinstance(e.payload, ToolCall)), None)
@@ -84,21 +84,39 @@ async def _running_calls(ring: LiveRing | None, session_id: str, recent: list[Ev
     """The tool calls still running, in the order the model made them (so the first has run the longest), from
     the `recent` calls and results (newest first): the calls without a result, but for those the live ring says
     ended (see `ToolProgress.status`)."""
-    answered = {e.payload.tool_call_id for e in recent if isinstance(e.payload, ToolResult)}
-    open_calls = [
-        e for e in reversed(recent) if isinstance(e.payload, ToolCall) and e.payload.tool_call_id not in answered
-    ]
+    open_calls = _open_calls(recent)
     if not open_calls:
         return []
-    ended: set[str] = set()
+    held: list[Event] = []
     if ring is not None and len(open_calls) > 1:
         try:
             held = await ring.recent(session_id, after=open_calls[0].cursor, limit=_RING_SCAN)
         except AgentwatchError as exc:  # the ring is a view: without it, the stored calls still answer
             log.warning("the current item of %s without the live ring's events: %s", session_id, exc)
-            held = []
-        ended = {e.payload.tool_call_id for e in held if isinstance(e.payload, ToolProgress) and e.payload.status}
+    return _still_running(open_calls, held)
+
+
+def _open_calls(recent: Sequence[Event]) -> list[Event]:
+    """The calls among `recent` (newest first) without a result among them, oldest first."""
+    answered = {e.payload.tool_call_id for e in recent if isinstance(e.payload, ToolResult)}
+    return [e for e in reversed(recent) if isinstance(e.payload, ToolCall) and e.payload.tool_call_id not in answered]
+
+
+def _still_running(open_calls: list[Event], held: Sequence[Event]) -> list[ToolCall]:
+    """The `open_calls` but those the live ring's `held` events say ended: the results of calls made together are
+    recorded once every one of them ended, while each call's end is in the ring at once."""
+    ended = {e.payload.tool_call_id for e in held if isinstance(e.payload, ToolProgress) and e.payload.status}
     return [e.payload for e in open_calls if isinstance(e.payload, ToolCall) and e.payload.tool_call_id not in ended]
+
+
+def _item(running: list[str], model_doing: str) -> CurrentItem:
+    """The call that has run the longest among the tools `running` (and how many run beside it), or else what the
+    model does."""
+    if not running:
+        return CurrentItem(type="message", tool_name=None, title=model_doing)
+    first = running[0]
+    title = f"{first} +{len(running) - 1} more" if len(running) > 1 else first
+    return CurrentItem(type="tool", tool_name=first, title=title)
 
 
 async def _model_doing(ring: LiveRing | None, session_id: str) -> str:
@@ -111,10 +129,42 @@ async def _model_doing(ring: LiveRing | None, session_id: str) -> str:
     except AgentwatchError as exc:  # (a view: the stored state still answers)
         log.warning("what the model of %s does, without the live ring's events: %s", session_id, exc)
         return "writing"
-    payload = newest[-1].payload if newest else None
+    return _model_word(newest[-1] if newest else None)
+
+
+def _model_word(newest: Event | None) -> str:
+    payload = newest.payload if newest is not None else None
     if isinstance(payload, ContentDelta):
         return "thinking" if payload.part == "thinking" else "writing"
     return "waiting for the model" if isinstance(payload, CompletionStarted) else "writing"
+
+
+async def doing_now(ring: LiveRing, session_id: str) -> CurrentItem | None:
+    """What a running session does now, as the live ring alone says it: `agent_list`'s `currentItem`, read without
+    a query of the store per row (a listing page is mostly one query). The calls of its current turn that have
+    not ended, else what its model does; None when the ring holds none of its events (it runs in another process
+    that shares no ring with this one). Its newest `_ROW_SCAN` events are read: a call made before them that still
+    runs is known by its progress among them, and a call among them has its end after it, among them too."""
+    try:
+        held = await ring.recent(session_id, limit=_ROW_SCAN)
+    except AgentwatchError as exc:  # (a view: the row still answers without it)
+        log.warning("what %s does now, without the live ring's events: %s", session_id, exc)
+        return None
+    if not held:
+        return None
+    starts = [i for i, e in enumerate(held) if isinstance(e.payload, TurnStarted)]
+    turn = held[starts[-1] :] if starts else held
+    calls = [e for e in reversed(turn) if isinstance(e.payload, ToolCall | ToolResult)]
+    running = _still_running(_open_calls(calls), turn)
+    seen = {e.payload.tool_call_id for e in calls if isinstance(e.payload, ToolCall | ToolResult)}
+    earlier = {  # calls made before the events read, still running (by call, in the order they reported)
+        e.payload.tool_call_id: e.payload.tool_name or e.payload.message
+        for e in turn
+        if isinstance(e.payload, ToolProgress) and e.payload.tool_call_id not in seen
+    }
+    ended = {e.payload.tool_call_id for e in turn if isinstance(e.payload, ToolProgress) and e.payload.status}
+    names = [name for call_id, name in earlier.items() if call_id not in ended] + [c.tool_name for c in running]
+    return _item(names, _model_word(turn[-1]))
 
 
 async def _pending_hitl(store: Store, session: SessionRecord) -> PendingHitl | None:

@@ -223,6 +223,12 @@
     return el("span", { class: `word ${word}` }, LABELS[word] || word);
   }
 
+  // What `currentItem` says an agent does: `running TOOL`, or what its model does (`thinking`, ...).
+  function doing(item) {
+    if (!item) return null;
+    return item.type === "tool" ? `running ${item.title}` : item.title;
+  }
+
   function ago(iso) {
     if (!iso) return "";
     const seconds = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
@@ -368,7 +374,9 @@
       state.names.set(agent.id, agent.displayName || agent.name);
       const held = agent.interception ? `held by ${agent.interception.by}` : null;
       const waiting = agent.oldestRequest ? agent.oldestRequest.summary : null;
-      const sub = [held, waiting].filter(Boolean).join(" · ");
+      // What a working agent does this moment (the tool that runs, or what its model does), as in its detail: a
+      // person watching many agents sees which one is in which tool.
+      const sub = [held, waiting, doing(agent.currentItem)].filter(Boolean).join(" · ");
       who.replaceChildren(agent.displayName || agent.name, sub ? el("span", { class: "sub", title: sub }, sub) : ""); // (whole on hover)
       role.textContent = agent.role;
       word.replaceChildren(wordBadge(agent.word));
@@ -857,7 +865,7 @@
     // What it does this moment (`current.currentItem`): the tool that runs, or what its model does. The log's last
     // line does not say whether a call it shows still runs.
     const now = agent.current && agent.current.currentItem;
-    $("d-now").textContent = now ? `Now: ${now.type === "tool" ? `running ${now.title}` : now.title}` : "";
+    $("d-now").textContent = now ? `Now: ${doing(now)}` : "";
     $("d-now").hidden = !now;
     // Why it stands still: no engine runs its role, or why its last turn failed (a limit of its role, a model down).
     const problem = agent.roleProblem || (agent.status === "failed" && agent.error) || "";
