@@ -795,7 +795,8 @@ async def test_the_page_shows_who_watches_an_agent_and_what_it_last_reported(
     open_engine: Any, scripted: Any, browser: Any
 ) -> None:
     """Once the page showed nothing of an agent's observer (`agentwatch get` did): its type, its pairing, its
-    reports and whether the agent read them. Its name opens the observer, from the keyboard too."""
+    reports and whether the agent read them. Its name opens the observer, from the keyboard too. The observer
+    says whom it watches: it once called itself a sub-agent of the agent it watches (its parent in the store)."""
     model = scripted("dashboard-observed", ScriptedModel(function=lambda ctx: Reply("shipped")))
     watcher = scripted("dashboard-watcher", reporting("You skipped the tests."))
     coder = role("coder", model, observer="reviewer", grant=("spawn",))
@@ -813,8 +814,13 @@ async def test_the_page_shows_who_watches_an_agent_and_what_it_last_reported(
         await expect(observer).to_contain_text("last report: You skipped the tests.")
         await observer.get_by_role("link", name="reviewer").focus()
         await page.keyboard.press("Enter")
-        await expect(page.locator("#d-meta")).to_contain_text("reviewer", timeout=WAIT_MS)
+        meta = page.locator("#d-meta")
+        await expect(meta).to_contain_text("reviewer", timeout=WAIT_MS)
         await expect(observer).to_be_hidden()  # an observer is watched by none
+        await expect(meta).to_contain_text(f"observer of {session.name}")
+        await expect(meta).not_to_contain_text("sub-agent")
+        watched = meta.get_by_role("link", name=session.name)
+        await expect(watched).to_have_attribute("href", f"#agent={session.id}")
         assert problems == []
 
 

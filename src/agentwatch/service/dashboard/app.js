@@ -848,10 +848,12 @@
     const run = agent.runId
       ? [" · ", link(`run ${agent.runId}`, runHash(agent.runId), () => openRun(agent.runId))]
       : [];
-    // What `agentwatch get` shows too: who spawned it, who holds it, what waits in its inbox.
-    const parent = agent.parentId
-      ? [" · sub-agent of ", link(state.names.get(agent.parentId) || agent.parentId, agentHash(agent.parentId),
-                                   () => openAgent(agent.parentId))]
+    // What `agentwatch get` shows too: who spawned it, who holds it, what waits in its inbox. An observer was
+    // spawned by the agent it watches (its parent), for which it does no work: it is said to watch it.
+    const watches = agent.origin && agent.origin.kind === "observer" ? agent.origin.ref : null;
+    const kin = watches || agent.parentId;
+    const parent = kin
+      ? [watches ? " · observer of " : " · sub-agent of ", link(state.names.get(kin) || kin, agentHash(kin), () => openAgent(kin))]
       : [];
     const held = agent.interception;
     const hold = held ? el("strong", {}, ` · held by ${held.by} since ${when(held.since)}`) : "";
