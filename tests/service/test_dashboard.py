@@ -1300,6 +1300,36 @@ async def test_a_working_agents_row_says_what_it_does_this_moment(
         assert problems == []
 
 
+async def test_the_list_shows_what_a_person_did_at_once(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the row of an agent a person had just stopped still said `working · running wait_for_release`, beside a
+    header saying `done`, until the list's next refresh: the page's own clock is stopped here, so only what the
+    person's action does shows."""
+    held = HeldTool("wait_for_release")
+    async with (
+        open_engine(held.role("waiter", scripted, "dashboard-relist"), tools=[held.tool]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("waiter", name="slowpoke")
+        await engine.enqueue(session.id, "wait")
+        await asyncio.wait_for(held.started.wait(), 10)
+        page = await browser.new_page()
+        problems: list[str] = []
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # the Stop button's confirm()
+        await page.clock.install()
+        await page.goto(base)
+        row = page.locator(f'#agents tr[data-id="{session.id}"]')
+        await expect(row).to_contain_text("running wait_for_release", timeout=WAIT_MS)
+        await page.clock.pause_at(datetime.now(UTC) + timedelta(seconds=1))  # (no refresh from here on)
+        await row.click()
+        await expect(page.locator("#d-word")).to_have_text("working", timeout=WAIT_MS)
+        await page.locator("#stop").click()
+        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+        await expect(row).to_contain_text("done", timeout=WAIT_MS)
+        await expect(row).not_to_contain_text("running")
+        assert problems == []
+
+
 async def test_an_agent_with_nothing_yet_says_so(open_engine: Any, scripted: Any, browser: Any) -> None:
     """Once an agent with no events showed an empty box, a line one pixel high, under its header."""
     model = scripted("dashboard-nothing-yet", ScriptedModel.replying("All done."))

@@ -112,7 +112,10 @@
 
   // What a person's click (or Enter) does: the buttons of `within` (a button, a form, a box) are disabled while
   // it is in flight, so that a second click does not act twice; a refusal is said. Its answer, or undefined.
-  async function act(within, action) {
+  // Once it is done the list is read again (unless `relist` is false: the action reads it itself), so that what
+  // it changed (an agent stopped, a request answered) shows in the agent's row at once, as in its header, not
+  // at the next refresh.
+  async function act(within, action, { relist = true } = {}) {
     if (within.dataset.busy) return undefined;
     within.dataset.busy = "yes";
     const buttons = within.matches("button") ? [within] : [...within.querySelectorAll("button")];
@@ -120,7 +123,9 @@
     const focused = within.contains(document.activeElement) ? document.activeElement : null;
     for (const button of buttons) button.disabled = true;
     try {
-      return await action();
+      const answer = await action();
+      if (relist) refresh();
+      return answer;
     } catch (error) {
       complain(error);
       return undefined;
@@ -1032,7 +1037,7 @@
         await refresh();
         // The keyboard goes on to the first row it added (the button is gone after the last page).
         if ($(button).hidden && rows[before]) rows[before].focus();
-      }));
+      }, { relist: false }));
     }
     $("skip").addEventListener("click", (e) => {
       e.preventDefault(); // (the address says which agent is open, not where the focus is)
@@ -1053,7 +1058,6 @@
       if (!name || !confirm(`Delete ${name}? Its turn stops, and it stays readable by its id until it is reaped.`)) return;
       if (!(await act($("delete"), () => call("agent_delete", { id: state.selected })))) return;
       await showDetail().catch(complain); // (it says until when it is readable)
-      refresh();
       focusDetail();
     });
     $("take").addEventListener("click", async (e) => {
