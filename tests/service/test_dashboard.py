@@ -539,14 +539,20 @@ async def test_the_address_says_what_is_open_and_opens_it_again(open_engine: Any
 
 
 async def test_a_person_deletes_an_agent_from_the_page(open_engine: Any, scripted: Any, browser: Any) -> None:
-    """Once the page could not delete an agent: a person had to go to the command line for it."""
+    """Once the page could not delete an agent: a person had to go to the command line for it. Once, too, a deleted
+    agent's input was said to wait in its inbox: it takes no input, and no turn will read it."""
     model = scripted("dashboard-delete", ScriptedModel.replying("ok"))
     async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
         done = await engine.task("helper", "go", timeout=10)
+        await engine.call_tool("agent_take_over", {"id": done["agentId"], "by": "ada"})
+        await engine.enqueue(str(done["agentId"]), "and again")  # (it waits while ada holds the agent)
         page, problems = await _page(browser, f"{base}/#agent={done['agentId']}")
         await expect(page.locator("#d-name")).to_have_text(str(done["name"]), timeout=WAIT_MS)
+        await expect(page.locator("#d-meta")).to_contain_text("1 input waiting in its inbox")
         await page.locator("#delete").click()  # (its confirm() is accepted)
         await expect(page.locator("#d-meta")).to_contain_text("deleted, readable until", timeout=WAIT_MS)
+        await expect(page.locator("#d-meta")).to_contain_text("1 input left unread")
+        await expect(page.locator("#d-meta")).not_to_contain_text("waiting")
         await expect(page.locator("#delete")).to_be_disabled()
         await expect(page.locator(f'#agents tr[data-id="{done["agentId"]}"]')).to_have_count(0, timeout=WAIT_MS)
         session = await engine.store.get_session(str(done["agentId"]))

@@ -862,9 +862,11 @@
       : [];
     const held = agent.interception;
     const hold = held ? el("strong", {}, ` · held by ${held.by} since ${when(held.since)}`) : "";
-    const inbox = agent.pendingInputs
-      ? ` · ${agent.pendingInputs} input${agent.pendingInputs === 1 ? "" : "s"} waiting in its inbox`
-      : "";
+    // A deleted agent takes no input and runs no turn: what is in its inbox is never read.
+    const inputs = `${agent.pendingInputs} input${agent.pendingInputs === 1 ? "" : "s"}`;
+    const inbox = !agent.pendingInputs ? ""
+      : agent.deletedAt ? ` · ${inputs} left unread in its inbox`
+        : ` · ${inputs} waiting in its inbox`;
     const deleted = agent.deletedAt
       ? el("strong", { class: "deleted" }, ` · deleted, readable until ${when(agent.reapAt)}`)
       : "";
