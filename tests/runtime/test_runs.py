@@ -19,7 +19,7 @@ from agentwatch.reads.runs import HistoryArgs
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
-from agentwatch.store import RunDraft, RunFilter, RunPatch, SessionFilter, SessionRecord
+from agentwatch.store import RunDraft, RunFilter, RunPatch, SessionFilter, SessionRecord, SpanPatch
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, lease_config, role
 from tests.watchers.support import reporting
 
@@ -726,3 +726,27 @@ async def test_a_run_whose_process_stopped_renewing_it_says_so_while_nothing_end
     assert listed[gone.id]["status"] == "running" and listed[gone.id]["statusReason"].startswith("lapsed at ")
     assert trace["run"]["statusReason"] == listed[gone.id]["statusReason"]
     assert listed[fresh.id]["statusReason"] is None
+
+
+async def test_a_reaped_agent_that_never_billed_keeps_its_role_in_the_trace(open_engine: OpenEngine) -> None:
+    """Once: after the reap, the turn of an agent that never billed (its model failed before answering once) was
+    drawn as `agent turn`: its role came from its session or the ledger, and neither was left."""
+    lost = role("lost", "scripted:runs-no-such-model-reaped")
+    async with open_engine(lost) as engine:
+        async with engine.run("lost") as run:
+            with pytest.raises(TaskFailed):
+                await run.task("lost", "anything")
+        (agent,) = (await engine.store.list_sessions(SessionFilter(run_id=run.id))).items
+        assert await engine.store.run_usage(run.id) == []  # (it never billed)
+        assert await engine.store.reap([agent.id]) == 1
+        trace = await _call(engine, "run_trace", id=run.id)
+        # A span's marks kept before they named the role still read: the turn keeps its times, not its role.
+        (span,) = [s for s in await engine.store.list_spans(run.id) if s.kind == "task"]
+        old = {**(span.ref or {}), "turns": [mark[:5] for mark in (span.ref or {})["turns"]]}
+        await engine.store.update_span(span.id, SpanPatch(ref=old))
+        before = await _call(engine, "run_trace", id=run.id)
+    (turn,) = [s for s in trace["spans"] if s["kind"] == "turn"]
+    assert (turn["label"], turn["status"], turn["ref"]["agentId"]) == ("lost turn", "failed", agent.id)
+    assert trace["honesty"]["reapedAgents"] == [agent.id]
+    (kept,) = [s for s in before["spans"] if s["kind"] == "turn"]
+    assert kept == {**turn, "label": "agent turn"}

@@ -404,7 +404,7 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
     attempts = _attempts(stored)
     spans = [_stored_span(span, attempts) for span in stored]
     task_of = _task_spans(stored)
-    times = await _turn_times(engine, sessions, stored)
+    times, kept_roles = await _turn_times(engine, sessions, stored)
     others = {session.id: await _other_work(store, session, run) for session in sessions.values()}
     billed = {(turn.session_id, turn.turn_id) for turn in turns}
     unbilled = _unbilled_turns(run, sessions, billed, others, times)
@@ -413,7 +413,8 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
         owner = _owner(turn.session_id, sessions, task_of)
         timed = times.get((turn.session_id, turn.turn_id))
         spans.append(_billed_turn(turn, owner, sessions.get(turn.session_id), timed))
-    roles = {turn.session_id: turn.role for turn in turns if turn.role}  # (a reaped agent's, from what it billed)
+    # (a reaped agent's, from what it billed, else from its task's marks)
+    roles = kept_roles | {turn.session_id: turn.role for turn in turns if turn.role}
     for agent_id, unbilled_turn in unbilled[: max(0, MAX_TURNS - len(turns))]:
         session = sessions.get(agent_id)
         role = session.role if session else roles.get(agent_id, "agent")
@@ -530,37 +531,46 @@ async def _times_from_events(store: Store, session_ids: Iterable[str]) -> _TurnT
     return times
 
 
-async def turn_marks(store: Store, session_ids: Sequence[str]) -> list[JsonValue]:
+async def turn_marks(store: Store, sessions: Sequence[SessionRecord]) -> list[JsonValue]:
     """The turns of a task's sessions as its span keeps them (`ref.turns`), so that a trace still shows when each
-    started and ended, and how, once the sessions were reaped: `[agentId, turnId, startedAt, endedAt, outcome]`
-    each (the last two null while it runs), at most `MAX_TURNS`."""
-    times = await _times_from_events(store, session_ids)
+    started and ended, how, and whose (its agent's role: an agent that never billed left it nowhere else), once
+    the sessions were reaped: `[agentId, turnId, startedAt, endedAt, outcome, role]` each (endedAt and outcome
+    null while it runs), at most `MAX_TURNS`. Marks kept before the role was have five items."""
+    roles = {session.id: session.role for session in sessions}
+    times = await _times_from_events(store, [session.id for session in sessions])
     return [
-        [session_id, turn_id, _iso(start), _iso(end) if end else None, outcome]
+        [session_id, turn_id, _iso(start), _iso(end) if end else None, outcome, roles[session_id]]
         for (session_id, turn_id), (start, end, outcome) in list(times.items())[:MAX_TURNS]
     ]
 
 
-def _kept_marks(stored: Iterable[SpanRecord]) -> _TurnTimes:
-    """The turn marks the run's task spans kept (`turn_marks`); a mark that does not read as one is left out."""
+def _kept_marks(stored: Iterable[SpanRecord]) -> tuple[_TurnTimes, dict[str, str]]:
+    """The turn marks the run's task spans kept (`turn_marks`), and the roles they name by agent id; a mark that
+    does not read as one is left out."""
     times: _TurnTimes = {}
+    roles: dict[str, str] = {}
     for span in stored:
         marks = (span.ref or {}).get(_TURNS)
         for mark in marks if isinstance(marks, list) else []:
             match mark:
-                case [str(session_id), str() | None as turn_id, str(start), str() | None as end, str() | None as how]:
+                case [str(session_id), str() | None as turn_id, str(start), str() | None as end, str() | None as how,
+                      *rest] if len(rest) <= 1:  # fmt: skip
                     begun, ended = cursor_moment(start), cursor_moment(end) if end else None
                     if begun is not None and (end is None or ended is not None):
                         times[(session_id, turn_id)] = (begun, ended, how)
-    return times
+                        if rest and isinstance(rest[0], str):
+                            roles[session_id] = rest[0]
+    return times, roles
 
 
 async def _turn_times(
     engine: EngineView, sessions: dict[str, SessionRecord], stored: Iterable[SpanRecord]
-) -> _TurnTimes:
+) -> tuple[_TurnTimes, dict[str, str]]:
     """When each turn of the run's agents started and ended, and how: from their events while they exist, else
-    as their task's span kept it; a turn neither knows keeps only the ledger's times."""
-    return _kept_marks(stored) | await _times_from_events(engine.store, sessions)
+    as their task's span kept it (a turn neither knows keeps only the ledger's times); and the agents' roles its
+    task spans kept."""
+    kept, roles = _kept_marks(stored)
+    return kept | await _times_from_events(engine.store, sessions), roles
 
 
 _Turn = tuple[str | None, datetime, datetime | None, str | None]

@@ -193,9 +193,10 @@ class Span:
                 # Its cost is its agent's and its sub-agents' (named in its ref: the trace places their turns under
                 # it after they were reaped too), and when their turns began and ended, and how (which the trace
                 # shows from the ref once they were reaped).
-                spawned = [child.id for child in await descendants(store, session.id)]
+                children = await descendants(store, session.id)
+                spawned = [child.id for child in children]
                 usage = sum((await store.usage_totals([session.id, *spawned])).values(), Usage())
-                turns = await turn_marks(store, [session.id, *spawned])
+                turns = await turn_marks(store, [session, *children])
                 ref: dict[str, JsonValue] = {
                     "agentId": session.id,
                     **({"subAgents": list[JsonValue](spawned)} if spawned else {}),
