@@ -750,3 +750,55 @@ async def test_a_reaped_agent_that_never_billed_keeps_its_role_in_the_trace(open
     assert trace["honesty"]["reapedAgents"] == [agent.id]
     (kept,) = [s for s in before["spans"] if s["kind"] == "turn"]
     assert kept == {**turn, "label": "agent turn"}
+
+
+async def test_a_sub_agent_spawned_by_a_runs_turn_after_the_run_ended_bills_the_run(
+    open_engine: OpenEngine, scripted: Scripted, url: str
+) -> None:
+    """Once: the turn of a run's agent that went on after the run ended (begun before its end: the run's work)
+    spawned a sub-agent whose turns billed no run, so the run's trace and list left out what it cost. A
+    sub-agent works for what its parent's turn works for."""
+    inbox = HeldTool("late_inbox", "3 new mails")
+    sort = CallTool("agent_task", {"role": "helper", "prompt": "sort them"})
+    steps = iter([CallTool("late_inbox", {}), sort, Reply("sorted"), sort])
+
+    def lead_script(ctx: Any) -> Any:
+        return next(steps, Reply("sorted"))
+
+    lead = role(
+        "lead",
+        scripted("runs-late-lead", ScriptedModel(function=lead_script)),
+        tools=("late_inbox", "agent_task"),
+        grant=("spawn",),
+    )
+    helper = role("helper", scripted("runs-late-helper", ScriptedModel(function=lambda ctx: Reply("sorted"))))
+    async with open_engine(lead, helper, tools=[inbox.tool], extensions=[], store=url) as engine:
+        async with engine.run("late") as run:
+            boss = await engine.create("lead", run_id=run.id)
+            await engine.enqueue(boss.id, "the inbox")
+            await asyncio.wait_for(inbox.started.wait(), 10)
+        inbox.release.set()  # (the run ended while its agent's turn was in the tool)
+        settled, timed_out = await engine.wait(boss.id, 10)
+        assert not timed_out and settled.status in ("completed", "idle")
+        (child,) = (await engine.store.list_sessions(SessionFilter(parent_id=boss.id))).items
+        billed = await engine.store.usage_totals([boss.id, child.id])
+        assert billed[child.id].total_tokens > 0
+        trace = await _call(engine, "run_trace", id=run.id)
+        listed = await _call(engine, "run_list", entity="workflow:late")
+        history = await _call(engine, "run_history", id=run.id, source=["agent"], limit=200)
+        # New input after the end is other work of the agent's: what it spawns for it bills no run.
+        await engine.enqueue(boss.id, "more mail")
+        settled, timed_out = await engine.wait(boss.id, 10)
+        assert not timed_out and settled.status in ("completed", "idle")
+        (later,) = [
+            s for s in (await engine.store.list_sessions(SessionFilter(parent_id=boss.id))).items if s.id != child.id
+        ]
+        assert (await engine.store.usage_totals([later.id]))[later.id].total_tokens > 0  # (it billed, to no run)
+        again = await _call(engine, "run_trace", id=run.id)
+    by_agent = {s["ref"]["agentId"] for s in trace["spans"] if s["kind"] == "turn"}
+    assert by_agent == {boss.id, child.id}
+    total = sum(u.total_tokens for u in billed.values())
+    assert trace["run"]["tokens"] == listed["runs"][0]["tokens"] == total
+    assert child.id in {e["agentId"] for e in history["entries"]}
+    assert again["run"]["tokens"] == total
+    assert {s["ref"]["agentId"] for s in again["spans"] if s["kind"] == "turn"} == by_agent

@@ -405,7 +405,7 @@ async def _trace(engine: EngineView, run: RunRecord) -> tuple[list[TraceSpan], H
     spans = [_stored_span(span, attempts) for span in stored]
     task_of = _task_spans(stored)
     times, kept_roles = await _turn_times(engine, sessions, stored)
-    others = {session.id: await _other_work(store, session, run) for session in sessions.values()}
+    others = await _others(store, sessions, run)
     billed = {(turn.session_id, turn.turn_id) for turn in turns}
     unbilled = _unbilled_turns(run, sessions, billed, others, times)
     truncated = len(turns) + len(unbilled) > MAX_TURNS
@@ -846,10 +846,47 @@ class _OtherWork:
         return self.since is not None and event.at >= self.since
 
 
-async def _other_work(store: Store, session: SessionRecord, run: RunRecord) -> _OtherWork | None:
+_Spells = Sequence[tuple[datetime, datetime | None]]
+"""When an agent was at turns of a run's: each such turn's start and end (None: it runs)."""
+
+
+async def _others(store: Store, sessions: dict[str, SessionRecord], run: RunRecord) -> dict[str, _OtherWork | None]:
+    """`_other_work` of each of the run's sessions, by id: a sub-agent's after its parent's, whose turns of the
+    run's keep the sub-agent's turns begun meanwhile the run's (as `billed_run` bills them)."""
+    found: dict[str, _OtherWork | None] = {}
+
+    async def of(session: SessionRecord) -> _OtherWork | None:
+        if session.id not in found:
+            found[session.id] = None  # (a parent loop, which no spawn makes, ends here)
+            parent = sessions.get(session.parent_id) if session.parent_id else None
+            spells = await _run_spells(store, parent, await of(parent), run) if parent is not None else ()
+            found[session.id] = await _other_work(store, session, run, spells)
+        return found[session.id]
+
+    for session in sessions.values():
+        await of(session)
+    return found
+
+
+async def _run_spells(store: Store, session: SessionRecord, other: _OtherWork | None, run: RunRecord) -> _Spells:
+    """When `session` was at turns of the run's after the run ended (the only spells its sub-agents' later work
+    is the run's in): its turns that went on past the end and were not other work."""
+    if run.ended_at is None:
+        return ()
+    ended = run.ended_at
+    times = await _times_from_events(store, [session.id])
+    return [
+        (start, end)
+        for (_, turn_id), (start, end, _outcome) in times.items()
+        if start >= run.started_at and (end is None or end > ended) and not (other and turn_id in other.turns)
+    ]
+
+
+async def _other_work(store: Store, session: SessionRecord, run: RunRecord, spells: _Spells = ()) -> _OtherWork | None:
     """What `session` did after `run` ended for something else: the turns begun on new input since (as
-    `billed_run` bills them to no run). None when there can be none: the run still runs, or the session is an
-    observer, whose every turn watches for the run."""
+    `billed_run` bills them to no run), but for a sub-agent's begun while its parent was at a turn of the run's
+    (`spells`). None when there can be none: the run still runs, or the session is an observer, whose every turn
+    watches for the run."""
     if run.ended_at is None or session.is_observer:
         return None
     later: set[str] = set()
@@ -860,7 +897,12 @@ async def _other_work(store: Store, session: SessionRecord, run: RunRecord) -> _
         for event in starts:
             if event.at <= run.ended_at:
                 return _OtherWork(frozenset(later), since)
-            if isinstance(event.payload, TurnStarted) and event.payload.trigger == "input" and event.turn_id:
+            if (
+                isinstance(event.payload, TurnStarted)
+                and event.payload.trigger == "input"
+                and event.turn_id
+                and not any(start <= event.at and (end is None or event.at <= end) for start, end in spells)
+            ):
                 later.add(event.turn_id)
                 since = event.at
         if len(starts) < 100:
@@ -868,11 +910,12 @@ async def _other_work(store: Store, session: SessionRecord, run: RunRecord) -> _
         before = starts[-1].seq
 
 
-async def _while_it_ran(store: Store, session: SessionRecord, run: RunRecord, budget: int) -> tuple[list[Event], bool]:
+async def _while_it_ran(
+    store: Store, session: SessionRecord, run: RunRecord, other: _OtherWork | None, budget: int
+) -> tuple[list[Event], bool]:
     """The newest `budget` events of the run's work in `session`, oldest first (a reused or long-lived agent's
-    other work, before the run or after it, stays out: see `_other_work`), and whether older ones were left
-    out."""
-    other = await _other_work(store, session, run)
+    other work, before the run or after it, stays out: `other`, see `_other_work`), and whether older ones were
+    left out."""
     kept: list[Event] = []
     before: int | None = None
     while True:
@@ -925,10 +968,11 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
         sessions = await _sessions(engine, run.id)
         wanted = await _with_descendants(store, run.id, args.agent_id, sessions) if args.agent_id else list(sessions)
         read = 0
+        others = await _others(store, sessions, run)
         for session_id in wanted:
             # The newest: a history pages back from the end.
             budget = min(_PAGE_EVENTS, MAX_EVENTS - read)
-            events, left_out = await _while_it_ran(store, sessions[session_id], run, budget)
+            events, left_out = await _while_it_ran(store, sessions[session_id], run, others[session_id], budget)
             truncated = truncated or left_out  # this agent had more than is read: its oldest are left out
             read += len(events)
             for event in events:

@@ -29,8 +29,9 @@ async with engine.run("report", input={"topic": "tides"}) as run:
 
 `run_trace`, `run_compare` and `run_history` (the run reads) read all of this back, after its agents were
 reaped too. A run's agents work for it until it ends, and so do their turns that began before (continued
-after a restart, or after an answer) and their observers: a turn begun on new input after the run ended is
-other work of the agent's, billed to no run (`billed_run`) and left out of the run's log.
+after a restart, or after an answer), their observers, and the sub-agents such a turn spawns or sends work
+after the end: a turn begun on new input after the run ended is otherwise other work of the agent's, billed to
+no run (`billed_run`) and left out of the run's log.
 """
 
 from __future__ import annotations
@@ -390,7 +391,8 @@ async def billed_run(
     """The run that work of `session` is for and bills (turn `turn_id`, started or resumed by `trigger`; a
     compaction is new work): the session's run, but for work begun on new input after that run ended (or was
     reaped), which is other work of the agent's. A turn begun before the end stays the run's when it resumes
-    after it (an answer, a restart); an observer's turns watch for the run whatever starts them."""
+    after it (an answer, a restart); an observer's turns watch for the run whatever starts them; a sub-agent's
+    work begun after the end is the run's while its parent is at a turn of the run's (`_parents_run`)."""
     if session.run_id is None or session.is_observer:
         return session.run_id
     try:
@@ -399,10 +401,26 @@ async def billed_run(
         return None
     if run.ended_at is None:
         return run.id
-    if trigger == "input" or turn_id is None:
+    if trigger != "input" and turn_id is not None:
+        began = await runtime.store.read_events(session.id, turn_id=turn_id, limit=1)
+        if began and began[0].at <= run.ended_at:
+            return run.id
+    return await _parents_run(runtime, session, run.id)
+
+
+async def _parents_run(runtime: Runtime, session: SessionRecord, run_id: str) -> str | None:
+    """What work of a sub-agent of ended run `run_id` begun after the end is for: its parent's, the run when the
+    parent is at a turn of the run's (one begun before the end, gone on after it, spawned the sub-agent or sent
+    it this). None for an agent that no agent of the run spawned, or whose parent is at other work or idle."""
+    if session.parent_id is None:
         return None
-    began = await runtime.store.read_events(session.id, turn_id=turn_id, limit=1)
-    return run.id if began and began[0].at <= run.ended_at else None
+    try:
+        parent = await runtime.store.get_session(session.parent_id)
+    except NotFound:
+        return None
+    if parent.run_id != run_id or parent.current_turn_id is None:
+        return None
+    return await billed_run(runtime, parent, trigger="continue", turn_id=parent.current_turn_id)
 
 
 async def stop_orphaned_task(runtime: Runtime, session: SessionRecord, timeout: float, by: str) -> bool | None:
