@@ -13,8 +13,8 @@ from agentwatch.cli import cli
 from agentwatch.runtime.heartbeats import Heartbeat, Tick, tick
 from agentwatch.runtime.models import Reply, ScriptedModel
 from agentwatch.runtime.runs import TaskFailed
-from agentwatch.store import RunDraft, RunPatch, SpanDraft
-from tests.runtime.support import OpenEngine, Scripted, role
+from agentwatch.store import JournalEntry, RunDraft, RunPatch, SessionFilter, SpanDraft
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
 
 def invoke(*argv: str) -> Result:
@@ -136,6 +136,43 @@ def test_a_run_whose_reason_is_a_code_shows_its_error_in_ls_trace_and_history(
     assert [(e["type"], e["detail"]) for e in found["entries"]] == [("run.ended", said)]
     table = invoke("runs", "history", run_id, "--store", store_url)
     assert said in table.output, table.output
+
+
+def test_history_words_a_journal_lines_suggested_call_as_its_command(
+    open_engine: OpenEngine, scripted: Scripted, store_url: str
+) -> None:
+    """A heartbeat's overlap line names the call that shows the earlier tick (`run_trace {id: ...}`, as an agent
+    reads it); people read the command that makes it. A line stored before lines kept their calls reads as it
+    was stored."""
+    inbox = HeldTool("cli_slow_inbox", "3 new mails")
+    beat = Heartbeat("digest", "digester", every=60, prompt="the inbox")
+
+    async def record() -> tuple[str, str]:
+        async with open_engine(inbox.role("digester", scripted, "cli-hb-slow"), tools=[inbox.tool]) as engine:
+            first = asyncio.create_task(tick(engine, beat, 1))
+            while not (
+                await engine.store.list_sessions(SessionFilter(group_key="hb:digest", status=["running"]))
+            ).items:
+                await asyncio.sleep(0.02)
+            skipped = await tick(engine, beat, 2)
+            inbox.release.set()
+            earlier = await first
+            assert skipped is not None and earlier is not None
+            old = "skipped: an earlier tick's agent is still running; `agentwatch runs trace run_x` shows it"
+            await engine.store.append_journal(JournalEntry(run_id=skipped, kind="overlap", message=old))
+        return skipped, earlier
+
+    skipped, earlier = asyncio.run(record())
+    table = invoke("runs", "history", skipped, "--source", "journal", "--store", store_url)
+    said = " ".join(table.output.split())  # (as wrapped)
+    assert table.exit_code == 0 and f"`agentwatch runs trace {earlier}` shows it" in said, table.output
+    assert "run_trace {" not in said and "`agentwatch runs trace run_x` shows it" in said, table.output
+    answer = _json(invoke("runs", "history", skipped, "--source", "journal", "--json", "--store", store_url))
+    assert [e["suggestions"] for e in answer["entries"]] == [
+        [{"tool": "run_trace", "arguments": {"id": earlier}}],
+        None,
+    ]
+    assert f"run_trace {{id: '{earlier}'}} shows it" in answer["entries"][0]["title"]
 
 
 def test_a_run_still_going_says_how_long_it_has_run(open_engine: OpenEngine, store_url: str) -> None:

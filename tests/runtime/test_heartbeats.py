@@ -88,11 +88,15 @@ async def test_a_tick_while_the_previous_one_runs_is_skipped_as_an_overlap(
         await first
         by_tick = {run.input["tick"]: (run.status, run.status_reason) for run in await _runs(engine, "digest")}
         assert by_tick == {1: ("completed", None), 2: ("skipped", "overlap")}
-        # Which earlier tick it overlapped is said in its journal, with where to look.
+        # Which earlier tick it overlapped is said in its journal, with where to look: the call (an agent reads it
+        # through a tool, where a command line means nothing), kept as a suggestion a surface may word its way.
         (busy,) = (await engine.store.list_sessions(SessionFilter(group_key="hb:digest"))).items
         journal = await engine.call_tool("run_history", {"id": tick_id("digest", 2), "source": ["journal"]})
-        (said,) = [e["title"] for e in journal["entries"]]
-        assert f"{busy.name} ({busy.id})" in said and f"agentwatch runs trace {tick_id('digest', 1)}" in said, said
+        (entry,) = journal["entries"]
+        said = entry["title"]
+        assert f"{busy.name} ({busy.id})" in said and f"run_trace {{id: '{tick_id('digest', 1)}'}}" in said, said
+        assert "agentwatch" not in said, said
+        assert entry["suggestions"] == [{"tool": "run_trace", "arguments": {"id": tick_id("digest", 1)}}]
 
 
 async def test_a_tick_stops_an_earlier_ticks_agent_that_outlived_its_run_and_the_timeout(

@@ -66,6 +66,7 @@ __all__ = [
     "run_async",
     "run_cli",
     "store_option",
+    "worded_as_commands",
     "worded_for_a_person",
 ]
 
@@ -559,15 +560,20 @@ def _as_is(text: str) -> Callable[[re.Match[str]], str]:
     return lambda _: text
 
 
-def worded_for_a_person(error: AgentwatchError) -> AgentwatchError:
-    """`error` with each call its message suggests worded as the command that makes it, in backquotes (where an
-    agent reads `agent_list {q: 'nova'}`, a person reads `agentwatch ls -q nova`)."""
-    message = error.message
-    for suggestion in sorted(error.suggestions, key=lambda s: len(str(s)), reverse=True):  # (`run_list {...}` first)
+def worded_as_commands(text: str, suggestions: Sequence[Suggestion]) -> str:
+    """`text` with each of `suggestions` it words as a tool call worded as the command that makes it, in
+    backquotes (where an agent reads `agent_list {q: 'nova'}`, a person reads `agentwatch ls -q nova`)."""
+    for suggestion in sorted(suggestions, key=lambda s: len(str(s)), reverse=True):  # (`run_list {...}` first)
         command = command_for(suggestion)
         if command is not None:
             said = rf"(?<![\w`]){re.escape(str(suggestion))}(?![\w`])"
-            message = re.sub(said, _as_is(f"`{command}`"), message)
+            text = re.sub(said, _as_is(f"`{command}`"), text)
+    return text
+
+
+def worded_for_a_person(error: AgentwatchError) -> AgentwatchError:
+    """`error` with each call its message suggests worded as the command that makes it (`worded_as_commands`)."""
+    message = worded_as_commands(error.message, error.suggestions)
     return error if message == error.message else error.reworded(message, **error.details)
 
 

@@ -28,10 +28,12 @@ from agentwatch.cli._common import (
     run_async,
     setup_option,
     store_option,
+    worded_as_commands,
 )
 from agentwatch.cli._time import spend
 from agentwatch.cli.remote import find_service, server_option
 from agentwatch.cli.remote import read as call_tool
+from agentwatch.errors import Suggestion
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
@@ -259,13 +261,19 @@ def history(run_id: str, source: tuple[str, ...], agent_id: str | None, query: s
     from agentwatch.cli._table import print_note, print_table
 
     rows = [
-        [entry["at"][11:19], entry["source"], escape(entry["title"] or entry["type"]),
+        [entry["at"][11:19], entry["source"], escape(_what(entry)),
          escape((entry["detail"] or "").replace("\n", " ")[:120])]
         for entry in answer["entries"]
     ]  # fmt: skip
     print_table(["AT", "SOURCE", "WHAT", "DETAIL"], rows, box=None, header_style="bold")
     if answer["nextCursor"]:
         print_note(f"[dim]older: --cursor {answer['nextCursor']}[/]")
+
+
+def _what(entry: dict[str, Any]) -> str:
+    """What a `run_history` entry says, each call it suggests worded as the command that makes it."""
+    calls = [Suggestion.from_dict(call) for call in entry.get("suggestions") or []]
+    return worded_as_commands(entry["title"] or entry["type"], [call for call in calls if call is not None])
 
 
 @runs.command("fire", short_help="Fire a hook: start a run of its role with INPUT.")

@@ -19,7 +19,8 @@ requests, their events) is added while they exist; `honesty` says what a trace c
   `stillRunning` names a side whose run has not ended: its figures are so far.
 - `run_history {id, source?, agentId?, q?, cursor?, limit}`: the run's log, newest page first and each page
   oldest first: its agents' events (as `agent_tail` shows them), its pipeline (the run and its spans starting
-  and ending; the run's end has its error as detail) and its journal (retries, notes), in one order.
+  and ending; the run's end has its error as detail) and its journal (retries, notes), in one order. A journal
+  line names a call it suggests as the tool call (`run_trace {id: ...}`), and gives it as `suggestions`.
 """
 
 from __future__ import annotations
@@ -268,6 +269,13 @@ class HistoryArgs(Args):
     max_chars: Count = Field(default=2000, ge=1, le=4000, description="Cap on each entry's detail, 1..4000.")
 
 
+class SuggestedCall(Answer):
+    """A call a journal line suggests: a tool and its arguments (as an error's `details.suggestions`)."""
+
+    tool: str
+    arguments: dict[str, JsonValue]
+
+
 class HistoryEntry(Answer):
     """One line of a run's log."""
 
@@ -278,6 +286,11 @@ class HistoryEntry(Answer):
     title: str | None
     detail: str | None
     status: str | None
+    suggestions: list[SuggestedCall] | None = Field(
+        default=None,
+        description="The calls a journal line suggests (`run_trace` of a run it names, say), worded in its title as "
+        "the tool call (`run_trace {id: 'run_...'}`); null: none.",
+    )
 
 
 class RunHistoryAnswer(Answer):
@@ -961,7 +974,14 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
         for line in await store.read_journal(run.id, limit=10_000):
             at = _iso(line.at) if line.at else _iso(run.started_at)
             entry = HistoryEntry(
-                at=at, source="journal", agent_id=None, type=line.kind, title=line.message, detail=None, status=None
+                at=at,
+                source="journal",
+                agent_id=None,
+                type=line.kind,
+                title=line.message,
+                detail=None,
+                status=None,
+                suggestions=_suggested(line.detail),
             )
             entries.append(((at, _SOURCE_ORDER["journal"], line.id or ""), entry))
     if "agent" in sources:
@@ -1024,6 +1044,15 @@ def _pipeline(run: RunRecord, spans: Sequence[SpanRecord]) -> list[tuple[tuple[s
         title = f"{called} {run.status}" + (f": {run.status_reason}" if run.status_reason else "")
         found.append(entry(run.ended_at, f"3{run.id}", "run.ended", title, run.status, _error_text(run.error)))
     return found
+
+
+def _suggested(detail: JsonValue) -> list[SuggestedCall] | None:
+    """The calls a journal line's detail keeps (`{"suggestions": [{tool, arguments}]}`, as a heartbeat's overlap
+    does); None when it keeps none (a line stored before, whose text says it all)."""
+    kept = detail.get("suggestions") if isinstance(detail, dict) else None
+    calls = [Suggestion.from_dict(value) for value in kept] if isinstance(kept, list) else []
+    found = [SuggestedCall(tool=call.tool, arguments=dict(call.arguments)) for call in calls if call is not None]
+    return found or None
 
 
 def _run_name(run: RunRecord) -> str:

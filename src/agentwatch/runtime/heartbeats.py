@@ -20,9 +20,10 @@ Engine.open(heartbeats=[Heartbeat("digest", "digester", every=3600, prompt="..."
   statusReason `gate`, and no session is made); a gate that raises fails it (`failed`, statusReason
   `gate_error`, error class `gate_error` with its message).
 - A tick while the heartbeat's previous session still runs (or waits on a person) is `skipped` (`overlap`; its
-  journal names that session and the run to trace), unless nobody enforces the timeout on that session any
-  more: its tick's run ended (its engine died or closed, and the turn went on after the restart) and it ran
-  past the timeout. It is then stopped, the new tick's journal says so, and the tick runs.
+  journal names that session and the call that shows it, `run_trace {id: ...}`, which the CLI words as a
+  command), unless nobody enforces the timeout on that session any more: its tick's run ended (its engine died
+  or closed, and the turn went on after the restart) and it ran past the timeout. It is then stopped, the new
+  tick's journal says so, and the tick runs.
 - Otherwise the tick runs a task: a session of `role` (source `heartbeat`, group key `hb:<name>`, so
   `agent_list {groupKey: "hb:digest"}` lists every tick), given `prompt`; the run ends as its turn does.
 - Heartbeats tick in an engine that runs the store's background work (`Engine.open()` with `recover=True`, the
@@ -48,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from agentwatch.config import HEARTBEAT_NAME as NAME_PATTERN
 from agentwatch.config import Config
-from agentwatch.errors import Conflict, InvalidArgument
+from agentwatch.errors import Conflict, InvalidArgument, Suggestion
 from agentwatch.runtime.runs import Run, stable_run_id, start_run, stop_orphaned_task
 from agentwatch.store import SessionFilter, SessionRecord
 
@@ -158,28 +159,35 @@ async def _run_tick(runtime: Runtime, heartbeat: Heartbeat, due: Tick, run: Run)
     )
     for earlier in busy.items:
         if not await _stopped_if_orphaned(runtime, heartbeat, earlier, run):
-            await _overlaps(run, _still_at_work(earlier))
+            await _overlaps(run, *_still_at_work(earlier))
             return
     if busy.next_cursor is not None:  # more still at work than looked at
-        await _overlaps(run, f"more than {_BUSY_LOOKED_AT} agents of earlier ticks are still at work "
-                             f"(`agentwatch ls --group-key {group}` lists them)")  # fmt: skip
+        listing = Suggestion("agent_list", {"groupKey": group})
+        why = f"more than {_BUSY_LOOKED_AT} agents of earlier ticks are still at work ({listing} lists them)"
+        await _overlaps(run, why, listing)
         return
     await run.sole_task(
         heartbeat.role, heartbeat.prompt, timeout=heartbeat.timeout, source="heartbeat", group_key=group
     )
 
 
-async def _overlaps(run: Run, why: str) -> None:
-    """Skip the tick as an overlap, its journal saying which earlier tick's work it overlapped."""
-    await run.journal("overlap", f"skipped: {why}")
+async def _overlaps(run: Run, why: str, look: Suggestion) -> None:
+    """Skip the tick as an overlap, its journal saying which earlier tick's work it overlapped, and the call that
+    shows that work (`look`: worded in the line as the tool call, kept as its detail's `suggestions`, which
+    `run_history` gives, so that each surface words it its way)."""
+    await run.journal("overlap", f"skipped: {why}", {"suggestions": [look.to_dict()]})
     run.end_as("skipped", "overlap")
 
 
-def _still_at_work(earlier: SessionRecord) -> str:
-    """The earlier tick's agent a tick overlaps, and where to look at it."""
+def _still_at_work(earlier: SessionRecord) -> tuple[str, Suggestion]:
+    """The earlier tick's agent a tick overlaps, and the call that shows it."""
     doing = "waits on a person" if earlier.status == "awaiting_input" else "is still running"
-    where = f"`agentwatch runs trace {earlier.run_id}`" if earlier.run_id else f"`agentwatch get {earlier.id}`"
-    return f"{earlier.name} ({earlier.id}), the agent of an earlier tick, {doing}; {where} shows it"
+    where = (
+        Suggestion("run_trace", {"id": earlier.run_id})
+        if earlier.run_id
+        else Suggestion("agent_get", {"id": earlier.id})
+    )
+    return f"{earlier.name} ({earlier.id}), the agent of an earlier tick, {doing}; {where} shows it", where
 
 
 async def _stopped_if_orphaned(runtime: Runtime, heartbeat: Heartbeat, earlier: SessionRecord, run: Run) -> bool:
