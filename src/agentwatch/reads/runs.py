@@ -863,21 +863,26 @@ _Spells = Sequence[tuple[datetime, datetime | None]]
 """When an agent was at turns of a run's: each such turn's start and end (None: it runs)."""
 
 
-async def _others(store: Store, sessions: dict[str, SessionRecord], run: RunRecord) -> dict[str, _OtherWork | None]:
-    """`_other_work` of each of the run's sessions, by id: a sub-agent's after its parent's, whose turns of the
-    run's keep the sub-agent's turns begun meanwhile the run's (as `billed_run` bills them)."""
+async def _others(
+    store: Store, sessions: dict[str, SessionRecord], run: RunRecord, wanted: Iterable[str] | None = None
+) -> dict[str, _OtherWork | None]:
+    """`_other_work` of the run's sessions (`wanted` of them; all by default) by id, and of their parents: a
+    sub-agent's after its parent's, whose turns of the run's keep the sub-agent's turns begun meanwhile the
+    run's (as `billed_run` bills them)."""
     found: dict[str, _OtherWork | None] = {}
+    spells: dict[str, _Spells] = {}  # (read once a parent)
 
     async def of(session: SessionRecord) -> _OtherWork | None:
         if session.id not in found:
             found[session.id] = None  # (a parent loop, which no spawn makes, ends here)
             parent = sessions.get(session.parent_id) if session.parent_id else None
-            spells = await _run_spells(store, parent, await of(parent), run) if parent is not None else ()
-            found[session.id] = await _other_work(store, session, run, spells)
+            if parent is not None and parent.id not in spells:
+                spells[parent.id] = await _run_spells(store, parent, await of(parent), run)
+            found[session.id] = await _other_work(store, session, run, spells[parent.id] if parent else ())
         return found[session.id]
 
-    for session in sessions.values():
-        await of(session)
+    for session_id in sessions if wanted is None else wanted:
+        await of(sessions[session_id])
     return found
 
 
@@ -988,7 +993,7 @@ async def run_history(engine: EngineView, caller: Caller, args: HistoryArgs) -> 
         sessions = await _sessions(engine, run.id)
         wanted = await _with_descendants(store, run.id, args.agent_id, sessions) if args.agent_id else list(sessions)
         read = 0
-        others = await _others(store, sessions, run)
+        others = await _others(store, sessions, run, wanted)
         for session_id in wanted:
             # The newest: a history pages back from the end.
             budget = min(_PAGE_EVENTS, MAX_EVENTS - read)
