@@ -537,6 +537,24 @@ async def test_inbox_counts_pending_inputs(store: Store) -> None:
     assert (await store.get_session(session.id)).pending_inputs == 1
 
 
+async def test_inbox_counts_observer_reports_apart_from_inputs(store: Store) -> None:
+    """A report of an observer waits in the inbox like an input, but is no work given to the session: it is
+    counted in `pending_reports`, from its queueing to the turn that takes it."""
+    session = await store.create_session(SessionDraft(name="vega", role="chat"))
+    report = InputDraft(text="a report", origin=Origin(kind="observer", ref="observer:critic"), meta=True)
+    await store.write(Write(session.id, inputs_add=[InputDraft(text="work"), report]))
+    stored = await store.get_session(session.id)
+    assert (stored.pending_inputs, stored.pending_reports, stored.inbox_size) == (1, 1, 2)
+
+    work, queued = await store.list_inputs(session.id)
+    await store.write(Write(session.id, inputs_take=[queued.id]))
+    stored = await store.get_session(session.id)
+    assert (stored.pending_inputs, stored.pending_reports) == (1, 0)
+    await store.write(Write(session.id, inputs_add=[report], inputs_take=[work.id]))
+    stored = await store.get_session(session.id)
+    assert (stored.pending_inputs, stored.pending_reports) == (0, 1)
+
+
 async def test_requests_move_through_their_lifecycle_with_counters(store: Store) -> None:
     session = await store.create_session(SessionDraft(name="nova", role="chat"))
     deliver_at = datetime(2030, 1, 1, tzinfo=UTC)

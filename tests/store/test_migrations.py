@@ -22,7 +22,8 @@ _T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
 def _write_schema_1(execute: Execute, dialect: Literal["sqlite", "postgres"], time: Callable[[datetime], Any]) -> None:
-    """Schema 1 and two sessions in its layout: events, messages, usage, an observer ref."""
+    """Schema 1 and two sessions in its layout: events, messages, usage, an observer ref, an inbox (an input
+    and an observer's report waiting, one input taken)."""
     execute(
         "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
         (),
@@ -76,6 +77,18 @@ def _write_schema_1(execute: Execute, dialect: Literal["sqlite", "postgres"], ti
         "VALUES ('ses_old1', 'loop-guard', 'ses_old2', ?)",
         (time(_T0),),
     )
+    inbox = [
+        ("inp_old1", '{"kind":"api"}', None),
+        ("inp_old2", '{"kind":"observer","ref":"observer:loop-guard"}', None),
+        ("inp_old3", None, _T0),
+    ]
+    for input_id, origin, taken_at in inbox:
+        execute(
+            "INSERT INTO inbox (id, session_id, text, origin, created_at, taken_at) "
+            "VALUES (?, 'ses_old1', 'x', ?, ?, ?)",
+            (input_id, origin, time(_T0), None if taken_at is None else time(taken_at)),
+        )
+    execute("UPDATE sessions SET pending_inputs = 2 WHERE id = 'ses_old1'", ())  # schema 1 counted reports in
     execute(  # a person stopped it (kept as the pairing's tombstone from schema 13 on)
         "INSERT INTO observer_refs (observed_session_id, observer_type, observer_session_id, stopped, stopped_at, "
         "updated_at) VALUES ('ses_old2', 'critic', 'ses_gone', ?, ?, ?)",
@@ -134,6 +147,10 @@ async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str,
             assert [event.seq for event in in_conversation] == [2, 3]
             newer = await store.read_events_backward(session.id, limit=2, types=["message.user"])
             assert [event.seq for event in newer] == [3, 1]
+        # From schema 14 on, a report waiting in the inbox is counted apart from the inputs.
+        upgraded = await store.get_session("ses_old1")
+        assert (upgraded.pending_inputs, upgraded.pending_reports) == (1, 1)
+        assert (await store.get_session("ses_old2")).pending_reports == 0
         ref = await store.get_observer_ref("ses_old1")
         assert ref is not None and ref.observer_session_id == "ses_old2"
         assert await store.get_observer_tombstone("ses_old1", "loop-guard") is None

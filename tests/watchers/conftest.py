@@ -1,5 +1,5 @@
-"""Engines on a real SQLite store with scripted models: the runtime's fixtures, shared."""
+"""Engines on a real store (SQLite, or PostgreSQL too with `url`) and scripted models: the runtime's fixtures."""
 
-from tests.runtime.conftest import open_engine, scripted, store_url
+from tests.runtime.conftest import open_engine, scripted, store_url, url
 
-__all__ = ["open_engine", "scripted", "store_url"]
+__all__ = ["open_engine", "scripted", "store_url", "url"]

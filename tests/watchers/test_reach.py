@@ -66,7 +66,7 @@ async def test_a_report_after_the_turn_reaches_every_kind_of_session(
         else:  # a finished task takes it at its next turn, which the report does not start
             await asyncio.sleep(0.3)
             session = await engine.store.get_session(session_id)
-            assert (session.status, await _turns(engine, session_id), session.pending_inputs) == ("completed", 1, 1)
+            assert (session.status, await _turns(engine, session_id), session.pending_reports) == ("completed", 1, 1)
             output = str(results[0].output)  # type: ignore[union-attr]
             assert "its turn is over (completed), so it reads it at the next turn it is given" in output
             await engine.enqueue(session_id, "now fix the tests")
@@ -129,7 +129,7 @@ async def test_a_spawned_agents_report_also_reaches_its_working_parent(
         assert "about your sub-agent" in about[0].text and child_id in about[0].text
         assert about[0].text.endswith(REPORT)
         child = await engine.store.get_session(child_id)
-        assert (child.status, child.pending_inputs) == ("completed", 1)
+        assert (child.status, child.pending_inputs, child.pending_reports) == ("completed", 0, 1)
 
 
 async def _children(engine: Engine, parent_id: str) -> list[Any]:
@@ -278,12 +278,12 @@ async def test_a_rule_observers_after_turn_report_reaches_every_kind_of_session(
             assert await eventually(lambda: _reports_are(engine, session_id, [said, said]))
             await asyncio.sleep(0.2)
             session = await engine.store.get_session(session_id)
-            assert (await _turns(engine, session_id), session.pending_inputs) == (2, 1)
+            assert (await _turns(engine, session_id), session.pending_reports) == (2, 1)
         else:
             assert await reports(engine, session_id) == [said]
             await asyncio.sleep(0.2)
             session = await engine.store.get_session(session_id)
-            assert (session.status, await _turns(engine, session_id), session.pending_inputs) == ("completed", 1, 1)
+            assert (session.status, await _turns(engine, session_id), session.pending_reports) == ("completed", 1, 1)
             # The kept report starts no turn, so it keeps no wait going either.
             started = time.monotonic()
             waited = await engine.call_tool("agent_await", {"agentId": session_id, "timeoutMs": 5_000})

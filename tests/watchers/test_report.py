@@ -92,7 +92,7 @@ async def test_reports_cannot_feed_each_other_forever(open_engine: OpenEngine, s
         await engine.wait(session.id, 5)
         assert len(await events(engine, session.id, "turn.ended")) == 2
         assert await reports(engine, session.id) == ["Again!", "Again!"]
-        assert (await engine.store.get_session(session.id)).pending_inputs == 1
+        assert (await engine.store.get_session(session.id)).pending_reports == 1
         await engine.enqueue(session.id, "and now?")  # other input: the held report is read with it
         await eventually(lambda: _turns(engine, session.id, 3))
         # Turn 3's own messages: its report may start a fourth turn by the time they are read.
@@ -387,7 +387,7 @@ async def test_a_report_during_a_turn_that_reports_alone_started_is_answered_at_
         await eventually(lambda: _turns(engine, session.id, 2))
         await asyncio.sleep(0.3)  # a third turn would have started by now
         after = await engine.store.get_session(session.id)
-        assert (after.status, len(await events(engine, session.id, "turn.ended")), after.pending_inputs) == (
+        assert (after.status, len(await events(engine, session.id, "turn.ended")), after.pending_reports) == (
             "idle",
             2,
             1,
@@ -473,11 +473,11 @@ async def test_a_kept_report_survives_a_restart_and_starts_no_turn_there(
     async with open_engine(*definitions) as engine:
         await asyncio.sleep(0.3)  # a turn the restart started would be running by now
         session = await engine.store.get_session(observed_id)
-        assert (session.status, session.pending_inputs, len(prompts)) == ("completed", 1, 1)
+        assert (session.status, session.pending_reports, len(prompts)) == ("completed", 1, 1)
         await engine.enqueue(observed_id, "next")
         await eventually(lambda: _turns(engine, observed_id, 2))
         assert (prompts[1] or "").endswith("next") and "kept" in (prompts[1] or "")
-        assert (await engine.store.get_session(observed_id)).pending_inputs == 0
+        assert (await engine.store.get_session(observed_id)).inbox_size == 0
 
 
 async def test_an_observer_whose_turn_runs_in_another_engine_still_reports(

@@ -70,3 +70,31 @@ def test_the_cli_tail_and_get_show_reports_and_their_delivery_state(
     tailed = runner.invoke(cli, ["tail", session_id, "--store", store_url], catch_exceptions=False)
     assert tailed.exit_code == 0, tailed.output
     assert any("observer.report" in line and REPORT in line for line in tailed.output.splitlines())
+
+
+async def test_a_queued_report_is_counted_apart_from_the_agents_pending_inputs(
+    open_engine: OpenEngine, scripted: Scripted, url: str
+) -> None:
+    """A report waiting for the observed agent's next turn is not work someone queued for it: `pendingInputs` (what
+    a scheduler reads to know an agent has work waiting) leaves it out, and `pendingReports` counts it, in the
+    record and in the list row alike, until a turn reads it."""
+    coder = role("coder", scripted("count-coder", ScriptedModel.replying("done", "fixed")), observer="reviewer")
+    coder = coder.model_copy(update={"grant": ("spawn",)})
+    watcher = role("reviewer", scripted("count-reviewer", reporting(REPORT)))
+    async with open_engine(coder, watcher, store=url) as engine:
+        session_id = str((await engine.task("coder", "write the parser", timeout=10))["agentId"])
+        await eventually(lambda: reports(engine, session_id))
+        assert await _waiting(engine, session_id) == (0, 1)
+        await engine.enqueue(session_id, "fix it")
+        await engine.wait(session_id, 10)  # the turn read the report with the input
+        await eventually(lambda: _reports_count(engine, session_id, 2))  # its turn's digest: one more report
+        assert await _waiting(engine, session_id) == (0, 1)
+
+
+async def _waiting(engine: Engine, session_id: str) -> tuple[int, int]:
+    """`(pendingInputs, pendingReports)` of the agent, the same in its record and in its list row."""
+    record = await engine.call_tool("agent_get", {"id": session_id})
+    listed = await engine.call_tool("agent_list", {"role": "coder"})
+    (row,) = listed["agents"]
+    assert (row["pendingInputs"], row["pendingReports"]) == (record["pendingInputs"], record["pendingReports"])
+    return record["pendingInputs"], record["pendingReports"]

@@ -143,7 +143,7 @@ def render_get(record: dict[str, Any]) -> None:
         ("now", escape(str(current["currentItem"]["title"])) if current["currentItem"] else "-"),
         ("last said", escape(_short(current["lastAssistantText"], 200)) or "-"),
         ("error", f"[red]{escape(record['error'])}[/]" if record["error"] else "-"),
-        ("inbox", f"{record['pendingInputs']} waiting"),
+        ("inbox", _inbox(record)),
         ("cursor", current["cursor"]),
     ]
     if problem := record.get("roleProblem"):  # (the engine answering cannot run it: why, and what to do)
@@ -165,6 +165,21 @@ def render_get(record: dict[str, Any]) -> None:
         rows.append(("deleted", f"{record['deletedAt']} (readable until {record['reapAt']})"))
     cells = [[key, str(value)] for key, value in rows]
     print_table(None, cells, columns=[{"style": "dim", "no_wrap": True}, {}], box=None, pad_edge=False)
+
+
+def _inbox(record: dict[str, Any]) -> str:
+    """The inbox line of `get`: the inputs waiting, and apart from them its observer's reports for its next turn."""
+    reports = record.get("pendingReports") or 0
+    also = f", and {reports} observer report(s) for its next turn" if reports else ""
+    return f"{record['pendingInputs']} waiting{also}"
+
+
+def waiting_inbox(inputs: int, reports: int) -> str:
+    """What waits in an agent's inbox, in words: `2 input(s)`, `1 observer report(s)`, or both."""
+    said = [f"{inputs} input(s)"] if inputs or not reports else []
+    if reports:
+        said.append(f"{reports} observer report(s)")
+    return " and ".join(said)
 
 
 def _observer_rows(observer: dict[str, Any]) -> list[tuple[str, str]]:
@@ -284,9 +299,10 @@ async def wait_until_settled(
             session = await reader.store.get_session(agent_id)
             done = await settled(reader.store, session)  # as an engine's own wait reads it
             if done or loop.time() >= deadline:
-                if not done and session.status == "idle" and session.pending_inputs:
+                if not done and session.status == "idle" and session.inbox_size:
                     # (an idle agent, yet not settled: its input waits for an engine)
-                    waiting = f"{session.pending_inputs} input(s) of {session.name} wait for an engine to run them"
+                    queued = waiting_inbox(session.pending_inputs, session.pending_reports)
+                    waiting = f"{queued} of {session.name} wait for an engine to run them"
                     print_note(f"[dim]{escape(waiting)}: {escape(await _why_not_run(reader, session))}[/]")
                 return await status_snapshot(
                     reader.store,

@@ -482,12 +482,13 @@ def _note_idle_wait(service: Service, session_id: str) -> None:
     from rich.markup import escape
 
     from agentwatch.cli._table import print_note
+    from agentwatch.cli._views import waiting_inbox
 
     try:
         record = service.answer("agent_get", {"id": session_id})
     except AgentwatchError:
         return  # (the snapshot says it timed out all the same: only the note is at stake)
-    if not record.get("pendingInputs"):
+    if not record.get("pendingInputs") and not record.get("pendingReports"):
         return
     problem = record.get("roleProblem")
     why = (
@@ -496,7 +497,8 @@ def _note_idle_wait(service: Service, session_id: str) -> None:
         else f"the service at {service.url} has agent type {record.get('role')!r}, so the engine that holds the agent "
         f"runs them once it gets to it (a `run`, or another service on the store: `agentwatch get {session_id}`)"
     )
-    waiting = f"{record['pendingInputs']} input(s) of {record.get('name')} wait for an engine to run them"
+    queued = waiting_inbox(record.get("pendingInputs") or 0, record.get("pendingReports") or 0)
+    waiting = f"{queued} of {record.get('name')} wait for an engine to run them"
     print_note(f"[dim]{escape(waiting)}: {escape(why)}[/]")
 
 

@@ -57,6 +57,7 @@ def row_fields(
         "deleted_at": deleted_at.isoformat() if deleted_at is not None else None,
         "usage": SessionUsage.trusted(cost_usd=session.cost_usd, tokens=session.tokens),
         "pending_inputs": session.pending_inputs,
+        "pending_reports": session.pending_reports,
         "pending_requests": session.pending_requests,
         "held_requests": session.held_requests,
         "oldest_request": oldest,
@@ -91,6 +92,7 @@ LISTED_FIELDS = (
     "run_id",
     "origin",
     "held_requests",
+    "pending_reports",
 )
 """The session fields a listing row is made of, in the order `listed_rows` takes their values
 (`Store.list_session_values`)."""
@@ -149,6 +151,7 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
         run_id,
         origin,
         held_requests,
+        pending_reports,
     ) in sessions:
         # `status_word`, reading the time only where it matters: running, and not waiting on a person.
         waits = pending_requests > 0
@@ -175,6 +178,7 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
                 "deletedAt": deleted_at,
                 "usage": {"costUsd": cost_usd, "tokens": tokens},
                 "pendingInputs": pending_inputs,
+                "pendingReports": pending_reports,
                 "pendingRequests": pending_requests,
                 "heldRequests": held_requests,
                 "oldestRequest": oldest.get(session_id) if waits else None,

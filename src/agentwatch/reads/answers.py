@@ -109,7 +109,14 @@ class SessionRow(Answer):
     last_active_at: Timestamp | None
     deleted_at: Timestamp | None
     usage: SessionUsage
-    pending_inputs: int
+    pending_inputs: int = Field(
+        description="Inputs queued for it (by a person, an agent, a schedule or a hook) that no turn took yet: "
+        "work waiting. Its observer's reports are not among them (`pendingReports`)."
+    )
+    pending_reports: int = Field(
+        description="Reports of its observer waiting for a turn of it to read them (a finished task reads them at "
+        "the next turn it is given): news for it, not work given to it."
+    )
     pending_requests: int
     held_requests: int = Field(
         description="Questions it asked that wait on its parent agent first (they come to a person at their "

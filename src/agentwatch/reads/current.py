@@ -48,7 +48,7 @@ def is_settled(session: SessionRecord) -> bool:
     failed, stopped, idle, or paused on a request)."""
     if session.deleted_at is not None:
         return True
-    return session.pending_inputs == 0 and session.status != "running"
+    return session.inbox_size == 0 and session.status != "running"
 
 
 def _iso(value: datetime | None) -> str | None:

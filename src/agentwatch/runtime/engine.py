@@ -591,7 +591,7 @@ class Engine:
                 if not (
                     session.status in ("awaiting_input", "running")
                     or (idle_observer and session.is_observer and session.status != "cancelled")
-                    or (cut_off and session.pending_inputs)  # the loop was taking input up: its turn is stopped
+                    or (cut_off and session.inbox_size)  # the loop was taking input up: its turn is stopped
                 ):
                     return False
                 try:

@@ -544,6 +544,8 @@ class Leases:
     async def _say_unclaimed(self, runtime: Runtime, lease: LeaseRecord, waited: float) -> bool:
         session = await self.store.get_session(lease.session_id)
         waits = session.pending_inputs > 0 or session.status in ("running", "awaiting_input")
+        if not waits and session.pending_reports:  # reports alone are work only when they start a turn
+            waits = await next_plan(self.store, session) is not None
         if not waits or session.deleted_at is not None:
             return False  # (a lease left behind with no work, or the agent deleted: its last event stays the last)
         try:

@@ -107,7 +107,7 @@ async def next_plan(store: Store, session: SessionRecord) -> Plan | None:
 
 def is_report(item: InputRecord) -> bool:
     """Whether an inbox input is an observer's report (or news of one about a sub-agent)."""
-    return item.origin is not None and item.origin.kind == "observer"
+    return item.is_report
 
 
 def lives_on(session: SessionRecord) -> bool:

@@ -19,7 +19,7 @@ from agentwatch.errors import (
     StoreUnavailable,
     Suggestion,
 )
-from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, RuntimeNotice, new_id
+from agentwatch.events import PAYLOAD_TYPES, Event, NewEvent, Origin, RuntimeNotice, new_id
 from agentwatch.store._appends import Appends, apply_appends, read_counters
 from agentwatch.store._leases import claim_lease
 from agentwatch.store._sessions import GET_SESSION, session_from_row, session_value, stored_iso
@@ -258,7 +258,7 @@ class EventMethods(SqlBase):
                 raise Conflict(f"session {session_id!r} is deleted already")
             changes["deleted_at"] = now
             changes["reap_at"] = write.delete_until
-        deltas = {"pending_inputs": 0, "pending_requests": 0, "held_requests": 0}
+        deltas = {"pending_inputs": 0, "pending_reports": 0, "pending_requests": 0, "held_requests": 0}
 
         if write.new_conversation is not None:
             ended = {"ended_at": now, "end_reason": write.new_conversation, "end_seq": session.last_seq}
@@ -282,9 +282,11 @@ class EventMethods(SqlBase):
         for draft in write.inputs_add:
             values = draft.model_dump() | {"id": draft.id or new_id("inp"), "session_id": session_id, "created_at": now}
             await self._insert(tx, "inbox", values, INPUT_JSON)
-            deltas["pending_inputs"] += 1
+            deltas["pending_reports" if draft.is_report else "pending_inputs"] += 1
         if write.inputs_take:
-            deltas["pending_inputs"] -= await self._take_inputs(tx, session_id, write.inputs_take, now)
+            inputs, reports = await self._take_inputs(tx, session_id, write.inputs_take, now)
+            deltas["pending_inputs"] -= inputs
+            deltas["pending_reports"] -= reports
 
         for request in write.requests_open:
             values = request.model_dump() | {
@@ -334,11 +336,13 @@ class EventMethods(SqlBase):
         events: list[Event] = outcome
         return events
 
-    async def _take_inputs(self, tx: Tx, session_id: str, input_ids: Sequence[str], now: datetime) -> int:
+    async def _take_inputs(self, tx: Tx, session_id: str, input_ids: Sequence[str], now: datetime) -> tuple[int, int]:
+        """Mark the inputs taken; returns how many of them were inputs and how many observer reports (each
+        counted down from its own counter)."""
         wanted = sorted(set(input_ids))
         condition, params = in_list("id", wanted)
         rows = await tx.fetch(
-            f"SELECT id, taken_at FROM inbox WHERE session_id = ? AND {condition}",
+            f"SELECT id, taken_at, origin FROM inbox WHERE session_id = ? AND {condition}",
             [
                 session_id,
                 *params,
@@ -351,7 +355,8 @@ class EventMethods(SqlBase):
             if found[input_id] is not None:
                 raise Conflict(f"inbox input {input_id!r} was already taken by a turn")
         await tx.execute(f"UPDATE inbox SET taken_at = ? WHERE {condition}", [self._dialect.time_param(now), *params])
-        return len(wanted)
+        reports = sum(1 for row in rows if row[2] is not None and Origin.model_validate_json(row[2]).kind == "observer")
+        return len(wanted) - reports, reports
 
     async def _pending_request(self, tx: Tx, session_id: str, request_id: str) -> RequestRecord:
         rows = await tx.fetch(

@@ -122,7 +122,10 @@ class SessionRecord(BaseModel):
     turn_attempts: int = 0
     """How many times the current turn was started (1 + its continuations after restarts)."""
     pending_inputs: int = 0
-    """Inputs queued in its inbox."""
+    """Inputs queued in its inbox by someone who gives it work (a person, an agent, a schedule, a hook): its
+    observer's reports are not among them."""
+    pending_reports: int = 0
+    """Reports of its observer queued in its inbox for a turn to read (kept apart: a report is no work given)."""
     pending_requests: int = 0
     """Its pending requests that wait on a person."""
     held_requests: int = 0
@@ -141,6 +144,11 @@ class SessionRecord(BaseModel):
     """Who holds it, when a person took it over."""
     settings: dict[str, JsonValue] = {}
     """Runtime-owned facts with no column of their own (grant, repo, run-in, ...)."""
+
+    @property
+    def inbox_size(self) -> int:
+        """Everything queued in its inbox that no turn took yet: its pending inputs and its observer's reports."""
+        return self.pending_inputs + self.pending_reports
 
 
 class SessionDraft(BaseModel):
@@ -301,6 +309,12 @@ class InputDraft(BaseModel):
     id: str | None = None
     """Its id when the caller chose one (a keyed input: see `Engine.enqueue`); a write adding an input whose id
     is taken is refused (`Conflict`) and adds nothing. None: the store makes one."""
+
+    @property
+    def is_report(self) -> bool:
+        """Whether it is an observer's report (or news of one about a sub-agent): counted in the session's
+        `pending_reports`, not its `pending_inputs`."""
+        return self.origin is not None and self.origin.kind == "observer"
 
 
 class InputRecord(InputDraft):

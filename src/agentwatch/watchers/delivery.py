@@ -250,7 +250,7 @@ async def _retire_if_ended(registry: PairingRegistry, pairing: Pairing) -> None:
     if pairing.buffer or pairing.state != "armed":
         return  # a digest came in meanwhile: the observed agent runs again, so the pairing stays armed
     deleted = observed.deleted_at is not None
-    if deleted or (not observed_alive(observed) and observed.pending_inputs == 0):  # (a deleted one never runs)
+    if deleted or (not observed_alive(observed) and observed.inbox_size == 0):  # (a deleted one never runs)
         ended = "was deleted" if deleted else f"ended ({observed.status})"
         await registry.set_state(pairing, "retired", f"the observed agent {ended}", record=not deleted)
         if deleted:  # it never runs again

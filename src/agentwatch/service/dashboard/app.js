@@ -867,10 +867,14 @@
     const inbox = !agent.pendingInputs ? ""
       : agent.deletedAt ? ` · ${inputs} left unread in its inbox`
         : ` · ${inputs} waiting in its inbox`;
+    const reported = `${agent.pendingReports} observer report${agent.pendingReports === 1 ? "" : "s"}`;
+    const reports = !agent.pendingReports ? ""
+      : agent.deletedAt ? ` · ${reported} left unread`
+        : ` · ${reported} for its next turn`;
     const deleted = agent.deletedAt
       ? el("strong", { class: "deleted" }, ` · deleted, readable until ${when(agent.reapAt)}`)
       : "";
-    $("d-meta").replaceChildren(meta, ...parent, ...run, hold, inbox, deleted);
+    $("d-meta").replaceChildren(meta, ...parent, ...run, hold, inbox, reports, deleted);
     // What it does this moment (`current.currentItem`): the tool that runs, or what its model does. The log's last
     // line does not say whether a call it shows still runs.
     const now = agent.current && agent.current.currentItem;
