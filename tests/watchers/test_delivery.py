@@ -361,3 +361,37 @@ async def _two_observers(engine: Engine, session_id: str) -> list[Any]:
 async def _ref_points_at(engine: Engine, session_id: str, observer_id: str) -> bool:
     ref = await engine.store.get_observer_ref(session_id)
     return ref is not None and ref.observer_session_id == observer_id
+
+
+async def test_agent_get_says_an_observer_whose_model_fails_is_failing_and_why(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Its pairing stays armed (every batch is still tried), but a person reading the observed agent must see that
+    its observer does not work, and why, not `armed` alone; once a turn of the observer goes through, it is armed
+    again. The observed agent works on all the while."""
+    down = [True]
+
+    def observe(ctx: Any) -> Any:
+        if down[0]:
+            raise RuntimeError("the model endpoint refused the key")
+        return Reply("nothing to report")
+
+    coder = role("coder", scripted("failing-coder", ScriptedModel.replying("one done", "two done")), observer="critic")
+    critic = role("critic", scripted("failing-critic", ScriptedModel(function=observe)))
+    async with open_engine(coder.model_copy(update={"grant": ("spawn",)}), critic) as engine:
+        session = await engine.create("coder", source="chat")
+        await turn(engine, session.id, "one")
+        await eventually(lambda: warnings(engine, session.id))
+        record = await engine.call_tool("agent_get", {"id": session.id})
+        assert (record["status"], record["current"]["lastAssistantText"]) == ("idle", "one done")  # not held back
+        shown = record["observer"]
+        assert shown["state"] == "failing"
+        assert "the model endpoint refused the key" in shown["reason"]
+        assert [state for state, _ in await states(engine, session.id)] == ["armed"]  # nothing recorded changed
+
+        down[0] = False
+        await turn(engine, session.id, "two")
+        (observer,) = await observers_of(engine, session.id)
+        await eventually(lambda: settled_observer(engine, observer.id, 2))
+        record = await engine.call_tool("agent_get", {"id": session.id})
+        assert (record["observer"]["state"], record["observer"]["reason"]) == ("armed", "observer started")

@@ -185,7 +185,7 @@ def waiting_inbox(inputs: int, reports: int) -> str:
 def _observer_rows(observer: dict[str, Any]) -> list[tuple[str, str]]:
     """The observer line (type, pairing state, why) and one line per latest report with its delivery state."""
     state = str(observer["state"])
-    color = "green" if state == "armed" else "red" if state in ("denied", "blocked") else "yellow"
+    color = "green" if state == "armed" else "red" if state in ("denied", "blocked", "failing") else "yellow"
     kind = escape(str(observer["observerType"] or "?"))
     reason = f" [dim]({escape(_short(observer['reason'], 120))})[/]" if observer.get("reason") else ""
     rows = [("observer", f"{kind} [{color}]{state}[/]{reason}")]

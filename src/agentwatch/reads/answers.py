@@ -248,7 +248,11 @@ class ObserverEntry(Answer):
 
     observer_type: str | None
     observer_session_id: str | None
-    state: str
+    state: str = Field(
+        description="The pairing's state: armed, denied, retired, stopped or blocked; `failing` when it is armed but "
+        "the observer's latest turn failed (the reason gives the error; each new batch is still tried, and the "
+        "agent it watches never waits on it)."
+    )
     reason: str | None
     since: Timestamp | None
     stopped: bool

@@ -7,7 +7,7 @@ tombstone, the observer session, `observer.state` and `observer.report` events) 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from agentwatch.errors import NotFound
 from agentwatch.events import ObserverReported, ObserverStateChanged, PairingState
@@ -15,10 +15,18 @@ from agentwatch.reads.answers import ObserverEntry, ObserverReportEntry
 from agentwatch.store import ObserverRef, SessionRecord, Store
 from agentwatch.tools import dump
 
-__all__ = ["STOPPED_FOR_GOOD", "describe_observer", "observer_entry", "stopped_by_person"]
+__all__ = [
+    "ARMED_STATES",
+    "STOPPED_FOR_GOOD",
+    "describe_observer",
+    "observer_entry",
+    "stopped_by_person",
+]
 
 STOPPED_FOR_GOOD = "a person stopped this observer; it is not brought back"
 """Why a pairing a person's stop ended stays over (the tombstone), as `agent_get` and the pairing say it."""
+ARMED_STATES = ("armed", "failing")
+"""The states `agent_get` shows for an armed pairing: `failing` is one whose observer's latest turn failed."""
 
 
 async def describe_observer(store: Store, session: SessionRecord, *, reports: int = 5) -> dict[str, Any] | None:
@@ -30,6 +38,11 @@ async def describe_observer(store: Store, session: SessionRecord, *, reports: in
      "reports": [{"at": "...", "observerType": "reviewer", "observerSessionId": "ses_...", "report": "...",
                   "delivery": "queued"}]}
     ```
+
+    `state` is the pairing's (`armed`, `denied`, `retired`, `stopped`, `blocked`), except that an armed pairing
+    whose observer's latest turn failed shows as `failing`, with the error as its reason: the pairing stays
+    armed underneath (every new batch is still tried, and the observed agent never waits on it), and shows as
+    `armed` again once a turn of the observer goes through.
 
     `reports` holds the newest `reports` reports, oldest first; each one's `delivery` is `queued` while it waits
     in the agent's inbox (a finished task reads it at the next turn it is given) and `read` once a turn took it.
@@ -46,15 +59,21 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
         return None
     latest = states[0] if states else None
     changed = latest.payload if latest is not None and isinstance(latest.payload, ObserverStateChanged) else None
-    state: PairingState = changed.state if changed is not None else "armed"
+    state: PairingState | Literal["failing"] = changed.state if changed is not None else "armed"
     reason = changed.reason if changed else None
     since = latest.at.isoformat() if latest is not None else None
-    stop = await _person_stop(store, ref) if state not in ("stopped", "blocked") else None
+    over = state in ("stopped", "blocked")
+    observer = await _observer_session(store, ref) if not over else None
+    stop = _person_stop(ref, observer) if not over else None
     if stop is not None:
         state, reason, since = "stopped", STOPPED_FOR_GOOD, stop.isoformat()
     elif session.deleted_at is not None and state == "armed":
         # (not recorded: the notice of its deletion is a deleted session's last event)
         state, reason, since = "retired", "the observed agent was deleted", session.deleted_at.isoformat()
+    elif state == "armed" and observer is not None and observer.status == "failed":
+        # (not recorded either: the observer session's own status says it, and the next turn that goes through
+        # clears it; each failure is recorded on the observed agent as a `runtime.warning`)
+        state, reason, since = "failing", _failing_reason(observer), observer.updated_at.isoformat()
     found = await store.read_events_backward(session.id, types=["observer.report"], limit=reports) if reports else []
     inputs = await store.list_inputs(session.id) if found else []
     waiting = [i.text for i in inputs if i.origin and i.origin.kind == "observer"]
@@ -89,24 +108,38 @@ async def observer_entry(store: Store, session: SessionRecord, *, reports: int =
     )
 
 
-async def _person_stop(store: Store, ref: ObserverRef | None) -> datetime | None:
-    """When a person stopped the observer the ref names, though no `stopped` state records it yet; else None.
+def _failing_reason(observer: SessionRecord) -> str:
+    """Why an armed pairing shows as `failing`: its observer's latest turn failed, with the error."""
+    return (
+        f"the observer's latest turn failed ({observer.error or 'no error given'}), so the batch it had was "
+        "dropped; each new batch is still tried"
+    )
+
+
+async def _observer_session(store: Store, ref: ObserverRef | None) -> SessionRecord | None:
+    """The observer session the ref names, when it still exists (a reaped one: None)."""
+    if ref is None or ref.observer_session_id is None:
+        return None
+    try:
+        return await store.get_session(ref.observer_session_id)
+    except NotFound:
+        return None
+
+
+def _person_stop(ref: ObserverRef | None, observer: SessionRecord | None) -> datetime | None:
+    """When a person stopped the observer the ref names (its session: `observer`), though no `stopped` state
+    records it yet; else None.
 
     The pairing's engine writes the tombstone, then the state: read between the two, the tombstone says it. A
     person who stops the observer while no engine runs the agent it watches (`agentwatch stop` on the store)
     only ends the observer session: the next engine to arm the pairing writes both, and till then the session
-    says it."""
+    says it. A reaped observer session is a lost context (a fresh observer takes over), unless its deletion
+    left a tombstone."""
     if ref is None:
         return None
     if ref.stopped:
         return ref.stopped_at or ref.updated_at
-    if ref.observer_session_id is None:
-        return None
-    try:
-        observer = await store.get_session(ref.observer_session_id)
-    except NotFound:  # reaped: a lost context (a fresh observer takes over), unless its deletion left a tombstone
-        return None
-    if not stopped_by_person(observer):
+    if observer is None or not stopped_by_person(observer):
         return None
     return observer.deleted_at or observer.updated_at
 

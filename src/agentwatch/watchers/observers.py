@@ -38,7 +38,7 @@ from agentwatch.events import (
     TurnEnded,
     TurnStarted,
 )
-from agentwatch.reads.observer import observer_entry
+from agentwatch.reads.observer import ARMED_STATES, observer_entry
 from agentwatch.runtime.leases import leases_of
 from agentwatch.runtime.roster import AgentDefinition
 from agentwatch.runtime.thread_observer import ReplaySnapshot
@@ -183,7 +183,7 @@ class ObserverAgents:
             return None
         entry = await observer_entry(store, observed, reports=0)
         roster = self.engine.roster
-        if entry is None or entry.state != "armed" or entry.observer_session_id != observer.id:
+        if entry is None or entry.state not in ARMED_STATES or entry.observer_session_id != observer.id:
             return None
         if entry.observer_type is None or entry.observer_type not in roster:
             return None
