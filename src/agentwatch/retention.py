@@ -13,15 +13,17 @@
   reaped id answers `not_found`.
 - A session that holds a resource watch is kept until the watch ends. There is no watch table yet: whoever
   records watches sets `settings["held_until"]` (ISO 8601, the latest expiry of the session's watches) and
-  clears it when they end. `held_until` below reads it; a held session is skipped by every rule above.
+  clears it when they end. `held_until` below reads it; a held session is skipped by every rule above (and
+  the reaper reads on past it: however many are held, the sessions behind them are reaped).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from agentwatch.config import RetentionConfig
+from agentwatch.errors import NotFound
 from agentwatch.store import SessionFilter, SessionRecord, Store, descendants, every_session
 
 __all__ = ["HELD_UNTIL", "deleted_reap_at", "held_until", "reap_due", "reap_runs_due", "sessions_due"]
@@ -71,6 +73,25 @@ async def _family(
     return [session.id, *(s.id for s in spawned if s.id not in due)]
 
 
+async def _deleted_due(store: Store, now: datetime, *, limit: int) -> AsyncIterator[SessionRecord]:
+    """The soft-deleted sessions past their `reap_at` at `now`, page after page (a caller may stop at any one):
+    read on past the ones the caller skips (held by a watch, or with what they spawned at work), so that a page
+    of them never hides the sessions behind it."""
+    after: tuple[datetime, str] | None = None
+    while True:
+        page = await store.due_for_reap(now, after=after, limit=limit)
+        for session_id in page:
+            try:
+                session = await store.get_session(session_id)
+            except NotFound:
+                continue  # reaped since it was listed (by another engine)
+            if session.reap_at is not None:  # (listed by it)
+                after = (session.reap_at, session.id)
+                yield session
+        if len(page) < limit:
+            return
+
+
 async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetime, limit: int = _PAGE) -> list[str]:
     """Ids of the sessions to reap at `now` (soft-deleted past `reap_at`, heartbeat/hook past TTL, with what they
     spawned): about `limit`, more only when one session's family alone is larger."""
@@ -80,9 +101,10 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
         held = held_until(session)
         return held is not None and held > now
 
-    for session_id in await store.due_for_reap(now, limit=limit):
-        session = await store.get_session(session_id)
-        if keep(session) or session_id in due:
+    async for session in _deleted_due(store, now, limit=limit):
+        if len(due) >= limit:
+            break
+        if keep(session) or session.id in due:
             continue
         if session.source in _TTL_SOURCES:
             family = await _family(store, session, due, keep)
@@ -90,9 +112,9 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
                 continue
             due += family
         else:
-            due.append(session_id)
+            due.append(session.id)
         # Its observer goes with it: it watched that agent alone, which will never run again.
-        watchers = await store.list_sessions(SessionFilter(parent_id=session_id, is_observer=True), limit=_PAGE)
+        watchers = await store.list_sessions(SessionFilter(parent_id=session.id, is_observer=True), limit=_PAGE)
         due += [s.id for s in watchers.items if s.status not in ("running", "awaiting_input") and not keep(s)]
     for source in _TTL_SOURCES:
         where = SessionFilter(

@@ -10,7 +10,7 @@ from agentwatch.config import RetentionConfig
 from agentwatch.retention import HELD_UNTIL, reap_due, reap_runs_due, sessions_due
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import Reply, ScriptedModel
-from agentwatch.store import SessionFilter, SessionPatch, Write
+from agentwatch.store import SessionDraft, SessionFilter, SessionPatch, Store, Write, every_session
 from tests.runtime.support import OpenEngine, Scripted, role
 
 
@@ -186,3 +186,27 @@ async def test_a_deleted_heartbeat_session_says_when_its_ttl_reaps_it_and_goes_w
         assert await reap_due(engine.store, short, now=later) == 0  # what it spawned still runs: both wait
         await engine.store.update_session(busy.id, SessionPatch(status="completed"))
         assert await reap_due(engine.store, short, now=later) == 2
+
+
+async def test_deleted_sessions_past_a_page_of_held_ones_are_reaped(store: Store) -> None:
+    """Once: the reaper read the sessions due a page (100) at a time, oldest `reapAt` first, and skipped those a
+    watch holds; when a whole page was held, it found nothing to reap, stopped, and read the same page at every
+    pass after: the deleted sessions behind it were never reaped. Now it reads on past the ones it skips."""
+    now = datetime.now(UTC)
+    watched = {HELD_UNTIL: (now + timedelta(hours=1)).isoformat()}
+    held, free = [], []
+    for number in range(130):  # more than a page, all due before the free ones
+        session = await store.create_session(SessionDraft(name=f"held-{number}", role="chat", settings=watched))
+        await store.soft_delete(session.id, reap_at=now - timedelta(hours=2))
+        held.append(session.id)
+    for number in range(120):
+        session = await store.create_session(SessionDraft(name=f"free-{number}", role="chat"))
+        await store.soft_delete(session.id, reap_at=now - timedelta(hours=1))
+        free.append(session.id)
+
+    assert await reap_due(store, RetentionConfig(), now=now) == len(free)  # in one pass
+    left = [s.id async for s in every_session(store, SessionFilter(deleted=True))]
+    assert sorted(left) == sorted(held)
+
+    # The watches end: the next pass takes them.
+    assert await reap_due(store, RetentionConfig(), now=now + timedelta(hours=2)) == len(held)

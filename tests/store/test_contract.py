@@ -698,6 +698,21 @@ async def test_soft_delete_hides_and_reap_removes_the_transcript(store: Store) -
     assert await store.reap([]) == 0
 
 
+async def test_due_for_reap_reads_on_past_a_session_it_gave(store: Store) -> None:
+    now = datetime.now(UTC)
+    deleted = []
+    for name, ago in (("a", 3), ("b", 2), ("c", 2), ("d", 1)):
+        session = await store.create_session(SessionDraft(name=name, role="chat"))
+        deleted.append(await store.soft_delete(session.id, reap_at=now - timedelta(hours=ago)))
+    ordered = [s.id for s in sorted(deleted, key=lambda s: (s.reap_at, s.id))]
+    assert await store.due_for_reap(now) == ordered
+    first, second = [await store.get_session(session_id) for session_id in ordered[:2]]
+    assert first.reap_at is not None and second.reap_at is not None
+    assert await store.due_for_reap(now, after=(first.reap_at, first.id), limit=2) == ordered[1:3]
+    assert await store.due_for_reap(now, after=(second.reap_at, second.id)) == ordered[2:]  # the same reap_at too
+    assert await store.due_for_reap(now - timedelta(minutes=90), after=(second.reap_at, second.id)) == ordered[2:3]
+
+
 # -- observer refs, runs ---------------------------------------------------------------------------------
 
 

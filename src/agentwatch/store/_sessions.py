@@ -419,11 +419,18 @@ class SessionMethods(SqlBase):
 
         return await self._write(reap)
 
-    async def due_for_reap(self, now: datetime, *, limit: int = 100) -> list[str]:
-        """Ids of sessions whose `reap_at` has passed."""
+    async def due_for_reap(
+        self, now: datetime, *, after: tuple[datetime, str] | None = None, limit: int = 100
+    ) -> list[str]:
+        """Ids of sessions whose `reap_at` has passed, by `reap_at` then id; with `after`, only those past it."""
         check_limit(limit, LIST_LIMIT)
-        sql = "SELECT id FROM sessions WHERE reap_at IS NOT NULL AND reap_at <= ? ORDER BY reap_at, id LIMIT ?"
-        rows = await self._read(lambda tx: tx.fetch(sql, [self._dialect.time_param(now), limit]))
+        time = self._dialect.time_param
+        past, params = "", [time(now)]
+        if after is not None:
+            past = " AND (reap_at > ? OR (reap_at = ? AND id > ?))"
+            params += [time(after[0]), time(after[0]), after[1]]
+        sql = f"SELECT id FROM sessions WHERE reap_at IS NOT NULL AND reap_at <= ?{past} ORDER BY reap_at, id LIMIT ?"
+        rows = await self._read(lambda tx: tx.fetch(sql, [*params, limit]))
         return [row[0] for row in rows]
 
     # -- observer refs --------------------------------------------------------------------------------

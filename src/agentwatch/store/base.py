@@ -224,8 +224,11 @@ class Store(RunStore, Protocol):
         so once the session is gone. Returns how many were removed.
         """
 
-    async def due_for_reap(self, now: datetime, *, limit: int = 100) -> list[str]:
-        """Ids of sessions whose `reap_at` has passed."""
+    async def due_for_reap(
+        self, now: datetime, *, after: tuple[datetime, str] | None = None, limit: int = 100
+    ) -> list[str]:
+        """Ids of sessions whose `reap_at` has passed, by `reap_at` then id; `after` is the (`reap_at`, id) of a
+        session a previous call gave, to read on past it (a reaper that skips the sessions a watch holds)."""
 
     # -- events and the state they describe -----------------------------------------------------------
 
