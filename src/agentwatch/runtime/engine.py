@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -112,7 +113,7 @@ class Engine:
         self.policy = policy
         self.models = models
         self._drivers: dict[str, SessionDriver] = {}
-        self._drivers_lock = asyncio.Lock()
+        self._starting: dict[str, asyncio.Future[SessionDriver]] = {}  # drivers being started, per session
         self._factories: list[ObserverFactory] = []
         self._stop_reasons: dict[str, str] = {}
         self._deleting: set[str] = set()
@@ -360,19 +361,25 @@ class Engine:
     # -- drivers and observers ------------------------------------------------------------------------
 
     async def driver(self, session_id: str) -> SessionDriver:
-        """The driver of a session in this engine, started on first use."""
+        """The driver of a session in this engine, started on first use. The drivers of several sessions start at
+        once, each after a store read (an engine that takes hundreds of lapsed turns over starts as many); the
+        callers of one session share its start."""
         driver = self._drivers.get(session_id)
         if driver is not None:
             return driver
-        async with self._drivers_lock:
-            driver = self._drivers.get(session_id)
-            if driver is None:
-                [last_seq] = await self._columns(session_id, "last_seq")  # (all it needs: a damaged row has one)
-                driver = SessionDriver(self, session_id, last_seq, self._factories)
-                if self._draining:
-                    driver.drain()
-                evict_idle(self._drivers, keep=DRIVERS_KEPT - 1)  # room for this one
-                self._drivers[session_id] = driver
+        starting = self._starting.get(session_id)
+        if starting is None:
+            starting = self._starting[session_id] = asyncio.ensure_future(self._start_driver(session_id))
+            starting.add_done_callback(partial(_forget_start, self._starting, session_id))
+        return await asyncio.shield(starting)
+
+    async def _start_driver(self, session_id: str) -> SessionDriver:
+        [last_seq] = await self._columns(session_id, "last_seq")  # (all it needs: a damaged row has one)
+        driver = SessionDriver(self, session_id, last_seq, self._factories)
+        if self._draining:
+            driver.drain()
+        evict_idle(self._drivers, keep=DRIVERS_KEPT - 1)  # room for this one
+        self._drivers[session_id] = driver
         return driver
 
     def start_with_observer(self, factory: ObserverFactory) -> None:
@@ -854,6 +861,17 @@ class _HandOver(Leases):
 def keyed_input_id(session_id: str, key: str) -> str:
     """The inbox id of the input sent to a session with `key`: the same in every engine and process."""
     return "inp_k" + hashlib.blake2b(f"{session_id}\0{key}".encode(), digest_size=12).hexdigest()
+
+
+def _forget_start(
+    starting: dict[str, asyncio.Future[SessionDriver]], session_id: str, done: asyncio.Future[Any]
+) -> None:
+    """Let a driver's start go once done: a failed one is tried again by the next caller. Its error went to its
+    callers (one cancelled meanwhile leaves it unheard, which is no fault)."""
+    if starting.get(session_id) is done:
+        del starting[session_id]
+    if not done.cancelled():
+        done.exception()
 
 
 def _load_model_layer() -> None:
