@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -852,6 +853,70 @@ async def test_an_engine_started_alone_on_a_dead_owners_turns_takes_them_all_by_
         await until(lambda: len(swept[a.leases.owner]) >= 2)
     assert check_continued_once(logs, dead, runs) == [a.leases.owner] * ORPHANS
     assert swept[a.leases.owner][1] == ORPHANS, f"taken over by the end of each sweep: {swept[a.leases.owner]}"
+
+
+LAPSED = 300
+"""How many lapsed turns the restarted engine finds: three pages of the sweep's store read."""
+PACED_SWEEP_SECONDS = 3.0
+"""The sweeps' period in the test of many lapsed turns: long beside what taking them over costs on a loaded
+machine, so that how many sweeps it takes to continue them all shows in the time they take."""
+
+
+async def lapsed_turns(engine: Engine, count: int) -> tuple[str, list[str]]:
+    """Leave `count` sessions of role `slow` as a process that died with their turns running leaves them (running
+    turns, leases that lapsed); returns that owner and the sessions."""
+    dead, ids = new_owner(), []
+    for number in range(count):
+        session = await engine.create("slow", name=f"lapsed-{number}")
+        turn = TurnId(f"trn_lapsed_{number}")
+        await engine.store.write(
+            Write(
+                session.id,
+                events=[NewEvent(TurnStarted(), turn), NewEvent(UserMessage(text="go"), turn)],
+                session=SessionPatch(status="running", current_turn_id=turn, turn_attempts=1),
+            )
+        )
+        assert await engine.store.acquire_lease(session.id, dead, 0.001)
+        ids.append(session.id)
+    return dead, ids
+
+
+async def test_an_engine_restarted_alone_continues_hundreds_of_lapsed_turns_by_its_second_sweep(
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: a service restarted after a crash with more than 100 turns cut off continued them 100 per two sweeps
+    (1,000 took 5 s to start), though nothing else wanted them: its sweep read the lapsed leases 100 at a time,
+    took its share of those it saw first, and the others at its next sweep. Now a sweep reads them all, a page
+    after the other, so its second one takes every one the first saw and nobody took meanwhile."""
+    monkeypatch.setattr(leases_module, "SWEEP_SECONDS", PACED_SWEEP_SECONDS)
+    swept = sweeps_recorded(monkeypatch)
+    model = scripted("leases-restart-many", ScriptedModel(function=one_call_per_prompt))
+    runs: Runs = []
+    release = asyncio.Event()
+
+    async def slow_tool(label: str) -> str:  # held until every turn continued: none ends and frees its lease
+        runs.append(("a", "start", label))
+        await release.wait()
+        return f"did {label}"
+
+    config = lease_config(tmp_path, lease=30.0)  # (no lease lapses under load: a turn taken is taken once)
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool], recover=False) as maker:
+        dead, ids = await lapsed_turns(maker, LAPSED)
+    began = time.monotonic()
+    async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool]) as a:
+        await until(lambda: len(runs) >= LAPSED, timeout=60)
+        took = time.monotonic() - began
+        release.set()
+        for session_id in ids:
+            settled, timed_out = await a.wait(session_id, 60)
+            assert not timed_out and settled.status == "completed", settled
+        logs = {session_id: await check_log(a, session_id) for session_id in ids}
+    assert check_continued_once(logs, dead, runs) == [a.leases.owner] * LAPSED
+    assert swept[a.leases.owner][1] == LAPSED, f"taken over by the end of each sweep: {swept[a.leases.owner]}"
+    # Two sweeps a period apart, and the takes (seconds on a loaded machine); paced a page per two sweeps, the third
+    # page's turns would have come five periods after the first sweep, at the earliest.
+    assert took < 4 * PACED_SWEEP_SECONDS, f"{LAPSED} lapsed turns took {took:.1f} s to continue"
 
 
 async def test_work_a_draining_owner_handed_over_starts_a_turn_with_no_takeover_note(

@@ -111,6 +111,23 @@ async def test_a_lease_taken_over_for_a_note_is_handed_back_as_its_owner_left_it
     assert await store.take_lease(session_id, "engine-c", 60) == left
 
 
+async def test_expired_leases_read_on_past_the_last_one_given(store: Store) -> None:
+    ids = [await _session(store) for _ in range(5)]
+    for session_id in ids:
+        assert await store.acquire_lease(session_id, "engine-a", SHORT)
+    twin = await store.get_lease(ids[1])
+    assert twin is not None and await store.hand_back_lease(ids[2], "engine-a", twin)  # two with one expiry
+    await asyncio.sleep(2 * SHORT)
+    expired = await store.expired_leases()
+    assert sorted(lease.session_id for lease in expired) == sorted(ids)
+    pages, after = [], None
+    while page := await store.expired_leases(limit=2, after=after):
+        pages.append(page)
+        after = page[-1]
+    assert [len(page) for page in pages] == [2, 2, 1]
+    assert [lease for page in pages for lease in page] == expired  # in the same order, each once
+
+
 async def test_renew_returns_only_the_leases_the_owner_holds_in_the_order_given(store: Store) -> None:
     ids = [await _session(store) for _ in range(4)]
     for session_id in ids[:3]:

@@ -19,9 +19,11 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
   share of the orphans it sees for the first time (`TAKEOVER_SHARE`, picked at random, one fewer per
   `TAKEOVER_SHARE_TURNS` turns the engine already runs, at least one), so the other engines' sweeps, which
   come within the same quarter second, take the others; an orphan it saw in its previous sweep, which nobody
-  took meanwhile, it takes whatever its share (it may be alone), so a turn waits at most two sweeps. An engine
-  that starts leaves the turns of lapsed leases to its sweep too (`Leases.runs_at_start`: at once it looks
-  only at the unfinished turns whose lease nobody holds), so a newcomer takes its share of them, not all;
+  took meanwhile, it takes whatever its share (it may be alone), so a turn waits at most two sweeps, however
+  many there are: a sweep reads every expired lease, a page (`SWEEP_PAGE`) at a time, and takes those of a page
+  before it reads the next. An engine that starts leaves the turns of lapsed leases to its sweep too
+  (`Leases.runs_at_start`: at once it looks only at the unfinished turns whose lease nobody holds), so a
+  newcomer takes its share of them, not all, and an engine restarted alone all of them by its second sweep;
 - a stop sent to an engine that does not run the turn (through another service) is asked of the lease's
   holder in the store (`Store.request_stop`); the holder reads it about once a second while it holds leases
   and stops the turn itself, as whoever asked;
@@ -98,6 +100,8 @@ STOP_CHECK_SECONDS = 1.0
 SWEEP_SECONDS = 0.25
 """How often an engine that recovers turns looks for expired leases (at most; less with a shorter renewal), the
 first time as it starts."""
+SWEEP_PAGE = 100
+"""How many expired leases a sweep reads at a time (and takes over, at most, before it reads on)."""
 TAKEOVER_SHARE = 4
 """How many of the orphans a sweep sees for the first time it takes, in an engine that runs no turn: the others
 are left to the sweeps of the other engines (see `Leases.sweep`)."""
@@ -489,20 +493,34 @@ class Leases:
         spread over the survivors instead of all going to whichever swept first. An orphan the previous sweep
         saw too is taken whatever the share: nobody took it since (this engine may be the only one with the
         role), so no turn waits more than two sweeps. An engine that starts leaves the turns of lapsed leases to
-        its first sweep (`runs_at_start`), so a newcomer too takes only its share of them."""
-        # A lease of this engine's own that expired in the store is not an orphan: its renewal is late (under
-        # load it waits behind other writes) and renews it, since nobody took it over.
-        expired = [
-            lease
-            for lease in await self.store.expired_leases(limit=100, roles=runtime.roster.runnable())
-            if not (lease.owner == self.owner and lease.session_id in self._held)
-        ]
-        sighted, self._sighted = self._sighted, {(lease.session_id, lease.expires_at) for lease in expired}
-        seen = [lease for lease in expired if (lease.session_id, lease.expires_at) in sighted]
-        new = [lease for lease in expired if (lease.session_id, lease.expires_at) not in sighted]
-        chosen = seen + random.sample(new, min(self.share(), len(new)))
-        taken = await asyncio.gather(*(self._take_over(runtime, lease) for lease in chosen))
-        return sum(taken)
+        its first sweep (`runs_at_start`), so a newcomer too takes only its share of them.
+
+        Every orphan is seen, however many: the sweep reads them a page at a time (`_orphans`), each page taken
+        before the next is read. (It read one page of 100 once, so that an engine restarted alone on 1,000 cut-off
+        turns took the second hundred only two sweeps after the first, and started the last after 5 s.)"""
+        sighted, self._sighted = self._sighted, set()
+        share, taken = self.share(), 0
+        async for expired in self._orphans(runtime):
+            self._sighted |= {(lease.session_id, lease.expires_at) for lease in expired}
+            seen = [lease for lease in expired if (lease.session_id, lease.expires_at) in sighted]
+            new = [lease for lease in expired if (lease.session_id, lease.expires_at) not in sighted]
+            chosen = seen + random.sample(new, min(share, len(new)))
+            share -= len(chosen) - len(seen)
+            taken += sum(await asyncio.gather(*(self._take_over(runtime, lease) for lease in chosen)))
+        return taken
+
+    async def _orphans(self, runtime: Runtime) -> AsyncIterator[list[LeaseRecord]]:
+        """The expired leases of the roles this engine runs, a page (`SWEEP_PAGE`) at a time, longest expired first:
+        all of them, however many, so that a sweep sees every orphan (each page is taken before the next is read).
+        A lease of this engine's own that expired in the store is not an orphan: its renewal is late (under load it
+        waits behind other writes) and renews it, since nobody took it over."""
+        after: LeaseRecord | None = None
+        while True:
+            page = await self.store.expired_leases(limit=SWEEP_PAGE, roles=runtime.roster.runnable(), after=after)
+            yield [lease for lease in page if not (lease.owner == self.owner and lease.session_id in self._held)]
+            if len(page) < SWEEP_PAGE:
+                return
+            after = page[-1]
 
     async def runs_at_start(self, session: SessionRecord, runnable: Collection[str]) -> bool:
         """Whether an engine that starts looks for the work of an unfinished session (a turn running, or paused on

@@ -220,19 +220,26 @@ class LeaseMethods(ABC):
         rows = await self._read(read)
         return _record(rows[0]) if rows else None
 
-    async def expired_leases(self, *, limit: int = 100, roles: Sequence[str] | None = None) -> list[LeaseRecord]:
+    async def expired_leases(
+        self, *, limit: int = 100, roles: Sequence[str] | None = None, after: LeaseRecord | None = None
+    ) -> list[LeaseRecord]:
         """Leases whose expiry has passed, the longest expired first, at most `limit` (1..10000); with `roles`,
-        only those of sessions of these roles."""
+        only those of sessions of these roles; with `after` (the last lease of a previous call), those past it."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise InvalidArgument(f"limit must be an integer from 1 to 10000, not {limit!r}")
         of_roles, role_params = ("1 = 1", []) if roles is None else in_list("s.role", list(roles))
+        past, past_params = "", []
+        if after is not None:
+            moment = self._dialect.time_param(after.expires_at)
+            past = " AND (expires_at > ? OR (expires_at = ? AND session_id > ?))"
+            past_params = [moment, moment, after.session_id]
 
         async def read(tx: Tx) -> list[Row]:
             now, params = self._clock()
             return await tx.fetch(
                 f"SELECT {_COLUMNS}, 1 = 1 FROM leases JOIN sessions s ON s.id = leases.session_id "
-                f"WHERE expires_at <= {now} AND {of_roles} ORDER BY expires_at, session_id LIMIT ?",
-                [*params, *role_params, limit],
+                f"WHERE expires_at <= {now} AND {of_roles}{past} ORDER BY expires_at, session_id LIMIT ?",
+                [*params, *role_params, *past_params, limit],
             )
 
         return [_record(row) for row in await self._read(read)]

@@ -361,9 +361,12 @@ class Store(RunStore, Protocol):
     async def get_lease(self, session_id: str) -> LeaseRecord | None:
         """The session's lease, expired or not (see `LeaseRecord.expired`), or None when there is none."""
 
-    async def expired_leases(self, *, limit: int = 100, roles: Sequence[str] | None = None) -> list[LeaseRecord]:
+    async def expired_leases(
+        self, *, limit: int = 100, roles: Sequence[str] | None = None, after: LeaseRecord | None = None
+    ) -> list[LeaseRecord]:
         """Leases whose expiry has passed, longest expired first, at most `limit` (1..10000); with `roles`, only
-        those of sessions of these roles (what an engine can run)."""
+        those of sessions of these roles (what an engine can run); with `after` (the last lease a previous call
+        gave), only those past it in that order, to read them page after page."""
 
     # -- observer refs --------------------------------------------------------------------------------
 
