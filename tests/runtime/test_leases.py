@@ -213,6 +213,26 @@ async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_an
     assert not awaited["timedOut"] and awaited["roleProblem"] is None
 
 
+async def test_an_engine_without_the_role_says_so_on_every_agent_past_the_first_hundred(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: an engine that lacks a role read the lapsed leases 100 at a time, longest lapsed first, to say on each
+    waiting agent that no engine runs its role; those it told stayed lapsed and first, so the agents past the
+    first 100 were never told. Now it reads on past them."""
+    monkeypatch.setattr(leases_module, "UNCLAIMED_SECONDS", -60.0)  # (every lapsed lease has waited long enough)
+    waiting = 130
+    config = lease_config(tmp_path)
+    async with Engine.open(url, config=config, recover=False) as b:  # no roles; its upkeep tells nobody
+        dead = new_owner()
+        for number in range(waiting):
+            session = await b.store.create_session(SessionDraft(name=f"waiting-{number}", role="slow"))
+            await b.store.write(Write(session.id, inputs_add=[InputDraft(text="go")]))
+            assert await b.store.acquire_lease(session.id, dead, 0.001)
+        told = await b.leases.say_unclaimed(b)
+        assert await b.leases.say_unclaimed(b) == 0  # told once
+    assert told == waiting
+
+
 async def cut_off_turn(url: str, session_id: str) -> tuple[str, LeaseRecord]:
     """Leave the session as a process that died mid-turn leaves it: a running turn and a lease nobody renews
     (expired already); returns that owner and its lease."""

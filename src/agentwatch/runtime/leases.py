@@ -510,14 +510,20 @@ class Leases:
         return taken
 
     async def _orphans(self, runtime: Runtime) -> AsyncIterator[list[LeaseRecord]]:
-        """The expired leases of the roles this engine runs, a page (`SWEEP_PAGE`) at a time, longest expired first:
-        all of them, however many, so that a sweep sees every orphan (each page is taken before the next is read).
-        A lease of this engine's own that expired in the store is not an orphan: its renewal is late (under load it
-        waits behind other writes) and renews it, since nobody took it over."""
+        """The expired leases of the roles this engine runs, a page at a time (`_expired`). A lease of this engine's
+        own that expired in the store is not an orphan: its renewal is late (under load it waits behind other
+        writes) and renews it, since nobody took it over."""
+        async for page in self._expired(runtime.roster.runnable()):
+            yield [lease for lease in page if not (lease.owner == self.owner and lease.session_id in self._held)]
+
+    async def _expired(self, roles: list[str] | None = None) -> AsyncIterator[list[LeaseRecord]]:
+        """Every expired lease (of `roles`), a page (`SWEEP_PAGE`) at a time, longest expired first: however many
+        there are, so that those left as they are (told, or not taken) never hide the others. The caller is done
+        with a page before the next is read."""
         after: LeaseRecord | None = None
         while True:
-            page = await self.store.expired_leases(limit=SWEEP_PAGE, roles=runtime.roster.runnable(), after=after)
-            yield [lease for lease in page if not (lease.owner == self.owner and lease.session_id in self._held)]
+            page = await self.store.expired_leases(limit=SWEEP_PAGE, roles=roles, after=after)
+            yield page
             if len(page) < SWEEP_PAGE:
                 return
             after = page[-1]
@@ -547,16 +553,17 @@ class Leases:
         unseen. Told once until anything else happens on the agent (the newest event is such a warning
         already); the work stays as it is, for the next engine opened with the role."""
         now = datetime.now(UTC)  # (beside the store's clock: a skew only moves the warning a little)
-        expired = await self.store.expired_leases(limit=100)
-        looked = {(lease.session_id, lease.expires_at) for lease in expired}
-        self._unclaimed &= looked
+        looked: set[tuple[str, datetime]] = set()
         told = 0
-        for lease in expired:
-            waited = (now - lease.expires_at).total_seconds()
-            if waited < UNCLAIMED_SECONDS or (lease.session_id, lease.expires_at) in self._unclaimed:
-                continue
-            with contextlib.suppress(NotFound):  # reaped since it was listed
-                told += await self._say_unclaimed(runtime, lease, waited)
+        async for expired in self._expired():
+            looked |= {(lease.session_id, lease.expires_at) for lease in expired}
+            for lease in expired:
+                waited = (now - lease.expires_at).total_seconds()
+                if waited < UNCLAIMED_SECONDS or (lease.session_id, lease.expires_at) in self._unclaimed:
+                    continue
+                with contextlib.suppress(NotFound):  # reaped since it was listed
+                    told += await self._say_unclaimed(runtime, lease, waited)
+        self._unclaimed &= looked
         return told
 
     async def _say_unclaimed(self, runtime: Runtime, lease: LeaseRecord, waited: float) -> bool:
