@@ -534,3 +534,22 @@ def test_reading_an_empty_postgres_database_creates_nothing(postgres_url: str) -
         with psycopg.connect(url, autocommit=True) as connection:
             tables = connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
             assert "sessions" in {row[0] for row in tables}
+
+
+def test_get_says_how_full_the_context_is_and_when_the_window_is_unknown(store_url: str) -> None:
+    """Once: `context  265 / ? tokens` for a model whose window nobody knows."""
+
+    async def fill(name: str, context_fill: dict[str, Any]) -> None:
+        async with open_store(store_url) as store:
+            session = await store.create_session(SessionDraft(name=name, role="coder"))
+            await store.update_session(session.id, SessionPatch(context_fill=context_fill))
+
+    asyncio.run(fill("unknown", {"state": "measured", "tokens": 1265, "window": None}))
+    asyncio.run(fill("known", {"state": "measured", "tokens": 50_000, "window": 200_000}))
+
+    def context_line(name: str) -> str:
+        shown = invoke("get", name, "--store", store_url)
+        return next(line for line in shown.stdout.splitlines() if line.startswith("context"))
+
+    assert context_line("unknown").split(None, 1)[1] == "1,265 tokens (the model's window is not known)"
+    assert context_line("known").split(None, 1)[1] == "50,000 / 200,000 tokens (25%)"

@@ -134,12 +134,7 @@ def render_get(record: dict[str, Any]) -> None:
         ("parent", record["parentId"] or "-"),
         ("active", ago(current["lastActivityAt"])),
         ("usage", spend({**record["usage"], "costUsd": record["usage"]["costUsd"] or None})),  # (no price: no cost)
-        (
-            "context",
-            f"{fill.get('tokens', '-')} / {fill.get('window') or '?'} tokens"
-            if fill["state"] == "measured"
-            else fill["state"],
-        ),
+        ("context", _context(fill)),
         ("now", escape(str(current["currentItem"]["title"])) if current["currentItem"] else "-"),
         ("last said", escape(_short(current["lastAssistantText"], 200)) or "-"),
         ("error", f"[red]{escape(record['error'])}[/]" if record["error"] else "-"),
@@ -165,6 +160,18 @@ def render_get(record: dict[str, Any]) -> None:
         rows.append(("deleted", f"{record['deletedAt']} (readable until {record['reapAt']})"))
     cells = [[key, str(value)] for key, value in rows]
     print_table(None, cells, columns=[{"style": "dim", "no_wrap": True}, {}], box=None, pad_edge=False)
+
+
+def _context(fill: dict[str, Any]) -> str:
+    """The context line of `get`: the tokens of the last request, out of the model's window when it is known."""
+    if fill["state"] != "measured":
+        return str(fill["state"])
+    tokens, window = fill.get("tokens"), fill.get("window")
+    if tokens is None:
+        return "-"
+    if not window:
+        return f"{tokens:,} tokens (the model's window is not known)"
+    return f"{tokens:,} / {window:,} tokens ({tokens / window:.0%})"
 
 
 def _inbox(record: dict[str, Any]) -> str:
