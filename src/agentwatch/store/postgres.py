@@ -249,8 +249,14 @@ class PostgresStore(SqlStore):
         whose results `fn` does not read go to the server together with the next one it reads, or with the
         COMMIT (an append group: BEGIN with the counters' SELECT, then the updates, inserts and COMMIT, two
         round trips instead of five)."""
+        task = asyncio.current_task()
+        cancelling = task.cancelling() if task is not None else 0
         try:
             async with self._pool.connection(timeout=2 * _CONNECT_TIMEOUT_S) as connection:
+                if task is not None and task.cancelling() > cancelling:
+                    # Cancelled while it waited for the connection, and the pool's wait took the cancellation in
+                    # (Python 3.11's `asyncio.wait_for` returns a result that comes with it): ended here, as asked.
+                    raise asyncio.CancelledError
                 if not write:
                     return await fn(_Tx(connection))
                 if pipeline:
