@@ -730,10 +730,22 @@ ORPHANS = 12
 async def dead_owners_turns(engine: Engine, lease: float) -> tuple[str, dict[str, LeaseRecord]]:
     """Leave `ORPHANS` sessions of role `slow` as a process that died with their turns running leaves them:
     running turns, and leases of `lease` seconds nobody renews. Returns that owner and its lease per session."""
-    dead, leases = new_owner(), {}
-    for number in range(ORPHANS):
-        session = await engine.create("slow", name=f"orphan-{number}")
-        turn = TurnId(f"trn_dead_{number}")
+    dead, ids = await cut_off_turns(engine, ORPHANS, lease, "orphan")
+    leases = {}
+    for session_id in ids:
+        left = await engine.store.get_lease(session_id)
+        assert left is not None
+        leases[session_id] = left
+    return dead, leases
+
+
+async def cut_off_turns(engine: Engine, count: int, lease: float, name: str) -> tuple[str, list[str]]:
+    """Leave `count` sessions of role `slow` (named `name`-N) as a process that died with their turns running
+    leaves them: running turns, and leases of `lease` seconds nobody renews. Returns that owner and the sessions."""
+    dead, ids = new_owner(), []
+    for number in range(count):
+        session = await engine.create("slow", name=f"{name}-{number}")
+        turn = TurnId(f"trn_{name}_{number}")
         await engine.store.write(
             Write(
                 session.id,
@@ -742,10 +754,8 @@ async def dead_owners_turns(engine: Engine, lease: float) -> tuple[str, dict[str
             )
         )
         assert await engine.store.acquire_lease(session.id, dead, lease)
-        left = await engine.store.get_lease(session.id)
-        assert left is not None
-        leases[session.id] = left
-    return dead, leases
+        ids.append(session.id)
+    return dead, ids
 
 
 @pytest.mark.parametrize("survivors", [1, 2])
@@ -882,25 +892,6 @@ PACED_SWEEP_SECONDS = 3.0
 machine, so that how many sweeps it takes to continue them all shows in the time they take."""
 
 
-async def lapsed_turns(engine: Engine, count: int) -> tuple[str, list[str]]:
-    """Leave `count` sessions of role `slow` as a process that died with their turns running leaves them (running
-    turns, leases that lapsed); returns that owner and the sessions."""
-    dead, ids = new_owner(), []
-    for number in range(count):
-        session = await engine.create("slow", name=f"lapsed-{number}")
-        turn = TurnId(f"trn_lapsed_{number}")
-        await engine.store.write(
-            Write(
-                session.id,
-                events=[NewEvent(TurnStarted(), turn), NewEvent(UserMessage(text="go"), turn)],
-                session=SessionPatch(status="running", current_turn_id=turn, turn_attempts=1),
-            )
-        )
-        assert await engine.store.acquire_lease(session.id, dead, 0.001)
-        ids.append(session.id)
-    return dead, ids
-
-
 async def test_an_engine_restarted_alone_continues_hundreds_of_lapsed_turns_by_its_second_sweep(
     tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -922,7 +913,7 @@ async def test_an_engine_restarted_alone_continues_hundreds_of_lapsed_turns_by_i
     config = lease_config(tmp_path, lease=30.0)  # (no lease lapses under load: a turn taken is taken once)
     definition = role("slow", model, tools=("slow_tool",))
     async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool], recover=False) as maker:
-        dead, ids = await lapsed_turns(maker, LAPSED)
+        dead, ids = await cut_off_turns(maker, LAPSED, 0.001, "lapsed")
     began = time.monotonic()
     async with Engine.open(url, config=config, definitions=[definition], tools=[slow_tool]) as a:
         await until(lambda: len(runs) >= LAPSED, timeout=60)
