@@ -339,9 +339,7 @@ class Engine:
             raise UserError("this engine is closed; open a new one (`Engine.open(...)`) to go on")
 
     async def _maintain(self, *, recover: bool) -> None:
-        # Until the engine closes, not only until the task is cancelled: a step in flight may take the cancellation
-        # in and return (as a library may), and then nothing would cancel the loop again, and `close` waited.
-        while not self._closed:
+        while True:
             await asyncio.sleep(MAINTENANCE_SECONDS)
             steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
                 ("handing held requests over", self.escalate_due),

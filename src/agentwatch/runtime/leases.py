@@ -148,7 +148,6 @@ class Leases:
         self._changes: dict[str, _Change] = {}  # takes and releases under way, per session
         self._batch: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._closing = False  # the upkeep loops end (a step may take a cancellation in: see `Engine._maintain`)
         self._stops: dict[str, asyncio.Task[None]] = {}  # stops other engines asked for, under way, per session
         self.takeovers = 0
         """How many expired leases of other owners this engine took over."""
@@ -376,7 +375,6 @@ class Leases:
 
     async def close(self) -> None:
         """Stop renewing and hand every held lease over at once (its expiry becomes now)."""
-        self._closing = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -405,7 +403,7 @@ class Leases:
         # Beside the renewals and stops, which wait for the store (up to its time-outs when it cannot be reached).
         fencing = asyncio.create_task(self._fence(runtime), name="agentwatch-lease-fence")
         try:
-            while not self._closing:
+            while True:
                 # The sweep runs beside the renewals, not before them: under load its store read waits behind
                 # the turns' writes, and renewals that waited for it let the local holds lapse, so that every
                 # tool call then waited for a confirmation (hundreds of turns, all woken by one store call).
@@ -436,7 +434,7 @@ class Leases:
         """Cut off the turns whose leases run out while the store cannot be reached to renew them (`run_out`),
         looking twice per margin: their tools stop here, as after a crash, before the store lets another engine
         take the turn over."""
-        while not self._closing:
+        while True:
             await asyncio.sleep(self._margin / 2)
             for session_id in self.run_out():
                 log.warning(
