@@ -515,6 +515,40 @@ async def test_a_stop_beside_an_owner_whose_lease_lapsed_takes_it_over_and_cuts_
     assert ended.usage.total_tokens > 0 and ended.usage.requests == 1
 
 
+@pytest.mark.parametrize("taken_again_by", ["sweep", "input"])
+async def test_an_owner_that_takes_its_lost_lease_again_writes_nothing_more_of_the_turn_it_lost(
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch, taken_again_by: str
+) -> None:
+    """Once, under load: an acting engine's stop took an owner's lapsed lease over and ended the turn, and the
+    owner, its turn still inside a tool, took the lease again (its sweep found the stopper's lease, which an
+    acting engine hands over at once, before the stopper let it go; or input it was given took it). The old turn
+    then counted as holding the lease: its tool's result and a second `turn.ended` followed the stop's. A turn
+    writes only under the take it began with; a take that finds the lease lost first starts a new one."""
+    async with owner_in_a_tool(tmp_path, url, scripted, "leases-taken-again", 3.0) as (a, session_id, runs):
+        renew = pause_renewals(a)
+        await asyncio.sleep(LEASE * 1.3)  # the lease lapses in the store; the owner and its turn go on
+        async with Engine.open(url, config=a.config, runs_turns=False) as b:
+            if taken_again_by == "sweep":  # the stopper lets go late: the owner's sweeps find its expired lease
+                release = b.store.release_lease
+
+                async def late_release(session: str, owner: str) -> None:
+                    await asyncio.sleep(0.8)
+                    await release(session, owner)
+
+                monkeypatch.setattr(b.store, "release_lease", late_release)
+            stopped = await b.call_tool("agent_stop", {"id": session_id})
+        if taken_again_by == "input":
+            await a.enqueue(session_id, "again")
+        assert runs[-1][1] == "start"  # the owner's tool still runs
+        a.leases.renew = renew  # type: ignore[method-assign]
+        await until(lambda: runs[-1][1] == "end", timeout=10)
+        await asyncio.sleep(0.5)  # whatever the old turn would write after its tool
+        events = await check_log(a, session_id)
+    assert stopped["stopped"] is True
+    assert [e.payload.status for e in events if isinstance(e.payload, ToolResult)] == ["interrupted"]
+    assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["cancelled"]
+
+
 def stopped_seq(events: list[Any]) -> int:
     """The seq of the turn's end (the stop)."""
     return next(e.seq for e in events if isinstance(e.payload, TurnEnded))

@@ -34,7 +34,10 @@ the lease go. Taking a lease succeeds only when nobody holds it or its holder's 
   reach it) loses the leases whose time has run out since the last renewal that worked (`run_out`): their
   turns are cut off here, tools in flight included, as after a crash, so that a tool never runs on here
   after another engine took the turn over. An engine that lost a lease cuts that turn off without recording
-  anything (a turn's writes check the lease first): the new owner continues it. A tool call starts only
+  anything (a turn's writes check the lease first): the new owner continues it. A turn writes only under the
+  take of the lease it began with (`Leases.take`): an engine that takes the lease again (its sweep, input it
+  is given) while the turn that lost it still runs here (inside a tool) starts a new take, and that turn
+  writes nothing more (the other owner may have ended it already). A tool call starts only
   once the lease is confirmed (in the store, when the local view has lapsed; confirmations asked at once
   share one store call), so a tool never runs in two engines at once;
 - work queued for a session (input, an answer, a report, a digest) takes the lease first when it is free,
@@ -169,20 +172,27 @@ class Leases:
         """Whether a take or release of the session's lease is under way (a new one waits for it)."""
         return session_id in self._changes
 
-    def may_write(self, session_id: str) -> bool:
-        """Whether a turn of the session may still write here: this engine took the lease and the store has
-        not said another owner holds it since. A lease past its local deadline is not lost: under load its
-        renewal may still sit behind other writes, and the store renews an expired lease nobody took over."""
-        return session_id in self._held
+    def take(self, session_id: str) -> int | None:
+        """Which take of the session's lease this engine holds (None: it holds none). A turn runs under the take
+        it began with (`may_write`): the lease lost and taken again since, what the turn does is not its own any
+        more (the other owner may have ended it)."""
+        return self._taken.get(session_id)
 
-    async def confirm(self, session_id: str) -> bool:
+    def may_write(self, session_id: str, take: int | None = None) -> bool:
+        """Whether a turn of the session may still write here: this engine took the lease (as `take`, when
+        given) and the store has not said another owner holds it since. A lease past its local deadline is not
+        lost: under load its renewal may still sit behind other writes, and the store renews an expired lease
+        nobody took over."""
+        return session_id in self._held and (take is None or self._taken.get(session_id) == take)
+
+    async def confirm(self, session_id: str, take: int | None = None) -> bool:
         """Make sure of the lease in the store (extending it) when the local view is not sure any more;
-        False when another owner has it now. Confirmations asked at once share one store call, and join a
-        renewal already under way."""
+        False when another owner has it now (or, with `take`, when the lease held is another take than that
+        one). Confirmations asked at once share one store call, and join a renewal already under way."""
+        if not self.may_write(session_id, take):
+            return False  # found lost (or let go): never taken back behind the new owner's back
         if self.holds(session_id):
             return True
-        if session_id not in self._held:
-            return False  # found lost (or let go): never taken back behind the new owner's back
         answer = self._asking.get(session_id)
         if answer is None:
             answer = self._asking[session_id] = asyncio.get_running_loop().create_future()
@@ -192,7 +202,7 @@ class Leases:
         outcome = await asyncio.shield(answer)
         if isinstance(outcome, BaseException):
             raise outcome
-        return outcome and session_id in self._held
+        return outcome and self.may_write(session_id, take)
 
     async def _confirm_asked(self) -> None:
         while self._asked:  # those asked while a store call is under way go in the next one
@@ -256,8 +266,18 @@ class Leases:
 
     async def acquire(self, session_id: str) -> LeaseRecord | bool:
         """Take the session's lease; False when another live owner holds it. When it took over another owner's
-        expired lease, returns that lease (a turn it continues says whose it was), else True."""
+        expired lease, returns that lease (a turn it continues says whose it was), else True.
+
+        A lease this engine holds already (its local view lapsed) is renewed instead: kept, its take goes on, and
+        so does the turn running under it. Found lost, it is a new take: the turn that ran under the lost one
+        (still inside a tool, say) writes nothing more, whatever the engine that took the lease over wrote (its
+        stop, its end of the turn). Taken again plainly, the lease let that turn write on after its end."""
         async with self._one_change(session_id):
+            if session_id in self._held:
+                await self._renew_in_store([session_id], answering=set())
+                self._unreachable = False  # (the store answered)
+                if session_id in self._held:
+                    return True
             sent = time.monotonic()
             try:
                 taken = await self.store.take_lease(session_id, self.owner, self.ttl)
@@ -893,11 +913,11 @@ class LeaseLost(Exception):
     """This engine no longer holds the session's lease: the turn writes nothing more here."""
 
 
-def check_held(runtime: Runtime, session_id: str) -> None:
-    """Before a turn writes: raise `LeaseLost` when this engine no longer holds the session's lease (another
-    engine may be continuing the turn, and must be its only writer)."""
+def check_held(runtime: Runtime, session_id: str, take: int | None = None) -> None:
+    """Before a turn writes: raise `LeaseLost` when this engine no longer holds the session's lease (as `take`,
+    the turn's: see `Leases.take`), since another engine may be continuing the turn, and must be its only writer."""
     leases = leases_of(runtime)
-    if leases is not None and not leases.may_write(session_id):
+    if leases is not None and not leases.may_write(session_id, take):
         raise LeaseLost(f"this engine no longer holds the lease of {session_id}; another engine continues the turn")
 
 
@@ -913,11 +933,11 @@ async def _cut_off(runtime: Runtime, session_id: str) -> bool:
     return True
 
 
-async def ensure_held(runtime: Runtime, session_id: str) -> None:
-    """Before a tool runs: when this engine no longer holds the session's lease, cut the turn off here
-    (another engine may own it now) instead of running the tool."""
+async def ensure_held(runtime: Runtime, session_id: str, take: int | None = None) -> None:
+    """Before a tool runs: when this engine no longer holds the session's lease (as `take`, the turn's), cut the
+    turn off here (another engine may own it now) instead of running the tool."""
     leases = leases_of(runtime)
-    if leases is None or await leases.confirm(session_id):
+    if leases is None or await leases.confirm(session_id, take):
         return
     await _cut_off(runtime, session_id)
     with contextlib.suppress(Exception):

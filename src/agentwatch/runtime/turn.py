@@ -114,6 +114,9 @@ class _Turn:
     """Why the turn was stopped at a limit of its role (its error), once it was."""
     unpriced_told: bool = False
     """The turn said that a spend limit of its role cannot stop it (`unpriced`)."""
+    take: int | None = None
+    """The take of the session's lease the turn runs under (`Leases.take`; None without leases): it writes only
+    while that one stands."""
 
     @property
     def session_id(self) -> str:
@@ -171,7 +174,7 @@ class _Turn:
         patch: SessionPatch | None = None,
         **changes: Any,
     ) -> Write:
-        check_held(self.runtime, self.session_id)  # leases: a turn whose lease was lost writes nothing more
+        check_held(self.runtime, self.session_id, self.take)  # leases: a turn whose lease was lost writes no more
         turn_id = TurnId(self.turn_id)
         return Write(
             self.session_id,
@@ -282,7 +285,7 @@ class _Sink:
         lease: the local view is no longer sure (a long model request or tool, a paused process), and another
         engine may have continued the turn meanwhile, which must then be its only writer (this one is cut off)."""
         turn = self._turn
-        await ensure_held(turn.runtime, turn.session_id)
+        await ensure_held(turn.runtime, turn.session_id, turn.take)
         return await turn.emitter.submit(write, turn=True)
 
     def stream(self, payload: Payload) -> None:
@@ -360,7 +363,7 @@ async def run_plan(
     definition = runtime.roster.get(session.role)  # (the driver runs only sessions whose role resolves)
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
     run_id = await billed_run(runtime, session, trigger=plan.kind, turn_id=turn_id)
-    turn = _Turn(runtime, emitter, session, definition, turn_id, run_id)
+    turn = _Turn(runtime, emitter, session, definition, turn_id, run_id, take=_take(runtime, session.id))
     emitter.touch_seconds = stream_touch_seconds(runtime.stuck_after(session.role))  # (its role's, as read now)
     try:
         try:
@@ -412,6 +415,13 @@ async def run_plan(
 
 
 _INTERRUPTED = object()
+
+
+def _take(runtime: Runtime, session_id: str) -> int | None:
+    """The take of the session's lease a turn starting now runs under (0, which no take is, when the engine
+    holds none: the turn then writes nothing); None for a runtime without leases."""
+    leases = leases_of(runtime)
+    return None if leases is None else leases.take(session_id) or 0
 
 
 async def _refuse(
@@ -597,7 +607,7 @@ def _gated(turn: _Turn, name: str, call: Any) -> Any:
         # an answer turn's start is deferred, and an approved call ran with nothing durable saying the turn had
         # resumed (a crash then let the next engine run it again, and watchers saw nothing while it ran).
         await turn.emitter.barrier()
-        await ensure_held(turn.runtime, turn.session_id)  # leases: never run a tool another engine may own
+        await ensure_held(turn.runtime, turn.session_id, turn.take)  # leases: never run a tool another engine may own
         await _allowed(turn, name, args)
         # (Its result is written through the sink, which confirms the lease first when the local view is no
         # longer sure: a long tool, or a paused process.)
