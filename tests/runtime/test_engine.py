@@ -24,12 +24,15 @@ from agentwatch.events import (
     TurnStarted,
     UserMessage,
 )
+from agentwatch.runtime import engine as engines
+from agentwatch.runtime.engine import Engine
+from agentwatch.runtime.leases import Leases
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from agentwatch.runtime.policy import ToolRequest, Verdict
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.runtime.tools import function_tool
 from agentwatch.store import SessionDraft
-from tests.runtime.support import HeldTool, OpenEngine, Scripted, asking_child, role, until
+from tests.runtime.support import HeldTool, OpenEngine, Scripted, asking_child, lease_config, role, until
 from tests.store.test_damaged import tamper
 
 
@@ -1153,3 +1156,37 @@ async def test_a_wait_on_an_agent_stopped_with_input_queued_ends_and_the_next_in
         await engine.enqueue(agent.id, "go on")
         settled, timed_out = await engine.wait(agent.id, 10)
     assert not timed_out and settled.pending_inputs == 0 and settled.status == "idle"
+
+
+@pytest.mark.parametrize("where", ["maintenance", "lease upkeep"])
+async def test_an_engine_closes_when_a_store_call_swallowed_the_cancellation_of_its_upkeep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Once, under load: the engine's close waited for ever (a test hung past its time-out). On Python 3.11,
+    `asyncio.wait_for` returns what it waited for when a cancellation lands just as that comes (the PostgreSQL pool
+    waits for a connection so): a store call of the maintenance swallowed the close's cancellation, the loop went
+    on, and the close waited for it. The close cancels its background loops again until they end."""
+    entered = asyncio.Event()
+    swallowed: list[bool] = []
+
+    async def swallowing(*args: Any, **kwargs: Any) -> list[str]:
+        entered.set()
+        if not swallowed:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                swallowed.append(True)  # returned as the cancellation came, as wait_for does
+        return []
+
+    if where == "maintenance":
+        monkeypatch.setattr(engines, "MAINTENANCE_SECONDS", 0.05)
+        monkeypatch.setattr(Engine, "escalate_due", swallowing)
+    else:
+        monkeypatch.setattr(Leases, "renew", swallowing)
+    opening = Engine.open(f"sqlite:///{tmp_path / 'aw.db'}", config=lease_config(tmp_path))
+    await opening.__aenter__()
+    await asyncio.wait_for(entered.wait(), 10)
+    closing = asyncio.ensure_future(opening.__aexit__(None, None, None))
+    done, _ = await asyncio.wait([closing], timeout=10)
+    assert swallowed == [True]
+    assert done, f"the engine's close still waits for its {where}, which went on past its cancellation"

@@ -31,7 +31,7 @@ from pydantic import JsonValue
 from agentwatch.config import Config, load_config
 from agentwatch.errors import Conflict, DamagedRecord, InvalidArgument, NotFound, UserError
 from agentwatch.events import DELETION_SOURCE, NewEvent, Origin, RuntimeNotice, SubtaskStarted, new_id
-from agentwatch.live import LiveRing, connect_live
+from agentwatch.live import LiveRing, cancel_and_wait, connect_live
 from agentwatch.reads.current import status_snapshot
 from agentwatch.retention import deleted_reap_at, reap_due, reap_runs_due
 from agentwatch.runtime import compaction, requests
@@ -324,9 +324,8 @@ class Engine:
                 await extension.close()
             except Exception as exc:  # one broken extension must not keep the store open
                 log.warning("closing extension %s failed: %s", type(extension).__name__, exc)
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            await asyncio.gather(self._maintenance, return_exceptions=True)
+        if self._maintenance is not None:  # (cancelled again while it runs: a store call may swallow a cancellation)
+            await cancel_and_wait([self._maintenance])
         await asyncio.gather(*(d.close() for d in self._drivers.values()), return_exceptions=True)
         await close_tool_servers(self)  # the sessions' MCP servers (stdio servers' processes end)
         await self.leases.close()  # hand the cut-off turns over to another live engine at once

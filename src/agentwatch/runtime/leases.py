@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentwatch.errors import AgentwatchError, NotFound, StoreUnavailable
 from agentwatch.events import NewEvent, RuntimeNotice, TurnEnded, TurnId
+from agentwatch.live import cancel_and_wait
 from agentwatch.runtime.plan import Plan, next_plan
 from agentwatch.store import LeaseClaim, LeaseRecord, SessionPatch, SessionRecord, Store, Write
 
@@ -151,6 +152,7 @@ class Leases:
         self._changes: dict[str, _Change] = {}  # takes and releases under way, per session
         self._batch: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._fencing: asyncio.Task[None] | None = None
         self._stops: dict[str, asyncio.Task[None]] = {}  # stops other engines asked for, under way, per session
         self.takeovers = 0
         """How many expired leases of other owners this engine took over."""
@@ -394,11 +396,14 @@ class Leases:
         self._task = asyncio.create_task(self._run(runtime, sweep=sweep), name="agentwatch-leases")
 
     async def close(self) -> None:
-        """Stop renewing and hand every held lease over at once (its expiry becomes now)."""
+        """Stop renewing and hand every held lease over at once (its expiry becomes now).
+
+        The upkeep's loops are cancelled again for as long as they run: on Python 3.11 a store call can swallow
+        a cancellation (`asyncio.wait_for`, as the PostgreSQL pool waits for a connection, returns what it got
+        when the cancellation lands just as that comes), the loop then went on, and the close waited for ever."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+            await cancel_and_wait([task for task in (self._task, self._fencing) if task is not None])
+            self._task = self._fencing = None
         if self._batch is not None:
             self._batch.cancel()
             await asyncio.gather(self._batch, return_exceptions=True)
@@ -421,7 +426,7 @@ class Leases:
         next_renewal, next_stops = time.monotonic() + self.renew_every, time.monotonic()
         sweeping: asyncio.Task[None] | None = None
         # Beside the renewals and stops, which wait for the store (up to its time-outs when it cannot be reached).
-        fencing = asyncio.create_task(self._fence(runtime), name="agentwatch-lease-fence")
+        fencing = self._fencing = asyncio.create_task(self._fence(runtime), name="agentwatch-lease-fence")
         try:
             while True:
                 # The sweep runs beside the renewals, not before them: under load its store read waits behind
@@ -445,10 +450,7 @@ class Leases:
                     self._note_failure(exc)
                     log.warning("lease upkeep failed: %s", exc)
         finally:
-            fencing.cancel()
-            if sweeping is not None:
-                sweeping.cancel()
-            await asyncio.gather(fencing, *([sweeping] if sweeping is not None else []), return_exceptions=True)
+            await cancel_and_wait([fencing, *([sweeping] if sweeping is not None else [])])
 
     async def _fence(self, runtime: Runtime) -> None:
         """Cut off the turns whose leases run out while the store cannot be reached to renew them (`run_out`),

@@ -52,6 +52,7 @@ from pydantic import JsonValue, ValidationError
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotFound
 from agentwatch.events import Origin, Usage
+from agentwatch.live import cancel_and_wait
 from agentwatch.reads.runs import turn_marks
 from agentwatch.store import (
     RUN_ENDINGS,
@@ -377,8 +378,7 @@ async def start_run(
         patch = RunPatch(status="failed", status_reason=str(exc) or type(exc).__name__, error=error)
         raise
     finally:
-        renewing.cancel()
-        await asyncio.gather(renewing, return_exceptions=True)
+        await cancel_and_wait([renewing])  # (again while it runs: a store call may swallow a cancellation)
         # (not over the `interrupted` another engine wrote when this one was cut off past the run's expiry)
         ended = patch.model_copy(update={"ended_at": _now()})
         await runtime.store.end_run(record.id, ended)
