@@ -549,6 +549,27 @@ async def test_an_owner_that_takes_its_lost_lease_again_writes_nothing_more_of_t
     assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["cancelled"]
 
 
+async def test_a_stop_through_an_owner_whose_lease_was_taken_over_cuts_its_turn_off_and_writes_no_second_end(
+    tmp_path: Path, url: str, scripted: Scripted
+) -> None:
+    """A stop through the owner itself, after another engine took its lapsed lease over and ended the turn (the
+    owner, inside a tool, not knowing yet): the stop took the free lease in the owner's name, so the old turn,
+    stopped, wrote its end (and its tool's result) after the other engine's. The stop makes sure of the lease
+    first: found lost, the old turn is cut off, and the stop is written only if the store says a turn still runs."""
+    async with owner_in_a_tool(tmp_path, url, scripted, "leases-stop-through-owner", 3.0) as (a, session_id, runs):
+        pause_renewals(a)
+        a.leases.sweeping = False  # (its sweep would take the stopper's handed-over lease, as it may)
+        await asyncio.sleep(LEASE * 1.3)  # the lease lapses in the store; the owner and its turn go on
+        async with Engine.open(url, config=a.config, runs_turns=False) as b:
+            await b.call_tool("agent_stop", {"id": session_id})
+        assert runs[-1][1] == "start"  # the owner's tool still runs
+        await a.stop(session_id, by="a second person")
+        await until(lambda: not a.running_turns(), timeout=10)
+        events = await check_log(a, session_id)
+    assert [e.payload.outcome for e in events if isinstance(e.payload, TurnEnded)] == ["cancelled"]
+    assert [e.payload.status for e in events if isinstance(e.payload, ToolResult)] == ["interrupted"]
+
+
 def stopped_seq(events: list[Any]) -> int:
     """The seq of the turn's end (the stop)."""
     return next(e.seq for e in events if isinstance(e.payload, TurnEnded))

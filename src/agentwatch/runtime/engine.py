@@ -658,9 +658,11 @@ class Engine:
         first, so that it cannot renew it and run on past the stop (it is cut off instead), and no turn starts
         meanwhile. Work the stop left waiting (input queued while no engine with the agent's role was open, a
         stop that found no turn) keeps a lease, handed over: it is how an engine with the role finds it."""
-        if self.leases.holds(session_id):
+        if self.leases.holds(session_id) or (session_id in self.leases.held and await self.leases.confirm(session_id)):
             yield
             return
+        if session_id in self.leases.held:  # lost (confirmed so, and let go): its turn here was taken over
+            await self._cut_off_here(session_id)
         owner = self.leases.owner
         if await self.store.acquire_lease(session_id, owner, self.leases.ttl):
             try:
@@ -677,6 +679,15 @@ class Engine:
         if session.status == "running" and lease is not None and not lease.expired:
             raise _RunsElsewhere
         yield  # a paused or settled session another engine holds: its stop is written as before
+
+    async def _cut_off_here(self, session_id: str) -> None:
+        """Cut off the session's turn here, this engine having lost its lease (the turn writes nothing more), and
+        wait for its loop to end: a stop then finds no turn running here, and is written from what the store
+        says (taken in this engine's name, the lease would have let the old turn write its own stop after the
+        end the engine that took it over wrote)."""
+        driver = await self.driver(session_id)
+        driver.cut_off_turn()
+        await driver.stop_turn()  # (it stops nothing: the turn is cut off already)
 
     async def fire_hook(self, name: str, input: JsonValue = None, *, key: str | None = None) -> HookFired:
         """Start a run of hook `name` with `input` (once per `key`, when given); returns once the run is recorded
