@@ -4,6 +4,7 @@ page lists the agents, watches one live, and acts through the service's API as a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -221,7 +222,7 @@ async def test_a_person_starts_an_agent_watches_it_work_and_stops_it(
         await expect(page.locator("#log")).to_contain_text("wait_for_release", timeout=WAIT_MS)
         (session,) = (await engine.store.list_sessions(SessionFilter())).items
         await page.locator("#stop").click()  # (its confirm() is accepted)
-        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+        await expect(page.locator("#d-word")).to_have_text("stopped", timeout=WAIT_MS)
         await expect(page.locator("#log")).to_contain_text("turn cancelled", timeout=WAIT_MS)
         assert (await engine.store.get_session(session.id)).status == "cancelled"
         assert problems == []
@@ -307,7 +308,7 @@ async def test_stop_on_an_agent_that_just_ended_says_there_was_nothing_to_stop(
         await page.route("**/api/tools/agent_stop", ends_first)
         await page.locator("#stop").click()  # (its confirm() is accepted)
         await expect(page.locator("#toast")).to_have_text("Nothing to stop: it had already ended.", timeout=WAIT_MS)
-        await expect(page.locator("#d-word")).to_have_text("done")
+        await expect(page.locator("#d-word")).to_have_text("stopped")
         assert (await engine.store.get_session(session.id)).status == "cancelled" and problems == []
 
 
@@ -1308,7 +1309,7 @@ async def test_a_working_agents_row_says_what_it_does_this_moment(
 
 async def test_the_list_shows_what_a_person_did_at_once(open_engine: Any, scripted: Any, browser: Any) -> None:
     """Once the row of an agent a person had just stopped still said `working · running wait_for_release`, beside a
-    header saying `done`, until the list's next refresh: the page's own clock is stopped here, so only what the
+    header saying `stopped`, until the list's next refresh: the page's own clock is stopped here, so only what the
     person's action does shows."""
     held = HeldTool("wait_for_release")
     async with (
@@ -1330,8 +1331,8 @@ async def test_the_list_shows_what_a_person_did_at_once(open_engine: Any, script
         await row.click()
         await expect(page.locator("#d-word")).to_have_text("working", timeout=WAIT_MS)
         await page.locator("#stop").click()
-        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
-        await expect(row).to_contain_text("done", timeout=WAIT_MS)
+        await expect(page.locator("#d-word")).to_have_text("stopped", timeout=WAIT_MS)
+        await expect(row).to_contain_text("stopped", timeout=WAIT_MS)
         await expect(row).not_to_contain_text("running")
         assert problems == []
 
@@ -1460,4 +1461,58 @@ async def test_an_observers_report_reads_as_its_fields_in_its_own_log(
         await expect(tool_lines).not_to_contain_text(['"delivered"'])
         await fields.get_by_role("link").click()  # the agent it watches
         await expect(page.locator("#d-name")).to_have_text("shipper", timeout=WAIT_MS)
+        assert problems == []
+
+
+async def test_an_agent_a_person_stopped_says_stopped_not_done(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once an agent stopped from the page said `done`, in its header and its row, as one that finished its work:
+    only the grey line under its name said `cancelled`. Its word to the API stays `done` (nothing is left to do)."""
+    held = HeldTool("wait_for_release")
+    async with (
+        open_engine(held.role("waiter", scripted, "dashboard-stopped"), tools=[held.tool]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("waiter", name="halted")
+        await engine.enqueue(session.id, "wait")
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        word = page.locator("#d-word")
+        await expect(word).to_have_text("working", timeout=WAIT_MS)
+        await page.locator("#stop").click()  # (its confirm() is accepted)
+        await expect(page.locator("#log")).to_contain_text("turn cancelled", timeout=WAIT_MS)
+        await expect(word).to_have_text("stopped", timeout=WAIT_MS)
+        row = page.locator(f'#agents tr[data-id="{session.id}"] .word')
+        await expect(row).to_have_text("stopped", timeout=WAIT_MS)
+        assert (await engine.call_tool("agent_get", {"id": session.id}))["word"] == "done"  # (the API's word)
+        assert problems == []
+
+
+async def test_the_row_of_the_agent_shown_follows_its_own_events(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the row of the agent shown said `working` for up to the list's next refresh after its header, which
+    follows the agent's live stream, said `done`: here the list's reads are held once the page is up, so only
+    what the page learns from the agent's stream shows."""
+    held = HeldTool("wait_for_release")
+    async with (
+        open_engine(held.role("waiter", scripted, "dashboard-row-live"), tools=[held.tool]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("waiter", name="slowpoke")
+        await engine.enqueue(session.id, "wait")
+        await asyncio.wait_for(held.started.wait(), 10)
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        row = page.locator(f'#agents tr[data-id="{session.id}"]')
+        await expect(row).to_contain_text("running wait_for_release", timeout=WAIT_MS)
+        await expect(page.locator("#d-word")).to_have_text("working", timeout=WAIT_MS)
+        listed = asyncio.Event()
+
+        async def held_list(route: Any) -> None:
+            await listed.wait()  # (the list's reads answer only once the test is over)
+            with contextlib.suppress(Exception):
+                await route.continue_()
+
+        await page.route("**/api/tools/agent_list", held_list)
+        held.release.set()
+        await expect(page.locator("#d-word")).to_have_text("done", timeout=WAIT_MS)
+        await expect(row.locator(".word")).to_have_text("done", timeout=1000)
+        await expect(row.locator(".sub")).to_have_count(0)
+        listed.set()
         assert problems == []

@@ -6,7 +6,8 @@
 
 (() => {
   const WORDS = ["needs_you", "working", "stuck", "failed", "idle", "done"];
-  const LABELS = { needs_you: "needs you", working: "working", stuck: "stuck", failed: "failed", idle: "idle", done: "done" };
+  const LABELS = { needs_you: "needs you", working: "working", stuck: "stuck", failed: "failed", idle: "idle", done: "done",
+                   stopped: "stopped" };
   const REFRESH_MS = 2000;
   const AGENTS_PAGE = 100; // the most `agent_list` answers at once
   const RUNS_PAGE = 50;
@@ -228,6 +229,14 @@
     return el("span", { class: `word ${word}` }, LABELS[word] || word);
   }
 
+  // The word an agent (an `agent_list` row, an `agent_get` record) is shown with: its status word, except that an
+  // agent whose turn was stopped (`cancelled`: someone's stop) says `stopped`. The API's word for it is `done`
+  // (nothing is left for it to do; the "done" chip lists it), but a person who stopped an agent must not read it
+  // as one that finished its work.
+  function shownWord(agent) {
+    return agent.status === "cancelled" && agent.word === "done" ? "stopped" : agent.word;
+  }
+
   // What `currentItem` says an agent does: `running TOOL`, or what its model does (`thinking`, ...).
   function doing(item) {
     if (!item) return null;
@@ -335,6 +344,7 @@
         nav.append(chip);
       }
       chip.textContent = `${label} ${count}`;
+      if (word === "done") chip.title = "Finished, or stopped by someone (those say stopped)";
       chip.setAttribute("aria-pressed", String(state.word === word));
     });
   }
@@ -375,18 +385,7 @@
     const first = new Set(waiting.map((agent) => agent.id));
     const rows = [...waiting, ...agents.filter((agent) => !first.has(agent.id))];
     const extra = rows.length - agents.length; // (waiting ones from past the pages listed)
-    syncRows($("agents"), rows, ["", "", "", "muted"], select, (agent, [who, role, word, active]) => {
-      state.names.set(agent.id, agent.displayName || agent.name);
-      const held = agent.interception ? `held by ${agent.interception.by}` : null;
-      const waiting = agent.oldestRequest ? agent.oldestRequest.summary : null;
-      // What a working agent does this moment (the tool that runs, or what its model does), as in its detail: a
-      // person watching many agents sees which one is in which tool.
-      const sub = [held, waiting, doing(agent.currentItem)].filter(Boolean).join(" · ");
-      who.replaceChildren(agent.displayName || agent.name, sub ? el("span", { class: "sub", title: sub }, sub) : ""); // (whole on hover)
-      role.textContent = agent.role;
-      word.replaceChildren(wordBadge(agent.word));
-      active.textContent = ago(agent.lastActiveAt);
-    }, state.selected);
+    syncRows($("agents"), rows, ["", "", "", "muted"], select, fillAgentRow, state.selected);
     // The agent shown, when its row says another word: one that changes with no event of the agent (it went
     // stuck: nothing happened to it) is shown anew from here.
     const shown = rows.find((agent) => agent.id === state.selected);
@@ -402,6 +401,22 @@
         : "No agents yet. Start one below, or with `agentwatch run ROLE \"TASK\"`.";
     $("more-agents").hidden = !more;
     $("more-agents").textContent = `Show ${Math.min(AGENTS_PAGE, total - agents.length)} more`;
+  }
+
+  // An agent's row, from its `agent_list` row (or from the `agent_get` record of the agent shown, which says
+  // what it does now under `current`).
+  function fillAgentRow(agent, [who, role, word, active]) {
+    state.names.set(agent.id, agent.displayName || agent.name);
+    const held = agent.interception ? `held by ${agent.interception.by}` : null;
+    const waiting = agent.oldestRequest ? agent.oldestRequest.summary : null;
+    // What a working agent does this moment (the tool that runs, or what its model does), as in its detail: a
+    // person watching many agents sees which one is in which tool.
+    const now = agent.current ? agent.current.currentItem : agent.currentItem;
+    const sub = [held, waiting, doing(now)].filter(Boolean).join(" · ");
+    who.replaceChildren(agent.displayName || agent.name, sub ? el("span", { class: "sub", title: sub }, sub) : ""); // (whole on hover)
+    role.textContent = agent.role;
+    word.replaceChildren(wordBadge(shownWord(agent)));
+    active.textContent = ago(agent.lastActiveAt);
   }
 
   async function showRoles() {
@@ -764,7 +779,7 @@
     const hitl = record.pendingHitl;
     const said = hitl ? `asks: ${(hitl.questions || [])[0] || hitl.kind}` : record.error || record.lastAssistantText;
     return el("span", { class: "detail" }, link(record.name || id, agentHash(id), () => openAgent(id)),
-              ` · ${record.status} · ${LABELS[record.word] || record.word}`, said ? ` · ${said}` : "");
+              ` · ${record.status} · ${LABELS[shownWord(record)] || record.word}`, said ? ` · ${said}` : "");
   }
 
   function showLines(lines) {
@@ -845,7 +860,9 @@
     const id = state.selected;
     const agent = await call("agent_get", { id });
     if (state.selected !== id) return;
+    const before = state.agent;
     state.agent = agent;
+    followInList(agent, before);
     $("d-name").textContent = agent.displayName || agent.name;
     const spent = agent.usage && agent.usage.costUsd ? ` · $${agent.usage.costUsd.toFixed(4)}` : "";
     const tokens = agent.usage ? `${agent.usage.tokens} tokens${spent}` : "";
@@ -885,7 +902,7 @@
     $("d-problem").textContent = problem;
     $("d-problem").hidden = !problem;
     showObserver(agent.observer);
-    $("d-word").replaceWith(Object.assign(wordBadge(agent.word), { id: "d-word" }));
+    $("d-word").replaceWith(Object.assign(wordBadge(shownWord(agent)), { id: "d-word" }));
     const take = $("take");
     take.textContent = held ? `Hand back (held by ${held.by})` : "Take over";
     take.dataset.held = held ? "yes" : "no";
@@ -894,6 +911,16 @@
     $("delete").disabled = Boolean(agent.deletedAt);
     $("send").hidden = Boolean(agent.deletedAt); // a deleted agent takes no input
     showNeeds(agent);
+  }
+
+  // The list follows what the page learns of the agent shown from its live stream (`agent_get` after its
+  // events): its row says what its header says at once, not at the list's next refresh. When its word changed
+  // (it finished, it asks a person), the list is read again too: the chips' counts, and which rows a word's
+  // filter lists, changed with it.
+  function followInList(agent, before) {
+    const row = [...$("agents").tBodies[0].rows].find((r) => r.dataset.id === agent.id);
+    if (row) fillAgentRow(agent, row.cells);
+    if (before && before.id === agent.id && shownWord(before) !== shownWord(agent)) refresh();
   }
 
   // The observer agent that watches this one, and what it last reported (the agent reads a report at its next
