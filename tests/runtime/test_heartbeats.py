@@ -47,6 +47,25 @@ async def test_a_tick_is_a_run_with_a_session_of_its_lineage_and_only_one_engine
         assert [a["id"] for a in listed["agents"]] == [session.id]
 
 
+async def test_comparing_a_tick_with_the_one_before_leaves_out_what_every_tick_changes(
+    open_engine: OpenEngine, scripted: Scripted
+) -> None:
+    """Once `run_compare` of every tick listed its `tick` and `dueAt` as the inputs that changed: they change at
+    every tick by nature, and an agent (or a person) asking what changed since the last tick was told of them. A
+    workflow's inputs of the same names are compared as ever."""
+    beat = Heartbeat("digest", "digester", every=3600, prompt="the inbox")
+    async with open_engine(_digester(scripted, "hb-compare")) as engine:
+        earlier, later = [await tick(engine, beat, number) for number in (7, 8)]
+        compared = await engine.call_tool("run_compare", {"id": later})
+        assert (compared["against"]["id"], compared["input"]) == (earlier, [])
+        assert compared["run"]["input"] == {"tick": 8, "dueAt": "1970-01-01T08:00:00+00:00"}  # (each side has its own)
+        for number in (1, 2):
+            async with engine.run("batch", input={"tick": number}) as run:
+                pass
+        workflow = await engine.call_tool("run_compare", {"id": run.id})
+        assert workflow["input"] == [{"path": "tick", "this": 2, "that": 1}]
+
+
 async def test_a_gate_skips_a_tick_or_fails_it_and_no_session_is_made(
     open_engine: OpenEngine, scripted: Scripted
 ) -> None:

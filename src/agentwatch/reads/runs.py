@@ -89,6 +89,11 @@ _ALIGNED = ("phase", "task", "step")
 """The spans `run_compare` aligns (turns, waits and back-offs differ from run to run by nature)."""
 _SUGGESTED = 20
 """Entities (or kinds) `run_list` suggests at most when its `entity` has no runs (its `kind` is none)."""
+_BY_NATURE: dict[str, frozenset[str]] = {"heartbeat": frozenset({"tick", "dueAt"})}
+"""The input fields every run of a kind changes by nature (a heartbeat tick's number and due time: see
+`agentwatch.runtime.heartbeats.tick`), which `run_compare` leaves out of the inputs it says changed: listed at every
+tick, they told of no change anyone made. Each side's `input` still has them."""
+
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """An input's key that a path shows bare (`a.b`); any other is quoted (`a["odd key"]`)."""
 
@@ -245,7 +250,10 @@ class CompareAnswer(Answer):
     against: RunSummary | None = Field(description="Null: there is no earlier finished run of the same entity.")
     deltas: Deltas | None
     spans: list[AlignedSpan]
-    input: list[InputChange]
+    input: list[InputChange] = Field(
+        description="Where the two inputs differ, leaf by leaf. What every run of the kind changes by nature is left "
+        "out: a heartbeat tick's `tick` and `dueAt` (each side's `input` has them)."
+    )
     brain_sha: BrainSha | None
     still_running: list[Literal["this", "that"]] = Field(
         description="The runs of the two still going (this, that): their time, tokens, cost and spans are so far, "
@@ -745,9 +753,7 @@ async def run_compare(engine: EngineView, caller: Caller, args: CompareArgs) -> 
             status="same" if this.status == that.status else f"{that.status} → {this.status}",
         ),
         spans=[AlignedSpan(path=path, this=mine.get(path), that=theirs.get(path)) for path in paths],
-        input=[
-            InputChange(path=path, this=a, that=b) for path, (a, b) in _leaf_changes(run.input, other.input).items()
-        ],
+        input=[InputChange(path=path, this=a, that=b) for path, (a, b) in _input_changes(run, other).items()],
         brain_sha=BrainSha(this=run.brain_sha, that=other.brain_sha, changed=run.brain_sha != other.brain_sha),
         still_running=_still_running(run, other),
     )
@@ -797,6 +803,17 @@ def _aligned(spans: Sequence[TraceSpan]) -> dict[str, SpanSide]:
             attempts=len(attempts),
         )
     return sides
+
+
+def _input_changes(this: RunRecord, that: RunRecord) -> dict[str, tuple[JsonValue, JsonValue]]:
+    """Where the two runs' inputs differ, but for the fields runs of their kind change by nature (`_BY_NATURE`)."""
+    natural = _BY_NATURE.get(this.kind, frozenset()) if this.kind == that.kind else frozenset()
+    return _leaf_changes(_without(this.input, natural), _without(that.input, natural))
+
+
+def _without(value: JsonValue, fields: frozenset[str]) -> JsonValue:
+    """An object input without `fields`; any other as it is."""
+    return {k: v for k, v in value.items() if k not in fields} if isinstance(value, dict) and fields else value
 
 
 def _leaf_changes(this: JsonValue, that: JsonValue, path: str = "") -> dict[str, tuple[JsonValue, JsonValue]]:
