@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -194,6 +195,7 @@ async def test_the_page_asks_for_the_token_and_shows_nothing_without_it(
         login = page.locator("#login")
         await expect(login).to_be_visible(timeout=WAIT_MS)
         await expect(page.locator("#agents tbody tr")).to_have_count(0)
+        await expect(login).to_contain_text("AGENTWATCH_READ_TOKEN")  # (it works there too: the page then watches)
         await login.locator("input").fill(TOKEN)
         await login.get_by_role("button", name="Connect").click()
         await expect(page.locator(f'#agents tr[data-id="{done["agentId"]}"]')).to_contain_text("done", timeout=WAIT_MS)
@@ -1516,3 +1518,61 @@ async def test_the_row_of_the_agent_shown_follows_its_own_events(open_engine: An
         await expect(row.locator(".sub")).to_have_count(0)
         listed.set()
         assert problems == []
+
+
+async def test_a_runs_time_and_spend_stay_on_one_line(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once a laptop's Runs table broke `0.0 s`, `2 s ago` and `29 tokens` over two lines each: the run's name
+    gives way (it breaks), its figures do not."""
+    model = scripted("dashboard-one-line", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        async with engine.run("a-report-with-a-rather-long-name") as run:
+            await run.task("helper", "go")
+        page, problems = await _page(browser, f"{base}/#runs")
+        await page.set_viewport_size({"width": 1280, "height": 800})
+        row = page.locator(f'#runs tr[data-id="{run.id}"]')
+        await expect(row).to_contain_text("tokens", timeout=WAIT_MS)
+        lines = """(cell) => {
+            const range = document.createRange();
+            range.selectNodeContents(cell);
+            return new Set([...range.getClientRects()].map((rect) => Math.round(rect.top))).size;
+        }"""
+        for n in (2, 3, 4):  # started, took, spent
+            cell = row.locator("td").nth(n)
+            assert await cell.evaluate(lines) == 1, await cell.inner_text()
+        assert problems == []
+
+
+async def test_the_stop_button_once_pressed_looks_as_disabled_as_it_is(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once the Stop button, disabled after its stop with the pointer still on it, stayed red (the border and
+    text it shows for a pointer over it), as if a press were still to come."""
+    held = HeldTool("wait_for_release")
+    async with (
+        open_engine(held.role("waiter", scripted, "dashboard-stop-look"), tools=[held.tool]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("waiter")
+        await engine.enqueue(session.id, "wait")
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        stop = page.locator("#stop")
+        await expect(page.locator("#d-word")).to_have_text("working", timeout=WAIT_MS)
+        await stop.click()  # (its confirm() is accepted; the pointer stays on it)
+        await expect(stop).to_be_disabled(timeout=WAIT_MS)
+        look = "(b) => { const s = getComputedStyle(b); return [s.borderColor, s.color, s.outlineStyle]; }"
+        plain = await page.locator("#delete").evaluate(look)  # (a danger button with no pointer on it)
+        assert await stop.evaluate(look) == plain
+        assert problems == []
+
+
+async def test_the_header_and_the_log_write_times_one_way(open_engine: Any, scripted: Any, browser: Any) -> None:
+    """Once the log said `04:28:18 AM` and the header `4:28:16 AM`: two ways of writing a time on one page."""
+    model = scripted("dashboard-clock", ScriptedModel.replying("ok"))
+    async with open_engine(role("helper", model)) as engine, served(create_app(engine)) as base:
+        done = await engine.task("helper", "go", timeout=10)
+        page = await browser.new_page(locale="en-US", timezone_id="UTC")
+        await page.clock.install(time=datetime(2026, 1, 2, 4, 28, 16, tzinfo=UTC))
+        await page.goto(f"{base}/#agent={done['agentId']}")
+        logged = re.compile(r"^\d\d:\d\d:\d\d [AP]M$")
+        await expect(page.locator("#log time").first).to_have_text(logged, timeout=WAIT_MS)
+        await expect(page.locator("#connection-time")).to_have_text(re.compile(r"^ · 04:28:\d\d AM$"), timeout=WAIT_MS)

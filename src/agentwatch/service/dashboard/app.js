@@ -257,8 +257,10 @@
     return new Date(iso).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
   }
 
-  function clock(iso) {
-    return new Date(iso).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  // A time of day, written one way on the whole page (the log's lines, the header's last refresh): two digits each,
+  // so the log's times line up.
+  function clock(moment) {
+    return new Date(moment).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   }
 
   // -- the list of agents --------------------------------------------------------------------------
@@ -330,7 +332,7 @@
     // A live region is read out at each change: it says how the page stands, and the time of the last refresh
     // is shown beside it, not read out every 2 seconds.
     if ($("connection-state").textContent !== said) $("connection-state").textContent = said;
-    $("connection-time").textContent = ok ? ` · ${new Date().toLocaleTimeString()}` : "";
+    $("connection-time").textContent = ok ? ` · ${clock(Date.now())}` : "";
   }
 
   function showWords(counts) {
