@@ -491,7 +491,8 @@
   // `kinds`: when it names no kind, the kinds, closest first.
   function showRuns(runs, more, entities, kinds) {
     syncRows($("runs"), runs, ["", "", "muted", "", "muted"], selectRun, (run, [name, status, started, time, cost]) => {
-      name.replaceChildren(run.entity || run.kind, el("span", { class: "sub" }, why(run) || run.id));
+      const sub = why(run) || run.id;
+      name.replaceChildren(run.entity || run.kind, el("span", { class: "sub", title: sub }, sub)); // (whole on hover)
       status.replaceChildren(statusBadge(run.status));
       started.textContent = ago(run.startedAt);
       time.textContent = took(run);
@@ -725,6 +726,8 @@
   }
 
   function lineItem(line) {
+    const activity = activityLine(line);
+    if (activity) return activity;
     const kind = line.itemType === "tool_call" || line.itemType === "tool_result" ? "tool" : "";
     // A sub-agent's line (its detail is the sub-agent's id) opens it.
     const child = line.type.startsWith("subtask.") && line.detail ? line.detail : null;
@@ -738,6 +741,64 @@
         statusLine(line) || fieldsLine(line)
           || (line.detail && line.detail !== line.title && !child ? el("span", { class: "detail" }, line.detail) : null)),
     );
+  }
+
+  // The activity an observer is given (an input the engine writes: a `<NAME-activity>` envelope of what the agent
+  // it watches did, or several, then the framing it is told with them), as what that agent did: a line a thing,
+  // and the framing folded. Text of the agent's that reads as one of these tags was defused in it (`<\`), so only
+  // the digest's own tags are read as such. Null for any other line.
+  const ENVELOPE = /<([A-Za-z0-9_-]+)-activity>\n([\s\S]*?)(?:\n<\/\1-activity>|$)/g;
+  const ACTIVITY_ITEM = new RegExp([
+    /<tool-call name="([^"]*)">\n([\s\S]*?)(?:\n<\/tool-call>|$)/.source,
+    /<tool-result name="([^"]*)" status="([^"]*)">\n([\s\S]*?)(?:\n<\/tool-result>|$)/.source,
+    /<user-message>\n([\s\S]*?)(?:\n<\/user-message>|$)/.source,
+    /<turn-ended outcome="([^"]*)"(?: reason="([^"]*)")? tokens="(\d+)" \/>/.source,
+  ].join("|"), "g");
+
+  function activityLine(line) {
+    const text = line.itemType === "user_message" ? line.detail || "" : "";
+    const first = /^<([A-Za-z0-9_-]+)-activity>\n/.exec(text);
+    if (!first) return null;
+    const done = [];
+    let end = 0;
+    for (const envelope of text.matchAll(ENVELOPE)) {
+      done.push(...activityItems(envelope[2]));
+      end = envelope.index + envelope[0].length;
+    }
+    const told = text.slice(end).trim(); // (the framing; a batch the observer fell behind on says so first)
+    return el("li", { class: "digest", "data-type": line.type, "data-id": line.id },
+      el("time", { datetime: line.at }, clock(line.at)),
+      el("div", {},
+        el("span", { class: "title" }, `activity of ${first[1]}`),
+        el("dl", { class: "detail fields" }, ...done.flatMap(([what, said]) => [el("dt", {}, what), el("dd", {}, said)])),
+        told ? el("details", {}, el("summary", {}, "what it is told with it"), el("p", { class: "detail" }, told)) : null));
+  }
+
+  // The items of one envelope's body, as [what, text]: what the agent wrote (the text between the tags), its
+  // calls and their results, what it was told, and how its turns ended.
+  function activityItems(body) {
+    const items = [];
+    let at = 0;
+    const wrote = (text) => {
+      if (text.trim()) items.push(["wrote", text.trim()]);
+    };
+    for (const m of body.matchAll(ACTIVITY_ITEM)) {
+      wrote(body.slice(at, m.index));
+      at = m.index + m[0].length;
+      if (m[1] !== undefined) items.push([`called ${m[1]}`, m[2]]);
+      else if (m[3] !== undefined) items.push([`${m[3]} gave`, m[4] === "ok" ? m[5] : `${m[4]}: ${m[5]}`]);
+      else if (m[6] !== undefined) items.push(["was told", m[6]]);
+      else {
+        const reason = m[8] ? ` (${unescapeAttribute(m[8])})` : "";
+        items.push(["turn ended", `${m[7]}${reason} · ${Number(m[9]).toLocaleString()} tokens`]);
+      }
+    }
+    wrote(body.slice(at));
+    return items;
+  }
+
+  function unescapeAttribute(value) {
+    return value.replace(/&quot;/g, "\"").replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
   }
 
   // A tool call's input or result that is a JSON object (what `observer_report` and most tools answer) as its
