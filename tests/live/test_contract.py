@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from agentwatch.errors import InvalidCursor, UserError
-from agentwatch.events import Event, StreamCursor
+from agentwatch.events import (
+    CompletionStarted,
+    ContentDelta,
+    Event,
+    EventId,
+    SessionId,
+    StreamCursor,
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+    TurnStarted,
+    new_id,
+)
 from agentwatch.live import Lagged, LiveRing, Subscription
 
 from .conftest import RingFactory
@@ -281,3 +295,69 @@ async def test_replayed_events_do_not_count_against_the_backlog(ring: LiveRing) 
     await asyncio.sleep(0.2)
 
     assert await read(subscription, 30) == events
+
+
+def _turn(session_id: str, after: tuple[int, int] = (0, 0)) -> list[Event]:
+    """A turn's events after `after`: its start, a model request that streams, a call, its progress and result."""
+    seq, sub = after
+    payloads: list[tuple[bool, Any]] = [
+        (True, TurnStarted()),
+        (True, CompletionStarted(request_index=0, model="m")),
+        (False, ContentDelta(part="text", index=0, delta="Let me")),
+        (False, ContentDelta(part="text", index=0, delta=" look.")),
+        (True, ToolCall(tool_call_id="c1", tool_name="crawl", input={})),
+        (False, ToolProgress(tool_call_id="c1", tool_name="crawl", message="page 1")),
+        (True, ToolResult(tool_call_id="c1", tool_name="crawl", output="done")),
+        (True, CompletionStarted(request_index=1, model="m")),
+        (False, ContentDelta(part="thinking", index=0, delta="Hmm")),
+    ]
+    events = []
+    for durable, payload in payloads:
+        seq, sub = (seq + 1, 0) if durable else (seq, sub + 1)
+        at = datetime.now(UTC)
+        events.append(Event(id=EventId(new_id("evt")), session_id=SessionId(session_id), seq=seq, sub=sub, at=at,
+                            payload=payload))  # fmt: skip
+    return events
+
+
+_TOOL_TYPES = ("turn.started", "tool.call", "tool.result", "tool.progress")
+
+
+async def test_recent_each_reads_the_newest_events_of_many_sessions_of_the_types_asked(ring: LiveRing) -> None:
+    """One read for a page of sessions (one round trip on Redis): of each session's newest `limit` events, those of
+    `types` and the newest one, oldest first, in the order the sessions were asked; nothing of an unknown one."""
+    first, second, unknown = new_session(), new_session(), new_session()
+    older, newer = _turn(first), _turn(second)
+    for event in [*older, *newer]:
+        await ring.publish(event)
+
+    each = await ring.recent_each([second, unknown, first], limit=100, types=_TOOL_TYPES)
+    assert [[e.payload.type for e in events] for events in each] == [
+        ["turn.started", "tool.call", "tool.progress", "tool.result", "content.delta"],
+        [],
+        ["turn.started", "tool.call", "tool.progress", "tool.result", "content.delta"],
+    ]
+    assert each[0] == [newer[0], newer[4], newer[5], newer[6], newer[-1]]
+    # Among the newest `limit` only; the newest is there whatever its type, once.
+    assert await ring.recent_each([first], limit=4, types=_TOOL_TYPES) == [[older[5], older[6], older[-1]]]
+    assert await ring.recent_each([first], limit=3, types=("completion.started",)) == [[older[7], older[-1]]]
+    assert await ring.recent_each([first], limit=100, types=("content.delta",)) == [[older[2], older[3], older[8]]]
+    assert await ring.recent_each([first], limit=1, types=()) == [[older[-1]]]
+    assert await ring.recent_each([], limit=100, types=_TOOL_TYPES) == []
+
+
+async def test_recent_each_reads_back_to_the_newest_event_of_a_type(ring: LiveRing) -> None:
+    """`back_to`: the events older than the newest of that type are not read (a finished turn's, for what a
+    session does now); with none of that type among the newest `limit`, all of them are."""
+    sid = new_session()
+    done = _turn(sid)
+    now = _turn(sid, after=(done[-1].seq, done[-1].sub))
+    for event in [*done, *now]:
+        await ring.publish(event)
+
+    [events] = await ring.recent_each([sid], limit=100, types=_TOOL_TYPES, back_to="turn.started")
+    assert events == [now[0], now[4], now[5], now[6], now[-1]]
+    [events] = await ring.recent_each([sid], limit=4, types=_TOOL_TYPES, back_to="turn.started")
+    assert events == [now[5], now[6], now[-1]]
+    [events] = await ring.recent_each([sid], limit=100, types=(), back_to="content.delta")
+    assert events == [now[-1]]

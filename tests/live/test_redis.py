@@ -236,3 +236,26 @@ async def test_a_tool_progress_published_before_it_named_its_tool_still_loads(re
     finally:
         await client.aclose()
         await ring.close()
+
+
+async def test_recent_each_picks_entries_written_without_their_type(redis_url: str, key_prefix: str) -> None:
+    """A stream entry keeps its event's type beside it, so a page's reads pick events in Redis and decode only
+    those; an entry written before it kept its type is still picked, or left out, by its event's type."""
+    ring = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    client = aioredis.from_url(redis_url)
+    try:
+        sid = new_session()
+        events = build_events(sid, [True, False, True, True])  # message, delta, message, message
+        for event in events[:2]:  # as an older version wrote them: the event alone
+            await client.xadd(f"{key_prefix}{sid}", {"event": EVENT_ADAPTER.dump_json(event)}, id=f"{event.seq}-{event.sub}")
+        for event in events[2:]:
+            await ring.publish(event)
+        assert (await client.xrange(f"{key_prefix}{sid}"))[-1][1][b"type"] == b"message.assistant"
+
+        messages = ("message.assistant",)
+        assert await ring.recent_each([sid], limit=10, types=messages) == [[events[0], events[2], events[3]]]
+        assert await ring.recent_each([sid], limit=10, types=messages, back_to="content.delta") == [events[2:]]
+        assert await ring.recent_each([sid], limit=3, types=("content.delta",)) == [[events[1], events[3]]]
+    finally:
+        await client.aclose()
+        await ring.close()

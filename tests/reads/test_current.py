@@ -5,8 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agentwatch.cli._common import Reader
 from agentwatch.events import CompletionFinished, Event, TurnStarted, truncation_marker
+from agentwatch.live import LiveRing
+from agentwatch.live.redis import RedisRing
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
+from agentwatch.tools import Caller
+from agentwatch.reads.tools import read_tools
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
 
@@ -96,6 +101,51 @@ async def test_while_no_call_runs_the_current_item_says_whether_the_model_thinks
         "writer": {"type": "message", "toolName": None, "title": "writing"},
         "asked": {"type": "message", "toolName": None, "title": "waiting for the model"},
     }
+
+
+class _CountedReads:
+    """A live ring, noting the name of each read made of it."""
+
+    def __init__(self, ring: LiveRing) -> None:
+        self.ring = ring
+        self.reads: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("recent", "recent_each", "head"):
+            self.reads.append(name)
+        return getattr(self.ring, name)
+
+
+async def test_a_listing_page_reads_what_its_working_agents_do_in_one_read_of_a_shared_ring(
+    open_engine: OpenEngine, scripted: Scripted, redis_url: str
+) -> None:
+    """The rows of a page of working agents, read by another process sharing the Redis ring (the CLI, a service's
+    other workers), say what each does as agent_get does. Once each working row was one read of the ring (a round
+    trip bringing back its newest 200 events, each decoded), on every listing."""
+    crawl = HeldTool("crawl")
+    roles = [
+        role("crawler", scripted("page-crawler", ScriptedModel(function=crawl.script)), tools=("crawl",)),
+        role("thinker", scripted("page-thinker", ScriptedModel([Think("Weighing it."), Hang()]))),
+        role("asked", scripted("page-asked", ScriptedModel([Hang()]))),
+    ]
+    async with open_engine(*roles, tools=[crawl.tool], live=redis_url) as engine:
+        titles = {}
+        for name, title in (("crawler", "crawl"), ("thinker", "thinking"), ("asked", "waiting for the model")):
+            agent = await engine.create(name)
+            await engine.enqueue(agent.id, "go")
+            titles[agent.id] = await _now(engine, agent.id, title)
+        shared = await RedisRing.open(redis_url)
+        try:
+            ring = _CountedReads(shared)
+            reader = Reader(engine.config, engine.store, ring, engine.roster)  # type: ignore[arg-type]
+            listing = next(tool for tool in read_tools() if tool.name == "agent_list")
+            answer: Any = await listing.handler(reader, Caller(), {"status": ["running"], "limit": 100})
+        finally:
+            await shared.close()
+        crawl.release.set()
+    assert {row["id"]: row["currentItem"] for row in answer["agents"]} == titles
+    assert [title["title"] for title in titles.values()] == ["crawl", "thinking", "waiting for the model"]
+    assert ring.reads == ["recent_each"]
 
 
 async def test_the_last_assistant_text_is_capped_at_1000_characters_with_its_marker(

@@ -18,12 +18,20 @@ Promises every backend keeps:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agentwatch.events import Event, StreamCursor
 
-__all__ = ["DEFAULT_BACKLOG", "DEFAULT_RING_SIZE", "Lagged", "LiveRing", "Subscription", "cancel_and_wait"]
+__all__ = [
+    "DEFAULT_BACKLOG",
+    "DEFAULT_RING_SIZE",
+    "Lagged",
+    "LiveRing",
+    "Subscription",
+    "cancel_and_wait",
+    "pick_recent",
+]
 
 DEFAULT_RING_SIZE = 2000
 """Events kept per session."""
@@ -76,6 +84,13 @@ class LiveRing(Protocol):
     async def recent(self, session_id: str, *, after: StreamCursor | None = None, limit: int = 100) -> list[Event]:
         """Retained events after `after` (or the newest `limit`), oldest first."""
 
+    async def recent_each(
+        self, session_ids: Sequence[str], *, limit: int, types: Collection[str], back_to: str | None = None
+    ) -> list[list[Event]]:
+        """For each of `session_ids`, in order, what `pick_recent` picks of its newest `limit` retained events:
+        the newest one and those of `types`, read back no further than the newest of type `back_to`; oldest first.
+        One read for a page of sessions (one round trip, on a shared ring), of only the events asked for."""
+
     async def head(self, session_id: str) -> StreamCursor | None:
         """The position of the newest retained event, or None when the ring holds none."""
 
@@ -85,6 +100,20 @@ class LiveRing(Protocol):
 
     async def close(self) -> None:
         """Close every subscription and release connections."""
+
+
+def pick_recent(newest_first: Iterable[Event], types: Collection[str], back_to: str | None) -> list[Event]:
+    """Of events given newest first, read back no further than the newest of type `back_to` (through all of them
+    without one): the newest, and those whose payload is of `types`; oldest first."""
+    picked: list[Event] = []
+    for index, event in enumerate(newest_first):
+        kind = event.payload.type
+        if index == 0 or kind in types:
+            picked.append(event)
+        if kind == back_to:
+            break
+    picked.reverse()
+    return picked
 
 
 async def cancel_and_wait(tasks: Sequence[asyncio.Task[Any]]) -> None:

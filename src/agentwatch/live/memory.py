@@ -8,13 +8,13 @@ subscriber before any of them can run.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from itertools import islice
 
 from agentwatch.errors import InvalidArgument, UserError
 from agentwatch.events import Event, StreamCursor
 from agentwatch.live._subscription import BufferedSubscription, check_subscribe
-from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE
+from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE, pick_recent
 
 __all__ = ["MemoryRing"]
 
@@ -118,6 +118,21 @@ class MemoryRing:
             events = session.events
             return list(islice(events, max(len(events) - limit, 0), None))
         return list(islice(_retained_after(session.events, after), limit))
+
+    async def recent_each(
+        self, session_ids: Sequence[str], *, limit: int, types: Collection[str], back_to: str | None = None
+    ) -> list[list[Event]]:
+        """Of each session's newest `limit` retained events, the newest one and those of `types`, read back no
+        further than the newest of type `back_to`; oldest first (see `pick_recent`)."""
+        wanted = frozenset(types)
+        picked: list[list[Event]] = []
+        for session_id in session_ids:
+            session = self._sessions.get(session_id)
+            if session is None or limit <= 0:
+                picked.append([])
+            else:
+                picked.append(pick_recent(islice(reversed(session.events), limit), wanted, back_to))
+        return picked
 
     async def head(self, session_id: str) -> StreamCursor | None:
         """The position of the newest retained event, or None when the ring holds none."""

@@ -1,6 +1,7 @@
 """The live ring on Redis Streams: one stream per session, shared by every process that opens the same URL.
 
-Each event is one stream entry whose id is its position, `f"{seq}-{sub}"`. Positions increase strictly
+Each event is one stream entry whose id is its position, `f"{seq}-{sub}"`, holding the event's JSON and, beside
+it, its type (so a read can pick events in Redis without decoding the others). Positions increase strictly
 within a session, so they are valid stream ids, a cursor names exactly one entry id, and `XREAD` after a
 cursor returns exactly the events after it. `XADD ... MAXLEN ~ ring_size` keeps the stream short (Redis
 trims whole internal nodes, so a little more than `ring_size` may be kept), and every publish refreshes a
@@ -13,7 +14,7 @@ so a slow subscriber is cut loose exactly as in the memory ring and the producer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from typing import Any, Final, Self, TypeVar
 from urllib.parse import urlsplit
 
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 from agentwatch.errors import InvalidArgument, MissingDependency, StoreUnavailable, UserError
 from agentwatch.events import EVENT_ADAPTER, Event, StreamCursor
 from agentwatch.live._subscription import BufferedSubscription, check_subscribe
-from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE, cancel_and_wait
+from agentwatch.live.base import DEFAULT_BACKLOG, DEFAULT_RING_SIZE, cancel_and_wait, pick_recent
 
 try:
     from redis import asyncio as aioredis
@@ -42,6 +43,23 @@ DEFAULT_STREAM_TTL: Final = 24 * 3600
 """Seconds a session's stream lives after its last publish."""
 
 _FIELD: Final = b"event"
+_TYPE: Final = b"type"
+_PICK: Final = """
+local wanted = {}
+for i = 3, #ARGV do wanted[ARGV[i]] = true end
+local picked = {}
+for i, entry in ipairs(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[1])) do
+  local fields, kind, body = entry[2], false, false
+  for j = 1, #fields, 2 do
+    if fields[j] == 'type' then kind = fields[j + 1] elseif fields[j] == 'event' then body = fields[j + 1] end
+  end
+  if body and (i == 1 or not kind or wanted[kind]) then picked[#picked + 1] = body end
+  if kind == ARGV[2] then break end
+end
+return picked
+"""
+"""`pick_recent` in Redis, on one stream (ARGV: limit, back_to or "", types...): the JSON of the events picked,
+newest first. An entry written without its type is picked whatever it is (the caller picks again, decoded)."""
 _BLOCK_MS: Final = 5000  # how long one XREAD waits; the reader simply asks again
 _READ_COUNT: Final = 500  # entries per XREAD: large enough to catch up fast, small enough to stay responsive
 _CONNECT_TIMEOUT: Final = 3.0
@@ -78,6 +96,7 @@ class RedisRing:
         self._client = client
         self._address = address
         self._readers: dict[BufferedSubscription, asyncio.Task[None]] = {}
+        self._pick = client.register_script(_PICK)
         self._closed = False
 
     @classmethod
@@ -133,7 +152,7 @@ class RedisRing:
         pipe = self._client.pipeline(transaction=False)
         pipe.xadd(
             key,
-            {_FIELD: EVENT_ADAPTER.dump_json(event)},
+            {_FIELD: EVENT_ADAPTER.dump_json(event), _TYPE: event.payload.type},
             id=f"{event.seq}-{event.sub}",
             maxlen=self.ring_size,
             approximate=True,
@@ -257,6 +276,26 @@ class RedisRing:
         except (RedisError, OSError) as exc:
             raise self._unavailable(exc) from exc
         return [EVENT_ADAPTER.validate_json(fields[_FIELD]) for _, fields in entries]
+
+    async def recent_each(
+        self, session_ids: Sequence[str], *, limit: int, types: Collection[str], back_to: str | None = None
+    ) -> list[list[Event]]:
+        """Of each session's newest `limit` retained events, the newest one and those of `types`, read back no
+        further than the newest of type `back_to`; oldest first (see `pick_recent`). One round trip for all the
+        sessions, and only the events picked (by the type kept beside each) cross it and are decoded."""
+        if not session_ids or limit <= 0:
+            return [[] for _ in session_ids]
+        wanted = frozenset(types)
+        pipe = self._client.pipeline(transaction=False)
+        for session_id in session_ids:
+            await self._pick(keys=[self._key(session_id)], args=[limit, back_to or "", *wanted], client=pipe)
+        try:
+            found: list[list[bytes]] = await _surfaced(pipe.execute())
+        except (RedisError, OSError) as exc:
+            raise self._unavailable(exc) from exc
+        return [
+            pick_recent((EVENT_ADAPTER.validate_json(body) for body in bodies), wanted, back_to) for bodies in found
+        ]
 
     async def head(self, session_id: str) -> StreamCursor | None:
         """The position of the newest retained event, or None when the stream holds none."""

@@ -103,8 +103,8 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
     the rows are on the wire (a `SessionRow` of `row_fields`, dumped, field for field), made straight from
     those values: a listing page does not build a record and a row model per session only to dump them.
     `sessionCount` and `recent` are null (grouped listings set them). Only the sessions with a pending
-    request cost a read of the store (their `oldestRequest`); a working one's `currentItem` is read from the live
-    ring."""
+    request cost a read of the store (their `oldestRequest`); the working ones' `currentItem` are read from the
+    live ring, in one read for the page."""
     waiting = [values[0] for values in sessions if values[17] > 0]  # id, pending_requests
     working = [values[0] for values in sessions if values[5] == "running" and values[17] == 0]  # id, status
     oldest = {}
@@ -115,11 +115,7 @@ async def listed_rows(view: EngineView, sessions: Sequence[Sequence[Any]], *, no
             for session_id, request in zip(waiting, found, strict=True)
             if request is not None
         }
-    doing = {}
-    for session_id in working:  # (one after the other: a memory ring answers at once, and a task each costs more)
-        item = await doing_now(view.ring, session_id)
-        if item is not None:
-            doing[session_id] = dump(item)
+    doing = {session_id: dump(item) for session_id, item in (await doing_now(view.ring, working)).items()}
     # Only a running session not waiting on a person is judged by its role's threshold (`quiet` below): a page
     # without one reads no agent definition.
     stuck_after = {

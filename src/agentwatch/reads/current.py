@@ -41,6 +41,8 @@ _RING_SCAN = 1000
 """Events after the first open call read from the live ring to learn which open calls already ended."""
 _ROW_SCAN = 200
 """The newest events of a running session read from the live ring for its `agent_list` row."""
+_ROW_TYPES = ("turn.started", "tool.call", "tool.result", "tool.progress")
+"""The events among them that tell which calls run (beside the newest, which tells what the model does)."""
 
 
 def is_settled(session: SessionRecord) -> bool:
@@ -139,19 +141,25 @@ def _model_word(newest: Event | None) -> str:
     return "waiting for the model" if isinstance(payload, CompletionStarted) else "writing"
 
 
-async def doing_now(ring: LiveRing, session_id: str) -> CurrentItem | None:
-    """What a running session does now, as the live ring alone says it: `agent_list`'s `currentItem`, read without
-    a query of the store per row (a listing page is mostly one query). The calls of its current turn that have
-    not ended, else what its model does; None when the ring holds none of its events (it runs in another process
-    that shares no ring with this one). Its newest `_ROW_SCAN` events are read: a call made before them that still
-    runs is known by its progress among them, and a call among them has its end after it, among them too."""
+async def doing_now(ring: LiveRing, session_ids: Sequence[str]) -> dict[str, CurrentItem]:
+    """What running sessions do now, as the live ring alone says it: `agent_list`'s `currentItem`, read without a
+    query of the store per row (a listing page is mostly one query), and in one read of the ring for the whole page
+    (one round trip on Redis). By session: the calls of its current turn that have not ended, else what its model
+    does; a session of which the ring holds no event (it runs in another process that shares no ring with this
+    one) has none. Of its newest `_ROW_SCAN` events, only those of its current turn that tell which calls run
+    (its start, the calls, their results and progress) and the newest one are read: a call made before them that
+    still runs is known by its progress among them, and a call among them has its end after it, among them too."""
     try:
-        held = await ring.recent(session_id, limit=_ROW_SCAN)
-    except AgentwatchError as exc:  # (a view: the row still answers without it)
-        log.warning("what %s does now, without the live ring's events: %s", session_id, exc)
-        return None
-    if not held:
-        return None
+        held = await ring.recent_each(session_ids, limit=_ROW_SCAN, types=_ROW_TYPES, back_to="turn.started")
+    except AgentwatchError as exc:  # (a view: the rows still answer without it)
+        log.warning("what %d agents do now, without the live ring's events: %s", len(session_ids), exc)
+        return {}
+    return {session_id: _doing(events) for session_id, events in zip(session_ids, held, strict=True) if events}
+
+
+def _doing(held: Sequence[Event]) -> CurrentItem:
+    """`doing_now` of one session, from its newest event and the events of its current turn that tell which calls
+    run (`_ROW_TYPES`), oldest first."""
     starts = [i for i, e in enumerate(held) if isinstance(e.payload, TurnStarted)]
     turn = held[starts[-1] :] if starts else held
     calls = [e for e in reversed(turn) if isinstance(e.payload, ToolCall | ToolResult)]
