@@ -46,6 +46,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("reads.tail", reads.tail_tool, "agent_tail: 50 events after a random cursor in a 1M-event store"),
     Benchmark("reads.summary", reads.summary_tool, "agent_summary over 100k sessions, default and words: true"),
     Benchmark("reads.postgres", reads.postgres_tools, "agent_list and agent_tail on PostgreSQL beside psycopg"),
+    Benchmark(
+        "reads.working",
+        reads.working_rows,
+        "agent_list of 20 and 100 working agents: their currentItem from a Redis live ring, beside a memory ring",
+    ),
     Benchmark("live.memory", live.memory_latency, "publish to subscriber, memory ring"),
     Benchmark("live.redis", live.redis_latency, "publish to subscriber, Redis ring on loopback"),
     Benchmark(

@@ -24,12 +24,25 @@ from urllib.parse import quote, urlsplit
 
 from agentwatch.cli._common import Reader, open_reader
 from agentwatch.config import Config
-from agentwatch.events import StreamCursor
+from agentwatch.errors import StoreUnavailable
+from agentwatch.events import (
+    CompletionStarted,
+    ContentDelta,
+    Event,
+    EventId,
+    SessionId,
+    StreamCursor,
+    ToolCall,
+    ToolProgress,
+    TurnStarted,
+    new_id,
+)
+from agentwatch.live.memory import MemoryRing
 from agentwatch.reads.tools import read_tools
-from agentwatch.store import SCHEMA_VERSION, Store, connect_store
+from agentwatch.store import SCHEMA_VERSION, SessionDraft, Store, connect_store
 from agentwatch.store._sql import tenth_of
 from agentwatch.tools import Caller, Tool
-from bench._harness import Context, Result, Skip, Target, percentile
+from bench._harness import Context, Result, Skip, Target, percentile, sample_payload
 from bench.store import (
     _SESSION_COLUMNS,
     _build_sessions,
@@ -40,7 +53,7 @@ from bench.store import (
     _utc_text,
 )
 
-__all__ = ["list_tool", "postgres_tools", "summary_tool", "tail_tool"]
+__all__ = ["list_tool", "postgres_tools", "summary_tool", "tail_tool", "working_rows"]
 
 _CALLER: Final = Caller()
 _PAGE_SIZE: Final = 20
@@ -625,3 +638,104 @@ async def summary_tool(ctx: Context) -> list[Result]:
     finally:
         raw.close()
     return results
+
+
+# -- agent_list of working agents, on a shared (Redis) live ring --------------------------------------------
+
+_WORKING_ROWS: Final = (20, 100)
+"""Working agents on a listing page (a page holds 100 at most)."""
+_WORKING_ROUNDS: Final = 4
+"""Model requests of each working agent's turn so far (its newest one's two calls still run)."""
+_WORKING_DELTAS: Final = 60
+"""Text deltas each model request streams (the bulk of a working turn's events in the ring)."""
+
+
+def _working_turn(session_id: str) -> list[Event]:
+    """A working agent's turn as its engine publishes it: each model request streams its text, then makes two calls
+    that report progress and return; the newest request's calls still run."""
+    now = datetime.now(UTC)
+    events: list[Event] = []
+    seq = sub = 0
+
+    def add(payload: Any, *, durable: bool = True) -> None:
+        nonlocal seq, sub
+        seq, sub = (seq + 1, 0) if durable else (seq, sub + 1)
+        event_id, session = EventId(new_id("evt")), SessionId(session_id)
+        events.append(Event(id=event_id, session_id=session, seq=seq, sub=sub, at=now, payload=payload))
+
+    add(TurnStarted(model="bench:model", role=_LIST_ROLE))
+    for request in range(_WORKING_ROUNDS):
+        add(CompletionStarted(request_index=request, model="bench:model"))
+        for index in range(_WORKING_DELTAS):
+            delta = ContentDelta(part="text", index=0, request_index=request, delta=f"step {index} of the plan, ")
+            add(delta, durable=False)
+        calls = [f"call_{request}_{name}" for name in ("read", "grep")]
+        for call in calls:
+            add(ToolCall(tool_call_id=call, tool_name=call.rsplit("_", 1)[1], input={"path": f"src/{call}.py"}))
+        for index in range(6):
+            add(ToolProgress(tool_call_id=calls[index % 2], message=f"{index} files"), durable=False)
+        if request < _WORKING_ROUNDS - 1:
+            for tag, call in enumerate(calls):
+                add(sample_payload(tag).model_copy(update={"tool_call_id": call}))
+    return events
+
+
+async def working_rows(ctx: Context) -> list[Result]:
+    """`agent_list {status: [running]}` of 20 and 100 working agents, each `currentItem` read from a Redis live
+    ring, beside the same listing with a memory ring holding the same events."""
+    if ctx.redis_url is None:
+        raise Skip("no Redis URL given")
+    try:
+        from agentwatch.live.redis import RedisRing
+    except ImportError:
+        raise Skip("redis is not installed (pip install 'agentwatch[redis]')") from None
+    prefix = f"agentwatch-bench:{uuid.uuid4().hex[:12]}:"
+    try:
+        shared = await RedisRing.open(ctx.redis_url, key_prefix=prefix, connect_timeout=2.0)
+    except StoreUnavailable as error:
+        raise Skip(str(error)) from None
+    url = f"sqlite:///{ctx.workdir / 'working.db'}"
+    store = await connect_store(url)
+    local = MemoryRing()
+    try:
+        sessions = [
+            (await store.create_session(SessionDraft(name=f"worker-{n}", role=_LIST_ROLE, status="running"))).id
+            for n in range(max(_WORKING_ROWS))
+        ]
+        published = 0
+        for session_id in sessions:
+            for event in _working_turn(session_id):
+                await shared.publish(event)
+                local.publish_now(event)
+                published += 1
+        config = Config(root=ctx.workdir, store=url, agents_dir=ctx.workdir / "no-agents")
+        views = {"redis": Reader(config, store, shared), "memory": Reader(config, store, local)}
+        tool = _tool("agent_list")
+        results: list[Result] = []
+        for rows in _WORKING_ROWS:
+            args = {"status": ["running"], "limit": rows}
+            answers = [await _call(tool, view, dict(args)) for view in views.values()]
+            items = {str(row["currentItem"]) for answer in answers for row in answer["agents"]}
+            expected = {str({"type": "tool", "toolName": "read", "title": "read +1 more"})}
+            if answers[0]["agents"] != answers[1]["agents"] or items != expected:
+                raise RuntimeError(f"agent_list of {rows} working agents differs between the rings, or says {items}")
+            ctx.say(f"agent_list of {rows} working agents: {ctx.sizes.list_samples} calls with each ring")
+            timings: dict[str, list[float]] = {"redis": [], "memory": []}
+            for index in range(ctx.sizes.list_samples + _WARM_UP):
+                for name in ("redis", "memory") if index % 2 == 0 else ("memory", "redis"):
+                    elapsed, _ = await _timed(tool.handler(views[name], _CALLER, dict(args)))
+                    if index >= _WARM_UP:
+                        timings[name].append(elapsed)
+            note = (
+                f"{rows} running sessions of {published // len(sessions)} events each in the ring (a turn of "
+                f"{_WORKING_ROUNDS} model requests, each streaming {_WORKING_DELTAS} deltas and making 2 calls with "
+                f"progress; the newest two still run), {ctx.sizes.list_samples} calls, alternating; Redis on "
+                "loopback; baseline: the same listing with a memory ring holding the same events"
+            )
+            results += _pair(f"reads.working.redis.{rows}_rows", (timings["redis"], timings["memory"]), note, None)
+        return results
+    finally:
+        await shared.drop(sessions)
+        await shared.close()
+        await local.close()
+        await store.close()

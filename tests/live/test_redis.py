@@ -247,7 +247,8 @@ async def test_recent_each_picks_entries_written_without_their_type(redis_url: s
         sid = new_session()
         events = build_events(sid, [True, False, True, True])  # message, delta, message, message
         for event in events[:2]:  # as an older version wrote them: the event alone
-            await client.xadd(f"{key_prefix}{sid}", {"event": EVENT_ADAPTER.dump_json(event)}, id=f"{event.seq}-{event.sub}")
+            entry = {"event": EVENT_ADAPTER.dump_json(event)}
+            await client.xadd(f"{key_prefix}{sid}", entry, id=f"{event.seq}-{event.sub}")
         for event in events[2:]:
             await ring.publish(event)
         assert (await client.xrange(f"{key_prefix}{sid}"))[-1][1][b"type"] == b"message.assistant"

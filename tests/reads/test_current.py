@@ -7,11 +7,10 @@ from typing import Any
 
 from agentwatch.cli._common import Reader
 from agentwatch.events import CompletionFinished, Event, TurnStarted, truncation_marker
-from agentwatch.live import LiveRing
 from agentwatch.live.redis import RedisRing
+from agentwatch.reads.tools import read_tools
 from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel, Think
 from agentwatch.tools import Caller
-from agentwatch.reads.tools import read_tools
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, role
 
 
@@ -106,7 +105,7 @@ async def test_while_no_call_runs_the_current_item_says_whether_the_model_thinks
 class _CountedReads:
     """A live ring, noting the name of each read made of it."""
 
-    def __init__(self, ring: LiveRing) -> None:
+    def __init__(self, ring: Any) -> None:
         self.ring = ring
         self.reads: list[str] = []
 
@@ -137,7 +136,7 @@ async def test_a_listing_page_reads_what_its_working_agents_do_in_one_read_of_a_
         shared = await RedisRing.open(redis_url)
         try:
             ring = _CountedReads(shared)
-            reader = Reader(engine.config, engine.store, ring, engine.roster)  # type: ignore[arg-type]
+            reader = Reader(engine.config, engine.store, ring, engine.roster)
             listing = next(tool for tool in read_tools() if tool.name == "agent_list")
             answer: Any = await listing.handler(reader, Caller(), {"status": ["running"], "limit": 100})
         finally:
