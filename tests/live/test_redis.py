@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import gc
 import json
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -259,4 +262,51 @@ async def test_recent_each_picks_entries_written_without_their_type(redis_url: s
         assert await ring.recent_each([sid], limit=3, types=("content.delta",)) == [[events[1], events[3]]]
     finally:
         await client.aclose()
+        await ring.close()
+
+
+async def _drop_cancelled_timers() -> None:
+    """Let the loop drop its cancelled timers now: each keeps the context it was made in until its time comes (a
+    command's read timeout, seconds away), unless most of the loop's timers are cancelled ones, which it then drops
+    at its next step."""
+    loop = asyncio.get_running_loop()
+    for timer in [loop.call_later(3600, print) for _ in range(500)]:
+        timer.cancel()
+    await asyncio.sleep(0)
+
+
+class _TurnState:
+    """What a turn keeps in its context (pydantic-ai's run context: the run's messages, its model, its usage)."""
+
+
+_TURN: contextvars.ContextVar[_TurnState] = contextvars.ContextVar("turn")
+
+
+async def test_a_connection_opened_during_a_turn_does_not_keep_the_turns_context(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The client opens a connection when every one it has is busy (a subscription's reader blocks one in XREAD),
+    so while some turn publishes: the socket's reader callback kept a copy of that turn's context, its run's
+    messages with it, for as long as the connection stayed in the pool (the engine's life)."""
+    ring = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    try:
+        watched, working = new_session(), new_session()
+        subscription = await ring.subscribe(watched)
+        await asyncio.sleep(0.1)  # (its reader now waits in XREAD on the one connection opened so far)
+        state = _TurnState()
+        kept = weakref.ref(state)
+
+        async def turn(state: _TurnState) -> None:
+            _TURN.set(state)
+            for event in build_events(working, [True, True]):
+                await ring.publish(event)
+
+        await asyncio.create_task(turn(state))
+        del state
+        await _drop_cancelled_timers()
+        gc.collect()
+        assert kept() is None
+        assert len(await ring.recent(working)) == 2
+        await subscription.close()
+    finally:
         await ring.close()

@@ -14,6 +14,7 @@ so a slow subscriber is cut loose exactly as in the memory ring and the producer
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Collection, Sequence
 from typing import Any, Final, Self, TypeVar
 from urllib.parse import urlsplit
@@ -123,6 +124,8 @@ class RedisRing:
             # A couple of quick retries ride out a dropped connection without stalling a publisher for long.
             retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2),
         )
+        pool = client.connection_pool
+        pool.connection_class = type(pool.connection_class.__name__, (_OwnContext, pool.connection_class), {})
         try:
             async with asyncio.timeout(connect_timeout + 1):
                 await client.ping()
@@ -327,6 +330,19 @@ class RedisRing:
             subscription.end()
         await cancel_and_wait([task for _, task in readers])
         await self._client.aclose()
+
+
+class _OwnContext:
+    """Opens a connection's socket in a context of its own (mixed into the connection class the URL chooses).
+
+    The client opens a connection whenever every one it has is busy, that is inside whichever task sends a command
+    then: a turn publishing its events. asyncio hands the socket's reader callback a copy of that task's context,
+    kept as long as the connection lives in the pool (the engine's life), and with it what the turn had in its
+    context: pydantic-ai's run context, the run's messages and model with it."""
+
+    async def _connect(self) -> None:
+        opening = super()._connect()  # type: ignore[misc]
+        await asyncio.create_task(opening, context=contextvars.Context())
 
 
 async def _surfaced(command: Awaitable[T]) -> T:
