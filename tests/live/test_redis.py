@@ -310,3 +310,20 @@ async def test_a_connection_opened_during_a_turn_does_not_keep_the_turns_context
         await subscription.close()
     finally:
         await ring.close()
+
+
+async def test_recent_each_loads_its_script_on_a_server_that_lost_it(redis_url: str, key_prefix: str) -> None:
+    """A restarted server (or one whose scripts were flushed) no longer knows the script the page's reads run."""
+    ring = await RedisRing.open(redis_url, key_prefix=key_prefix)
+    client = aioredis.from_url(redis_url)
+    try:
+        sid = new_session()
+        events = build_events(sid, [True, False])
+        for event in events:
+            await ring.publish(event)
+        await client.script_flush()
+        assert await ring.recent_each([sid], limit=10, types=("message.assistant",)) == [events]
+        assert await ring.recent_each([sid], limit=10, types=()) == [events[1:]]
+    finally:
+        await client.aclose()
+        await ring.close()

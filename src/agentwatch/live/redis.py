@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 from collections.abc import Awaitable, Collection, Sequence
 from typing import Any, Final, Self, TypeVar
 from urllib.parse import urlsplit
@@ -30,7 +31,7 @@ try:
     from redis import asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff
-    from redis.exceptions import RedisError, ResponseError
+    from redis.exceptions import NoScriptError, RedisError, ResponseError
 except ImportError as exc:  # pragma: no cover - exercised in a test that hides the package
     raise MissingDependency(
         "the Redis live ring needs the redis package; install it with `pip install 'agentwatch[redis]'`"
@@ -61,6 +62,8 @@ return picked
 """
 """`pick_recent` in Redis, on one stream (ARGV: limit, back_to or "", types...): the JSON of the events picked,
 newest first. An entry written without its type is picked whatever it is (the caller picks again, decoded)."""
+_PICK_SHA: Final = hashlib.sha1(_PICK.encode()).hexdigest()
+"""The digest Redis knows `_PICK` by, once loaded."""
 _BLOCK_MS: Final = 5000  # how long one XREAD waits; the reader simply asks again
 _READ_COUNT: Final = 500  # entries per XREAD: large enough to catch up fast, small enough to stay responsive
 _CONNECT_TIMEOUT: Final = 3.0
@@ -97,7 +100,6 @@ class RedisRing:
         self._client = client
         self._address = address
         self._readers: dict[BufferedSubscription, asyncio.Task[None]] = {}
-        self._pick = client.register_script(_PICK)
         self._closed = False
 
     @classmethod
@@ -289,16 +291,25 @@ class RedisRing:
         if not session_ids or limit <= 0:
             return [[] for _ in session_ids]
         wanted = frozenset(types)
-        pipe = self._client.pipeline(transaction=False)
-        for session_id in session_ids:
-            await self._pick(keys=[self._key(session_id)], args=[limit, back_to or "", *wanted], client=pipe)
+        args = (limit, back_to or "", *wanted)
         try:
-            found: list[list[bytes]] = await _surfaced(pipe.execute())
+            try:
+                found = await self._picked(session_ids, args)
+            except NoScriptError:  # (a server that does not know the script yet: restarted, or its scripts flushed)
+                await _surfaced(self._client.script_load(_PICK))
+                found = await self._picked(session_ids, args)
         except (RedisError, OSError) as exc:
             raise self._unavailable(exc) from exc
         return [
             pick_recent((EVENT_ADAPTER.validate_json(body) for body in bodies), wanted, back_to) for bodies in found
         ]
+
+    async def _picked(self, session_ids: Sequence[str], args: tuple[Any, ...]) -> list[list[bytes]]:
+        """`_PICK` on the stream of each session, in one round trip (by its digest, which the server keeps)."""
+        pipe = self._client.pipeline(transaction=False)
+        for session_id in session_ids:
+            pipe.evalsha(_PICK_SHA, 1, self._key(session_id), *args)
+        return await _surfaced(pipe.execute())
 
     async def head(self, session_id: str) -> StreamCursor | None:
         """The position of the newest retained event, or None when the stream holds none."""
