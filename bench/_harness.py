@@ -17,9 +17,12 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from agentwatch.events import PAYLOAD_ADAPTER, ToolResult
+
+if TYPE_CHECKING:
+    from agentwatch.live.redis import RedisRing
 
 __all__ = [
     "FULL",
@@ -248,3 +251,23 @@ def sample_payload(tag: int = 0) -> ToolResult:
     room = max(PAYLOAD_BYTES - len(PAYLOAD_ADAPTER.dump_json(probe)), 0)
     filler = ("The file holds the agent's notes for the next step of the plan. " * 8)[:room]
     return ToolResult(tool_call_id=f"call_{tag:08d}", tool_name="read_file", output=filler)
+
+
+async def bench_redis_ring(redis_url: str | None) -> tuple[RedisRing, str]:
+    """A Redis live ring under a key prefix of its own, and that prefix; `Skip` (with why) when there is no Redis
+    URL, redis-py is not installed, or the server cannot be reached."""
+    import uuid
+
+    from agentwatch.errors import StoreUnavailable
+
+    if redis_url is None:
+        raise Skip("no Redis URL given")
+    try:
+        from agentwatch.live.redis import RedisRing
+    except ImportError:
+        raise Skip("redis is not installed (pip install 'agentwatch[redis]')") from None
+    prefix = f"agentwatch-bench:{uuid.uuid4().hex[:12]}:"
+    try:
+        return await RedisRing.open(redis_url, key_prefix=prefix, connect_timeout=2.0), prefix
+    except StoreUnavailable as error:
+        raise Skip(str(error)) from None

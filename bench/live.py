@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
-from agentwatch.errors import StoreUnavailable
 from agentwatch.events import EVENT_ADAPTER, Event, EventId, SessionId, new_id
 from agentwatch.live import connect_live
-from bench._harness import Context, Result, Skip, Target, percentile, sample_payload
+from bench._harness import Context, Result, Skip, Target, bench_redis_ring, percentile, sample_payload
 
 __all__ = ["memory_latency", "redis_latency"]
 
@@ -131,20 +129,11 @@ async def memory_latency(ctx: Context) -> list[Result]:
 
 async def redis_latency(ctx: Context) -> list[Result]:
     """The Redis ring against plain redis-py `XADD` and a blocking `XREAD` on another connection."""
-    if ctx.redis_url is None:
-        raise Skip("no Redis URL given")
     try:
         from redis import asyncio as aioredis
-
-        from agentwatch.live.redis import RedisRing
     except ImportError:
         raise Skip("redis is not installed (pip install 'agentwatch[redis]')") from None
-
-    prefix = f"agentwatch-bench:{uuid.uuid4().hex[:12]}:"
-    try:
-        ring = await RedisRing.open(ctx.redis_url, key_prefix=prefix, connect_timeout=2.0)
-    except StoreUnavailable as error:
-        raise Skip(str(error)) from None
+    ring, prefix = await bench_redis_ring(ctx.redis_url)
     count = ctx.sizes.live_samples + _WARM_UP
     ctx.say(f"live Redis: {ctx.sizes.live_samples} round trips each way")
     session_id = new_id("ses")

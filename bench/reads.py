@@ -24,7 +24,6 @@ from urllib.parse import quote, urlsplit
 
 from agentwatch.cli._common import Reader, open_reader
 from agentwatch.config import Config
-from agentwatch.errors import StoreUnavailable
 from agentwatch.events import (
     CompletionStarted,
     ContentDelta,
@@ -42,7 +41,7 @@ from agentwatch.reads.tools import read_tools
 from agentwatch.store import SCHEMA_VERSION, SessionDraft, Store, connect_store
 from agentwatch.store._sql import tenth_of
 from agentwatch.tools import Caller, Tool
-from bench._harness import Context, Result, Skip, Target, percentile, sample_payload
+from bench._harness import Context, Result, Skip, Target, bench_redis_ring, percentile, sample_payload
 from bench.store import (
     _SESSION_COLUMNS,
     _build_sessions,
@@ -683,17 +682,7 @@ def _working_turn(session_id: str) -> list[Event]:
 async def working_rows(ctx: Context) -> list[Result]:
     """`agent_list {status: [running]}` of 20 and 100 working agents, each `currentItem` read from a Redis live
     ring, beside the same listing with a memory ring holding the same events."""
-    if ctx.redis_url is None:
-        raise Skip("no Redis URL given")
-    try:
-        from agentwatch.live.redis import RedisRing
-    except ImportError:
-        raise Skip("redis is not installed (pip install 'agentwatch[redis]')") from None
-    prefix = f"agentwatch-bench:{uuid.uuid4().hex[:12]}:"
-    try:
-        shared = await RedisRing.open(ctx.redis_url, key_prefix=prefix, connect_timeout=2.0)
-    except StoreUnavailable as error:
-        raise Skip(str(error)) from None
+    shared, _ = await bench_redis_ring(ctx.redis_url)
     url = f"sqlite:///{ctx.workdir / 'working.db'}"
     store = await connect_store(url)
     local = MemoryRing()
