@@ -1437,12 +1437,14 @@ async def test_runs_are_filtered_by_entity_or_kind_and_by_status(open_engine: An
         assert [p for p in problems if "400" not in p] == []  # (the browser logs the refused kind's status)
 
 
-async def test_an_observers_report_reads_as_its_fields_in_its_own_log(
-    open_engine: Any, scripted: Any, browser: Any
-) -> None:
-    """Once the observer's own log showed what its report tool answered as raw JSON (`{"delivered":true,...}`)."""
-    model = scripted("dashboard-observed-log", ScriptedModel(function=lambda ctx: Reply("shipped")))
-    watcher = scripted("dashboard-watcher-log", reporting("You skipped the tests."))
+@contextlib.asynccontextmanager
+async def _observer_of_shipper(
+    open_engine: Any, scripted: Any, browser: Any, name: str
+) -> AsyncIterator[tuple[Any, list[str], str]]:
+    """The page of the observer (`reviewer`) of an agent `shipper` that shipped, once the observer reported: the
+    page, the problems it logs and the shipper's id. `name` names the scripted models."""
+    model = scripted(name, ScriptedModel(function=lambda ctx: Reply("shipped")))
+    watcher = scripted(f"{name}-watcher", reporting("You skipped the tests."))
     coder = role("coder", model, observer="reviewer", grant=("spawn",))
     async with (
         open_engine(coder, role("reviewer", watcher), extensions=None) as engine,  # (observer agents on)
@@ -1452,13 +1454,22 @@ async def test_an_observers_report_reads_as_its_fields_in_its_own_log(
         await engine.enqueue(session.id, "ship it")
         described = await _reported(engine, session.id)
         page, problems = await _page(browser, f"{base}/#agent={described['observerSessionId']}")
+        yield page, problems, session.id
+
+
+async def test_an_observers_report_reads_as_its_fields_in_its_own_log(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once the observer's own log showed what its report tool answered as raw JSON (`{"delivered":true,...}`)."""
+    observer = _observer_of_shipper(open_engine, scripted, browser, "dashboard-observed-log")
+    async with observer as (page, problems, shipper):
         tool_lines = page.locator("#log li.tool")
         called = page.locator('#log li.tool[data-type="item.started"] dl').first
         await expect(called).to_have_text("reportYou skipped the tests.", timeout=WAIT_MS)
         fields = page.locator('#log li.tool[data-type="item.completed"] dl').first  # (one report a digest)
         await expect(fields.locator("dt")).to_have_text(["delivered", "observedId", "message"])
         await expect(fields.locator("dd").nth(0)).to_have_text("yes")
-        await expect(fields.get_by_role("link")).to_have_attribute("href", f"#agent={session.id}")
+        await expect(fields.get_by_role("link")).to_have_attribute("href", f"#agent={shipper}")
         await expect(fields.locator("dd").nth(2)).to_contain_text("Report queued for 'shipper'")
         await expect(tool_lines).not_to_contain_text(['"delivered"'])
         await fields.get_by_role("link").click()  # the agent it watches
@@ -1583,17 +1594,7 @@ async def test_the_activity_an_observer_is_given_reads_as_what_the_agent_did(
 ) -> None:
     """Once an observer's log showed the digest it is given as its raw text: `<shipper-activity>`, `<turn-ended
     outcome="completed" tokens="57" />`, then the framing it is told, all as one block under `user`."""
-    model = scripted("dashboard-digested", ScriptedModel(function=lambda ctx: Reply("shipped")))
-    watcher = scripted("dashboard-digest-reader", reporting("You skipped the tests."))
-    coder = role("coder", model, observer="reviewer", grant=("spawn",))
-    async with (
-        open_engine(coder, role("reviewer", watcher), extensions=None) as engine,  # (observer agents on)
-        served(create_app(engine)) as base,
-    ):
-        session = await engine.create("coder", name="shipper", source="chat")
-        await engine.enqueue(session.id, "ship it")
-        described = await _reported(engine, session.id)
-        page, problems = await _page(browser, f"{base}/#agent={described['observerSessionId']}")
+    async with _observer_of_shipper(open_engine, scripted, browser, "dashboard-digested") as (page, problems, _):
         digest = page.locator("#log li.digest").first
         await expect(digest.locator(".title")).to_have_text("activity of shipper", timeout=WAIT_MS)
         await expect(digest.locator("dt")).to_have_text(["was told", "wrote", "turn ended"])
