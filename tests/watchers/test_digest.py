@@ -174,6 +174,24 @@ def test_long_turns_flush_after_enough_tool_results_never_between_a_call_and_its
     ]
 
 
+def test_a_recorder_turned_to_a_rules_segmenting_closes_at_once_on_a_call_it_holds() -> None:
+    """Once a rule's pairing resolved while the turn sat in a long tool, the call made meanwhile (recorded as a
+    model observer's segment) reached the rule only when the next call was made, after the long tool."""
+    recorder = ActivityRecorder()
+    call = ToolCall(tool_call_id="c1", tool_name="bash", input={"command": "rm -rf /"})
+    assert record_all(recorder, [UserMessage(text="clean up"), call]) == []
+    segment = recorder.segment_each_call()
+    assert segment is not None and [i.kind for i in segment] == ["user_message", "tool_call"]
+    assert record_all(recorder, [ToolResult(tool_call_id="c1", tool_name="bash", output="ok")]) == [
+        (ToolResultItem("bash", "ok", "ok", call_id="c1"),)
+    ]
+    quiet = ActivityRecorder()
+    assert record_all(quiet, [UserMessage(text="hello")]) == []
+    assert quiet.segment_each_call() is None  # no call to see yet: the segment stays open
+    [closing] = record_all(quiet, [ToolCall(tool_call_id="c2", tool_name="ls", input={})])
+    assert [i.kind for i in closing] == ["user_message", "tool_call"]
+
+
 # -- no observed content can forge the envelope or its tags -------------------------------------------
 
 NAME = "coder"

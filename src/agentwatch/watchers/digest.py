@@ -593,6 +593,15 @@ class ActivityRecorder:
             return self._close()
         return None
 
+    def segment_each_call(self) -> tuple[ActivityItem, ...] | None:
+        """Segment as for a rule from now on (`max_results` 1: a segment closes at each call). What was recorded
+        before under the model observers' segmenting is closed at once when it holds a call (returned), so that
+        call is seen now, not only once the next one is made."""
+        self.max_results = 1
+        if any(isinstance(item, ToolCallItem) for item in self._items):
+            return self._close()
+        return None
+
     def _close(self) -> tuple[ActivityItem, ...]:
         items = tuple(self._items)
         self._items.clear()

@@ -484,12 +484,16 @@ class ActivityTap:
             self._pending.clear()
             return
         self.status = "observed"
+        pending, self._pending = self._pending, []
         if pairing.definition.kind == "rule":
-            self.recorder.max_results = 1  # a rule costs nothing: let it see every tool result at once
+            # A rule costs nothing: let it see every call as it is made. (A call made while the pairing resolved,
+            # a tool that runs long after it, is seen now.)
+            opened = self.recorder.segment_each_call()
+            if opened is not None:
+                pending.append(opened)
         self._pairing = pairing
         pairing.dropped += self._dropped
         self._dropped = 0
-        pending, self._pending = self._pending, []
         for items in pending:
             self.hub.submit(pairing, items)
 
