@@ -1,7 +1,12 @@
 """The models adapter: runs one turn on a model with tools, and reports every step as our own payloads.
 
-This module (with `refs` and `scripted`) is the only place that knows pydantic-ai. A turn is driven node by
-node through `Agent.iter`, so the adapter commits at the points the engine relies on:
+This module (with `refs` and `scripted`) is the only place that knows pydantic-ai. A turn is a loop of its own
+over pydantic-ai's model layer (a `Model`'s `request_stream`), not an agent run: pydantic-ai's agent graph cost
+several times what the rest of a durable turn costs (about nine tenths of a bare `Agent.iter` turn on a scripted
+model). The loop keeps the rules of an agent run that a stored conversation depends on (the message history made
+valid for the provider before each request, the parts and outcomes of tool returns, a retry for a call whose
+tool is unknown or whose arguments do not parse, the request limit), and commits at the points the engine relies
+on:
 
 1. before a model request: `CompletionStarted`, with the request message (and, when the request carries tool
    returns, a `ToolResult` per return: the results of the tools that just ran). This commit is pipelined
@@ -28,39 +33,39 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import pydantic_ai
 from pydantic import ConfigDict, JsonValue, TypeAdapter, ValidationError
-from pydantic_ai import (
-    Agent,
-    DeferredToolRequests,
-    DeferredToolResults,
-    ModelMessagesTypeAdapter,
-    ModelRequestNode,
-    ToolDenied,
-)
-from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ToolFailed, UsageLimitExceeded
+from pydantic_ai import ModelMessagesTypeAdapter, ToolDenied
+from pydantic_ai._genai_prices import fill_response_cost  # what an agent run does to price a response
+from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
 from pydantic_ai.messages import (
     INTERRUPTED_TOOL_RETURN_CONTENT,
-    AgentStreamEvent,
+    InstructionPart,
     ModelMessage,
     ModelRequest,
+    ModelRequestPart,
     ModelResponse,
+    ModelResponseStreamEvent,
     PartDeltaEvent,
     PartStartEvent,
+    RetryFeedbackPart,
+    RetryInfo,
     TextPart,
     TextPartDelta,
     ThinkingPart,
     ThinkingPartDelta,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
+    repair_messages,
 )
-from pydantic_ai.run import AgentRun
-from pydantic_ai.tools import RunContext, Tool
-from pydantic_ai.usage import RequestUsage, UsageLimits
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.usage import RequestUsage
 
 from agentwatch.errors import Invalid
 from agentwatch.events import (
@@ -82,7 +87,6 @@ from agentwatch.runtime.models._types import (
     PendingCall,
     ToolAnswer,
     ToolContext,
-    ToolSpec,
     ToolWaits,
     TurnInput,
     TurnResult,
@@ -96,15 +100,6 @@ __all__ = ["run_turn"]
 logger = logging.getLogger(__name__)
 
 pydantic_ai.BANNER_ENABLED = False
-
-_Output = str | DeferredToolRequests
-
-_WAITS = "agentwatch_waits"
-"""The key of a deferred call's metadata that says it waits on a person (`ToolWaits`), and for what."""
-
-
-def _detail(metadata: dict[str, Any]) -> dict[str, JsonValue]:
-    return {key: value for key, value in metadata.items() if key != _WAITS}
 
 
 def run_turn(
@@ -279,8 +274,26 @@ def _tool_result(part: ToolReturnPart, *, ahead: bool = False) -> ToolResult:
     )
 
 
+@dataclass(frozen=True)
+class _Deferred:
+    """A call that waits on a person: the run pauses on it (`kind`), with what the person is to know (`detail`)."""
+
+    kind: Literal["approval", "question", "oauth"]
+    detail: dict[str, JsonValue] | None = None
+
+
+_Outcome = ToolReturnPart | _Deferred
+
+
 class _TurnRun:
-    """The state of one `run_turn`: what is committed so far, and the usage of its requests."""
+    """The state of one `run_turn`: the conversation as the model sees it, what of it is committed, and the usage
+    of its requests.
+
+    The run is its own loop over the model layer (a `Model`'s `request_stream`), not pydantic-ai's agent graph:
+    a request, its stream, the response's commit, its tool calls, the next request. It keeps the rules of an agent
+    run that a stored conversation depends on (the messages, their parts and outcomes, a call's retry when its
+    arguments do not parse or its tool is unknown, the request limit), and costs a fraction of one.
+    """
 
     def __init__(self, turn: TurnInput, sink: TurnSink) -> None:
         self.turn = turn
@@ -288,20 +301,20 @@ class _TurnRun:
         self.context_window: int | None = None
         self.request_index = 0
         self.usage = Usage()
-        # Messages are tracked by identity: pydantic-ai appends the very objects we committed to its history.
-        self._committed: dict[int, ModelMessage] = {}
-        self._stored: frozenset[int] = frozenset()  # ids of the history's messages
-        # tool call id -> the return the model is given for a call this run does not run (a stored result, or
-        # `interrupted`): pydantic-ai builds its part from a `DeferredToolResults` entry, which cannot say
-        # `interrupted`; the part is made this one before its request is committed (see `_given_returns`)
-        self._given: dict[str, ToolReturnPart] = {}
-        self._unended: set[str] = set()  # the ids of the newest response's calls that may still run
+        self._specs = {spec.name: spec for spec in turn.tools}
         self._waits_on_person = {spec.name for spec in turn.tools if spec.asks_user or spec.requires_approval}
+        self._messages: list[ModelMessage] = []  # the conversation: the stored history, then this run's messages
+        self._done = 0  # how many of them are committed (or being committed)
+        self._unended: set[str] = set()  # the ids of the newest response's calls that may still run
         # tool call id -> its return, for the calls whose `tool.result` is stored already (committed as the call
         # ended beside others still running, or by an earlier run of the turn): never committed again
         self._recorded: dict[str, ToolReturnPart] = {}
+        self._returns: dict[str, ToolReturnPart] = {}  # the returns of the calls that ended since the last response
+        self._retries: dict[str, int] = {}  # tool name -> calls in a row whose arguments the model must send again
+        self._output_retries = 0
+        self._sending = False  # a request was sent and its response has not arrived
+        self._stream: StreamedResponse | None = None  # the response streaming now
         self._inflight: set[asyncio.Future[object]] = set()  # shielded commits a cancellation may catch halfway
-        self._run: AgentRun[None, _Output] | None = None
         self._pipelined = False  # a pipelined commit was made that no waiting commit has covered yet
         self._dumped: dict[int, JsonValue] = {}  # id(message) -> its JSON, when dumped before its commit
         self._emit = _guarded(sink)
@@ -315,52 +328,40 @@ class _TurnRun:
 
     async def _tell(self, payload: Payload) -> None:
         """Commit a fact about the model requests (a retry, a reroute) durably, before acting on it."""
-        await self._commit([payload], ())
+        await self._commit([payload])
 
-    def _prepare(self, models: ModelResolver | None) -> tuple[ModelTrail, list[ModelMessage]]:
-        """The run's chain of models and its history (raising for a ref that does not resolve or a history
-        that does not load, before anything is committed)."""
+    def _prepare(self, models: ModelResolver | None) -> ModelTrail:
+        """The run's chain of models, with its history loaded (raising for a ref that does not resolve or a
+        history that does not load, before anything is committed)."""
         resolver = models if models is not None else ModelResolver()
         chain = [(ref, resolver._model(ref)) for ref in split_chain(self.turn.model)]
-        history = _history(self.turn, resolver)
+        self._messages = _history(self.turn, resolver)
+        self._done = len(self._messages)
         self.context_window = resolver.context_window(self.turn.model)
-        self._stored = frozenset(map(id, history))
         self._trail = ModelTrail(chain, resolver.retry, self._tell)
-        return self._trail, history
+        return self._trail
 
     async def run(self, models: ModelResolver | None) -> TurnResult:
-        trail, history = self._prepare(models)
-        agent: Agent[None, _Output] = Agent(
-            trail.model,
-            instructions=self.turn.instructions or None,
-            tools=[self._tool(spec) for spec in self.turn.tools],
-            output_type=[str, DeferredToolRequests],  # lets the run end on calls that wait for a person
-        )
-        deferred, settled = self._answers(history)
+        trail = self._prepare(models)
+        parameters = _parameters(self.turn)
         try:
-            if settled:
-                # Answered or denied calls beside approved ones that run now: their results are durable before
-                # those run (the tools wait for every write of the turn), in the commit of the turn's start.
-                await self._commit(settled, (), wait=False)
-            async with agent.iter(
-                self.turn.prompt,
-                message_history=history,
-                deferred_tool_results=deferred,
-                usage_limits=UsageLimits(request_limit=self.turn.max_requests),
-            ) as run:
-                self._run = run
-                async for node in run:
-                    if Agent.is_model_request_node(node):
-                        self._phase = "model"
-                        await self._model_request(run, node)
-                        self._phase = "tools"  # advancing from the response runs its tool calls
-                    elif Agent.is_end_node(node):
-                        self._phase = "end"
-                        result = await self._end(run, node.data.output)
-                        await self._settle()
-                        return result
-                    # A CallToolsNode needs nothing here: its response and calls were committed when the response
-                    # ended, and advancing the loop runs its tools.
+            request, result = await self._opening()
+            requests = 0
+            while result is None:
+                if requests >= self.turn.max_requests:
+                    raise UsageLimitExceeded(
+                        f"The next request would exceed the request_limit of {self.turn.max_requests}"
+                    )
+                requests += 1
+                response = await self._model_request(trail.model, parameters, request)
+                calls = response.tool_calls
+                if calls:
+                    request, result = await self._tools(calls, approved=False)
+                else:
+                    request, result = self._answer(response)
+            self._phase = "end"
+            await self._end()
+            return result
         except asyncio.CancelledError:
             await self._after_interruption("interrupted")
             raise
@@ -373,11 +374,10 @@ class _TurnRun:
             error, notice = self._failure(exc)
             if notice is not None:
                 try:
-                    await self._commit([notice], ())
+                    await self._commit([notice])
                 except Exception:
                     logger.exception("could not record the failure of the run")
             return TurnResult(outcome="failed", output=None, usage=self.usage, error=error)
-        raise RuntimeError("the model run ended without an end node")  # pragma: no cover
 
     def _failure(self, exc: Exception) -> tuple[str, RuntimeNotice | None]:
         """The turn's error text, and the `runtime.error` to record for a failure of the model(s) (naming each
@@ -393,177 +393,106 @@ class _TurnRun:
             return text, RuntimeNotice(type="runtime.error", message=message, source="tools")
         return text, None
 
-    # -- tools -------------------------------------------------------------------------------------------------
+    def _request(self, parts: list[ModelRequestPart]) -> ModelRequest:
+        """A new request of this run, with the turn's instructions, as pydantic-ai sends one."""
+        return ModelRequest(parts=parts, timestamp=datetime.now(UTC), instructions=self.turn.instructions or None)
 
-    def _tool(self, spec: ToolSpec) -> Tool[None]:
-        if spec.asks_user:
+    # -- the turn's start --------------------------------------------------------------------------------------
 
-            async def ask(ctx: RunContext[None], **args: Any) -> Any:
-                raise CallDeferred(kind="question")  # the answer arrives with a later run_turn
+    async def _opening(self) -> tuple[ModelRequest | None, TurnResult | None]:
+        """The first request of the run (None: the stored one the history ends with is sent again), or how the run
+        ends before any (paused again on calls that wait on a person).
 
-            function = ask
-        else:
-            emit = self._emit
+        The calls the history leaves open are closed first: those that ended before the turn was cut off with
+        their stored results, those a person answered with the answers (the approved ones run now), the rest as
+        `interrupted`."""
+        parts: list[ModelRequestPart] = []
+        open_calls = _open_calls(self._messages)
+        if open_calls:
+            request, result = await self._continued(open_calls)
+            if result is not None:
+                return None, result
+            assert request is not None
+            parts = list(request.parts)
+        if self.turn.prompt is not None:
+            parts.append(UserPromptPart(self.turn.prompt))
+        if parts or not self._messages:
+            return self._request(parts), None
+        last = self._messages[-1]
+        if isinstance(last, ModelRequest):
+            return None, None  # a request resumed without a prompt is the stored one sent again
+        # A conversation that ends on an answer, given nothing new: that answer is the run's.
+        return self._answer(last)
 
-            async def call(ctx: RunContext[None], **args: Any) -> Any:
-                context = ToolContext(ctx.tool_call_id or "", spec.name, emit)
-                # A call a person is to approve is decided like any first (its arguments, the policies): one
-                # refused is refused now, and nobody is asked to approve what could not run.
-                asks = spec.requires_approval and not ctx.tool_call_approved
-                try:
-                    if asks:
-                        if spec.check is not None:
-                            await spec.check(context, dict(args))
-                        output = None
-                    else:
-                        output = await spec.run(context, dict(args))
-                except ToolWaits as exc:
-                    # The call waits on a person (a sign-in): the run pauses on it, and an approval runs it again.
-                    raise CallDeferred({_WAITS: exc.kind, "summary": exc.summary, **exc.detail}) from exc
-                except Exception as exc:
-                    text = _error_text(exc)
-                    failed = ToolReturnPart(spec.name, text, tool_call_id=context.tool_call_id, outcome="failed")
-                    if (result := self._ended(failed)) is not None:
-                        await self._commit([result], ())
-                    # pydantic-ai would end the run on a plain exception; the model should see it instead.
-                    raise ToolFailed(text) from exc
-                if asks:
-                    raise ApprovalRequired  # the run pauses on it; the approval calls this again, approved
-                if (
-                    result := self._ended(ToolReturnPart(spec.name, output, tool_call_id=context.tool_call_id))
-                ) is not None:
-                    await self._commit([result], ())
-                return output
-
-            function = call
-        tool: Tool[None] = Tool.from_schema(
-            function,
-            name=spec.name,
-            description=spec.description,
-            json_schema=dict(spec.parameters),
-            takes_ctx=True,
-        )
-        return tool
-
-    def _ended(self, part: ToolReturnPart) -> ToolResult | None:
-        """A call ended with the return `part`. While calls the model made beside it may still run, its
-        `tool.result` is to be committed now, on its own (returned; a `ToolProgress` with its status says live at
-        once that it is over): a crash before they end must not lose it. The last of them to end leaves its result
-        to the commit that opens the next model request, as a lone call does (None)."""
-        tool_call_id = part.tool_call_id
-        self._unended.discard(tool_call_id)
-        if not self._unended:
-            return None
-        status = tool_status(part.outcome)
-        self._emit(
-            ToolProgress(tool_call_id=tool_call_id, tool_name=part.tool_name, message=_ENDED[status], status=status)
-        )
-        self._recorded[tool_call_id] = part
-        return _tool_result(part, ahead=True)
-
-    def _answers(self, history: list[ModelMessage]) -> tuple[DeferredToolResults | None, list[Payload]]:
-        """Results for the open calls the history ends with: the stored results of those that ended before the
-        turn was cut off, the answers given, `interrupted` for the rest. And the `tool.result`s to commit at once:
-        those of the answered calls, when calls approved beside them run now (see `_ended`)."""
-        open_calls = _open_calls(history)
-        if not open_calls:
-            return None, []  # answers to calls that are no longer open were applied before; nothing to do
+    async def _continued(self, open_calls: list[ToolCallPart]) -> tuple[ModelRequest | None, TurnResult | None]:
+        """Close the calls a paused or cut-off run left open (see `_opening`): the request that carries their
+        returns, or the pause again when an approved call waits on a person once more."""
         answers = {answer.tool_call_id: answer for answer in self.turn.answers}
         stored = {result.tool_call_id: result for result in self.turn.results}
-        results = DeferredToolResults()
+        known: dict[str, ToolReturnPart] = {}
         settled: list[ToolReturnPart] = []  # the calls that do not run: their results are known now
+        approved: list[ToolCallPart] = []
         for call in open_calls:
             call_id = call.tool_call_id
             result = stored.get(call_id)
             answer = answers.get(call_id)
             if result is not None:
                 # It ended before the turn was cut off: the model gets its result back, stored once, never run again.
-                self._recorded[call_id] = self._given[call_id] = part = _stored_return(call, result)
-                if result.status == "ok":
-                    results.calls[call_id] = part.content
-                elif result.status == "denied":
-                    results.approvals[call_id] = ToolDenied(result.output)
-                else:
-                    results.calls[call_id] = ToolFailed(result.output)
+                known[call_id] = self._recorded[call_id] = _stored_return(call, result)
             elif answer is None:
                 # A restart cut the call off (or nobody answered it): never run it again.
-                results.calls[call_id] = ToolFailed(INTERRUPTED_TOOL_RETURN_CONTENT)
-                self._given[call_id] = part = _interrupted_return(call)
-                settled.append(part)
+                known[call_id] = _interrupted_return(call)
+                settled.append(known[call_id])
             elif answer.approved is True:
-                results.approvals[call_id] = True
-                self._unended.add(call_id)  # it runs now
-            elif answer.approved is False:
-                results.approvals[call_id] = ToolDenied(answer.message) if answer.message else ToolDenied()
-                settled.append(_answered_return(call, answer))
+                approved.append(call)
             else:
-                results.calls[call_id] = answer.value
-                settled.append(_answered_return(call, answer))
-        return results, [result for part in settled if (result := self._ended(part)) is not None]
-
-    def _tool_results(self, request: ModelRequest) -> list[Payload]:
-        """The `tool.result`s of a request's tool returns not stored yet, each with its return's outcome's status
-        (the returns given for calls this run did not run are made the ones `_answers` settled first)."""
-        if self._given:
-            self._given_returns(request)
-        recorded = self._recorded
-        return [
-            _tool_result(part)
-            for part in request.parts
-            if isinstance(part, ToolReturnPart) and part.tool_call_id not in recorded
-        ]
-
-    def _given_returns(self, request: ModelRequest) -> None:
-        """Make the returns pydantic-ai built from `DeferredToolResults` for calls this run does not run the ones
-        `_answers` settled: `interrupted` (not `failed`, the nearest a deferred result can say), as the stored
-        `tool.result` and a run cut off in its tools have it. Done in place, before the request is committed
-        and sent: the model and the stored message see the same return."""
-        given = self._given
-        parts = request.parts
-        if not any(isinstance(part, ToolReturnPart) and part.tool_call_id in given for part in parts):
-            return
-        request.parts = [
-            replace(cast(ToolReturnPart, part), content=settled.content, outcome=settled.outcome)
-            if isinstance(part, ToolReturnPart) and (settled := given.pop(part.tool_call_id, None)) is not None
-            else part
-            for part in parts
-        ]
+                known[call_id] = _answered_return(call, answer)
+                settled.append(known[call_id])
+        self._unended = {call.tool_call_id for call in approved}
+        # Answered or denied calls beside approved ones that run now: their results are durable before those run
+        # (the tools wait for every write of the turn), in the commit of the turn's start.
+        early = [result for part in settled if (result := self._ended(part)) is not None]
+        if early:
+            await self._commit(early, wait=False)
+        self._returns = known
+        return await self._tools(open_calls, approved=True, only=approved)
 
     # -- model requests ----------------------------------------------------------------------------------------
 
-    async def _model_request(self, run: AgentRun[None, _Output], node: ModelRequestNode[None, _Output]) -> None:
+    async def _model_request(
+        self, model: Model, parameters: ModelRequestParameters, request: ModelRequest | None
+    ) -> ModelResponse:
+        self._phase = "model"
+        if request is not None:
+            # Committed as it leaves, before it is sent: a crash during the request keeps the prompt and the
+            # results of the tools that ran.
+            self._messages.append(request)
+        new = self._new()
         payloads: list[Payload] = []
-        messages = self._uncommitted(run)
-        request = node.request
-        # A request resumed from the history without a prompt is the stored one sent again.
-        if (
-            not node.is_resuming_without_prompt
-            and id(request) not in self._committed
-            and id(request) not in self._stored
-        ):
-            if request.timestamp is None:
-                request.timestamp = datetime.now(UTC)  # pydantic-ai stamps it only once it is sent
-            # Committed as it leaves, before pydantic-ai sends it: a crash during the request keeps the prompt
-            # and the results of the tools that ran.
-            messages.append(request)
-        for message in messages:
+        for message in new:
             if isinstance(message, ModelRequest):
                 payloads += self._tool_results(message)
         payloads.append(CompletionStarted(request_index=self.request_index, model=self._model_ref))
-        await self._commit(payloads, messages, wait=False)
+        await self._commit(payloads, new, wait=False)
 
-        async with node.stream(run.ctx) as stream:
+        # As an agent run sends it: the history made valid for a provider, then the model's own preparation.
+        outgoing = repair_messages(self._messages)
+        prepared = model.prepare_messages(outgoing, parameters)
+        if prepared is not outgoing:
+            prepared = repair_messages(prepared)
+        self._sending = True
+        async with model.request_stream(prepared, None, parameters) as stream:
+            self._stream = stream
             async for event in stream:
                 self._stream_event(event)
+        response = stream.get()  # (once the stream is closed: a model may say how it finished only then)
+        self._stream, self._sending = None, False
+        fill_response_cost(response)
+        self._messages.append(response)
+        await self._commit(self._response_payloads(response), self._new())
+        return response
 
-        response_payloads: list[Payload] = []
-        new = self._uncommitted(run)
-        for message in new:
-            if isinstance(message, ModelResponse):
-                response_payloads += self._response_payloads(message)
-        await self._commit(response_payloads, new)
-
-    def _stream_event(self, event: AgentStreamEvent) -> None:
+    def _stream_event(self, event: ModelResponseStreamEvent) -> None:
         delta: ContentDelta | None = None
         if isinstance(event, PartStartEvent):
             part = event.part
@@ -591,19 +520,14 @@ class _TurnRun:
         # (not the calls that wait on a person: they do not run in this run, and the others' results go together)
         waits = self._waits_on_person
         self._unended = {call.tool_call_id for call in response.tool_calls if call.tool_name not in waits}
+        self._returns = {}
         for part in response.parts:
             if isinstance(part, ThinkingPart) and part.content:
                 payloads.append(ThinkingBlock(text=part.content))
             elif isinstance(part, TextPart) and part.content:
                 payloads.append(AssistantMessage(text=part.content))
             elif isinstance(part, ToolCallPart):
-                calls.append(
-                    ToolCall(
-                        tool_call_id=part.tool_call_id,
-                        tool_name=part.tool_name,
-                        input=cast(dict[str, JsonValue], part.args_as_dict()),
-                    )
-                )
+                calls.append(ToolCall(tool_call_id=part.tool_call_id, tool_name=part.tool_name, input=_arguments(part)))
         usage = _usage(response.usage)
         self.usage = self.usage + usage
         # A response the run was cut off in says why (`interrupted` by a cancellation, `error` by a failure).
@@ -623,44 +547,149 @@ class _TurnRun:
         self.request_index += 1
         return payloads + calls
 
+    def _answer(self, response: ModelResponse) -> tuple[ModelRequest | None, TurnResult | None]:
+        """A response without tool calls ends the run with its text; one with no text at all is asked again once,
+        as an agent run asks it."""
+        text = "".join(part.content for part in response.parts if isinstance(part, TextPart))
+        if text:
+            return None, TurnResult(outcome="completed", output=text, usage=self.usage)
+        if response.finish_reason == "length":
+            raise UnexpectedModelBehavior("the model reached its output token limit before it gave any answer")
+        self._output_retries += 1
+        if self._output_retries > _MAX_RETRIES:
+            raise UnexpectedModelBehavior(f"Exceeded maximum output retries ({_MAX_RETRIES})")
+        feedback = RetryFeedbackPart(content=_NO_OUTPUT, retry=RetryInfo(cause="no_output"))
+        return self._request([feedback]), None
+
+    # -- tools -------------------------------------------------------------------------------------------------
+
+    async def _tools(
+        self, calls: Sequence[ToolCallPart], *, approved: bool, only: Sequence[ToolCallPart] | None = None
+    ) -> tuple[ModelRequest | None, TurnResult | None]:
+        """Run the calls of a response (or, continuing a paused turn, the `only` ones a person approved), all at
+        once; the next request carries their returns in the order of `calls`. Calls that wait on a person pause
+        the run, with the returns of those that ran kept for its continuation."""
+        self._phase = "tools"
+        outcomes: dict[str, _Outcome] = dict(self._returns)
+        runs: list[tuple[ToolCallPart, dict[str, Any]]] = []
+        for call in calls if only is None else only:
+            checked = self._checked(call)
+            if isinstance(checked, dict):
+                runs.append((call, checked))
+            else:
+                outcomes[call.tool_call_id] = checked
+        if len(runs) == 1:  # (no task for a lone call)
+            call, args = runs[0]
+            outcomes[call.tool_call_id] = await self._call(call, args, approved)
+        elif runs:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [(call, group.create_task(self._call(call, args, approved))) for call, args in runs]
+            except BaseExceptionGroup as failed:  # the first failure (the others were cancelled)
+                raise failed.exceptions[0] from None
+            outcomes.update((call.tool_call_id, task.result()) for call, task in tasks)
+        returns = [outcome for call in calls if isinstance(outcome := outcomes[call.tool_call_id], ToolReturnPart)]
+        deferred = {call_id: outcome for call_id, outcome in outcomes.items() if isinstance(outcome, _Deferred)}
+        if not deferred:
+            return self._request(list(returns)), None
+        if returns:
+            self._messages.append(ModelRequest(parts=list(returns), timestamp=datetime.now(UTC)))
+        pending = tuple(_pending(call, deferred[call.tool_call_id]) for call in calls if call.tool_call_id in deferred)
+        return None, TurnResult(outcome="paused", output=None, usage=self.usage, pending=pending)
+
+    def _checked(self, call: ToolCallPart) -> dict[str, Any] | _Outcome:
+        """A call's arguments, or what it comes to without running: a retry for an unknown tool or arguments
+        that do not parse (the model may send it again), a question for a person."""
+        spec = self._specs.get(call.tool_name)
+        if spec is None:
+            names = ", ".join(repr(name) for name in self._specs)
+            available = f"Available tools: {names}" if names else "No tools available."
+            return self._retry(call, "unknown_tool", f"Unknown tool name: {call.tool_name!r}. {available}")
+        try:
+            args = _parsed_arguments(call)
+        except ValidationError as exc:
+            return self._retry(call, "validation_error", exc.errors(include_url=False, include_context=False))
+        if spec.asks_user:
+            return _Deferred("question")  # the answer arrives with a later run_turn
+        return args
+
+    def _retry(self, call: ToolCallPart, cause: Literal["unknown_tool", "validation_error"], content: Any) -> _Outcome:
+        attempt = self._retries.get(call.tool_name, 0) + 1
+        if attempt > _MAX_RETRIES:
+            raise UnexpectedModelBehavior(f"Tool {call.tool_name!r} exceeded max retries count of {_MAX_RETRIES}")
+        self._retries[call.tool_name] = attempt
+        retry = RetryInfo(cause=cause, attempt=attempt, max_retries=_MAX_RETRIES)
+        part = ToolReturnPart(call.tool_name, content, tool_call_id=call.tool_call_id, outcome="retried", retry=retry)
+        self._returns[call.tool_call_id] = part
+        return part
+
+    async def _call(self, call: ToolCallPart, args: dict[str, Any], approved: bool) -> _Outcome:
+        spec = self._specs[call.tool_name]
+        context = ToolContext(call.tool_call_id, spec.name, self._emit)
+        # A call a person is to approve is decided like any first (its arguments, the policies): one refused is
+        # refused now, and nobody is asked to approve what could not run.
+        asks = spec.requires_approval and not approved
+        try:
+            if asks:
+                if spec.check is not None:
+                    await spec.check(context, args)
+                output: JsonValue = None
+            else:
+                output = await spec.run(context, args)
+        except ToolWaits as exc:
+            # The call waits on a person (a sign-in): the run pauses on it, and an approval runs it again.
+            return _Deferred("oauth", {"summary": exc.summary, **exc.detail})
+        except Exception as exc:
+            # The model sees a tool's failure, and the turn goes on.
+            part = ToolReturnPart(spec.name, _error_text(exc), tool_call_id=call.tool_call_id, outcome="failed")
+        else:
+            if asks:
+                return _Deferred("approval")  # the run pauses on it; the approval runs it
+            part = ToolReturnPart(spec.name, output, tool_call_id=call.tool_call_id)
+            self._retries.pop(spec.name, None)
+        self._returns[call.tool_call_id] = part
+        if (result := self._ended(part)) is not None:
+            await self._commit([result])
+        return part
+
+    def _ended(self, part: ToolReturnPart) -> ToolResult | None:
+        """A call ended with the return `part`. While calls the model made beside it may still run, its
+        `tool.result` is to be committed now, on its own (returned; a `ToolProgress` with its status says live at
+        once that it is over): a crash before they end must not lose it. The last of them to end leaves its result
+        to the commit that opens the next model request, as a lone call does (None)."""
+        tool_call_id = part.tool_call_id
+        self._unended.discard(tool_call_id)
+        if not self._unended:
+            return None
+        status = tool_status(part.outcome)
+        self._emit(
+            ToolProgress(tool_call_id=tool_call_id, tool_name=part.tool_name, message=_ENDED[status], status=status)
+        )
+        self._recorded[tool_call_id] = part
+        return _tool_result(part, ahead=True)
+
+    def _tool_results(self, request: ModelRequest) -> list[Payload]:
+        """The `tool.result`s of a request's tool returns not stored yet, each with its return's outcome's status."""
+        recorded = self._recorded
+        return [
+            _tool_result(part)
+            for part in request.parts
+            if isinstance(part, ToolReturnPart) and part.tool_call_id not in recorded
+        ]
+
     # -- the end -----------------------------------------------------------------------------------------------
 
-    async def _end(self, run: AgentRun[None, _Output], output: _Output) -> TurnResult:
-        messages = self._uncommitted(run)
-        if messages:
+    async def _end(self) -> None:
+        """Commit what the run added since its last commit (the returns of the calls that ran beside those it paused
+        on), and wait for every commit."""
+        new = self._new()
+        if new:
             payloads: list[Payload] = []
-            for message in messages:
+            for message in new:
                 if isinstance(message, ModelRequest):
                     payloads += self._tool_results(message)
-            await self._commit(payloads, messages)
-        if isinstance(output, DeferredToolRequests):
-            return TurnResult(outcome="paused", output=None, usage=self.usage, pending=self._pending(run, output))
-        return TurnResult(outcome="completed", output=output, usage=self.usage)
-
-    def _pending(self, run: AgentRun[None, _Output], requests: DeferredToolRequests) -> tuple[PendingCall, ...]:
-        kinds = {call.tool_call_id: "approval" for call in requests.approvals}
-        kinds.update({call.tool_call_id: "question" for call in requests.calls})
-        waits = {key: value for key, value in requests.metadata.items() if value.get(_WAITS) == "oauth"}
-        kinds.update(dict.fromkeys(waits, "oauth"))
-        response = next(m for m in reversed(run.all_messages()) if isinstance(m, ModelResponse))
-        pending = []
-        for call in response.tool_calls:  # in the order the model made them
-            kind = kinds.get(call.tool_call_id)
-            if kind is None:
-                continue
-            args = cast(dict[str, JsonValue], call.args_as_dict())
-            question = args.get("question")
-            pending.append(
-                PendingCall(
-                    tool_call_id=call.tool_call_id,
-                    tool_name=call.tool_name,
-                    input=args,
-                    kind="approval" if kind == "approval" else "oauth" if kind == "oauth" else "question",
-                    question=question if kind == "question" and isinstance(question, str) else None,
-                    detail=_detail(waits[call.tool_call_id]) if kind == "oauth" else None,
-                )
-            )
-        return tuple(pending)
+            await self._commit(payloads, new)
+        await self._settle()
 
     async def _after_interruption(self, finish_reason: str) -> None:
         """Commit what a cancelled or failed run recovered, leaving no stored tool call without a result."""
@@ -669,49 +698,48 @@ class _TurnRun:
                 await write  # a commit the cancellation caught halfway: it finishes (it is shielded)
             except Exception:
                 logger.exception("a commit failed while the run was interrupted")
-        run = self._run
-        if run is None:
-            return  # cut off before the run began: nothing new, and the next run closes any open calls
-        new = self._uncommitted(run)
         payloads: list[Payload] = []
-        keep: list[ModelMessage] = []
-        partial_request: ModelRequest | None = None
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            # Cut off while it streamed: what came of the response so far is the conversation's.
+            partial = replace(stream.get(), state="interrupted")
+            fill_response_cost(partial)
+            self._messages.append(partial)
+        elif self._sending and finish_reason == "interrupted":
+            # Cancelled before the response began (a retry's wait, say): the request is closed all the same.
+            self._messages.append(ModelResponse(parts=[], state="interrupted"))
+        self._sending = False
+        new = self._new()
         for message in new:
             if isinstance(message, ModelResponse):
                 payloads += self._response_payloads(message, finish_reason)
-                keep.append(message)
-            elif message.state == "interrupted":
-                partial_request = message  # the tools that finished before the cut: closed below
             else:
                 payloads += self._tool_results(message)
-                keep.append(message)
-        open_calls = _open_calls([m for m in run.all_messages() if m is not partial_request])
-        if partial_request is not None or open_calls:
-            finished = partial_request.parts if partial_request is not None else []
-            done = {p.tool_call_id for p in finished if isinstance(p, ToolReturnPart)}
-            # (a call whose result was committed as it ended is closed with that result)
-            recorded = self._recorded
+        open_calls = _open_calls(self._messages)
+        if open_calls:
+            # (a call that ended before the cut is closed with its return; one whose result was committed as it
+            # ended, with that result)
             returns = [
-                recorded.get(call.tool_call_id) or _interrupted_return(call)
+                self._returns.get(call.tool_call_id)
+                or self._recorded.get(call.tool_call_id)
+                or _interrupted_return(call)
                 for call in open_calls
-                if call.tool_call_id not in done
             ]
-            closing = (
-                replace(partial_request, parts=[*finished, *returns], state="complete")
-                if partial_request is not None
-                else ModelRequest(parts=list(returns))
-            )
+            closing = ModelRequest(parts=list(returns), timestamp=datetime.now(UTC))
+            self._messages.append(closing)
+            new.append(closing)
             payloads += self._tool_results(closing)
-            keep.append(closing)
-        if payloads or keep:
-            await self._commit(payloads, keep, shield=False)
+        if payloads or new:
+            await self._commit(payloads, new, shield=False)
         await self._settle()
 
     # -- committing --------------------------------------------------------------------------------------------
 
-    def _uncommitted(self, run: AgentRun[None, _Output]) -> list[ModelMessage]:
-        stored, committed = self._stored, self._committed
-        return [m for m in run.new_messages() if id(m) not in committed and id(m) not in stored]
+    def _new(self) -> list[ModelMessage]:
+        """The messages not committed yet, taken to be committed now."""
+        new = self._messages[self._done :]
+        self._done = len(self._messages)
+        return new
 
     def _dump_response(self, response: ModelResponse) -> JsonValue:
         """The JSON of a response, kept for the commit that stores the message itself."""
@@ -723,12 +751,15 @@ class _TurnRun:
         return [dumped.pop(id(m)) if id(m) in dumped else _dump_one(m) for m in messages]
 
     async def _commit(
-        self, payloads: Sequence[Payload], messages: Sequence[ModelMessage], *, shield: bool = True, wait: bool = True
+        self,
+        payloads: Sequence[Payload],
+        messages: Sequence[ModelMessage] = (),
+        *,
+        shield: bool = True,
+        wait: bool = True,
     ) -> None:
         if not payloads and not messages:
             return
-        for message in messages:
-            self._committed[id(message)] = message
         if not wait:
             # A pipelined commit takes its write before it first suspends (see `TurnSink.commit`): nothing to shield.
             await self.sink.commit(list(payloads), self._dump_messages(messages), wait=False)
@@ -743,13 +774,66 @@ class _TurnRun:
             await asyncio.shield(write)
             self._inflight.discard(write)
         # A waiting commit covers every pipelined one before it (it raises when one of them failed).
-        self._pipelined = not wait
+        self._pipelined = False
 
     async def _settle(self) -> None:
         """Wait for the pipelined commits no waiting commit has covered (raising the failure of one)."""
         if self._pipelined:
             await asyncio.shield(asyncio.ensure_future(self.sink.commit((), (), wait=True)))
             self._pipelined = False
+
+
+def _parameters(turn: TurnInput) -> ModelRequestParameters:
+    """What every request of the turn tells the model besides the messages: its tools (as pydantic-ai defines a
+    tool from a JSON schema) and its instructions; the answer is text."""
+    tools = [
+        ToolDefinition(name=spec.name, description=spec.description, parameters_json_schema=dict(spec.parameters))
+        for spec in turn.tools
+    ]
+    return ModelRequestParameters(
+        function_tools=tools,
+        tool_visibility={tool.name: "visible" for tool in tools} or None,
+        instruction_parts=[InstructionPart(content=turn.instructions)] if turn.instructions else None,
+    )
+
+
+_ARGUMENTS: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
+
+def _parsed_arguments(call: ToolCallPart) -> dict[str, Any]:
+    """A call's arguments as an object, as a tool defined by a JSON schema takes them (raising `ValidationError`
+    when they are not JSON, or not an object)."""
+    args = call.args
+    if args is None or args == "":
+        return {}
+    if isinstance(args, str):
+        return _ARGUMENTS.validate_json(args)
+    return _ARGUMENTS.validate_python(args)
+
+
+def _arguments(call: ToolCallPart) -> dict[str, JsonValue]:
+    """A call's arguments as the event says them (what the model sent, as an object when it is not JSON)."""
+    return cast(dict[str, JsonValue], call.args_as_dict())
+
+
+def _pending(call: ToolCallPart, deferred: _Deferred) -> PendingCall:
+    args = _arguments(call)
+    question = args.get("question")
+    return PendingCall(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        input=args,
+        kind=deferred.kind,
+        question=question if deferred.kind == "question" and isinstance(question, str) else None,
+        detail=deferred.detail,
+    )
+
+
+_MAX_RETRIES = 1
+"""How many times in a row the model may be asked to send a tool call again (an unknown tool, arguments that do not
+parse) or to give an answer at all, as an agent run allows by default."""
+
+_NO_OUTPUT = "Your response held no answer and no tool call: answer in text, or call one of the tools."
 
 
 _ENDED: dict[ToolStatus, str] = {"ok": "finished", "error": "failed", "denied": "denied", "interrupted": "interrupted"}
