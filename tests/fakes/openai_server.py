@@ -41,11 +41,14 @@ class FakeOpenAI:
         fail_times: int | None = None,
         retry_after: float | None = None,
         stream_error: str | None = None,
+        call_arguments: str = '{"city": "Paris"}',
     ) -> None:
         """`fail_status` makes requests fail with that HTTP status (an error body as OpenAI sends it): every one,
         or only the first `fail_times`; `retry_after` (seconds) adds a `retry-after-ms` header to those failures.
         `stream_error` (an error type, `server_error`) fails them instead after the stream opened: status 200, then
-        an error as the stream's first event."""
+        an error as the stream's first event. `call_arguments` is the JSON text of the `get_weather` call's
+        arguments, as sent (something that is not JSON, to see what a model's malformed call does)."""
+        self.call_arguments = call_arguments
         self.stream_error = stream_error
         self.fail_status = fail_status
         self.fail_times = fail_times
@@ -136,7 +139,7 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 call = {
                     "id": "call_abc",
                     "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    "function": {"name": "get_weather", "arguments": fake.call_arguments},
                 }
                 message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
                 finish = "tool_calls"
@@ -186,8 +189,9 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     "function": {"name": "get_weather", "arguments": ""},
                 }
                 chunk({"tool_calls": [first]})
-                chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]})
-                chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]})
+                arguments, half = fake.call_arguments, len(fake.call_arguments) // 2
+                for piece in (arguments[:half], arguments[half:]):
+                    chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
                 chunk({}, finish="tool_calls")
             else:
                 assert text is not None

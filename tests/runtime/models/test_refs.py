@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -134,6 +135,29 @@ async def test_openai_chat_through_openai_base_url_streams_a_tool_call_then_text
     )
     assert usage.cost_usd is not None and usage.cost_usd > 0
     assert result.usage.requests == 2
+
+
+async def test_a_call_whose_arguments_are_not_json_is_sent_back_to_the_model_and_its_tool_never_runs() -> None:
+    ran: list[dict[str, Any]] = []
+
+    async def weather(ctx: ToolContext, args: dict[str, Any]) -> JsonValue:
+        ran.append(args)
+        return "sunny"
+
+    with FakeOpenAI(call_arguments='{"city": Paris}') as server:
+        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-test"}
+        sink = RecordingSink()
+        malformed = replace(weather_turn("openai-chat:gpt-4o"), tools=[replace(WEATHER, run=weather)])
+        async with ModelResolver(env=env) as resolver:
+            result = await run_turn(malformed, sink, models=resolver)
+
+    assert ran == []
+    [told] = [p for p in sink.durable if isinstance(p, ToolResult)]
+    assert (told.tool_call_id, told.status) == ("call_xyz", "error") and "Invalid JSON" in told.output
+    # the model was told on the wire, as a result of its call, and answered
+    sent = server.requests[1]["body"]["messages"][-1]
+    assert sent["role"] == "tool" and sent["tool_call_id"] == "call_xyz" and "Invalid JSON" in sent["content"]
+    assert result.outcome == "completed" and result.output is not None and "Invalid JSON" in result.output
 
 
 async def test_a_named_provider_goes_to_its_base_url_with_its_key() -> None:

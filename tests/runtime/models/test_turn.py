@@ -528,6 +528,49 @@ async def test_the_request_limit_fails_the_run() -> None:
     assert result.usage.requests == 2
 
 
+async def test_a_call_of_an_unknown_tool_is_sent_back_to_the_model_and_the_turn_goes_on() -> None:
+    model = ScriptedModel(steps=[CallTool("raed_file", {"path": "a.py"}), Reply("I meant read_file.")])
+    sink = RecordingSink()
+    result = await run_turn(turn(tools=[spec("read_file", read_file)]), sink, models=resolver(model))
+
+    assert [p for p in sink.durable if isinstance(p, ToolResult)] == [
+        ToolResult(
+            tool_call_id="call_0_0",
+            tool_name="raed_file",
+            output="Unknown tool name: 'raed_file'. Available tools: 'read_file'",
+            status="error",
+        )
+    ]
+    assert model.requests[1].tool_results[0].status == "error"
+    assert result.outcome == "completed" and result.output == "I meant read_file."
+    # stored as a retry of the call, so a provider sends it back as one
+    [returned] = [p for m in reloaded(sink.messages) for p in m["parts"] if p["part_kind"] == "tool-return"]  # type: ignore[call-overload,index]
+    assert returned["outcome"] == "retried" and returned["retry"]["cause"] == "unknown_tool"
+
+
+async def test_a_model_that_keeps_calling_an_unknown_tool_fails_the_run() -> None:
+    model = ScriptedModel(function=lambda ctx: CallTool("raed_file", {"path": "a.py"}))
+    sink = RecordingSink()
+    result = await run_turn(turn(tools=[spec("read_file", read_file)]), sink, models=resolver(model))
+    assert result.outcome == "failed" and result.usage.requests == 2
+    assert result.error == "UnexpectedModelBehavior: Tool 'raed_file' exceeded max retries count of 1"
+    assert len([p for p in sink.durable if isinstance(p, ToolResult)]) == 2  # no call is left without a result
+
+
+async def test_a_response_with_no_answer_and_no_call_is_asked_for_again_once() -> None:
+    model = ScriptedModel(
+        function=lambda ctx: Think("Nothing to say yet.") if ctx.request_index == 0 else Reply("Here.")
+    )
+    result = await run_turn(turn(), RecordingSink(), models=resolver(model))
+    assert result.outcome == "completed" and result.output == "Here."
+    assert len(model.requests) == 2
+
+    silent = ScriptedModel(function=lambda ctx: Think("Still nothing."))
+    failed = await run_turn(turn(), RecordingSink(), models=resolver(silent))
+    assert failed.outcome == "failed" and failed.error == "UnexpectedModelBehavior: Exceeded maximum output retries (1)"
+    assert len(silent.requests) == 2
+
+
 async def test_stored_history_continues_exactly_like_the_live_conversation() -> None:
     def script(ctx: ScriptContext) -> ScriptStep:
         return Reply(f"turn {ctx.request_index}: {ctx.prompt} after {len(ctx.transcript)} items")
