@@ -394,8 +394,8 @@ class _TurnRun:
         return text, None
 
     def _request(self, parts: list[ModelRequestPart]) -> ModelRequest:
-        """A new request of this run, with the turn's instructions, as pydantic-ai sends one."""
-        return ModelRequest(parts=parts, timestamp=datetime.now(UTC), instructions=self.turn.instructions or None)
+        """A new request of this run (its instructions are given as it is sent: see `_model_request`)."""
+        return ModelRequest(parts=parts, timestamp=datetime.now(UTC))
 
     # -- the turn's start --------------------------------------------------------------------------------------
 
@@ -474,6 +474,11 @@ class _TurnRun:
                 payloads += self._tool_results(message)
         payloads.append(CompletionStarted(request_index=self.request_index, model=self._model_ref))
         await self._commit(payloads, new, wait=False)
+        # Sent with the turn's instructions, as an agent run sends a request; stored without them (the request was
+        # dumped as it was committed), as ever: the instructions are the turn's, kept on its `turn.started`.
+        sent = self._messages[-1]
+        if isinstance(sent, ModelRequest):
+            sent.instructions = self.turn.instructions or None
 
         # As an agent run sends it: the history made valid for a provider, then the model's own preparation.
         outgoing = repair_messages(self._messages)
@@ -487,6 +492,7 @@ class _TurnRun:
                 self._stream_event(event)
         response = stream.get()  # (once the stream is closed: a model may say how it finished only then)
         self._stream, self._sending = None, False
+        response.model_id = response.model_id or model.model_id
         fill_response_cost(response)
         self._messages.append(response)
         await self._commit(self._response_payloads(response), self._new())
