@@ -18,9 +18,18 @@ import pytest
 from click.testing import CliRunner
 
 from agentwatch.cli import cli
-from agentwatch.events import AssistantMessage, NewEvent, StreamCursor, TurnId, TurnStarted, Usage, UserMessage
+from agentwatch.events import (
+    AssistantMessage,
+    NewEvent,
+    Origin,
+    StreamCursor,
+    TurnId,
+    TurnStarted,
+    Usage,
+    UserMessage,
+)
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.store import SessionDraft, SessionPatch, UsageEntry, Write, open_store
+from agentwatch.store import InputDraft, SessionDraft, SessionPatch, UsageEntry, Write, open_store
 from tests.runtime.support import Scripted, role
 
 LONG_NAME = "a-name-much-longer-than-any-terminal-column-would-show-" + "x" * 40
@@ -358,3 +367,58 @@ def test_ls_parent_takes_a_name_or_an_id(tmp_path: Path) -> None:
         assert [row["name"] for row in json.loads(listed.stdout)["agents"]] == ["kid"]
     unknown = CliRunner().invoke(cli, ["ls", "--parent", "nobody", "--store", url, "--json"])
     assert unknown.exit_code == 1 and json.loads(unknown.stdout)["error"]["code"] == "not_found"
+
+
+def test_ls_shows_an_agents_observer_reports_beside_its_inputs(tmp_path: Path) -> None:
+    """Once: `ls` said `1 in` of an agent with an input and an observer's report waiting (`pendingReports`,
+    which `agent_list` and the dashboard carry), and nothing of one with only a report."""
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    report = InputDraft(text="a report", origin=Origin(kind="observer", ref="observer:critic"), meta=True)
+
+    async def reported() -> None:
+        async with open_store(url) as store:
+            both = await store.create_session(SessionDraft(name="both", role="chat"))
+            await store.write(Write(both.id, inputs_add=[InputDraft(text="work"), report]))
+            alone = await store.create_session(SessionDraft(name="alone", role="chat"))
+            await store.write(Write(alone.id, inputs_add=[report]))
+
+    asyncio.run(reported())
+    listed = CliRunner().invoke(cli, ["ls", "--store", url])
+    assert listed.exit_code == 0, listed.output
+    header, *rows = (line.split("\t") for line in listed.stdout.splitlines())
+    waiting = {row[0]: row[header.index("WAITING")] for row in rows}
+    assert waiting == {"both": "1 in 1 report(s)", "alone": "1 report(s)"}
+
+
+def test_an_agent_someone_stopped_says_stopped_once(tmp_path: Path) -> None:
+    """Once the read commands said `done` of an agent whose turn someone stopped (`cancelled`), as of one that
+    finished its work; the dashboard says `stopped`. A line of one agent says it in one word, not `stopped
+    cancelled`: its status is said beside its word only where it says more (`failed interrupted`)."""
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+
+    async def ended() -> dict[str, str]:
+        async with open_store(url) as store:
+            ids = {}
+            for name, status in (("halted", "cancelled"), ("finished", "completed"), ("cut", "interrupted")):
+                session = await store.create_session(SessionDraft(name=name, role="coder"))
+                await store.update_session(session.id, SessionPatch(status=status))
+                ids[name] = session.id
+            return ids
+
+    ids = asyncio.run(ended())
+    listed = CliRunner().invoke(cli, ["ls", "--store", url])
+    header, *rows = (line.split("\t") for line in listed.stdout.splitlines())
+    assert {row[0]: (row[header.index("WORD")], row[header.index("STATUS")]) for row in rows} == {
+        "halted": ("stopped", "cancelled"),  # (the table's STATUS column is the machine status, for scripts)
+        "finished": ("done", "completed"),
+        "cut": ("failed", "interrupted"),
+    }
+    said = {"halted": ["stopped"], "finished": ["done"], "cut": ["failed", "interrupted"]}
+    for name, words in said.items():
+        got = CliRunner().invoke(cli, ["get", name, "--store", url])
+        assert got.exit_code == 0, got.output
+        assert got.stdout.splitlines()[0].split() == [name, ids[name], *words]
+        awaited = CliRunner().invoke(cli, ["await", name, "--timeout", "0", "--store", url])
+        assert awaited.stdout.splitlines()[0].split() == [name, *words]
+    exact = json.loads(CliRunner().invoke(cli, ["get", "halted", "--store", url, "--json"]).stdout)
+    assert (exact["word"], exact["status"]) == ("done", "cancelled")  # (the API's word stays done)

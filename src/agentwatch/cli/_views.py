@@ -34,6 +34,7 @@ __all__ = [
     "render_prompt",
     "render_summary",
     "render_tail",
+    "shown_word",
     "wait_until_settled",
 ]
 
@@ -43,12 +44,39 @@ WORD_STYLE = {
     "stuck": "bold red",
     "failed": "red",
     "done": "green",
+    "stopped": "magenta",
     "idle": "dim",
 }
 
+_SAID_BY_THE_WORD = {
+    "idle": "idle",
+    "running": "working",
+    "completed": "done",
+    "cancelled": "stopped",
+    "failed": "failed",
+}
+"""Per status, the word (`shown_word`) that says it already: shown beside it, the status would only repeat it."""
 
-def _word(word: JsonValue) -> Text:
-    return Text(str(word), style=WORD_STYLE.get(str(word), ""))
+
+def shown_word(agent: dict[str, Any]) -> str:
+    """The word an agent (an `agent_list` row, an `agent_get` record, an `agent_await` snapshot) is shown with, as
+    the dashboard shows it: its status word, except that an agent whose turn someone stopped (`cancelled`) says
+    `stopped`. The API's word for it is `done` (nothing is left for it to do), but a person who stopped an agent
+    must not read it as one that finished its work."""
+    word = str(agent["word"])
+    return "stopped" if agent["status"] == "cancelled" and word == "done" else word
+
+
+def _word(word: str) -> Text:
+    return Text(word, style=WORD_STYLE.get(word, ""))
+
+
+def _standing(agent: dict[str, Any]) -> Text:
+    """How an agent stands, in one line: its word, and its status beside it only where the status says more
+    (`needs_you awaiting_input`, `failed interrupted`); `stopped`, not `stopped cancelled`."""
+    word = shown_word(agent)
+    status = str(agent["status"])
+    return _word(word) if _SAID_BY_THE_WORD.get(status) == word else Text.assemble(_word(word), f" {status}")
 
 
 def _short(text: JsonValue, width: int = 60) -> str:
@@ -64,6 +92,8 @@ def render_list(answer: dict[str, Any], *, deleted_too: bool = True) -> None:
         waiting = []
         if row["pendingInputs"]:
             waiting.append(f"{row['pendingInputs']} in")
+        if row["pendingReports"]:  # its observer's, for its next turn
+            waiting.append(f"{row['pendingReports']} report(s)")
         if row["pendingRequests"]:
             waiting.append(f"[yellow]{row['pendingRequests']} for you[/]")  # (questions and approvals alike)
         if row["heldRequests"]:  # asked of its parent first: a person's later
@@ -77,7 +107,7 @@ def render_list(answer: dict[str, Any], *, deleted_too: bool = True) -> None:
                 name,
                 f"[dim]{row['id']}[/]",
                 escape(row["role"]),
-                _word(row["word"]),
+                _word(shown_word(row)),
                 row["status"],
                 ago(row["lastActiveAt"]),
                 f"{row['usage']['tokens']:,}",
@@ -123,9 +153,7 @@ def render_summary(answer: dict[str, Any]) -> None:
 
 def render_get(record: dict[str, Any]) -> None:
     current = record["current"]
-    console.print(
-        f"[bold]{escape(record['name'])}[/] [dim]{record['id']}[/]  ", _word(record["word"]), f" {record['status']}"
-    )
+    console.print(f"[bold]{escape(record['name'])}[/] [dim]{record['id']}[/]  ", _standing(record))
     fill = record["contextFill"]
     rows: list[tuple[str, Any]] = [
         ("role", escape(record["role"])),
@@ -355,6 +383,6 @@ async def _why_not_run(reader: Reader, session: SessionRecord) -> str:
 
 def render_await(answer: dict[str, Any]) -> None:
     late = " [yellow](timed out)[/]" if answer["timedOut"] else ""
-    console.print(f"[bold]{escape(str(answer['name']))}[/] ", _word(answer["word"]), f" {answer['status']}{late}")
+    console.print(f"[bold]{escape(str(answer['name']))}[/] ", _standing(answer), late)
     if answer["lastAssistantText"]:
         console.print(escape(str(answer["lastAssistantText"])))

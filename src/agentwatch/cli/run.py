@@ -372,9 +372,10 @@ def run(
     if as_json:
         print_json(snapshot)
     else:
-        word = snapshot.get("word")
         from agentwatch.cli._common import console
+        from agentwatch.cli._views import shown_word
 
+        word = shown_word(snapshot)
         console.print(f"\n[bold]{snapshot.get('name')}[/] [dim]{snapshot.get('agentId')}[/] → [bold]{word}[/]")
     if snapshot.get("timedOut"):
         click.get_current_context().exit(ExitCode.TIMED_OUT)

@@ -237,6 +237,17 @@
     return agent.status === "cancelled" && agent.word === "done" ? "stopped" : agent.word;
   }
 
+  // Per status, the word (`shownWord`) that says it already: said beside that word, the status would only repeat it.
+  const SAID_BY_THE_WORD = { idle: "idle", running: "working", completed: "done", cancelled: "stopped", failed: "failed" };
+
+  // How an agent stands, in a line of text: its status where it says more than its word (`interrupted · failed`),
+  // then its word; `stopped`, not `cancelled · stopped`.
+  function standing(agent) {
+    const word = shownWord(agent);
+    const label = LABELS[word] || word;
+    return SAID_BY_THE_WORD[agent.status] === word ? label : `${agent.status} · ${label}`;
+  }
+
   // What `currentItem` says an agent does: `running TOOL`, or what its model does (`thinking`, ...).
   function doing(item) {
     if (!item) return null;
@@ -842,7 +853,7 @@
     const hitl = record.pendingHitl;
     const said = hitl ? `asks: ${(hitl.questions || [])[0] || hitl.kind}` : record.error || record.lastAssistantText;
     return el("span", { class: "detail" }, link(record.name || id, agentHash(id), () => openAgent(id)),
-              ` · ${record.status} · ${LABELS[shownWord(record)] || record.word}`, said ? ` · ${said}` : "");
+              ` · ${standing(record)}`, said ? ` · ${said}` : "");
   }
 
   function showLines(lines) {
