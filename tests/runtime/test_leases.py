@@ -213,6 +213,39 @@ async def test_work_no_open_engine_has_the_role_for_is_said_on_the_agent_once_an
     assert not awaited["timedOut"] and awaited["roleProblem"] is None
 
 
+async def test_the_turn_loop_and_the_upkeep_say_it_once_until_a_turn_runs(
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: the turn loop said on the agent that its engine cannot run it, a person took the agent over and handed
+    it back (which changes nothing of why it waits), and the upkeep said again that no engine runs its role: the
+    warning was said anew whenever anything else happened on the agent. It is said once until a turn runs on the
+    agent, whichever path notices first; after a turn of an engine with the role, the next lack is said again."""
+    monkeypatch.setattr(engines, "MAINTENANCE_SECONDS", 0.05)
+    monkeypatch.setattr(leases_module, "UNCLAIMED_SECONDS", 0.3)
+    with_the_role, _runs, config = engines_with_the_role(tmp_path, url, scripted, "leases-said-once")
+    async with with_the_role() as a:
+        session = await a.create("slow")
+
+    async def roster_warnings(engine: Engine) -> int:
+        events = await engine.store.read_events(session.id, limit=1000)
+        return sum(isinstance(e.payload, RuntimeNotice) and e.payload.source == "roster" for e in events)
+
+    async def without_the_role() -> int:
+        async with Engine.open(url, config=config) as b:  # no roles at all
+            await b.enqueue(session.id, "go")  # its turn loop says it cannot run the agent
+            await until(lambda: b.leases.held == [])
+            assert await b.call_tool("agent_take_over", {"id": session.id, "by": "ann"})
+            assert await b.call_tool("agent_hand_back", {"id": session.id})
+            await asyncio.sleep(1.0)  # many upkeep passes, long past UNCLAIMED_SECONDS
+            return await roster_warnings(b)
+
+    assert await without_the_role() == 1
+    async with with_the_role() as a:
+        settled, timed_out = await a.wait(session.id, 10)
+    assert not timed_out and settled.pending_inputs == 0
+    assert await without_the_role() == 2  # (a turn ran since: the lack is said again)
+
+
 async def test_an_engine_without_the_role_says_so_on_every_agent_past_the_first_hundred(
     tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -365,9 +365,9 @@ async def _why_not_run(reader: Reader, session: SessionRecord) -> str:
         return f"engine {lease.owner} holds this agent and runs them once it gets to them"
     if await role_lack_said(reader.store, session.id):
         return (
-            f"an engine open on this store has no agent type {role!r} (its warning is the agent's newest event: "
-            f"`agentwatch tail {session.id}`); define the type for the service that should run it (`agentwatch agents "
-            "check` checks an agents directory), or delete the agent"
+            f"an engine open on this store has no agent type {role!r} (its warning is among the agent's events: "
+            f"`agentwatch tail {session.id} --types 'runtime.*'`); define the type for the service that should run "
+            "it (`agentwatch agents check` checks an agents directory), or delete the agent"
         )
     start = f"start `agentwatch serve` on this store with agent type {role!r}"
     if role not in reader.roster:

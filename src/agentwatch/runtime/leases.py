@@ -71,7 +71,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentwatch.errors import AgentwatchError, NotFound, StoreUnavailable
-from agentwatch.events import NewEvent, RuntimeNotice, TurnEnded, TurnId
+from agentwatch.events import NewEvent, RuntimeNotice, TurnEnded, TurnId, TurnStarted
 from agentwatch.live import cancel_and_wait
 from agentwatch.runtime.plan import Plan, next_plan
 from agentwatch.store import LeaseClaim, LeaseRecord, SessionPatch, SessionRecord, Store, Write
@@ -120,6 +120,9 @@ UNCLAIMED_SECONDS = 10.0
 agent that no engine open on the store runs the role (one that has it takes the work within about a second)."""
 ROSTER_SOURCE = "roster"
 """The `source` of the warnings that an engine cannot run an agent's role."""
+ROLE_LACK_SCAN = 20
+"""How many of a session's newest warnings and turn starts are read to find whether it was told already that an
+engine cannot run its role (other warnings between count for nothing; past these, it is told again)."""
 FAULT_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)
 """Pauses between tries to record a turn's failure after a store fault (about 8 s in all)."""
 
@@ -572,8 +575,8 @@ class Leases:
         """Say on each agent of a role this engine lacks whose work nobody took for `UNCLAIMED_SECONDS` (its lease
         expired that long ago) that no engine open on the store runs its role, and what to do; returns how many
         were told. The sweep leaves such work to an engine that has the role, so without this the work waited
-        unseen. Told once until anything else happens on the agent (the newest event is such a warning
-        already); the work stays as it is, for the next engine opened with the role."""
+        unseen. Told once until a turn runs on the agent (`role_lack_said`); the work stays as it is, for the next
+        engine opened with the role."""
         now = datetime.now(UTC)  # (beside the store's clock: a skew only moves the warning a little)
         looked: set[tuple[str, datetime]] = set()
         told = 0
@@ -625,7 +628,7 @@ class Leases:
             await self.hand_back(session.id)
 
     async def _said(self, session_id: str, lease: LeaseRecord) -> bool:
-        """Whether the session's newest event says already that an engine cannot run its role (then `lease` is
+        """Whether the session says already that an engine cannot run its role (`role_lack_said`; then `lease` is
         not looked at again while it stays as it is)."""
         said = await role_lack_said(self.store, session_id)
         if said:
@@ -678,10 +681,19 @@ class Leases:
 
 
 async def role_lack_said(store: Store, session_id: str) -> bool:
-    """Whether the session's newest event says already that an engine cannot run its role (nothing happened on it
-    since: saying it again would add nothing)."""
-    newest = await store.read_events_backward(session_id, limit=1)
-    return bool(newest) and isinstance(newest[0].payload, RuntimeNotice) and newest[0].payload.source == ROSTER_SOURCE
+    """Whether the session says already that an engine cannot run its role, since its last turn started: saying it
+    again would add nothing, whatever else happened on it meanwhile (a person took it over and handed it back, an
+    answer came). Whichever says it first, the turn loop or the upkeep, the other finds it said; once a turn runs
+    (an engine with the role took the work), a lack found later is said again."""
+    newest = await store.read_events_backward(
+        session_id, limit=ROLE_LACK_SCAN, types=["turn.started", "runtime.warning"]
+    )
+    for event in newest:
+        if isinstance(event.payload, TurnStarted):
+            return False
+        if isinstance(event.payload, RuntimeNotice) and event.payload.source == ROSTER_SOURCE:
+            return True
+    return False
 
 
 def _forget(tasks: dict[str, asyncio.Task[None]], key: str, task: asyncio.Task[None]) -> None:
