@@ -627,6 +627,7 @@ class _TurnRun:
         retry = RetryInfo(cause=cause, attempt=attempt, max_retries=_MAX_RETRIES)
         part = ToolReturnPart(call.tool_name, content, tool_call_id=call.tool_call_id, outcome="retried", retry=retry)
         self._returns[call.tool_call_id] = part
+        self._unended.discard(call.tool_call_id)  # (it never runs: its result goes with the next request)
         return part
 
     async def _call(self, call: ToolCallPart, args: dict[str, Any], approved: bool) -> _Outcome:
