@@ -282,9 +282,6 @@ class _Deferred:
     detail: dict[str, JsonValue] | None = None
 
 
-_Outcome = ToolReturnPart | _Deferred
-
-
 class _TurnRun:
     """The state of one `run_turn`: the conversation as the model sees it, what of it is committed, and the usage
     of its requests.
@@ -406,18 +403,17 @@ class _TurnRun:
         The calls the history leaves open are closed first: those that ended before the turn was cut off with
         their stored results, those a person answered with the answers (the approved ones run now), the rest as
         `interrupted`."""
-        parts: list[ModelRequestPart] = []
+        request: ModelRequest | None = None
         open_calls = _open_calls(self._messages)
         if open_calls:
             request, result = await self._continued(open_calls)
             if result is not None:
                 return None, result
-            assert request is not None
-            parts = list(request.parts)
         if self.turn.prompt is not None:
-            parts.append(UserPromptPart(self.turn.prompt))
-        if parts or not self._messages:
-            return self._request(parts), None
+            prompt = UserPromptPart(self.turn.prompt)
+            request = self._request([prompt]) if request is None else replace(request, parts=[*request.parts, prompt])
+        if request is not None or not self._messages:
+            return request or self._request([]), None
         last = self._messages[-1]
         if isinstance(last, ModelRequest):
             return None, None  # a request resumed without a prompt is the stored one sent again
@@ -576,26 +572,29 @@ class _TurnRun:
         once; the next request carries their returns in the order of `calls`. Calls that wait on a person pause
         the run, with the returns of those that ran kept for its continuation."""
         self._phase = "tools"
-        outcomes: dict[str, _Outcome] = dict(self._returns)
+        deferred: dict[str, _Deferred] = {}
         runs: list[tuple[ToolCallPart, dict[str, Any]]] = []
         for call in calls if only is None else only:
             checked = self._checked(call)
-            if isinstance(checked, dict):
+            if isinstance(checked, _Deferred):
+                deferred[call.tool_call_id] = checked
+            elif checked is not None:
                 runs.append((call, checked))
-            else:
-                outcomes[call.tool_call_id] = checked
+        waits: list[_Deferred | None] = []
         if len(runs) == 1:  # (no task for a lone call)
             call, args = runs[0]
-            outcomes[call.tool_call_id] = await self._call(call, args, approved)
+            waits = [await self._call(call, args, approved)]
         elif runs:
             try:
                 async with asyncio.TaskGroup() as group:
-                    tasks = [(call, group.create_task(self._call(call, args, approved))) for call, args in runs]
+                    tasks = [group.create_task(self._call(call, args, approved)) for call, args in runs]
             except BaseExceptionGroup as failed:  # the first failure (the others were cancelled)
                 raise failed.exceptions[0] from None
-            outcomes.update((call.tool_call_id, task.result()) for call, task in tasks)
-        returns = [outcome for call in calls if isinstance(outcome := outcomes[call.tool_call_id], ToolReturnPart)]
-        deferred = {call_id: outcome for call_id, outcome in outcomes.items() if isinstance(outcome, _Deferred)}
+            waits = [task.result() for task in tasks]
+        for (call, _), wait in zip(runs, waits, strict=True):
+            if wait is not None:
+                deferred[call.tool_call_id] = wait
+        returns = [self._returns[call.tool_call_id] for call in calls if call.tool_call_id in self._returns]
         if not deferred:
             return self._request(list(returns)), None
         if returns:
@@ -603,23 +602,25 @@ class _TurnRun:
         pending = tuple(_pending(call, deferred[call.tool_call_id]) for call in calls if call.tool_call_id in deferred)
         return None, TurnResult(outcome="paused", output=None, usage=self.usage, pending=pending)
 
-    def _checked(self, call: ToolCallPart) -> dict[str, Any] | _Outcome:
-        """A call's arguments, or what it comes to without running: a retry for an unknown tool or arguments
-        that do not parse (the model may send it again), a question for a person."""
+    def _checked(self, call: ToolCallPart) -> dict[str, Any] | _Deferred | None:
+        """A call's arguments, or what it comes to without running: a question for a person, or None for a retry
+        (an unknown tool, arguments that do not parse: the model may send it again; its return is kept)."""
         spec = self._specs.get(call.tool_name)
         if spec is None:
             names = ", ".join(repr(name) for name in self._specs)
             available = f"Available tools: {names}" if names else "No tools available."
-            return self._retry(call, "unknown_tool", f"Unknown tool name: {call.tool_name!r}. {available}")
+            self._retry(call, "unknown_tool", f"Unknown tool name: {call.tool_name!r}. {available}")
+            return None
         try:
             args = _parsed_arguments(call)
         except ValidationError as exc:
-            return self._retry(call, "validation_error", exc.errors(include_url=False, include_context=False))
+            self._retry(call, "validation_error", exc.errors(include_url=False, include_context=False))
+            return None
         if spec.asks_user:
             return _Deferred("question")  # the answer arrives with a later run_turn
         return args
 
-    def _retry(self, call: ToolCallPart, cause: Literal["unknown_tool", "validation_error"], content: Any) -> _Outcome:
+    def _retry(self, call: ToolCallPart, cause: Literal["unknown_tool", "validation_error"], content: Any) -> None:
         attempt = self._retries.get(call.tool_name, 0) + 1
         if attempt > _MAX_RETRIES:
             raise UnexpectedModelBehavior(f"Tool {call.tool_name!r} exceeded max retries count of {_MAX_RETRIES}")
@@ -628,9 +629,9 @@ class _TurnRun:
         part = ToolReturnPart(call.tool_name, content, tool_call_id=call.tool_call_id, outcome="retried", retry=retry)
         self._returns[call.tool_call_id] = part
         self._unended.discard(call.tool_call_id)  # (it never runs: its result goes with the next request)
-        return part
 
-    async def _call(self, call: ToolCallPart, args: dict[str, Any], approved: bool) -> _Outcome:
+    async def _call(self, call: ToolCallPart, args: dict[str, Any], approved: bool) -> _Deferred | None:
+        """Run one call; its return is kept (`_returns`), or it waits on a person (returned)."""
         spec = self._specs[call.tool_name]
         context = ToolContext(call.tool_call_id, spec.name, self._emit)
         # A call a person is to approve is decided like any first (its arguments, the policies): one refused is
@@ -657,7 +658,7 @@ class _TurnRun:
         self._returns[call.tool_call_id] = part
         if (result := self._ended(part)) is not None:
             await self._commit([result])
-        return part
+        return None
 
     def _ended(self, part: ToolReturnPart) -> ToolResult | None:
         """A call ended with the return `part`. While calls the model made beside it may still run, its
