@@ -45,7 +45,11 @@ def _emit(answer: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any
 
 @click.command("ls", short_help="List agents: the boss, then live ones, then the rest.")
 @click.option("--status", multiple=True, help="Machine status (repeatable): running, awaiting_input, ...")
-@click.option("--word", multiple=True, help="Status word (repeatable): working, needs_you, stuck, failed, done, idle.")
+@click.option(
+    "--word",
+    multiple=True,
+    help="Status word (repeatable): working, needs_you, stuck, failed, done (stopped ones too), idle.",
+)
 @click.option("--role", help="Only this agent type.")
 @click.option(
     "--group",
