@@ -133,6 +133,8 @@ class Sizes:
     """Events appended one by one per round, one session (SQLite)."""
     sqlite_per_session: int
     """Events each of the concurrent sessions appends per round (SQLite)."""
+    sqlite_history: int
+    """Events each session of the with-history SQLite figure holds before the concurrent appends are timed."""
     postgres_sequential: int
     """Events appended one by one per round, one session (PostgreSQL)."""
     postgres_per_session: int
@@ -159,6 +161,7 @@ FULL = Sizes(
     rounds=3,
     sqlite_sequential=300,
     sqlite_per_session=20,
+    sqlite_history=300,
     postgres_sequential=200,
     postgres_per_session=10,
     concurrent_sessions=100,
@@ -174,6 +177,7 @@ QUICK = Sizes(
     rounds=1,
     sqlite_sequential=150,
     sqlite_per_session=8,
+    sqlite_history=300,
     postgres_sequential=80,
     postgres_per_session=4,
     concurrent_sessions=100,
@@ -189,6 +193,7 @@ TINY = Sizes(
     rounds=1,
     sqlite_sequential=5,
     sqlite_per_session=2,
+    sqlite_history=5,
     postgres_sequential=5,
     postgres_per_session=2,
     concurrent_sessions=5,

@@ -38,7 +38,11 @@ class Benchmark:
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("store.append.sqlite", store.append_sqlite, "durable appends on SQLite, 1 and 100 sessions"),
+    Benchmark(
+        "store.append.sqlite",
+        store.append_sqlite,
+        "durable appends on SQLite, 1 and 100 sessions (new, and with a history)",
+    ),
     Benchmark("store.append.postgres", store.append_postgres, "durable appends on PostgreSQL, 1 and 100 sessions"),
     Benchmark("store.tail.sqlite", store.tail_sqlite, "50 events after a random cursor in a 1M-event store"),
     Benchmark("store.list.sqlite", store.list_sqlite, "a filtered keyset page of 100k sessions, first and later"),

@@ -85,19 +85,28 @@ def _per_second(events: int, seconds: float) -> float:
 
 
 def _concurrent_append(
-    backend: str, sessions_n: int, events: int, totals: dict[str, float], note: str, *, side: str = "store"
+    backend: str,
+    sessions_n: int,
+    events: int,
+    totals: dict[str, float],
+    note: str,
+    *,
+    side: str = "store",
+    variant: str = "",
 ) -> Result:
     """`sessions_n` sessions appending at once: the events per second of `side` against the raw driver's; the
-    store's (held to half the raw speed), or the floor's (see `_RawSqliteAppender.insert`'s `counters`: the
-    raw inserts plus the session rows' update any store keeping per-session counters makes)."""
+    store's (new sessions: held to half the raw speed), or the floor's (see `_RawSqliteAppender.insert`'s
+    `counters`: the raw inserts plus the session rows' update any store keeping per-session counters makes).
+    `variant` names a variant of the set-up (`history`: sessions holding events before)."""
     store = side == "store"
+    name = ".".join(part for part in (f"store.append.{backend}.{sessions_n}_sessions", variant) if part)
     return Result(
-        name=f"store.append.{backend}.{sessions_n}_sessions{'' if store else f'.{side}'}",
+        name=name if store else f"{name}.{side}",
         unit="events/s",
         value=_per_second(events, totals[side]),
         baseline=_per_second(events, totals["raw"]),
         better="higher",
-        target=Target("ratio", ">=", 0.5) if store else None,
+        target=Target("ratio", ">=", 0.5) if store and not variant else None,
         note=note,
     )
 
@@ -196,7 +205,8 @@ async def _sessions(store: Store, prefix: str, count: int) -> list[SessionRecord
 
 
 async def append_sqlite(ctx: Context) -> list[Result]:
-    """Durable appends on SQLite (WAL, synchronous=FULL): one session in sequence, then many at once."""
+    """Durable appends on SQLite (WAL, synchronous=FULL): one session in sequence, then many at once, new
+    sessions and sessions with a history."""
     sizes = ctx.sizes
     path = ctx.workdir / "append.db"
     store = await connect_store(f"sqlite:///{path}?synchronous=full")
@@ -206,10 +216,6 @@ async def append_sqlite(ctx: Context) -> list[Result]:
     totals = {"store": 0.0, "raw": 0.0}
     try:
         store_one, raw_one = await _sessions(store, "sequential-store", 1), await _sessions(store, "sequential-raw", 1)
-        sessions_n = sizes.concurrent_sessions
-        store_many = await _sessions(store, "concurrent-store", sessions_n)
-        raw_many = await _sessions(store, "concurrent-raw", sessions_n)
-        floor_many = await _sessions(store, "concurrent-floor", sessions_n)
 
         # (a) One session, sequential: each append is acknowledged after its own commit, so the baseline
         # commits every row on its own too (batch size 1).
@@ -240,74 +246,94 @@ async def append_sqlite(ctx: Context) -> list[Result]:
                 "per transaction, WAL, synchronous=FULL, same payload",
             )
         ]
-
-        # (b) Many sessions at once, one asyncio task each: the store's writer commits whatever queued up as
-        # one group. The baseline inserts in batches of the size the group commit actually achieved
-        # (counted from the writer's COMMITs), not a fixed 100: 100 is only the upper bound (every session
-        # with one append in flight), and comparing with it would mix up two questions, how much each
-        # event costs the store and how well the groups fill. The second one has its own figure below.
-        per_session = sizes.sqlite_per_session
-        ctx.say(f"SQLite: {sessions_n} sessions x {per_session} concurrent appends x {sizes.rounds} rounds, each way")
-        totals = {"store": 0.0, "raw": 0.0, "floor": 0.0}
-        grouped = {"events": 0, "commits": 0}
-        batch = [sessions_n]
-        # The writer's own count of its commits (a statement tracer on its connection would run Python code
-        # for every row of every statement, on the writer's thread, and slow down what it measures).
-        counts: list[int] | None = getattr(store, "_group_counts", None)
-
-        async def store_concurrent(*, warm_up: bool = False) -> float:
-            each = 2 if warm_up else per_session
-            before = list(counts) if counts is not None else None
-            seconds = await _append_concurrently(store, [s.id for s in store_many], events, each)
-            commits = counts[0] - before[0] if counts is not None and before is not None else 0
-            if commits:
-                batch[0] = max(1, round(sessions_n * each / commits))
-                if not warm_up:
-                    grouped["events"] += sessions_n * each
-                    grouped["commits"] += commits
-            if not warm_up:
-                totals["store"] += seconds
-            return seconds
-
-        async def raw_concurrent() -> float:
-            seconds = raw.insert(raw.rows(raw_many, per_session), batch[0])
-            totals["raw"] += seconds
-            return seconds
-
-        async def floor_concurrent() -> float:
-            seconds = raw.insert(raw.rows(floor_many, per_session), batch[0], counters=True)
-            totals["floor"] += seconds
-            return seconds
-
-        await store_concurrent(warm_up=True)
-        await _interleaved(sizes.rounds, raw_concurrent, store_concurrent, floor_concurrent)
-        concurrent_events = sessions_n * per_session * sizes.rounds
-        if grouped["commits"]:
-            achieved = grouped["events"] / grouped["commits"]
-            batch_note = f"group commit averaged {achieved:.1f} events/commit; baseline: executemany in batches of it"
-        else:
-            achieved = float(sessions_n)
-            batch_note = f"commits not countable; baseline: executemany in batches of {sessions_n} (upper bound)"
-        note = f"{sessions_n} asyncio tasks, 1 event per append; {batch_note}; WAL, synchronous=FULL"
-        results.append(_concurrent_append("sqlite", sessions_n, concurrent_events, totals, note))
-        results.append(
-            _concurrent_append(
-                "sqlite",
-                sessions_n,
-                concurrent_events,
-                totals,
-                "the floor: executemany of the events in batches of the store's groups, each with one UPDATE of "
-                "its sessions' rows (last seq, activity time), WAL, synchronous=FULL; baseline: the events alone",
-                side="floor",
-            )
-        )
+        results += await _append_sqlite_concurrently(ctx, store, raw, events, history=0)
         results.append(await _growth_sqlite(ctx))
-        if grouped["commits"]:
-            results.append(_events_per_commit("sqlite", sessions_n, achieved))
+        results += await _append_sqlite_concurrently(ctx, store, raw, events, history=sizes.sqlite_history)
         return results
     finally:
         raw.close()
         await store.close()
+
+
+async def _append_sqlite_concurrently(
+    ctx: Context, store: Store, raw: _RawSqliteAppender, events: list[NewEvent], *, history: int
+) -> list[Result]:
+    """(b) Many sessions at once, one asyncio task each: the store's writer commits whatever queued up as one
+    group. The baseline inserts in batches of the size the group commit actually achieved (counted from the
+    writer's COMMITs), not a fixed 100: 100 is only the upper bound (every session with one append in flight),
+    and comparing with it would mix up two questions, how much each event costs the store and how well the
+    groups fill. The second one has its own figure.
+
+    `history`: the events each session holds before the appends are timed (0: new sessions). What SQLite does
+    per event depends on it: the events of new sessions share the pages of the events' indexes, which a
+    commit then writes once for all of them; once each session holds a page or more of its own, every event
+    of a group changes pages of its own. The store's own work per event is the same either way."""
+    sizes = ctx.sizes
+    sessions_n, per_session = sizes.concurrent_sessions, sizes.sqlite_per_session
+    prefix = f"concurrent-{history}"
+    store_many = await _sessions(store, f"{prefix}-store", sessions_n)
+    raw_many = await _sessions(store, f"{prefix}-raw", sessions_n)
+    floor_many = await _sessions(store, f"{prefix}-floor", sessions_n)
+    if history:
+        ctx.say(f"SQLite: {sessions_n} x 3 sessions are given {history} events each")
+        for session in store_many:
+            await store.append(session.id, events * history)
+        raw.insert(raw.rows([*raw_many, *floor_many], history), sessions_n)
+    held = f"sessions holding {history} events each" if history else "new sessions"
+    ctx.say(f"SQLite: {sessions_n} {held} x {per_session} concurrent appends x {sizes.rounds} rounds, each way")
+    totals = {"store": 0.0, "raw": 0.0, "floor": 0.0}
+    grouped = {"events": 0, "commits": 0}
+    batch = [sessions_n]
+    # The writer's own count of its commits (a statement tracer on its connection would run Python code
+    # for every row of every statement, on the writer's thread, and slow down what it measures).
+    counts: list[int] | None = getattr(store, "_group_counts", None)
+
+    async def store_concurrent(*, warm_up: bool = False) -> float:
+        each = 2 if warm_up else per_session
+        before = list(counts) if counts is not None else None
+        seconds = await _append_concurrently(store, [s.id for s in store_many], events, each)
+        commits = counts[0] - before[0] if counts is not None and before is not None else 0
+        if commits:
+            batch[0] = max(1, round(sessions_n * each / commits))
+            if not warm_up:
+                grouped["events"] += sessions_n * each
+                grouped["commits"] += commits
+        if not warm_up:
+            totals["store"] += seconds
+        return seconds
+
+    async def raw_concurrent() -> float:
+        seconds = raw.insert(raw.rows(raw_many, per_session), batch[0])
+        totals["raw"] += seconds
+        return seconds
+
+    async def floor_concurrent() -> float:
+        seconds = raw.insert(raw.rows(floor_many, per_session), batch[0], counters=True)
+        totals["floor"] += seconds
+        return seconds
+
+    await store_concurrent(warm_up=True)
+    await _interleaved(sizes.rounds, raw_concurrent, store_concurrent, floor_concurrent)
+    concurrent_events = sessions_n * per_session * sizes.rounds
+    if grouped["commits"]:
+        achieved = grouped["events"] / grouped["commits"]
+        batch_note = f"group commit averaged {achieved:.1f} events/commit; baseline: executemany in batches of it"
+    else:
+        achieved = float(sessions_n)
+        batch_note = f"commits not countable; baseline: executemany in batches of {sessions_n} (upper bound)"
+    variant = "history" if history else ""
+    note = f"{sessions_n} asyncio tasks, {held}, 1 event per append; {batch_note}; WAL, synchronous=FULL"
+    floor_note = (
+        f"the floor: executemany of the events in batches of the store's groups, each with one UPDATE of its "
+        f"sessions' rows (last seq, activity time), {held}, WAL, synchronous=FULL; baseline: the events alone"
+    )
+    results = [
+        _concurrent_append("sqlite", sessions_n, concurrent_events, totals, note, variant=variant),
+        _concurrent_append("sqlite", sessions_n, concurrent_events, totals, floor_note, side="floor", variant=variant),
+    ]
+    if grouped["commits"] and not history:
+        results.append(_events_per_commit("sqlite", sessions_n, achieved))
+    return results
 
 
 # -- database growth: SQLite --------------------------------------------------------------------------------

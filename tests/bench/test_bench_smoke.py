@@ -92,9 +92,10 @@ def test_tiny_run_writes_well_formed_results(tmp_path: Path) -> None:
         assert figure in names
     assert any(name.startswith("engine.history.turn") for name in names)
     assert any(name.startswith("engine.long_chat.turn") for name in names)
-    # The concurrent append has its floor beside it (named by the size's number of sessions).
-    concurrent = [n for n in names if n.startswith("store.append.sqlite.") and n.endswith("_sessions")]
-    assert concurrent and all(f"{n}.floor" in names for n in concurrent)
+    # The concurrent append has its floor beside it (named by the size's number of sessions), on new sessions
+    # and on sessions with a history.
+    concurrent = [n for n in names if n.startswith("store.append.sqlite.") and n.endswith(("_sessions", ".history"))]
+    assert len(concurrent) == 2 and all(f"{n}.floor" in names for n in concurrent)
     # The fsync setting a turn figure ran with is named in its note.
     notes = {entry["name"]: entry["note"] for entry in results}
     assert "synchronous=FULL" in notes["engine.turn.full.p50"]
