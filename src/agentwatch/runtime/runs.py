@@ -53,7 +53,6 @@ from pydantic import JsonValue, ValidationError
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotFound
 from agentwatch.events import Origin, Usage
 from agentwatch.live import cancel_and_wait
-from agentwatch.reads.runs import turn_marks
 from agentwatch.store import (
     RUN_ENDINGS,
     JournalEntry,
@@ -198,6 +197,8 @@ class Span:
                 children = await descendants(store, session.id)
                 spawned = [child.id for child in children]
                 usage = sum((await store.usage_totals([session.id, *spawned])).values(), Usage())
+                from agentwatch.reads.runs import turn_marks  # (the run reads' models: loaded when first used)
+
                 turns = await turn_marks(store, [session, *children])
                 ref: dict[str, JsonValue] = {
                     "agentId": session.id,
