@@ -17,7 +17,7 @@ import pytest
 
 from agentwatch.events import NewEvent, ToolResult, Usage, UserMessage
 from agentwatch.runtime.heartbeats import Heartbeat, Tick, tick
-from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
+from agentwatch.runtime.models import CallTool, Hang, Reply, ScriptedModel
 from agentwatch.runtime.roster import RoleSessions
 from agentwatch.service import ServiceSettings, create_app
 from agentwatch.store import (
@@ -632,7 +632,7 @@ async def test_what_streams_survives_other_events_and_a_deleted_agent_says_so(
         await page.locator(f'#agents tr[data-id="{session.id}"]').click()
         await expect(page.locator("#d-name")).to_have_text("streamer", timeout=WAIT_MS)
         await engine.enqueue(session.id, "go")
-        typing = page.locator("#log .typing")
+        typing, stored = page.locator("#log .typing"), page.locator("#log li:not(.typing)")
         await expect(typing).to_contain_text("w3", timeout=WAIT_MS)
         await expect(typing).to_have_attribute("aria-hidden", "true")  # (not read out piece by piece)
         await engine.call_tool("agent_take_over", {"id": session.id, "by": "ada"})  # an event mid-stream
@@ -640,11 +640,13 @@ async def test_what_streams_survives_other_events_and_a_deleted_agent_says_so(
         await expect(page.locator("#log")).to_contain_text("ada took this session over")  # (once: not in the log)
         await expect(typing).to_contain_text("w20", timeout=WAIT_MS)
         await expect(typing).to_contain_text("writing…w0 w1 w2")  # what streamed before the take-over
-        await expect(page.locator("#log")).to_contain_text("w59", timeout=WAIT_MS)  # the response, as stored
-        # The next response streams on a line of its own (once: after the first one's words, never cleared).
-        await expect(typing).to_contain_text("v5", timeout=WAIT_MS)
-        await expect(typing).not_to_contain_text("w59")
-        await expect(page.locator("#log")).to_contain_text("v29", timeout=WAIT_MS)
+        # The next response streams on a line of its own (once: after the first one's words, never cleared), the
+        # last one: the first one's stays above it until the log shows that response as stored, and the log's
+        # reads may be behind the live stream.
+        await expect(typing.last).to_contain_text("v5", timeout=WAIT_MS)
+        await expect(typing.last).not_to_contain_text("w59")
+        for last_word in ("w59", "v29"):  # each response as stored, once, and no "writing…" line left beside it
+            await expect(stored.filter(has_text=last_word)).to_have_count(1, timeout=WAIT_MS)
         await expect(typing).to_have_count(0)
 
         await engine.delete(session.id, by="ada")
@@ -916,6 +918,50 @@ async def test_what_streamed_goes_once_it_is_shown_however_late_the_stream_bring
         await expect(page.locator("body")).to_have_attribute("data-streamed", "turn.ended", timeout=WAIT_MS)
         await expect(page.locator("#log .typing")).to_have_count(0)
         await expect(page.locator("#log")).to_contain_text("The answer is forty two.")
+        assert problems == []
+
+
+async def test_a_streamed_line_goes_when_the_log_shows_its_text_and_leaves_the_next_one_streaming(
+    open_engine: Any, scripted: Any, browser: Any
+) -> None:
+    """Once: when the log's read of a finished response came after the next response had begun to stream (the
+    reads behind the live stream, on a loaded host), that read took off the next response's "writing…" line, and
+    the finished one's stayed beside its text as stored until the reads caught up with every later event."""
+    words, then = " ".join(f"w{n}" for n in range(20)), " ".join(f"v{n}" for n in range(20))
+
+    def note(text: str) -> str:
+        """Keep a note."""
+        return text
+
+    steps = [[Reply(words), CallTool("note", {"text": "x"})], [Reply(then), Hang()]]  # the second never ends
+    model = scripted("dashboard-reads-behind", ScriptedModel(steps, chunk_delay=0.01))
+    async with (
+        open_engine(role("streamer", model, tools=("note",)), tools=[note]) as engine,
+        served(create_app(engine)) as base,
+    ):
+        session = await engine.create("streamer", name="streamer")
+        page, problems = await _page(browser, f"{base}/#agent={session.id}")
+        await expect(page.locator("#d-name")).to_have_text("streamer", timeout=WAIT_MS)
+        reading = asyncio.Event()
+
+        async def read_when_let(route: Any) -> None:
+            await reading.wait()
+            await route.continue_()
+
+        await page.route("**/api/tools/agent_tail", read_when_let)  # the log reads nothing until let
+        await engine.enqueue(session.id, "go")
+        typing, stored = page.locator("#log .typing"), page.locator("#log li:not(.typing)")
+        await expect(typing.last).to_contain_text("v19", timeout=WAIT_MS)  # both responses streamed
+        await expect(typing.first).to_contain_text("w19")  # (its text not shown by the log yet: it stays)
+        reading.set()
+        await expect(stored.filter(has_text="w19")).to_have_count(1, timeout=WAIT_MS)
+        await expect(typing).to_have_count(1)
+        await expect(typing).to_contain_text("writing…v0 v1 v2")
+        await expect(typing).to_contain_text("v19")
+
+        assert await engine.stop(session.id)
+        await expect(stored.filter(has_text="turn cancelled")).to_have_count(1, timeout=WAIT_MS)
+        await expect(typing).to_have_count(0)
         assert problems == []
 
 

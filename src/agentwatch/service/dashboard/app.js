@@ -17,10 +17,10 @@
   // The tail's default event set, and the runtime's notes beside it (a take-over, a hand-back, a deletion):
   // a person watching wants to see who did what to the agent.
   const LOG_TYPES = ["turn.*", "item.*", "tool.progress", "subtask.*", "hitl.*", "model.reroute", "runtime.*", "observer.report"];
-  // A tail line that holds what streamed (the response's text or reasoning, as stored), or ends the turn: the
-  // "writing…" line goes once one is shown.
   // The events of the live stream that make what streamed durable (a response's text, its reasoning) or end the turn.
   const STREAM_ENDS = ["message.assistant", "thinking.completed", "turn.ended"];
+  // Their tail lines (the response's text or reasoning, as stored, or the turn's end): the "writing…" line of
+  // what streamed goes once the log shows one.
   const endsStream = (line) => line.type === "turn.ended" || (line.type === "item.completed" && ["agent_message", "reasoning"].includes(line.itemType));
   const TOKEN_KEY = "agentwatch.token";
 
@@ -39,6 +39,9 @@
     detailTimer: null,
     refreshTimer: null,
     typing: null, // the log line that shows text still streaming
+    ending: new Map(), // by the id of a stream's end (STREAM_ENDS) the live stream brought: its "writing…" line (or
+    // null), which goes once the log shows that event
+    shownEnds: new Set(), // the ids of the ends the log showed before the live stream brought them
     canAct: true, // false with a read-only token: the page only watches
     view: "agents", // or "runs"
     run: null, // the id of the run shown on the right of the runs view
@@ -624,7 +627,7 @@
   // `focus`: once it is shown, the keyboard goes to it (what it waits on, else its name), not back to the list.
   async function select(id, { focus = false } = {}) {
     if (state.source) state.source.close();
-    Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null, readBack: false });
+    Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null, ending: new Map(), shownEnds: new Set(), readBack: false });
     keepPlace();
     markCurrent($("agents"), id);
     $("log").replaceChildren();
@@ -657,7 +660,7 @@
 
   function unselect() {
     if (state.source) state.source.close();
-    Object.assign(state, { selected: null, agent: null, cursor: null, source: null, typing: null, readBack: false });
+    Object.assign(state, { selected: null, agent: null, cursor: null, source: null, typing: null, ending: new Map(), shownEnds: new Set(), readBack: false });
     markCurrent($("agents"), null);
     $("detail").hidden = true;
     $("pick").hidden = false;
@@ -685,14 +688,8 @@
       if (event.type === "runtime.info" && event.payload.source === "deletion") source.close(); // its last event
       if (event.type === "content.delta") showTyping(event);
       else {
-        const reading = tail(); // (what streamed stays until a line that holds it is shown: see endsStream)
-        // What streamed is durable now: its line goes once the log has read that far. (The log's reads may
-        // have shown it before the stream brought the words: nothing the log shows would take them off then.)
-        if (STREAM_ENDS.includes(event.type) && state.typing) {
-          const typing = state.typing;
-          state.typing = null; // (what streams next goes on a line of its own)
-          reading.catch(() => {}).then(() => typing.remove());
-        }
+        if (STREAM_ENDS.includes(event.type)) streamEnded(event.id);
+        tail();
         laterDetail();
       }
     });
@@ -860,7 +857,7 @@
     if (!lines.length) return;
     const log = $("log");
     const atBottom = atEnd(log);
-    if (lines.some(endsStream)) clearTyping(); // what streamed is durable now
+    for (const line of lines) if (endsStream(line)) endShown(line.id); // what streamed is durable now
     log.append(...lines.map(lineItem));
     if (state.typing) log.append(state.typing); // (moved after them: it goes on streaming)
     // The oldest lines are let go (they can be read back), but not those a person just read back.
@@ -905,6 +902,32 @@
   function clearTyping() {
     if (state.typing) state.typing.remove();
     state.typing = null;
+  }
+
+  // The live stream and the log's reads bring the same events in the same order, each at its own pace: a
+  // "writing…" line is taken off by the log's line of its own end (the event's id), never by another one's. The
+  // log may be behind (the next response streams on a line of its own meanwhile) or ahead (the stream brings the
+  // last words after the log showed them whole).
+
+  // The live stream brought the end of what streams: its line waits for the log to show that event, unless the
+  // log showed it first.
+  function streamEnded(id) {
+    if (state.shownEnds.delete(id)) clearTyping();
+    else state.ending.set(id, state.typing);
+    state.typing = null; // (what streams next goes on a line of its own)
+  }
+
+  // The log shows the end of a stream: the line of what streamed before it goes. When the live stream has not
+  // brought that end yet, what streams now is that stream.
+  function endShown(id) {
+    if (state.ending.has(id)) {
+      const typing = state.ending.get(id);
+      state.ending.delete(id);
+      if (typing) typing.remove();
+    } else {
+      clearTyping();
+      if (state.source) state.shownEnds.add(id); // (a line read before the attach: the stream never brings it)
+    }
   }
 
   function showTyping(event) {
