@@ -44,9 +44,21 @@ Runs = list[tuple[str, str, str]]
 
 
 def slow_tool(runs: Runs, engine: str, seconds: float) -> Callable[..., Any]:
+    """The tool `slow_tool` of `engine`, which takes `seconds`."""
+    return recorded_tool(runs, engine, lambda: asyncio.sleep(seconds))
+
+
+def held_tool(runs: Runs, engine: str, release: asyncio.Event) -> Callable[..., Any]:
+    """A `slow_tool` that returns once `release` is set: for a check made while the turn is surely in it."""
+    return recorded_tool(runs, engine, release.wait)
+
+
+def recorded_tool(runs: Runs, engine: str, work: Callable[[], Awaitable[Any]]) -> Callable[..., Any]:
+    """The tool `slow_tool` of `engine`, which does `work`; its start and end are recorded in `runs`."""
+
     async def slow_tool(label: str) -> str:
         runs.append((engine, "start", label))
-        await asyncio.sleep(seconds)
+        await work()
         runs.append((engine, "end", label))
         return f"{engine} did {label}"
 
@@ -72,25 +84,29 @@ async def check_log(engine: Engine, session_id: str) -> list[Any]:
 
 
 async def test_an_engine_beside_a_live_owner_leaves_its_turns_alone(
-    tmp_path: Path, url: str, scripted: Scripted
+    tmp_path: Path, url: str, scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Once: a second engine whose roster lacks the role ended the first one's turns `failed` (role no
-    longer resolves). Now it does not own them, so it does not touch them."""
+    longer resolves). Now it does not own them, so it does not touch them. (The turn stays in its tool until
+    the checks are made: a tool of a set length once ended first on a loaded host, and the checks then saw a
+    finished turn.)"""
+    swept = sweeps_recorded(monkeypatch)
     model = scripted("leases-alone", ScriptedModel(function=one_call_per_prompt))
     runs: Runs = []
+    release = asyncio.Event()
     config = lease_config(tmp_path)
-    async with Engine.open(
-        url, config=config, definitions=[role("slow", model, tools=("slow_tool",))], tools=[slow_tool(runs, "a", 1.5)]
-    ) as a:
+    definition = role("slow", model, tools=("slow_tool",))
+    async with Engine.open(url, config=config, definitions=[definition], tools=[held_tool(runs, "a", release)]) as a:
         session = await a.create("slow")
         await a.enqueue(session.id, "go")
         await until(lambda: bool(runs))
         async with Engine.open(url, config=config) as b:  # no roles at all
-            await asyncio.sleep(1.2)  # its start-up recovery, and a sweep or two
+            await until(lambda: len(swept[b.leases.owner]) >= 2)  # its start-up recovery, and two sweeps
             lease = await b.store.get_lease(session.id)
             assert lease is not None and lease.owner == a.leases.owner
             assert (await b.store.get_session(session.id)).status == "running"
             assert b.leases.held == []
+        release.set()
         settled, timed_out = await a.wait(session.id, 15)
         events = await check_log(a, session.id)
     assert not timed_out and settled.status == "completed"
