@@ -802,3 +802,121 @@ async def test_a_sub_agent_spawned_by_a_runs_turn_after_the_run_ended_bills_the_
     assert child.id in {e["agentId"] for e in history["entries"]}
     assert again["run"]["tokens"] == total
     assert {s["ref"]["agentId"] for s in again["spans"] if s["kind"] == "turn"} == by_agent
+
+
+async def test_work_a_runs_turn_sends_a_busy_sub_agent_bills_the_run_when_its_turn_begins_after_the_end(
+    open_engine: OpenEngine, scripted: Scripted, url: str
+) -> None:
+    """Once: a run's agent sent work to its sub-agent (`agent_enqueue`, which does not wait) while the sub-agent
+    was busy; the sub-agent's turn on it began after the parent's turn and the run had ended, found its parent
+    idle, and billed no run, so the run's trace and list left out work the run asked for. The same work sent
+    after the end (the parent at other work) bills no run."""
+    inbox = HeldTool("busy_inbox", "3 new mails")
+    helper = inbox.role("helper", scripted, "runs-sent-helper")
+    sorter: dict[str, str] = {}
+
+    def lead_script(ctx: Any) -> Any:
+        if ctx.tool_results:
+            return Reply("sent")
+        return CallTool("agent_enqueue", {"agentId": sorter["id"], "prompt": f"sort them ({ctx.prompt})"})
+
+    lead = role(
+        "lead",
+        scripted("runs-sent-lead", ScriptedModel(function=lead_script)),
+        tools=("agent_enqueue",),
+        grant=("spawn",),
+    )
+    async with open_engine(lead, helper, tools=[inbox.tool], extensions=[], store=url) as engine:
+        async with engine.run("sent") as run:
+            boss = await engine.create("lead", run_id=run.id)
+            child = await engine.create("helper", parent_id=boss.id, run_id=run.id)
+            sorter["id"] = child.id
+            await engine.enqueue(child.id, "watch the inbox")
+            await asyncio.wait_for(inbox.started.wait(), 10)
+            await engine.enqueue(boss.id, "during the run")
+            settled, timed_out = await engine.wait(boss.id, 10)
+            assert not timed_out and settled.status in ("completed", "idle")
+        inbox.release.set()  # (the sub-agent's turn on the parent's work begins after the run ended)
+        settled, timed_out = await engine.wait(child.id, 10)
+        assert not timed_out and settled.status in ("completed", "idle") and settled.pending_inputs == 0
+        billed = await engine.store.usage_totals([boss.id, child.id])
+        trace = await _call(engine, "run_trace", id=run.id)
+        listed = await _call(engine, "run_list", entity="workflow:sent")
+        # Work the parent sends after the end (its own turn other work) is other work of the sub-agent's too.
+        await engine.enqueue(boss.id, "after the run")
+        for agent in (boss, child):
+            settled, timed_out = await engine.wait(agent.id, 10)
+            assert not timed_out and settled.status in ("completed", "idle")
+        later = await engine.store.usage_totals([child.id])
+        again = await _call(engine, "run_trace", id=run.id)
+    turns = [s for s in trace["spans"] if s["kind"] == "turn"]
+    assert sorted(s["ref"]["agentId"] for s in turns) == sorted([boss.id, child.id, child.id])
+    total = sum(u.total_tokens for u in billed.values())
+    assert trace["run"]["tokens"] == listed["runs"][0]["tokens"] == total
+    assert later[child.id].total_tokens > billed[child.id].total_tokens  # (it billed, to no run)
+    assert again["run"]["tokens"] == total
+    assert len([s for s in again["spans"] if s["kind"] == "turn"]) == len(turns)
+
+
+async def test_a_turn_begun_on_work_a_run_sent_after_the_end_bills_the_run_when_an_answer_resumes_it(
+    open_engine: OpenEngine, scripted: Scripted, url: str
+) -> None:
+    """A sub-agent's turn begun after the run ended on work the run sent it is the run's from its start: the part
+    an answer resumes, its parent long idle, bills the run too (it billed no run once)."""
+    inbox = HeldTool("busy_inbox", "3 new mails")
+
+    def file_mail(folder: str) -> str:
+        """File the mail."""
+        return f"filed in {folder}"
+
+    def helper_script(ctx: Any) -> Any:
+        if ctx.tool_results:
+            return Reply(str(ctx.tool_results[0].output))
+        return (
+            CallTool("file_mail", {"folder": "sorted"}) if "sort" in (ctx.prompt or "") else CallTool("busy_inbox", {})
+        )
+
+    helper = role(
+        "helper",
+        scripted("runs-asked-helper", ScriptedModel(function=helper_script)),
+        tools=("busy_inbox", "file_mail"),
+        approval_tools=("file_mail",),
+    )
+    sorter: dict[str, str] = {}
+
+    def lead_script(ctx: Any) -> Any:
+        return (
+            Reply("sent")
+            if ctx.tool_results
+            else CallTool("agent_enqueue", {"agentId": sorter["id"], "prompt": "sort"})
+        )
+
+    lead = role(
+        "lead",
+        scripted("runs-asked-lead", ScriptedModel(function=lead_script)),
+        tools=("agent_enqueue",),
+        grant=("spawn",),
+    )
+    async with open_engine(lead, helper, tools=[inbox.tool, file_mail], extensions=[], store=url) as engine:
+        async with engine.run("asked") as run:
+            boss = await engine.create("lead", run_id=run.id)
+            child = await engine.create("helper", parent_id=boss.id, run_id=run.id)
+            sorter["id"] = child.id
+            await engine.enqueue(child.id, "watch the inbox")
+            await asyncio.wait_for(inbox.started.wait(), 10)
+            await engine.enqueue(boss.id, "during the run")
+            settled, timed_out = await engine.wait(boss.id, 10)
+            assert not timed_out and settled.status in ("completed", "idle")
+        inbox.release.set()
+        paused, timed_out = await engine.wait(child.id, 10)
+        assert not timed_out and paused.status == "awaiting_input"
+        (request,) = await engine.store.list_requests(session_id=child.id)
+        await engine.answer(request.id, True)
+        settled, timed_out = await engine.wait(child.id, 10)
+        assert not timed_out and settled.status in ("completed", "idle") and settled.last_text == "filed in sorted"
+        billed = await engine.store.usage_totals([boss.id, child.id])
+        trace = await _call(engine, "run_trace", id=run.id)
+    assert trace["run"]["tokens"] == sum(u.total_tokens for u in billed.values())
+    assert sorted(s["ref"]["agentId"] for s in trace["spans"] if s["kind"] == "turn") == sorted(
+        [boss.id, child.id, child.id]
+    )

@@ -507,16 +507,16 @@ async def test_inbox_counts_pending_inputs(store: Store) -> None:
             session.id,
             inputs_add=[
                 InputDraft(text="one", origin=Origin(kind="person")),
-                InputDraft(text="two"),
+                InputDraft(text="two", origin=Origin(kind="session", ref="ses_lead"), run_id="run_1"),
                 InputDraft(text="note", meta=True),
             ],
         )
     )
     inputs = await store.list_inputs(session.id)
-    assert [(i.text, i.meta, i.taken_at) for i in inputs] == [
-        ("one", False, None),
-        ("two", False, None),
-        ("note", True, None),
+    assert [(i.text, i.meta, i.taken_at, i.run_id) for i in inputs] == [
+        ("one", False, None, None),
+        ("two", False, None, "run_1"),
+        ("note", True, None, None),
     ]
     assert inputs[0].origin == Origin(kind="person")
     assert (await store.get_session(session.id)).pending_inputs == 3

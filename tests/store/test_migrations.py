@@ -151,6 +151,9 @@ async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str,
         upgraded = await store.get_session("ses_old1")
         assert (upgraded.pending_inputs, upgraded.pending_reports) == (1, 1)
         assert (await store.get_session("ses_old2")).pending_reports == 0
+        # From schema 15 on, an input says which run's work it is: the old ones say none.
+        taken = await store.get_input("ses_old1", "inp_old3")
+        assert (taken.run_id, taken.taken_at) == (None, _T0)
         ref = await store.get_observer_ref("ses_old1")
         assert ref is not None and ref.observer_session_id == "ses_old2"
         assert await store.get_observer_tombstone("ses_old1", "loop-guard") is None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from agentwatch.events._base import BasePayload, Usage
 
 __all__ = ["TurnEnded", "TurnOutcome", "TurnStarted"]
@@ -31,6 +33,10 @@ class TurnStarted(BasePayload):
     trace_context: str | None = None
     """This part's `invoke_agent` span, as a W3C `traceparent`, when the engine that ran it made spans: the turn's
     next part (continued after a restart, resumed by an answer) links to it, in whichever engine runs it."""
+    run_id: str | None = Field(default=None, exclude_if=lambda run_id: run_id is None)
+    """The run this part works for and bills (left out: none, or a part recorded before the field was). The
+    turn's later parts bill the run its first part did, even when it began after the run ended (on work the run
+    sent it)."""
 
 
 class TurnEnded(BasePayload):

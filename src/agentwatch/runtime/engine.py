@@ -448,22 +448,39 @@ class Engine:
         return await self.store.create_session(draft)
 
     async def enqueue(
-        self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False, key: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        origin: Origin | None = None,
+        meta: bool = False,
+        key: str | None = None,
+        run_id: str | None = None,
     ) -> int:
         """Queue input for a session's next turn; returns how many inputs now wait in its inbox.
 
         With `key`, the input is queued once: a call with a key this session was sent before queues nothing
         (`queue_input` says so), so a caller may send it again safely after a lost answer or a timeout, for as
-        long as the session is kept. The same key with other text is refused (`Conflict`)."""
-        return (await self._queue(session_id, text, origin=origin, meta=meta, key=key)).pending_inputs
+        long as the session is kept. The same key with other text is refused (`Conflict`). `run_id` is the run
+        whose work it is (the run of the turn that sends it): the turn it begins bills that run, when it is the
+        session's, even after the run ended (`InputDraft.run_id`)."""
+        return (await self._queue(session_id, text, origin=origin, meta=meta, key=key, run_id=run_id)).pending_inputs
 
     async def queue_input(
-        self, session_id: str, text: str, *, origin: Origin | None = None, key: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        origin: Origin | None = None,
+        key: str | None = None,
+        run_id: str | None = None,
     ) -> Queued:
         """`enqueue`, saying also whether the input's key was sent before (then nothing was queued)."""
-        return await self._queue(session_id, text, origin=origin, meta=False, key=key)
+        return await self._queue(session_id, text, origin=origin, meta=False, key=key, run_id=run_id)
 
-    async def _queue(self, session_id: str, text: str, *, origin: Origin | None, meta: bool, key: str | None) -> Queued:
+    async def _queue(
+        self, session_id: str, text: str, *, origin: Origin | None, meta: bool, key: str | None, run_id: str | None
+    ) -> Queued:
         self._check_open()
         check_prompt(text)
         # A keyed input's id is made from its key: of two calls with one key, the store takes one (the id is taken).
@@ -476,7 +493,7 @@ class Engine:
             if input_id is not None and await self._queued_before(session_id, input_id, key, text):
                 return Queued(session.pending_inputs, duplicate=True)
             driver = await self.driver(session_id)
-            draft = InputDraft(text=text, origin=origin, meta=meta, id=input_id)
+            draft = InputDraft(text=text, origin=origin, meta=meta, id=input_id, run_id=run_id)
             write = Write(session_id, inputs_add=[draft])
 
             async def queue() -> None:

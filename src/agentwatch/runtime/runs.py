@@ -29,9 +29,10 @@ async with engine.run("report", input={"topic": "tides"}) as run:
 
 `run_trace`, `run_compare` and `run_history` (the run reads) read all of this back, after its agents were
 reaped too. A run's agents work for it until it ends, and so do their turns that began before (continued
-after a restart, or after an answer), their observers, and the sub-agents such a turn spawns or sends work
-after the end: a turn begun on new input after the run ended is otherwise other work of the agent's, billed to
-no run (`billed_run`) and left out of the run's log.
+after a restart, or after an answer), their turns on work the run sent them (an input a turn of the run's
+queued, taken after the end), their observers, and the sub-agents such a turn spawns or sends work after the
+end: a turn begun on new input after the run ended is otherwise other work of the agent's, billed to no run
+(`billed_run`) and left out of the run's log.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import hashlib
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -51,10 +52,11 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import JsonValue, ValidationError
 
 from agentwatch.errors import AgentwatchError, Conflict, InvalidArgument, NotFound
-from agentwatch.events import Origin, Usage
+from agentwatch.events import Origin, TurnStarted, Usage
 from agentwatch.live import cancel_and_wait
 from agentwatch.store import (
     RUN_ENDINGS,
+    InputRecord,
     JournalEntry,
     RunDraft,
     RunPatch,
@@ -189,7 +191,9 @@ class Span:
             )
             first = first or span.id
             try:
-                await runtime.enqueue(session.id, prompt, origin=Origin(kind="run", ref=self.run_id))
+                await runtime.enqueue(
+                    session.id, prompt, origin=Origin(kind="run", ref=self.run_id), run_id=self.run_id
+                )
                 snapshot, status = await self._outcome(session.id, timeout)
                 # Its cost is its agent's and its sub-agents' (named in its ref: the trace places their turns under
                 # it after they were reaped too), and when their turns began and ended, and how (which the trace
@@ -387,32 +391,49 @@ async def start_run(
 
 
 async def billed_run(
-    runtime: Runtime, session: SessionRecord, *, trigger: str = "input", turn_id: str | None = None
+    runtime: Runtime,
+    session: SessionRecord,
+    *,
+    trigger: str = "input",
+    turn_id: str | None = None,
+    inputs: Sequence[InputRecord] = (),
 ) -> str | None:
-    """The run that work of `session` is for and bills (turn `turn_id`, started or resumed by `trigger`; a
-    compaction is new work): the session's run, but for work begun on new input after that run ended (or was
-    reaped), which is other work of the agent's. A turn begun before the end stays the run's when it resumes
-    after it (an answer, a restart); an observer's turns watch for the run whatever starts them; a sub-agent's
-    work begun after the end is the run's while its parent is at a turn of the run's (`_parents_run`)."""
+    """The run that work of `session` is for and bills (turn `turn_id`, started by `trigger`, on `inputs` for a
+    new turn; a compaction is new work): the session's run, but for work begun on new input after that run ended
+    (or was reaped), which is other work of the agent's. Input the run sent (queued by a turn of the run's or by
+    the run's task, `InputRecord.run_id`) is the run's work whenever a turn takes it; a turn begun as the run's
+    (before the end, or on such input) stays the run's when it resumes after the end (an answer, a restart); an
+    observer's turns watch for the run whatever starts them; a sub-agent's work begun after the end is the run's
+    while its parent is at a turn of the run's (`_parents_run`)."""
     if session.run_id is None or session.is_observer:
         return session.run_id
     try:
         run = await runtime.store.get_run(session.run_id)
     except NotFound:
         return None
-    if run.ended_at is None:
+    if run.ended_at is None or any(item.run_id == run.id for item in inputs):
         return run.id
-    if trigger != "input" and turn_id is not None:
-        began = await runtime.store.read_events(session.id, turn_id=turn_id, limit=1)
-        if began and began[0].at <= run.ended_at:
-            return run.id
+    if trigger != "input" and turn_id is not None and await _began_as_the_runs(runtime, session, turn_id, run):
+        return run.id
     return await _parents_run(runtime, session, run.id)
+
+
+async def _began_as_the_runs(runtime: Runtime, session: SessionRecord, turn_id: str, run: RunRecord) -> bool:
+    """Whether turn `turn_id` of `session` began as work of ended run `run`: its first part billed the run (as its
+    start records), or began before the end (a start recorded before starts said what they bill)."""
+    began = await runtime.store.read_events(session.id, turn_id=turn_id, limit=1)
+    if not began:
+        return False
+    start = began[0]
+    billed = start.payload.run_id if isinstance(start.payload, TurnStarted) else None
+    return billed == run.id or (run.ended_at is not None and start.at <= run.ended_at)
 
 
 async def _parents_run(runtime: Runtime, session: SessionRecord, run_id: str) -> str | None:
     """What work of a sub-agent of ended run `run_id` begun after the end is for: its parent's, the run when the
-    parent is at a turn of the run's (one begun before the end, gone on after it, spawned the sub-agent or sent
-    it this). None for an agent that no agent of the run spawned, or whose parent is at other work or idle."""
+    parent is at a turn of the run's (one begun before the end or on the run's work, gone on after it, spawned
+    the sub-agent or sent it this). None for an agent that no agent of the run spawned, or whose parent is at
+    other work or idle."""
     if session.parent_id is None:
         return None
     try:

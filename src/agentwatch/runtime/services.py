@@ -195,12 +195,26 @@ class Runtime(Protocol):
         """Create a session of `role`."""
 
     async def enqueue(
-        self, session_id: str, text: str, *, origin: Origin | None = None, meta: bool = False, key: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        origin: Origin | None = None,
+        meta: bool = False,
+        key: str | None = None,
+        run_id: str | None = None,
     ) -> int:
-        """Queue input for a session's next turn (once per `key`); returns how many inputs now wait."""
+        """Queue input for a session's next turn (once per `key`; the work of run `run_id`); returns how many
+        inputs now wait."""
 
     async def queue_input(
-        self, session_id: str, text: str, *, origin: Origin | None = None, key: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        origin: Origin | None = None,
+        key: str | None = None,
+        run_id: str | None = None,
     ) -> Queued:
         """`enqueue`, saying also whether the input's key was sent before."""
 

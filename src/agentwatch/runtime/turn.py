@@ -362,7 +362,7 @@ async def run_plan(
     """
     definition = runtime.roster.get(session.role)  # (the driver runs only sessions whose role resolves)
     turn_id = session.current_turn_id if plan.kind != "input" and session.current_turn_id else new_id("trn")
-    run_id = await billed_run(runtime, session, trigger=plan.kind, turn_id=turn_id)
+    run_id = await billed_run(runtime, session, trigger=plan.kind, turn_id=turn_id, inputs=plan.inputs)
     turn = _Turn(runtime, emitter, session, definition, turn_id, run_id, take=_take(runtime, session.id))
     emitter.touch_seconds = stream_touch_seconds(runtime.stuck_after(session.role))  # (its role's, as read now)
     try:
@@ -466,6 +466,7 @@ async def _begin(turn: _Turn, plan: Plan, history: Sequence[JsonValue]) -> str |
         role=session.role,
         system_prompt_hash=prompt_hash,
         system_prompt=None if stored_hash == prompt_hash else instructions,
+        run_id=turn.run_id,
     )
     settings = {**session.settings, "system_prompt_hash": prompt_hash}
     if plan.kind == "input":
@@ -593,7 +594,7 @@ async def _server_tool_specs(turn: _Turn) -> list[ToolSpec]:
 
 def _runner(turn: _Turn, tool: Tool) -> Any:
     async def call(context: ToolContext, args: dict[str, Any]) -> JsonValue:
-        caller = Caller(turn.session_id, turn.turn_id, context.tool_call_id, turn.session.scope)
+        caller = Caller(turn.session_id, turn.turn_id, context.tool_call_id, turn.session.scope, turn.run_id)
         return await tool.handler(turn.runtime, caller, args)
 
     return _gated(turn, tool.name, call)

@@ -62,6 +62,9 @@ class Caller:
     """The model's id for the call."""
     scope: str | None = None
     """The chat the call comes from (a chat's own agent wins name resolution)."""
+    run_id: str | None = None
+    """The run the calling turn works for and bills (None: no run): work it sends an agent of that run is the
+    run's, even when that agent's turn on it begins after the run ended."""
 
 
 ToolHandler = Callable[[Any, Caller, dict[str, Any]], Awaitable[JsonValue]]

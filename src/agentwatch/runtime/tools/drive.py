@@ -281,7 +281,7 @@ async def agent_create(engine: Runtime, caller: Caller, args: CreateArgs) -> Cre
     session = await _create_child(engine, caller, args, "spawn")
     pending = 0
     if args.prompt:
-        pending = await engine.enqueue(session.id, args.prompt, origin=_origin(caller))
+        pending = await engine.enqueue(session.id, args.prompt, origin=_origin(caller), run_id=caller.run_id)
     return Created(agent_id=session.id, name=session.name, status=session.status, pending_inputs=pending)
 
 
@@ -291,7 +291,7 @@ async def agent_enqueue(engine: Runtime, caller: Caller, args: EnqueueArgs) -> E
         held = (await engine.store.get_session(args.agent_id)).interception
         if held is not None:
             origin = Origin(kind="person", ref=str(held.get("by")))
-    queued = await engine.queue_input(args.agent_id, args.prompt, origin=origin, key=args.key)
+    queued = await engine.queue_input(args.agent_id, args.prompt, origin=origin, key=args.key, run_id=caller.run_id)
     return Enqueued(agent_id=args.agent_id, pending_inputs=queued.pending_inputs, duplicate=queued.duplicate)
 
 
@@ -302,7 +302,7 @@ async def agent_await(engine: Runtime, caller: Caller, args: AwaitArgs) -> Statu
 
 async def agent_task(engine: Runtime, caller: Caller, args: TaskArgs) -> StatusSnapshot:
     session = await _create_child(engine, caller, args, "task")
-    await engine.enqueue(session.id, args.prompt, origin=_origin(caller))
+    await engine.enqueue(session.id, args.prompt, origin=_origin(caller), run_id=caller.run_id)
     session, timed_out = await engine.wait(session.id, args.timeout_ms / 1000)
     return await _snapshot(engine, session, timed_out)
 
