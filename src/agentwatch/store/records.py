@@ -310,9 +310,10 @@ class InputDraft(BaseModel):
     """Its id when the caller chose one (a keyed input: see `Engine.enqueue`); a write adding an input whose id
     is taken is refused (`Conflict`) and adds nothing. None: the store makes one."""
     run_id: str | None = None
-    """The run whose work it is: the run the turn that sent it billed (an agent's `agent_enqueue`, say). A turn of
-    an agent of that run begun on it bills the run even after the run ended (`runtime.runs.billed_run`). None:
-    the input asks for no run's work (a person's, or sent before inputs said so)."""
+    """The run whose work it is: the run the turn that sent it billed (an agent's `agent_enqueue`, say), or whose
+    task it is. A turn of an agent of that run begun on it bills the run even after the run ended
+    (`runtime.runs.billed_run`). None: the input asks for no run's work (a person's, or sent before inputs said
+    so)."""
 
     @property
     def is_report(self) -> bool:
