@@ -18,7 +18,7 @@ from agentwatch.events import PageCursor, query_digest
 from agentwatch.reads.runs import HistoryArgs
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
-from agentwatch.runtime.runs import TaskFailed
+from agentwatch.runtime.runs import Run, TaskFailed
 from agentwatch.store import RunDraft, RunFilter, RunPatch, SessionFilter, SessionRecord, SpanPatch
 from tests.runtime.support import HeldTool, OpenEngine, Scripted, lease_config, role
 from tests.watchers.support import reporting
@@ -804,6 +804,25 @@ async def test_a_sub_agent_spawned_by_a_runs_turn_after_the_run_ended_bills_the_
     assert {s["ref"]["agentId"] for s in again["spans"] if s["kind"] == "turn"} == by_agent
 
 
+async def _work_sent_to_a_busy_sub_agent(
+    engine: Engine, name: str, inbox: HeldTool, sorter: dict[str, str]
+) -> tuple[Run, SessionRecord, SessionRecord]:
+    """In run `name`: a `lead` and its `helper` sub-agent, which is kept busy in `inbox`'s tool while the lead's
+    turn of the run sends it work (the lead's script sends to `sorter["id"]`); then the run ends, and the helper
+    is let go of its tool: its turn on the sent work begins after the end. The run, the lead and the helper."""
+    async with engine.run(name) as run:
+        boss = await engine.create("lead", run_id=run.id)
+        child = await engine.create("helper", parent_id=boss.id, run_id=run.id)
+        sorter["id"] = child.id
+        await engine.enqueue(child.id, "watch the inbox")
+        await asyncio.wait_for(inbox.started.wait(), 10)
+        await engine.enqueue(boss.id, "during the run")
+        settled, timed_out = await engine.wait(boss.id, 10)
+        assert not timed_out and settled.status in ("completed", "idle")
+    inbox.release.set()
+    return run, boss, child
+
+
 async def test_work_a_runs_turn_sends_a_busy_sub_agent_bills_the_run_when_its_turn_begins_after_the_end(
     open_engine: OpenEngine, scripted: Scripted, url: str
 ) -> None:
@@ -827,16 +846,7 @@ async def test_work_a_runs_turn_sends_a_busy_sub_agent_bills_the_run_when_its_tu
         grant=("spawn",),
     )
     async with open_engine(lead, helper, tools=[inbox.tool], extensions=[], store=url) as engine:
-        async with engine.run("sent") as run:
-            boss = await engine.create("lead", run_id=run.id)
-            child = await engine.create("helper", parent_id=boss.id, run_id=run.id)
-            sorter["id"] = child.id
-            await engine.enqueue(child.id, "watch the inbox")
-            await asyncio.wait_for(inbox.started.wait(), 10)
-            await engine.enqueue(boss.id, "during the run")
-            settled, timed_out = await engine.wait(boss.id, 10)
-            assert not timed_out and settled.status in ("completed", "idle")
-        inbox.release.set()  # (the sub-agent's turn on the parent's work begins after the run ended)
+        run, boss, child = await _work_sent_to_a_busy_sub_agent(engine, "sent", inbox, sorter)
         settled, timed_out = await engine.wait(child.id, 10)
         assert not timed_out and settled.status in ("completed", "idle") and settled.pending_inputs == 0
         billed = await engine.store.usage_totals([boss.id, child.id])
@@ -898,16 +908,7 @@ async def test_a_turn_begun_on_work_a_run_sent_after_the_end_bills_the_run_when_
         grant=("spawn",),
     )
     async with open_engine(lead, helper, tools=[inbox.tool, file_mail], extensions=[], store=url) as engine:
-        async with engine.run("asked") as run:
-            boss = await engine.create("lead", run_id=run.id)
-            child = await engine.create("helper", parent_id=boss.id, run_id=run.id)
-            sorter["id"] = child.id
-            await engine.enqueue(child.id, "watch the inbox")
-            await asyncio.wait_for(inbox.started.wait(), 10)
-            await engine.enqueue(boss.id, "during the run")
-            settled, timed_out = await engine.wait(boss.id, 10)
-            assert not timed_out and settled.status in ("completed", "idle")
-        inbox.release.set()
+        run, boss, child = await _work_sent_to_a_busy_sub_agent(engine, "asked", inbox, sorter)
         paused, timed_out = await engine.wait(child.id, 10)
         assert not timed_out and paused.status == "awaiting_input"
         (request,) = await engine.store.list_requests(session_id=child.id)
