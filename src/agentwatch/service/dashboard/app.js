@@ -626,8 +626,7 @@
 
   // `focus`: once it is shown, the keyboard goes to it (what it waits on, else its name), not back to the list.
   async function select(id, { focus = false } = {}) {
-    if (state.source) state.source.close();
-    Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null, ending: new Map(), shownEnds: new Set(), readBack: false });
+    watchOnly(id);
     keepPlace();
     markCurrent($("agents"), id);
     $("log").replaceChildren();
@@ -658,9 +657,14 @@
     attach(id);
   }
 
-  function unselect() {
+  // What the page keeps of the agent it watches goes with it: `id`'s log starts afresh (null: none is watched).
+  function watchOnly(id) {
     if (state.source) state.source.close();
-    Object.assign(state, { selected: null, agent: null, cursor: null, source: null, typing: null, ending: new Map(), shownEnds: new Set(), readBack: false });
+    Object.assign(state, { selected: id, agent: null, cursor: null, source: null, typing: null, ending: new Map(), shownEnds: new Set(), readBack: false });
+  }
+
+  function unselect() {
+    watchOnly(null);
     markCurrent($("agents"), null);
     $("detail").hidden = true;
     $("pick").hidden = false;
