@@ -48,6 +48,7 @@ from bench.store import (
     _build_tail,
     _cached_database,
     _hand_key,
+    _tenth_key,
     _unreachable,
     _utc_text,
 )
@@ -144,9 +145,8 @@ def _hand_listing(*keys: str) -> tuple[str, str]:
     return f"{select} {order}", f"{select} AND ({', '.join(keys)}) < ({', '.join('?' * len(keys))}) {order}"
 
 
-_HAND_FIRST, _HAND_AFTER = _hand_listing("boss", "live", "last_active_at", "id")
-_PG_HAND_FIRST, _PG_HAND_AFTER = _hand_listing("boss", "live", "active_tenth", "last_active_at", "id")
-"""PostgreSQL's, in the order its index holds: the tenth of a second of the activity, then the exact time."""
+_HAND_FIRST, _HAND_AFTER = _hand_listing("boss", "live", "active_tenth", "last_active_at", "id")
+"""In the order the index holds: the tenth of a second of the activity, then the exact time within it."""
 
 Rows = list[tuple[Any, ...]]
 HandList = Callable[[tuple[Any, ...] | None], Rows]
@@ -161,7 +161,7 @@ def _hand_list(connection: sqlite3.Connection) -> HandList:
         params = (*_LIST_STATUSES, _LIST_ROLE)
         if after is None:
             return connection.execute(_HAND_FIRST, (*params, _PAGE_SIZE + 1)).fetchall()
-        return connection.execute(_HAND_AFTER, (*params, *after, _PAGE_SIZE + 1)).fetchall()
+        return connection.execute(_HAND_AFTER, (*params, *_tenth_key(after), _PAGE_SIZE + 1)).fetchall()
 
     return page
 
@@ -397,10 +397,10 @@ def _pg_hand_list(connection: Any) -> HandList:
     def page(after: tuple[Any, ...] | None) -> Rows:
         params = (*_LIST_STATUSES, _LIST_ROLE)
         if after is None:
-            return connection.execute(_pg(_PG_HAND_FIRST), (*params, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
+            return connection.execute(_pg(_HAND_FIRST), (*params, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
         boss, live, moment, session_id = after
         key = (bool(boss), bool(live), tenth_of(moment), moment, session_id)  # booleans, not SQLite's 0/1
-        return connection.execute(_pg(_PG_HAND_AFTER), (*params, *key, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
+        return connection.execute(_pg(_HAND_AFTER), (*params, *key, _PAGE_SIZE + 1)).fetchall()  # type: ignore[no-any-return]
 
     return page
 

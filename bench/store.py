@@ -820,14 +820,15 @@ _ROLES: Final = ("chat", "coder", "reviewer", "researcher", "planner", "digest",
 _LIST_FILTER: Final = SessionFilter(status=["running", "awaiting_input", "failed"], role=["chat", "coder"])
 _SESSION_COLUMNS: Final = tuple(SessionRecord.model_fields)
 # The listing as one would write it by hand against the schema: newest first after the boss and the live
-# sessions (the schema keeps `live` as a column, with an index in this order), and the keyset as a
-# row-value comparison, which the index scan starts from.
+# sessions (the schema keeps `live` as a column, and the tenth of a second of the activity, with an index in
+# this order; the exact time orders the sessions within a tenth), and the keyset as a row-value comparison,
+# which the index scan starts from.
 _HAND_WHERE: Final = "status IN (?, ?, ?) AND role IN (?, ?) AND deleted_at IS NULL"
-_HAND_ORDER: Final = "ORDER BY boss DESC, live DESC, last_active_at DESC, id DESC LIMIT ?"
+_HAND_ORDER: Final = "ORDER BY boss DESC, live DESC, active_tenth DESC, last_active_at DESC, id DESC LIMIT ?"
 _HAND_FIRST: Final = f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} {_HAND_ORDER}"
 _HAND_AFTER: Final = (
     f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE {_HAND_WHERE} "
-    f"AND (boss, live, last_active_at, id) < (?, ?, ?, ?) {_HAND_ORDER}"
+    f"AND (boss, live, active_tenth, last_active_at, id) < (?, ?, ?, ?, ?) {_HAND_ORDER}"
 )
 _HAND_PARAMS: Final = ("running", "awaiting_input", "failed", "chat", "coder")
 
@@ -885,9 +886,16 @@ async def _build_sessions(path: Path, count: int) -> None:
 
 
 def _hand_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The listing's key at a row (boss, live, the activity time, id); `_tenth_key` puts the tenth in."""
     column = _SESSION_COLUMNS.index
     live = row[column("deleted_at")] is None and row[column("status")] not in TERMINAL_STATUSES
     return (row[column("boss")], int(live), row[column("last_active_at")], row[column("id")])
+
+
+def _tenth_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A SQLite listing's key (`_hand_key`) with the tenth of a second of its time (`active_tenth`) before it."""
+    boss, live, moment, session_id = key
+    return (boss, live, moment[:21], moment, session_id)
 
 
 async def list_sqlite(ctx: Context) -> list[Result]:
@@ -982,4 +990,4 @@ def _hand_page(connection: sqlite3.Connection, after: tuple[Any, ...] | None) ->
     # One row past the page, as the store reads, to know whether another page follows.
     if after is None:
         return connection.execute(_HAND_FIRST, (*_HAND_PARAMS, _PAGE_SIZE + 1)).fetchall()
-    return connection.execute(_HAND_AFTER, (*_HAND_PARAMS, *after, _PAGE_SIZE + 1)).fetchall()
+    return connection.execute(_HAND_AFTER, (*_HAND_PARAMS, *_tenth_key(after), _PAGE_SIZE + 1)).fetchall()

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
+from itertools import groupby, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,15 @@ from hypothesis import strategies as st
 
 from agentwatch.errors import Conflict, InvalidArgument, NotFound, StoreError
 from agentwatch.events import NewEvent, Usage, UserMessage
-from agentwatch.store import SessionDraft, SessionPatch, UsageEntry, Write, connect_store, open_store
+from agentwatch.store import (
+    SessionDraft,
+    SessionFilter,
+    SessionPatch,
+    UsageEntry,
+    Write,
+    connect_store,
+    open_store,
+)
 from agentwatch.store import sqlite as sqlite_module
 from agentwatch.store._appends import apply_appends
 from agentwatch.store._sql import Dialect, Tx
@@ -45,6 +54,12 @@ def writer_statements(store: SqliteStore) -> Iterator[list[str]]:
     statements: list[str] = []
     with traced(store, statements.append):
         yield statements
+
+
+def session_updates(statements: list[str]) -> list[str]:
+    """The `UPDATE sessions` statements among `statements`, each once: SQLite's trace names a statement again for
+    each trigger it fires (the one that keeps a session's tenth of a second of activity, see below)."""
+    return [statement for statement, _ in groupby(s for s in statements if s.startswith("UPDATE sessions"))]
 
 
 async def test_a_relative_url_creates_the_parent_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,8 +166,75 @@ async def test_a_write_that_does_not_touch_its_session_leaves_the_activity_time_
         loud = await store.get_session(session.id)
         assert (quiet.last_seq, quiet.last_active_at) == (1, session.last_active_at)
         assert loud.last_seq == 2 and loud.last_active_at > session.last_active_at
-        updates = [s for s in statements if s.startswith("UPDATE sessions")]
+        updates = session_updates(statements)
         assert ["last_active_at" in s for s in updates] == [False, True]
+
+
+async def _count_tenth_moves(store: SqliteStore) -> None:
+    """Count, on the writer's connection, each time a session's `active_tenth` is set (`_tenth_moves`)."""
+
+    async def install(tx: Tx) -> None:
+        await tx.execute("CREATE TEMP TABLE tenth_moves (session_id TEXT)")
+        await tx.execute(
+            "CREATE TEMP TRIGGER tenth_moved AFTER UPDATE OF active_tenth ON sessions "
+            "BEGIN INSERT INTO tenth_moves VALUES (NEW.id); END"
+        )
+
+    await store._write(install)
+
+
+async def _tenth_moves(store: SqliteStore) -> int:
+    async def count(tx: Tx) -> int:
+        [(moves,)] = await tx.fetch("SELECT count(*) FROM tenth_moves")
+        return int(moves)
+
+    return await store._write(count)
+
+
+def _tenths_kept(path: Path) -> list[tuple[str, str]]:
+    """Each session's `active_tenth` and its `last_active_at`, read with plain sqlite3."""
+    connection = sqlite3.connect(path)
+    try:
+        return connection.execute("SELECT active_tenth, last_active_at FROM sessions ORDER BY id").fetchall()
+    finally:
+        connection.close()
+
+
+async def test_appends_within_a_tenth_of_a_second_leave_the_activity_listings_indexes_alone(tmp_path: Path) -> None:
+    # The listings' indexes hold the tenth of a second of the activity: an append whose time stays in its
+    # session's tenth sets no indexed column, so SQLite leaves both indexes alone; one in a new tenth moves it.
+    path = tmp_path / "a.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        assert isinstance(store, SqliteStore)
+        session = await store.create_session(SessionDraft(name="nova", role="chat"))
+        await _count_tenth_moves(store)
+        for n in range(20):
+            await store.append(session.id, [NewEvent(UserMessage(text=str(n)))])
+        times = [session.last_active_at] + [event.at for event in await store.read_events(session.id)]
+        moves = await _tenth_moves(store)
+    tenths = [moment.isoformat(timespec="microseconds")[:21] for moment in times]
+    moved = sum(before != after for before, after in pairwise(tenths))
+    assert moved < 20, "20 appends in a row spanned 20 tenths of a second: this machine is too slow"
+    assert moves == moved
+    assert _tenths_kept(path) == [(tenths[-1], times[-1].isoformat(timespec="microseconds"))]
+
+
+async def test_every_write_that_moves_the_activity_keeps_its_tenth(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        first = await store.create_session(SessionDraft(name="nova", role="chat"))
+        second = await store.create_session(SessionDraft(name="vega", role="chat"))
+        await asyncio.sleep(0.1)  # a later tenth for what follows
+        await store.write(Write(first.id, [NewEvent(UserMessage(text="hi"))], session=SessionPatch(status="running")))
+        await asyncio.gather(*(store.append(s.id, [NewEvent(UserMessage(text="again"))]) for s in (first, second)))
+        await store.append(first.id, [NewEvent(UserMessage(text="last"))])
+        await store.write(Write(second.id, [NewEvent(UserMessage(text="quiet"))], touch=False))
+        newest = await store.list_sessions(SessionFilter(), limit=10)
+        oldest = await store.list_sessions(SessionFilter(), sort="oldest", limit=10)
+    kept = _tenths_kept(path)
+    assert len(kept) == 2 and all(tenth == moment[:21] for tenth, moment in kept)
+    assert [s.id for s in newest.items] == [first.id, second.id]
+    assert [s.id for s in oldest.items] == [second.id, first.id]
 
 
 async def test_writes_after_close_are_refused(tmp_path: Path) -> None:
@@ -308,7 +390,7 @@ async def test_a_group_writes_its_session_rows_a_few_statements_at_a_time(tmp_pa
             await appended
         statements = statements[statements.index("BEGIN IMMEDIATE") :]  # the hold's COMMIT came first
         assert sum(statement == "COMMIT" for statement in statements) == 1
-        updates = [statement for statement in statements if statement.startswith("UPDATE sessions")]
+        updates = session_updates(statements)
         # Three touched rows: a statement of two rows and one of one; two priced: one statement; the lone
         # rows of the other two shapes: one plain statement each. (The trace shows the values in place.)
         assert sorted(statement.count("('ses_") for statement in updates) == [0, 0, 1, 2, 2]

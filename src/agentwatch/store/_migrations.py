@@ -45,7 +45,8 @@ def migrations(dialect: Literal["sqlite", "postgres"]) -> tuple[Migration, ...]:
             continue
         text = entry.read_text(encoding="utf-8")
         lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
-        # Statements end with ';' at the end of a line; the files hold no triggers or string literals with one.
+        # Statements end with ';' at the end of a line (a trigger's inner statement ends on its END's line); the
+        # files hold no string literal with one.
         statements = tuple(part.strip() for part in "\n".join(lines).split(";\n") if part.strip().rstrip(";"))
         found.append(Migration(int(match[1]), match[2], tuple(s.rstrip(";") for s in statements)))
     found.sort(key=lambda migration: migration.version)

@@ -85,9 +85,9 @@ class Dialect:
     """An aware datetime as the driver should receive it."""
     json_param: Callable[[str], Any]
     """A JSON document (as text) as the driver should receive it."""
-    activity_tenths: bool = False
-    """The sessions table keeps `active_tenth`, the tenth of a second of `last_active_at` (`tenth_of`), and
-    the activity listings' indexes hold it instead of the exact time (PostgreSQL: see its migration 8)."""
+    tenth_param: Callable[[datetime], Any]
+    """The tenth of a second a moment falls in, as the sessions' `active_tenth` holds it: the activity listings'
+    indexes hold that tenth instead of the exact time (see the migrations named `activity_by_the_tenth`)."""
     ascii_case: str = ""
     """What makes `lower()` of a column fold A-Z alone, as SQLite's does (PostgreSQL's folds by the column's
     collation: all of Unicode under the database's, none beyond ASCII under "C")."""
@@ -118,6 +118,12 @@ def tenth_of(moment: datetime) -> datetime:
     """The tenth of a second `moment` falls in, as PostgreSQL's `active_tenth` holds it: UTC, without zone."""
     moment = moment.astimezone(UTC)
     return moment.replace(microsecond=moment.microsecond // 100_000 * 100_000, tzinfo=None)
+
+
+def tenth_text(moment: datetime) -> str:
+    """The tenth of a second `moment` falls in, as SQLite's `active_tenth` holds it: its `utc_text` cut after the
+    tenths digit."""
+    return utc_text(moment)[:21]
 
 
 def utc_text(moment: datetime) -> str:
@@ -486,15 +492,14 @@ def keyset_page(
     # (expression, descending) in ORDER BY order: boss first, then live ones, then the sort, then the id.
     # `live` is the stored form of LIVE_SQL; each order has an index on exactly these keys (see the schema).
     keys = [("boss", True), ("live", True), (column, descending), ("id", descending)]
-    tenths = column == "last_active_at" and dialect.activity_tenths
-    if tenths:  # the index's order, then the exact time within each tenth of a second (the same order)
+    if column == "last_active_at":  # the index's order, then the exact time within each tenth (the same order)
         keys.insert(2, ("active_tenth", descending))
     if cursor is not None and all(desc for _, desc in keys):
         # One direction throughout: a row-value comparison, which the index scan can start from.
         conditions.append(f"({', '.join(key for key, _ in keys)}) < ({', '.join('?' * len(keys))})")
-        params.extend(_cursor_values(_opened(cursor, digest), column, dialect, tenths=tenths))
+        params.extend(_cursor_values(_opened(cursor, digest), column, dialect))
     elif cursor is not None:
-        values = _cursor_values(_opened(cursor, digest), column, dialect, tenths=tenths)
+        values = _cursor_values(_opened(cursor, digest), column, dialect)
         # Expanded row comparison, since the directions differ: rows strictly after the cursor's row.
         branches: list[str] = []
         for i, (expression, desc) in enumerate(keys):
@@ -534,8 +539,8 @@ def _opened(cursor: str | PageCursor, digest: str) -> PageCursor:
     return cursor
 
 
-def _cursor_values(cursor: PageCursor, column: str, dialect: Dialect, *, tenths: bool) -> list[Any]:
-    """The values of the listing's keys at the cursor (with `tenths`, the tenth of its time before it)."""
+def _cursor_values(cursor: PageCursor, column: str, dialect: Dialect) -> list[Any]:
+    """The values of the listing's keys at the cursor (for the activity, the tenth of its time before it)."""
     match cursor.key:
         case (bool(boss), bool(live), str(value), str(session_id)):
             pass
@@ -546,9 +551,7 @@ def _cursor_values(cursor: PageCursor, column: str, dialect: Dialect, *, tenths:
             moment = datetime.fromisoformat(value)
         except ValueError:
             raise InvalidCursor("the page cursor holds no valid time; drop it to start over") from None
-        if tenths:
-            return [boss, live, tenth_of(moment), dialect.time_param(moment), session_id]
-        return [boss, live, dialect.time_param(moment), session_id]
+        return [boss, live, dialect.tenth_param(moment), dialect.time_param(moment), session_id]
     return [boss, live, value, session_id]
 
 

@@ -58,7 +58,7 @@ from agentwatch.store.records import (
 
 __all__ = ["SCHEMA_VERSION", "EventValues", "RunStore", "Store"]
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 """The schema version this code writes and reads; a database at a higher version is refused."""
 
 

@@ -35,7 +35,7 @@ from agentwatch.events import Event
 from agentwatch.store import hide_password
 from agentwatch.store._appends import apply_appends
 from agentwatch.store._migrations import migrate, recorded_version
-from agentwatch.store._sql import Dialect, Row, Tx, aware, check_params
+from agentwatch.store._sql import Dialect, Row, Tx, aware, check_params, tenth_of
 from agentwatch.store._sqlbase import utc_now
 from agentwatch.store._sqlstore import SqlStore
 from agentwatch.store.records import Write
@@ -85,7 +85,7 @@ DIALECT = Dialect(
     for_update=" FOR UPDATE",
     time_param=aware,
     json_param=_json_text,
-    activity_tenths=True,
+    tenth_param=tenth_of,
     ascii_case=' COLLATE "C"',
 )
 

@@ -52,7 +52,7 @@ from agentwatch.store._appends import Counters, apply_appends
 from agentwatch.store._jobs import Job, settle
 from agentwatch.store._migrations import migrate, recorded_version
 from agentwatch.store._readers import Readers
-from agentwatch.store._sql import Dialect, Tx, utc_text
+from agentwatch.store._sql import Dialect, Tx, tenth_text, utc_text
 from agentwatch.store._sqlite_connection import SqliteTx, as_store_error, begin_at_once, cause, connect, drive
 from agentwatch.store._sqlstore import SqlStore
 from agentwatch.store.records import Write
@@ -77,7 +77,9 @@ Known = tuple[int, str, str, str, int, float]
 """A session's counters as the writer's last commit left them: last_seq, conversation_id, role, status,
 tokens, cost_usd (the fields of `Counters` that a row holds)."""
 
-DIALECT = Dialect(name="sqlite", for_update="", time_param=utc_text, json_param=lambda text: text)
+DIALECT = Dialect(
+    name="sqlite", for_update="", time_param=utc_text, json_param=lambda text: text, tenth_param=tenth_text
+)
 
 
 def _now() -> datetime:

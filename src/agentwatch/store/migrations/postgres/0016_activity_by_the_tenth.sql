@@ -1,0 +1,2 @@
+-- Schema 16 changes only SQLite's activity listings (see its migration): PostgreSQL's hold the tenth of a
+-- second of the activity since schema 8.
