@@ -163,7 +163,7 @@ async def test_a_schema_1_database_upgrades_and_reads_back_whole(store_url: str,
             True,
             _T0,
         )
-        # The activity listings page through the upgraded rows (on PostgreSQL by a column the upgrade computed).
+        # The activity listings page through the upgraded rows, by the tenth of a second the upgrade computed.
         first = await store.list_sessions(SessionFilter(), sort="newest", limit=1)
         second = await store.list_sessions(SessionFilter(), sort="newest", limit=1, cursor=first.next_cursor)
         assert [s.id for s in first.items + second.items] == ["ses_old2", "ses_old1"]
