@@ -418,12 +418,15 @@ def _copy_to_postgres(url: str, sessions_path: Path, tail_path: Path, per_sessio
     import psycopg
 
     tables = {"sessions": ("boss", "is_observer"), "conversations": ()}
+    computed = {"active_tenth"}  # PostgreSQL computes it (SQLite's triggers keep it): COPY cannot name it
     with psycopg.connect(url) as target:
         for path in (sessions_path, tail_path):
             source = _raw(path)
             try:
                 for table, booleans in tables.items():
-                    columns = [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
+                    columns = [
+                        row[1] for row in source.execute(f"PRAGMA table_info({table})") if row[1] not in computed
+                    ]
                     flags = [columns.index(column) for column in booleans]
                     with target.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
                         for row in source.execute(f"SELECT {', '.join(columns)} FROM {table}"):
