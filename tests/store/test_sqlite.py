@@ -638,6 +638,23 @@ async def test_a_lone_write_commits_on_its_callers_thread_and_is_durable(tmp_pat
         assert [e.seq for e in await reopened.read_events(session.id)] == [event.seq, event.seq + 1]
 
 
+async def test_a_write_that_may_touch_many_sessions_commits_on_the_writer_thread(tmp_path: Path) -> None:
+    # Its size is not bounded by one session's: on the loop, a renewal of 1,000 leases held everything else up.
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(3)]
+        ids = [s.id for s in sessions]
+        for session_id in ids:
+            assert await store.acquire_lease(session_id, "engine-a", 60)
+        with commit_threads(store) as threads:
+            assert set(await store.renew_leases("engine-a", ids, 60)) == set(ids)
+            await store.create_session(SessionDraft(name="later", role="chat"))
+            await store.append(sessions[0].id, [NewEvent(UserMessage(text="hi"))])  # one session's: at once
+        assert len(threads) == 3
+        assert threads[0] != threading.get_ident() and threads[1] != threading.get_ident()
+        assert threads[2] == threading.get_ident()
+
+
 async def test_writes_made_together_still_share_the_writer_threads_commit(tmp_path: Path) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
