@@ -17,8 +17,9 @@ larger one on a reader thread: see `_readers`).
 
 A write of one session that nothing could share a commit with is applied on its caller's thread instead, the
 same way, on the writer's connection: when nothing is queued for the writer, nothing else is ready to run on
-the caller's loop (no other caller could write before the commit is over), the loop turn's budget for such work is not
-spent (`Mailbox.inline_room`), and the database's write lock is free (it never waits for another process).
+the caller's loop (no other caller could write before the commit is over), the loop turn's budget for such
+work is not spent (`Mailbox.inline_room`), and the database's write lock is free (it never waits for another
+process).
 One session appending alone, or a turn's commit (the only write in flight while its tools wait for it), is
 such a write: on its own thread it saves the two hand-overs between threads (measured: one session's appends
 ~40 % more per second; a ten-tool turn 3-9 % less time). The caller's loop is held for the commit, its fsync
