@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 SQLITE_AND_MEMORY = (
     "store.append.sqlite",
@@ -111,6 +113,33 @@ def test_tiny_run_writes_well_formed_results(tmp_path: Path) -> None:
     # Every figure is printed in the table too.
     for name in names:
         assert name in completed.stdout
+
+
+@pytest.mark.postgres
+def test_tiny_run_on_postgresql_writes_its_figures(tmp_path: Path, postgres_url: str) -> None:
+    # The PostgreSQL figures build on the SQLite ones (`reads.postgres` copies their cached databases' rows), so
+    # a change of SQLite's schema can break them: a run of both catches it.
+    output = tmp_path / "latest.json"
+    completed = run_bench(
+        "--size",
+        "tiny",
+        "--only",
+        "store.append.postgres",
+        "reads.postgres",
+        "--postgres",
+        postgres_url,
+        "--output",
+        str(output),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
+
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    run = json.loads((output.parent / "latest.run.json").read_text())
+    assert (run["failed"], run["skipped"]) == ([], [])
+    names = [entry["name"] for entry in json.loads(output.read_text())]
+    for benchmark in ("store.append.postgres", "reads.postgres"):
+        assert any(name.startswith(f"{benchmark}.") for name in names), f"{benchmark} produced no figure"
 
 
 def test_unknown_benchmark_is_refused_with_the_known_names(tmp_path: Path) -> None:
