@@ -66,13 +66,16 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def test_tiny_run_writes_well_formed_results(tmp_path: Path) -> None:
+def tiny_run(tmp_path: Path, benchmarks: tuple[str, ...], *options: str) -> tuple[Any, str]:
+    """Run `benchmarks` in the tiny size; their results, after checking that the run failed and skipped none
+    and that each benchmark produced a figure; and what the run printed."""
     output = tmp_path / "results" / "latest.json"
     completed = run_bench(
         "--size",
         "tiny",
         "--only",
-        *SQLITE_AND_MEMORY,
+        *benchmarks,
+        *options,
         "--output",
         str(output),
         "--cache-dir",
@@ -87,9 +90,15 @@ def test_tiny_run_writes_well_formed_results(tmp_path: Path) -> None:
     assert run["skipped"] == []
     assert isinstance(results, list)
     names = [entry["name"] for entry in results]
-    assert len(names) == len(set(names))
-    for benchmark in SQLITE_AND_MEMORY:
+    for benchmark in benchmarks:
         assert any(name.startswith(f"{benchmark}.") for name in names), f"{benchmark} produced no figure"
+    return results, completed.stdout
+
+
+def test_tiny_run_writes_well_formed_results(tmp_path: Path) -> None:
+    results, printed = tiny_run(tmp_path, SQLITE_AND_MEMORY)
+    names = [entry["name"] for entry in results]
+    assert len(names) == len(set(names))
     for figure in HEADLINE_FIGURES:
         assert figure in names
     assert any(name.startswith("engine.history.turn") for name in names)
@@ -112,34 +121,14 @@ def test_tiny_run_writes_well_formed_results(tmp_path: Path) -> None:
         assert entry["met"] in (None, True, False)
     # Every figure is printed in the table too.
     for name in names:
-        assert name in completed.stdout
+        assert name in printed
 
 
 @pytest.mark.postgres
 def test_tiny_run_on_postgresql_writes_its_figures(tmp_path: Path, postgres_url: str) -> None:
     # The PostgreSQL figures build on the SQLite ones (`reads.postgres` copies their cached databases' rows), so
     # a change of SQLite's schema can break them: a run of both catches it.
-    output = tmp_path / "latest.json"
-    completed = run_bench(
-        "--size",
-        "tiny",
-        "--only",
-        "store.append.postgres",
-        "reads.postgres",
-        "--postgres",
-        postgres_url,
-        "--output",
-        str(output),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-    )
-
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    run = json.loads((output.parent / "latest.run.json").read_text())
-    assert (run["failed"], run["skipped"]) == ([], [])
-    names = [entry["name"] for entry in json.loads(output.read_text())]
-    for benchmark in ("store.append.postgres", "reads.postgres"):
-        assert any(name.startswith(f"{benchmark}.") for name in names), f"{benchmark} produced no figure"
+    tiny_run(tmp_path, ("store.append.postgres", "reads.postgres"), "--postgres", postgres_url)
 
 
 def test_unknown_benchmark_is_refused_with_the_known_names(tmp_path: Path) -> None:
