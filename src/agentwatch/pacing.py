@@ -80,8 +80,9 @@ class Mailbox:
         self._inline_spent = 0.0  # time spent on callers' work on the loop in this loop turn
         self._inline_turn = False  # whether the loop turn after the spending is to reset it
 
-    def post(self, outcomes: Iterable[Outcome]) -> None:
-        """Queue finished outcomes (any thread); wake the loop unless a hand-out is already under way."""
+    def post(self, outcomes: Iterable[Outcome], *, here: bool = False) -> None:
+        """Queue finished outcomes (any thread; `here`: the loop's own, which needs no wake-up through the loop's
+        self-pipe); wake the loop unless a hand-out is already under way."""
         with self._lock:
             self._outcomes.extend(outcomes)
             if self._scheduled:
@@ -91,7 +92,11 @@ class Mailbox:
         if loop is None:
             return  # the caller's loop is gone: nobody waits
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            loop.call_soon_threadsafe(self._hand_out, None)
+            (loop.call_soon if here else loop.call_soon_threadsafe)(self._hand_out, None)
+
+    def handing_out(self) -> bool:
+        """Whether outcomes still wait to be handed out: callers of this mailbox are about to resume."""
+        return bool(self._outcomes)
 
     def hand_back(self, value: T) -> asyncio.Future[T]:
         """A future for an outcome already known on the loop's own thread (a read that ran there, a sync tool's
@@ -110,6 +115,10 @@ class Mailbox:
     def inline_room(self) -> bool:
         """Whether work for a caller may still run on the loop's thread in this loop turn (`spent_inline`)."""
         return self._inline_spent < _INLINE_BUDGET_S
+
+    def sees_ready(self) -> bool:
+        """Whether `nothing_else_ready` can tell (asyncio's own loop); on any other loop it never counts as idle."""
+        return hasattr(self._loop(), "_ready")
 
     def nothing_else_ready(self) -> bool:
         """Whether the loop has nothing else to run in this turn: no other callback or task is ready (asyncio's

@@ -655,15 +655,85 @@ async def test_a_write_that_may_touch_many_sessions_commits_on_the_writer_thread
         assert threads[2] == threading.get_ident()
 
 
-async def test_writes_made_together_still_share_the_writer_threads_commit(tmp_path: Path) -> None:
-    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+def _hi() -> list[NewEvent]:
+    return [NewEvent(UserMessage(text="hi"))]
+
+
+async def test_appends_made_together_on_one_loop_share_one_commit_on_the_loop(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/a.db"
+    async with open_store(url) as store:
         assert isinstance(store, SqliteStore)
         sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(5)]
         with commit_threads(store) as threads:
-            events = await asyncio.gather(*(store.append(s.id, [NewEvent(UserMessage(text="hi"))]) for s in sessions))
-        # Each caller saw others ready to run: none wrote on the loop, and one commit took them all.
+            events = await asyncio.gather(*(store.append(s.id, _hi()) for s in sessions))
+        # Each caller saw others ready to run, so each append was held for the loop's group; once the loop had
+        # nothing else to run, the group was written there, in one commit.
+        assert [e.seq for [e] in events] == [1] * 5
+        assert threads == [threading.get_ident()]
+    async with open_store(url) as reopened:
+        assert [(await reopened.get_session(s.id)).last_seq for s in sessions] == [1] * 5
+
+
+async def test_a_group_larger_than_the_loop_may_take_goes_to_the_writer_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(5)]
+        monkeypatch.setattr(sqlite_module, "_GROUP_HERE_S", 4 * sqlite_module._FIRST_GUESS_S)  # room for 4 of 5
+        with commit_threads(store) as threads:
+            events = await asyncio.gather(*(store.append(s.id, _hi()) for s in sessions))
         assert [e.seq for [e] in events] == [1] * 5
         assert len(threads) == 1 and threads[0] != threading.get_ident()
+
+
+async def test_appends_on_a_loop_that_never_goes_idle_are_written_by_the_writer_thread(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(5)]
+        stop = False
+
+        async def spin() -> None:  # always ready to run
+            while not stop:
+                await asyncio.sleep(0)
+
+        spinner = asyncio.ensure_future(spin())
+        try:
+            with commit_threads(store) as threads:
+                events = await asyncio.wait_for(asyncio.gather(*(store.append(s.id, _hi()) for s in sessions)), 10)
+        finally:
+            stop = True
+            await spinner
+        assert [e.seq for [e] in events] == [1] * 5
+        assert threads and threading.get_ident() not in threads
+
+
+async def test_a_write_after_held_appends_of_its_loop_is_applied_after_them(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
+        assert isinstance(store, SqliteStore)
+        a, b = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(2)]
+        patched = Write(a.id, [NewEvent(UserMessage(text="patched"))], session=SessionPatch(last_text="patched"))
+        with commit_threads(store) as threads:
+            held = [asyncio.ensure_future(store.append(s.id, _hi())) for s in (a, b)]
+            await asyncio.sleep(0)  # both appends are made (and held: each saw the other ready)
+            [after] = await store.write(patched)
+            first, _ = await asyncio.gather(*held)
+        assert (first[0].seq, after.seq) == (1, 2)
+        assert [e.payload.text for e in await store.read_events(a.id)] == ["hi", "patched"]  # type: ignore[union-attr]
+        assert threads and threading.get_ident() not in threads  # the held appends went first, to the writer
+
+
+async def test_closing_the_store_writes_the_appends_held_on_its_loops(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/a.db"
+    store = await SqliteStore.open(url)
+    sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(3)]
+    appends = [asyncio.ensure_future(store.append(s.id, _hi())) for s in sessions]
+    await asyncio.sleep(0)  # made and held; the loop's group is not written yet
+    assert store._held
+    await store.close()
+    assert [e.seq for [e] in await asyncio.gather(*appends)] == [1] * 3
+    async with open_store(url) as reopened:
+        assert [(await reopened.get_session(s.id)).last_seq for s in sessions] == [1] * 3
 
 
 async def test_a_write_never_waits_on_the_loop_for_another_connections_lock(tmp_path: Path) -> None:

@@ -28,6 +28,16 @@ of every lease an engine holds, a sweep) always goes to the writer thread: its s
 session's, and on the loop it held up everything else (with 1,000 turns at once, the loop's longest stall went
 from 52-77 ms to 33-43 ms once the renewal of their leases left it).
 
+Appends (events, usage, messages) made while other work is ready on their loop are held for a moment instead,
+and written as one group (`_release`): many sessions appending at once on one loop are callers its mailbox wakes a
+few per loop turn, each of which appends again. Once the mailbox has woken them all and the loop has nothing else
+to run, the group is applied there, the same way (when it fits the time such a group may take on the loop,
+estimated from the groups before; otherwise, and on a loop that never goes idle, the writer thread takes it). A
+write of the same loop that is not an append sends the held appends to the writer thread ahead of it, so the
+writes of one loop are applied in the order made. Measured with 100 sessions appending at once: about a third
+less CPU time per append (no hand-over between threads, no waits for the GIL) and a quarter more appends per
+second.
+
 Outcomes go back to the callers' event loops through the store's `Mailbox` of each loop (`agentwatch.pacing`):
 one wake-up per group, then a chunk of callers per loop turn, so a large group does not resume hundreds of callers
 in one turn.
@@ -51,7 +61,7 @@ from urllib.parse import parse_qs
 
 from agentwatch.errors import InvalidArgument, NotADatabase, StoreError
 from agentwatch.events import Event
-from agentwatch.pacing import Mailboxes
+from agentwatch.pacing import Mailbox, Mailboxes
 from agentwatch.store._appends import Counters, apply_appends
 from agentwatch.store._jobs import Job, settle
 from agentwatch.store._migrations import migrate, recorded_version
@@ -74,6 +84,17 @@ _PAGE_SIZE: Final = 8192
 """Bytes per page of a new database file (see `_open_database`)."""
 _SQLITE_MIN: Final = (3, 35, 0)
 """The oldest SQLite whose SQL the store writes (`RETURNING` came in 3.35)."""
+_HOLD_TURNS: Final = 32
+"""Loop turns an append is held for its loop's group at most (see `_release`), however slowly its loop's
+callers are woken."""
+_QUIET_TURNS: Final = 2
+"""Loop turns an append is held once its loop's mailbox has woken every caller, while other work is ready
+(those callers' next steps, which may append too)."""
+_GROUP_HERE_S: Final = 0.010
+"""Time a group of appends may take on its loop's thread, at most (estimated from the groups before; see
+`_release`); a larger group goes to the writer thread."""
+_FIRST_GUESS_S: Final = 0.0001
+"""What an append of a group costs on the loop, before any group has been measured."""
 _KNOWN_MAX: Final = 10_000
 """Sessions whose counters the writer remembers, at most (see `SqliteStore._known`)."""
 
@@ -157,6 +178,12 @@ class SqliteStore(SqlStore):
         """Set once `_awaited` jobs are unfinished: the group the writer waits for is queued."""
         self._group_counts = [0, 0]
         """Transactions the writer committed, and the writes in them (for the benchmarks)."""
+        self._held: dict[Mailbox, list[Job]] = {}
+        """Per loop (its mailbox): the appends held for the group its loop applies (see `_release`)."""
+        self._holding = threading.Lock()
+        """Guards `_held` (`close` takes what every loop holds)."""
+        self._here_per_job = _FIRST_GUESS_S
+        """Running average of what an append of a group applied on its loop's thread cost (seconds)."""
         self._writer.start()
 
     @classmethod
@@ -206,7 +233,17 @@ class SqliteStore(SqlStore):
         commit (see the module docs); True when it was applied (its caller resumes in the next loop turn, as it
         would from the writer thread, without the mailbox: one outcome is no burst to pace), False when it is for
         the writer thread."""
-        mailbox = job.mailbox
+        if not self._apply_here([job]):
+            return False
+        loop.call_soon(job.deliver)
+        return True
+
+    def _apply_here(self, jobs: list[Job]) -> bool:
+        """Apply `jobs` (of one loop) in one transaction on the loop's own thread, on the writer's connection,
+        when nothing else is ready on the loop, the loop turn's budget for such work is not spent, nothing is
+        queued for the writer thread and the database's write lock is free now; False when they are for the
+        writer thread."""
+        mailbox = jobs[0].mailbox
         if self._unfinished or not mailbox.nothing_else_ready() or not mailbox.inline_room():
             return False
         if not self._applying.acquire(blocking=False):
@@ -215,12 +252,61 @@ class SqliteStore(SqlStore):
         try:
             if self._unfinished or self._closed or not begin_at_once(self._writer_connection):
                 return False
-            self._apply_jobs([job], begun=True)
+            self._apply_jobs(jobs, begun=True)
         finally:
             self._applying.release()
             mailbox.spent_inline(time.perf_counter() - started)
-        loop.call_soon(job.deliver)
         return True
+
+    def _hold(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
+        """Hold the append `job` for its loop's group (see `_release`)."""
+        mailbox = job.mailbox
+        with self._holding:
+            if self._closed:  # `close` took the held appends before this one came: it cannot be written
+                job.future.set_exception(StoreError(f"the store {self.url!r} is closed; open it again"))
+                return
+            held = self._held.setdefault(mailbox, [])
+            held.append(job)
+            first = len(held) == 1
+        if first:
+            loop.call_soon(self._release, mailbox, 0, 0)
+
+    def _release(self, mailbox: Mailbox, turns: int, quiet: int) -> None:
+        """Apply the appends held on `mailbox`'s loop as one group once no more are coming (see the module docs):
+        held while the mailbox still has callers to wake, and for `_QUIET_TURNS` after while other work is ready
+        (those callers' next steps); then on the loop's thread if it has nothing else to run and the group fits
+        `_GROUP_HERE_S`, otherwise on the writer thread."""
+        held = self._held.get(mailbox)
+        if not held:
+            return  # `close` took them, or a write of the same loop took them to the writer thread first
+        handing_out = mailbox.handing_out()
+        coming = handing_out or (quiet < _QUIET_TURNS and not mailbox.nothing_else_ready())
+        if coming and len(held) < _MAX_GROUP and turns < _HOLD_TURNS:
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._release, mailbox, turns + 1, 0 if handing_out else quiet + 1)
+            return
+        with self._holding:
+            jobs = self._held.pop(mailbox, [])
+        if not jobs:
+            return
+        if len(jobs) * self._here_per_job <= _GROUP_HERE_S:
+            started = time.perf_counter()
+            if self._apply_here(jobs):
+                per_job = (time.perf_counter() - started) / len(jobs)
+                self._here_per_job += (per_job - self._here_per_job) * 0.25
+                mailbox.post(jobs, here=True)
+                return
+        for job in jobs:
+            self._enqueue(job)
+
+    def _to_writer(self, mailbox: Mailbox) -> None:
+        """Queue the appends held on `mailbox`'s loop for the writer thread (a write of the same loop comes
+        after them: `writes_in_order`)."""
+        if mailbox in self._held:
+            with self._holding:
+                jobs = self._held.pop(mailbox, [])
+            for job in jobs:
+                self._enqueue(job)
 
     def _collect(self, expected: int) -> tuple[list[Job], bool]:
         """The next group, and False once `close` asked to stop (after the jobs queued before it).
@@ -471,15 +557,24 @@ class SqliteStore(SqlStore):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         run = cast("Callable[[Tx], Coroutine[Any, Any, Any]]", fn)  # (as text: the subscript costs a call each time)
-        job = Job(run, self._mailboxes.of(loop), future, write, session_id, appends)
-        if session_id is not None and self._write_here(job, loop):  # (one session's write: see the module docs)
+        mailbox = self._mailboxes.of(loop)
+        job = Job(run, mailbox, future, write, session_id, appends)
+        if session_id is not None and mailbox not in self._held and self._write_here(job, loop):
+            return future  # one session's write: see the module docs
+        if appends is not None and mailbox.sees_ready():
+            self._hold(job, loop)  # an append, held for its loop's group (see `_release`)
             return future
+        self._to_writer(mailbox)
+        self._enqueue(job)
+        return future
+
+    def _enqueue(self, job: Job) -> None:
+        """Queue `job` for the writer thread."""
         unfinished = self._unfinished
         unfinished.append(job)
         self._queue.put(job)
         if len(unfinished) >= self._awaited > 0:
             self._filled.set()
-        return future
 
     async def _write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self._submit(fn, write=True)
@@ -509,6 +604,11 @@ class SqliteStore(SqlStore):
         if self._closed:
             return
         self._closed = True
+        with self._holding:  # the appends held on every loop go to the writer thread, before it stops
+            held = [job for jobs in self._held.values() for job in jobs]
+            self._held.clear()
+        for job in held:
+            self._enqueue(job)
         self._queue.put(None)
         self._filled.set()
         await asyncio.to_thread(self._writer.join)
