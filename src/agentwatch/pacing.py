@@ -68,6 +68,8 @@ class Mailbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = weakref.ref(loop)
+        self.sees_ready = hasattr(loop, "_ready")
+        """Whether `nothing_else_ready` can tell (asyncio's own loop); on any other loop it never counts as idle."""
         self._lock = threading.Lock()
         self._outcomes: deque[Outcome] = deque()
         self._scheduled = False
@@ -115,10 +117,6 @@ class Mailbox:
     def inline_room(self) -> bool:
         """Whether work for a caller may still run on the loop's thread in this loop turn (`spent_inline`)."""
         return self._inline_spent < _INLINE_BUDGET_S
-
-    def sees_ready(self) -> bool:
-        """Whether `nothing_else_ready` can tell (asyncio's own loop); on any other loop it never counts as idle."""
-        return hasattr(self._loop(), "_ready")
 
     def nothing_else_ready(self) -> bool:
         """Whether the loop has nothing else to run in this turn: no other callback or task is ready (asyncio's

@@ -47,6 +47,8 @@ _lock = threading.Lock()
 _last_ms = -1
 _last_random = 0
 _last_ms_text = ""
+_last_high = -1
+_last_high_text = ""
 
 
 def _encode(value: int, length: int) -> str:
@@ -57,8 +59,8 @@ def _encode(value: int, length: int) -> str:
     return "".join(reversed(chars))
 
 
-def _encode_random(value: int) -> str:
-    """The 16 characters of 80 bits, the same as `_encode(value, 16)`, two characters per table lookup."""
+def _encode_high(value: int) -> str:
+    """The first 12 of the 16 characters of 80 bits (`_encode(value, 16)[:12]`): the 60 bits above the low 20."""
     p = _PAIRS
     return (
         p[value >> 70]
@@ -67,8 +69,6 @@ def _encode_random(value: int) -> str:
         + p[(value >> 40) & 1023]
         + p[(value >> 30) & 1023]
         + p[(value >> 20) & 1023]
-        + p[(value >> 10) & 1023]
-        + p[value & 1023]
     )
 
 
@@ -77,15 +77,20 @@ def new_id(prefix: IdPrefix) -> str:
 
     The 26 characters are the 48-bit millisecond (10 characters, encoded once per millisecond) followed by
     the 80 counting bits (16 characters): 80 is a multiple of 5, so the two parts never share a character.
+    Counting up changes the low 20 bits of the 80 (4 characters) in all but one count of a million, so the
+    text of the other 60 is kept from the id before.
     """
-    global _last_ms, _last_random, _last_ms_text
+    global _last_ms, _last_random, _last_ms_text, _last_high, _last_high_text
     with _lock:
         now_ms = time.time_ns() // 1_000_000
         if now_ms <= _last_ms:
             # Same (or an earlier, after a clock step) millisecond: count up so order holds.
-            _last_random = (_last_random + 1) & _RANDOM_MASK
+            value = _last_random = (_last_random + 1) & _RANDOM_MASK
         else:
-            _last_random = int.from_bytes(os.urandom(10)) >> 1  # headroom so counting up cannot overflow
+            value = _last_random = int.from_bytes(os.urandom(10)) >> 1  # headroom so counting up cannot overflow
             _last_ms = now_ms
             _last_ms_text = _encode(now_ms, 10)
-        return f"{prefix}_{_last_ms_text}{_encode_random(_last_random)}"
+        high = value >> 20
+        if high != _last_high:
+            _last_high, _last_high_text = high, _encode_high(value)
+        return f"{prefix}_{_last_ms_text}{_last_high_text}{_PAIRS[(value >> 10) & 1023]}{_PAIRS[value & 1023]}"

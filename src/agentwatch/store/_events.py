@@ -4,7 +4,7 @@ conversations and their messages."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -217,14 +217,16 @@ class EventMethods(SqlBase):
         _, events = await self._write_session(write.session_id, lambda tx: self._apply(tx, write, want_session=False))
         return events
 
-    async def _write_appends(self, write: Write) -> list[Event]:
+    def _write_appends(self, write: Write) -> Awaitable[list[Event]]:
         """Apply an append-only `write` (see `appends_only`); a backend that groups the appends of concurrent
         callers into one transaction overrides it (with `apply_appends` over the group)."""
-        return await self._write_session(write.session_id, lambda tx: self._append_only(tx, write, utc_now()))
+        return self._write_session(write.session_id, lambda tx: self._append_only(tx, write, utc_now()))
 
     async def append(self, session_id: str, events: Sequence[NewEvent]) -> list[Event]:
-        """Append durable events; same as `write(Write(session_id, events))`."""
-        return await self.write(Write(session_id, events))
+        """Append durable events; same as `write(Write(session_id, events))`, which only appends."""
+        write = Write(session_id, events)
+        check_durable(write)
+        return await self._write_appends(write)
 
     async def _apply(
         self, tx: Tx, write: Write, *, want_session: bool = True

@@ -561,7 +561,7 @@ class SqliteStore(SqlStore):
         job = Job(run, mailbox, future, write, session_id, appends)
         if session_id is not None and mailbox not in self._held and self._write_here(job, loop):
             return future  # one session's write: see the module docs
-        if appends is not None and mailbox.sees_ready():
+        if appends is not None and mailbox.sees_ready:
             self._hold(job, loop)  # an append, held for its loop's group (see `_release`)
             return future
         self._to_writer(mailbox)
@@ -582,10 +582,10 @@ class SqliteStore(SqlStore):
     async def _write_session(self, session_id: str, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self._submit(fn, write=True, session_id=session_id)
 
-    async def _write_appends(self, write: Write) -> list[Event]:
+    def _write_appends(self, write: Write) -> asyncio.Future[list[Event]]:
         # The function is the one-by-one path, for when the group's statements fail.
         fn = lambda tx: self._append_only(tx, write, _now())  # noqa: E731
-        return await self._submit(fn, write=True, session_id=write.session_id, appends=write)
+        return self._submit(fn, write=True, session_id=write.session_id, appends=write)
 
     # -- readers --------------------------------------------------------------------------------------
 
