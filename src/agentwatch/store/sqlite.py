@@ -293,7 +293,7 @@ class SqliteStore(SqlStore):
             started = time.perf_counter()
             if self._apply_here(jobs):
                 per_job = (time.perf_counter() - started) / len(jobs)
-                self._here_per_job += (per_job - self._here_per_job) * 0.25
+                self._here_per_job += (per_job - self._here_per_job) * 0.25  # (about the last four groups)
                 mailbox.post(jobs, here=True)
                 return
         for job in jobs:
