@@ -14,12 +14,14 @@
 - A session that holds a resource watch is kept until the watch ends. There is no watch table yet: whoever
   records watches sets `settings["held_until"]` (ISO 8601, the latest expiry of the session's watches) and
   clears it when they end. `held_until` below reads it; a held session is skipped by every rule above (and
-  the reaper reads on past it: however many are held, the sessions behind them are reaped).
+  the reaper reads on past it, once a pass however many batches it reaps: however many are held, the sessions
+  behind them are reaped).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 
 from agentwatch.config import RetentionConfig
@@ -92,19 +94,32 @@ async def _deleted_due(store: Store, now: datetime, *, limit: int) -> AsyncItera
             return
 
 
-async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetime, limit: int = _PAGE) -> list[str]:
-    """Ids of the sessions to reap at `now` (soft-deleted past `reap_at`, heartbeat/hook past TTL, with what they
-    spawned): about `limit`, more only when one session's family alone is larger."""
+async def _batches(
+    store: Store, retention: RetentionConfig, *, now: datetime, limit: int
+) -> AsyncGenerator[list[str], None]:
+    """The ids of the sessions to reap at `now` (soft-deleted past `reap_at`, heartbeat/hook past TTL, with what
+    they spawned), a batch of about `limit` at a time, more only when one session's family alone is larger.
+
+    One reading of the sessions for every batch: its caller reaps a batch before asking for the next, and the
+    listings read on from where they were (their cursors are keys, which a reap leaves valid). A session skipped
+    (held by a watch, or with what it spawned at work) is read once a pass, however many batches follow it."""
     due: list[str] = []
+    taken: set[str] = set()
+    """The ids of the batches handed out before (reaped by now)."""
 
     def keep(session: SessionRecord) -> bool:
         held = held_until(session)
         return held is not None and held > now
 
+    def known(session: SessionRecord) -> bool:
+        return keep(session) or session.id in due or session.id in taken
+
     async for session in _deleted_due(store, now, limit=limit):
         if len(due) >= limit:
-            break
-        if keep(session) or session.id in due:
+            yield due
+            taken.update(due)
+            due = []
+        if known(session):
             continue
         if session.source in _TTL_SOURCES:
             family = await _family(store, session, due, keep)
@@ -115,7 +130,7 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
             due.append(session.id)
         # Its observer goes with it: it watched that agent alone, which will never run again.
         watchers = await store.list_sessions(SessionFilter(parent_id=session.id, is_observer=True), limit=_PAGE)
-        due += [s.id for s in watchers.items if s.status not in ("running", "awaiting_input") and not keep(s)]
+        due += [s.id for s in watchers.items if s.status not in ("running", "awaiting_input") and not known(s)]
     for source in _TTL_SOURCES:
         where = SessionFilter(
             source=[source],
@@ -124,17 +139,26 @@ async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetim
             deleted=True,
         )
         async for session in every_session(store, where):
-            if len(due) >= limit:
-                break
-            if keep(session) or session.id in due:
+            if known(session):
                 continue
             family = await _family(store, session, due, keep)
             if family is None:
                 continue
             if due and len(due) + len(family) > limit:
-                return due  # never a family split over two passes: its parent would go, the rest stay
+                yield due  # never a family split over two batches: its parent would go, the rest stay
+                taken.update(due)
+                due = []
             due += family
-    return due
+    if due:
+        yield due
+
+
+async def sessions_due(store: Store, retention: RetentionConfig, *, now: datetime, limit: int = _PAGE) -> list[str]:
+    """Ids of the sessions to reap at `now`: the first batch of a pass (see `_batches`)."""
+    async with aclosing(_batches(store, retention, now=now, limit=limit)) as batches:
+        async for due in batches:
+            return due
+    return []
 
 
 async def reap_due(
@@ -148,15 +172,12 @@ async def reap_due(
     the ids of each batch once the store let them go (the live ring lets go of them too)."""
     now = now or datetime.now(UTC)
     removed = 0
-    while True:
-        due = await sessions_due(store, retention, now=now)
-        if not due:
-            return removed
-        removed += await store.reap(due)
-        if reaped is not None:
-            await reaped(due)
-        if len(due) < _PAGE:
-            return removed
+    async with aclosing(_batches(store, retention, now=now, limit=_PAGE)) as batches:
+        async for due in batches:
+            removed += await store.reap(due)
+            if reaped is not None:
+                await reaped(due)
+    return removed
 
 
 async def reap_runs_due(store: Store, retention: RetentionConfig, *, now: datetime | None = None) -> int:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from agentwatch.config import RetentionConfig
 from agentwatch.retention import HELD_UNTIL, reap_due, reap_runs_due, sessions_due
 from agentwatch.runtime.engine import Engine
 from agentwatch.runtime.models import Reply, ScriptedModel
-from agentwatch.store import SessionDraft, SessionFilter, SessionPatch, Store, Write, every_session
+from agentwatch.store import SessionDraft, SessionFilter, SessionPatch, SessionRecord, Store, Write, every_session
 from tests.runtime.support import OpenEngine, Scripted, role
 
 
@@ -210,3 +214,38 @@ async def test_deleted_sessions_past_a_page_of_held_ones_are_reaped(store: Store
 
     # The watches end: the next pass takes them.
     assert await reap_due(store, RetentionConfig(), now=now + timedelta(hours=2)) == len(held)
+
+
+async def test_a_pass_reads_each_held_session_once_however_many_batches_it_reaps(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once: each batch of a pass read the deleted sessions from the start again, the held ones ahead of the due
+    ones every time (a pass of three batches read each of them three times). Now a pass reads on."""
+    now = datetime.now(UTC)
+    watched = {HELD_UNTIL: (now + timedelta(hours=1)).isoformat()}
+    held: set[str] = set()
+    for number in range(30):
+        session = await store.create_session(SessionDraft(name=f"held-{number}", role="chat", settings=watched))
+        await store.soft_delete(session.id, reap_at=now - timedelta(hours=2))
+        held.add(session.id)
+    for number in range(250):  # three batches
+        session = await store.create_session(SessionDraft(name=f"free-{number}", role="chat"))
+        await store.soft_delete(session.id, reap_at=now - timedelta(hours=1))
+    reads: Counter[str] = Counter()
+    get_session = store.get_session
+
+    async def counted(session_id: str) -> SessionRecord:
+        reads[session_id] += 1
+        return await get_session(session_id)
+
+    monkeypatch.setattr(store, "get_session", counted)
+    batches: list[int] = []
+
+    async def reaped(ids: Sequence[str]) -> None:
+        batches.append(len(ids))
+
+    assert await reap_due(store, RetentionConfig(), now=now, reaped=reaped) == 250
+    assert batches == [100, 100, 50]
+    assert {session_id: reads[session_id] for session_id in held} == dict.fromkeys(held, 1)
+    left = [s.id async for s in every_session(store, SessionFilter(deleted=True))]
+    assert sorted(left) == sorted(held)
