@@ -25,6 +25,8 @@ from agentwatch.store import (
     SessionDraft,
     SessionFilter,
     SessionPatch,
+    SessionRecord,
+    Store,
     UsageEntry,
     Write,
     connect_store,
@@ -54,6 +56,15 @@ def writer_statements(store: SqliteStore) -> Iterator[list[str]]:
     statements: list[str] = []
     with traced(store, statements.append):
         yield statements
+
+
+async def chats(store: Store, count: int) -> list[SessionRecord]:
+    """`count` new chat sessions, `s0`, `s1`, ..."""
+    return [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(count)]
+
+
+def _hi() -> list[NewEvent]:
+    return [NewEvent(UserMessage(text="hi"))]
 
 
 def session_updates(statements: list[str]) -> list[str]:
@@ -366,7 +377,7 @@ async def test_a_group_of_appends_only_takes_no_savepoint(tmp_path: Path) -> Non
 async def test_a_group_writes_its_session_rows_a_few_statements_at_a_time(tmp_path: Path) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
-        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(7)]
+        sessions = await chats(store, 7)
         gate = threading.Event()
 
         async def hold(tx: Tx) -> None:
@@ -464,7 +475,7 @@ async def test_the_writer_is_woken_once_the_group_it_waits_for_is_queued() -> No
 async def test_many_waiters_are_woken_a_few_per_loop_turn(tmp_path: Path) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
-        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(100)]
+        sessions = await chats(store, 100)
         done: list[int] = []
         turns: list[int] = []
 
@@ -642,28 +653,24 @@ async def test_a_write_that_may_touch_many_sessions_commits_on_the_writer_thread
     # Its size is not bounded by one session's: on the loop, a renewal of 1,000 leases held everything else up.
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
-        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(3)]
+        sessions = await chats(store, 3)
         ids = [s.id for s in sessions]
         for session_id in ids:
             assert await store.acquire_lease(session_id, "engine-a", 60)
         with commit_threads(store) as threads:
             assert set(await store.renew_leases("engine-a", ids, 60)) == set(ids)
             await store.create_session(SessionDraft(name="later", role="chat"))
-            await store.append(sessions[0].id, [NewEvent(UserMessage(text="hi"))])  # one session's: at once
+            await store.append(sessions[0].id, _hi())  # one session's: at once
         assert len(threads) == 3
         assert threads[0] != threading.get_ident() and threads[1] != threading.get_ident()
         assert threads[2] == threading.get_ident()
-
-
-def _hi() -> list[NewEvent]:
-    return [NewEvent(UserMessage(text="hi"))]
 
 
 async def test_appends_made_together_on_one_loop_share_one_commit_on_the_loop(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/a.db"
     async with open_store(url) as store:
         assert isinstance(store, SqliteStore)
-        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(5)]
+        sessions = await chats(store, 5)
         with commit_threads(store) as threads:
             events = await asyncio.gather(*(store.append(s.id, _hi()) for s in sessions))
         # Each caller saw others ready to run, so each append was held for the loop's group; once the loop had
@@ -679,7 +686,7 @@ async def test_a_group_larger_than_the_loop_may_take_goes_to_the_writer_thread(
 ) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
-        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(5)]
+        sessions = await chats(store, 5)
         monkeypatch.setattr(sqlite_module, "_GROUP_HERE_S", 4 * sqlite_module._FIRST_GUESS_S)  # room for 4 of 5
         with commit_threads(store) as threads:
             events = await asyncio.gather(*(store.append(s.id, _hi()) for s in sessions))
@@ -690,7 +697,7 @@ async def test_a_group_larger_than_the_loop_may_take_goes_to_the_writer_thread(
 async def test_appends_on_a_loop_that_never_goes_idle_are_written_by_the_writer_thread(tmp_path: Path) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
-        sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(5)]
+        sessions = await chats(store, 5)
         stop = False
 
         async def spin() -> None:  # always ready to run
@@ -711,7 +718,7 @@ async def test_appends_on_a_loop_that_never_goes_idle_are_written_by_the_writer_
 async def test_a_write_after_held_appends_of_its_loop_is_applied_after_them(tmp_path: Path) -> None:
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
-        a, b = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(2)]
+        a, b = await chats(store, 2)
         patched = Write(a.id, [NewEvent(UserMessage(text="patched"))], session=SessionPatch(last_text="patched"))
         with commit_threads(store) as threads:
             held = [asyncio.ensure_future(store.append(s.id, _hi())) for s in (a, b)]
@@ -726,7 +733,7 @@ async def test_a_write_after_held_appends_of_its_loop_is_applied_after_them(tmp_
 async def test_closing_the_store_writes_the_appends_held_on_its_loops(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/a.db"
     store = await SqliteStore.open(url)
-    sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(3)]
+    sessions = await chats(store, 3)
     appends = [asyncio.ensure_future(store.append(s.id, _hi())) for s in sessions]
     await asyncio.sleep(0)  # made and held; the loop's group is not written yet
     assert store._held
@@ -814,7 +821,7 @@ def test_writes_are_applied_in_the_order_queued_wherever_they_run(tmp_path_facto
     async def play() -> tuple[list[list[str]], list[list[str]]]:
         async with open_store(f"sqlite:///{tmp_path_factory.mktemp('order')}/a.db") as store:
             assert isinstance(store, SqliteStore)
-            sessions = [await store.create_session(SessionDraft(name=f"s{i}", role="chat")) for i in range(2)]
+            sessions = await chats(store, 2)
             made: list[list[str]] = [[], []]
             pending: list[asyncio.Future[Any]] = []
             for index, step in enumerate(steps):

@@ -285,8 +285,7 @@ class SqliteStore(SqlStore):
             loop = asyncio.get_running_loop()
             loop.call_soon(self._release, mailbox, turns + 1, 0 if handing_out else quiet + 1)
             return
-        with self._holding:
-            jobs = self._held.pop(mailbox, [])
+        jobs = self._take_held(mailbox)
         if not jobs:
             return
         if len(jobs) * self._here_per_job <= _GROUP_HERE_S:
@@ -299,13 +298,20 @@ class SqliteStore(SqlStore):
         for job in jobs:
             self._enqueue(job)
 
-    def _to_writer(self, mailbox: Mailbox) -> None:
-        """Queue the appends held on `mailbox`'s loop for the writer thread (a write of the same loop comes
-        after them: `writes_in_order`)."""
-        if mailbox in self._held:
-            with self._holding:
-                jobs = self._held.pop(mailbox, [])
-            for job in jobs:
+    def _take_held(self, mailbox: Mailbox | None = None) -> list[Job]:
+        """Take the appends held on `mailbox`'s loop (None: on every loop), in the order they were made."""
+        with self._holding:
+            if mailbox is not None:
+                return self._held.pop(mailbox, [])
+            jobs = [job for held in self._held.values() for job in held]
+            self._held.clear()
+            return jobs
+
+    def _to_writer(self, mailbox: Mailbox | None = None) -> None:
+        """Queue the appends held on `mailbox`'s loop (None: on every loop) for the writer thread (a write of
+        the same loop comes after them: `writes_in_order`)."""
+        if self._held:
+            for job in self._take_held(mailbox):
                 self._enqueue(job)
 
     def _collect(self, expected: int) -> tuple[list[Job], bool]:
@@ -604,11 +610,7 @@ class SqliteStore(SqlStore):
         if self._closed:
             return
         self._closed = True
-        with self._holding:  # the appends held on every loop go to the writer thread, before it stops
-            held = [job for jobs in self._held.values() for job in jobs]
-            self._held.clear()
-        for job in held:
-            self._enqueue(job)
+        self._to_writer()  # the appends held on every loop, before the writer stops
         self._queue.put(None)
         self._filled.set()
         await asyncio.to_thread(self._writer.join)
