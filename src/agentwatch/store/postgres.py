@@ -299,24 +299,25 @@ class PostgresStore(SqlStore):
     async def _write_session(self, session_id: str, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self._in_order(session_id, lambda: self._write(fn))
 
-    async def _write_appends(self, write: Write) -> list[Event]:
+    def _write_appends(self, write: Write) -> Awaitable[list[Event]]:
         previous = self._last.get(write.session_id)
         if previous is None or previous.done() or type(previous) is _Appended:
             # Nothing of the session in flight, or only queued appends, which this one follows in the queue.
-            return await self._enqueue(write)
-        return await self._in_order(write.session_id, lambda: self._enqueue(write))
+            return self._enqueue(write)
+        return self._in_order(write.session_id, lambda: self._enqueue(write))
 
-    async def _enqueue(self, write: Write) -> list[Event]:
+    def _enqueue(self, write: Write) -> _Appended:
         """Queue an append-only write for the next group: while one group commits, the appends of the other
         sessions queue up, and the next transaction takes them all (one statement per table, one commit).
-        The write marks its session's latest one until its group committed (see `_Appended`)."""
+        The write marks its session's latest one until its group committed (see `_Appended`). Its outcome
+        comes as the future itself (awaited by the caller: no coroutine of its own to start and finish)."""
         loop = asyncio.get_running_loop()
         future = _Appended(loop=loop)
         self._queued.append((write, future))
         self._last[write.session_id] = future
         if self._flusher is None or self._flusher.done():
             self._flusher = loop.create_task(self._flush())
-        return await future
+        return future
 
     async def _flush(self) -> None:
         while self._queued:
