@@ -248,6 +248,32 @@ async def test_a_note_that_rides_shares_the_commit_of_the_next_write_and_goes_al
         await emitter.close()
 
 
+async def test_a_note_made_while_the_turns_writes_wait_together_joins_their_commit(tmp_path: Path) -> None:
+    # An observer's state arrives between a model request's opening (deferred for its response) and the
+    # response: the three share one commit, in the order submitted, instead of the note splitting the two.
+    async with emitter_store(tmp_path, "ses_between") as (store, ring, session):
+        commits: list[list[str]] = []
+        write = store.write
+
+        async def counted(w: Write) -> list[Event]:
+            stored = await write(w)
+            commits.append([e.type for e in stored])
+            return stored
+
+        store.write = counted  # type: ignore[method-assign]
+        emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring)
+        opening = emitter.submit(Write(session.id, events=[said("opening")]), turn=True, defer=60)
+        note = asyncio.ensure_future(
+            emitter.commit(Write(session.id, events=[notice("armed")], touch=False), rides=True)
+        )
+        await asyncio.sleep(0)
+        response = await emitter.commit(Write(session.id, events=[said("response")]), turn=True)
+        assert [e.seq for e in await opening] == [1] and [e.seq for e in await note] == [2]
+        assert [e.seq for e in response] == [3]
+        assert commits == [["message.user", "runtime.info", "message.user"]]
+        await emitter.close()
+
+
 async def test_a_note_that_rides_does_not_join_a_turn_that_failed(tmp_path: Path) -> None:
     async with emitter_store(tmp_path, "ses_failed") as (store, ring, session):
         write = store.write

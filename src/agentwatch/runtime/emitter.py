@@ -320,8 +320,17 @@ class SessionEmitter:
                     if len(writes) > self._held and _rides_along(writes[0]):
                         batch.append(writes.popleft())
                 if _mergeable(batch[-1]):
-                    while len(writes) > self._held and _mergeable(writes[0]) and writes[0].turn_no == batch[-1].turn_no:
-                        batch.append(writes.popleft())
+                    turn_no = batch[-1].turn_no
+                    while len(writes) > self._held:
+                        following = writes[0]
+                        if _mergeable(following) and following.turn_no == turn_no:
+                            batch.append(writes.popleft())
+                        elif following.rides and self._failure is None and _rides_along(following):
+                            # A note made while the turn's writes queue (an observer's state between a model
+                            # request's opening and its response) joins them instead of splitting their commit.
+                            batch.append(writes.popleft())
+                        else:
+                            break
                 await self._apply(batch)
         finally:
             self._writer = None
