@@ -34,6 +34,20 @@ def notice(text: str) -> NewEvent:
     return NewEvent(RuntimeNotice(type="runtime.info", message=text, source="test"))
 
 
+def commits_of(store: Store) -> list[list[str]]:
+    """The types of the events each `store.write` stores from now on, one list per write (a commit)."""
+    commits: list[list[str]] = []
+    write = store.write
+
+    async def counted(w: Write) -> list[Event]:
+        stored = await write(w)
+        commits.append([e.type for e in stored])
+        return stored
+
+    store.write = counted  # type: ignore[method-assign]
+    return commits
+
+
 @asynccontextmanager
 async def emitter_store(tmp_path: Path, session_id: str) -> AsyncIterator[tuple[Store, LiveRing, SessionRecord]]:
     """A real SQLite store and memory ring, with one session to emit for."""
@@ -225,15 +239,7 @@ async def test_a_note_that_rides_shares_the_commit_of_the_next_write_and_goes_al
     tmp_path: Path,
 ) -> None:
     async with emitter_store(tmp_path, "ses_rides") as (store, ring, session):
-        commits: list[list[str]] = []
-        write = store.write
-
-        async def counted(w: Write) -> list[Event]:
-            stored = await write(w)
-            commits.append([e.type for e in stored])
-            return stored
-
-        store.write = counted  # type: ignore[method-assign]
+        commits = commits_of(store)
         emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring)
         note = asyncio.ensure_future(
             emitter.commit(Write(session.id, events=[notice("armed")], touch=False), rides=True)
@@ -252,15 +258,7 @@ async def test_a_note_made_while_the_turns_writes_wait_together_joins_their_comm
     # An observer's state arrives between a model request's opening (deferred for its response) and the
     # response: the three share one commit, in the order submitted, instead of the note splitting the two.
     async with emitter_store(tmp_path, "ses_between") as (store, ring, session):
-        commits: list[list[str]] = []
-        write = store.write
-
-        async def counted(w: Write) -> list[Event]:
-            stored = await write(w)
-            commits.append([e.type for e in stored])
-            return stored
-
-        store.write = counted  # type: ignore[method-assign]
+        commits = commits_of(store)
         emitter = SessionEmitter(session.id, session.last_seq, store=store, ring=ring)
         opening = emitter.submit(Write(session.id, events=[said("opening")]), turn=True, defer=60)
         note = asyncio.ensure_future(
