@@ -11,7 +11,7 @@ from pydantic import JsonValue
 
 from agentwatch.errors import Conflict, NotFound
 from agentwatch.events import CompletionFinished, NewEvent, Usage, UserMessage
-from agentwatch.store import RunStore, SessionDraft, SessionPatch, Store, Write, connect_store
+from agentwatch.store import RunStore, SessionDraft, SessionPatch, Store, UsageEntry, Write, connect_store
 
 
 def said(text: str) -> list[NewEvent]:
@@ -139,6 +139,29 @@ async def test_grouped_appends_count_into_their_rows_and_fail_apart(store: Store
         assert [event.seq for event in stored] == list(range(1, expected + 1))
         after = await store.get_session(session.id)
         assert (after.last_seq, after.tokens) == (expected, 0)
+        if index % 2:
+            assert after.last_active_at == session.last_active_at
+        else:
+            assert after.last_active_at > session.last_active_at
+
+
+async def test_grouped_appends_with_spend_count_it_into_their_rows(store: Store) -> None:
+    # Appends with ledger entries (PostgreSQL writes those rows after reading them, with one statement for
+    # the group): each row ends with its tokens and cost summed, its last seq, and its activity time moved
+    # only by the writes that touch it.
+    sessions = [await store.create_session(SessionDraft(name=f"s{n}", role="chat")) for n in range(20)]
+
+    def spent(index: int, n: int) -> Write:
+        usage = Usage(input_tokens=index + 1, output_tokens=n, requests=1, cost_usd=0.125 * (index + 1))
+        return Write(sessions[index].id, said(f"{index}:{n}"), usage=[UsageEntry(usage=usage)], touch=index % 2 == 0)
+
+    await asyncio.gather(*(store.write(spent(index, n)) for n in range(3) for index in range(len(sessions))))
+
+    for index, session in enumerate(sessions):
+        after = await store.get_session(session.id)
+        assert after.last_seq == 3
+        assert after.tokens == 3 * (index + 1) + (0 + 1 + 2)
+        assert after.cost_usd == pytest.approx(3 * 0.125 * (index + 1))
         if index % 2:
             assert after.last_active_at == session.last_active_at
         else:
