@@ -311,29 +311,29 @@ class SessionEmitter:
                     if not batch[0].done.done():
                         batch[0].done.set_result([])
                     continue
-                if batch[0].rides and self._failure is None:
-                    # A note takes the notes after it along, then the next write (but not into a turn that
-                    # already failed, which would fail the note with it); the turn's writes that follow that
-                    # one join below.
-                    while len(writes) > self._held and writes[0].rides and _rides_along(writes[0]):
+                if self._note_joins(batch[0]):
+                    # A note takes the notes after it along, then the next write; the turn's writes that follow
+                    # that one join below.
+                    while len(writes) > self._held and self._note_joins(writes[0]):
                         batch.append(writes.popleft())
                     if len(writes) > self._held and _rides_along(writes[0]):
                         batch.append(writes.popleft())
                 if _mergeable(batch[-1]):
                     turn_no = batch[-1].turn_no
-                    while len(writes) > self._held:
-                        following = writes[0]
-                        if _mergeable(following) and following.turn_no == turn_no:
-                            batch.append(writes.popleft())
-                        elif following.rides and self._failure is None and _rides_along(following):
-                            # A note made while the turn's writes queue (an observer's state between a model
-                            # request's opening and its response) joins them instead of splitting their commit.
-                            batch.append(writes.popleft())
-                        else:
-                            break
+                    while len(writes) > self._held and (
+                        (_mergeable(writes[0]) and writes[0].turn_no == turn_no) or self._note_joins(writes[0])
+                    ):
+                        # A note made while the turn's writes queue (an observer's state between a model
+                        # request's opening and its response) joins them instead of splitting their commit.
+                        batch.append(writes.popleft())
                 await self._apply(batch)
         finally:
             self._writer = None
+
+    def _note_joins(self, pending: _Pending) -> bool:
+        """Whether `pending` is a note that may share the commit of the writes around it: not into a turn that
+        already failed, which would fail the note with it."""
+        return pending.rides and self._failure is None and _rides_along(pending)
 
     async def _apply(self, batch: list[_Pending]) -> None:
         turn = any(p.turn and p.turn_no == self._turn_no for p in batch)
