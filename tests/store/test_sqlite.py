@@ -258,19 +258,27 @@ async def test_writes_after_close_are_refused(tmp_path: Path) -> None:
 async def _one_group(store: SqliteStore, calls: list[Coroutine[Any, Any, Any]]) -> tuple[list[Any], list[str]]:
     """Run `calls` so the writer takes them as ONE group: it is held on a gate while they queue up. Returns
     their outcomes (errors included) and the statements the writer ran for them."""
-    gate = threading.Event()
+    entered, gate = threading.Event(), threading.Event()
 
     async def hold(tx: Tx) -> None:
+        entered.set()
         gate.wait(10)  # blocks the writer thread itself, so everything below queues behind it
 
     held = asyncio.ensure_future(store._write(hold))
+    # The writer runs `hold` alone: a call queued before it took `hold` would join hold's group.
+    assert await asyncio.to_thread(entered.wait, 10)
     tasks = [asyncio.ensure_future(call) for call in calls]
-    await asyncio.sleep(0.05)  # every task has submitted its write
+    for _ in range(1000):  # every call has queued its write for the writer (at most 10 s)
+        if store._queue.qsize() >= len(calls):
+            break
+        await asyncio.sleep(0.01)
+    assert store._queue.qsize() == len(calls)
     with writer_statements(store) as statements:
         gate.set()
         await held
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-    return outcomes, statements
+    assert statements[0] == "COMMIT"  # hold's own (it wrote nothing); then the calls' group
+    return outcomes, statements[1:]
 
 
 async def test_one_group_applies_its_appends_together_and_keeps_failures_apart(tmp_path: Path) -> None:
