@@ -360,22 +360,10 @@ async def test_a_group_of_appends_only_takes_no_savepoint(tmp_path: Path) -> Non
         assert isinstance(store, SqliteStore)
         a = await store.create_session(SessionDraft(name="a", role="chat"))
         b = await store.create_session(SessionDraft(name="b", role="chat"))
-        gate = threading.Event()
-
-        async def hold(tx: Tx) -> None:
-            gate.wait(10)
-
-        held = asyncio.ensure_future(store._write(hold))
-        await asyncio.sleep(0.05)  # the writer holds the gate, alone in its group: the appends queue behind it
-        with writer_statements(store) as statements:
-            tasks = [store.append(session.id, [NewEvent(UserMessage(text="hi"))]) for session in (a, b, a)]
-            appended = asyncio.gather(*tasks)
-            await asyncio.sleep(0.05)
-            gate.set()
-            await held
-            outcomes = await appended
+        outcomes, statements = await _one_group(
+            store, [store.append(session.id, [NewEvent(UserMessage(text="hi"))]) for session in (a, b, a)]
+        )
         assert [event.seq for events in outcomes for event in events] == [1, 1, 2]
-        statements = statements[statements.index("BEGIN IMMEDIATE") :]  # the hold's COMMIT came first
         assert sum(statement == "COMMIT" for statement in statements) == 1
         assert not [statement for statement in statements if "SAVEPOINT" in statement or "RELEASE" in statement]
         # The totals did not change: the row update leaves them out.
@@ -386,13 +374,6 @@ async def test_a_group_writes_its_session_rows_a_few_statements_at_a_time(tmp_pa
     async with open_store(f"sqlite:///{tmp_path}/a.db") as store:
         assert isinstance(store, SqliteStore)
         sessions = await chats(store, 7)
-        gate = threading.Event()
-
-        async def hold(tx: Tx) -> None:
-            gate.wait(10)
-
-        held = asyncio.ensure_future(store._write(hold))
-        await asyncio.sleep(0.05)  # the writer holds the gate, alone in its group: the appends queue behind it
         spent = [UsageEntry(usage=Usage(input_tokens=3, output_tokens=2, cost_usd=0.25))]
         # Rows of four shapes: three touched sessions (one of them written twice), two touched and priced,
         # one neither, one priced only.
@@ -401,13 +382,8 @@ async def test_a_group_writes_its_session_rows_a_few_statements_at_a_time(tmp_pa
         writes += [Write(s.id, [NewEvent(UserMessage(text="paid"))], usage=spent) for s in sessions[3:5]]
         writes.append(Write(sessions[5].id, [NewEvent(UserMessage(text="quiet"))], touch=False))
         writes.append(Write(sessions[6].id, [NewEvent(UserMessage(text="quiet"))], usage=spent, touch=False))
-        with writer_statements(store) as statements:
-            appended = asyncio.gather(*(store.write(write) for write in writes))
-            await asyncio.sleep(0.05)
-            gate.set()
-            await held
-            await appended
-        statements = statements[statements.index("BEGIN IMMEDIATE") :]  # the hold's COMMIT came first
+        outcomes, statements = await _one_group(store, [store.write(write) for write in writes])
+        assert not [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
         assert sum(statement == "COMMIT" for statement in statements) == 1
         updates = session_updates(statements)
         # Three touched rows: a statement of two rows and one of one; two priced: one statement; the lone
