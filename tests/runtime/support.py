@@ -69,6 +69,13 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def handed_out(engine: Any, session_id: str) -> None:
+    """Wait until the session's emitter has handed every event it was given to the ring and the observers
+    (its dispatch runs after the commits a caller waits for)."""
+    emitter = (await engine.driver(session_id)).emitter
+    await until(lambda: emitter.idle)
+
+
 class HeldTool:
     """An async tool that returns only once `release` is set (`started` is set when a call begins), and the
     script of a model that calls it once, then answers with its output."""

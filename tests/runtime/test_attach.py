@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from agentwatch.events import Event, StreamCursor
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel, Think
 from agentwatch.runtime.thread_observer import EventCollector, ReplaySnapshot
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import OpenEngine, Scripted, handed_out, role
 
 
 @dataclass
@@ -99,7 +99,7 @@ async def run_with_attaches(open_engine: OpenEngine, model_ref: str, delays: lis
                 await engine.subscribe(session.id, client)
             clients.append(client)
         await engine.wait(session.id, 30)
-        await asyncio.sleep(0.05)  # let the dispatcher deliver the last events
+        await handed_out(engine, session.id)
     events = [e for _, e in reference.events]
     return [p for client in clients for p in problems(client, events)]
 

@@ -3,7 +3,6 @@ log can tell changes because of it (order, durability before visibility, failure
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from typing import Any
 
@@ -22,7 +21,7 @@ from agentwatch.events import (
 from agentwatch.runtime.models import CallTool, Reply, ScriptedModel
 from agentwatch.runtime.thread_observer import EventCollector
 from agentwatch.store import Write
-from tests.runtime.support import OpenEngine, Scripted, role
+from tests.runtime.support import OpenEngine, Scripted, handed_out, role, until
 
 
 def lookup(key: str) -> str:
@@ -57,7 +56,7 @@ async def test_deltas_streamed_while_a_pipelined_commit_is_in_flight_reach_watch
         emitter.stream(ContentDelta(part="text", index=0, request_index=0, delta="Hel"), turn)
         emitter.stream(ContentDelta(part="text", index=0, request_index=0, delta="lo"), turn)
         (started,) = await pending
-        await asyncio.sleep(0.05)  # let the dispatcher deliver
+        await until(lambda: emitter.idle)
         seen = [e for _, e in collector.events if e.turn_id == turn]
         assert [e.type for e in seen] == ["completion.started", "content.delta", "content.delta"]
         assert [(e.seq, e.sub) for e in seen] == [(started.seq, 0), (started.seq, 1), (started.seq, 2)]
@@ -85,7 +84,7 @@ async def test_watchers_see_each_request_open_before_its_deltas_and_tools_run_af
         assert settled.status == "completed"
         assert durable_calls_at_run == [1, 2, 3, 4]  # each call was stored before its tool ran
 
-        await asyncio.sleep(0.05)  # let the dispatcher deliver
+        await handed_out(engine, session.id)
         seen = [e for sid, e in collector.events if sid == session.id]
         opened = -1
         last_durable = 0
