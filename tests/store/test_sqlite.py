@@ -36,6 +36,7 @@ from agentwatch.store import sqlite as sqlite_module
 from agentwatch.store._appends import apply_appends
 from agentwatch.store._sql import Dialect, Tx
 from agentwatch.store.sqlite import SqliteStore
+from tests.runtime.support import until
 
 from .databases import sqlite_url
 
@@ -268,10 +269,7 @@ async def _one_group(store: SqliteStore, calls: list[Coroutine[Any, Any, Any]]) 
     # The writer runs `hold` alone: a call queued before it took `hold` would join hold's group.
     assert await asyncio.to_thread(entered.wait, 10)
     tasks = [asyncio.ensure_future(call) for call in calls]
-    for _ in range(1000):  # every call has queued its write for the writer (at most 10 s)
-        if store._queue.qsize() >= len(calls):
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: store._queue.qsize() >= len(calls))  # every call has queued its write for the writer
     assert store._queue.qsize() == len(calls)
     with writer_statements(store) as statements:
         gate.set()
